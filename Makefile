@@ -1,0 +1,51 @@
+# Thin wrapper over CMake. The two commands the README starts with:
+#   make demo   build, then run the main job on an embedded default
+#   make test   build, then run every test (ctest)
+# Others: make build | bench | test-sanitize | fuzz | format | clean   (docs/building.md)
+#
+# Every target first runs scripts/install-deps.sh, which installs missing Debian packages
+# (and says which) so a fresh Debian 12 machine needs nothing done before.
+
+BUILD      ?= build/release
+SAN_BUILD  ?= build/sanitize
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+# CI sets CI=true: warnings become errors there.
+WERROR     := $(if $(CI),-DPH_WERROR=ON,)
+FUZZ_SECONDS ?= 10
+
+.PHONY: all deps build demo test bench test-sanitize fuzz format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(WERROR) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/pagedhybrid demo --work-dir $(BUILD)/demo
+
+test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+bench: build
+	@$(BUILD)/bench_threads
+
+# ASan + UBSan build of every test, with clang; the libFuzzer targets run FUZZ_SECONDS each.
+test-sanitize: deps
+	@CC=clang cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPH_SANITIZE=ON -DPH_FUZZ=ON \
+	  -DPH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(WERROR) >/dev/null
+	@cmake --build $(SAN_BUILD) -j $(JOBS)
+	@ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS)
+
+# Longer fuzzing session: make fuzz FUZZ_SECONDS=600
+fuzz: FUZZ_SECONDS = 300
+fuzz: test-sanitize
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build

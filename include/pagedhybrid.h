@@ -1,0 +1,191 @@
+/* pagedhybrid — serve hybrid LLMs (Qwen3.5/3.6/3.8 GatedDeltaNet + gated attention, DeepSeek
+ * MLA) on the CPU over a packed, paged ABI, and export them for ONNX Runtime GenAI.
+ *
+ * This header is the whole public C API. Everything behind it is opaque.
+ *
+ * Conventions
+ * - Every fallible call returns a ph_status. PH_OK is 0; every other value is an error from the
+ *   one table below (PH_STATUS_TABLE), whose values are explicit and never reused.
+ * - Objects carry a detail message for their last failure (which file, which tensor, expected
+ *   vs got): ph_model_error(). A constructor that fails still hands back an object when memory
+ *   allowed, so the detail can be read (as sqlite3_open does); free it as usual.
+ * - Params structs come from *_params_default(); new fields get defaults and never break callers.
+ * - Every *_free() accepts NULL.
+ * - The library never exits, aborts or prints on bad input; it logs only through the callback
+ *   installed with ph_set_log_callback().
+ */
+#ifndef PAGEDHYBRID_H
+#define PAGEDHYBRID_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PH_API __attribute__((visibility("default")))
+#else
+#define PH_API
+#endif
+
+#define PH_VERSION_MAJOR 0
+#define PH_VERSION_MINOR 1
+#define PH_VERSION_PATCH 0
+
+/* ---- status: one table drives the enum, the names and the messages ------------------------ */
+
+/* X(value, NAME, message). Values are explicit and never reused; append new rows only. */
+#define PH_STATUS_TABLE(X)                                                                        \
+  X(0, OK, "success")                                                                             \
+  X(1, ERR_INVALID_ARGUMENT, "invalid argument")                                                  \
+  X(2, ERR_NO_MEMORY, "out of memory")                                                            \
+  X(3, ERR_IO, "file could not be opened, read or written")                                       \
+  X(4, ERR_NOT_FOUND, "file not found")                                                           \
+  X(5, ERR_JSON, "malformed JSON")                                                                \
+  X(6, ERR_CONFIG_MISSING_FIELD, "required configuration field is missing")                      \
+  X(7, ERR_CONFIG_INVALID, "configuration field has an invalid type or value")                   \
+  X(8, ERR_CONFIG_INCONSISTENT, "configuration fields contradict each other")                    \
+  X(9, ERR_UNKNOWN_MODEL_TYPE, "unknown model type")                                              \
+  X(10, ERR_UNSUPPORTED, "not supported")                                                         \
+  X(11, ERR_SAFETENSORS_HEADER_SIZE, "safetensors header length is implausible")                 \
+  X(12, ERR_SAFETENSORS_HEADER, "malformed safetensors header")                                   \
+  X(13, ERR_SAFETENSORS_DTYPE, "unknown safetensors dtype")                                       \
+  X(14, ERR_SAFETENSORS_SIZE_MISMATCH, "safetensors byte range does not match dtype and shape")  \
+  X(15, ERR_SAFETENSORS_RANGE, "safetensors byte range lies outside the data section")           \
+  X(16, ERR_SAFETENSORS_OVERLAP, "safetensors tensors overlap")                                   \
+  X(17, ERR_SAFETENSORS_TRUNCATED, "safetensors file is truncated")                               \
+  X(18, ERR_SAFETENSORS_INDEX, "malformed safetensors shard index")                               \
+  X(19, ERR_TENSOR_MISSING, "required tensor is missing from the checkpoint")                     \
+  X(20, ERR_TENSOR_SHAPE, "tensor has an unexpected shape")                                       \
+  X(21, ERR_TENSOR_DTYPE, "tensor has an unsupported dtype")                                      \
+  X(22, ERR_DUPLICATE_TENSOR, "tensor is defined more than once")                                 \
+  X(23, ERR_LIMIT, "a size or count exceeds a supported limit")                                   \
+  X(24, ERR_INTERNAL, "internal error")
+
+typedef enum ph_status {
+#define PH_STATUS_ENUM_(value, name, message) PH_##name = value,
+  PH_STATUS_TABLE(PH_STATUS_ENUM_)
+#undef PH_STATUS_ENUM_
+} ph_status;
+
+/* "PH_ERR_IO" for PH_ERR_IO; "PH_UNKNOWN_STATUS" for a value not in the table. Static strings. */
+PH_API const char *ph_status_name(ph_status status);
+/* One-line human message for the status ("file not found"). Static string. */
+PH_API const char *ph_status_message(ph_status status);
+
+/* ---- version and logging --------------------------------------------------------------------- */
+
+PH_API const char *ph_version_string(void);
+
+typedef enum ph_log_level {
+  PH_LOG_ERROR = 0,
+  PH_LOG_WARN = 1,
+  PH_LOG_INFO = 2,
+  PH_LOG_DEBUG = 3,
+} ph_log_level;
+
+/* Called with one formatted line (no trailing newline). May be called from any library thread;
+ * the callback must be thread-safe. */
+typedef void (*ph_log_fn)(void *user, ph_log_level level, const char *message);
+
+/* Process-wide. fn == NULL silences the library (the default). Messages above max_level are
+ * dropped before formatting. */
+PH_API void ph_set_log_callback(ph_log_fn fn, void *user, ph_log_level max_level);
+
+/* ---- element types ----------------------------------------------------------------------------- */
+
+typedef enum ph_dtype {
+  PH_DTYPE_INVALID = 0,
+  PH_DTYPE_F32 = 1,
+  PH_DTYPE_F16 = 2,
+  PH_DTYPE_BF16 = 3,
+  PH_DTYPE_I64 = 4,
+  PH_DTYPE_I32 = 5,
+  PH_DTYPE_I8 = 6,
+  PH_DTYPE_U8 = 7,
+  PH_DTYPE_F8E4M3 = 8, /* recognised in checkpoints; not computed with yet */
+} ph_dtype;
+
+/* "f32", "bf16", ...; "invalid" for anything else. */
+PH_API const char *ph_dtype_name(ph_dtype dtype);
+
+/* ---- CPU features ------------------------------------------------------------------------------ */
+
+/* What this CPU and OS can actually run: the CPUID bit and the OS having enabled the register
+ * state (XGETBV), both. */
+typedef struct ph_cpu_features {
+  int avx2;
+  int fma;
+  int f16c;
+  int avx512f;
+  int avx512bw;
+  int avx512vl;
+  int avx512_vnni;
+  int avx512_bf16;
+} ph_cpu_features;
+
+PH_API ph_cpu_features ph_cpu_detect(void);
+
+/* ---- models: a Hugging Face checkpoint directory, opened ------------------------------------- */
+
+typedef struct ph_model ph_model;
+
+typedef struct ph_model_params {
+  /* 1: map the safetensors and check every tensor the geometry predicts (name, shape, dtype).
+   * 0: read config.json only (enough to inspect a huge model without its weights). */
+  int load_weights;
+} ph_model_params;
+
+PH_API ph_model_params ph_model_params_default(void);
+
+/* Opens DIR (config.json + model.safetensors or model.safetensors.index.json + shards). On
+ * failure returns the error and, when memory allowed, still sets *out to an object whose
+ * ph_model_error() explains the failure; free it. params may be NULL (defaults). */
+PH_API ph_status ph_model_open(const char *dir, const ph_model_params *params, ph_model **out);
+
+PH_API void ph_model_free(ph_model *model);
+
+/* Detail of the last failure on this object ("" when none). Valid until the next call on it. */
+PH_API const char *ph_model_error(const ph_model *model);
+
+typedef enum ph_layer_kind {
+  PH_LAYER_LINEAR_ATTENTION = 0, /* GatedDeltaNet: fixed conv + recurrent state */
+  PH_LAYER_FULL_ATTENTION = 1,   /* gated full attention: paged K/V */
+  PH_LAYER_MLA = 2,              /* DeepSeek multi-head latent attention: one latent row per token */
+} ph_layer_kind;
+
+/* A summary of an opened model. Strings point into the model and live as long as it. */
+typedef struct ph_model_info {
+  const char *model_type;  /* as in config.json's top level ("qwen3_5") */
+  const char *text_model_type; /* the text model's type ("qwen3_5_text") */
+  const char *architecture;    /* architectures[0], or "" */
+  ph_dtype dtype;              /* checkpoint dtype from config ("dtype"/"torch_dtype") */
+  int n_layers;
+  int n_full_attention_layers;
+  int n_linear_attention_layers;
+  int64_t hidden_size;
+  int64_t vocab_size;
+  int64_t parameters;          /* counted from the tensors bound (or predicted without weights) */
+  int64_t weight_bytes;        /* bytes of the bound tensors as stored (or predicted) */
+  int weights_loaded;
+} ph_model_info;
+
+PH_API ph_status ph_model_get_info(const ph_model *model, ph_model_info *out);
+
+/* Kind of layer `layer` (0-based); returns PH_ERR_INVALID_ARGUMENT when out of range. */
+PH_API ph_status ph_model_layer_kind(const ph_model *model, int layer, ph_layer_kind *out);
+
+/* Bytes of fixed (per-sequence) state over all linear-attention layers: conv state stored in
+ * conv_dtype [conv_dim, K-1] plus FP32 recurrent state [Hv, Dv, Dk]. */
+PH_API int64_t ph_model_fixed_state_bytes(const ph_model *model, ph_dtype conv_dtype);
+
+/* Bytes of KV cache one token occupies over all full-attention (or MLA) layers in kv_dtype. */
+PH_API int64_t ph_model_kv_bytes_per_token(const ph_model *model, ph_dtype kv_dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PAGEDHYBRID_H */

@@ -1,0 +1,42 @@
+/* fmap — read-only memory maps of whole files, and small whole-file reads.
+ *
+ * A map owns its mapping and unmaps on fmap_close(). Empty files map to a valid object with
+ * size 0 and data == NULL. Errors (missing file, permission, not a regular file) are typed:
+ * PH_ERR_NOT_FOUND for a path that does not exist, PH_ERR_IO otherwise, the message naming
+ * the path and the OS error.
+ */
+#ifndef PH_BASE_FMAP_H
+#define PH_BASE_FMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/diag.h"
+
+typedef struct fmap {
+  const uint8_t *data; /* NULL when size == 0 */
+  size_t size;
+} fmap;
+
+ph_status fmap_open(const char *path, fmap *out, diag *d);
+void fmap_close(fmap *m); /* NULL-safe, idempotent */
+
+/* Reads a whole file of at most max_bytes into a malloc'ed, NUL-terminated buffer (for JSON).
+ * *out_len excludes the NUL. Larger files are PH_ERR_LIMIT. */
+ph_status file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_len, diag *d);
+
+/* Writes len bytes to path atomically enough for our use (write to path, fsync not forced). */
+ph_status file_write_all(const char *path, const void *data, size_t len, diag *d);
+
+/* 1 if path exists (any type). */
+int path_exists(const char *path);
+/* 1 if path is a directory. */
+int path_is_dir(const char *path);
+
+/* Joins dir and name with one '/', into buf. Returns PH_ERR_LIMIT if it does not fit. */
+ph_status path_join(char *buf, size_t buf_bytes, const char *dir, const char *name, diag *d);
+
+/* mkdir -p. */
+ph_status path_mkdirs(const char *path, diag *d);
+
+#endif /* PH_BASE_FMAP_H */

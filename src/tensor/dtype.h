@@ -1,0 +1,47 @@
+/* dtype — element types, their sizes and names, and exact conversions between them.
+ *
+ * Storage types: f32, f16, bf16, i64, i32, i8, u8; f8e4m3 (e4m3fn, as in DeepSeek-V3 and
+ * safetensors "F8_E4M3") is recognised and converts to f32, but is never a compute type.
+ * Conversions to f32 are exact. Conversions from f32 round to nearest, ties to even (bf16 and
+ * f16), keep NaN a NaN (quiet), and keep infinities and signed zero. Pure functions, no state.
+ */
+#ifndef PH_TENSOR_DTYPE_H
+#define PH_TENSOR_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/diag.h"
+
+/* Bytes per element; 0 for PH_DTYPE_INVALID or an out-of-range value. */
+size_t dtype_size(ph_dtype dt);
+
+/* 1 for f32, f16, bf16, f8e4m3. */
+int dtype_is_float(ph_dtype dt);
+
+/* Safetensors header names: "F32", "F16", "BF16", "I64", "I32", "I8", "U8", "F8_E4M3".
+ * NULL for an invalid dtype. */
+const char *dtype_safetensors_name(ph_dtype dt);
+
+/* Parses a safetensors dtype string (exact, case-sensitive). Returns PH_DTYPE_INVALID for any
+ * other string, including real safetensors types we do not support (BOOL, F64, U16, ...). */
+ph_dtype dtype_from_safetensors_name(const char *name);
+
+/* Parses our short names as used on the command line and in docs: "f32", "f16", "bf16", "i64",
+ * "i32", "i8", "u8", "f8e4m3"; also accepts the torch spellings that appear in config.json
+ * ("float32", "float16", "bfloat16", "float8_e4m3fn"). PH_DTYPE_INVALID otherwise. */
+ph_dtype dtype_from_name(const char *name);
+
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);  /* round to nearest even */
+float f16_to_f32(uint16_t h);   /* exact, subnormals included */
+uint16_t f32_to_f16(float f);   /* round to nearest even; overflow -> inf */
+float f8e4m3_to_f32(uint8_t v); /* e4m3fn: no infinities, 0x7f/0xff are NaN */
+
+/* Converts n elements from src (dtype s) to dst (dtype t). Supported: any float type to and
+ * from f32, f32<->f32 copy, identical-type copy, and integer types to f32. Anything else is
+ * PH_ERR_UNSUPPORTED with a message naming the pair. src and dst must not overlap unless they
+ * are identical. Reads src with memcpy, so src needs no alignment. */
+ph_status dtype_convert(void *dst, ph_dtype t, const void *src, ph_dtype s, size_t n, diag *d);
+
+#endif /* PH_TENSOR_DTYPE_H */

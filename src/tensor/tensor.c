@@ -1,0 +1,105 @@
+/* tensor — shapes and views. See tensor.h. */
+#include "tensor/tensor.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "tensor/dtype.h"
+
+shape shape_make(int n_dims, const int64_t *dims) {
+  shape s;
+  memset(&s, 0, sizeof s);
+  if (n_dims < 0) n_dims = 0;
+  if (n_dims > TENSOR_MAX_DIMS) n_dims = TENSOR_MAX_DIMS;
+  s.n_dims = n_dims;
+  for (int i = 0; i < n_dims; i++) s.dims[i] = dims[i];
+  return s;
+}
+
+shape shape_1d(int64_t a) { return shape_make(1, (int64_t[]){a}); }
+shape shape_2d(int64_t a, int64_t b) { return shape_make(2, (int64_t[]){a, b}); }
+shape shape_3d(int64_t a, int64_t b, int64_t c) { return shape_make(3, (int64_t[]){a, b, c}); }
+
+int64_t shape_numel(const shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->n_dims; i++) {
+    int64_t d = s->dims[i];
+    if (d < 0) return -1;
+    if (d != 0 && n > INT64_MAX / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+int64_t shape_bytes(const shape *s, ph_dtype dt) {
+  int64_t n = shape_numel(s);
+  int64_t es = (int64_t)dtype_size(dt);
+  if (n < 0 || es == 0) return -1;
+  if (n > INT64_MAX / es) return -1;
+  return n * es;
+}
+
+int shape_equal(const shape *a, const shape *b) {
+  if (a->n_dims != b->n_dims) return 0;
+  for (int i = 0; i < a->n_dims; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+const char *shape_format(const shape *s, char *buf, size_t buf_bytes) {
+  if (!buf_bytes) return buf;
+  size_t pos = 0;
+  buf[0] = '\0';
+  int n = snprintf(buf, buf_bytes, "[");
+  pos = n > 0 ? (size_t)n : 0;
+  for (int i = 0; i < s->n_dims && pos < buf_bytes; i++) {
+    n = snprintf(buf + pos, buf_bytes - pos, "%s%lld", i ? ", " : "", (long long)s->dims[i]);
+    if (n < 0) break;
+    pos += (size_t)n;
+  }
+  if (pos < buf_bytes) snprintf(buf + pos, buf_bytes - pos, "]");
+  return buf;
+}
+
+tensor_view tensor_view_make(void *data, ph_dtype dt, shape s) {
+  tensor_view v;
+  memset(&v, 0, sizeof v);
+  v.dtype = dt;
+  v.shape = s;
+  v.data = data;
+  int64_t stride = 1;
+  for (int i = s.n_dims - 1; i >= 0; i--) {
+    v.strides[i] = stride;
+    stride *= s.dims[i];
+  }
+  return v;
+}
+
+int tensor_view_is_contiguous(const tensor_view *v) {
+  int64_t stride = 1;
+  for (int i = v->shape.n_dims - 1; i >= 0; i--) {
+    if (v->shape.dims[i] != 1 && v->strides[i] != stride) return 0;
+    stride *= v->shape.dims[i];
+  }
+  return 1;
+}
+
+tensor_view tensor_view_index0(const tensor_view *v, int64_t i) {
+  tensor_view r;
+  memset(&r, 0, sizeof r);
+  r.dtype = v->dtype;
+  r.shape.n_dims = v->shape.n_dims - 1;
+  for (int k = 1; k < v->shape.n_dims; k++) {
+    r.shape.dims[k - 1] = v->shape.dims[k];
+    r.strides[k - 1] = v->strides[k];
+  }
+  r.data = (char *)v->data + i * v->strides[0] * (int64_t)dtype_size(v->dtype);
+  return r;
+}
+
+tensor_view tensor_view_slice0(const tensor_view *v, int64_t begin, int64_t end) {
+  tensor_view r = *v;
+  r.shape.dims[0] = end - begin;
+  r.data = (char *)v->data + begin * v->strides[0] * (int64_t)dtype_size(v->dtype);
+  return r;
+}

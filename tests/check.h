@@ -1,0 +1,115 @@
+/* check — the project's test harness: a few assertion macros and a runner, header-only.
+ *
+ * Why not a framework: ctest is the runner (its closing line is what CI reads); each test
+ * program needs only "check, print the failing values with file:line, keep going, exit non-zero
+ * if anything failed". See docs/testing.md.
+ *
+ *   static void test_parse(void) { CHECK_EQ_INT(1 + 1, 2); }
+ *   int main(void) { RUN(test_parse); return check_finish(); }
+ *
+ * A check that fails prints the expression, both values and the location, and the test goes on
+ * (so one run shows every failure). RUN prints one line per test.
+ */
+#ifndef PH_TESTS_CHECK_H
+#define PH_TESTS_CHECK_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pagedhybrid.h"
+
+static int check_n_checks;
+static int check_n_failed;
+static int check_n_tests;
+static int check_n_tests_failed;
+
+static inline int check_report(int ok, const char *file, int line, const char *what) {
+  check_n_checks++;
+  if (!ok) {
+    check_n_failed++;
+    fprintf(stderr, "  FAIL %s:%d: %s\n", file, line, what);
+  }
+  return ok;
+}
+
+#define CHECK(cond) check_report(!!(cond), __FILE__, __LINE__, #cond)
+
+#define CHECK_EQ_INT(a, b)                                                                        \
+  do {                                                                                            \
+    long long check_a_ = (long long)(a), check_b_ = (long long)(b);                               \
+    if (!check_report(check_a_ == check_b_, __FILE__, __LINE__, #a " == " #b))                    \
+      fprintf(stderr, "       got %lld, expected %lld\n", check_a_, check_b_);                    \
+  } while (0)
+
+#define CHECK_EQ_STR(a, b)                                                                        \
+  do {                                                                                            \
+    const char *check_a_ = (a), *check_b_ = (b);                                                  \
+    int check_ok_ = check_a_ && check_b_ && strcmp(check_a_, check_b_) == 0;                      \
+    if (!check_report(check_ok_, __FILE__, __LINE__, #a " == " #b))                               \
+      fprintf(stderr, "       got \"%s\", expected \"%s\"\n", check_a_ ? check_a_ : "(null)",     \
+              check_b_ ? check_b_ : "(null)");                                                    \
+  } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                                     \
+  do {                                                                                            \
+    double check_a_ = (double)(a), check_b_ = (double)(b), check_t_ = (double)(tol);              \
+    if (!check_report(fabs(check_a_ - check_b_) <= check_t_, __FILE__, __LINE__,                  \
+                      #a " ~= " #b))                                                              \
+      fprintf(stderr, "       got %.9g, expected %.9g (tolerance %.3g)\n", check_a_, check_b_,    \
+              check_t_);                                                                          \
+  } while (0)
+
+/* Checks a ph_status; on mismatch prints both names and the diag/detail message if given. */
+#define CHECK_STATUS(expr, expected, detail)                                                      \
+  do {                                                                                            \
+    ph_status check_s_ = (expr), check_e_ = (expected);                                           \
+    const char *check_detail_ = (detail);                                                         \
+    if (!check_report(check_s_ == check_e_, __FILE__, __LINE__, #expr))                           \
+      fprintf(stderr, "       got %s, expected %s%s%s\n", ph_status_name(check_s_),               \
+              ph_status_name(check_e_), check_detail_ ? ": " : "",                                \
+              check_detail_ ? check_detail_ : "");                                                \
+  } while (0)
+
+/* Checks that haystack contains needle (messages must name the problem). */
+#define CHECK_CONTAINS(haystack, needle)                                                          \
+  do {                                                                                            \
+    const char *check_h_ = (haystack), *check_n_ = (needle);                                      \
+    if (!check_report(check_h_ && strstr(check_h_, check_n_) != NULL, __FILE__, __LINE__,         \
+                      #haystack " contains " #needle))                                            \
+      fprintf(stderr, "       \"%s\" does not contain \"%s\"\n", check_h_ ? check_h_ : "(null)",  \
+              check_n_);                                                                          \
+  } while (0)
+
+static inline void check_run(const char *name, void (*fn)(void)) {
+  int before = check_n_failed;
+  check_n_tests++;
+  fn();
+  int failed = check_n_failed - before;
+  if (failed) check_n_tests_failed++;
+  printf("%s %s\n", failed ? "FAIL" : "ok  ", name);
+  fflush(stdout);
+}
+
+#define RUN(fn) check_run(#fn, fn)
+
+/* Prints the summary ("N passed, N failed" counts tests) and returns the exit code. */
+static inline int check_finish(void) {
+  printf("%d passed, %d failed (%d checks, %d failed)\n", check_n_tests - check_n_tests_failed,
+         check_n_tests_failed, check_n_checks, check_n_failed);
+  return check_n_tests_failed ? 1 : 0;
+}
+
+/* Environment helpers for tests run by ctest (CMakeLists sets these). */
+static inline const char *check_env(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !*v) {
+    fprintf(stderr, "  FAIL: environment variable %s is not set (run through ctest)\n", name);
+    exit(1);
+  }
+  return v;
+}
+
+#endif /* PH_TESTS_CHECK_H */
