@@ -1,2 +1,46 @@
+/* pagedhybrid — the command-line tool. Dispatches to one function per command (cmd_*.c). */
 #include <stdio.h>
-int main(void) { puts("pagedhybrid: under construction"); return 0; }
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} command;
+
+static const command COMMANDS[] = {
+    {"inspect", cmd_inspect, "summarise a checkpoint: architecture, geometry, state and memory"},
+    {"make-tiny", cmd_make_tiny, "write a deterministic random-weight checkpoint in HF layout"},
+    {"demo", cmd_demo, "the main job on an embedded default model (make demo runs this)"},
+};
+#define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: pagedhybrid COMMAND [options]   (pagedhybrid COMMAND --help)\n\ncommands:\n");
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+  fprintf(f, "\npagedhybrid %s\n", ph_version_string());
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(name, "--version") == 0) {
+    printf("pagedhybrid %s\n", ph_version_string());
+    return CLI_EXIT_OK;
+  }
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strcmp(COMMANDS[i].name, name) == 0) return COMMANDS[i].run(argc - 2, argv + 2);
+  fprintf(stderr, "pagedhybrid: unknown command \"%s\"\n", name);
+  usage(stderr);
+  return CLI_EXIT_USAGE;
+}

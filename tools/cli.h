@@ -1,0 +1,71 @@
+/* cli — the pagedhybrid command line: a table-driven option parser shared by every command,
+ * the exit-code policy, and the command entry points.
+ *
+ * Exit codes: 0 success; 1 a library error (prints "error: PH_ERR_NAME: detail"); 2 a usage
+ * error (unknown flag, missing or bad value; prints what was wrong and how to get help).
+ * Every command accepts --help. Options are "--name value" or "--name=value"; flags take no
+ * value. Positional arguments are collected in order.
+ */
+#ifndef PH_TOOLS_CLI_H
+#define PH_TOOLS_CLI_H
+
+#include <stdint.h>
+
+#include "pagedhybrid.h"
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_ERROR 1
+#define CLI_EXIT_USAGE 2
+
+typedef struct cli_option {
+  const char *name;   /* without the leading "--" */
+  const char *arg;    /* value placeholder for help ("N"), NULL for a flag */
+  const char *help;
+} cli_option;
+
+#define CLI_MAX_OPTIONS 64
+#define CLI_MAX_POSITIONAL 8
+
+typedef struct cli_args {
+  const char *command;
+  const cli_option *options;
+  int n_options;
+  const char *values[CLI_MAX_OPTIONS]; /* value given for option i (flags: "1"), or NULL */
+  const char *positional[CLI_MAX_POSITIONAL];
+  int n_positional;
+  int help;
+} cli_args;
+
+/* Parses argv (after the command name). Returns CLI_EXIT_OK or CLI_EXIT_USAGE (message
+ * printed). */
+int cli_parse(cli_args *a, const char *command, const cli_option *options, int n_options,
+              int argc, char **argv);
+
+void cli_print_help(const cli_args *a, const char *usage, const char *description);
+
+/* Lookups; name must be in the table. Value parsers print a usage error and return
+ * CLI_EXIT_USAGE on bad input, leaving *out untouched when the option is absent. */
+const char *cli_get(const cli_args *a, const char *name);
+int cli_flag(const cli_args *a, const char *name);
+int cli_get_int(const cli_args *a, const char *name, int64_t min, int64_t max, int64_t *out);
+int cli_get_u64(const cli_args *a, const char *name, uint64_t *out);
+int cli_get_double(const cli_args *a, const char *name, double min, double max, double *out);
+int cli_get_dtype(const cli_args *a, const char *name, ph_dtype *out);
+/* Comma-separated integers, exactly n of them. */
+int cli_get_int_list(const cli_args *a, const char *name, int n, int64_t *out);
+
+/* Prints a usage error for this command; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const cli_args *a, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Prints "error: PH_ERR_NAME: detail" (detail may be NULL or ""); returns CLI_EXIT_ERROR. */
+int cli_lib_error(ph_status s, const char *detail);
+
+int cmd_inspect(int argc, char **argv);
+int cmd_make_tiny(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+#endif /* PH_TOOLS_CLI_H */
