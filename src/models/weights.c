@@ -123,7 +123,8 @@ static void expect_qwen_layer(expect_list *l, const hf_config *c, int i, expert_
     const int64_t E = c->moe.n_experts, I = c->moe.moe_intermediate_size;
     const int64_t Ish = c->moe.shared_intermediate_size;
     push(l, W_MOE_ROUTER, i, -1, S2(E, H), INIT_LINEAR);
-    if (experts == EXPERTS_FUSED) {
+    /* Only Qwen3.5-MoE has the fused expert tensors; Qwen3-Next stores them per expert. */
+    if (experts == EXPERTS_FUSED && c->family == FAMILY_QWEN35) {
       push(l, W_MOE_GATE_UP_FUSED, i, -1, S3(E, 2 * I, H), INIT_LINEAR);
       push(l, W_MOE_DOWN_FUSED, i, -1, S3(E, H, I), INIT_LINEAR);
     } else {
