@@ -1,0 +1,190 @@
+/* The pagedhybrid CLI as a user meets it: --help everywhere, exit code 2 with a clear message
+ * for unknown flags and bad values, exit code 1 with the status name for library errors, and
+ * inspect --json readable by scripts. Runs the built binary (PH_CLI). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "base/fmap.h"
+#include "check.h"
+
+static char g_tmp[512];
+static char g_out[1024], g_err[1024];
+static char *g_stdout, *g_stderr;
+
+/* Runs "PH_CLI args" with stdout/stderr captured into g_stdout/g_stderr; returns the exit code. */
+static int run(const char *args) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", check_env("PH_CLI"), args, g_out, g_err);
+  int st = system(cmd);
+  free(g_stdout);
+  free(g_stderr);
+  size_t n;
+  diag d;
+  g_stdout = g_stderr = NULL;
+  file_read_all(g_out, 64 << 20, &g_stdout, &n, &d);
+  file_read_all(g_err, 1 << 20, &g_stderr, &n, &d);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_help(void) {
+  const char *cmds[] = {"inspect", "make-tiny", "demo"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    char args[64];
+    snprintf(args, sizeof args, "%s --help", cmds[i]);
+    CHECK_EQ_INT(run(args), 0);
+    CHECK_CONTAINS(g_stdout, "usage: pagedhybrid");
+    CHECK_CONTAINS(g_stdout, "--help");
+  }
+  CHECK_EQ_INT(run("--help"), 0);
+  CHECK_CONTAINS(g_stdout, "inspect");
+  CHECK_EQ_INT(run(""), 2);
+  CHECK_EQ_INT(run("frobnicate"), 2);
+  CHECK_CONTAINS(g_stderr, "unknown command \"frobnicate\"");
+}
+
+static void test_usage_errors(void) {
+  char args[2048];
+  CHECK_EQ_INT(run("inspect --bogus x"), 2);
+  CHECK_CONTAINS(g_stderr, "unknown option \"--bogus\"");
+  CHECK_EQ_INT(run("inspect"), 2);
+  CHECK_CONTAINS(g_stderr, "exactly one checkpoint directory");
+  CHECK_EQ_INT(run("inspect x --max-seqs abc"), 2);
+  CHECK_CONTAINS(g_stderr, "--max-seqs expects an integer");
+  CHECK_EQ_INT(run("inspect x --block-size 48"), 2);
+  CHECK_CONTAINS(g_stderr, "power of two");
+  CHECK_EQ_INT(run("inspect x --max-seqs"), 2);
+  CHECK_CONTAINS(g_stderr, "needs a value");
+  CHECK_EQ_INT(run("make-tiny"), 2);
+  CHECK_CONTAINS(g_stderr, "--out DIR is required");
+  snprintf(args, sizeof args, "make-tiny --out '%s/x' --dtype f64", g_tmp);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--dtype must be f32, f16 or bf16");
+  snprintf(args, sizeof args, "make-tiny --out '%s/x' --layout sideways", g_tmp);
+  CHECK_EQ_INT(run(args), 2);
+  snprintf(args, sizeof args, "make-tiny --out '%s/x' --mrope-section 1,2", g_tmp);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "3 comma-separated integers");
+  snprintf(args, sizeof args, "make-tiny --out '%s/x' --layers 0", g_tmp);
+  CHECK_EQ_INT(run(args), 2);
+  snprintf(args, sizeof args, "make-tiny --out '%s/x' --preset huge", g_tmp);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "unknown preset");
+  CHECK_EQ_INT(run("demo --flag"), 2);
+}
+
+static void test_library_errors(void) {
+  char args[2048];
+  CHECK_EQ_INT(run("inspect /nonexistent/model"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_NOT_FOUND");
+  CHECK_CONTAINS(g_stderr, "/nonexistent/model");
+  /* geometry the parser rejects: 4 heads over 3 kv heads */
+  snprintf(args, sizeof args, "make-tiny --out '%s/badgeom' --kv-heads 3", g_tmp);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_CONFIG_INCONSISTENT");
+  snprintf(args, sizeof args, "make-tiny --out '%s/badtype' --model-type llama", g_tmp);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "PH_ERR_UNKNOWN_MODEL_TYPE");
+  /* refuses to overwrite without --force */
+  snprintf(args, sizeof args, "make-tiny --out '%s/twice'", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "not empty");
+  snprintf(args, sizeof args, "make-tiny --out '%s/twice' --force", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+}
+
+static json_t *inspect_json(const char *dir, const char *extra) {
+  char args[2048];
+  snprintf(args, sizeof args, "inspect '%s' --json %s", dir, extra);
+  int rc = run(args);
+  CHECK_EQ_INT(rc, 0);
+  if (rc != 0) {
+    fprintf(stderr, "%s", g_stderr ? g_stderr : "");
+    return NULL;
+  }
+  json_error_t e;
+  json_t *o = json_loads(g_stdout, 0, &e);
+  CHECK(o != NULL);
+  return o;
+}
+
+static void check_ids(json_t *arr, const int *ids, size_t n) {
+  CHECK(json_is_array(arr));
+  CHECK_EQ_INT(json_array_size(arr), n);
+  for (size_t i = 0; i < n && i < json_array_size(arr); i++)
+    CHECK_EQ_INT(json_integer_value(json_array_get(arr, i)), ids[i]);
+}
+
+static void test_inspect_json_golden(void) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-bf16-vlm/checkpoint", check_env("PH_SHARED_DIR"));
+  json_t *o = inspect_json(dir, "--max-seqs 4 --max-tokens 1000 --block-size 16");
+  if (!o) return;
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "model_type")), "qwen3_5");
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "num_layers")), 8);
+  static const int full[] = {3, 7}, lin[] = {0, 1, 2, 4, 5, 6};
+  check_ids(json_object_get(o, "full_attention_layers"), full, 2);
+  check_ids(json_object_get(o, "linear_attention_layers"), lin, 6);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "parameters")), 834104);
+  /* bf16 conv state [208, 3] + f32 recurrent [6, 24, 16], 6 layers */
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "fixed_state_bytes_per_sequence")),
+               6 * (208 * 3 * 2 + 6 * 24 * 16 * 4));
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "kv_bytes_per_token")), 2 * 2 * 2 * 32 * 2);
+  json_t *mp = json_object_get(o, "memory_plan");
+  /* ceil(1000/16) = 63 pages + one partial page per sequence + the null block */
+  CHECK_EQ_INT(json_integer_value(json_object_get(mp, "kv_pages")), 63 + 4 + 1);
+  CHECK_EQ_INT(json_integer_value(json_object_get(mp, "kv_bytes")), 68 * 16 * 512);
+  CHECK_EQ_INT(json_integer_value(json_object_get(mp, "state_bytes")),
+               4 * json_integer_value(json_object_get(o, "fixed_state_bytes_per_sequence")));
+  json_decref(o);
+}
+
+static void test_make_tiny_then_inspect(void) {
+  char args[2048], dir[1024];
+  snprintf(dir, sizeof dir, "%s/vlm-bf16", g_tmp);
+  snprintf(args, sizeof args,
+           "make-tiny --out '%s' --force --layout vlm --dtype bf16 --layers 8 --tie --seed 3", dir);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "random weights");
+  json_t *o = inspect_json(dir, "");
+  if (!o) return;
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "model_type")), "qwen3_5");
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "dtype")), "bf16");
+  static const int full[] = {3, 7};
+  check_ids(json_object_get(o, "full_attention_layers"), full, 2);
+  CHECK(json_is_true(json_object_get(o, "weights_loaded")));
+  json_decref(o);
+  /* text output carries the same facts */
+  snprintf(args, sizeof args, "inspect '%s'", dir);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "LLLFLLLF");
+  CHECK_CONTAINS(g_stdout, "VLM");
+}
+
+static void test_demo(void) {
+  char args[2048];
+  snprintf(args, sizeof args, "demo --work-dir '%s/demo'", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "RANDOM");
+  CHECK_CONTAINS(g_stdout, "memory plan");
+}
+
+int main(void) {
+  snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
+  diag d;
+  if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
+  snprintf(g_out, sizeof g_out, "%s/stdout.txt", g_tmp);
+  snprintf(g_err, sizeof g_err, "%s/stderr.txt", g_tmp);
+  RUN(test_help);
+  RUN(test_usage_errors);
+  RUN(test_library_errors);
+  RUN(test_inspect_json_golden);
+  RUN(test_make_tiny_then_inspect);
+  RUN(test_demo);
+  free(g_stdout);
+  free(g_stderr);
+  return check_finish();
+}
