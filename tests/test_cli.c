@@ -164,6 +164,59 @@ static void test_make_tiny_then_inspect(void) {
   CHECK_CONTAINS(g_stdout, "VLM");
 }
 
+/* A Qwen3.5-27B-shaped config (model-math §6, VLM form) inspected without weights: the layer
+ * pattern, state and KV figures of the table, and the parameter count computed by hand from the
+ * tensor list (embedding + untied LM head + 48 GatedDeltaNet + 16 gated attention layers). */
+static void test_inspect_27b_config_only(void) {
+  char dir[1024], path[1100], args[2048];
+  snprintf(dir, sizeof dir, "%s/qwen35-27b-config", g_tmp);
+  diag d;
+  path_mkdirs(dir, &d);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  static const char cfg[] =
+      "{\"architectures\": [\"Qwen3_5ForConditionalGeneration\"], \"model_type\": \"qwen3_5\","
+      " \"vision_config\": {\"depth\": 27},"
+      " \"text_config\": {\"model_type\": \"qwen3_5_text\", \"hidden_size\": 5120,"
+      " \"num_hidden_layers\": 64, \"num_attention_heads\": 24, \"num_key_value_heads\": 4,"
+      " \"head_dim\": 256, \"intermediate_size\": 17408, \"vocab_size\": 248320,"
+      " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 48,"
+      " \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+      " \"linear_conv_kernel_dim\": 4, \"full_attention_interval\": 4,"
+      " \"rms_norm_eps\": 1e-06, \"max_position_embeddings\": 262144, \"dtype\": \"bfloat16\","
+      " \"tie_word_embeddings\": false, \"mamba_ssm_dtype\": \"float32\","
+      " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000,"
+      " \"partial_rotary_factor\": 0.25, \"mrope_section\": [11, 11, 10],"
+      " \"mrope_interleaved\": true}}, \"tie_word_embeddings\": false}";
+  file_write_all(path, cfg, strlen(cfg), &d);
+  snprintf(args, sizeof args, "inspect '%s' --no-weights --json", dir);
+  CHECK_EQ_INT(run(args), 0);
+  json_error_t e;
+  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(o != NULL);
+  if (!o) return;
+  int full[16], lin[48], nf = 0, nl = 0;
+  for (int i = 0; i < 64; i++) {
+    if (i % 4 == 3)
+      full[nf++] = i;
+    else
+      lin[nl++] = i;
+  }
+  check_ids(json_object_get(o, "full_attention_layers"), full, 16);
+  check_ids(json_object_get(o, "linear_attention_layers"), lin, 48);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "parameters")), 26895998464LL);
+  CHECK(json_is_false(json_object_get(o, "weights_loaded")));
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "kv_bytes_per_token")), 65536);
+  json_decref(o);
+  /* the model-math table's figure counts the conv state in f32: 149.6 MiB */
+  snprintf(args, sizeof args, "inspect '%s' --no-weights --json --cache-dtype f32", dir);
+  CHECK_EQ_INT(run(args), 0);
+  o = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(o != NULL);
+  if (!o) return;
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "fixed_state_bytes_per_sequence")), 156893184);
+  json_decref(o);
+}
+
 static void test_demo(void) {
   char args[2048];
   snprintf(args, sizeof args, "demo --work-dir '%s/demo'", g_tmp);
@@ -174,6 +227,9 @@ static void test_demo(void) {
 
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
+  char rm[600];
+  snprintf(rm, sizeof rm, "rm -rf '%s'", g_tmp); /* start clean: some cases need a fresh dir */
+  if (system(rm) != 0) return 1;
   diag d;
   if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
   snprintf(g_out, sizeof g_out, "%s/stdout.txt", g_tmp);
@@ -183,6 +239,7 @@ int main(void) {
   RUN(test_library_errors);
   RUN(test_inspect_json_golden);
   RUN(test_make_tiny_then_inspect);
+  RUN(test_inspect_27b_config_only);
   RUN(test_demo);
   free(g_stdout);
   free(g_stderr);
