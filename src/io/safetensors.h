@@ -12,14 +12,20 @@
  *                                    is not {dtype, shape, data_offsets} with the right types,
  *                                    negative dims, more than TENSOR_MAX_DIMS dims, bad metadata
  *   PH_ERR_SAFETENSORS_DTYPE         a dtype string we do not know (BOOL, F64, "F33", ...)
- *   PH_ERR_SAFETENSORS_SIZE_MISMATCH e - b != numel * dtype size (or begin > end)
- *   PH_ERR_SAFETENSORS_RANGE         a range ending past the data section
- *   PH_ERR_SAFETENSORS_OVERLAP       two tensors' byte ranges intersect
- *   PH_ERR_SAFETENSORS_TRUNCATED     (subsumed by RANGE when the file is cut inside the data;
- *                                    used when the data section is shorter than the largest end)
- *   PH_ERR_SAFETENSORS_INDEX         model.safetensors.index.json malformed, a weight_map entry
- *                                    naming a missing shard or a tensor the shard lacks
+ *   PH_ERR_SAFETENSORS_SIZE_MISMATCH e - b != numel * dtype size, begin > end, or numel * size
+ *                                    overflowing 64 bits
+ *   PH_ERR_SAFETENSORS_RANGE         an offset above 2^53: wrong whatever the file's length
+ *   PH_ERR_SAFETENSORS_TRUNCATED     the data section is shorter than the largest end (the file
+ *                                    was cut); the message names the tensor with that end
+ *   PH_ERR_SAFETENSORS_OVERLAP       two tensors' byte ranges intersect (empty ones never do)
+ *   PH_ERR_SAFETENSORS_INDEX         model.safetensors.index.json malformed, a shard name that is
+ *                                    not a plain file name (no '/', no ".."), a weight_map entry
+ *                                    naming a missing shard or a tensor its shard lacks
  *   PH_ERR_DUPLICATE_TENSOR          the same name in two shards
+ * Checks run in this order: length, JSON, metadata, then each entry in file order (structure,
+ * dtype, RANGE, SIZE_MISMATCH), then TRUNCATED, then OVERLAP; the first failure is reported.
+ * Tensors a shard holds beyond its weight_map entries are part of the set (so a stray copy of a
+ * name in a second shard is still a DUPLICATE_TENSOR).
  * Gaps between tensors and trailing bytes are allowed (real files have alignment padding).
  * Data pointers are NOT aligned in general (real files pack bf16 at odd multiples of 2 bytes):
  * read through memcpy or copy out.
