@@ -13,6 +13,10 @@
 /* Cached ph_cpu_detect() result. */
 const ph_cpu_features *cpu_features(void);
 
+/* Detects without the cache, masking the features named in disable_list (same syntax as
+ * PH_CPU_DISABLE; NULL or "" masks nothing). For tests of the masking itself. */
+ph_cpu_features cpu_detect_uncached(const char *disable_list);
+
 /* Writes a short space-separated list of usable features ("avx2 fma avx512f ..."). */
 const char *cpu_features_string(const ph_cpu_features *f, char *buf, unsigned long buf_bytes);
 
