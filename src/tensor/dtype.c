@@ -6,6 +6,7 @@
 
 typedef struct dtype_row {
   ph_dtype dtype;
+  int onnx;                 /* TensorProto.DataType */
   size_t size;
   int is_float;
   const char *name;         /* ours */
@@ -15,14 +16,14 @@ typedef struct dtype_row {
 
 /* One table for sizes and every spelling. */
 static const dtype_row DTYPES[] = {
-    {PH_DTYPE_F32, 4, 1, "f32", "F32", "float32"},
-    {PH_DTYPE_F16, 2, 1, "f16", "F16", "float16"},
-    {PH_DTYPE_BF16, 2, 1, "bf16", "BF16", "bfloat16"},
-    {PH_DTYPE_I64, 8, 0, "i64", "I64", "int64"},
-    {PH_DTYPE_I32, 4, 0, "i32", "I32", "int32"},
-    {PH_DTYPE_I8, 1, 0, "i8", "I8", "int8"},
-    {PH_DTYPE_U8, 1, 0, "u8", "U8", "uint8"},
-    {PH_DTYPE_F8E4M3, 1, 1, "f8e4m3", "F8_E4M3", "float8_e4m3fn"},
+    {PH_DTYPE_F32, 1, 4, 1, "f32", "F32", "float32"},
+    {PH_DTYPE_F16, 10, 2, 1, "f16", "F16", "float16"},
+    {PH_DTYPE_BF16, 16, 2, 1, "bf16", "BF16", "bfloat16"},
+    {PH_DTYPE_I64, 7, 8, 0, "i64", "I64", "int64"},
+    {PH_DTYPE_I32, 6, 4, 0, "i32", "I32", "int32"},
+    {PH_DTYPE_I8, 3, 1, 0, "i8", "I8", "int8"},
+    {PH_DTYPE_U8, 2, 1, 0, "u8", "U8", "uint8"},
+    {PH_DTYPE_F8E4M3, 17, 1, 1, "f8e4m3", "F8_E4M3", "float8_e4m3fn"},
 };
 #define N_DTYPES (sizeof DTYPES / sizeof DTYPES[0])
 
@@ -65,6 +66,17 @@ ph_dtype dtype_from_name(const char *name) {
     if (strcmp(DTYPES[i].name, name) == 0 || strcmp(DTYPES[i].torch_name, name) == 0)
       return DTYPES[i].dtype;
   return PH_DTYPE_INVALID;
+}
+
+ph_dtype dtype_from_onnx(int64_t code) {
+  for (size_t i = 0; i < N_DTYPES; i++)
+    if (DTYPES[i].onnx == code) return DTYPES[i].dtype;
+  return PH_DTYPE_INVALID;
+}
+
+int dtype_to_onnx(ph_dtype dt) {
+  const dtype_row *r = row_of(dt);
+  return r ? r->onnx : 0;
 }
 
 static uint32_t f32_bits(float f) {

@@ -32,6 +32,12 @@ ph_dtype dtype_from_safetensors_name(const char *name);
  * ("float32", "float16", "bfloat16", "float8_e4m3fn"). PH_DTYPE_INVALID otherwise. */
 ph_dtype dtype_from_name(const char *name);
 
+/* ONNX TensorProto.DataType codes (FLOAT=1, UINT8=2, INT8=3, INT32=6, INT64=7, FLOAT16=10,
+ * BFLOAT16=16, FLOAT8E4M3FN=17). dtype_from_onnx returns PH_DTYPE_INVALID for other codes;
+ * dtype_to_onnx returns 0 (UNDEFINED) for an invalid dtype. */
+ph_dtype dtype_from_onnx(int64_t code);
+int dtype_to_onnx(ph_dtype dt);
+
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);  /* round to nearest even */
 float f16_to_f32(uint16_t h);   /* exact, subnormals included */

@@ -1,0 +1,76 @@
+/* op — the contract every operator implements, and the registry.
+ *
+ * One file per op in src/ops/ (op_matmul.c, op_linear_attention.c, ...). Each defines a const
+ * op_def and registers it in ops_registry.c's table. An op has:
+ *   infer  — the contract: checks arity (also enforced from min/max fields), attributes, input
+ *            dtypes and ranks, and computes output dtype and shape. Called at build time with
+ *            static shapes (unknown dims are -1; it must propagate unknowns, never guess) and at
+ *            run time with concrete shapes. Errors are typed (PH_ERR_INVALID_ARGUMENT for a bad
+ *            attribute, PH_ERR_TENSOR_SHAPE for ranks/dims, PH_ERR_TENSOR_DTYPE for dtypes) and
+ *            the executor/graph prefix the node name.
+ *   run    — computes outputs from inputs. Outputs may alias inputs only where the op's schema
+ *            allows it (cache and state outputs); such ops must read what they need before
+ *            writing. Kernels are single-threaded and pure; run() may split independent work
+ *            (rows, heads, sequences) over ctx->pool, never a reduction: every output element
+ *            is computed by the same code in the same order whatever the batch (batch
+ *            invariance). run() never allocates: scratch comes from ctx->scratch, sized by
+ *            scratch_bytes() from the same shapes.
+ * Storage dtypes f32/f16/bf16 are computed in f32 and rounded to the output dtype once.
+ */
+#ifndef PH_OPS_OP_H
+#define PH_OPS_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "base/pool.h"
+#include "graph/graph.h"
+
+/* A run-time tensor: contiguous row-major data of a concrete shape. */
+typedef struct tensor {
+  ph_dtype dtype;
+  int rank;
+  int64_t dims[GRAPH_MAX_DIMS];
+  void *data;
+} tensor;
+
+typedef struct op_ctx {
+  pool *pool;          /* never NULL; may have 1 thread */
+  void *scratch;       /* scratch_bytes() bytes, 64-byte aligned (NULL if 0) */
+  size_t scratch_bytes;
+} op_ctx;
+
+typedef struct op_def {
+  const char *domain;  /* "" (ai.onnx) or "com.microsoft" */
+  const char *op_type;
+  int min_inputs, max_inputs;
+  int min_outputs, max_outputs;
+  /* in[i].dtype == PH_DTYPE_INVALID for an absent optional input; out has n->n_outputs entries
+   * (absent optional outputs are ignored). */
+  ph_status (*infer)(const gnode *n, const tinfo *in, tinfo *out, diag *d);
+  /* in[i] / out[i] are NULL for absent slots. */
+  ph_status (*run)(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                   diag *d);
+  /* Optional: workspace for run() with these concrete input shapes (NULL means 0). */
+  size_t (*scratch_bytes)(const gnode *n, const tinfo *in, int n_threads);
+} op_def;
+
+/* The op for (domain, op_type), or NULL. */
+const op_def *op_lookup(const char *domain, const char *op_type);
+
+/* Every registered op (for docs and tests). */
+size_t op_count(void);
+const op_def *op_at(size_t i);
+
+/* Helpers shared by op files. */
+int64_t tensor_numel(const tensor *t);
+float tensor_get_f32(const tensor *t, int64_t i);   /* element i as f32 (any float dtype) */
+void tensor_set_f32(tensor *t, int64_t i, float v); /* rounds to the tensor dtype */
+/* Loads n elements starting at element i into dst as f32. */
+void tensor_load_f32(const tensor *t, int64_t i, int64_t n, float *dst);
+/* Stores n f32 values into elements [i, i+n), rounding to the tensor dtype. */
+void tensor_store_f32(tensor *t, int64_t i, int64_t n, const float *src);
+int dtype_is_compute_float(ph_dtype dt); /* f32, f16, bf16 */
+
+#endif /* PH_OPS_OP_H */

@@ -1,0 +1,138 @@
+/* op_testing — running one operator outside a graph, for kernel tests.
+ *
+ *   gattr attrs[] = {attr_int("q_num_heads", 2), attr_int("kv_num_heads", 4)};
+ *   gnode n = op_test_node("LinearAttention", "com.microsoft", 6, 2, attrs, 2);
+ *   tensor *in[6] = {q, k, v, past, decay, beta};         // NULL for an absent optional input
+ *   tensor *out[2] = {NULL, NULL};                        // allocated by op_test_run
+ *   CHECK_STATUS(op_test_run(&n, in, out, 2, &d), PH_OK, d.msg);
+ *
+ * op_test_run resolves the op, runs infer() with static shapes first (every dim known: the
+ * same checks the graph makes at build time), allocates each NULL output with the inferred
+ * shape (a caller-provided output must match it), then run() on a pool of n_threads.
+ */
+#ifndef PH_TESTS_OP_TESTING_H
+#define PH_TESTS_OP_TESTING_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pool.h"
+#include "base/rng.h"
+#include "ops/op.h"
+#include "tensor/dtype.h"
+
+static inline gnode op_test_node(const char *op_type, const char *domain, int n_inputs,
+                                 int n_outputs, gattr *attrs, int n_attrs) {
+  gnode n;
+  memset(&n, 0, sizeof n);
+  n.name = "test_node";
+  n.op_type = op_type;
+  n.domain = domain;
+  n.n_inputs = n_inputs;
+  n.n_outputs = n_outputs;
+  n.attrs = attrs;
+  n.n_attrs = n_attrs;
+  return n;
+}
+
+static inline tensor *tensor_new(ph_dtype dt, int rank, const int64_t *dims) {
+  tensor *t = calloc(1, sizeof *t);
+  t->dtype = dt;
+  t->rank = rank;
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) {
+    t->dims[i] = dims[i];
+    n *= dims[i];
+  }
+  size_t bytes = (size_t)n * dtype_size(dt);
+  t->data = calloc(bytes ? bytes : 1, 1);
+  return t;
+}
+
+static inline void tensor_free(tensor *t) {
+  if (!t) return;
+  free(t->data);
+  free(t);
+}
+
+/* Fills a float tensor with uniform(lo, hi) values (rounded to its dtype). */
+static inline void tensor_fill_uniform(tensor *t, rng *r, float lo, float hi) {
+  int64_t n = tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) tensor_set_f32(t, i, rng_range(r, lo, hi));
+}
+
+static inline tinfo tensor_tinfo(const tensor *t, int with_data) {
+  tinfo ti;
+  memset(&ti, 0, sizeof ti);
+  ti.dtype = t->dtype;
+  ti.rank = t->rank;
+  for (int i = 0; i < t->rank; i++) ti.dims[i] = t->dims[i];
+  ti.data = with_data ? t->data : NULL;
+  return ti;
+}
+
+/* const_mask: bit i set = input i is a constant (its data visible to infer, as initializers
+ * are). Returns the first failing status. */
+static inline ph_status op_test_run_ex(const gnode *n, tensor **in, tensor **out, int n_threads,
+                                       unsigned const_mask, diag *d) {
+  const op_def *def = op_lookup(n->domain, n->op_type);
+  if (!def) return diag_set(d, PH_ERR_UNSUPPORTED, "no op %s", n->op_type);
+  if (!def->infer || !def->run) return diag_set(d, PH_ERR_UNSUPPORTED, "op %s is a stub", n->op_type);
+  gnode node = *n;
+  node.op = def;
+  tinfo ti[GRAPH_MAX_IO], to[GRAPH_MAX_IO];
+  memset(ti, 0, sizeof ti);
+  memset(to, 0, sizeof to);
+  for (int i = 0; i < n->n_inputs; i++)
+    if (in[i]) ti[i] = tensor_tinfo(in[i], (const_mask >> i) & 1u);
+  FORWARD_IF_ERROR(def->infer(&node, ti, to, d));
+  for (int i = 0; i < n->n_outputs; i++) {
+    if (to[i].dtype == PH_DTYPE_INVALID) continue;
+    if (!out[i]) {
+      out[i] = tensor_new(to[i].dtype, to[i].rank, to[i].dims);
+      continue;
+    }
+    RETURN_ERROR_IF(out[i]->rank != to[i].rank || out[i]->dtype != to[i].dtype, d,
+                    PH_ERR_INTERNAL, "output %d: caller buffer does not match inferred type", i);
+    for (int k = 0; k < to[i].rank; k++)
+      RETURN_ERROR_IF(out[i]->dims[k] != to[i].dims[k], d, PH_ERR_INTERNAL,
+                      "output %d: caller buffer dim %d is %lld, inferred %lld", i, k,
+                      (long long)out[i]->dims[k], (long long)to[i].dims[k]);
+  }
+  pool *p = NULL;
+  FORWARD_IF_ERROR(pool_create(n_threads, &p, d));
+  op_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.pool = p;
+  size_t scratch = def->scratch_bytes ? def->scratch_bytes(&node, ti, n_threads) : 0;
+  if (scratch) {
+    ctx.scratch = aligned_alloc(64, (scratch + 63) / 64 * 64);
+    ctx.scratch_bytes = scratch;
+  }
+  ph_status s = def->run(&node, (const tensor *const *)in, (tensor *const *)out, &ctx, d);
+  free(ctx.scratch);
+  pool_free(p);
+  return s;
+}
+
+static inline ph_status op_test_run(const gnode *n, tensor **in, tensor **out, int n_threads,
+                                    diag *d) {
+  return op_test_run_ex(n, in, out, n_threads, ~0u, d);
+}
+
+/* Max |a - b| over all elements (as f32), and max |b| for a relative bound. */
+static inline double tensor_max_abs_diff(const tensor *a, const double *ref, int64_t n,
+                                         double *ref_scale) {
+  double m = 0.0, s = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = tensor_get_f32(a, i), y = ref[i];
+    double e = x > y ? x - y : y - x;
+    if (e > m || e != e) m = e != e ? 1e300 : e;
+    double ay = y < 0 ? -y : y;
+    if (ay > s) s = ay;
+  }
+  if (ref_scale) *ref_scale = s;
+  return m;
+}
+
+#endif /* PH_TESTS_OP_TESTING_H */
