@@ -1,0 +1,743 @@
+/* test_base — unit tests of the base module: the status table, diag, arena, thread pool, CPU
+ * features, logging and file maps.
+ *
+ * The pool tests check the documented static assignment task by task (thread t runs
+ * [t*n/T, (t+1)*n/T)) against a formula written here independently, because batch invariance
+ * upstream leans on that assignment depending only on (n_tasks, T). They also run with more
+ * threads than CPUs, which exercises the sleep/wake paths rather than only the spin path.
+ * Temporary files go under $PH_TMP_DIR (set by ctest).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "check.h"
+
+#include "base/arena.h"
+#include "base/cpu.h"
+#include "base/diag.h"
+#include "base/fmap.h"
+#include "base/log.h"
+#include "base/pool.h"
+
+/* ---- status table ------------------------------------------------------------------------ */
+
+typedef struct status_row {
+  int value;
+  ph_status status;
+  const char *name;
+  const char *message;
+} status_row;
+
+static const status_row STATUS_ROWS[] = {
+#define STATUS_ROW_(value, name, message) {value, PH_##name, "PH_" #name, message},
+    PH_STATUS_TABLE(STATUS_ROW_)
+#undef STATUS_ROW_
+};
+#define N_STATUS_ROWS (sizeof STATUS_ROWS / sizeof STATUS_ROWS[0])
+
+static void test_status_table(void) {
+  CHECK_EQ_INT(PH_OK, 0);
+  CHECK(N_STATUS_ROWS > 1);
+  for (size_t i = 0; i < N_STATUS_ROWS; i++) {
+    const status_row *r = &STATUS_ROWS[i];
+    CHECK_EQ_INT((int)r->status, r->value);
+    const char *name = ph_status_name(r->status);
+    CHECK_EQ_STR(name, r->name);
+    CHECK(strncmp(name, "PH_", 3) == 0);
+    CHECK(strlen(name) > 3);
+    const char *msg = ph_status_message(r->status);
+    CHECK_EQ_STR(msg, r->message);
+    CHECK(msg && msg[0] != '\0');
+    for (size_t j = i + 1; j < N_STATUS_ROWS; j++) {
+      CHECK(STATUS_ROWS[j].value != r->value);
+      CHECK(strcmp(STATUS_ROWS[j].name, r->name) != 0);
+    }
+  }
+  CHECK_EQ_STR(ph_status_name((ph_status)9999), "PH_UNKNOWN_STATUS");
+  const char *unknown_msg = ph_status_message((ph_status)9999);
+  CHECK(unknown_msg && unknown_msg[0] != '\0');
+}
+
+/* ---- diag -------------------------------------------------------------------------------- */
+
+static ph_status fails_if(int cond, diag *d) {
+  RETURN_ERROR_IF(cond, d, PH_ERR_CONFIG_INVALID, "field %s is %d", "x", 7);
+  return PH_OK;
+}
+
+static ph_status forwards(int cond, diag *d, int *reached_end) {
+  FORWARD_IF_ERROR(fails_if(cond, d));
+  *reached_end = 1;
+  return PH_OK;
+}
+
+static void test_diag(void) {
+  diag d;
+  diag_clear(&d);
+  CHECK_EQ_INT(d.status, PH_OK);
+  CHECK_EQ_STR(d.msg, "");
+
+  CHECK_STATUS(diag_set(&d, PH_ERR_IO, "open %s: %d", "a.bin", 2), PH_ERR_IO, d.msg);
+  CHECK_EQ_INT(d.status, PH_ERR_IO);
+  CHECK_EQ_STR(d.msg, "open a.bin: 2");
+  CHECK_STATUS(diag_prefix(&d, "model %s", "dir"), PH_ERR_IO, d.msg);
+  CHECK_EQ_STR(d.msg, "model dir: open a.bin: 2");
+
+  diag copy;
+  diag_copy(&copy, &d);
+  CHECK_EQ_INT(copy.status, PH_ERR_IO);
+  CHECK_EQ_STR(copy.msg, d.msg);
+  diag_copy(NULL, &d);
+  diag_copy(&d, &d);
+  CHECK_EQ_STR(d.msg, "model dir: open a.bin: 2");
+
+  /* A prefix on success changes nothing. */
+  diag_clear(&d);
+  CHECK_STATUS(diag_prefix(&d, "ctx"), PH_OK, d.msg);
+  CHECK_EQ_STR(d.msg, "");
+
+  /* NULL diags are allowed everywhere. */
+  diag_clear(NULL);
+  CHECK_STATUS(diag_set(NULL, PH_ERR_LIMIT, "x"), PH_ERR_LIMIT, NULL);
+  CHECK_STATUS(diag_prefix(NULL, "x"), PH_OK, NULL);
+
+  /* Truncation keeps a NUL inside the buffer. */
+  char big[DIAG_MSG_BYTES * 2];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  diag_set(&d, PH_ERR_JSON, "%s", big);
+  CHECK_EQ_INT(strlen(d.msg), DIAG_MSG_BYTES - 1);
+  diag_set(&d, PH_ERR_JSON, "tail");
+  diag_prefix(&d, "%s", big);
+  CHECK_EQ_INT(strlen(d.msg), DIAG_MSG_BYTES - 1);
+  CHECK(d.msg[0] == 'a');
+  diag_set(&d, PH_ERR_JSON, "%s", big);
+  diag_prefix(&d, "ctx");
+  CHECK_EQ_INT(strlen(d.msg), DIAG_MSG_BYTES - 1);
+  CHECK(strncmp(d.msg, "ctx: aaa", 8) == 0);
+
+  /* The check-and-return pair. */
+  int reached = 0;
+  diag_clear(&d);
+  CHECK_STATUS(forwards(0, &d, &reached), PH_OK, d.msg);
+  CHECK_EQ_INT(reached, 1);
+  reached = 0;
+  CHECK_STATUS(forwards(1, &d, &reached), PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK_EQ_INT(reached, 0);
+  CHECK_EQ_STR(d.msg, "field x is 7");
+}
+
+/* ---- arena ------------------------------------------------------------------------------- */
+
+static int all_bytes_are(const unsigned char *p, size_t n, unsigned char v) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != v) return 0;
+  return 1;
+}
+
+static const size_t ARENA_SIZES[] = {
+    0,    1,    2,    3,    7,     8,     31,    63,    64, 65, 100, 127,   128, 129,    255, 256,
+    1000, 4095, 4096, 4097, 16383, 16385, 65535, 65536, 1,  0,  3,   65537, 5,   200000, 17,  64};
+#define N_ARENA_SIZES (sizeof ARENA_SIZES / sizeof ARENA_SIZES[0])
+
+static void fill_arena(arena *a, unsigned char *ptrs[], int *bad_align, int *bad_zero) {
+  for (size_t i = 0; i < N_ARENA_SIZES; i++) {
+    unsigned char *p = arena_alloc(a, ARENA_SIZES[i]);
+    ptrs[i] = p;
+    if (!p) continue;
+    if ((uintptr_t)p % ARENA_ALIGN != 0) (*bad_align)++;
+    if (!all_bytes_are(p, ARENA_SIZES[i], 0)) (*bad_zero)++;
+    memset(p, (int)(i + 1), ARENA_SIZES[i]);
+  }
+}
+
+static void test_arena_alignment_and_zeroing(void) {
+  arena a;
+  arena_init(&a, 0);
+  unsigned char *ptrs[N_ARENA_SIZES];
+  int bad_align = 0, bad_zero = 0;
+  for (int round = 0; round < 3; round++) {
+    fill_arena(&a, ptrs, &bad_align, &bad_zero);
+    /* Every allocation still holds its own pattern: nothing overlapped. */
+    int clobbered = 0, null = 0;
+    for (size_t i = 0; i < N_ARENA_SIZES; i++) {
+      if (!ptrs[i])
+        null++;
+      else if (!all_bytes_are(ptrs[i], ARENA_SIZES[i], (unsigned char)(i + 1)))
+        clobbered++;
+    }
+    CHECK_EQ_INT(null, 0);
+    CHECK_EQ_INT(clobbered, 0);
+    /* Zero-byte allocations are distinct pointers. */
+    CHECK(ptrs[0] != ptrs[25]);
+    /* After a reset the same memory comes back, and must come back zeroed. */
+    arena_reset(&a);
+    CHECK_EQ_INT(a.used_bytes, 0);
+  }
+  CHECK_EQ_INT(bad_align, 0);
+  CHECK_EQ_INT(bad_zero, 0);
+  arena_free(&a);
+  arena_free(&a); /* idempotent */
+  arena_free(NULL);
+}
+
+static void test_arena_reset_reuse(void) {
+  arena a;
+  arena_init(&a, 4096);
+  CHECK_EQ_INT(a.n_system_allocs, 0); /* lazy */
+  /* A cycle that fits one block: after the first cycle, no more system allocations. */
+  for (int cycle = 0; cycle < 5; cycle++) {
+    for (int i = 0; i < 30; i++) CHECK(arena_alloc(&a, 100) != NULL);
+    CHECK_EQ_INT(a.n_system_allocs, 1);
+    CHECK(a.used_bytes >= 3000);
+    arena_reset(&a);
+  }
+
+  /* Several blocks and a dedicated large one: reset keeps the largest, so a later cycle that
+   * fits in it allocates nothing. */
+  for (int i = 0; i < 100; i++) CHECK(arena_alloc(&a, 200) != NULL);
+  unsigned char *big = arena_alloc(&a, 1 << 20);
+  CHECK(big != NULL);
+  CHECK(arena_alloc(&a, 10) != NULL); /* the current block keeps serving small requests */
+  size_t before = a.n_system_allocs;
+  CHECK(before > 2);
+  arena_reset(&a);
+  CHECK_EQ_INT(a.n_system_allocs, before);
+  unsigned char *again = arena_alloc(&a, (1 << 20) - 4096);
+  CHECK(again != NULL);
+  for (int i = 0; i < 10; i++) CHECK(arena_alloc(&a, 300) != NULL);
+  CHECK_EQ_INT(a.n_system_allocs, before);
+  CHECK(again && all_bytes_are(again, (1 << 20) - 4096, 0));
+  arena_free(&a);
+
+  /* The arena is reusable after free + init. */
+  arena_init(&a, 0);
+  CHECK(arena_alloc(&a, 10) != NULL);
+  arena_free(&a);
+}
+
+static void test_arena_limits_and_strings(void) {
+  arena a;
+  arena_init(&a, 1024);
+  CHECK(arena_alloc(&a, SIZE_MAX) == NULL);
+  CHECK(arena_alloc(&a, SIZE_MAX - 63) == NULL);
+  CHECK(arena_alloc(&a, SIZE_MAX / 2 + 1) == NULL);
+  CHECK(arena_alloc(NULL, 8) == NULL);
+  CHECK_EQ_INT(a.n_system_allocs, 0); /* rejected before reaching malloc */
+
+  char *s = arena_strdup(&a, "hello");
+  CHECK_EQ_STR(s, "hello");
+  CHECK((uintptr_t)s % ARENA_ALIGN == 0);
+  CHECK_EQ_STR(arena_strndup(&a, "hello", 3), "hel");
+  CHECK_EQ_STR(arena_strndup(&a, "hi", 10), "hi");
+  CHECK_EQ_STR(arena_strndup(&a, "abc", 0), "");
+  CHECK(arena_strdup(&a, NULL) == NULL);
+  /* Still usable after the failures. */
+  CHECK(arena_alloc(&a, 5000) != NULL);
+  arena_free(&a);
+}
+
+/* ---- pool -------------------------------------------------------------------------------- */
+
+typedef struct pool_record {
+  int *owner;                /* [n] thread index that ran the task */
+  int *count;                /* [n] times the task ran */
+  pthread_t *tid;            /* [n] OS thread that ran the task */
+  unsigned long long *value; /* [n] */
+} pool_record;
+
+static void record_task(void *ctx, size_t task, int thread) {
+  pool_record *r = ctx;
+  r->owner[task] = thread;
+  r->count[task]++;
+  r->tid[task] = pthread_self();
+  r->value[task] = (unsigned long long)task * task + 1;
+}
+
+/* The documented assignment, written as a search rather than the pool's closed form. */
+static int expected_owner(size_t task, size_t n, int T) {
+  for (int t = 0; t < T; t++) {
+    size_t begin = (size_t)t * n / (size_t)T, end = (size_t)(t + 1) * n / (size_t)T;
+    if (task >= begin && task < end) return t;
+  }
+  return -1;
+}
+
+static void check_pool_case(pool *p, size_t n, int T) {
+  size_t alloc_n = n ? n : 1;
+  pool_record r = {calloc(alloc_n, sizeof(int)), calloc(alloc_n, sizeof(int)),
+                   calloc(alloc_n, sizeof(pthread_t)), calloc(alloc_n, sizeof(unsigned long long))};
+  if (!CHECK(r.owner && r.count && r.tid && r.value)) goto done;
+  pool_run(p, n, record_task, &r);
+  unsigned long long sum = 0, want = 0;
+  int bad_count = 0, bad_owner = 0, bad_tid = 0;
+  for (size_t i = 0; i < n; i++) {
+    sum += r.value[i];
+    want += (unsigned long long)i * i + 1;
+    if (r.count[i] != 1) bad_count++;
+    if (r.owner[i] != expected_owner(i, n, T)) bad_owner++;
+    /* Thread 0 is the caller; other indices are one OS thread each, distinct from the caller
+     * and from each other. */
+    for (size_t j = 0; j < i; j++) {
+      int same_index = r.owner[i] == r.owner[j];
+      int same_tid = pthread_equal(r.tid[i], r.tid[j]) != 0;
+      if (same_index != same_tid) {
+        bad_tid++;
+        break;
+      }
+    }
+    int on_caller = pthread_equal(r.tid[i], pthread_self()) != 0;
+    if (on_caller != (r.owner[i] == 0)) bad_tid++;
+  }
+  if (sum != want || bad_count || bad_owner || bad_tid)
+    fprintf(stderr,
+            "  pool case n_tasks=%zu threads=%d: sum %llu (want %llu), %d wrong counts, "
+            "%d wrong owners, %d wrong OS threads\n",
+            n, T, sum, want, bad_count, bad_owner, bad_tid);
+  CHECK(sum == want);
+  CHECK_EQ_INT(bad_count, 0);
+  CHECK_EQ_INT(bad_owner, 0);
+  CHECK_EQ_INT(bad_tid, 0);
+done:
+  free(r.owner);
+  free(r.count);
+  free(r.tid);
+  free(r.value);
+}
+
+static void test_pool_static_assignment(void) {
+  static const size_t N[] = {0, 1, 2, 3, 7, 1000};
+  for (int T = 1; T <= 4; T++) {
+    pool *p = NULL;
+    diag d;
+    diag_clear(&d);
+    CHECK_STATUS(pool_create(T, &p, &d), PH_OK, d.msg);
+    if (!p) continue;
+    CHECK_EQ_INT(pool_threads(p), T);
+    /* Twice over, so every case also runs on a pool that has run before. */
+    for (int round = 0; round < 2; round++)
+      for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) check_pool_case(p, N[i], T);
+    pool_free(p);
+  }
+}
+
+typedef struct stamp_ctx {
+  int run;    /* written by the caller between runs */
+  int *stamp; /* [n_tasks] */
+  int *count; /* [n_tasks] */
+} stamp_ctx;
+
+static void stamp_task(void *ctx, size_t task, int thread) {
+  (void)thread;
+  stamp_ctx *c = ctx;
+  c->stamp[task] = c->run;
+  c->count[task]++;
+}
+
+static void test_pool_back_to_back(void) {
+  /* 2 threads matches this machine; 4 oversubscribes it and so exercises the sleep paths. */
+  static const int THREADS[] = {2, 4};
+  for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++) {
+    int T = THREADS[k];
+    pool *p = NULL;
+    CHECK_STATUS(pool_create(T, &p, NULL), PH_OK, NULL);
+    if (!p) continue;
+    int stamp[8] = {0}, count[8] = {0};
+    stamp_ctx c = {0, stamp, count};
+    int stale = 0;
+    const int RUNS = 10000;
+    for (int run = 1; run <= RUNS; run++) {
+      c.run = run;
+      pool_run(p, (size_t)T, stamp_task, &c);
+      /* pool_run returning means every task's writes are visible here. */
+      for (int t = 0; t < T; t++) stale += stamp[t] != run;
+    }
+    CHECK_EQ_INT(stale, 0);
+    for (int t = 0; t < T; t++) CHECK_EQ_INT(count[t], RUNS);
+
+    /* After an idle pause the workers are asleep on the condition variable; a run must still
+     * wake them all. */
+    struct timespec pause = {0, 5 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    c.run = RUNS + 1;
+    pool_run(p, (size_t)T, stamp_task, &c);
+    for (int t = 0; t < T; t++) CHECK_EQ_INT(stamp[t], RUNS + 1);
+
+    /* Gaps from 0 to 190 us straddle the end of the workers' spin (about 80 us here), so
+     * runs land while workers are deciding to sleep: a lost wake-up would hang here. */
+    stale = 0;
+    for (int run = 0; run < 200; run++) {
+      struct timespec gap = {0, (run % 20) * 10 * 1000};
+      nanosleep(&gap, NULL);
+      c.run = RUNS + 2 + run;
+      pool_run(p, (size_t)T, stamp_task, &c);
+      for (int t = 0; t < T; t++) stale += stamp[t] != c.run;
+    }
+    CHECK_EQ_INT(stale, 0);
+    pool_free(p);
+  }
+}
+
+static void test_pool_create_and_free(void) {
+  CHECK(cpu_count_online() >= 1);
+  pool *p = NULL;
+  CHECK_STATUS(pool_create(0, &p, NULL), PH_OK, NULL);
+  CHECK_EQ_INT(pool_threads(p), cpu_count_online());
+  pool_free(p);
+  p = NULL;
+  CHECK_STATUS(pool_create(-3, &p, NULL), PH_OK, NULL);
+  CHECK_EQ_INT(pool_threads(p), cpu_count_online());
+  pool_free(p);
+
+  diag d;
+  diag_clear(&d);
+  p = (pool *)&d; /* must be overwritten with NULL on failure */
+  CHECK_STATUS(pool_create(1 << 20, &p, &d), PH_ERR_LIMIT, d.msg);
+  CHECK(p == NULL);
+  CHECK_CONTAINS(d.msg, "threads");
+
+  /* Create and free straight away, workers possibly not yet started: no hang, no leak. */
+  for (int i = 0; i < 20; i++) {
+    p = NULL;
+    CHECK_STATUS(pool_create(1 + i % 4, &p, NULL), PH_OK, NULL);
+    pool_free(p);
+  }
+  pool_free(NULL);
+
+  /* A NULL pool runs inline on the caller as thread 0. */
+  pool_record r;
+  int owner[3] = {-1, -1, -1}, count[3] = {0};
+  pthread_t tid[3];
+  unsigned long long value[3];
+  r.owner = owner;
+  r.count = count;
+  r.tid = tid;
+  r.value = value;
+  pool_run(NULL, 3, record_task, &r);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(owner[i], 0);
+    CHECK_EQ_INT(count[i], 1);
+  }
+}
+
+/* ---- cpu features ------------------------------------------------------------------------ */
+
+static int features_equal(const ph_cpu_features *a, const ph_cpu_features *b) {
+  return a->avx2 == b->avx2 && a->fma == b->fma && a->f16c == b->f16c && a->avx512f == b->avx512f &&
+         a->avx512bw == b->avx512bw && a->avx512vl == b->avx512vl &&
+         a->avx512_vnni == b->avx512_vnni && a->avx512_bf16 == b->avx512_bf16;
+}
+
+static void check_consistent(const ph_cpu_features *f) {
+  int flags[] = {f->avx2,     f->fma,      f->f16c,        f->avx512f,
+                 f->avx512bw, f->avx512vl, f->avx512_vnni, f->avx512_bf16};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) CHECK(flags[i] == 0 || flags[i] == 1);
+  if (f->avx512bw || f->avx512vl || f->avx512_vnni || f->avx512_bf16) CHECK(f->avx512f);
+  if (f->avx512f) CHECK(f->avx2 && f->fma && f->f16c);
+}
+
+/* 1 if /proc/cpuinfo lists `flag`, 0 if not, -1 if it cannot be read. */
+static int cpuinfo_has(const char *flag) {
+  FILE *fp = fopen("/proc/cpuinfo", "r");
+  if (!fp) return -1;
+  char line[8192];
+  int found = -1;
+  while (fgets(line, sizeof line, fp)) {
+    if (strncmp(line, "flags", 5) != 0) continue;
+    found = 0;
+    size_t n = strlen(flag);
+    for (char *p = strstr(line, flag); p; p = strstr(p + 1, flag)) {
+      int starts = p == line || p[-1] == ' ' || p[-1] == '\t';
+      int ends = p[n] == ' ' || p[n] == '\n' || p[n] == '\0';
+      if (starts && ends) {
+        found = 1;
+        break;
+      }
+    }
+    break;
+  }
+  fclose(fp);
+  return found;
+}
+
+static void *read_features_thread(void *arg) {
+  *(const ph_cpu_features **)arg = cpu_features();
+  return NULL;
+}
+
+static void test_cpu_features(void) {
+  ph_cpu_features base = cpu_detect_uncached(NULL);
+  check_consistent(&base);
+  ph_cpu_features public_result = ph_cpu_detect();
+  check_consistent(&public_result);
+  /* The cached value is the public one, and one object for every thread. */
+  const ph_cpu_features *cached = cpu_features();
+  CHECK(cached == cpu_features());
+  CHECK(features_equal(cached, &public_result));
+  pthread_t th[4];
+  const ph_cpu_features *seen[4] = {0};
+  for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, read_features_thread, &seen[i]);
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    CHECK(seen[i] == cached);
+  }
+
+  char buf[128];
+  printf("     cpu: %s\n", cpu_features_string(&base, buf, sizeof buf));
+
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+  /* The kernel's view is an independent reading of the same CPUID + XCR0 facts. */
+  const char *env = getenv("PH_CPU_DISABLE");
+  if (!env || !*env) {
+    const struct {
+      int have;
+      const char *flag;
+    } kernel[] = {
+        {base.avx2, "avx2"},
+        {base.fma, "fma"},
+        {base.f16c, "f16c"},
+        {base.avx512f, "avx512f"},
+        {base.avx512bw, "avx512bw"},
+        {base.avx512vl, "avx512vl"},
+        {base.avx512_vnni, "avx512_vnni"},
+        {base.avx512_bf16, "avx512_bf16"},
+    };
+    for (size_t i = 0; i < sizeof kernel / sizeof kernel[0]; i++) {
+      int has = cpuinfo_has(kernel[i].flag);
+      if (has < 0) break;
+      if (!CHECK(has == kernel[i].have))
+        fprintf(stderr, "       %s: /proc/cpuinfo %d, detected %d\n", kernel[i].flag, has,
+                kernel[i].have);
+    }
+  }
+#endif
+}
+
+static void clear_avx512(ph_cpu_features *f) {
+  f->avx512f = f->avx512bw = f->avx512vl = f->avx512_vnni = f->avx512_bf16 = 0;
+}
+
+static void check_mask(const char *list, ph_cpu_features want) {
+  ph_cpu_features got = cpu_detect_uncached(list);
+  check_consistent(&got);
+  if (!CHECK(features_equal(&got, &want))) {
+    char a[128], b[128];
+    fprintf(stderr, "       PH_CPU_DISABLE=\"%s\": got \"%s\", expected \"%s\"\n", list,
+            cpu_features_string(&got, a, sizeof a), cpu_features_string(&want, b, sizeof b));
+  }
+}
+
+static void test_cpu_disable(void) {
+  const ph_cpu_features base = cpu_detect_uncached(NULL);
+  ph_cpu_features w;
+
+  check_mask("", base);
+  check_mask("bogus,avx513", base);
+  w = base;
+  clear_avx512(&w);
+  check_mask("avx512", w);
+  check_mask("avx512f", w);
+  w = base;
+  w.avx512_bf16 = 0;
+  check_mask("bf16", w);
+  w = base;
+  w.avx512bw = 0;
+  check_mask("avx512bw", w);
+  w = base;
+  w.avx512vl = 0;
+  check_mask("avx512vl", w);
+  w = base;
+  w.avx512_vnni = 0;
+  check_mask("vnni", w);
+  /* Without AVX2, FMA or F16C the AVX-512 tier goes too (cpu.c: tier order). */
+  w = base;
+  w.avx2 = 0;
+  clear_avx512(&w);
+  check_mask("avx2", w);
+  w = base;
+  w.fma = 0;
+  clear_avx512(&w);
+  check_mask("fma", w);
+  w = base;
+  w.f16c = 0;
+  w.avx512_bf16 = 0;
+  clear_avx512(&w);
+  check_mask(" f16c , bf16 ,,", w);
+  ph_cpu_features none;
+  memset(&none, 0, sizeof none);
+  check_mask("avx2,fma,f16c,avx512,avx512bw,avx512vl,vnni,bf16", none);
+}
+
+static void test_cpu_features_string(void) {
+  ph_cpu_features all = {1, 1, 1, 1, 1, 1, 1, 1}, none;
+  memset(&none, 0, sizeof none);
+  char buf[128];
+  CHECK_EQ_STR(cpu_features_string(&all, buf, sizeof buf),
+               "avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni avx512_bf16");
+  CHECK_EQ_STR(cpu_features_string(&none, buf, sizeof buf), "");
+  /* Truncation keeps whole names only. */
+  CHECK_EQ_STR(cpu_features_string(&all, buf, 10), "avx2 fma");
+  CHECK_EQ_STR(cpu_features_string(&all, buf, 9), "avx2 fma");
+  CHECK_EQ_STR(cpu_features_string(&all, buf, 8), "avx2");
+  CHECK_EQ_STR(cpu_features_string(&all, buf, 1), "");
+  CHECK(cpu_features_string(&all, NULL, 0) == NULL);
+}
+
+/* ---- log --------------------------------------------------------------------------------- */
+
+typedef struct log_sink {
+  atomic_int n;
+  int last_level;
+  char last[2048];
+} log_sink;
+
+static void sink_fn(void *user, ph_log_level level, const char *message) {
+  log_sink *s = user;
+  atomic_fetch_add(&s->n, 1);
+  s->last_level = (int)level;
+  snprintf(s->last, sizeof s->last, "%s", message);
+}
+
+static void count_only_fn(void *user, ph_log_level level, const char *message) {
+  (void)level;
+  (void)message;
+  atomic_fetch_add((atomic_int *)user, 1);
+}
+
+static void log_task(void *ctx, size_t task, int thread) {
+  (void)ctx;
+  LOG_INFO("task %zu on thread %d", task, thread);
+}
+
+static void test_log(void) {
+  static log_sink sink; /* static: 2 KiB of message */
+  atomic_init(&sink.n, 0);
+  ph_set_log_callback(NULL, NULL, PH_LOG_DEBUG);
+  CHECK(!log_enabled(PH_LOG_ERROR));
+  LOG_ERROR("nobody listens");
+
+  ph_set_log_callback(sink_fn, &sink, PH_LOG_INFO);
+  CHECK(log_enabled(PH_LOG_ERROR));
+  CHECK(log_enabled(PH_LOG_INFO));
+  CHECK(!log_enabled(PH_LOG_DEBUG));
+  LOG_ERROR("e %d", 1);
+  CHECK_EQ_STR(sink.last, "e 1");
+  CHECK_EQ_INT(sink.last_level, PH_LOG_ERROR);
+  LOG_WARN("w %d", 2);
+  LOG_INFO("i %s", "3");
+  LOG_DEBUG("d %d", 4);
+  CHECK_EQ_INT(atomic_load(&sink.n), 3);
+  CHECK_EQ_STR(sink.last, "i 3");
+  CHECK_EQ_INT(sink.last_level, PH_LOG_INFO);
+
+  LOG_INFO("line\n");
+  CHECK_EQ_STR(sink.last, "line");
+  char big[3000];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  LOG_WARN("%s", big);
+  CHECK_EQ_INT(strlen(sink.last), 1023);
+
+  ph_set_log_callback(sink_fn, &sink, PH_LOG_ERROR);
+  int before = atomic_load(&sink.n);
+  LOG_WARN("dropped");
+  LOG_ERROR("kept");
+  CHECK_EQ_INT(atomic_load(&sink.n), before + 1);
+
+  ph_set_log_callback(NULL, &sink, PH_LOG_DEBUG);
+  before = atomic_load(&sink.n);
+  LOG_ERROR("silenced");
+  LOG_DEBUG("silenced");
+  CHECK_EQ_INT(atomic_load(&sink.n), before);
+  CHECK(!log_enabled(PH_LOG_ERROR));
+
+  /* Concurrent logging from pool threads reaches the callback once per message. */
+  static atomic_int hits;
+  atomic_init(&hits, 0);
+  ph_set_log_callback(count_only_fn, &hits, PH_LOG_INFO);
+  pool *p = NULL;
+  CHECK_STATUS(pool_create(3, &p, NULL), PH_OK, NULL);
+  for (int i = 0; i < 10; i++) pool_run(p, 100, log_task, NULL);
+  pool_free(p);
+  ph_set_log_callback(NULL, NULL, PH_LOG_ERROR);
+  CHECK_EQ_INT(atomic_load(&hits), 1000);
+}
+
+/* ---- fmap -------------------------------------------------------------------------------- */
+
+static void test_fmap(void) {
+  const char *tmp = check_env("PH_TMP_DIR");
+  diag d;
+  diag_clear(&d);
+  CHECK_STATUS(path_mkdirs(tmp, &d), PH_OK, d.msg);
+  char path[4096], dir[4096];
+
+  fmap m;
+  CHECK_STATUS(path_join(path, sizeof path, tmp, "missing.bin", &d), PH_OK, d.msg);
+  CHECK_STATUS(fmap_open(path, &m, &d), PH_ERR_NOT_FOUND, d.msg);
+  CHECK_CONTAINS(d.msg, "missing.bin");
+  CHECK_STATUS(fmap_open(tmp, &m, &d), PH_ERR_IO, d.msg);
+
+  unsigned char bytes[1000];
+  for (int i = 0; i < 1000; i++) bytes[i] = (unsigned char)(i * 7 + 3);
+  CHECK_STATUS(path_join(path, sizeof path, tmp, "data.bin", &d), PH_OK, d.msg);
+  CHECK_STATUS(file_write_all(path, bytes, sizeof bytes, &d), PH_OK, d.msg);
+  CHECK_STATUS(fmap_open(path, &m, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(m.size, sizeof bytes);
+  CHECK(m.data && memcmp(m.data, bytes, sizeof bytes) == 0);
+  fmap_close(&m);
+  fmap_close(&m); /* idempotent */
+  fmap_close(NULL);
+  CHECK(m.data == NULL);
+
+  char *text = NULL;
+  size_t len = 0;
+  CHECK_STATUS(file_read_all(path, 999, &text, &len, &d), PH_ERR_LIMIT, d.msg);
+  CHECK(text == NULL);
+  CHECK_STATUS(file_read_all(path, 1000, &text, &len, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(len, 1000);
+  CHECK(text && memcmp(text, bytes, 1000) == 0 && text[1000] == '\0');
+  free(text);
+  CHECK_STATUS(path_join(dir, sizeof dir, tmp, "missing.json", &d), PH_OK, d.msg);
+  CHECK_STATUS(file_read_all(dir, 1000, &text, &len, &d), PH_ERR_NOT_FOUND, d.msg);
+
+  CHECK_STATUS(path_join(path, sizeof path, tmp, "empty.bin", &d), PH_OK, d.msg);
+  CHECK_STATUS(file_write_all(path, "", 0, &d), PH_OK, d.msg);
+  CHECK_STATUS(fmap_open(path, &m, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(m.size, 0);
+  CHECK(m.data == NULL);
+  fmap_close(&m);
+
+  CHECK_STATUS(path_join(dir, sizeof dir, tmp, "a/b/c", &d), PH_OK, d.msg);
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK(path_is_dir(dir));
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg); /* exists already: fine */
+  CHECK_STATUS(path_join(dir, sizeof dir, tmp, "data.bin/sub", &d), PH_OK, d.msg);
+  CHECK(path_mkdirs(dir, &d) != PH_OK); /* a file on the way */
+  CHECK(path_exists(path));
+  CHECK(!path_is_dir(path));
+
+  char small[8];
+  CHECK_STATUS(path_join(small, sizeof small, "abcd", "efgh", &d), PH_ERR_LIMIT, d.msg);
+  CHECK_STATUS(path_join(small, sizeof small, "ab/", "cd", &d), PH_OK, d.msg);
+  CHECK_EQ_STR(small, "ab/cd");
+}
+
+int main(void) {
+  RUN(test_status_table);
+  RUN(test_diag);
+  RUN(test_arena_alignment_and_zeroing);
+  RUN(test_arena_reset_reuse);
+  RUN(test_arena_limits_and_strings);
+  RUN(test_pool_static_assignment);
+  RUN(test_pool_back_to_back);
+  RUN(test_pool_create_and_free);
+  RUN(test_cpu_features);
+  RUN(test_cpu_disable);
+  RUN(test_cpu_features_string);
+  RUN(test_log);
+  RUN(test_fmap);
+  return check_finish();
+}
