@@ -91,6 +91,7 @@ typedef struct gnode {
   gattr *attrs;
   const struct op_def *op;       /* resolved by graph_finalize() */
   int internal;                  /* made by a CPU prepare pass: never exported */
+  int dead;                      /* removed by a prepare pass (outputs unused): skipped */
 } gnode;
 
 typedef struct graph {
@@ -141,6 +142,9 @@ int graph_add_initializer_alloc(graph *g, const char *name, ph_dtype dtype, shap
 int graph_add_node(graph *g, const char *op_type, const char *domain, const char *name,
                    int n_inputs, const int *inputs, int n_outputs, const char *const *out_names,
                    int *out_ids, int n_attrs, const gattr *attrs);
+
+/* Renames a value (unique names required). Returns the value id or -1. */
+int graph_rename_value(graph *g, int value, const char *name);
 
 /* Marks a value as a graph output (kept alive to the end; symbolic dims may be named). */
 int graph_mark_output(graph *g, int value, const char *const *sym_names);

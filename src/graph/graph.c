@@ -1,0 +1,449 @@
+/* graph — building, finalizing and querying the IR. See graph.h.
+ *
+ * Storage: values and nodes are growable arrays (realloc); every string, attribute array and
+ * owned initializer lives in the graph's arena, so a graph frees in one call. Errors are sticky
+ * (graph->err) so builders need not check each call.
+ */
+#include "graph/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "tensor/dtype.h"
+
+ph_status graph_create(graph **out, diag *d) {
+  *out = NULL;
+  graph *g = calloc(1, sizeof *g);
+  RETURN_ERROR_IF(!g, d, PH_ERR_NO_MEMORY, "out of memory creating a graph");
+  arena_init(&g->arena, 1 << 20);
+  *out = g;
+  return PH_OK;
+}
+
+void graph_free(graph *g) {
+  if (!g) return;
+  arena_free(&g->arena);
+  free(g->values);
+  free(g->nodes);
+  free(g->inputs);
+  free(g->outputs);
+  free(g);
+}
+
+ph_status graph_status(const graph *g) { return g->err.status; }
+
+static int fail(graph *g, ph_status s, const char *fmt, const char *a, const char *b) {
+  if (g->err.status == PH_OK) diag_set(&g->err, s, fmt, a, b);
+  return -1;
+}
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+  if (need <= *cap) return 1;
+  int cap2 = *cap ? *cap * 2 : 64;
+  while (cap2 < need) cap2 *= 2;
+  void *q = realloc(*p, (size_t)cap2 * elem);
+  if (!q) return 0;
+  *p = q;
+  *cap = cap2;
+  return 1;
+}
+
+int graph_find_value(const graph *g, const char *name) {
+  for (int i = 0; i < g->n_values; i++)
+    if (strcmp(g->values[i].name, name) == 0) return i;
+  return -1;
+}
+
+static int new_value(graph *g, const char *name, value_kind kind) {
+  if (g->err.status != PH_OK) return -1;
+  if (!name || !*name) return fail(g, PH_ERR_INVALID_ARGUMENT, "value name is empty%s%s", "", "");
+  if (graph_find_value(g, name) >= 0)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "value \"%s\" is defined twice%s", name, "");
+  if (!grow((void **)&g->values, &g->cap_values, g->n_values + 1, sizeof(gvalue)))
+    return fail(g, PH_ERR_NO_MEMORY, "out of memory adding value %s%s", name, "");
+  char *nm = arena_strdup(&g->arena, name);
+  if (!nm) return fail(g, PH_ERR_NO_MEMORY, "out of memory adding value %s%s", name, "");
+  int id = g->n_values++;
+  gvalue *v = &g->values[id];
+  memset(v, 0, sizeof *v);
+  v->name = nm;
+  v->kind = kind;
+  v->producer = -1;
+  v->type.rank = -1;
+  for (int i = 0; i < GRAPH_MAX_DIMS; i++) v->sym[i] = -1;
+  return id;
+}
+
+static int symbol_id(graph *g, const char *name) {
+  for (int i = 0; i < g->n_symbols; i++)
+    if (strcmp(g->symbols[i], name) == 0) return i;
+  if (g->n_symbols == GRAPH_MAX_SYMBOLS || strlen(name) >= sizeof g->symbols[0])
+    return fail(g, PH_ERR_LIMIT, "too many or too long symbolic dims (\"%s\")%s", name, "");
+  snprintf(g->symbols[g->n_symbols], sizeof g->symbols[0], "%s", name);
+  return g->n_symbols++;
+}
+
+static int set_symbols(graph *g, gvalue *v, const char *const *sym_names) {
+  if (!sym_names) return 0;
+  for (int i = 0; i < v->type.rank; i++) {
+    if (!sym_names[i]) continue;
+    int s = symbol_id(g, sym_names[i]);
+    if (s < 0) return -1;
+    v->sym[i] = (int8_t)s;
+  }
+  return 0;
+}
+
+int graph_add_input(graph *g, const char *name, ph_dtype dtype, int rank, const int64_t *dims,
+                    const char *const *sym_names) {
+  if (rank < 0 || rank > GRAPH_MAX_DIMS)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "input %s: bad rank%s", name, "");
+  int id = new_value(g, name, VALUE_INPUT);
+  if (id < 0) return -1;
+  gvalue *v = &g->values[id];
+  v->type = tinfo_make(dtype, rank, dims);
+  if (set_symbols(g, v, sym_names) < 0) return -1;
+  if (!grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(int)))
+    return fail(g, PH_ERR_NO_MEMORY, "out of memory adding input %s%s", name, "");
+  g->inputs[g->n_inputs++] = id;
+  return id;
+}
+
+static int add_initializer(graph *g, const char *name, ph_dtype dtype, shape s, const void *data,
+                           int copy) {
+  int64_t bytes = shape_bytes(&s, dtype);
+  if (bytes < 0) return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: bad shape or dtype%s", name, "");
+  int id = new_value(g, name, VALUE_INITIALIZER);
+  if (id < 0) return -1;
+  const void *p = data;
+  if (copy) {
+    void *q = arena_alloc(&g->arena, (size_t)bytes);
+    if (!q) return fail(g, PH_ERR_NO_MEMORY, "out of memory copying initializer %s%s", name, "");
+    if (data && bytes) memcpy(q, data, (size_t)bytes);
+    p = q;
+  }
+  gvalue *v = &g->values[id];
+  v->type = tinfo_make(dtype, s.n_dims, s.dims);
+  v->type.data = p;
+  v->n_bytes = bytes;
+  v->owned = copy;
+  return id;
+}
+
+int graph_add_initializer_view(graph *g, const char *name, ph_dtype dtype, shape s,
+                               const void *data) {
+  return add_initializer(g, name, dtype, s, data, 0);
+}
+
+int graph_add_initializer_copy(graph *g, const char *name, ph_dtype dtype, shape s,
+                               const void *data) {
+  return add_initializer(g, name, dtype, s, data, 1);
+}
+
+int graph_add_initializer_alloc(graph *g, const char *name, ph_dtype dtype, shape s, void **data) {
+  int id = add_initializer(g, name, dtype, s, NULL, 1);
+  *data = id >= 0 ? (void *)g->values[id].type.data : NULL;
+  return id;
+}
+
+int graph_add_initializer_transposed(graph *g, const char *name, ph_dtype dtype, int64_t rows,
+                                     int64_t cols, const void *src) {
+  int id = add_initializer(g, name, dtype, shape_2d(cols, rows), NULL, 0);
+  if (id < 0) return -1;
+  gvalue *v = &g->values[id];
+  v->type.data = NULL; /* materialized on demand */
+  v->src = src;
+  v->src_transposed = 1;
+  return id;
+}
+
+const void *graph_initializer_data(graph *g, int value, diag *d) {
+  if (value < 0 || value >= g->n_values || g->values[value].kind != VALUE_INITIALIZER) {
+    diag_set(d, PH_ERR_INVALID_ARGUMENT, "value %d is not an initializer", value);
+    return NULL;
+  }
+  gvalue *v = &g->values[value];
+  if (v->type.data || !v->src_transposed) return v->type.data;
+  /* [cols, rows] <- transpose of the source [rows, cols] */
+  int64_t cols = v->type.dims[0], rows = v->type.dims[1];
+  size_t es = dtype_size(v->type.dtype);
+  char *dst = arena_alloc(&g->arena, (size_t)v->n_bytes);
+  if (!dst) {
+    diag_set(d, PH_ERR_NO_MEMORY, "out of memory transposing %s", v->name);
+    return NULL;
+  }
+  const char *src = v->src;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      memcpy(dst + ((size_t)c * (size_t)rows + (size_t)r) * es,
+             src + ((size_t)r * (size_t)cols + (size_t)c) * es, es);
+  v->type.data = dst;
+  v->owned = 1;
+  return dst;
+}
+
+gattr attr_int(const char *name, int64_t v) {
+  gattr a = {.name = name, .type = ATTR_INT, .i = v};
+  return a;
+}
+gattr attr_float(const char *name, float v) {
+  gattr a = {.name = name, .type = ATTR_FLOAT, .f = v};
+  return a;
+}
+gattr attr_string(const char *name, const char *v) {
+  gattr a = {.name = name, .type = ATTR_STRING, .s = v};
+  return a;
+}
+gattr attr_ints(const char *name, const int64_t *v, int n) {
+  gattr a = {.name = name, .type = ATTR_INTS, .ints = v, .n = n};
+  return a;
+}
+gattr attr_floats(const char *name, const float *v, int n) {
+  gattr a = {.name = name, .type = ATTR_FLOATS, .floats = v, .n = n};
+  return a;
+}
+
+static int copy_attr(graph *g, gattr *dst, const gattr *src) {
+  *dst = *src;
+  dst->name = arena_strdup(&g->arena, src->name);
+  if (!dst->name) return 0;
+  if (src->type == ATTR_STRING) {
+    dst->s = arena_strdup(&g->arena, src->s ? src->s : "");
+    if (!dst->s) return 0;
+  } else if (src->type == ATTR_INTS) {
+    int64_t *p = arena_alloc(&g->arena, (size_t)src->n * sizeof *p);
+    if (!p) return 0;
+    if (src->n) memcpy(p, src->ints, (size_t)src->n * sizeof *p);
+    dst->ints = p;
+  } else if (src->type == ATTR_FLOATS) {
+    float *p = arena_alloc(&g->arena, (size_t)src->n * sizeof *p);
+    if (!p) return 0;
+    if (src->n) memcpy(p, src->floats, (size_t)src->n * sizeof *p);
+    dst->floats = p;
+  }
+  return 1;
+}
+
+int graph_add_node(graph *g, const char *op_type, const char *domain, const char *name,
+                   int n_inputs, const int *inputs, int n_outputs, const char *const *out_names,
+                   int *out_ids, int n_attrs, const gattr *attrs) {
+  if (out_ids)
+    for (int i = 0; i < n_outputs; i++) out_ids[i] = -1;
+  if (g->err.status != PH_OK) return -1;
+  if (n_inputs < 0 || n_inputs > GRAPH_MAX_IO || n_outputs < 1 || n_outputs > GRAPH_MAX_IO)
+    return fail(g, PH_ERR_LIMIT, "node %s (%s): too many inputs or outputs", name, op_type);
+  for (int i = 0; i < n_inputs; i++)
+    if (inputs[i] < -1 || inputs[i] >= g->n_values)
+      return fail(g, PH_ERR_INVALID_ARGUMENT, "node %s (%s): input refers to no value", name, op_type);
+  if (!grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(gnode)))
+    return fail(g, PH_ERR_NO_MEMORY, "out of memory adding node %s%s", name, "");
+  gnode n;
+  memset(&n, 0, sizeof n);
+  n.name = arena_strdup(&g->arena, name);
+  n.op_type = arena_strdup(&g->arena, op_type);
+  n.domain = arena_strdup(&g->arena, domain ? domain : "");
+  n.n_inputs = n_inputs;
+  n.n_outputs = n_outputs;
+  n.n_attrs = n_attrs;
+  n.inputs = arena_alloc(&g->arena, (size_t)(n_inputs ? n_inputs : 1) * sizeof(int));
+  n.outputs = arena_alloc(&g->arena, (size_t)n_outputs * sizeof(int));
+  n.attrs = arena_alloc(&g->arena, (size_t)(n_attrs ? n_attrs : 1) * sizeof(gattr));
+  if (!n.name || !n.op_type || !n.domain || !n.inputs || !n.outputs || !n.attrs)
+    return fail(g, PH_ERR_NO_MEMORY, "out of memory adding node %s%s", name, "");
+  if (n_inputs) memcpy(n.inputs, inputs, (size_t)n_inputs * sizeof(int));
+  for (int i = 0; i < n_attrs; i++)
+    if (!copy_attr(g, &n.attrs[i], &attrs[i]))
+      return fail(g, PH_ERR_NO_MEMORY, "out of memory adding node %s%s", name, "");
+  int node_id = g->n_nodes;
+  for (int i = 0; i < n_outputs; i++) {
+    n.outputs[i] = -1;
+    if (!out_names || !out_names[i]) continue;
+    int v = new_value(g, out_names[i], VALUE_INTERMEDIATE);
+    if (v < 0) return -1;
+    g->values[v].producer = node_id;
+    n.outputs[i] = v;
+    if (out_ids) out_ids[i] = v;
+  }
+  g->nodes[g->n_nodes++] = n;
+  return node_id;
+}
+
+int graph_rename_value(graph *g, int value, const char *name) {
+  if (g->err.status != PH_OK) return -1;
+  if (value < 0 || value >= g->n_values)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "rename to %s: no such value%s", name, "");
+  int other = graph_find_value(g, name);
+  if (other == value) return value;
+  if (other >= 0) return fail(g, PH_ERR_INVALID_ARGUMENT, "value \"%s\" is defined twice%s", name, "");
+  char *nm = arena_strdup(&g->arena, name);
+  if (!nm) return fail(g, PH_ERR_NO_MEMORY, "out of memory renaming to %s%s", name, "");
+  g->values[value].name = nm;
+  return value;
+}
+
+int graph_mark_output(graph *g, int value, const char *const *sym_names) {
+  if (g->err.status != PH_OK) return -1;
+  if (value < 0 || value >= g->n_values)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "graph output refers to no value%s%s", "", "");
+  gvalue *v = &g->values[value];
+  if (v->is_output) return value;
+  if (!grow((void **)&g->outputs, &g->cap_outputs, g->n_outputs + 1, sizeof(int)))
+    return fail(g, PH_ERR_NO_MEMORY, "out of memory marking output %s%s", v->name, "");
+  v->is_output = 1;
+  g->outputs[g->n_outputs++] = value;
+  /* symbols are applied after finalize knows the rank; remember them now if rank is known */
+  if (sym_names && v->type.rank >= 0 && set_symbols(g, v, sym_names) < 0) return -1;
+  return value;
+}
+
+/* ---- finalize: resolve ops, static inference -------------------------------------------- */
+
+static ph_status resolve_ops(graph *g, diag *d) {
+  char missing[DIAG_MSG_BYTES];
+  size_t pos = 0;
+  int n_missing = 0;
+  missing[0] = '\0';
+  for (int i = 0; i < g->n_nodes; i++) {
+    gnode *n = &g->nodes[i];
+    if (n->dead) continue;
+    n->op = op_lookup(n->domain, n->op_type);
+    if (n->op && n->op->infer && n->op->run) continue;
+    n->op = NULL;
+    /* list each unsupported (domain, op) once */
+    char item[160];
+    snprintf(item, sizeof item, "%s%s%s", n->domain[0] ? n->domain : "", n->domain[0] ? "." : "",
+             n->op_type);
+    if (strstr(missing, item)) continue;
+    int k = snprintf(missing + pos, sizeof missing - pos, "%s%s", n_missing ? ", " : "", item);
+    if (k > 0 && (size_t)k < sizeof missing - pos) pos += (size_t)k;
+    n_missing++;
+  }
+  RETURN_ERROR_IF(n_missing, d, PH_ERR_UNSUPPORTED, "%d unsupported operator type%s: %s",
+                  n_missing, n_missing == 1 ? "" : "s", missing);
+  return PH_OK;
+}
+
+ph_status graph_finalize(graph *g, diag *d) {
+  if (g->err.status != PH_OK) {
+    diag_copy(d, &g->err);
+    return g->err.status;
+  }
+  FORWARD_IF_ERROR(resolve_ops(g, d));
+  for (int i = 0; i < g->n_nodes; i++) {
+    gnode *n = &g->nodes[i];
+    if (n->dead) continue;
+    const op_def *op = n->op;
+    if (n->n_inputs < op->min_inputs || n->n_inputs > op->max_inputs ||
+        n->n_outputs < op->min_outputs || n->n_outputs > op->max_outputs)
+      return diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                      "node %s (%s): %d inputs and %d outputs, the op takes %d..%d and %d..%d",
+                      n->name, n->op_type, n->n_inputs, n->n_outputs, op->min_inputs,
+                      op->max_inputs, op->min_outputs, op->max_outputs);
+    tinfo in[GRAPH_MAX_IO], out[GRAPH_MAX_IO];
+    memset(in, 0, sizeof in);
+    memset(out, 0, sizeof out);
+    for (int k = 0; k < n->n_inputs; k++) {
+      int v = n->inputs[k];
+      if (v < 0) continue;
+      const gvalue *val = &g->values[v];
+      if (val->kind == VALUE_INTERMEDIATE && val->producer < 0)
+        return diag_set(d, PH_ERR_INVALID_ARGUMENT, "node %s (%s): input %s has no producer",
+                        n->name, n->op_type, val->name);
+      if (val->producer >= i)
+        return diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                        "node %s (%s): input %s is produced later (nodes out of order)", n->name,
+                        n->op_type, val->name);
+      in[k] = val->type;
+      if (val->src_transposed) in[k].data = NULL; /* contents not materialized */
+    }
+    ph_status s = op->infer(n, in, out, d);
+    if (s != PH_OK) return diag_prefix(d, "node %s (%s)", n->name, n->op_type);
+    for (int k = 0; k < n->n_outputs; k++) {
+      int v = n->outputs[k];
+      if (v < 0) continue;
+      g->values[v].type = out[k];
+      g->values[v].type.data = NULL;
+    }
+  }
+  for (int i = 0; i < g->n_outputs; i++) {
+    const gvalue *v = &g->values[g->outputs[i]];
+    RETURN_ERROR_IF(v->type.dtype == PH_DTYPE_INVALID, d, PH_ERR_INVALID_ARGUMENT,
+                    "graph output %s is never produced", v->name);
+  }
+  g->finalized = 1;
+  return PH_OK;
+}
+
+/* ---- attributes and tinfo ----------------------------------------------------------------- */
+
+const gattr *node_attr(const gnode *n, const char *name) {
+  for (int i = 0; i < n->n_attrs; i++)
+    if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+  return NULL;
+}
+
+int64_t node_attr_int(const gnode *n, const char *name, int64_t def) {
+  const gattr *a = node_attr(n, name);
+  return a && a->type == ATTR_INT ? a->i : def;
+}
+
+float node_attr_float(const gnode *n, const char *name, float def) {
+  const gattr *a = node_attr(n, name);
+  return a && a->type == ATTR_FLOAT ? a->f : def;
+}
+
+const char *node_attr_string(const gnode *n, const char *name, const char *def) {
+  const gattr *a = node_attr(n, name);
+  return a && a->type == ATTR_STRING ? a->s : def;
+}
+
+tinfo tinfo_make(ph_dtype dtype, int rank, const int64_t *dims) {
+  tinfo t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dtype;
+  t.rank = rank;
+  for (int i = 0; i < rank && i < GRAPH_MAX_DIMS; i++) t.dims[i] = dims ? dims[i] : -1;
+  return t;
+}
+
+int64_t tinfo_numel(const tinfo *t) {
+  if (t->rank < 0) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->dims[i] < 0) return -1;
+    if (t->dims[i] && n > INT64_MAX / t->dims[i]) return -1;
+    n *= t->dims[i];
+  }
+  return n;
+}
+
+int64_t tinfo_bytes(const tinfo *t) {
+  int64_t n = tinfo_numel(t);
+  int64_t es = (int64_t)dtype_size(t->dtype);
+  if (n < 0 || !es || n > INT64_MAX / es) return -1;
+  return n * es;
+}
+
+const char *tinfo_format(const tinfo *t, char *buf, size_t n) {
+  if (!n) return buf;
+  size_t pos = 0;
+  int k = snprintf(buf, n, "%s", ph_dtype_name(t->dtype));
+  pos = k > 0 ? (size_t)k : 0;
+  if (t->rank < 0) {
+    if (pos < n) snprintf(buf + pos, n - pos, "[?..]");
+    return buf;
+  }
+  if (pos < n) pos += (size_t)snprintf(buf + pos, n - pos, "[");
+  for (int i = 0; i < t->rank && pos < n; i++) {
+    if (t->dims[i] < 0)
+      k = snprintf(buf + pos, n - pos, "%s?", i ? ", " : "");
+    else
+      k = snprintf(buf + pos, n - pos, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+    if (k < 0) break;
+    pos += (size_t)k;
+  }
+  if (pos < n) snprintf(buf + pos, n - pos, "]");
+  return buf;
+}

@@ -1,0 +1,96 @@
+/* prepare — CPU rewrites of a finalized graph. See prepare.h. */
+#include "graph/prepare.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/dtype.h"
+
+/* The constant weight feeding input 1 of a MatMul: the initializer itself or the input of a Cast
+ * that only converts a float initializer. -1 if B is not such a constant. */
+static int weight_source(const graph *g, int b) {
+  const gvalue *v = &g->values[b];
+  if (v->kind == VALUE_INITIALIZER) return b;
+  if (v->producer < 0) return -1;
+  const gnode *p = &g->nodes[v->producer];
+  if (strcmp(p->op_type, "Cast") != 0 || p->domain[0] || p->n_inputs != 1) return -1;
+  int src = p->inputs[0];
+  if (src < 0 || g->values[src].kind != VALUE_INITIALIZER) return -1;
+  ph_dtype dt = g->values[src].type.dtype;
+  if (dt != PH_DTYPE_F32 && dt != PH_DTYPE_F16 && dt != PH_DTYPE_BF16) return -1;
+  return src;
+}
+
+/* An initializer [N, K] holding the rows of W (K, N): the lazy source view when there is one,
+ * else a transposed copy. */
+static int rows_initializer(graph *g, int w, diag *d) {
+  const gvalue *v = &g->values[w];
+  char name[512];
+  snprintf(name, sizeof name, "%s.rows", v->name);
+  int existing = graph_find_value(g, name);
+  if (existing >= 0) return existing; /* a tied weight used twice */
+  int64_t K = v->type.dims[0], N = v->type.dims[1];
+  ph_dtype dt = v->type.dtype;
+  if (v->src_transposed) return graph_add_initializer_view(g, name, dt, shape_2d(N, K), v->src);
+  const void *data = graph_initializer_data(g, w, d);
+  if (!data) return -1;
+  void *dst = NULL;
+  int id = graph_add_initializer_alloc(g, name, dt, shape_2d(N, K), &dst);
+  if (id < 0) return -1;
+  size_t es = dtype_size(dt);
+  const char *src = data;
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t n = 0; n < N; n++)
+      memcpy((char *)dst + ((size_t)n * (size_t)K + (size_t)k) * es,
+             src + ((size_t)k * (size_t)N + (size_t)n) * es, es);
+  return id;
+}
+
+static void mark_dead_nodes(graph *g) {
+  int *uses = calloc((size_t)g->n_values, sizeof *uses);
+  if (!uses) return; /* keeping dead nodes is only slower, never wrong */
+  for (int i = 0; i < g->n_outputs; i++) uses[g->outputs[i]]++;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const gnode *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++)
+      if (n->inputs[k] >= 0) uses[n->inputs[k]]++;
+  }
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    gnode *n = &g->nodes[i];
+    if (n->dead) continue;
+    int used = 0;
+    for (int k = 0; k < n->n_outputs; k++)
+      if (n->outputs[k] >= 0 && uses[n->outputs[k]]) used = 1;
+    if (used) continue;
+    n->dead = 1;
+    for (int k = 0; k < n->n_inputs; k++)
+      if (n->inputs[k] >= 0) uses[n->inputs[k]]--;
+  }
+  free(uses);
+}
+
+ph_status graph_prepare_cpu(graph *g, diag *d) {
+  RETURN_ERROR_IF(!g->finalized, d, PH_ERR_INVALID_ARGUMENT, "prepare needs a finalized graph");
+  for (int i = 0; i < g->n_nodes; i++) {
+    gnode *n = &g->nodes[i];
+    if (n->dead || strcmp(n->op_type, "MatMul") != 0 || n->domain[0] || n->n_inputs != 2) continue;
+    int w = weight_source(g, n->inputs[1]);
+    if (w < 0 || g->values[w].type.rank != 2) continue;
+    const gvalue *a = &g->values[n->inputs[0]];
+    if (a->type.rank < 1) continue;
+    int rows = rows_initializer(g, w, d);
+    if (rows < 0) return graph_status(g) != PH_OK ? diag_set(d, graph_status(g), "%s", g->err.msg)
+                                                 : (d ? d->status : PH_ERR_INTERNAL);
+    n = &g->nodes[i]; /* adding initializers does not move nodes, but be explicit */
+    n->inputs[1] = rows;
+    n->op_type = "MatMulWT";
+    n->domain = "pagedhybrid.internal";
+    n->internal = 1;
+    n->op = NULL;
+  }
+  mark_dead_nodes(g);
+  g->finalized = 0;
+  return graph_finalize(g, d);
+}

@@ -1,0 +1,19 @@
+/* prepare — rewrites a finalized graph for the CPU executor. Never used on a graph that will be
+ * exported: the nodes it creates are internal (gnode.internal) and have no ONNX meaning.
+ *
+ * Rewrites:
+ * - MatMul(A, B) where B is a constant weight — an initializer, or a Cast of one — becomes
+ *   pagedhybrid.internal::MatMulWT(A, W[N, K]) that reads the weight in its stored dtype and
+ *   the checkpoint's row-per-output layout (no transposed or upcast copy). A lazily transposed
+ *   initializer (graph_add_initializer_transposed) is used as its source view directly.
+ * - Nodes whose outputs nobody reads any more (the Casts above) are marked dead.
+ * Then the graph is finalized again, so the rewritten nodes pass their contract checks.
+ */
+#ifndef PH_GRAPH_PREPARE_H
+#define PH_GRAPH_PREPARE_H
+
+#include "graph/graph.h"
+
+ph_status graph_prepare_cpu(graph *g, diag *d);
+
+#endif /* PH_GRAPH_PREPARE_H */

@@ -1,0 +1,227 @@
+/* dense_session — runs one sequence through the dense graph. See dense_session.h. */
+#include "models/dense_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/prepare.h"
+#include "models/model.h"
+#include "models/qwen35.h"
+
+typedef struct layer_io {
+  int full;
+  int in0, in1, out0, out1;     /* executor input / output indices */
+  float *buf0[2], *buf1[2];     /* full: K and V double buffers; linear: conv, recurrent in [0] */
+  int cur;                      /* full: which buffer holds the past */
+  int64_t dims0[4], dims1[4];
+  int rank0, rank1;
+} layer_io;
+
+struct dense_session {
+  const hf_config *c;
+  graph *g;
+  executor *e;
+  int64_t max_context;
+  int64_t len;                   /* tokens in the cache */
+  int in_ids, in_mask, in_pos, out_logits;
+  layer_io *layers;
+  int64_t *ids, *mask, *pos;     /* [max_context] each; pos [3 * max_context] */
+};
+
+static float *alloc_f32(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_threads,
+                               dense_session **out, diag *d) {
+  *out = NULL;
+  const hf_config *c = model_config(m);
+  const model_weights *w = model_weights_of(m);
+  RETURN_ERROR_IF(!c || !w, d, PH_ERR_INVALID_ARGUMENT, "the model was opened without weights");
+  dense_session *s = calloc(1, sizeof *s);
+  RETURN_ERROR_IF(!s, d, PH_ERR_NO_MEMORY, "out of memory");
+  s->c = c;
+  qwen35_options opt = qwen35_options_default();
+  opt.max_context = max_context;
+  ph_status st = qwen35_build_dense(c, w, &opt, &s->g, d);
+  if (st == PH_OK) st = graph_prepare_cpu(s->g, d);
+  if (st == PH_OK) st = exec_create(s->g, n_threads, &s->e, d);
+  if (st != PH_OK) {
+    dense_session_free(s);
+    return st;
+  }
+  /* the builder's cos/sin cache bounds the context */
+  int cos = graph_find_value(s->g, "cos_cache");
+  s->max_context = cos >= 0 ? s->g->values[cos].type.dims[0] : 4096;
+  s->in_ids = exec_input_index(s->e, "input_ids");
+  s->in_mask = exec_input_index(s->e, "attention_mask");
+  s->in_pos = exec_input_index(s->e, "position_ids");
+  s->out_logits = exec_output_index(s->e, "logits");
+  s->ids = calloc((size_t)s->max_context, sizeof(int64_t));
+  s->mask = calloc((size_t)s->max_context, sizeof(int64_t));
+  s->pos = calloc((size_t)s->max_context * 3, sizeof(int64_t));
+  s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
+  if (!s->ids || !s->mask || !s->pos || !s->layers) {
+    dense_session_free(s);
+    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
+  }
+  char name[96];
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    layer_io *l = &s->layers[i];
+    l->full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
+    const char *n0 = l->full ? "key" : "conv_state", *n1 = l->full ? "value" : "recurrent_state";
+    snprintf(name, sizeof name, "past_key_values.%d.%s", i, n0);
+    l->in0 = exec_input_index(s->e, name);
+    snprintf(name, sizeof name, "past_key_values.%d.%s", i, n1);
+    l->in1 = exec_input_index(s->e, name);
+    snprintf(name, sizeof name, "present.%d.%s", i, n0);
+    l->out0 = exec_output_index(s->e, name);
+    snprintf(name, sizeof name, "present.%d.%s", i, n1);
+    l->out1 = exec_output_index(s->e, name);
+    if (l->full) {
+      int64_t n = c->n_kv_heads * s->max_context * c->head_dim;
+      for (int k = 0; k < 2; k++) {
+        l->buf0[k] = alloc_f32(n);
+        l->buf1[k] = alloc_f32(n);
+      }
+      l->rank0 = l->rank1 = 4;
+    } else {
+      l->rank0 = 3;
+      l->dims0[0] = 1;
+      l->dims0[1] = c->geom.conv_dim;
+      l->dims0[2] = c->lin.conv_kernel - 1;
+      l->rank1 = 4;
+      l->dims1[0] = 1;
+      l->dims1[1] = c->lin.n_value_heads;
+      l->dims1[2] = c->lin.key_head_dim;
+      l->dims1[3] = c->lin.value_head_dim;
+      l->buf0[0] = alloc_f32(l->dims0[1] * l->dims0[2]);
+      l->buf1[0] = alloc_f32(l->dims1[1] * l->dims1[2] * l->dims1[3]);
+    }
+    if (!l->buf0[0] || !l->buf1[0] || (l->full && (!l->buf0[1] || !l->buf1[1]))) {
+      dense_session_free(s);
+      return diag_set(d, PH_ERR_NO_MEMORY, "out of memory for the caches");
+    }
+  }
+  *out = s;
+  return PH_OK;
+}
+
+void dense_session_free(dense_session *s) {
+  if (!s) return;
+  if (s->layers)
+    for (int i = 0; i < (int)s->c->n_layers; i++)
+      for (int k = 0; k < 2; k++) {
+        free(s->layers[i].buf0[k]);
+        free(s->layers[i].buf1[k]);
+      }
+  free(s->layers);
+  free(s->ids);
+  free(s->mask);
+  free(s->pos);
+  exec_free(s->e);
+  graph_free(s->g);
+  free(s);
+}
+
+void dense_session_reset(dense_session *s) {
+  s->len = 0;
+  for (int i = 0; i < (int)s->c->n_layers; i++) {
+    layer_io *l = &s->layers[i];
+    if (l->full) continue;
+    memset(l->buf0[0], 0, (size_t)(l->dims0[1] * l->dims0[2]) * sizeof(float));
+    memset(l->buf1[0], 0, (size_t)(l->dims1[1] * l->dims1[2] * l->dims1[3]) * sizeof(float));
+  }
+}
+
+int64_t dense_session_length(const dense_session *s) { return s->len; }
+int64_t dense_session_vocab(const dense_session *s) { return s->c->vocab_size; }
+executor *dense_session_executor(dense_session *s) { return s->e; }
+
+static tensor make_tensor(ph_dtype dt, int rank, const int64_t *dims, void *data) {
+  tensor t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dt;
+  t.rank = rank;
+  memcpy(t.dims, dims, (size_t)rank * sizeof(int64_t));
+  t.data = data;
+  return t;
+}
+
+ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n, float *logits,
+                             diag *d) {
+  const hf_config *c = s->c;
+  RETURN_ERROR_IF(n < 1, d, PH_ERR_INVALID_ARGUMENT, "a step needs at least one token");
+  RETURN_ERROR_IF(s->len + n > s->max_context, d, PH_ERR_LIMIT,
+                  "sequence of %lld tokens exceeds the context of %lld", (long long)(s->len + n),
+                  (long long)s->max_context);
+  for (int64_t i = 0; i < n; i++) {
+    RETURN_ERROR_IF(tokens[i] < 0 || tokens[i] >= c->vocab_size, d, PH_ERR_INVALID_ARGUMENT,
+                    "token %lld at %lld is outside the vocabulary of %lld", (long long)tokens[i],
+                    (long long)i, (long long)c->vocab_size);
+    s->ids[i] = tokens[i];
+    for (int r = 0; r < 3; r++) s->pos[r * n + i] = s->len + i; /* text: T = H = W */
+  }
+  const int64_t P = s->len, T = P + n;
+  for (int64_t i = 0; i < T; i++) s->mask[i] = 1;
+  ph_status st;
+  tensor t = make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->ids);
+  if ((st = exec_bind_input(s->e, s->in_ids, &t, d)) != PH_OK) return st;
+  t = make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, T}, s->mask);
+  if ((st = exec_bind_input(s->e, s->in_mask, &t, d)) != PH_OK) return st;
+  t = c->rope.has_mrope ? make_tensor(PH_DTYPE_I64, 3, (int64_t[]){3, 1, n}, s->pos)
+                        : make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->pos);
+  if ((st = exec_bind_input(s->e, s->in_pos, &t, d)) != PH_OK) return st;
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    layer_io *l = &s->layers[i];
+    if (l->full) {
+      int64_t past[4] = {1, c->n_kv_heads, P, c->head_dim};
+      int64_t pres[4] = {1, c->n_kv_heads, T, c->head_dim};
+      tensor pk = make_tensor(PH_DTYPE_F32, 4, past, l->buf0[l->cur]);
+      tensor pv = make_tensor(PH_DTYPE_F32, 4, past, l->buf1[l->cur]);
+      tensor ok = make_tensor(PH_DTYPE_F32, 4, pres, l->buf0[1 - l->cur]);
+      tensor ov = make_tensor(PH_DTYPE_F32, 4, pres, l->buf1[1 - l->cur]);
+      if ((st = exec_bind_input(s->e, l->in0, &pk, d)) != PH_OK ||
+          (st = exec_bind_input(s->e, l->in1, &pv, d)) != PH_OK ||
+          (st = exec_bind_output(s->e, l->out0, &ok, d)) != PH_OK ||
+          (st = exec_bind_output(s->e, l->out1, &ov, d)) != PH_OK)
+        return st;
+    } else {
+      /* fixed state: the present output is the past input's buffer (updated in place) */
+      tensor cs = make_tensor(PH_DTYPE_F32, 3, l->dims0, l->buf0[0]);
+      tensor rs = make_tensor(PH_DTYPE_F32, 4, l->dims1, l->buf1[0]);
+      if ((st = exec_bind_input(s->e, l->in0, &cs, d)) != PH_OK ||
+          (st = exec_bind_input(s->e, l->in1, &rs, d)) != PH_OK ||
+          (st = exec_bind_output(s->e, l->out0, &cs, d)) != PH_OK ||
+          (st = exec_bind_output(s->e, l->out1, &rs, d)) != PH_OK)
+        return st;
+    }
+  }
+  if ((st = exec_run(s->e, d)) != PH_OK) return st;
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    layer_io *l = &s->layers[i];
+    if (!l->full) continue;
+    l->cur = 1 - l->cur;
+    int64_t dims[4] = {1, c->n_kv_heads, T, c->head_dim};
+    memcpy(l->dims0, dims, sizeof dims);
+    memcpy(l->dims1, dims, sizeof dims);
+  }
+  s->len = T;
+  if (logits) {
+    const tensor *lg = exec_output(s->e, s->out_logits);
+    memcpy(logits, lg->data, (size_t)(n * c->vocab_size) * sizeof(float));
+  }
+  return PH_OK;
+}
+
+const float *dense_session_state(const dense_session *s, int layer, int which, int *rank,
+                                 int64_t *dims) {
+  if (layer < 0 || layer >= (int)s->c->n_layers || which < 0 || which > 1) return NULL;
+  const layer_io *l = &s->layers[layer];
+  const int64_t *src = which ? l->dims1 : l->dims0;
+  int r = which ? l->rank1 : l->rank0;
+  /* drop the batch dim */
+  *rank = r - 1;
+  for (int k = 1; k < r; k++) dims[k - 1] = src[k];
+  if (l->full) return which ? l->buf1[l->cur] : l->buf0[l->cur];
+  return which ? l->buf1[0] : l->buf0[0];
+}

@@ -1,0 +1,43 @@
+/* dense_session — one sequence run through the dense graph: the runner behind
+ * `pagedhybrid generate` and the golden tests until the paged engine exists.
+ *
+ * Owns the graph (built, prepared for the CPU), the executor, and the sequence's caches:
+ * conv and recurrent states are bound as both past input and present output (updated in place);
+ * K/V of full-attention layers live in two buffers per layer sized for max_context tokens, the
+ * present of one step becoming the past of the next (the dense ABI's KV grows by S each step).
+ * Batch size 1. Not thread-safe.
+ */
+#ifndef PH_MODELS_DENSE_SESSION_H
+#define PH_MODELS_DENSE_SESSION_H
+
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "exec/exec.h"
+
+typedef struct dense_session dense_session;
+
+/* max_context 0 = the builder's default. n_threads <= 0: all CPUs. */
+ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_threads,
+                               dense_session **out, diag *d);
+void dense_session_free(dense_session *s); /* NULL-safe */
+
+/* Appends n tokens (n >= 1) and runs them; logits (may be NULL) receives [n, vocab] f32. */
+ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n, float *logits,
+                             diag *d);
+
+/* Forgets the sequence (zero state, empty KV). */
+void dense_session_reset(dense_session *s);
+
+int64_t dense_session_length(const dense_session *s);
+int64_t dense_session_vocab(const dense_session *s);
+
+/* The present state of layer `layer` after the last step, or NULL:
+ * which 0: conv_state [conv_dim, K-1] or key [Hkv, P, D]; which 1: recurrent_state
+ * [Hv, Dk, Dv] or value [Hkv, P, D]. dims receives the shape (rank in *rank). */
+const float *dense_session_state(const dense_session *s, int layer, int which, int *rank,
+                                 int64_t *dims);
+
+executor *dense_session_executor(dense_session *s);
+
+#endif /* PH_MODELS_DENSE_SESSION_H */

@@ -1,0 +1,515 @@
+/* qwen35 — dense Qwen3.5 / Qwen3-Next graph builder. See qwen35.h; the math is
+ * ../shared/spec/model-math.md §1–§3 and each step below names the item of its §7
+ * easy-to-get-wrong list it gets right.
+ */
+#include "models/qwen35.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tensor/dtype.h"
+
+#define ONNX_FLOAT 1
+#define ONNX_INT32 6
+
+typedef struct builder {
+  graph *g;
+  const hf_config *c;
+  const model_weights *w;
+  char scope[96];
+  int64_t max_context;
+  int cos, sin;           /* rotary caches [ctx, rot/2] f32 */
+  int positions;          /* position_ids */
+  int seqlens_k, total;   /* GQA lengths derived from attention_mask */
+} builder;
+
+/* A 2-D weight [rows, cols] = [out, in] as Hugging Face stores Linear weights. */
+typedef struct wref {
+  const char *name;
+  ph_dtype dtype;
+  int64_t rows, cols;
+  const void *data;
+} wref;
+
+static wref wref_of(const st_tensor *t) {
+  wref r = {t->name, t->dtype, t->shape.dims[0], t->shape.n_dims > 1 ? t->shape.dims[1] : 1,
+            t->data};
+  return r;
+}
+
+static const st_tensor *lw(const builder *b, int layer, weight_role role) {
+  return weights_layer(b->w, layer, role);
+}
+
+/* ---- node helpers: every value is named "<scope>/<node>/output_<k>" ------------------------- */
+
+static int node_n(builder *b, const char *op, const char *domain, const char *name, int n_in,
+                  const int *in, int n_out, int *out, int n_attrs, const gattr *attrs) {
+  char node_name[256], names[GRAPH_MAX_IO][288];
+  const char *out_names[GRAPH_MAX_IO];
+  snprintf(node_name, sizeof node_name, "%s/%s", b->scope, name);
+  for (int k = 0; k < n_out; k++) {
+    if (out[k] == -2) { /* caller asks to leave this optional output absent */
+      out_names[k] = NULL;
+      continue;
+    }
+    snprintf(names[k], sizeof names[k], "%s/output_%d", node_name, k);
+    out_names[k] = names[k];
+  }
+  return graph_add_node(b->g, op, domain, node_name, n_in, in, n_out, out_names, out, n_attrs,
+                        attrs);
+}
+
+static int node1(builder *b, const char *op, const char *domain, const char *name, int n_in,
+                 const int *in, int n_attrs, const gattr *attrs) {
+  int out = -1;
+  node_n(b, op, domain, name, n_in, in, 1, &out, n_attrs, attrs);
+  return out;
+}
+
+#define NODE1(b, op, name, attrs_n, attrs, ...)                                                   \
+  node1(b, op, "", name, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__}, \
+        attrs_n, attrs)
+
+static int const_i64(builder *b, const char *name, int n, const int64_t *v) {
+  char full[192];
+  snprintf(full, sizeof full, "%s/%s", b->scope, name);
+  return graph_add_initializer_copy(b->g, full, PH_DTYPE_I64,
+                                    n < 0 ? shape_make(0, NULL) : shape_1d(n), v);
+}
+
+static int reshape(builder *b, const char *name, int x, int n, const int64_t *dims) {
+  char cname[96];
+  snprintf(cname, sizeof cname, "%s/shape", name);
+  int shp = const_i64(b, cname, n, dims);
+  return NODE1(b, "Reshape", name, 0, NULL, x, shp);
+}
+
+static int cast_to(builder *b, const char *name, int x, int onnx_type) {
+  gattr a = attr_int("to", onnx_type);
+  return NODE1(b, "Cast", name, 1, &a, x);
+}
+
+/* A weight as an initializer view, copied only when its address is misaligned for its dtype
+ * (real files pack tensors at any multiple of their element size, or not even that). */
+static int weight_view(builder *b, const char *name, ph_dtype dt, shape s, const void *data) {
+  int id = graph_find_value(b->g, name);
+  if (id >= 0) return id;
+  if ((uintptr_t)data % dtype_size(dt) != 0) return graph_add_initializer_copy(b->g, name, dt, s, data);
+  return graph_add_initializer_view(b->g, name, dt, s, data);
+}
+
+/* y = x W^T: MatMul with the lazily transposed weight, behind a Cast when stored below f32
+ * (the prepare pass fuses both into MatMulWT reading the stored bytes). */
+static int linear(builder *b, const char *name, int x, wref w) {
+  char tname[224];
+  snprintf(tname, sizeof tname, "%s.T", w.name);
+  int wt = graph_find_value(b->g, tname);
+  if (wt < 0) {
+    const void *src = w.data;
+    if ((uintptr_t)src % dtype_size(w.dtype) != 0) {
+      void *copy = NULL;
+      char cname[240];
+      snprintf(cname, sizeof cname, "%s.aligned", w.name);
+      if (graph_add_initializer_alloc(b->g, cname, w.dtype, shape_2d(w.rows, w.cols), &copy) < 0)
+        return -1;
+      memcpy(copy, src, (size_t)(w.rows * w.cols) * dtype_size(w.dtype));
+      src = copy;
+    }
+    wt = graph_add_initializer_transposed(b->g, tname, w.dtype, w.rows, w.cols, src);
+  }
+  if (w.dtype != PH_DTYPE_F32) {
+    char cname[128];
+    snprintf(cname, sizeof cname, "%s/Cast", name);
+    wt = cast_to(b, cname, wt, ONNX_FLOAT);
+  }
+  char mname[128];
+  snprintf(mname, sizeof mname, "%s/MatMul", name);
+  return NODE1(b, "MatMul", mname, 0, NULL, x, wt);
+}
+
+typedef enum f32_transform { F32_COPY, F32_ONE_PLUS, F32_NEG_EXP } f32_transform;
+
+/* An f32 initializer computed from a small checkpoint tensor: (1+w) RMSNorm gains folded once
+ * (model-math §7.3), -exp(A_log) for LinearAttentionGate's decay_scale, f32 copies of conv taps,
+ * dt_bias and the GDN norm gain. */
+static int f32_const(builder *b, const st_tensor *t, const char *suffix, f32_transform tf) {
+  char name[224];
+  snprintf(name, sizeof name, "%s%s", t->name, suffix);
+  int id = graph_find_value(b->g, name);
+  if (id >= 0) return id;
+  float *dst = NULL;
+  id = graph_add_initializer_alloc(b->g, name, PH_DTYPE_F32, t->shape, (void **)&dst);
+  if (id < 0) return -1;
+  int64_t n = shape_numel(&t->shape);
+  if (dtype_convert(dst, PH_DTYPE_F32, t->data, t->dtype, (size_t)n, NULL) != PH_OK) return -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (tf == F32_ONE_PLUS) dst[i] = 1.0f + dst[i];
+    if (tf == F32_NEG_EXP) dst[i] = -expf(dst[i]);
+  }
+  return id;
+}
+
+static int f32_fill(builder *b, const char *name, int64_t n, float v) {
+  char full[192];
+  snprintf(full, sizeof full, "%s/%s", b->scope, name);
+  float *dst = NULL;
+  int id = graph_add_initializer_alloc(b->g, full, PH_DTYPE_F32, shape_1d(n), (void **)&dst);
+  for (int64_t i = 0; id >= 0 && i < n; i++) dst[i] = v;
+  return id;
+}
+
+static int rms_norm(builder *b, const char *name, int x, int gain, float eps) {
+  gattr a[2] = {attr_int("axis", -1), attr_float("epsilon", eps)};
+  return NODE1(b, "SimplifiedLayerNormalization", name, 2, a, x, gain);
+}
+
+/* Returns the normalized output; *sum receives input + skip (the new residual stream). */
+static int skip_rms_norm(builder *b, const char *name, int x, int skip, int gain, float eps,
+                         int *sum) {
+  gattr a = attr_float("epsilon", eps);
+  int out[4] = {-1, -2, -2, -1};
+  node_n(b, "SkipSimplifiedLayerNormalization", "com.microsoft", name, 3, (int[]){x, skip, gain},
+         4, out, 1, &a);
+  *sum = out[3];
+  return out[0];
+}
+
+/* ---- rotary caches and attention lengths (shared by all full-attention layers) ----------- */
+
+static void rotary_caches(builder *b) {
+  const hf_config *c = b->c;
+  int64_t half = c->rope.rotary_dim / 2;
+  float *cs = NULL, *sn = NULL;
+  b->cos = graph_add_initializer_alloc(b->g, "cos_cache", PH_DTYPE_F32, shape_2d(b->max_context, half), (void **)&cs);
+  b->sin = graph_add_initializer_alloc(b->g, "sin_cache", PH_DTYPE_F32, shape_2d(b->max_context, half), (void **)&sn);
+  if (!cs || !sn) return;
+  /* inv_freq_j = theta^(-2j/rot); angles in double (the golden reference is f64; HF's single
+   * fp32 multiply differs only in the last bits, model-math §7.15). */
+  for (int64_t p = 0; p < b->max_context; p++)
+    for (int64_t j = 0; j < half; j++) {
+      double inv = pow(c->rope.theta, -2.0 * (double)j / (double)c->rope.rotary_dim);
+      double ang = (double)p * inv;
+      cs[p * half + j] = (float)cos(ang);
+      sn[p * half + j] = (float)sin(ang);
+    }
+}
+
+static void attention_lengths(builder *b, int mask) {
+  snprintf(b->scope, sizeof b->scope, "/model/attn_mask");
+  int64_t axis1 = 1, one = 1;
+  gattr keep = attr_int("keepdims", 0);
+  int sum = NODE1(b, "ReduceSum", "ReduceSum", 1, &keep, mask, const_i64(b, "axes", 1, &axis1));
+  int minus1 = NODE1(b, "Sub", "Sub", 0, NULL, sum, const_i64(b, "one", -1, &one));
+  b->seqlens_k = cast_to(b, "seqlens_k", minus1, ONNX_INT32);
+  int shp = NODE1(b, "Shape", "Shape", 0, NULL, mask);
+  int total = NODE1(b, "Gather", "Gather", 0, NULL, shp, const_i64(b, "index1", -1, &axis1));
+  b->total = cast_to(b, "total_sequence_length", total, ONNX_INT32);
+}
+
+/* ---- layers ------------------------------------------------------------------------------- */
+
+static int rotary(builder *b, const char *name, int x, int64_t n_heads) {
+  const hf_config *c = b->c;
+  if (c->rope.has_mrope) {
+    gattr a[5] = {attr_int("interleaved", 0), attr_int("rotary_embedding_dim", c->rope.rotary_dim),
+                  attr_int("num_heads", n_heads), attr_ints("mrope_section", c->rope.mrope_section, 3),
+                  attr_int("mrope_layout", c->rope.mrope_interleaved ? 1 : 0)};
+    return node1(b, "MRotaryEmbedding", "com.microsoft", name, 4,
+                 (int[]){x, b->positions, b->cos, b->sin}, 5, a);
+  }
+  gattr a[3] = {attr_int("interleaved", 0), attr_int("rotary_embedding_dim", c->rope.rotary_dim),
+                attr_int("num_heads", n_heads)};
+  return node1(b, "RotaryEmbedding", "com.microsoft", name, 4,
+               (int[]){x, b->positions, b->cos, b->sin}, 3, a);
+}
+
+static int full_attention(builder *b, int layer, int x, int past_k, int past_v, int *present_k,
+                          int *present_v) {
+  const hf_config *c = b->c;
+  const int64_t Hq = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
+  const float eps = (float)c->rms_norm_eps;
+  snprintf(b->scope, sizeof b->scope, "/model/layers.%d/attn", layer);
+  /* §7.1: q_proj rows are [query_h | gate_h] per head: view [.., Hq, 2D] and split the last axis */
+  int qg = linear(b, "q_proj", x, wref_of(lw(b, layer, W_ATTN_Q)));
+  int qg4 = reshape(b, "q_proj/Reshape", qg, 4, (int64_t[]){0, 0, Hq, 2 * D});
+  int halves[2] = {-1, -1};
+  gattr ax = attr_int("axis", -1);
+  node_n(b, "Split", "", "q_gate/Split", 2, (int[]){qg4, const_i64(b, "q_gate/split", 2, (int64_t[]){D, D})},
+         2, halves, 1, &ax);
+  /* §7.3/§7.4: (1+w) RMSNorm per head over D, before RoPE */
+  int q = rms_norm(b, "q_norm", halves[0], f32_const(b, lw(b, layer, W_ATTN_Q_NORM), ".1p", F32_ONE_PLUS), eps);
+  int k4 = reshape(b, "k_proj/Reshape", linear(b, "k_proj", x, wref_of(lw(b, layer, W_ATTN_K))), 4,
+                   (int64_t[]){0, 0, Hkv, D});
+  int k = rms_norm(b, "k_norm", k4, f32_const(b, lw(b, layer, W_ATTN_K_NORM), ".1p", F32_ONE_PLUS), eps);
+  int v = linear(b, "v_proj", x, wref_of(lw(b, layer, W_ATTN_V)));
+  q = reshape(b, "q_norm/Reshape", q, 3, (int64_t[]){0, 0, Hq * D});
+  k = reshape(b, "k_norm/Reshape", k, 3, (int64_t[]){0, 0, Hkv * D});
+  /* §7.4/§7.5: partial rotary on the first rot dims, NeoX pairing, interleaved MRoPE slots */
+  q = rotary(b, "q_rotary", q, Hq);
+  k = rotary(b, "k_rotary", k, Hkv);
+  gattr ga[3] = {attr_int("num_heads", Hq), attr_int("kv_num_heads", Hkv),
+                 attr_float("scale", (float)(1.0 / sqrt((double)D)))};
+  int out[3] = {-1, -1, -1};
+  node_n(b, "GroupQueryAttention", "com.microsoft", "GroupQueryAttention", 7,
+         (int[]){q, k, v, past_k, past_v, b->seqlens_k, b->total}, 3, out, 3, ga);
+  *present_k = out[1];
+  *present_v = out[2];
+  /* §7.2: the attention output gate is sigmoid */
+  int gate = reshape(b, "gate/Reshape", halves[1], 3, (int64_t[]){0, 0, Hq * D});
+  int gated = NODE1(b, "Mul", "gate/Mul", 0, NULL, out[0], NODE1(b, "Sigmoid", "gate/Sigmoid", 0, NULL, gate));
+  return linear(b, "o_proj", gated, wref_of(lw(b, layer, W_ATTN_O)));
+}
+
+/* Qwen3-Next stores in_proj_qkvz / in_proj_ba grouped per key head (§7.12); regroup the rows
+ * into Qwen3.5's split layout once, at build time (a pure row permutation). */
+static int next_regroup(builder *b, int layer, wref *qkv, wref *z, wref *bw, wref *aw) {
+  const hf_config *c = b->c;
+  const st_tensor *qkvz = lw(b, layer, W_LIN_QKVZ), *ba = lw(b, layer, W_LIN_BA);
+  const int64_t H = c->hidden_size, Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
+  const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim, r = Hv / Hk;
+  const int64_t kd = c->geom.key_dim, vd = c->geom.value_dim;
+  const size_t row = (size_t)H * dtype_size(qkvz->dtype);
+  char name[224];
+  void *p_qkv = NULL, *p_z = NULL, *p_b = NULL, *p_a = NULL;
+  int ids[4];
+  snprintf(name, sizeof name, "%s.qkv", qkvz->name);
+  ids[0] = graph_add_initializer_alloc(b->g, name, qkvz->dtype, shape_2d(2 * kd + vd, H), &p_qkv);
+  snprintf(name, sizeof name, "%s.z", qkvz->name);
+  ids[1] = graph_add_initializer_alloc(b->g, name, qkvz->dtype, shape_2d(vd, H), &p_z);
+  snprintf(name, sizeof name, "%s.b", ba->name);
+  ids[2] = graph_add_initializer_alloc(b->g, name, ba->dtype, shape_2d(Hv, H), &p_b);
+  snprintf(name, sizeof name, "%s.a", ba->name);
+  ids[3] = graph_add_initializer_alloc(b->g, name, ba->dtype, shape_2d(Hv, H), &p_a);
+  if (ids[0] < 0 || ids[1] < 0 || ids[2] < 0 || ids[3] < 0) return -1;
+  const char *src = (const char *)qkvz->data;
+  const int64_t group = 2 * Dk + 2 * r * Dv;
+  for (int64_t g = 0; g < Hk; g++) {
+    const char *s = src + (size_t)(g * group) * row;
+    memcpy((char *)p_qkv + (size_t)(g * Dk) * row, s, (size_t)Dk * row);                     /* q_g */
+    memcpy((char *)p_qkv + (size_t)(kd + g * Dk) * row, s + (size_t)Dk * row, (size_t)Dk * row); /* k_g */
+    memcpy((char *)p_qkv + (size_t)(2 * kd + g * r * Dv) * row, s + (size_t)(2 * Dk) * row,
+           (size_t)(r * Dv) * row);                                                           /* v_g */
+    memcpy((char *)p_z + (size_t)(g * r * Dv) * row, s + (size_t)(2 * Dk + r * Dv) * row,
+           (size_t)(r * Dv) * row);                                                           /* z_g */
+    const char *sb = (const char *)ba->data + (size_t)(g * 2 * r) * row;
+    memcpy((char *)p_b + (size_t)(g * r) * row, sb, (size_t)r * row);
+    memcpy((char *)p_a + (size_t)(g * r) * row, sb + (size_t)r * row, (size_t)r * row);
+  }
+  *qkv = (wref){b->g->values[ids[0]].name, qkvz->dtype, 2 * kd + vd, H, p_qkv};
+  *z = (wref){b->g->values[ids[1]].name, qkvz->dtype, vd, H, p_z};
+  *bw = (wref){b->g->values[ids[2]].name, ba->dtype, Hv, H, p_b};
+  *aw = (wref){b->g->values[ids[3]].name, ba->dtype, Hv, H, p_a};
+  return 0;
+}
+
+static int linear_attention(builder *b, int layer, int x, int past_conv, int past_rec,
+                            int *present_conv, int *present_rec) {
+  const hf_config *c = b->c;
+  const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
+  const int64_t Hv = c->lin.n_value_heads, r = Hv / Hk;
+  const int64_t kd = c->geom.key_dim, vd = c->geom.value_dim;
+  snprintf(b->scope, sizeof b->scope, "/model/layers.%d/linear_attn", layer);
+  wref wqkv, wz, wb, wa;
+  if (c->family == FAMILY_QWEN3_NEXT) {
+    if (next_regroup(b, layer, &wqkv, &wz, &wb, &wa) < 0) return -1;
+  } else {
+    wqkv = wref_of(lw(b, layer, W_LIN_QKV));
+    wz = wref_of(lw(b, layer, W_LIN_Z));
+    wb = wref_of(lw(b, layer, W_LIN_B));
+    wa = wref_of(lw(b, layer, W_LIN_A));
+  }
+  int mixed = linear(b, "in_proj_qkv", x, wqkv);
+  int z = linear(b, "in_proj_z", x, wz);
+  int beta_raw = linear(b, "in_proj_b", x, wb);
+  int a_raw = linear(b, "in_proj_a", x, wa);
+  /* §7.6: the depthwise conv covers q, k and v channels, SiLU after it, no bias; its state holds
+   * the pre-conv inputs. CausalConvWithState is channels-first. */
+  gattr perm = attr_ints("perm", (int64_t[]){0, 2, 1}, 3);
+  int mixed_t = NODE1(b, "Transpose", "conv/Transpose_in", 1, &perm, mixed);
+  int conv_w = f32_const(b, lw(b, layer, W_LIN_CONV), ".f32", F32_COPY);
+  gattr act = attr_string("activation", "silu");
+  int conv[2] = {-1, -1};
+  node_n(b, "CausalConvWithState", "com.microsoft", "conv/CausalConvWithState", 4,
+         (int[]){mixed_t, conv_w, -1, past_conv}, 2, conv, 1, &act);
+  *present_conv = conv[1];
+  int y = NODE1(b, "Transpose", "conv/Transpose_out", 1, &perm, conv[0]);
+  int qkv[3] = {-1, -1, -1};
+  gattr ax = attr_int("axis", -1);
+  node_n(b, "Split", "", "qkv/Split", 2, (int[]){y, const_i64(b, "qkv/split", 3, (int64_t[]){kd, kd, vd})},
+         3, qkv, 1, &ax);
+  /* §7.7: q and k L2-normalised with eps 1e-6 inside the sqrt: x/sqrt(Σx²+eps) is RMSNorm with
+   * eps/Dk and gain 1/sqrt(Dk); the Dk^-1/2 query scale is LinearAttention's default scale. */
+  const float l2_eps = 1e-6f / (float)Dk;
+  int l2_gain = f32_fill(b, "l2norm_gain", Dk, (float)(1.0 / sqrt((double)Dk)));
+  int q = reshape(b, "q/Reshape", qkv[0], 4, (int64_t[]){0, 0, Hk, Dk});
+  q = rms_norm(b, "q/l2norm", q, l2_gain, l2_eps);
+  q = reshape(b, "q/Reshape_out", q, 3, (int64_t[]){0, 0, Hk * Dk});
+  int k = reshape(b, "k/Reshape", qkv[1], 4, (int64_t[]){0, 0, Hk, Dk});
+  k = rms_norm(b, "k/l2norm", k, l2_gain, l2_eps);
+  /* §7.8: value head h reads key head h / (Hv/Hk): repeat each key head r times, contiguously */
+  if (r > 1) {
+    int k5 = NODE1(b, "Unsqueeze", "k/Unsqueeze", 0, NULL, k, const_i64(b, "k/axes", 1, (int64_t[]){3}));
+    int reps[GRAPH_MAX_IO];
+    for (int i = 0; i < r && i < GRAPH_MAX_IO; i++) reps[i] = k5;
+    gattr cax = attr_int("axis", 3);
+    k = node1(b, "Concat", "", "k/repeat", (int)r, reps, 1, &cax);
+  }
+  k = reshape(b, "k/Reshape_out", k, 3, (int64_t[]){0, 0, Hv * Dk});
+  /* §7.10: g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b), in f32 */
+  int gates[2] = {-1, -1};
+  node_n(b, "LinearAttentionGate", "com.microsoft", "gates", 4,
+         (int[]){a_raw, f32_const(b, lw(b, layer, W_LIN_DT_BIAS), ".f32", F32_COPY),
+                 f32_const(b, lw(b, layer, W_LIN_A_LOG), ".neg_exp", F32_NEG_EXP), beta_raw},
+         2, gates, 0, NULL);
+  /* §7.9/§7.11: gated delta rule, K-major state [B, Hv, Dk, Dv] */
+  gattr la[4] = {attr_int("q_num_heads", Hk), attr_int("kv_num_heads", Hv),
+                 attr_string("update_rule", "gated_delta"),
+                 attr_float("scale", (float)(1.0 / sqrt((double)Dk)))};
+  int lo[2] = {-1, -1};
+  node_n(b, "LinearAttention", "com.microsoft", "LinearAttention", 6,
+         (int[]){q, k, qkv[2], past_rec, gates[0], gates[1]}, 2, lo, 4, la);
+  *present_rec = lo[1];
+  /* §7.2: GDN output: RMSNorm with a plain gain first, then the SiLU(z) gate */
+  gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
+  int normed = node1(b, "GatedRMSNorm", "com.microsoft", "norm", 3,
+                     (int[]){lo[0], f32_const(b, lw(b, layer, W_LIN_NORM), ".f32", F32_COPY), z}, 1, &eps);
+  return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
+}
+
+static int mlp(builder *b, int layer, int x) {
+  snprintf(b->scope, sizeof b->scope, "/model/layers.%d/mlp", layer);
+  int g = linear(b, "gate_proj", x, wref_of(lw(b, layer, W_MLP_GATE)));
+  int u = linear(b, "up_proj", x, wref_of(lw(b, layer, W_MLP_UP)));
+  int silu = NODE1(b, "Mul", "act/Mul", 0, NULL, g, NODE1(b, "Sigmoid", "act/Sigmoid", 0, NULL, g));
+  int h = NODE1(b, "Mul", "Mul", 0, NULL, silu, u);
+  return linear(b, "down_proj", h, wref_of(lw(b, layer, W_MLP_DOWN)));
+}
+
+/* ---- the whole model ------------------------------------------------------------------------ */
+
+qwen35_options qwen35_options_default(void) {
+  qwen35_options o = {0};
+  return o;
+}
+
+static ph_status check_supported(const hf_config *c, diag *d) {
+  RETURN_ERROR_IF(c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT, d,
+                  PH_ERR_UNSUPPORTED, "the qwen35 builder does not build %s models", c->model_type);
+  for (int i = 0; i < (int)c->n_layers; i++)
+    RETURN_ERROR_IF(c->layer_is_moe[i], d, PH_ERR_UNSUPPORTED,
+                    "layer %d has a sparse MoE MLP: MoE models are not supported yet (%s)", i,
+                    c->model_type);
+  RETURN_ERROR_IF(c->attention_bias, d, PH_ERR_UNSUPPORTED, "attention_bias=true is not supported");
+  RETURN_ERROR_IF(c->lin.n_key_heads > 0 && c->lin.n_value_heads / c->lin.n_key_heads > GRAPH_MAX_IO,
+                  d, PH_ERR_UNSUPPORTED, "linear_num_value_heads / linear_num_key_heads above %d",
+                  GRAPH_MAX_IO);
+  return PH_OK;
+}
+
+ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
+                             const qwen35_options *opt, graph **out, diag *d) {
+  *out = NULL;
+  FORWARD_IF_ERROR(check_supported(c, d));
+  graph *g = NULL;
+  FORWARD_IF_ERROR(graph_create(&g, d));
+  builder bb = {.g = g, .c = c, .w = w};
+  builder *b = &bb;
+  /* rotary cache rows: the caller's context bound, else min(max_position_embeddings, 32768) */
+  int64_t ctx = 32768;
+  if (c->max_position_embeddings > 0 && c->max_position_embeddings < ctx) ctx = c->max_position_embeddings;
+  if (opt && opt->max_context > 0) ctx = opt->max_context;
+  b->max_context = ctx;
+  const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
+  const char *bs[] = {"batch_size", "sequence_length"};
+  int ids = graph_add_input(g, "input_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
+  const char *ms[] = {"batch_size", "total_sequence_length"};
+  int mask = graph_add_input(g, "attention_mask", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, ms);
+  if (c->rope.has_mrope) {
+    const char *ps[] = {NULL, "batch_size", "sequence_length"};
+    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 3, (int64_t[]){3, -1, -1}, ps);
+  } else {
+    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
+  }
+  int past[HF_MAX_LAYERS][2];
+  char name[128];
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    if (c->layer_kind[i] == PH_LAYER_FULL_ATTENTION) {
+      const char *ks[] = {"batch_size", NULL, "past_sequence_length", NULL};
+      snprintf(name, sizeof name, "past_key_values.%d.key", i);
+      past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 4, (int64_t[]){-1, Hkv, -1, D}, ks);
+      snprintf(name, sizeof name, "past_key_values.%d.value", i);
+      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4, (int64_t[]){-1, Hkv, -1, D}, ks);
+    } else {
+      const char *ss[] = {"batch_size", NULL, NULL, NULL};
+      snprintf(name, sizeof name, "past_key_values.%d.conv_state", i);
+      past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 3,
+                                   (int64_t[]){-1, c->geom.conv_dim, c->lin.conv_kernel - 1}, ss);
+      snprintf(name, sizeof name, "past_key_values.%d.recurrent_state", i);
+      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4,
+                                   (int64_t[]){-1, c->lin.n_value_heads, c->lin.key_head_dim,
+                                               c->lin.value_head_dim},
+                                   ss);
+    }
+  }
+  rotary_caches(b);
+  attention_lengths(b, mask);
+
+  snprintf(b->scope, sizeof b->scope, "/model/embed_tokens");
+  const st_tensor *embed = w->global[W_EMBED];
+  int ew = weight_view(b, embed->name, embed->dtype, embed->shape, embed->data);
+  int x = NODE1(b, "Gather", "Gather", 0, NULL, ew, ids);
+  if (embed->dtype != PH_DTYPE_F32) x = cast_to(b, "Cast", x, ONNX_FLOAT);
+  const float eps = (float)c->rms_norm_eps;
+  int residual = x, mixer_in = -1, branch = -1;
+  int present[HF_MAX_LAYERS][2];
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
+    int ln1 = f32_const(b, lw(b, i, W_INPUT_NORM), ".1p", F32_ONE_PLUS);
+    if (i == 0)
+      mixer_in = rms_norm(b, "input_layernorm", x, ln1, eps);
+    else
+      mixer_in = skip_rms_norm(b, "input_layernorm", branch, residual, ln1, eps, &residual);
+    int mixed = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
+                    ? full_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0], &present[i][1])
+                    : linear_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0], &present[i][1]);
+    snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
+    int ln2 = f32_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
+    int mlp_in = skip_rms_norm(b, "post_attention_layernorm", mixed, residual, ln2, eps, &residual);
+    branch = mlp(b, i, mlp_in);
+  }
+  snprintf(b->scope, sizeof b->scope, "/model");
+  int final_gain = f32_const(b, w->global[W_FINAL_NORM], ".1p", F32_ONE_PLUS);
+  int normed = skip_rms_norm(b, "norm", branch, residual, final_gain, eps, &residual);
+  /* §7.16: tied embeddings: the embedding matrix is the LM head */
+  const st_tensor *head = w->global[W_LM_HEAD] ? w->global[W_LM_HEAD] : embed;
+  b->scope[0] = '\0';
+  int logits = linear(b, "/lm_head", normed, wref_of(head));
+
+  /* graph outputs carry the ABI names (docs/graph-io.md) */
+  graph_rename_value(g, logits, "logits");
+  graph_mark_output(g, logits, NULL);
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    int full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
+    snprintf(name, sizeof name, "present.%d.%s", i, full ? "key" : "conv_state");
+    graph_rename_value(g, present[i][0], name);
+    graph_mark_output(g, present[i][0], NULL);
+    snprintf(name, sizeof name, "present.%d.%s", i, full ? "value" : "recurrent_state");
+    graph_rename_value(g, present[i][1], name);
+    graph_mark_output(g, present[i][1], NULL);
+  }
+  ph_status s = graph_status(g);
+  if (s != PH_OK) {
+    diag_copy(d, &g->err);
+    graph_free(g);
+    return s;
+  }
+  if ((s = graph_finalize(g, d)) != PH_OK) {
+    graph_free(g);
+    return diag_prefix(d, "building the dense %s graph", c->model_type);
+  }
+  *out = g;
+  return PH_OK;
+}

@@ -1,0 +1,38 @@
+/* qwen35 — the Qwen3.5 / 3.6 / 3.8 (and Qwen3-Next dense-MLP) graph builder.
+ *
+ * Reads like the forward pass of ../shared/spec/model-math.md §1–§3 but emits ONNX /
+ * com.microsoft nodes. Layout today: DENSE, the one ONNX Runtime runs on CPU —
+ *   inputs  input_ids i64 [B,S], attention_mask i64 [B,P+S], position_ids i64 [3,B,S],
+ *           past_key_values.{i}.key/.value f32 [B,Hkv,P,D]           (full-attention layers)
+ *           past_key_values.{i}.conv_state f32 [B,conv_dim,K-1]       (linear layers)
+ *           past_key_values.{i}.recurrent_state f32 [B,Hv,Dk,Dv]      (K-major, LinearAttention)
+ *   outputs logits f32 [B,S,V], present.{i}.* matching each past (KV grows to P+S; the conv and
+ *           recurrent states keep their shape and may be bound in place)
+ * (docs/graph-io.md). Full attention: q_proj split per head into query and gate, (1+w) q/k
+ * RMSNorm, interleaved partial MRoPE, GroupQueryAttention, sigmoid(gate), o_proj. Linear:
+ * projections, CausalConvWithState (silu), L2-normalised q/k (as RMSNorm with eps/Dk and gain
+ * 1/sqrt(Dk)), key repeated to the value heads, LinearAttentionGate, LinearAttention
+ * (gated_delta), GatedRMSNorm with z, out_proj. Qwen3-Next's fused in_proj_qkvz / in_proj_ba
+ * are regrouped to the split layout at build time. MoE layers are PH_ERR_UNSUPPORTED for now.
+ *
+ * Weights are initializer views of the mapped checkpoint (copied only when misaligned or when
+ * a transform needs it: (1+w) norm gains, f32 gate constants, Qwen3-Next regrouping).
+ */
+#ifndef PH_MODELS_QWEN35_H
+#define PH_MODELS_QWEN35_H
+
+#include "graph/graph.h"
+#include "io/hf_config.h"
+#include "models/weights.h"
+
+typedef struct qwen35_options {
+  int64_t max_context; /* rows of the rotary cos/sin caches; 0 = min(max_position_embeddings, 32768) */
+} qwen35_options;
+
+qwen35_options qwen35_options_default(void);
+
+/* Builds and finalizes the dense graph. */
+ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
+                             const qwen35_options *opt, graph **out, diag *d);
+
+#endif /* PH_MODELS_QWEN35_H */
