@@ -9,6 +9,7 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "io/safetensors.h"
 
 static char g_tmp[512];
 static char g_out[1024], g_err[1024];
@@ -30,7 +31,7 @@ static int run(const char *args) {
 }
 
 static void test_help(void) {
-  const char *cmds[] = {"inspect", "make-tiny", "demo"};
+  const char *cmds[] = {"inspect", "make-tiny", "generate", "demo"};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     char args[64];
     snprintf(args, sizeof args, "%s --help", cmds[i]);
@@ -217,6 +218,51 @@ static void test_inspect_27b_config_only(void) {
   json_decref(o);
 }
 
+/* generate on the golden f32 checkpoint reproduces the golden prompt logits via --logits-out */
+static void test_generate_golden_logits(void) {
+  char args[4096], ckpt[1024], ref_path[1024], out[1024];
+  const char *shared = check_env("PH_SHARED_DIR");
+  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", shared);
+  snprintf(ref_path, sizeof ref_path, "%s/golden/qwen35-tiny-f32/reference.safetensors", shared);
+  snprintf(out, sizeof out, "%s/gen-logits.safetensors", g_tmp);
+  /* sequence 0 of the manifest */
+  static const char *tokens = "241,160,175,229,148,198,213";
+  snprintf(args, sizeof args, "generate --model '%s' --tokens %s --max-new 3 --logits-out '%s' --threads 2",
+           ckpt, tokens, out);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "prompt: 241,160,175,229,148,198,213");
+  CHECK_CONTAINS(g_stdout, "generated:");
+  diag d;
+  st_set *got = NULL, *ref = NULL;
+  CHECK_STATUS(st_open_file(out, &got, &d), PH_OK, d.msg);
+  CHECK_STATUS(st_open_file(ref_path, &ref, &d), PH_OK, d.msg);
+  if (got && ref) {
+    const st_tensor *g = st_find(got, "logits"), *r = st_find(ref, "seq0.logits");
+    CHECK(g && r);
+    if (g && r) {
+      CHECK_EQ_INT(g->dtype, PH_DTYPE_F32);
+      CHECK_EQ_INT(g->shape.dims[0], 7 + 3);
+      CHECK_EQ_INT(g->shape.dims[1], 256);
+      const float *gv = (const float *)g->data, *rv = (const float *)r->data;
+      double scale = 0, err = 0;
+      for (int i = 0; i < 7 * 256; i++) {
+        if (fabs(rv[i]) > scale) scale = fabs(rv[i]);
+        if (fabs(gv[i] - rv[i]) > err) err = fabs(gv[i] - rv[i]);
+      }
+      CHECK(err <= 2e-4 * scale);
+    }
+  }
+  st_close(got);
+  st_close(ref);
+  CHECK_EQ_INT(run("generate --model /nonexistent --tokens 1"), 1);
+  CHECK_EQ_INT(run("generate --tokens 1"), 2);
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,x", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,999", ckpt);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "outside the vocabulary");
+}
+
 static void test_demo(void) {
   char args[2048];
   snprintf(args, sizeof args, "demo --work-dir '%s/demo'", g_tmp);
@@ -240,6 +286,7 @@ int main(void) {
   RUN(test_inspect_json_golden);
   RUN(test_make_tiny_then_inspect);
   RUN(test_inspect_27b_config_only);
+  RUN(test_generate_golden_logits);
   RUN(test_demo);
   free(g_stdout);
   free(g_stderr);

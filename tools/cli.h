@@ -67,5 +67,6 @@ int cli_lib_error(ph_status s, const char *detail);
 int cmd_inspect(int argc, char **argv);
 int cmd_make_tiny(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 
 #endif /* PH_TOOLS_CLI_H */

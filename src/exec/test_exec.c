@@ -1,0 +1,257 @@
+/* Graph IR and executor: static contract checks name the node; runs match hand computation;
+ * outputs bound in place of inputs; no allocation once sized; the CPU prepare pass keeps results.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/exec.h"
+#include "graph/prepare.h"
+#include "tensor/dtype.h"
+
+static tensor tens(ph_dtype dt, int rank, const int64_t *dims, void *data) {
+  tensor t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dt;
+  t.rank = rank;
+  memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+  t.data = data;
+  return t;
+}
+
+/* y = a W + b with W [4,3] given transposed (rows = outputs) to exercise lazy transposes. */
+static const float W_ROWS[3][4] = {{1, 2, 3, 4}, {-1, 0.5f, 0, 2}, {0.25f, -2, 1, 1}};
+static const float BIAS[3] = {0.5f, -1, 2};
+
+static graph *affine_graph(ph_dtype wdt, diag *d) {
+  graph *g = NULL;
+  if (graph_create(&g, d) != PH_OK) return NULL;
+  const char *syms[] = {"batch", NULL};
+  int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){-1, 4}, syms);
+  static uint16_t w16[12];
+  const void *wsrc = W_ROWS;
+  if (wdt == PH_DTYPE_BF16) {
+    dtype_convert(w16, PH_DTYPE_BF16, W_ROWS, PH_DTYPE_F32, 12, NULL);
+    wsrc = w16;
+  }
+  int w = graph_add_initializer_transposed(g, "W", wdt, 3, 4, wsrc);
+  if (wdt != PH_DTYPE_F32) {
+    gattr to = attr_int("to", 1);
+    int cw = -1;
+    graph_add_node(g, "Cast", "", "cast_w", 1, &w, 1, (const char *[]){"W_f32"}, &cw, 1, &to);
+    w = cw;
+  }
+  int b = graph_add_initializer_copy(g, "b", PH_DTYPE_F32, shape_1d(3), BIAS);
+  int y = -1, z = -1;
+  graph_add_node(g, "MatMul", "", "mm", 2, (int[]){a, w}, 1, (const char *[]){"y"}, &y, 0, NULL);
+  graph_add_node(g, "Add", "", "add", 2, (int[]){y, b}, 1, (const char *[]){"z"}, &z, 0, NULL);
+  graph_mark_output(g, z, NULL);
+  if (graph_finalize(g, d) != PH_OK) {
+    graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+static void run_affine(graph *g, int rows, float *out) {
+  diag d;
+  executor *e = NULL;
+  CHECK_STATUS(exec_create(g, 2, &e, &d), PH_OK, d.msg);
+  if (!e) return;
+  float a[8 * 4];
+  for (int i = 0; i < rows * 4; i++) a[i] = (float)(i % 7) - 3.0f;
+  tensor ta = tens(PH_DTYPE_F32, 2, (int64_t[]){rows, 4}, a);
+  CHECK_STATUS(exec_bind_input(e, 0, &ta, &d), PH_OK, d.msg);
+  CHECK_STATUS(exec_run(e, &d), PH_OK, d.msg);
+  const tensor *z = exec_output(e, 0);
+  CHECK_EQ_INT(z->dims[0], rows);
+  CHECK_EQ_INT(z->dims[1], 3);
+  memcpy(out, z->data, (size_t)rows * 3 * sizeof(float));
+  for (int r = 0; r < rows; r++)
+    for (int n = 0; n < 3; n++) {
+      double want = BIAS[n];
+      for (int k = 0; k < 4; k++) want += (double)a[r * 4 + k] * W_ROWS[n][k];
+      CHECK_NEAR(out[r * 3 + n], want, 1e-5);
+    }
+  exec_free(e);
+}
+
+static void test_build_and_run(void) {
+  diag d;
+  graph *g = affine_graph(PH_DTYPE_F32, &d);
+  CHECK(g != NULL);
+  if (!g) return;
+  /* static inference: the batch dim stays unknown, the feature dim is known */
+  int z = graph_find_value(g, "z");
+  CHECK_EQ_INT(g->values[z].type.rank, 2);
+  CHECK_EQ_INT(g->values[z].type.dims[0], -1);
+  CHECK_EQ_INT(g->values[z].type.dims[1], 3);
+  float out[24];
+  run_affine(g, 5, out);
+  /* the lazy transpose materializes to the canonical [4, 3] */
+  const float *w = graph_initializer_data(g, graph_find_value(g, "W"), &d);
+  CHECK(w != NULL);
+  if (w) CHECK(w[0 * 3 + 1] == W_ROWS[1][0] && w[3 * 3 + 2] == W_ROWS[2][3]);
+  graph_free(g);
+}
+
+static void test_prepare_matches(void) {
+  diag d;
+  float plain[24], prepared[24];
+  for (int bf = 0; bf < 2; bf++) {
+    ph_dtype dt = bf ? PH_DTYPE_BF16 : PH_DTYPE_F32;
+    graph *g = affine_graph(dt, &d);
+    CHECK(g != NULL);
+    if (!g) return;
+    run_affine(g, 7, plain);
+    CHECK_STATUS(graph_prepare_cpu(g, &d), PH_OK, d.msg);
+    int n_wt = 0, n_live_cast = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+      if (strcmp(g->nodes[i].op_type, "MatMulWT") == 0 && !g->nodes[i].dead) n_wt++;
+      if (strcmp(g->nodes[i].op_type, "Cast") == 0 && !g->nodes[i].dead) n_live_cast++;
+    }
+    CHECK_EQ_INT(n_wt, 1);
+    CHECK_EQ_INT(n_live_cast, 0); /* fused away */
+    run_affine(g, 7, prepared);
+    for (int i = 0; i < 21; i++) CHECK_NEAR(prepared[i], plain[i], 1e-5);
+    graph_free(g);
+  }
+}
+
+static void test_contract_errors(void) {
+  diag d;
+  graph *g = NULL;
+  /* K mismatch: [*, 4] x [5, 3] */
+  graph_create(&g, &d);
+  int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){2, 4}, NULL);
+  static float w[15];
+  int w5 = graph_add_initializer_view(g, "W", PH_DTYPE_F32, shape_2d(5, 3), w);
+  graph_add_node(g, "MatMul", "", "bad_matmul", 2, (int[]){a, w5}, 1, (const char *[]){"y"}, NULL, 0, NULL);
+  CHECK(graph_finalize(g, &d) != PH_OK);
+  CHECK_CONTAINS(d.msg, "bad_matmul");
+  graph_free(g);
+  /* wrong arity */
+  graph_create(&g, &d);
+  a = graph_add_input(g, "a", PH_DTYPE_F32, 1, (int64_t[]){3}, NULL);
+  graph_add_node(g, "Add", "", "lonely_add", 1, &a, 1, (const char *[]){"y"}, NULL, 0, NULL);
+  CHECK_STATUS(graph_finalize(g, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "lonely_add");
+  graph_free(g);
+  /* dtype mismatch */
+  graph_create(&g, &d);
+  a = graph_add_input(g, "a", PH_DTYPE_F32, 1, (int64_t[]){3}, NULL);
+  int i64 = graph_add_input(g, "i", PH_DTYPE_I64, 1, (int64_t[]){3}, NULL);
+  graph_add_node(g, "Add", "", "mixed_add", 2, (int[]){a, i64}, 1, (const char *[]){"y"}, NULL, 0, NULL);
+  CHECK(graph_finalize(g, &d) != PH_OK);
+  CHECK_CONTAINS(d.msg, "mixed_add");
+  graph_free(g);
+  /* unknown ops: all listed at once */
+  graph_create(&g, &d);
+  a = graph_add_input(g, "a", PH_DTYPE_F32, 1, (int64_t[]){3}, NULL);
+  int y = -1;
+  graph_add_node(g, "Frobnicate", "", "f", 1, &a, 1, (const char *[]){"y"}, &y, 0, NULL);
+  graph_add_node(g, "Quux", "com.example", "q", 1, &y, 1, (const char *[]){"z"}, NULL, 0, NULL);
+  graph_add_node(g, "Frobnicate", "", "f2", 1, &a, 1, (const char *[]){"w"}, NULL, 0, NULL);
+  CHECK_STATUS(graph_finalize(g, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_CONTAINS(d.msg, "2 unsupported operator types: Frobnicate, com.example.Quux");
+  graph_free(g);
+  /* duplicate value names are a sticky builder error */
+  graph_create(&g, &d);
+  graph_add_input(g, "a", PH_DTYPE_F32, 1, (int64_t[]){3}, NULL);
+  CHECK_EQ_INT(graph_add_input(g, "a", PH_DTYPE_F32, 1, (int64_t[]){3}, NULL), -1);
+  CHECK_STATUS(graph_status(g), PH_ERR_INVALID_ARGUMENT, g->err.msg);
+  CHECK_STATUS(graph_finalize(g, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  graph_free(g);
+}
+
+/* conv state updated in place: present bound to the past buffer equals a separate run */
+static void test_in_place_state(void) {
+  diag d;
+  graph *g = NULL;
+  graph_create(&g, &d);
+  int x = graph_add_input(g, "x", PH_DTYPE_F32, 3, (int64_t[]){1, 2, -1}, NULL);
+  int st = graph_add_input(g, "past", PH_DTYPE_F32, 3, (int64_t[]){1, 2, 2}, NULL);
+  static const float w[6] = {0.5f, -1, 2, 1, 1, -0.5f};
+  int wi = graph_add_initializer_view(g, "w", PH_DTYPE_F32, shape_3d(2, 1, 3), w);
+  gattr act = attr_string("activation", "silu");
+  int out[2] = {-1, -1};
+  graph_add_node(g, "CausalConvWithState", "com.microsoft", "conv", 4, (int[]){x, wi, -1, st}, 2,
+                 (const char *[]){"y", "present"}, out, 1, &act);
+  graph_mark_output(g, out[0], NULL);
+  graph_mark_output(g, out[1], NULL);
+  CHECK_STATUS(graph_finalize(g, &d), PH_OK, d.msg);
+  executor *e = NULL;
+  CHECK_STATUS(exec_create(g, 1, &e, &d), PH_OK, d.msg);
+  if (!e) {
+    graph_free(g);
+    return;
+  }
+  float xs[10] = {1, 2, 3, 4, 5, -1, -2, -3, -4, -5};
+  float sep_state[4] = {0}, in_state[4] = {0}, y_sep[10], y_in[10];
+  for (int step = 0; step < 3; step++) {
+    /* separate buffers */
+    float next[4];
+    tensor tx = tens(PH_DTYPE_F32, 3, (int64_t[]){1, 2, 5}, xs);
+    tensor tp = tens(PH_DTYPE_F32, 3, (int64_t[]){1, 2, 2}, sep_state);
+    tensor tn = tens(PH_DTYPE_F32, 3, (int64_t[]){1, 2, 2}, next);
+    exec_bind_input(e, 0, &tx, &d);
+    exec_bind_input(e, 1, &tp, &d);
+    exec_bind_output(e, 1, &tn, &d);
+    CHECK_STATUS(exec_run(e, &d), PH_OK, d.msg);
+    memcpy(y_sep, exec_output(e, 0)->data, sizeof y_sep);
+    memcpy(sep_state, next, sizeof next);
+    /* in place */
+    tensor ti = tens(PH_DTYPE_F32, 3, (int64_t[]){1, 2, 2}, in_state);
+    exec_bind_input(e, 1, &ti, &d);
+    exec_bind_output(e, 1, &ti, &d);
+    CHECK_STATUS(exec_run(e, &d), PH_OK, d.msg);
+    memcpy(y_in, exec_output(e, 0)->data, sizeof y_in);
+    CHECK(memcmp(y_sep, y_in, sizeof y_in) == 0);
+    CHECK(memcmp(sep_state, in_state, sizeof in_state) == 0);
+  }
+  exec_free(e);
+  graph_free(g);
+}
+
+static void test_no_allocation_once_sized(void) {
+  diag d;
+  graph *g = affine_graph(PH_DTYPE_F32, &d);
+  CHECK(g != NULL);
+  if (!g) return;
+  executor *e = NULL;
+  CHECK_STATUS(exec_create(g, 2, &e, &d), PH_OK, d.msg);
+  float a[64 * 4] = {0};
+  tensor t = tens(PH_DTYPE_F32, 2, (int64_t[]){64, 4}, a);
+  exec_bind_input(e, 0, &t, &d);
+  CHECK_STATUS(exec_run(e, &d), PH_OK, d.msg);
+  size_t after_warmup = exec_alloc_count(e);
+  for (int i = 0; i < 20; i++) {
+    t.dims[0] = 1 + i % 64; /* any shape up to the warm-up's */
+    exec_bind_input(e, 0, &t, &d);
+    CHECK_STATUS(exec_run(e, &d), PH_OK, d.msg);
+  }
+  CHECK_EQ_INT(exec_alloc_count(e), after_warmup);
+  /* missing binding and mismatched output buffers are typed errors */
+  float small[3];
+  tensor wrong = tens(PH_DTYPE_F32, 2, (int64_t[]){1, 3}, small);
+  t.dims[0] = 2;
+  exec_bind_input(e, 0, &t, &d);
+  exec_bind_output(e, 0, &wrong, &d);
+  CHECK_STATUS(exec_run(e, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "z");
+  exec_free(e);
+  CHECK_STATUS(exec_create(g, 1, &e, &d), PH_OK, d.msg);
+  CHECK_STATUS(exec_run(e, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "not bound");
+  exec_free(e);
+  graph_free(g);
+}
+
+int main(void) {
+  RUN(test_build_and_run);
+  RUN(test_prepare_matches);
+  RUN(test_contract_errors);
+  RUN(test_in_place_state);
+  RUN(test_no_allocation_once_sized);
+  return check_finish();
+}
