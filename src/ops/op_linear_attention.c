@@ -1,4 +1,634 @@
-/* op_linear_attention — STUB: contract and kernels not written yet. */
-#include "ops/op.h"
+/* op_linear_attention — com.microsoft LinearAttention (dense, K-major state): contract + kernels.
+ *
+ * Shapes (letters used throughout this file): B sequences, T tokens per sequence, Hq query heads
+ * (q_num_heads), Hv value heads (kv_num_heads: the state has one [Dk][Dv] matrix per value
+ * head), Hk key heads (Hv, or Hq when Hq < Hv and the caller did not repeat the key), Dk key
+ * width, Dv value width, C chunk length.
+ *   query [B,T,Hq*Dk]  key [B,T,Hk*Dk]  value [B,T,Hv*Dv]  past_state [B,Hv,Dk,Dv] (K-major)
+ *   decay [B,T,Hv] or [B,T,Hv*Dk] (log space)  beta [B,T,Hv] or [B,T,1]
+ *   -> output [B,T,max(Hq,Hv)*Dv], present_state [B,Hv,Dk,Dv]; every tensor has the IO dtype.
+ * The recurrence is spec/abi.md §2.4 (decay first, delta from the decayed state, write, read
+ * after the write, scale on the read). Heads group contiguously: query head h reads state h/(Hq/Hv)
+ * when Hq >= Hv; value head h reads query head h/(Hv/Hq) when Hv > Hq.
+ *
+ * Two kernels compute the same math in f32 whatever the storage dtype (outputs rounded once):
+ *   la_head_recurrent — token by token; used when T == 1 (decode).
+ *   la_head_chunked   — C tokens at a time in the WY/UT form of spec/model-math.md §2; used when
+ *                       T > 1, chunks anchored at the call's first token. Exponentials are only
+ *                       ever taken of sums of g over (s, t] with s <= t (see docs/ops-linear.md).
+ * Work is split over (sequence, value head) pairs; each pair is one single-threaded kernel call
+ * writing disjoint outputs, so results do not depend on the thread count. A pair reads its
+ * whole past state before writing its present state: present_state may alias past_state.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
-const op_def op_def_linear_attention = {"com.microsoft", "LinearAttention", 3, 6, 1, 2, NULL, NULL, NULL};
+#include "ops/op.h"
+#include "tensor/dtype.h"
+
+enum { LA_IN_Q, LA_IN_K, LA_IN_V, LA_IN_PAST, LA_IN_DECAY, LA_IN_BETA };
+
+/* chunk_size is a tuning hint; larger values only grow the C^2 scratch, so they are capped. */
+#define LA_MAX_CHUNK 256
+/* Log decays below this are clamped: e^-1e4 is 0 in f32 either way, and the clamp keeps the
+ * chunk's cumulative sums finite so that differences of them never become inf - inf = NaN. */
+#define LA_G_FLOOR (-1.0e4)
+
+/* ---- attributes (read directly from n->attrs; this file does not depend on graph.c) ---------- */
+
+static const gattr *la_attr(const gnode *n, const char *name) {
+  for (int i = 0; i < n->n_attrs; i++)
+    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+  return NULL;
+}
+
+static ph_status la_attr_int(const gnode *n, const char *name, int64_t def, int64_t *v,
+                             int *found, diag *d) {
+  const gattr *a = la_attr(n, name);
+  if (found) *found = a != NULL;
+  *v = def;
+  if (!a) return PH_OK;
+  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: attribute %s must be an int", name);
+  *v = a->i;
+  return PH_OK;
+}
+
+/* ---- the contract ---------------------------------------------------------------------------- */
+
+typedef struct la_geom {
+  ph_dtype dt;
+  int gated, delta;              /* from update_rule */
+  float scale;                   /* resolved once Dk is known (0 until then) */
+  int64_t chunk;                 /* effective chunk length (attribute capped at LA_MAX_CHUNK) */
+  int64_t Hq, Hv, Hk;            /* Hk is -1 until the key width and Dk are known */
+  int64_t B, T, Dk, Dv;          /* -1: unknown at build time */
+  int decay_per_dim;             /* -1 unknown, 0 [B,T,Hv], 1 [B,T,Hv*Dk] */
+  int beta_per_head;             /* -1 unknown, 0 [B,T,1], 1 [B,T,Hv] */
+  int has_past, has_decay, has_beta;
+} la_geom;
+
+static int64_t la_dim(const tinfo *t, int i) { return t->rank < 0 ? -1 : t->dims[i]; }
+
+static tinfo la_tinfo(ph_dtype dt, int rank, const int64_t *dims) {
+  tinfo t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dt;
+  t.rank = rank;
+  for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+  return t;
+}
+
+/* Folds a possibly unknown dim into acc; two known values must agree. */
+static ph_status la_merge(int64_t *acc, int64_t v, const char *what, diag *d) {
+  if (v < 0) return PH_OK;
+  RETURN_ERROR_IF(*acc >= 0 && *acc != v, d, PH_ERR_TENSOR_SHAPE,
+                  "LinearAttention: %s is %lld here but %lld elsewhere", what, (long long)v,
+                  (long long)*acc);
+  *acc = v;
+  return PH_OK;
+}
+
+static ph_status la_rank(const tinfo *t, int rank, const char *name, diag *d) {
+  RETURN_ERROR_IF(t->rank >= 0 && t->rank != rank, d, PH_ERR_TENSOR_SHAPE,
+                  "LinearAttention: %s must have rank %d, got %d", name, rank, t->rank);
+  return PH_OK;
+}
+
+/* Validates attributes, presence rules, dtypes, ranks and dims, in that order, and derives the
+ * geometry. Works on static shapes (unknown dims stay -1) and on concrete ones. */
+static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *d) {
+  memset(g, 0, sizeof *g);
+  RETURN_ERROR_IF(n->n_inputs < 3 || n->n_inputs > 6, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: takes 3 to 6 inputs, got %d", n->n_inputs);
+  RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 2, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: has 1 or 2 outputs, got %d", n->n_outputs);
+
+  const gattr *rule = la_attr(n, "update_rule");
+  const char *rs = "gated_delta";
+  if (rule) {
+    RETURN_ERROR_IF(rule->type != ATTR_STRING || !rule->s, d, PH_ERR_INVALID_ARGUMENT,
+                    "LinearAttention: attribute update_rule must be a string");
+    rs = rule->s;
+  }
+  if (strcmp(rs, "linear") == 0) {
+  } else if (strcmp(rs, "gated") == 0) {
+    g->gated = 1;
+  } else if (strcmp(rs, "delta") == 0) {
+    g->delta = 1;
+  } else if (strcmp(rs, "gated_delta") == 0) {
+    g->gated = g->delta = 1;
+  } else {
+    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                    "LinearAttention: update_rule \"%s\" is not linear, gated, delta or "
+                    "gated_delta", rs);
+  }
+  int found = 0;
+  FORWARD_IF_ERROR(la_attr_int(n, "q_num_heads", 0, &g->Hq, &found, d));
+  RETURN_ERROR_IF(!found || g->Hq < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: attribute q_num_heads is required and must be >= 1");
+  FORWARD_IF_ERROR(la_attr_int(n, "kv_num_heads", 0, &g->Hv, &found, d));
+  RETURN_ERROR_IF(!found || g->Hv < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: attribute kv_num_heads is required and must be >= 1");
+  RETURN_ERROR_IF(g->Hq % g->Hv != 0 && g->Hv % g->Hq != 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: q_num_heads %lld and kv_num_heads %lld: one must divide the "
+                  "other", (long long)g->Hq, (long long)g->Hv);
+  const gattr *sc = la_attr(n, "scale");
+  float scale_attr = 0.0f;
+  if (sc) {
+    RETURN_ERROR_IF(sc->type != ATTR_FLOAT || !isfinite(sc->f), d, PH_ERR_INVALID_ARGUMENT,
+                    "LinearAttention: attribute scale must be a finite float");
+    scale_attr = sc->f;
+  }
+  FORWARD_IF_ERROR(la_attr_int(n, "chunk_size", 64, &g->chunk, NULL, d));
+  RETURN_ERROR_IF(g->chunk < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: chunk_size must be >= 1, got %lld", (long long)g->chunk);
+  if (g->chunk > LA_MAX_CHUNK) g->chunk = LA_MAX_CHUNK;
+  int64_t window = 0;
+  FORWARD_IF_ERROR(la_attr_int(n, "state_window", 0, &window, NULL, d));
+  RETURN_ERROR_IF(window < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: state_window must be >= 0, got %lld", (long long)window);
+  RETURN_ERROR_IF(window > 0, d, PH_ERR_UNSUPPORTED,
+                  "LinearAttention: state_window %lld > 0 is not supported on the CPU (as in "
+                  "ONNX Runtime, whose CPU kernel rejects it too)", (long long)window);
+
+  /* A local copy of all six slots, absent ones zeroed, so that reading a slot the node does not
+   * have is well defined. */
+  tinfo in[6];
+  memset(in, 0, sizeof in);
+  for (int i = 0; i < n->n_inputs; i++) in[i] = in_[i];
+  const tinfo *q = &in[LA_IN_Q], *k = &in[LA_IN_K], *v = &in[LA_IN_V];
+  const tinfo *past = &in[LA_IN_PAST], *decay = &in[LA_IN_DECAY], *beta = &in[LA_IN_BETA];
+  RETURN_ERROR_IF(q->dtype == PH_DTYPE_INVALID || k->dtype == PH_DTYPE_INVALID ||
+                      v->dtype == PH_DTYPE_INVALID,
+                  d, PH_ERR_INVALID_ARGUMENT, "LinearAttention: query, key and value are required");
+  g->has_past = past->dtype != PH_DTYPE_INVALID;
+  g->has_decay = decay->dtype != PH_DTYPE_INVALID;
+  g->has_beta = beta->dtype != PH_DTYPE_INVALID;
+  /* An input the rule would ignore is rejected rather than silently dropped. */
+  RETURN_ERROR_IF(g->gated && !g->has_decay, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: update_rule %s requires input 4 (decay)", rs);
+  RETURN_ERROR_IF(!g->gated && g->has_decay, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: update_rule %s takes no decay (input 4)", rs);
+  RETURN_ERROR_IF(g->delta && !g->has_beta, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: update_rule %s requires input 5 (beta)", rs);
+  RETURN_ERROR_IF(!g->delta && g->has_beta, d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: update_rule %s takes no beta (input 5)", rs);
+
+  g->dt = q->dtype;
+  RETURN_ERROR_IF(!dtype_is_compute_float(g->dt), d, PH_ERR_TENSOR_DTYPE,
+                  "LinearAttention: query dtype %s is not f32, f16 or bf16",
+                  ph_dtype_name(g->dt));
+  static const char *const names[6] = {"query", "key", "value", "past_state", "decay", "beta"};
+  for (int i = 1; i < 6; i++)
+    RETURN_ERROR_IF(in[i].dtype != PH_DTYPE_INVALID && in[i].dtype != g->dt, d,
+                    PH_ERR_TENSOR_DTYPE,
+                    "LinearAttention: %s is %s but query is %s (one type T for all inputs and "
+                    "the state)", names[i], ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
+
+  FORWARD_IF_ERROR(la_rank(q, 3, "query [B,T,Hq*Dk]", d));
+  FORWARD_IF_ERROR(la_rank(k, 3, "key [B,T,Hk*Dk]", d));
+  FORWARD_IF_ERROR(la_rank(v, 3, "value [B,T,Hv*Dv]", d));
+  if (g->has_past) FORWARD_IF_ERROR(la_rank(past, 4, "past_state [B,Hv,Dk,Dv]", d));
+  if (g->has_decay) FORWARD_IF_ERROR(la_rank(decay, 3, "decay [B,T,Hv(*Dk)]", d));
+  if (g->has_beta) FORWARD_IF_ERROR(la_rank(beta, 3, "beta [B,T,Hv or 1]", d));
+
+  g->B = g->T = g->Dk = g->Dv = g->Hk = -1;
+  for (int i = 0; i < 6; i++) {
+    if (in[i].dtype == PH_DTYPE_INVALID) continue;
+    FORWARD_IF_ERROR(la_merge(&g->B, la_dim(&in[i], 0), "the batch dim", d));
+    if (i != LA_IN_PAST) FORWARD_IF_ERROR(la_merge(&g->T, la_dim(&in[i], 1), "the token dim", d));
+  }
+  int64_t qw = la_dim(q, 2), kw = la_dim(k, 2), vw = la_dim(v, 2);
+  if (qw >= 0) {
+    RETURN_ERROR_IF(qw % g->Hq != 0, d, PH_ERR_TENSOR_SHAPE,
+                    "LinearAttention: query width %lld is not a multiple of q_num_heads %lld",
+                    (long long)qw, (long long)g->Hq);
+    g->Dk = qw / g->Hq;
+  }
+  if (vw >= 0) {
+    RETURN_ERROR_IF(vw % g->Hv != 0, d, PH_ERR_TENSOR_SHAPE,
+                    "LinearAttention: value width %lld is not a multiple of kv_num_heads %lld",
+                    (long long)vw, (long long)g->Hv);
+    g->Dv = vw / g->Hv;
+  }
+  if (g->has_past) {
+    RETURN_ERROR_IF(la_dim(past, 1) >= 0 && la_dim(past, 1) != g->Hv, d, PH_ERR_TENSOR_SHAPE,
+                    "LinearAttention: past_state has %lld heads, kv_num_heads is %lld",
+                    (long long)la_dim(past, 1), (long long)g->Hv);
+    FORWARD_IF_ERROR(la_merge(&g->Dk, la_dim(past, 2), "Dk (query width / q_num_heads)", d));
+    FORWARD_IF_ERROR(la_merge(&g->Dv, la_dim(past, 3), "Dv (value width / kv_num_heads)", d));
+  }
+  RETURN_ERROR_IF(g->Dk == 0 || g->Dv == 0, d, PH_ERR_TENSOR_SHAPE,
+                  "LinearAttention: head widths must be >= 1 (Dk %lld, Dv %lld)",
+                  (long long)g->Dk, (long long)g->Dv);
+  if (kw >= 0 && g->Dk > 0) {
+    if (kw == g->Hv * g->Dk) {
+      g->Hk = g->Hv;
+    } else if (g->Hq < g->Hv && kw == g->Hq * g->Dk) {
+      g->Hk = g->Hq; /* inverse GQA with the key not repeated to the value heads */
+    } else {
+      return diag_set(d, PH_ERR_TENSOR_SHAPE,
+                      "LinearAttention: key width %lld is neither kv_num_heads*Dk = %lld nor "
+                      "(inverse GQA only) q_num_heads*Dk = %lld",
+                      (long long)kw, (long long)(g->Hv * g->Dk), (long long)(g->Hq * g->Dk));
+    }
+  }
+  g->decay_per_dim = g->beta_per_head = -1;
+  if (g->has_decay) {
+    int64_t w = la_dim(decay, 2);
+    if (w == g->Hv) {
+      g->decay_per_dim = 0; /* also when Dk == 1: both readings are the same */
+    } else if (w >= 0 && g->Dk > 0 && w == g->Hv * g->Dk) {
+      g->decay_per_dim = 1;
+    } else if (w >= 0 && g->Dk >= 0) {
+      return diag_set(d, PH_ERR_TENSOR_SHAPE,
+                      "LinearAttention: decay width %lld is neither kv_num_heads %lld nor "
+                      "kv_num_heads*Dk %lld", (long long)w, (long long)g->Hv,
+                      (long long)(g->Hv * g->Dk));
+    }
+  }
+  if (g->has_beta) {
+    int64_t w = la_dim(beta, 2);
+    if (w == g->Hv) {
+      g->beta_per_head = 1;
+    } else if (w == 1) {
+      g->beta_per_head = 0;
+    } else if (w >= 0) {
+      return diag_set(d, PH_ERR_TENSOR_SHAPE,
+                      "LinearAttention: beta width %lld is neither kv_num_heads %lld nor 1",
+                      (long long)w, (long long)g->Hv);
+    }
+  }
+  if (g->Dk > 0) g->scale = scale_attr != 0.0f ? scale_attr : 1.0f / sqrtf((float)g->Dk);
+  return PH_OK;
+}
+
+static ph_status la_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
+  la_geom g;
+  FORWARD_IF_ERROR(la_resolve(n, in, &g, d));
+  int64_t ho = g.Hq > g.Hv ? g.Hq : g.Hv;
+  int64_t od[3] = {g.B, g.T, g.Dv < 0 ? -1 : ho * g.Dv};
+  out[0] = la_tinfo(g.dt, 3, od);
+  if (n->n_outputs > 1) {
+    int64_t sd[4] = {g.B, g.Hv, g.Dk, g.Dv};
+    out[1] = la_tinfo(g.dt, 4, sd);
+  }
+  return PH_OK;
+}
+
+/* ---- workspace ------------------------------------------------------------------------------- */
+
+/* One thread's slice of ctx->scratch. C is the longest chunk this call can see, G the number of
+ * query heads one value head serves, Dg the width of the decay (1 per head, Dk per key dim). */
+typedef struct la_ws {
+  float *S;    /* [Dk][Dv]   the running state, K-major like the boundary layout */
+  float *K;    /* [C][Dk]    keys; at the chunk end overwritten with e^{γ_C-γ_s} k_s */
+  float *V;    /* [C][Dv]    values; overwritten in place with U (what each token writes) */
+  float *Q;    /* [G][C][Dk] queries */
+  float *A;    /* [C][C]     β_t e^{γ_t-γ_s} k_t·k_s for s < t (delta rules only) */
+  float *QK;   /* [G][C][C]  e^{γ_t-γ_s} q_t·k_s for s <= t */
+  float *beta; /* [C] */
+  float *gl;   /* [C][Dg]    the raw log decay of each token */
+  float *eg;   /* [C][Dg]    e^{γ_t}: decay from the chunk start through token t */
+  double *gam; /* [C][Dg]    γ_t = Σ_{s<=t} g_s, in double so differences of sums stay exact */
+  float *t0;   /* [max(Dk,Dv)] */
+  float *t1;   /* [Dv] */
+} la_ws;
+
+static size_t la_align(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static int64_t la_group(const la_geom *g) { return g->Hq > g->Hv ? g->Hq / g->Hv : 1; }
+
+static int64_t la_max_chunk(const la_geom *g) {
+  if (g->T <= 1) return 1;
+  return g->T < g->chunk ? g->T : g->chunk;
+}
+
+/* Bytes of one thread's workspace; carves it from base when base is not NULL. */
+static size_t la_ws_layout(const la_geom *g, char *base, la_ws *ws) {
+  size_t C = (size_t)la_max_chunk(g), G = (size_t)la_group(g);
+  size_t Dk = (size_t)g->Dk, Dv = (size_t)g->Dv, Dg = g->decay_per_dim == 1 ? Dk : 1;
+  size_t Dm = Dk > Dv ? Dk : Dv;
+  size_t off = 0;
+#define LA_CARVE(field, type, count)                                                              \
+  do {                                                                                            \
+    if (base) ws->field = (type *)(void *)(base + off);                                           \
+    off += la_align((count) * sizeof(type));                                                      \
+  } while (0)
+  LA_CARVE(S, float, Dk * Dv);
+  LA_CARVE(K, float, C * Dk);
+  LA_CARVE(V, float, C * Dv);
+  LA_CARVE(Q, float, G * C * Dk);
+  LA_CARVE(A, float, C * C);
+  LA_CARVE(QK, float, G * C * C);
+  LA_CARVE(beta, float, C);
+  LA_CARVE(gl, float, C * Dg);
+  LA_CARVE(eg, float, C * Dg);
+  LA_CARVE(gam, double, C * Dg);
+  LA_CARVE(t0, float, Dm);
+  LA_CARVE(t1, float, Dv);
+#undef LA_CARVE
+  return off;
+}
+
+static size_t la_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
+  la_geom g;
+  if (la_resolve(n, in, &g, NULL) != PH_OK || g.B < 0 || g.T < 0 || g.Dk < 0 || g.Dv < 0)
+    return 0;
+  return la_ws_layout(&g, NULL, NULL) * (size_t)(n_threads > 0 ? n_threads : 1);
+}
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+typedef struct la_job {
+  const la_geom *g;
+  const tensor *q, *k, *v, *past, *decay, *beta;
+  tensor *out, *present;
+  char *scratch;
+  size_t ws_bytes;
+} la_job;
+
+/* The vector helpers work in blocks of 8 independent lanes so that the compiler's straight-line
+ * vectorizer uses SIMD at -O2. The summation order depends on n alone, never on the thread or
+ * on which other sequences share the call. */
+static float la_dot(const float *restrict a, const float *restrict b, int64_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+    s4 += a[i + 4] * b[i + 4];
+    s5 += a[i + 5] * b[i + 5];
+    s6 += a[i + 6] * b[i + 6];
+    s7 += a[i + 7] * b[i + 7];
+  }
+  float s = ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* y[0..n) += a * x[0..n) */
+static void la_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    y[i] += a * x[i];
+    y[i + 1] += a * x[i + 1];
+    y[i + 2] += a * x[i + 2];
+    y[i + 3] += a * x[i + 3];
+    y[i + 4] += a * x[i + 4];
+    y[i + 5] += a * x[i + 5];
+    y[i + 6] += a * x[i + 6];
+    y[i + 7] += a * x[i + 7];
+  }
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* y[c] = Σ_r w[r] S[r][c]: the state read through a [Dk] vector. */
+static void la_read(float *y, const float *S, const float *w, int64_t Dk, int64_t Dv) {
+  for (int64_t c = 0; c < Dv; c++) y[c] = 0.0f;
+  for (int64_t r = 0; r < Dk; r++) la_axpy(y, w[r], S + r * Dv, Dv);
+}
+
+/* Where head vectors of token t of sequence b start (elements). */
+static int64_t la_row(const la_geom *g, int64_t b, int64_t t, int64_t H, int64_t head,
+                      int64_t width) {
+  return ((b * g->T + t) * H + head) * width;
+}
+
+/* Loads token t's key, value, queries, beta and log decay into row i of the workspace. */
+static void la_load_token(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int64_t t,
+                          int64_t i, int64_t C) {
+  const la_geom *g = j->g;
+  int64_t G = la_group(g), Dk = g->Dk, Dv = g->Dv;
+  int64_t hk = g->Hk == g->Hv ? h : h / (g->Hv / g->Hk);
+  int64_t hq0 = g->Hq > g->Hv ? h * G : h / (g->Hv / g->Hq);
+  tensor_load_f32(j->k, la_row(g, b, t, g->Hk, hk, Dk), Dk, ws->K + i * Dk);
+  tensor_load_f32(j->v, la_row(g, b, t, g->Hv, h, Dv), Dv, ws->V + i * Dv);
+  for (int64_t jq = 0; jq < G; jq++)
+    tensor_load_f32(j->q, la_row(g, b, t, g->Hq, hq0 + jq, Dk), Dk, ws->Q + (jq * C + i) * Dk);
+  ws->beta[i] = 1.0f;
+  if (g->has_beta)
+    ws->beta[i] = tensor_get_f32(j->beta, la_row(g, b, t, g->beta_per_head ? g->Hv : 1,
+                                                 g->beta_per_head ? h : 0, 1));
+  int64_t Dg = g->decay_per_dim == 1 ? Dk : 1;
+  if (g->has_decay)
+    tensor_load_f32(j->decay, la_row(g, b, t, g->Hv, h, Dg), Dg, ws->gl + i * Dg);
+  else
+    ws->gl[i] = 0.0f;
+}
+
+/* Output head that query row jq of value head h writes. */
+static int64_t la_out_head(const la_geom *g, int64_t h, int64_t jq) {
+  return g->Hq > g->Hv ? h * la_group(g) + jq : h;
+}
+
+static void la_store_out(const la_job *j, int64_t b, int64_t t, int64_t oh, const float *o) {
+  const la_geom *g = j->g;
+  int64_t ho = g->Hq > g->Hv ? g->Hq : g->Hv;
+  tensor_store_f32(j->out, la_row(g, b, t, ho, oh, g->Dv), g->Dv, o);
+}
+
+/* Token by token, exactly the order of spec/abi.md §2.4. */
+static void la_head_recurrent(const la_job *j, const la_ws *ws, int64_t b, int64_t h) {
+  const la_geom *g = j->g;
+  int64_t G = la_group(g), Dk = g->Dk, Dv = g->Dv;
+  float *S = ws->S, *k = ws->K, *u = ws->V, *o = ws->t1, *pred = ws->t0;
+  for (int64_t t = 0; t < g->T; t++) {
+    la_load_token(j, ws, b, h, t, 0, 1);
+    if (g->gated) {
+      if (g->decay_per_dim == 1) {
+        for (int64_t r = 0; r < Dk; r++) {
+          float a = expf(ws->gl[r]);
+          for (int64_t c = 0; c < Dv; c++) S[r * Dv + c] *= a;
+        }
+      } else {
+        float a = expf(ws->gl[0]);
+        for (int64_t e = 0; e < Dk * Dv; e++) S[e] *= a;
+      }
+    }
+    if (g->delta) {
+      la_read(pred, S, k, Dk, Dv);
+      for (int64_t c = 0; c < Dv; c++) u[c] = ws->beta[0] * (u[c] - pred[c]);
+    }
+    for (int64_t r = 0; r < Dk; r++) la_axpy(S + r * Dv, k[r], u, Dv);
+    for (int64_t jq = 0; jq < G; jq++) {
+      la_read(o, S, ws->Q + jq * Dk, Dk, Dv);
+      for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
+      la_store_out(j, b, t, la_out_head(g, h, jq), o);
+    }
+  }
+}
+
+/* One chunk of L tokens starting at token t0, from the state S0 in ws->S to the state after the
+ * chunk, in place. With γ_t the decay summed from the chunk start through token t:
+ *   (I + A) U = β⊙V − (β⊙e^γ⊙K) S0,     A_ts = β_t (k_t · e^{γ_t−γ_s}⊙k_s)  for s < t
+ *   o_t = scale (S0^T (e^{γ_t}⊙q_t) + Σ_{s<=t} (q_t · e^{γ_t−γ_s}⊙k_s) u_s)
+ *   S_end = e^{γ_L}⊙S0 + Σ_s (e^{γ_L−γ_s}⊙k_s) u_s^T
+ * Every exponent is a sum of g over (s, t] with s <= t, so for g <= 0 every factor is in [0, 1]
+ * and no intermediate can overflow however strong the decay. */
+static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int64_t t0,
+                     int64_t L, int64_t C) {
+  const la_geom *g = j->g;
+  int64_t G = la_group(g), Dk = g->Dk, Dv = g->Dv;
+  int per_dim = g->decay_per_dim == 1;
+  int64_t Dg = per_dim ? Dk : 1;
+  float *S = ws->S, *K = ws->K, *U = ws->V, *tmp = ws->t0, *o = ws->t1;
+
+  for (int64_t i = 0; i < L; i++) {
+    la_load_token(j, ws, b, h, t0 + i, i, C);
+    for (int64_t r = 0; r < Dg; r++) {
+      double gv = ws->gl[i * Dg + r];
+      if (gv < LA_G_FLOOR) gv = LA_G_FLOOR;
+      ws->gam[i * Dg + r] = (i ? ws->gam[(i - 1) * Dg + r] : 0.0) + gv;
+      ws->eg[i * Dg + r] = expf((float)ws->gam[i * Dg + r]);
+    }
+  }
+
+  /* Pairwise products within the chunk. Per key dim the decay sits inside the dot product, so
+   * the decayed key e^{γ_t−γ_s}⊙k_s is formed once per pair and shared by A and every query. */
+  for (int64_t t = 0; t < L; t++) {
+    const float *kt = K + t * Dk;
+    for (int64_t s = 0; s <= t; s++) {
+      const float *ks = K + s * Dk;
+      if (per_dim) {
+        const double *gt = ws->gam + t * Dk, *gs = ws->gam + s * Dk;
+        for (int64_t r = 0; r < Dk; r++) tmp[r] = expf((float)(gt[r] - gs[r])) * ks[r];
+        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * la_dot(kt, tmp, Dk);
+        for (int64_t jq = 0; jq < G; jq++)
+          ws->QK[(jq * C + t) * C + s] = la_dot(ws->Q + (jq * C + t) * Dk, tmp, Dk);
+      } else {
+        float e = expf((float)(ws->gam[t] - ws->gam[s]));
+        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * la_dot(kt, ks, Dk);
+        for (int64_t jq = 0; jq < G; jq++)
+          ws->QK[(jq * C + t) * C + s] = e * la_dot(ws->Q + (jq * C + t) * Dk, ks, Dk);
+      }
+    }
+  }
+
+  /* U by forward substitution; row t needs only rows s < t, which are final by then. For the
+   * non-delta rules U = V (β = 1, no retrieval). */
+  if (g->delta) {
+    for (int64_t t = 0; t < L; t++) {
+      const float *eg = ws->eg + t * Dg;
+      for (int64_t r = 0; r < Dk; r++) tmp[r] = eg[per_dim ? r : 0] * K[t * Dk + r];
+      la_read(o, S, tmp, Dk, Dv);
+      float *ut = U + t * Dv;
+      for (int64_t c = 0; c < Dv; c++) ut[c] = ws->beta[t] * (ut[c] - o[c]);
+      for (int64_t s = 0; s < t; s++) la_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
+    }
+  }
+
+  for (int64_t jq = 0; jq < G; jq++) {
+    int64_t oh = la_out_head(g, h, jq);
+    for (int64_t t = 0; t < L; t++) {
+      const float *qt = ws->Q + (jq * C + t) * Dk, *eg = ws->eg + t * Dg;
+      for (int64_t r = 0; r < Dk; r++) tmp[r] = eg[per_dim ? r : 0] * qt[r];
+      la_read(o, S, tmp, Dk, Dv);
+      const float *qk = ws->QK + (jq * C + t) * C;
+      for (int64_t s = 0; s <= t; s++) la_axpy(o, qk[s], U + s * Dv, Dv);
+      for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
+      la_store_out(j, b, t0 + t, oh, o);
+    }
+  }
+
+  /* End state, in place: the keys are no longer needed, so they become e^{γ_L−γ_s}⊙k_s. */
+  const double *gend = ws->gam + (L - 1) * Dg;
+  for (int64_t s = 0; s < L; s++) {
+    const double *gs = ws->gam + s * Dg;
+    float *ks = K + s * Dk;
+    if (per_dim) {
+      for (int64_t r = 0; r < Dk; r++) ks[r] *= expf((float)(gend[r] - gs[r]));
+    } else {
+      float e = expf((float)(gend[0] - gs[0]));
+      for (int64_t r = 0; r < Dk; r++) ks[r] *= e;
+    }
+  }
+  const float *egend = ws->eg + (L - 1) * Dg;
+  for (int64_t r = 0; r < Dk; r++) {
+    float *sr = S + r * Dv;
+    float e = egend[per_dim ? r : 0];
+    for (int64_t c = 0; c < Dv; c++) sr[c] *= e;
+    for (int64_t s = 0; s < L; s++) la_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
+  }
+}
+
+static void la_head_chunked(const la_job *j, const la_ws *ws, int64_t b, int64_t h) {
+  int64_t C = la_max_chunk(j->g);
+  for (int64_t t0 = 0; t0 < j->g->T; t0 += C) {
+    int64_t L = j->g->T - t0 < C ? j->g->T - t0 : C;
+    la_chunk(j, ws, b, h, t0, L, C);
+  }
+}
+
+static void la_task(void *ctx, size_t task, int thread) {
+  const la_job *j = ctx;
+  const la_geom *g = j->g;
+  la_ws ws;
+  la_ws_layout(g, j->scratch + (size_t)thread * j->ws_bytes, &ws);
+  int64_t b = (int64_t)task / g->Hv, h = (int64_t)task % g->Hv;
+  int64_t off = (b * g->Hv + h) * g->Dk * g->Dv;
+  /* The whole head is read before anything is written: present may alias past. */
+  if (g->has_past)
+    tensor_load_f32(j->past, off, g->Dk * g->Dv, ws.S);
+  else
+    memset(ws.S, 0, (size_t)(g->Dk * g->Dv) * sizeof(float));
+  if (g->T == 1)
+    la_head_recurrent(j, &ws, b, h);
+  else
+    la_head_chunked(j, &ws, b, h);
+  if (j->present) tensor_store_f32(j->present, off, g->Dk * g->Dv, ws.S);
+}
+
+static ph_status la_check_out(const tensor *t, const tinfo *want, int idx, diag *d) {
+  int ok = t->dtype == want->dtype && t->rank == want->rank;
+  for (int i = 0; ok && i < want->rank; i++) ok = t->dims[i] == want->dims[i];
+  RETURN_ERROR_IF(!ok, d, PH_ERR_INTERNAL,
+                  "LinearAttention: output %d buffer does not match the inferred type", idx);
+  return PH_OK;
+}
+
+static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *out,
+                        op_ctx *ctx, diag *d) {
+  tinfo ti[6], to[2];
+  memset(ti, 0, sizeof ti);
+  memset(to, 0, sizeof to);
+  for (int i = 0; i < n->n_inputs && i < 6; i++) {
+    if (!in[i]) continue;
+    ti[i] = la_tinfo(in[i]->dtype, in[i]->rank, in[i]->dims);
+  }
+  la_geom g;
+  FORWARD_IF_ERROR(la_resolve(n, ti, &g, d));
+  FORWARD_IF_ERROR(la_infer(n, ti, to, d));
+  RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "LinearAttention: output 0 is required");
+  FORWARD_IF_ERROR(la_check_out(out[0], &to[0], 0, d));
+  tensor *present = n->n_outputs > 1 ? out[1] : NULL;
+  if (present) FORWARD_IF_ERROR(la_check_out(present, &to[1], 1, d));
+
+  la_job j;
+  memset(&j, 0, sizeof j);
+  j.g = &g;
+  j.q = in[LA_IN_Q];
+  j.k = in[LA_IN_K];
+  j.v = in[LA_IN_V];
+  j.past = g.has_past ? in[LA_IN_PAST] : NULL;
+  j.decay = g.has_decay ? in[LA_IN_DECAY] : NULL;
+  j.beta = g.has_beta ? in[LA_IN_BETA] : NULL;
+  j.out = out[0];
+  j.present = present;
+  j.ws_bytes = la_ws_layout(&g, NULL, NULL);
+  int n_threads = pool_threads(ctx->pool);
+  RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
+                  PH_ERR_INTERNAL,
+                  "LinearAttention: scratch is %zu bytes, %d threads need %zu",
+                  ctx->scratch_bytes, n_threads, j.ws_bytes * (size_t)n_threads);
+  j.scratch = ctx->scratch;
+  pool_run(ctx->pool, (size_t)(g.B * g.Hv), la_task, &j);
+  return PH_OK;
+}
+
+const op_def op_def_linear_attention = {
+    "com.microsoft", "LinearAttention", 3, 6, 1, 2, la_infer, la_run, la_scratch_bytes};
