@@ -30,8 +30,10 @@ demo: build
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# Benchmarks report against this machine's limits measured in the same run (bench/roofline.h).
 bench: build
 	@$(BUILD)/bench_threads
+	@$(BUILD)/bench_dense
 
 # ASan + UBSan build of every test, with clang; the libFuzzer targets run FUZZ_SECONDS each.
 test-sanitize: deps

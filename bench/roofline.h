@@ -1,0 +1,129 @@
+/* roofline — this machine's limits, measured in the same run as the thing compared with them
+ * (../shared/spec/machine.md: the VM's throughput moves 10–50 % minute to minute, so a ratio to
+ * a number measured yesterday means little).
+ *
+ *   roofline_bandwidth(threads)  DRAM read GB/s: 4 concurrent streams per thread over 1 GiB of
+ *                                huge-page-advised anonymous memory, median of 5
+ *   roofline_fma(threads)        fp32 FMA GFLOP/s: 16 independent 16-lane chains per thread
+ *
+ * Header-only, for bench/ programs (compiled with -O3 -march=native). Not part of the library.
+ */
+#ifndef PH_BENCH_ROOFLINE_H
+#define PH_BENCH_ROOFLINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+static inline double roofline_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int roofline_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static inline double roofline_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, roofline_cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef float roofline_v16 __attribute__((vector_size(64)));
+
+typedef struct roofline_job {
+  const float *data;
+  size_t n;        /* floats */
+  double result;
+  int iters;
+} roofline_job;
+
+/* Reads n floats as 4 concurrent streams (quarters of the range). */
+static inline void *roofline_read(void *arg) {
+  roofline_job *j = arg;
+  const roofline_v16 *p = (const roofline_v16 *)j->data;
+  size_t nv = j->n / 16, q = nv / 4;
+  roofline_v16 a = {0}, b = {0}, c = {0}, d = {0};
+  for (size_t i = 0; i < q; i++) {
+    a += p[i];
+    b += p[q + i];
+    c += p[2 * q + i];
+    d += p[3 * q + i];
+  }
+  roofline_v16 s = a + b + c + d;
+  double r = 0;
+  for (int k = 0; k < 16; k++) r += s[k];
+  j->result = r;
+  return NULL;
+}
+
+static inline double roofline_bandwidth(int threads) {
+  const size_t bytes = (size_t)1 << 30;
+  float *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) return 0;
+#ifdef MADV_HUGEPAGE
+  madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
+  memset(buf, 1, bytes);
+  double gbs[5];
+  roofline_job jobs[16];
+  pthread_t tid[16];
+  if (threads > 16) threads = 16;
+  size_t per = bytes / sizeof(float) / (size_t)threads;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = roofline_now();
+    for (int t = 0; t < threads; t++) {
+      jobs[t].data = buf + (size_t)t * per;
+      jobs[t].n = per;
+      pthread_create(&tid[t], NULL, roofline_read, &jobs[t]);
+    }
+    for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
+    gbs[rep] = (double)bytes / (roofline_now() - t0) / 1e9;
+  }
+  munmap(buf, bytes);
+  return roofline_median(gbs, 5);
+}
+
+static inline void *roofline_fma_job(void *arg) {
+  roofline_job *j = arg;
+  roofline_v16 acc[16];
+  roofline_v16 x, y;
+  for (int k = 0; k < 16; k++) {
+    x[k] = 1.0f + 1e-7f * (float)k;
+    y[k] = 0.999999f;
+  }
+  for (int i = 0; i < 16; i++) acc[i] = x * (float)(i + 1);
+  for (int it = 0; it < j->iters; it++)
+    for (int i = 0; i < 16; i++) acc[i] = acc[i] * y + x;
+  double r = 0;
+  for (int i = 0; i < 16; i++)
+    for (int k = 0; k < 16; k++) r += acc[i][k];
+  j->result = r;
+  return NULL;
+}
+
+static inline double roofline_fma(int threads) {
+  double g[5];
+  roofline_job jobs[16];
+  pthread_t tid[16];
+  if (threads > 16) threads = 16;
+  const int iters = 20 * 1000 * 1000;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = roofline_now();
+    for (int t = 0; t < threads; t++) {
+      jobs[t].iters = iters;
+      pthread_create(&tid[t], NULL, roofline_fma_job, &jobs[t]);
+    }
+    for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
+    /* 16 chains x 16 lanes x 2 flops per FMA */
+    g[rep] = (double)iters * 16 * 16 * 2 * threads / (roofline_now() - t0) / 1e9;
+  }
+  return roofline_median(g, 5);
+}
+
+#endif /* PH_BENCH_ROOFLINE_H */
