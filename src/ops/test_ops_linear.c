@@ -327,9 +327,10 @@ static int la_check_case(const la_cfg *c) {
   return 1;
 }
 
-/* The grid: every T x head layout x rule, with the other parameters varied independently
- * (co-prime periods) so that each combination of T and rule meets both decay layouts, both beta
- * layouts, past present and absent, B 1 and 3, three widths, three dtypes and chunks 32/64. */
+/* The grid: every T x head layout x rule, with the other parameters mixed from the three indices
+ * so that for every (T, rule) and every (head layout, rule) each of them takes more than one
+ * value: both decay layouts, both beta layouts (and all four pairs under gated_delta), past
+ * present and absent, B 1 and 3, four width pairs, all three dtypes and chunks 32/64/default. */
 static void test_la_grid(void) {
   static const int Ts[] = {1, 4, 63, 64, 65, 130};
   static const int heads[][3] = {
@@ -341,10 +342,9 @@ static void test_la_grid(void) {
   static const char *const rules[] = {"linear", "gated", "delta", "gated_delta"};
   static const ph_dtype dts[] = {PH_DTYPE_F32, PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_F32,
                                  PH_DTYPE_BF16};
-  int idx = 0;
-  for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
-    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
-      for (int ri = 0; ri < 4; ri++, idx++) {
+  for (int ti = 0; ti < 6; ti++) {
+    for (int hi = 0; hi < 7; hi++) {
+      for (int ri = 0; ri < 4; ri++) {
         la_cfg c;
         memset(&c, 0, sizeof c);
         c.rule = rules[ri];
@@ -352,16 +352,16 @@ static void test_la_grid(void) {
         c.Hq = heads[hi][0];
         c.Hv = heads[hi][1];
         c.Hk = heads[hi][2];
-        c.Dk = widths[idx % 4][0];
-        c.Dv = widths[idx % 4][1];
-        c.B = idx % 3 == 1 ? 3 : 1;
-        c.per_dim = rule_gated(c.rule) && (idx / 2) % 2;
-        c.beta_bcast = rule_delta(c.rule) && (idx / 3) % 2;
-        c.has_past = (idx / 5) % 2 == 0;
-        c.dt = dts[idx % 5];
-        c.chunk = idx % 3 == 0 ? 32 : idx % 3 == 1 ? 64 : 0;
+        c.Dk = widths[(ti + hi + 2 * ri) % 4][0];
+        c.Dv = widths[(ti + hi + 2 * ri) % 4][1];
+        c.B = (ti + 2 * hi + ri) % 3 == 1 ? 3 : 1;
+        c.per_dim = rule_gated(c.rule) && (ti + hi) % 2;
+        c.beta_bcast = rule_delta(c.rule) && ((ti + hi) / 2 + ri) % 2;
+        c.has_past = ((ti + 3 * hi) / 2 + ri + ti) % 2 == 0;
+        c.dt = dts[(ti + 3 * hi + ri) % 5];
+        c.chunk = (2 * ti + hi + ri) % 3 == 0 ? 32 : (2 * ti + hi + ri) % 3 == 1 ? 64 : 0;
         c.gmin = -1.0f;
-        c.seed = 1000 + (uint64_t)idx;
+        c.seed = 1000 + (uint64_t)((ti * 7 + hi) * 4 + ri);
         la_check_case(&c);
       }
     }
@@ -545,6 +545,64 @@ static void test_la_threads_and_alias(void) {
     tensor_free(o1[1]);
     tensor_free(o3[0]);
     tensor_free(o3[1]);
+    free6(in);
+  }
+}
+
+/* Batch invariance (architecture.md): sequence 1 of a batch of 3 gives the same bits as the
+ * same sequence alone, chunked and recurrent; and a node without present_state computes the same
+ * output. */
+static void test_la_batch_invariance(void) {
+  for (int T = 1; T <= 100; T += 99) {
+    la_cfg c;
+    memset(&c, 0, sizeof c);
+    c.rule = "gated_delta";
+    c.B = 3;
+    c.T = T;
+    c.Hq = 2;
+    c.Hv = 4;
+    c.Hk = 2;
+    c.Dk = 24;
+    c.Dv = 16;
+    c.per_dim = T > 1;
+    c.has_past = 1;
+    c.dt = PH_DTYPE_F32;
+    c.gmin = -1.0f;
+    c.seed = 123 + (uint64_t)T;
+    tensor *in[6], *out[2] = {NULL, NULL};
+    la_inputs(&c, in);
+    diag d;
+    CHECK_STATUS(la_call(&c, in, out, 2, &d), PH_OK, d.msg);
+    /* Sequence 1 alone. */
+    la_cfg c1 = c;
+    c1.B = 1;
+    tensor *one[6] = {NULL, NULL, NULL, NULL, NULL, NULL}, *out1[2] = {NULL, NULL};
+    for (int i = 0; i < 6; i++) {
+      if (!in[i]) continue;
+      int64_t per = tensor_numel(in[i]) / 3;
+      one[i] = tensor_new(in[i]->dtype, in[i]->rank, in[i]->dims);
+      one[i]->dims[0] = 1;
+      memcpy(one[i]->data, (const float *)in[i]->data + per, (size_t)per * sizeof(float));
+    }
+    CHECK_STATUS(la_call(&c1, one, out1, 1, &d), PH_OK, d.msg);
+    if (out[0] && out1[0]) {
+      int64_t po = tensor_numel(out1[0]), ps = tensor_numel(out1[1]);
+      CHECK(memcmp((const float *)out[0]->data + po, out1[0]->data, (size_t)po * 4) == 0);
+      CHECK(memcmp((const float *)out[1]->data + ps, out1[1]->data, (size_t)ps * 4) == 0);
+    }
+    /* One output only. */
+    gattr a[8];
+    int na = la_attrs(&c1, a);
+    gnode n = op_test_node("LinearAttention", "com.microsoft", 6, 1, a, na);
+    tensor *only[1] = {NULL};
+    CHECK_STATUS(op_test_run(&n, one, only, 2, &d), PH_OK, d.msg);
+    if (only[0] && out1[0]) CHECK(same_bits(only[0], out1[0]));
+    tensor_free(only[0]);
+    tensor_free(out[0]);
+    tensor_free(out[1]);
+    tensor_free(out1[0]);
+    tensor_free(out1[1]);
+    free6(one);
     free6(in);
   }
 }
@@ -816,29 +874,30 @@ static void cc_check_case(const cc_cfg *c) {
   for (int i = 0; i < 4; i++) tensor_free(in[i]);
 }
 
+/* L around K-1 (1, 2 < K-1 = 3, 3, 7, 33) x K x dilation x layout; the other parameters are
+ * mixed from those indices so that every pair of parameters meets in all its combinations. */
 static void test_cc_grid(void) {
   static const int Ls[] = {1, 2, 3, 7, 33};
   static const int Ks[] = {4, 2, 1, 3};
   static const char *const acts[] = {"silu", NULL, "none", "swish"};
   static const ph_dtype dts[] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_F32, PH_DTYPE_BF16};
-  int idx = 0;
-  for (size_t li = 0; li < sizeof Ls / sizeof Ls[0]; li++) {
+  for (int li = 0; li < 5; li++) {
     for (int ki = 0; ki < 4; ki++) {
-      for (int dil = 1; dil <= 2; dil++) {
-        for (int cl = 0; cl <= 1; cl++, idx++) {
+      for (int di = 0; di < 2; di++) {
+        for (int cl = 0; cl <= 1; cl++) {
           cc_cfg c;
           memset(&c, 0, sizeof c);
-          c.B = idx % 3 == 0 ? 3 : 1;
-          c.Ch = idx % 2 ? 37 : 5; /* 37: three channel blocks, the last partial */
+          c.B = (li + ki + cl) % 3 == 0 ? 3 : 1;
+          c.Ch = (li + ki + di) % 2 ? 37 : 5; /* 37: three channel blocks, the last partial */
           c.L = Ls[li];
           c.K = Ks[ki];
-          c.dil = dil;
+          c.dil = di + 1;
           c.channels_last = cl;
-          c.has_bias = (idx / 2) % 2;
-          c.has_past = (idx / 3) % 3 != 0;
-          c.act = acts[idx % 4];
-          c.dt = dts[(idx / 4) % 4];
-          c.seed = 2000 + (uint64_t)idx;
+          c.has_bias = (li + cl + ki / 2) % 2;
+          c.has_past = (li + ki + di + cl) % 3 != 0;
+          c.act = acts[(li + 2 * ki + di + cl) % 4];
+          c.dt = dts[(li + 3 * ki + 2 * cl + di + li / 2) % 4];
+          c.seed = 2000 + (uint64_t)(((li * 4 + ki) * 2 + di) * 2 + cl);
           cc_check_case(&c);
         }
       }
@@ -1156,6 +1215,7 @@ int main(void) {
   RUN(test_la_strong_decay);
   RUN(test_la_chunked_vs_recurrent);
   RUN(test_la_threads_and_alias);
+  RUN(test_la_batch_invariance);
   RUN(test_la_empty);
   RUN(test_la_errors);
   RUN(test_la_infer_unknown);
