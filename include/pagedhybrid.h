@@ -87,7 +87,9 @@ typedef enum ph_log_level {
 } ph_log_level;
 
 /* Called with one formatted line (no trailing newline). May be called from any library thread;
- * the callback must be thread-safe. */
+ * the callback must be thread-safe and must not call ph_set_log_callback() (it runs under the
+ * lock that makes replacing the callback safe: once ph_set_log_callback() returns, no thread is
+ * still inside the old one). */
 typedef void (*ph_log_fn)(void *user, ph_log_level level, const char *message);
 
 /* Process-wide. fn == NULL silences the library (the default). Messages above max_level are

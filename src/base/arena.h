@@ -2,7 +2,7 @@
  *
  * For objects that live exactly as long as their owner (parsed configs, tensor tables, graph
  * nodes, per-run scratch). Allocations are aligned to ARENA_ALIGN (64 bytes: one cache line,
- * one zmm register). arena_reset() keeps the first block for reuse, so a per-step arena stops
+ * one zmm register). arena_reset() keeps the largest block for reuse, so a per-step arena stops
  * allocating after warm-up; arena_stats() reports the number of system allocations made so
  * tests can assert that.
  */

@@ -44,8 +44,10 @@ float f16_to_f32(uint16_t h);   /* exact, subnormals included */
 uint16_t f32_to_f16(float f);   /* round to nearest even; overflow -> inf */
 float f8e4m3_to_f32(uint8_t v); /* e4m3fn: no infinities, 0x7f/0xff are NaN */
 
-/* Converts n elements from src (dtype s) to dst (dtype t). Supported: any float type to and
- * from f32, f32<->f32 copy, identical-type copy, and integer types to f32. Anything else is
+/* Converts n elements from src (dtype s) to dst (dtype t). Supported: identical-type copy; any
+ * float type (f32, f16, bf16, f8e4m3) or integer type to f32; any float type to f16 or bf16
+ * (through f32, exactly, then rounded to nearest even). Anything else (to an integer or to
+ * f8e4m3) is
  * PH_ERR_UNSUPPORTED with a message naming the pair. src and dst must not overlap unless they
  * are identical. Reads src with memcpy, so src needs no alignment. */
 ph_status dtype_convert(void *dst, ph_dtype t, const void *src, ph_dtype s, size_t n, diag *d);
