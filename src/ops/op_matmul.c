@@ -1,5 +1,510 @@
-/* op_matmul — STUB: contract and kernels not written yet. */
-#include "ops/op.h"
+/* op_matmul — MatMul (ai.onnx) and MatMulWT (pagedhybrid.internal): every linear layer.
+ *
+ * MatMul: numpy matmul. A [..., M, K] x B [..., K, N] -> [..., M, N]; a 1-D A is [1, K] and a
+ * 1-D B is [K, 1], the added dim dropped from the result; batch dims broadcast numpy-style.
+ * A and B share one dtype (f32, f16 or bf16), the output has it too. Each y element is summed
+ * in f32 in increasing k, one row of A at a time (rows split over the pool), so a row's values
+ * never depend on which other rows are in the batch. This is the generic path; the CPU runs
+ * linear layers as MatMulWT.
+ *
+ * MatMulWT: y [..., N] = A [..., K] W[N, K]^T + bias[N]. W is stored as Hugging Face stores
+ * Linear weights (one row per output feature), so no transpose is ever materialized. A, W and
+ * bias may each be f32, f16 or bf16 (W's need not match A's); y has A's dtype.
+ *
+ * Batch invariance (architecture.md, numerics policy) is the contract of MatMulWT: y[m][n] is
+ * bit-identical whatever M is and whichever rows share a kernel call. Every dot product uses the
+ * same summation order, a function of K only: WT_LANES partial sums, element k going to partial
+ * k % WT_LANES in increasing k, then a fixed pairwise tree (lanes l and l + 8, then + 4, + 2,
+ * + 1), then + bias. The 1-row and the 4-row kernels are generated from one macro body, so the
+ * per-element arithmetic is the same text; W conversions to f32 are exact, so converting on the
+ * fly or not cannot change a product. Floating-point contraction (FMA) would break the
+ * equivalence only if applied differently per kernel: gcc in ISO C mode does not contract, and
+ * clang is told not to below. Work is split over column blocks (never K) with pool_run.
+ *
+ * Memory: nothing is allocated in run(). MatMul needs per-thread rows (scratch_bytes);
+ * MatMulWT converts up to WT_MC rows of A to f32 at a time into scratch and, for f16 weights
+ * with M > 1, WT_NW converted weight rows per thread. Tensor data may be unaligned
+ * (safetensors views), so weights and bias are read with memcpy.
+ */
+#include <string.h>
 
-const op_def op_def_matmul = {"", "MatMul", 2, 2, 1, 1, NULL, NULL, NULL};
-const op_def op_def_matmul_wt = {"pagedhybrid.internal", "MatMulWT", 2, 3, 1, 1, NULL, NULL, NULL};
+#include "ops/op.h"
+#include "tensor/dtype.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+static const char *dt_name(ph_dtype dt) {
+  const char *s = dtype_safetensors_name(dt);
+  return s ? s : "INVALID";
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- MatMul --------------------------------------------------------------------------------- */
+
+/* Broadcasts batch dims a (rank ra) and b (rank rb), right-aligned, into o (rank max(ra, rb)).
+ * An unknown dim against 1 stays unknown; against any other known d it must be d. */
+static ph_status bcast_batch(int ra, const int64_t *a, int rb, const int64_t *b, int *ro,
+                             int64_t *o, diag *d) {
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    int64_t x = i < r - ra ? 1 : a[i - (r - ra)];
+    int64_t y = i < r - rb ? 1 : b[i - (r - rb)];
+    if (x == y)
+      o[i] = x;
+    else if (x == 1)
+      o[i] = y;
+    else if (y == 1)
+      o[i] = x;
+    else if (x < 0)
+      o[i] = y;
+    else if (y < 0)
+      o[i] = x;
+    else
+      return diag_set(d, PH_ERR_TENSOR_SHAPE, "batch dim %d: %lld and %lld do not broadcast", i,
+                      (long long)x, (long long)y);
+  }
+  *ro = r;
+  return PH_OK;
+}
+
+static ph_status matmul_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
+  RETURN_ERROR_IF(n->n_inputs != 2 || n->n_outputs != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMul takes 2 inputs and 1 output, got %d and %d", n->n_inputs, n->n_outputs);
+  const tinfo *a = &in[0], *b = &in[1];
+  RETURN_ERROR_IF(a->dtype == PH_DTYPE_INVALID || b->dtype == PH_DTYPE_INVALID, d,
+                  PH_ERR_INVALID_ARGUMENT, "MatMul: A and B are required");
+  RETURN_ERROR_IF(!dtype_is_compute_float(a->dtype), d, PH_ERR_TENSOR_DTYPE,
+                  "MatMul: A is %s; expected F32, F16 or BF16", dt_name(a->dtype));
+  RETURN_ERROR_IF(a->dtype != b->dtype, d, PH_ERR_TENSOR_DTYPE,
+                  "MatMul: A is %s but B is %s; both must have one dtype", dt_name(a->dtype),
+                  dt_name(b->dtype));
+  memset(out, 0, sizeof *out);
+  out->dtype = a->dtype;
+  if (a->rank < 0 || b->rank < 0) {
+    out->rank = -1;
+    return PH_OK;
+  }
+  RETURN_ERROR_IF(a->rank < 1 || b->rank < 1, d, PH_ERR_TENSOR_SHAPE,
+                  "MatMul: operands need rank >= 1 (A rank %d, B rank %d)", a->rank, b->rank);
+  int64_t ka = a->dims[a->rank - 1];
+  int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
+  RETURN_ERROR_IF(ka >= 0 && kb >= 0 && ka != kb, d, PH_ERR_TENSOR_SHAPE,
+                  "MatMul: A has K = %lld but B has K = %lld", (long long)ka, (long long)kb);
+  int ra = a->rank > 2 ? a->rank - 2 : 0, rb = b->rank > 2 ? b->rank - 2 : 0, r = 0;
+  FORWARD_IF_ERROR(bcast_batch(ra, a->dims, rb, b->dims, &r, out->dims, d));
+  if (a->rank >= 2) out->dims[r++] = a->dims[a->rank - 2];
+  if (b->rank >= 2) out->dims[r++] = b->dims[b->rank - 1];
+  out->rank = r;
+  return PH_OK;
+}
+
+/* Geometry of one MatMul call with every dim known. Batch dims are right-aligned to the output
+ * batch rank; a 1-D operand has batch rank 0. */
+typedef struct mm_geom {
+  int64_t M, K, N;
+  int rb;                     /* output batch rank */
+  int64_t ob[GRAPH_MAX_DIMS]; /* output batch dims */
+  int64_t ab[GRAPH_MAX_DIMS]; /* A batch dims aligned to rb (1 where absent) */
+  int64_t bb[GRAPH_MAX_DIMS]; /* B batch dims aligned to rb */
+  int64_t n_batch;
+} mm_geom;
+
+static void mm_geometry(const int *rank, const int64_t *const *dims, mm_geom *g) {
+  int ra = rank[0], rbk = rank[1];
+  const int64_t *a = dims[0], *b = dims[1];
+  g->M = ra >= 2 ? a[ra - 2] : 1;
+  g->K = a[ra - 1];
+  g->N = rbk >= 2 ? b[rbk - 1] : 1;
+  int na = ra > 2 ? ra - 2 : 0, nb = rbk > 2 ? rbk - 2 : 0;
+  g->rb = na > nb ? na : nb;
+  g->n_batch = 1;
+  for (int i = 0; i < g->rb; i++) {
+    g->ab[i] = i < g->rb - na ? 1 : a[i - (g->rb - na)];
+    g->bb[i] = i < g->rb - nb ? 1 : b[i - (g->rb - nb)];
+    g->ob[i] = g->ab[i] == 1 ? g->bb[i] : g->ab[i];
+    g->n_batch *= g->ob[i];
+  }
+}
+
+/* Index of the A (which = 0) or B matrix used by output batch index bi. */
+static int64_t mm_batch_src(const mm_geom *g, int64_t bi, int which) {
+  const int64_t *src = which ? g->bb : g->ab;
+  int64_t idx = 0, stride = 1;
+  for (int i = g->rb - 1; i >= 0; i--) {
+    int64_t oi = bi % g->ob[i];
+    bi /= g->ob[i];
+    if (src[i] != 1) idx += oi * stride;
+    stride *= src[i];
+  }
+  return idx;
+}
+
+typedef struct mm_job {
+  const tensor *a, *b;
+  tensor *y;
+  mm_geom g;
+  float *scratch;     /* per thread: K (A row) + N (accumulators) + N (B row) floats */
+  int64_t per_thread; /* floats */
+  int64_t n_rows, n_tasks;
+} mm_job;
+
+static void mm_task(void *ctx, size_t task, int thread) {
+  const mm_job *j = ctx;
+  const mm_geom *g = &j->g;
+  float *arow = j->scratch + (int64_t)thread * j->per_thread;
+  float *acc = arow + g->K, *brow = acc + g->N;
+  int64_t r0 = (int64_t)task * j->n_rows / j->n_tasks;
+  int64_t r1 = ((int64_t)task + 1) * j->n_rows / j->n_tasks;
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t bi = r / g->M, m = r % g->M;
+    int64_t a_off = (mm_batch_src(g, bi, 0) * g->M + m) * g->K;
+    int64_t b_off = mm_batch_src(g, bi, 1) * g->K * g->N;
+    tensor_load_f32(j->a, a_off, g->K, arow);
+    for (int64_t c = 0; c < g->N; c++) acc[c] = 0.0f;
+    for (int64_t k = 0; k < g->K; k++) {
+      tensor_load_f32(j->b, b_off + k * g->N, g->N, brow);
+      float av = arow[k];
+      for (int64_t c = 0; c < g->N; c++) acc[c] += av * brow[c];
+    }
+    tensor_store_f32(j->y, r * g->N, g->N, acc);
+  }
+}
+
+static size_t matmul_scratch(const gnode *n, const tinfo *in, int n_threads) {
+  (void)n;
+  if (in[0].rank < 1 || in[1].rank < 1) return 0;
+  int rank[2] = {in[0].rank, in[1].rank};
+  const int64_t *dims[2] = {in[0].dims, in[1].dims};
+  mm_geom g;
+  mm_geometry(rank, dims, &g);
+  if (g.K < 0 || g.N < 0) return 0;
+  return (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)(g.K + 2 * g.N) * sizeof(float);
+}
+
+static ph_status matmul_run(const gnode *n, const tensor *const *in, tensor *const *out,
+                            op_ctx *ctx, diag *d) {
+  (void)n;
+  mm_job j;
+  memset(&j, 0, sizeof j);
+  j.a = in[0];
+  j.b = in[1];
+  j.y = out[0];
+  int rank[2] = {in[0]->rank, in[1]->rank};
+  const int64_t *dims[2] = {in[0]->dims, in[1]->dims};
+  mm_geometry(rank, dims, &j.g);
+  j.n_rows = j.g.n_batch * j.g.M;
+  if (j.n_rows == 0 || j.g.N == 0) return PH_OK;
+  int T = pool_threads(ctx->pool);
+  j.per_thread = j.g.K + 2 * j.g.N;
+  RETURN_ERROR_IF(ctx->scratch_bytes < (size_t)T * (size_t)j.per_thread * sizeof(float), d,
+                  PH_ERR_INTERNAL, "MatMul: scratch of %zu bytes is too small", ctx->scratch_bytes);
+  j.scratch = ctx->scratch;
+  j.n_tasks = min64(j.n_rows, (int64_t)T * 4);
+  pool_run(ctx->pool, (size_t)j.n_tasks, mm_task, &j);
+  return PH_OK;
+}
+
+const op_def op_def_matmul = {"", "MatMul", 2, 2, 1, 1, matmul_infer, matmul_run, matmul_scratch};
+
+/* ---- MatMulWT ------------------------------------------------------------------------------ */
+
+#define WT_LANES 16 /* partial sums per dot product: the fixed summation order */
+#define WT_NW    4  /* W rows per kernel call: four concurrent weight streams */
+#define WT_MC    64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
+#define WT_NB    32 /* output columns per task (a multiple of WT_NW) */
+
+static ph_status matmul_wt_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
+  RETURN_ERROR_IF(n->n_inputs < 2 || n->n_inputs > 3 || n->n_outputs != 1, d,
+                  PH_ERR_INVALID_ARGUMENT, "MatMulWT takes 2-3 inputs and 1 output, got %d and %d",
+                  n->n_inputs, n->n_outputs);
+  const tinfo *a = &in[0], *w = &in[1];
+  const tinfo *bias = n->n_inputs > 2 && in[2].dtype != PH_DTYPE_INVALID ? &in[2] : NULL;
+  RETURN_ERROR_IF(a->dtype == PH_DTYPE_INVALID || w->dtype == PH_DTYPE_INVALID, d,
+                  PH_ERR_INVALID_ARGUMENT, "MatMulWT: A and W are required");
+  RETURN_ERROR_IF(!dtype_is_compute_float(a->dtype), d, PH_ERR_TENSOR_DTYPE,
+                  "MatMulWT: A is %s; expected F32, F16 or BF16", dt_name(a->dtype));
+  RETURN_ERROR_IF(!dtype_is_compute_float(w->dtype), d, PH_ERR_TENSOR_DTYPE,
+                  "MatMulWT: W is %s; expected F32, F16 or BF16", dt_name(w->dtype));
+  RETURN_ERROR_IF(bias && !dtype_is_compute_float(bias->dtype), d, PH_ERR_TENSOR_DTYPE,
+                  "MatMulWT: bias is %s; expected F32, F16 or BF16", dt_name(bias->dtype));
+  RETURN_ERROR_IF(a->rank == 0, d, PH_ERR_TENSOR_SHAPE, "MatMulWT: A must have rank >= 1");
+  RETURN_ERROR_IF(w->rank >= 0 && w->rank != 2, d, PH_ERR_TENSOR_SHAPE,
+                  "MatMulWT: W must be [N, K], got rank %d", w->rank);
+  RETURN_ERROR_IF(bias && bias->rank >= 0 && bias->rank != 1, d, PH_ERR_TENSOR_SHAPE,
+                  "MatMulWT: bias must be [N], got rank %d", bias->rank);
+  int64_t N = w->rank == 2 ? w->dims[0] : -1, Kw = w->rank == 2 ? w->dims[1] : -1;
+  int64_t Ka = a->rank > 0 ? a->dims[a->rank - 1] : -1;
+  RETURN_ERROR_IF(Ka >= 0 && Kw >= 0 && Ka != Kw, d, PH_ERR_TENSOR_SHAPE,
+                  "MatMulWT: A has K = %lld but W is [%lld, %lld]", (long long)Ka, (long long)N,
+                  (long long)Kw);
+  if (bias && bias->rank == 1) {
+    int64_t nb = bias->dims[0];
+    RETURN_ERROR_IF(nb >= 0 && N >= 0 && nb != N, d, PH_ERR_TENSOR_SHAPE,
+                    "MatMulWT: bias has %lld elements but W has N = %lld rows", (long long)nb,
+                    (long long)N);
+    if (N < 0) N = nb;
+  }
+  memset(out, 0, sizeof *out);
+  out->dtype = a->dtype;
+  out->rank = a->rank;
+  if (a->rank < 0) return PH_OK;
+  for (int i = 0; i + 1 < a->rank; i++) out->dims[i] = a->dims[i];
+  out->dims[a->rank - 1] = N;
+  return PH_OK;
+}
+
+/* Element k of a row of W, as f32; p points at the row's first byte (any alignment). */
+static inline float wt_ld_f32(const unsigned char *p, int64_t k) {
+  float f;
+  memcpy(&f, p + 4 * k, 4);
+  return f;
+}
+
+static inline float wt_ld_bf16(const unsigned char *p, int64_t k) {
+  uint16_t h;
+  memcpy(&h, p + 2 * k, 2);
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* f16 -> f32, exact for every input including subnormals, inf and NaN (the test checks all
+ * 65536). Written without branches and without floating-point arithmetic on subnormals (which
+ * costs a microcode assist per element on x86) so the kernels' loops vectorize. */
+static inline float wt_ld_f16(const unsigned char *p, int64_t k) {
+  uint16_t h;
+  memcpy(&h, p + 2 * k, 2);
+  uint32_t em = h & 0x7fffu;
+  uint32_t normal = (em << 13) + ((uint32_t)(127 - 15) << 23);
+  uint32_t special = (em << 13) | 0x7f800000u;
+  float sub = (float)(int32_t)em * 0x1p-24f; /* exact: em < 2^10 when used */
+  uint32_t sub_bits;
+  memcpy(&sub_bits, &sub, 4);
+  /* selects as masks: a conditional here kept gcc from vectorizing the loops */
+  uint32_t is_sub = 0u - (uint32_t)(em < 0x0400u);
+  uint32_t is_special = 0u - (uint32_t)(em >= 0x7c00u);
+  uint32_t bits = (sub_bits & is_sub) | (special & is_special) | (normal & ~(is_sub | is_special));
+  bits |= (uint32_t)(h & 0x8000u) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* The fixed combine of one dot product's partial sums. */
+static inline float wt_tree(const float *acc) {
+  float s[WT_LANES];
+  for (int l = 0; l < WT_LANES; l++) s[l] = acc[l];
+  for (int w = WT_LANES / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) s[l] += s[l + w];
+  return s[0];
+}
+
+/* sums[r * WT_NW + c] = dot(A row r, W row c) for R rows of A (f32, contiguous, K apart) and
+ * WT_NW rows of W. One body for every R and every W dtype: the summation order above. */
+#define WT_KERNEL(NAME, LOAD, R)                                                                   \
+  static void NAME(const float *a, int64_t K, const unsigned char *const *w, float *sums) {        \
+    const unsigned char *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];                            \
+    float acc[R][WT_NW][WT_LANES];                                                                 \
+    memset(acc, 0, sizeof acc);                                                                    \
+    int64_t k = 0;                                                                                 \
+    for (; k + WT_LANES <= K; k += WT_LANES)                                                       \
+      for (int r = 0; r < (R); r++) {                                                              \
+        const float *ar = a + r * K + k;                                                           \
+        for (int l = 0; l < WT_LANES; l++) {                                                       \
+          float av = ar[l];                                                                        \
+          acc[r][0][l] += av * LOAD(w0, k + l);                                                    \
+          acc[r][1][l] += av * LOAD(w1, k + l);                                                    \
+          acc[r][2][l] += av * LOAD(w2, k + l);                                                    \
+          acc[r][3][l] += av * LOAD(w3, k + l);                                                    \
+        }                                                                                          \
+      }                                                                                            \
+    for (int r = 0; r < (R); r++) {                                                                \
+      for (int64_t l = 0; k + l < K; l++) {                                                        \
+        float av = a[r * K + k + l];                                                               \
+        acc[r][0][l] += av * LOAD(w0, k + l);                                                      \
+        acc[r][1][l] += av * LOAD(w1, k + l);                                                      \
+        acc[r][2][l] += av * LOAD(w2, k + l);                                                      \
+        acc[r][3][l] += av * LOAD(w3, k + l);                                                      \
+      }                                                                                            \
+      for (int c = 0; c < WT_NW; c++) sums[r * WT_NW + c] = wt_tree(acc[r][c]);                    \
+    }                                                                                              \
+  }
+
+WT_KERNEL(wt_f32_r1, wt_ld_f32, 1)
+WT_KERNEL(wt_f32_r4, wt_ld_f32, 4)
+WT_KERNEL(wt_bf16_r1, wt_ld_bf16, 1)
+WT_KERNEL(wt_bf16_r4, wt_ld_bf16, 4)
+WT_KERNEL(wt_f16_r1, wt_ld_f16, 1)
+WT_KERNEL(wt_f16_r4, wt_ld_f16, 4)
+
+typedef void (*wt_kernel_fn)(const float *a, int64_t K, const unsigned char *const *w, float *sums);
+
+typedef struct wt_job {
+  const float *a; /* [rows, K] f32: this chunk of A */
+  int64_t rows, K, N;
+  int64_t row0;           /* output row of the chunk's first row */
+  const unsigned char *w; /* [N, K] in w_dtype */
+  size_t w_size;
+  const unsigned char *bias; /* [N] or NULL */
+  ph_dtype bias_dtype;
+  unsigned char *y; /* [M, N] in y_dtype */
+  ph_dtype y_dtype;
+  wt_kernel_fn k1, k4;
+  float *w_f32; /* f16 W only: per thread WT_NW * K floats, else NULL */
+} wt_job;
+
+static float wt_bias(const wt_job *j, int64_t c) {
+  if (!j->bias) return 0.0f;
+  uint16_t h;
+  switch (j->bias_dtype) {
+  case PH_DTYPE_F16:
+    memcpy(&h, j->bias + 2 * c, 2);
+    return f16_to_f32(h);
+  case PH_DTYPE_BF16:
+    memcpy(&h, j->bias + 2 * c, 2);
+    return bf16_to_f32(h);
+  default:
+    return wt_ld_f32(j->bias, c);
+  }
+}
+
+/* Adds bias and stores a [n_rows, nc] block of sums (row stride WT_NW) at (row, col). */
+static void wt_emit(const wt_job *j, int64_t row, int n_rows, int64_t col, int nc,
+                    const float *sums, const float *bias) {
+  for (int r = 0; r < n_rows; r++) {
+    int64_t base = (j->row0 + row + r) * j->N + col;
+    for (int c = 0; c < nc; c++) {
+      float v = sums[r * WT_NW + c] + bias[c];
+      uint16_t h;
+      switch (j->y_dtype) {
+      case PH_DTYPE_F16:
+        h = f32_to_f16(v);
+        memcpy(j->y + 2 * (base + c), &h, 2);
+        break;
+      case PH_DTYPE_BF16:
+        h = f32_to_bf16(v);
+        memcpy(j->y + 2 * (base + c), &h, 2);
+        break;
+      default:
+        memcpy(j->y + 4 * (base + c), &v, 4);
+        break;
+      }
+    }
+  }
+}
+
+/* Task = WT_NB output columns for every row of the chunk. For each group of WT_NW weight rows
+ * the chunk's rows go by 4 then by 1, so those weight rows are read from memory once and then
+ * from cache. */
+static void wt_task(void *ctx, size_t task, int thread) {
+  const wt_job *j = ctx;
+  int64_t c0 = (int64_t)task * WT_NB, c1 = min64(j->N, c0 + WT_NB);
+  float sums[4 * WT_NW];
+  /* f16 -> f32 costs more than a multiply-add in portable C: with several rows, convert the
+   * weight rows once and run the f32 kernels (conversions are exact: same products) */
+  int pre = j->w_f32 && j->rows > 1;
+  wt_kernel_fn k1 = pre ? wt_f32_r1 : j->k1, k4 = pre ? wt_f32_r4 : j->k4;
+  float *wbuf = pre ? j->w_f32 + (int64_t)thread * WT_NW * j->K : NULL;
+  for (int64_t col = c0; col < c1; col += WT_NW) {
+    int nc = (int)min64(WT_NW, c1 - col);
+    const unsigned char *wr[WT_NW];
+    float bias[WT_NW];
+    for (int c = 0; c < WT_NW; c++) {
+      /* a short last group repeats its last row; those sums are dropped */
+      int cc = c < nc ? c : nc - 1;
+      wr[c] = j->w + (size_t)(col + cc) * (size_t)j->K * j->w_size;
+      bias[c] = wt_bias(j, col + cc);
+    }
+    if (pre)
+      for (int c = 0; c < WT_NW; c++) {
+        float *dst = wbuf + c * j->K;
+        for (int64_t k = 0; k < j->K; k++) dst[k] = wt_ld_f16(wr[c], k);
+        wr[c] = (const unsigned char *)dst;
+      }
+    int64_t m = 0;
+    for (; m + 4 <= j->rows; m += 4) {
+      k4(j->a + m * j->K, j->K, wr, sums);
+      wt_emit(j, m, 4, col, nc, sums, bias);
+    }
+    for (; m < j->rows; m++) {
+      k1(j->a + m * j->K, j->K, wr, sums);
+      wt_emit(j, m, 1, col, nc, sums, bias);
+    }
+  }
+}
+
+/* Scratch: up to WT_MC rows of A in f32, then (f16 W with M > 1) WT_NW converted weight rows
+ * per thread. */
+static size_t wt_scratch_floats(int64_t M, int64_t K, ph_dtype w_dtype, int n_threads) {
+  if (K <= 0 || M <= 0) return 0;
+  size_t n = (size_t)min64(M, WT_MC) * (size_t)K;
+  if (w_dtype == PH_DTYPE_F16 && M > 1)
+    n += (size_t)(n_threads > 0 ? n_threads : 1) * WT_NW * (size_t)K;
+  return n;
+}
+
+static size_t matmul_wt_scratch(const gnode *n, const tinfo *in, int n_threads) {
+  (void)n;
+  if (in[0].rank < 1) return 0;
+  int64_t K = in[0].dims[in[0].rank - 1], M = 1;
+  for (int i = 0; i + 1 < in[0].rank; i++) M *= in[0].dims[i];
+  return wt_scratch_floats(M, K, in[1].dtype, n_threads) * sizeof(float);
+}
+
+static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *const *out,
+                               op_ctx *ctx, diag *d) {
+  const tensor *a = in[0], *w = in[1];
+  const tensor *bias = n->n_inputs > 2 ? in[2] : NULL;
+  wt_job j;
+  memset(&j, 0, sizeof j);
+  j.K = a->dims[a->rank - 1];
+  j.N = w->dims[0];
+  int64_t M = 1;
+  for (int i = 0; i + 1 < a->rank; i++) M *= a->dims[i];
+  if (M == 0 || j.N == 0) return PH_OK;
+  j.w = w->data;
+  j.w_size = dtype_size(w->dtype);
+  j.bias = bias ? bias->data : NULL;
+  j.bias_dtype = bias ? bias->dtype : PH_DTYPE_INVALID;
+  j.y = out[0]->data;
+  j.y_dtype = out[0]->dtype;
+  switch (w->dtype) {
+  case PH_DTYPE_BF16:
+    j.k1 = wt_bf16_r1;
+    j.k4 = wt_bf16_r4;
+    break;
+  case PH_DTYPE_F16:
+    j.k1 = wt_f16_r1;
+    j.k4 = wt_f16_r4;
+    break;
+  default:
+    j.k1 = wt_f32_r1;
+    j.k4 = wt_f32_r4;
+    break;
+  }
+  size_t need = wt_scratch_floats(M, j.K, w->dtype, pool_threads(ctx->pool)) * sizeof(float);
+  RETURN_ERROR_IF(ctx->scratch_bytes < need, d, PH_ERR_INTERNAL,
+                  "MatMulWT: scratch of %zu bytes, need %zu", ctx->scratch_bytes, need);
+  if (w->dtype == PH_DTYPE_F16 && M > 1 && j.K > 0)
+    j.w_f32 = (float *)ctx->scratch + min64(M, WT_MC) * j.K;
+  /* with K == 0 the kernels read nothing, but still offset this pointer */
+  static const float no_rows[1] = {0.0f};
+  const float *abuf = j.K > 0 ? (const float *)ctx->scratch : no_rows;
+  size_t n_tasks = (size_t)((j.N + WT_NB - 1) / WT_NB);
+  for (int64_t m0 = 0; m0 < M; m0 += WT_MC) {
+    j.rows = min64(WT_MC, M - m0);
+    j.row0 = m0;
+    if (j.K > 0) tensor_load_f32(a, m0 * j.K, j.rows * j.K, (float *)ctx->scratch);
+    j.a = abuf;
+    pool_run(ctx->pool, n_tasks, wt_task, &j);
+  }
+  return PH_OK;
+}
+
+const op_def op_def_matmul_wt = {
+    "pagedhybrid.internal", "MatMulWT",       2, 3, 1, 1, matmul_wt_infer,
+    matmul_wt_run,          matmul_wt_scratch};
