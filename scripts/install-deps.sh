@@ -14,6 +14,9 @@ PACKAGES=(
   cmake              # build system (>= 3.20)
   pkg-config         # finds jansson
   libjansson-dev     # JSON: config.json, safetensors headers, genai_config.json (docs/dependencies.md)
+  libprotobuf-c-dev  # ONNX protobuf runtime (docs/dependencies.md)
+  protobuf-c-compiler # protoc-c: generates the C code from onnx.proto at build time
+  libonnx-dev        # ships /usr/include/onnx/onnx.proto
   clang              # sanitizer build (ASan+UBSan) and libFuzzer targets
   libclang-rt-14-dev # clang's sanitizer and libFuzzer runtimes
 )
