@@ -216,7 +216,7 @@ static ph_status infer_all(executor *e, diag *d) {
     t->dtype = val->type.dtype;
     t->rank = val->type.rank;
     memcpy(t->dims, val->type.dims, sizeof t->dims);
-    if (!val->type.data && val->src_transposed && e->last_use[v] >= 0) {
+    if (!val->type.data && val->lazy && e->last_use[v] >= 0) {
       /* an op other than the prepared MatMulWT reads it: materialize the canonical bytes */
       if (!graph_initializer_data(g, v, d)) return d ? d->status : PH_ERR_NO_MEMORY;
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fmap.h"
 #include "ops/op.h"
 #include "tensor/dtype.h"
 
@@ -24,6 +25,8 @@ ph_status graph_create(graph **out, diag *d) {
 
 void graph_free(graph *g) {
   if (!g) return;
+  for (int i = 0; i < g->n_mappings; i++) fmap_close(&g->mappings[i]);
+  free(g->mappings);
   arena_free(&g->arena);
   free(g->values);
   free(g->nodes);
@@ -148,15 +151,95 @@ int graph_add_initializer_alloc(graph *g, const char *name, ph_dtype dtype, shap
   return id;
 }
 
-int graph_add_initializer_transposed(graph *g, const char *name, ph_dtype dtype, int64_t rows,
-                                     int64_t cols, const void *src) {
-  int id = add_initializer(g, name, dtype, shape_2d(cols, rows), NULL, 0);
+static float load_float(const char *p, ph_dtype dt) {
+  uint16_t h;
+  float f;
+  switch (dt) {
+  case PH_DTYPE_F32: memcpy(&f, p, 4); return f;
+  case PH_DTYPE_F16: memcpy(&h, p, 2); return f16_to_f32(h);
+  case PH_DTYPE_BF16: memcpy(&h, p, 2); return bf16_to_f32(h);
+  case PH_DTYPE_F8E4M3: return f8e4m3_to_f32((uint8_t)*p);
+  default: return 0.0f;
+  }
+}
+
+static void store_float(char *p, ph_dtype dt, float f) {
+  uint16_t h;
+  switch (dt) {
+  case PH_DTYPE_F32: memcpy(p, &f, 4); return;
+  case PH_DTYPE_F16: h = f32_to_f16(f); memcpy(p, &h, 2); return;
+  case PH_DTYPE_BF16: h = f32_to_bf16(f); memcpy(p, &h, 2); return;
+  default: return;
+  }
+}
+
+static int is_float_dtype(ph_dtype dt) {
+  return dt == PH_DTYPE_F32 || dt == PH_DTYPE_F16 || dt == PH_DTYPE_BF16 || dt == PH_DTYPE_F8E4M3;
+}
+
+int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape s,
+                               const void *src, ph_dtype src_dtype, int transposed) {
+  if (transposed && (s.n_dims != 2 || !is_float_dtype(src_dtype) || !is_float_dtype(dtype)))
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: a transposed initializer is a 2-D float weight%s", name, "");
+  if (!dtype_size(src_dtype) || (src_dtype != dtype && (!is_float_dtype(src_dtype) ||
+                                                       dtype == PH_DTYPE_F8E4M3 || !is_float_dtype(dtype))))
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: cannot convert its source dtype%s", name, "");
+  int id = add_initializer(g, name, dtype, s, NULL, 0);
   if (id < 0) return -1;
   gvalue *v = &g->values[id];
   v->type.data = NULL; /* materialized on demand */
   v->src = src;
-  v->src_transposed = 1;
+  v->src_dtype = src_dtype;
+  v->src_transposed = transposed;
+  v->lazy = 1;
   return id;
+}
+
+int graph_add_initializer_transposed(graph *g, const char *name, ph_dtype dtype, int64_t rows,
+                                     int64_t cols, const void *src) {
+  return graph_add_initializer_lazy(g, name, dtype, shape_2d(cols, rows), src, dtype, 1);
+}
+
+ph_status graph_adopt_mapping(graph *g, const fmap *m, diag *d) {
+  fmap *p = realloc(g->mappings, (size_t)(g->n_mappings + 1) * sizeof *p);
+  RETURN_ERROR_IF(!p, d, PH_ERR_NO_MEMORY, "out of memory");
+  g->mappings = p;
+  g->mappings[g->n_mappings++] = *m;
+  return PH_OK;
+}
+
+ph_status graph_initializer_read(const graph *g, int value, int64_t begin, int64_t end, void *dst,
+                                 diag *d) {
+  RETURN_ERROR_IF(value < 0 || value >= g->n_values || g->values[value].kind != VALUE_INITIALIZER,
+                  d, PH_ERR_INVALID_ARGUMENT, "value %d is not an initializer", value);
+  const gvalue *v = &g->values[value];
+  int64_t n = tinfo_numel(&v->type);
+  RETURN_ERROR_IF(begin < 0 || end < begin || end > n, d, PH_ERR_INVALID_ARGUMENT,
+                  "initializer %s: range [%lld, %lld) outside its %lld elements", v->name,
+                  (long long)begin, (long long)end, (long long)n);
+  size_t es = dtype_size(v->type.dtype);
+  if (v->type.data) {
+    memcpy(dst, (const char *)v->type.data + (size_t)begin * es, (size_t)(end - begin) * es);
+    return PH_OK;
+  }
+  if (!v->lazy) return PH_OK; /* zero-size */
+  size_t ses = dtype_size(v->src_dtype);
+  const char *src = v->src;
+  char *out = dst;
+  if (!v->src_transposed) {
+    /* contiguous: one conversion */
+    return dtype_convert(out, v->type.dtype, src + (size_t)begin * ses, v->src_dtype,
+                         (size_t)(end - begin), d);
+  }
+  /* value [cols, rows] from source [rows, cols]: element (c, r) reads source (r, c). Both dtypes
+   * are float types (checked when the initializer was made), converted through f32 exactly. */
+  const int64_t rows = v->type.dims[1], cols = v->type.dims[0];
+  for (int64_t i = begin; i < end; i++) {
+    int64_t c = i / rows, r = i % rows;
+    float f = load_float(src + ((size_t)r * (size_t)cols + (size_t)c) * ses, v->src_dtype);
+    store_float(out + (size_t)(i - begin) * es, v->type.dtype, f);
+  }
+  return PH_OK;
 }
 
 const void *graph_initializer_data(graph *g, int value, diag *d) {
@@ -165,20 +248,13 @@ const void *graph_initializer_data(graph *g, int value, diag *d) {
     return NULL;
   }
   gvalue *v = &g->values[value];
-  if (v->type.data || !v->src_transposed) return v->type.data;
-  /* [cols, rows] <- transpose of the source [rows, cols] */
-  int64_t cols = v->type.dims[0], rows = v->type.dims[1];
-  size_t es = dtype_size(v->type.dtype);
-  char *dst = arena_alloc(&g->arena, (size_t)v->n_bytes);
+  if (v->type.data || !v->lazy) return v->type.data;
+  void *dst = arena_alloc(&g->arena, (size_t)v->n_bytes);
   if (!dst) {
-    diag_set(d, PH_ERR_NO_MEMORY, "out of memory transposing %s", v->name);
+    diag_set(d, PH_ERR_NO_MEMORY, "out of memory materializing %s", v->name);
     return NULL;
   }
-  const char *src = v->src;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      memcpy(dst + ((size_t)c * (size_t)rows + (size_t)r) * es,
-             src + ((size_t)r * (size_t)cols + (size_t)c) * es, es);
+  if (graph_initializer_read(g, value, 0, tinfo_numel(&v->type), dst, d) != PH_OK) return NULL;
   v->type.data = dst;
   v->owned = 1;
   return dst;
@@ -356,7 +432,7 @@ ph_status graph_finalize(graph *g, diag *d) {
                         "node %s (%s): input %s is produced later (nodes out of order)", n->name,
                         n->op_type, val->name);
       in[k] = val->type;
-      if (val->src_transposed) in[k].data = NULL; /* contents not materialized */
+      if (val->lazy && !val->type.data) in[k].data = NULL; /* contents not materialized */
     }
     ph_status s = op->infer(n, in, out, d);
     if (s != PH_OK) return diag_prefix(d, "node %s (%s)", n->name, n->op_type);

@@ -53,11 +53,16 @@ typedef struct gvalue {
   int producer;                      /* node index, -1 for inputs/initializers */
   int64_t n_bytes;                   /* initializers: data bytes */
   int owned;                         /* initializers: data lives in the graph arena */
-  /* Lazily transposed 2-D initializer: the value is [in, out] (what ONNX MatMul wants) but
-   * `src` points at the checkpoint's [out, in] rows and type.data stays NULL until someone needs
-   * the canonical bytes (graph_initializer_data). The CPU prepare pass reads src directly. */
+  /* Lazy initializer: the value (type.dtype, type.dims) is computed from `src`, src_dtype
+   * elements of the checkpoint, by converting to type.dtype and, when src_transposed, reading
+   * the source as [rows, cols] = [type.dims[1], type.dims[0]] (what ONNX MatMul wants is the
+   * transpose of a Hugging Face [out, in] weight). type.data stays NULL until someone needs the
+   * canonical bytes (graph_initializer_data); the exporter streams them, the CPU prepare pass
+   * reads src directly. */
   const void *src;
+  ph_dtype src_dtype;
   int src_transposed;
+  int lazy;
 } gvalue;
 
 typedef enum attr_type {
@@ -108,6 +113,8 @@ typedef struct graph {
   int n_symbols;
   diag err;                      /* sticky: first builder error */
   int finalized;
+  struct fmap *mappings;         /* adopted file mappings, unmapped by graph_free */
+  int n_mappings;
 } graph;
 
 /* ---- lifecycle ---- */
@@ -133,6 +140,10 @@ int graph_add_initializer_copy(graph *g, const char *name, ph_dtype dtype, shape
  * graph_initializer_data() is called. */
 int graph_add_initializer_transposed(graph *g, const char *name, ph_dtype dtype, int64_t rows,
                                      int64_t cols, const void *src);
+/* General lazy initializer: value of `dtype` and shape `s`, computed from src (src_dtype); if
+ * transposed, s must be 2-D and src is read as [s.dims[1], s.dims[0]]. */
+int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape s,
+                               const void *src, ph_dtype src_dtype, int transposed);
 /* Owned initializer of the given shape, zeroed; returns the id and a writable pointer. */
 int graph_add_initializer_alloc(graph *g, const char *name, ph_dtype dtype, shape s, void **data);
 
@@ -160,6 +171,16 @@ gattr attr_floats(const char *name, const float *v, int n);
  * topological order: a node's inputs exist before it). Fills every intermediate's tinfo.
  * PH_ERR_UNSUPPORTED lists all unknown op types at once; contract violations name the node. */
 ph_status graph_finalize(graph *g, diag *d);
+
+/* Hands a read-only file mapping to the graph: initializer views may point into it and it is
+ * unmapped by graph_free(). */
+struct fmap;
+ph_status graph_adopt_mapping(graph *g, const struct fmap *m, diag *d);
+
+/* Writes elements [begin, end) of an initializer's canonical bytes into dst (for streaming
+ * writers: never materializes the whole value). */
+ph_status graph_initializer_read(const graph *g, int value, int64_t begin, int64_t end, void *dst,
+                                 diag *d);
 
 /* Canonical bytes of an initializer (materializes a lazy transpose into the graph arena once).
  * NULL with a diag on out of memory or for a non-initializer. */

@@ -32,7 +32,13 @@ static int rows_initializer(graph *g, int w, diag *d) {
   if (existing >= 0) return existing; /* a tied weight used twice */
   int64_t K = v->type.dims[0], N = v->type.dims[1];
   ph_dtype dt = v->type.dtype;
-  if (v->src_transposed) return graph_add_initializer_view(g, name, dt, shape_2d(N, K), v->src);
+  /* MatMulWT reads any float dtype: use the checkpoint's rows as they are stored; when the graph
+   * converts the weight, the rows are converted too (lazily, materialized once) so the prepared
+   * graph computes exactly what the canonical one means */
+  if (v->lazy && v->src_transposed) {
+    if (v->src_dtype == dt) return graph_add_initializer_view(g, name, dt, shape_2d(N, K), v->src);
+    return graph_add_initializer_lazy(g, name, dt, shape_2d(N, K), v->src, v->src_dtype, 0);
+  }
   const void *data = graph_initializer_data(g, w, d);
   if (!data) return -1;
   void *dst = NULL;

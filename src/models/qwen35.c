@@ -21,6 +21,7 @@ typedef struct builder {
   char scope[96];
   int64_t max_context;
   int cos, sin;           /* rotary caches [ctx, rot/2] f32 */
+  ph_dtype weight_dtype;  /* PH_DTYPE_INVALID: as stored */
   int positions;          /* position_ids */
   int seqlens_k, total;   /* GQA lengths derived from attention_mask */
 } builder;
@@ -97,15 +98,24 @@ static int cast_to(builder *b, const char *name, int x, int onnx_type) {
 static int weight_view(builder *b, const char *name, ph_dtype dt, shape s, const void *data) {
   int id = graph_find_value(b->g, name);
   if (id >= 0) return id;
+  ph_dtype want = b->weight_dtype != PH_DTYPE_INVALID ? b->weight_dtype : dt;
+  if (want != dt) return graph_add_initializer_lazy(b->g, name, want, s, data, dt, 0);
   if ((uintptr_t)data % dtype_size(dt) != 0) return graph_add_initializer_copy(b->g, name, dt, s, data);
   return graph_add_initializer_view(b->g, name, dt, s, data);
 }
 
 /* y = x W^T: MatMul with the lazily transposed weight, behind a Cast when stored below f32
  * (the prepare pass fuses both into MatMulWT reading the stored bytes). */
+static ph_dtype stored_as(const builder *b, ph_dtype checkpoint) {
+  return b->weight_dtype != PH_DTYPE_INVALID ? b->weight_dtype : checkpoint;
+}
+
+/* y = x W^T: MatMul with the lazily transposed (and converted) weight, behind a Cast when it is
+ * stored below f32 (the prepare pass fuses both into MatMulWT reading the checkpoint's bytes). */
 static int linear(builder *b, const char *name, int x, wref w) {
   char tname[224];
   snprintf(tname, sizeof tname, "%s.T", w.name);
+  ph_dtype dt = stored_as(b, w.dtype);
   int wt = graph_find_value(b->g, tname);
   if (wt < 0) {
     const void *src = w.data;
@@ -118,9 +128,9 @@ static int linear(builder *b, const char *name, int x, wref w) {
       memcpy(copy, src, (size_t)(w.rows * w.cols) * dtype_size(w.dtype));
       src = copy;
     }
-    wt = graph_add_initializer_transposed(b->g, tname, w.dtype, w.rows, w.cols, src);
+    wt = graph_add_initializer_lazy(b->g, tname, dt, shape_2d(w.cols, w.rows), src, w.dtype, 1);
   }
-  if (w.dtype != PH_DTYPE_F32) {
+  if (dt != PH_DTYPE_F32) {
     char cname[128];
     snprintf(cname, sizeof cname, "%s/Cast", name);
     wt = cast_to(b, cname, wt, ONNX_FLOAT);
@@ -391,7 +401,7 @@ static int mlp(builder *b, int layer, int x) {
 /* ---- the whole model ------------------------------------------------------------------------ */
 
 qwen35_options qwen35_options_default(void) {
-  qwen35_options o = {0};
+  qwen35_options o = {0, PH_DTYPE_INVALID};
   return o;
 }
 
@@ -413,9 +423,14 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
                              const qwen35_options *opt, graph **out, diag *d) {
   *out = NULL;
   FORWARD_IF_ERROR(check_supported(c, d));
+  if (opt && opt->weight_dtype != PH_DTYPE_INVALID)
+    RETURN_ERROR_IF(opt->weight_dtype != PH_DTYPE_F32 && opt->weight_dtype != PH_DTYPE_F16 &&
+                        opt->weight_dtype != PH_DTYPE_BF16,
+                    d, PH_ERR_UNSUPPORTED, "weight dtype %s: expected f32, f16 or bf16",
+                    ph_dtype_name(opt->weight_dtype));
   graph *g = NULL;
   FORWARD_IF_ERROR(graph_create(&g, d));
-  builder bb = {.g = g, .c = c, .w = w};
+  builder bb = {.g = g, .c = c, .w = w, .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID};
   builder *b = &bb;
   /* rotary cache rows: the caller's context bound, else min(max_position_embeddings, 32768) */
   int64_t ctx = 32768;
@@ -461,7 +476,7 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
   const st_tensor *embed = w->global[W_EMBED];
   int ew = weight_view(b, embed->name, embed->dtype, embed->shape, embed->data);
   int x = NODE1(b, "Gather", "Gather", 0, NULL, ew, ids);
-  if (embed->dtype != PH_DTYPE_F32) x = cast_to(b, "Cast", x, ONNX_FLOAT);
+  if (stored_as(b, embed->dtype) != PH_DTYPE_F32) x = cast_to(b, "Cast", x, ONNX_FLOAT);
   const float eps = (float)c->rms_norm_eps;
   int residual = x, mixer_in = -1, branch = -1;
   int present[HF_MAX_LAYERS][2];

@@ -27,6 +27,9 @@
 
 typedef struct qwen35_options {
   int64_t max_context; /* rows of the rotary cos/sin caches; 0 = min(max_position_embeddings, 32768) */
+  ph_dtype weight_dtype; /* storage dtype of the projection and embedding weights in the graph:
+                            PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
+                            the exporter streams the converted bytes, nothing is copied here) */
 } qwen35_options;
 
 qwen35_options qwen35_options_default(void);

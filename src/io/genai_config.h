@@ -1,0 +1,48 @@
+/* genai_config — ONNX Runtime GenAI's genai_config.json for our packages (../shared/spec/abi.md
+ * §8.5 for the key names), written at export and read back when a package is loaded.
+ *
+ * Dense decoder (today): model.type, model.decoder {filename, session_options, head_size,
+ * hidden_size, num_attention_heads, num_hidden_layers, num_key_value_heads, inputs {input_ids,
+ * attention_mask, position_ids, past_key_names, past_value_names, past_conv_names,
+ * past_recurrent_names}, outputs {logits, present_key_names, present_value_names,
+ * present_conv_names, present_recurrent_names}}, model.context_length, model.vocab_size,
+ * model.bos/eos/pad token ids when the checkpoint config has them, search {max_length,
+ * do_sample false, past_present_share_buffer false for the dense layout}. The paged layout adds
+ * state_groups and engine.dynamic_batching (issue 5).
+ */
+#ifndef PH_IO_GENAI_CONFIG_H
+#define PH_IO_GENAI_CONFIG_H
+
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "io/hf_config.h"
+
+#define GENAI_MAX_NAME 96
+
+typedef struct genai_config {
+  char model_type[64];
+  char filename[GENAI_MAX_NAME];
+  int64_t head_size, hidden_size, num_attention_heads, num_hidden_layers, num_key_value_heads;
+  int64_t vocab_size, context_length;
+  int64_t bos_token_id, eos_token_id, pad_token_id; /* -1 when absent */
+  char input_ids[GENAI_MAX_NAME], attention_mask[GENAI_MAX_NAME], position_ids[GENAI_MAX_NAME];
+  char past_key_names[GENAI_MAX_NAME], past_value_names[GENAI_MAX_NAME];
+  char past_conv_names[GENAI_MAX_NAME], past_recurrent_names[GENAI_MAX_NAME];
+  char logits[GENAI_MAX_NAME];
+  char present_key_names[GENAI_MAX_NAME], present_value_names[GENAI_MAX_NAME];
+  char present_conv_names[GENAI_MAX_NAME], present_recurrent_names[GENAI_MAX_NAME];
+  int past_present_share_buffer;
+} genai_config;
+
+/* The dense decoder's config for a model exported with context_length tokens of rotary cache. */
+genai_config genai_config_dense(const hf_config *c, int64_t context_length);
+
+/* Writes dir/genai_config.json. */
+ph_status genai_config_write(const genai_config *g, const char *dir, diag *d);
+
+/* Reads dir/genai_config.json; missing keys take ORT GenAI's defaults; the *_names templates must
+ * contain exactly one %d (PH_ERR_CONFIG_INVALID otherwise). */
+ph_status genai_config_read(const char *dir, genai_config *out, diag *d);
+
+#endif /* PH_IO_GENAI_CONFIG_H */

@@ -1,0 +1,53 @@
+/* onnx — the graph IR as an ONNX package on disk, both ways.
+ *
+ * A package directory holds:
+ *   model.onnx          ModelProto: IR version 8, opset imports ai.onnx 17 and com.microsoft 1,
+ *                       the graph's nodes in order, inputs/outputs with symbolic dims, and every
+ *                       initializer as external data (location "model.onnx.data", offset,
+ *                       length), so the 2 GB protobuf limit is never reached;
+ *   model.onnx.data     the initializers' bytes, each at an offset aligned to ONNX_DATA_ALIGN;
+ *   genai_config.json   ONNX Runtime GenAI's config for the graph (io/genai_config.h);
+ *   tokenizer files     copied from the checkpoint when it has them.
+ * Serialization uses the protobuf-c code generated at build time from Debian's onnx.proto.
+ *
+ * Writing never materializes a transposed or converted weight in memory: lazy initializers
+ * (graph.h) are streamed into model.onnx.data block by block. Nodes a CPU prepare pass made
+ * (gnode.internal) and dead nodes are never written; exporting such a graph is an error.
+ * Writing is deterministic: the same graph gives the same bytes (round trips are byte-exact).
+ *
+ * Reading validates everything it hands to the graph: malformed protobuf, a missing or
+ * unreadable data file, external data outside the data file (offset/length beyond its size,
+ * overflow), a location that is not a plain file name in the package directory, raw_data whose
+ * size does not match dtype x shape, unsupported dtypes — each a typed error naming the tensor.
+ * Unsupported operators are reported all at once by graph_finalize(). The reader is fuzzed.
+ */
+#ifndef PH_IO_ONNX_H
+#define PH_IO_ONNX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "graph/graph.h"
+
+#define ONNX_IR_VERSION 8
+#define ONNX_OPSET_AI 17
+#define ONNX_OPSET_MS 1
+#define ONNX_DATA_ALIGN 64
+#define ONNX_MODEL_FILE "model.onnx"
+#define ONNX_DATA_FILE "model.onnx.data"
+
+/* Writes dir/model.onnx and dir/model.onnx.data from a finalized, unprepared graph. dir must
+ * exist. producer names the tool in ModelProto.producer_name. */
+ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d);
+
+/* Reads dir/model.onnx (+ its external data, mapped read-only and owned by the graph) into a
+ * new graph, finalized. */
+ph_status onnx_read_model(const char *dir, graph **out, diag *d);
+
+/* Parses a ModelProto held in memory (no external data allowed unless data/data_size give the
+ * bytes of model.onnx.data). The fuzzer drives this. */
+ph_status onnx_parse_model(const uint8_t *bytes, size_t size, const uint8_t *data, size_t data_size,
+                           graph **out, diag *d);
+
+#endif /* PH_IO_ONNX_H */
