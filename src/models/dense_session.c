@@ -19,7 +19,9 @@ typedef struct layer_io {
 } layer_io;
 
 struct dense_session {
-  const hf_config *c;
+  int n_layers;
+  int64_t vocab;
+  int has_mrope;                 /* position_ids [3, B, S] rather than [B, S] */
   graph *g;
   executor *e;
   int64_t max_context;
@@ -37,71 +39,127 @@ ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_thr
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
   RETURN_ERROR_IF(!c || !w, d, PH_ERR_INVALID_ARGUMENT, "the model was opened without weights");
-  dense_session *s = calloc(1, sizeof *s);
-  RETURN_ERROR_IF(!s, d, PH_ERR_NO_MEMORY, "out of memory");
-  s->c = c;
   qwen35_options opt = qwen35_options_default();
   opt.max_context = max_context;
-  ph_status st = qwen35_build_dense(c, w, &opt, &s->g, d);
-  if (st == PH_OK) st = graph_prepare_cpu(s->g, d);
+  graph *g = NULL;
+  FORWARD_IF_ERROR(qwen35_build_dense(c, w, &opt, &g, d));
+  return dense_session_create_graph(g, max_context, n_threads, out, d);
+}
+
+/* The static dims of graph input `name`, or -1 when absent. */
+static int input_type(const graph *g, const char *name, tinfo *t) {
+  for (int i = 0; i < g->n_inputs; i++)
+    if (strcmp(g->values[g->inputs[i]].name, name) == 0) {
+      *t = g->values[g->inputs[i]].type;
+      return i;
+    }
+  return -1;
+}
+
+static ph_status bind_layer(dense_session *s, int i, diag *d) {
+  layer_io *l = &s->layers[i];
+  char name[96];
+  tinfo t0, t1;
+  snprintf(name, sizeof name, "past_key_values.%d.key", i);
+  l->full = input_type(s->g, name, &t0) >= 0;
+  const char *n0 = l->full ? "key" : "conv_state", *n1 = l->full ? "value" : "recurrent_state";
+  snprintf(name, sizeof name, "past_key_values.%d.%s", i, n0);
+  RETURN_ERROR_IF(input_type(s->g, name, &t0) < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "graph input %s is missing", name);
+  l->in0 = exec_input_index(s->e, name);
+  snprintf(name, sizeof name, "past_key_values.%d.%s", i, n1);
+  RETURN_ERROR_IF(input_type(s->g, name, &t1) < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "graph input %s is missing", name);
+  l->in1 = exec_input_index(s->e, name);
+  snprintf(name, sizeof name, "present.%d.%s", i, n0);
+  l->out0 = exec_output_index(s->e, name);
+  snprintf(name, sizeof name, "present.%d.%s", i, n1);
+  l->out1 = exec_output_index(s->e, name);
+  RETURN_ERROR_IF(l->out0 < 0 || l->out1 < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "graph output present.%d.%s/%s is missing", i, n0, n1);
+  l->rank0 = t0.rank;
+  l->rank1 = t1.rank;
+  if (l->full) {
+    /* [B, Hkv, P, D]: Hkv and D must be static */
+    RETURN_ERROR_IF(t0.rank != 4 || t0.dims[1] < 0 || t0.dims[3] < 0 || t1.rank != 4, d,
+                    PH_ERR_INVALID_ARGUMENT, "layer %d: KV inputs must be [batch, heads, past, dim]", i);
+    for (int k = 0; k < 4; k++) l->dims0[k] = l->dims1[k] = k == 2 ? 0 : t0.dims[k];
+    l->dims0[0] = l->dims1[0] = 1;
+    int64_t n = t0.dims[1] * s->max_context * t0.dims[3];
+    for (int k = 0; k < 2; k++) {
+      l->buf0[k] = alloc_f32(n);
+      l->buf1[k] = alloc_f32(n);
+    }
+  } else {
+    RETURN_ERROR_IF(t0.rank != 3 || t1.rank != 4, d, PH_ERR_INVALID_ARGUMENT,
+                    "layer %d: state inputs must be [batch, C, K-1] and [batch, Hv, Dk, Dv]", i);
+    for (int k = 1; k < t0.rank; k++) l->dims0[k] = t0.dims[k];
+    for (int k = 1; k < t1.rank; k++) l->dims1[k] = t1.dims[k];
+    l->dims0[0] = l->dims1[0] = 1;
+    l->buf0[0] = alloc_f32(l->dims0[1] * l->dims0[2]);
+    l->buf1[0] = alloc_f32(l->dims1[1] * l->dims1[2] * l->dims1[3]);
+  }
+  RETURN_ERROR_IF(!l->buf0[0] || !l->buf1[0] || (l->full && (!l->buf0[1] || !l->buf1[1])), d,
+                  PH_ERR_NO_MEMORY, "out of memory for the caches");
+  return PH_OK;
+}
+
+ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_threads,
+                                     dense_session **out, diag *d) {
+  *out = NULL;
+  dense_session *s = calloc(1, sizeof *s);
+  if (!s) {
+    graph_free(g);
+    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
+  }
+  s->g = g;
+  ph_status st = graph_prepare_cpu(s->g, d);
   if (st == PH_OK) st = exec_create(s->g, n_threads, &s->e, d);
   if (st != PH_OK) {
     dense_session_free(s);
     return st;
   }
-  /* the builder's cos/sin cache bounds the context */
   int cos = graph_find_value(s->g, "cos_cache");
-  s->max_context = cos >= 0 ? s->g->values[cos].type.dims[0] : 4096;
-  s->in_ids = exec_input_index(s->e, "input_ids");
-  s->in_mask = exec_input_index(s->e, "attention_mask");
-  s->in_pos = exec_input_index(s->e, "position_ids");
+  s->max_context = cos >= 0 && g->values[cos].kind == VALUE_INITIALIZER ? g->values[cos].type.dims[0]
+                   : max_context > 0                                    ? max_context
+                                                                        : 4096;
+  tinfo t;
+  s->in_ids = input_type(g, "input_ids", &t);
+  s->in_mask = input_type(g, "attention_mask", &t);
+  s->in_pos = input_type(g, "position_ids", &t);
+  s->has_mrope = s->in_pos >= 0 && t.rank == 3;
   s->out_logits = exec_output_index(s->e, "logits");
+  if (s->in_ids < 0 || s->in_mask < 0 || s->in_pos < 0 || s->out_logits < 0) {
+    dense_session_free(s);
+    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                    "not a dense decoder graph: needs input_ids, attention_mask, position_ids and logits");
+  }
+  const tinfo *lt = &g->values[g->outputs[s->out_logits]].type;
+  s->vocab = lt->rank == 3 ? lt->dims[2] : -1;
+  char name[96];
+  for (;; s->n_layers++) {
+    snprintf(name, sizeof name, "past_key_values.%d.key", s->n_layers);
+    int kv = input_type(g, name, &t) >= 0;
+    snprintf(name, sizeof name, "past_key_values.%d.conv_state", s->n_layers);
+    if (!kv && input_type(g, name, &t) < 0) break;
+  }
+  if (s->vocab <= 0 || s->n_layers == 0) {
+    dense_session_free(s);
+    return diag_set(d, PH_ERR_INVALID_ARGUMENT, "not a dense decoder graph: no layers or no vocab dim");
+  }
   s->ids = calloc((size_t)s->max_context, sizeof(int64_t));
   s->mask = calloc((size_t)s->max_context, sizeof(int64_t));
   s->pos = calloc((size_t)s->max_context * 3, sizeof(int64_t));
-  s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
+  s->layers = calloc((size_t)s->n_layers, sizeof *s->layers);
   if (!s->ids || !s->mask || !s->pos || !s->layers) {
     dense_session_free(s);
     return diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
   }
-  char name[96];
-  for (int i = 0; i < (int)c->n_layers; i++) {
-    layer_io *l = &s->layers[i];
-    l->full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
-    const char *n0 = l->full ? "key" : "conv_state", *n1 = l->full ? "value" : "recurrent_state";
-    snprintf(name, sizeof name, "past_key_values.%d.%s", i, n0);
-    l->in0 = exec_input_index(s->e, name);
-    snprintf(name, sizeof name, "past_key_values.%d.%s", i, n1);
-    l->in1 = exec_input_index(s->e, name);
-    snprintf(name, sizeof name, "present.%d.%s", i, n0);
-    l->out0 = exec_output_index(s->e, name);
-    snprintf(name, sizeof name, "present.%d.%s", i, n1);
-    l->out1 = exec_output_index(s->e, name);
-    if (l->full) {
-      int64_t n = c->n_kv_heads * s->max_context * c->head_dim;
-      for (int k = 0; k < 2; k++) {
-        l->buf0[k] = alloc_f32(n);
-        l->buf1[k] = alloc_f32(n);
-      }
-      l->rank0 = l->rank1 = 4;
-    } else {
-      l->rank0 = 3;
-      l->dims0[0] = 1;
-      l->dims0[1] = c->geom.conv_dim;
-      l->dims0[2] = c->lin.conv_kernel - 1;
-      l->rank1 = 4;
-      l->dims1[0] = 1;
-      l->dims1[1] = c->lin.n_value_heads;
-      l->dims1[2] = c->lin.key_head_dim;
-      l->dims1[3] = c->lin.value_head_dim;
-      l->buf0[0] = alloc_f32(l->dims0[1] * l->dims0[2]);
-      l->buf1[0] = alloc_f32(l->dims1[1] * l->dims1[2] * l->dims1[3]);
-    }
-    if (!l->buf0[0] || !l->buf1[0] || (l->full && (!l->buf0[1] || !l->buf1[1]))) {
+  for (int i = 0; i < s->n_layers; i++)
+    if ((st = bind_layer(s, i, d)) != PH_OK) {
       dense_session_free(s);
-      return diag_set(d, PH_ERR_NO_MEMORY, "out of memory for the caches");
+      return st;
     }
-  }
   *out = s;
   return PH_OK;
 }
@@ -109,7 +167,7 @@ ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_thr
 void dense_session_free(dense_session *s) {
   if (!s) return;
   if (s->layers)
-    for (int i = 0; i < (int)s->c->n_layers; i++)
+    for (int i = 0; i < s->n_layers; i++)
       for (int k = 0; k < 2; k++) {
         free(s->layers[i].buf0[k]);
         free(s->layers[i].buf1[k]);
@@ -125,7 +183,7 @@ void dense_session_free(dense_session *s) {
 
 void dense_session_reset(dense_session *s) {
   s->len = 0;
-  for (int i = 0; i < (int)s->c->n_layers; i++) {
+  for (int i = 0; i < s->n_layers; i++) {
     layer_io *l = &s->layers[i];
     if (l->full) continue;
     memset(l->buf0[0], 0, (size_t)(l->dims0[1] * l->dims0[2]) * sizeof(float));
@@ -134,7 +192,7 @@ void dense_session_reset(dense_session *s) {
 }
 
 int64_t dense_session_length(const dense_session *s) { return s->len; }
-int64_t dense_session_vocab(const dense_session *s) { return s->c->vocab_size; }
+int64_t dense_session_vocab(const dense_session *s) { return s->vocab; }
 executor *dense_session_executor(dense_session *s) { return s->e; }
 
 static tensor make_tensor(ph_dtype dt, int rank, const int64_t *dims, void *data) {
@@ -149,15 +207,14 @@ static tensor make_tensor(ph_dtype dt, int rank, const int64_t *dims, void *data
 
 ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n, float *logits,
                              diag *d) {
-  const hf_config *c = s->c;
   RETURN_ERROR_IF(n < 1, d, PH_ERR_INVALID_ARGUMENT, "a step needs at least one token");
   RETURN_ERROR_IF(s->len + n > s->max_context, d, PH_ERR_LIMIT,
                   "sequence of %lld tokens exceeds the context of %lld", (long long)(s->len + n),
                   (long long)s->max_context);
   for (int64_t i = 0; i < n; i++) {
-    RETURN_ERROR_IF(tokens[i] < 0 || tokens[i] >= c->vocab_size, d, PH_ERR_INVALID_ARGUMENT,
+    RETURN_ERROR_IF(tokens[i] < 0 || tokens[i] >= s->vocab, d, PH_ERR_INVALID_ARGUMENT,
                     "token %lld at %lld is outside the vocabulary of %lld", (long long)tokens[i],
-                    (long long)i, (long long)c->vocab_size);
+                    (long long)i, (long long)s->vocab);
     s->ids[i] = tokens[i];
     for (int r = 0; r < 3; r++) s->pos[r * n + i] = s->len + i; /* text: T = H = W */
   }
@@ -168,14 +225,14 @@ ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n,
   if ((st = exec_bind_input(s->e, s->in_ids, &t, d)) != PH_OK) return st;
   t = make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, T}, s->mask);
   if ((st = exec_bind_input(s->e, s->in_mask, &t, d)) != PH_OK) return st;
-  t = c->rope.has_mrope ? make_tensor(PH_DTYPE_I64, 3, (int64_t[]){3, 1, n}, s->pos)
+  t = s->has_mrope ? make_tensor(PH_DTYPE_I64, 3, (int64_t[]){3, 1, n}, s->pos)
                         : make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->pos);
   if ((st = exec_bind_input(s->e, s->in_pos, &t, d)) != PH_OK) return st;
-  for (int i = 0; i < (int)c->n_layers; i++) {
+  for (int i = 0; i < s->n_layers; i++) {
     layer_io *l = &s->layers[i];
     if (l->full) {
-      int64_t past[4] = {1, c->n_kv_heads, P, c->head_dim};
-      int64_t pres[4] = {1, c->n_kv_heads, T, c->head_dim};
+      int64_t past[4] = {1, l->dims0[1], P, l->dims0[3]};
+      int64_t pres[4] = {1, l->dims0[1], T, l->dims0[3]};
       tensor pk = make_tensor(PH_DTYPE_F32, 4, past, l->buf0[l->cur]);
       tensor pv = make_tensor(PH_DTYPE_F32, 4, past, l->buf1[l->cur]);
       tensor ok = make_tensor(PH_DTYPE_F32, 4, pres, l->buf0[1 - l->cur]);
@@ -197,25 +254,23 @@ ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n,
     }
   }
   if ((st = exec_run(s->e, d)) != PH_OK) return st;
-  for (int i = 0; i < (int)c->n_layers; i++) {
+  for (int i = 0; i < s->n_layers; i++) {
     layer_io *l = &s->layers[i];
     if (!l->full) continue;
     l->cur = 1 - l->cur;
-    int64_t dims[4] = {1, c->n_kv_heads, T, c->head_dim};
-    memcpy(l->dims0, dims, sizeof dims);
-    memcpy(l->dims1, dims, sizeof dims);
+    l->dims0[2] = l->dims1[2] = T;
   }
   s->len = T;
   if (logits) {
     const tensor *lg = exec_output(s->e, s->out_logits);
-    memcpy(logits, lg->data, (size_t)(n * c->vocab_size) * sizeof(float));
+    memcpy(logits, lg->data, (size_t)(n * s->vocab) * sizeof(float));
   }
   return PH_OK;
 }
 
 const float *dense_session_state(const dense_session *s, int layer, int which, int *rank,
                                  int64_t *dims) {
-  if (layer < 0 || layer >= (int)s->c->n_layers || which < 0 || which > 1) return NULL;
+  if (layer < 0 || layer >= s->n_layers || which < 0 || which > 1) return NULL;
   const layer_io *l = &s->layers[layer];
   const int64_t *src = which ? l->dims1 : l->dims0;
   int r = which ? l->rank1 : l->rank0;

@@ -17,9 +17,19 @@
 
 typedef struct dense_session dense_session;
 
-/* max_context 0 = the builder's default. n_threads <= 0: all CPUs. */
+/* Builds the dense graph from an opened checkpoint (which must outlive the session: weights are
+ * views of its mapping). max_context 0 = the builder's default. n_threads <= 0: all CPUs. */
 ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_threads,
                                dense_session **out, diag *d);
+
+/* Runs a finalized dense graph from anywhere (an imported package): the session takes
+ * ownership of g (freed with the session, also on failure), prepares it for the CPU and binds it
+ * by the names and static shapes of its inputs and outputs (docs/graph-io.md):
+ * past_key_values.{i}.key/value [B,Hkv,P,D], .conv_state [B,C,K-1], .recurrent_state
+ * [B,Hv,Dk,Dv], logits [B,S,V]. The context bound is the rows of its cos_cache initializer, or
+ * max_context when it has none (0 → 4096). */
+ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_threads,
+                                     dense_session **out, diag *d);
 void dense_session_free(dense_session *s); /* NULL-safe */
 
 /* Appends n tokens (n >= 1) and runs them; logits (may be NULL) receives [n, vocab] f32. */
