@@ -13,12 +13,17 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     := $(if $(CI),-DPH_WERROR=ON,)
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps build demo test bench test-sanitize fuzz format clean
+.PHONY: all deps ort build demo test bench test-sanitize fuzz format clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
+
+# onnxruntime-node 1.30.0 (npm, pinned by tests/ort/package-lock.json) for test_ort, the ONNX
+# Runtime cross-check of exported packages (docs/ort-check.md).
+ort:
+	@scripts/install-ort.sh
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(WERROR) >/dev/null
@@ -27,7 +32,7 @@ build: deps
 demo: build
 	@$(BUILD)/pagedhybrid demo --work-dir $(BUILD)/demo
 
-test: build
+test: build ort
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Benchmarks report against this machine's limits measured in the same run (bench/roofline.h).
@@ -36,7 +41,7 @@ bench: build
 	@$(BUILD)/bench_dense
 
 # ASan + UBSan build of every test, with clang; the libFuzzer targets run FUZZ_SECONDS each.
-test-sanitize: deps
+test-sanitize: deps ort
 	@CC=clang cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPH_SANITIZE=ON -DPH_FUZZ=ON \
 	  -DPH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(WERROR) >/dev/null
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
