@@ -19,14 +19,10 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
 
 #define CAST_CHUNK 256 /* f32 staging elements per step */
-
-static const char *dt_name(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
 
 static int cast_dtype_ok(ph_dtype dt) {
   switch (dt) {
@@ -45,22 +41,16 @@ static int cast_dtype_ok(ph_dtype dt) {
 
 static int is_int(ph_dtype dt) { return !dtype_is_compute_float(dt); }
 
-static const gattr *find_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
 static ph_status cast_target(const gnode *n, ph_dtype *to, diag *d) {
-  const gattr *a = find_attr(n, "to");
-  RETURN_ERROR_IF(!a, d, PH_ERR_INVALID_ARGUMENT, "Cast: attribute `to` is required");
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
-                  "Cast: attribute `to` must be an int");
-  ph_dtype dt = dtype_from_onnx(a->i);
+  RETURN_ERROR_IF(!node_attr(n, "to"), d, PH_ERR_INVALID_ARGUMENT,
+                  "Cast: attribute `to` is required");
+  int64_t code = 0;
+  FORWARD_IF_ERROR(op_attr_int(n, "to", 0, &code, d));
+  ph_dtype dt = dtype_from_onnx(code);
   RETURN_ERROR_IF(!cast_dtype_ok(dt), d, PH_ERR_INVALID_ARGUMENT,
                   "Cast: to = %lld is not a supported type (FLOAT=1, UINT8=2, INT8=3, INT32=6, "
                   "INT64=7, FLOAT16=10, BFLOAT16=16)",
-                  (long long)a->i);
+                  (long long)code);
   *to = dt;
   return PH_OK;
 }
@@ -72,7 +62,7 @@ static ph_status cast_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d
                   "Cast: input is required");
   RETURN_ERROR_IF(!cast_dtype_ok(in[0].dtype), d, PH_ERR_TENSOR_DTYPE,
                   "Cast: input is %s; expected F32, F16, BF16, I64, I32, I8 or U8",
-                  dt_name(in[0].dtype));
+                  op_dtype_name(in[0].dtype));
   ph_dtype to;
   FORWARD_IF_ERROR(cast_target(n, &to, d));
   *out = in[0];

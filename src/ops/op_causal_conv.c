@@ -18,29 +18,13 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 
 enum { CC_IN_X, CC_IN_W, CC_IN_BIAS, CC_IN_PAST };
 
 /* Channels per task: enough work per task to amortize dispatch, and a channels_last row load
  * of this many elements is still contiguous. */
 #define CC_BLOCK 16
-
-static const gattr *cc_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-static ph_status cc_attr_int(const gnode *n, const char *name, int64_t def, int64_t *v,
-                             diag *d) {
-  const gattr *a = cc_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
-                  "CausalConvWithState: attribute %s must be an int", name);
-  *v = a->i;
-  return PH_OK;
-}
 
 typedef struct cc_geom {
   ph_dtype dt;
@@ -49,32 +33,6 @@ typedef struct cc_geom {
   int64_t B, Ch, L, K, P; /* -1: unknown at build time */
 } cc_geom;
 
-static int64_t cc_dim(const tinfo *t, int i) { return t->rank < 0 ? -1 : t->dims[i]; }
-
-static tinfo cc_tinfo(ph_dtype dt, int rank, const int64_t *dims) {
-  tinfo t;
-  memset(&t, 0, sizeof t);
-  t.dtype = dt;
-  t.rank = rank;
-  for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
-  return t;
-}
-
-static ph_status cc_merge(int64_t *acc, int64_t v, const char *what, diag *d) {
-  if (v < 0) return PH_OK;
-  RETURN_ERROR_IF(*acc >= 0 && *acc != v, d, PH_ERR_TENSOR_SHAPE,
-                  "CausalConvWithState: %s is %lld here but %lld elsewhere", what, (long long)v,
-                  (long long)*acc);
-  *acc = v;
-  return PH_OK;
-}
-
-static ph_status cc_rank(const tinfo *t, int rank, const char *name, diag *d) {
-  RETURN_ERROR_IF(t->rank >= 0 && t->rank != rank, d, PH_ERR_TENSOR_SHAPE,
-                  "CausalConvWithState: %s must have rank %d, got %d", name, rank, t->rank);
-  return PH_OK;
-}
-
 /* Attributes, dtypes, ranks, dims, in that order. */
 static ph_status cc_resolve(const gnode *n, const tinfo *in_, cc_geom *g, diag *d) {
   memset(g, 0, sizeof *g);
@@ -82,32 +40,28 @@ static ph_status cc_resolve(const gnode *n, const tinfo *in_, cc_geom *g, diag *
                   "CausalConvWithState: takes 2 to 4 inputs, got %d", n->n_inputs);
   RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 2, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: has 1 or 2 outputs, got %d", n->n_outputs);
-  const gattr *act = cc_attr(n, "activation");
-  if (act) {
-    RETURN_ERROR_IF(act->type != ATTR_STRING || !act->s, d, PH_ERR_INVALID_ARGUMENT,
-                    "CausalConvWithState: attribute activation must be a string");
-    if (strcmp(act->s, "silu") == 0 || strcmp(act->s, "swish") == 0)
-      g->silu = 1;
-    else
-      RETURN_ERROR_IF(strcmp(act->s, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
-                      "CausalConvWithState: activation \"%s\" is not none, silu or swish",
-                      act->s);
-  }
+  const char *act = NULL;
+  FORWARD_IF_ERROR(op_attr_string(n, "activation", "none", &act, d));
+  if (strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0)
+    g->silu = 1;
+  else
+    RETURN_ERROR_IF(strcmp(act, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "CausalConvWithState: activation \"%s\" is not none, silu or swish", act);
   int64_t ndim = 1, cl = 0, window = 0;
-  FORWARD_IF_ERROR(cc_attr_int(n, "ndim", 1, &ndim, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "ndim", 1, &ndim, d));
   RETURN_ERROR_IF(ndim < 1 || ndim > 3, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: ndim must be 1, 2 or 3, got %lld", (long long)ndim);
   RETURN_ERROR_IF(ndim != 1, d, PH_ERR_UNSUPPORTED,
                   "CausalConvWithState: ndim %lld is not supported (only ndim=1, as on ONNX "
                   "Runtime's CPU)", (long long)ndim);
-  FORWARD_IF_ERROR(cc_attr_int(n, "dilation", 1, &g->dil, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "dilation", 1, &g->dil, d));
   RETURN_ERROR_IF(g->dil < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: dilation must be >= 1, got %lld", (long long)g->dil);
-  FORWARD_IF_ERROR(cc_attr_int(n, "channels_last", 0, &cl, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "channels_last", 0, &cl, d));
   RETURN_ERROR_IF(cl != 0 && cl != 1, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: channels_last must be 0 or 1, got %lld", (long long)cl);
   g->channels_last = (int)cl;
-  FORWARD_IF_ERROR(cc_attr_int(n, "state_window", 0, &window, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "state_window", 0, &window, d));
   RETURN_ERROR_IF(window < 0 || window > 8, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: state_window must be in [0, 8], got %lld",
                   (long long)window);
@@ -135,31 +89,35 @@ static ph_status cc_resolve(const gnode *n, const tinfo *in_, cc_geom *g, diag *
                     PH_ERR_TENSOR_DTYPE, "CausalConvWithState: %s is %s but input is %s",
                     names[i], ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
 
-  FORWARD_IF_ERROR(cc_rank(x, 3, g->channels_last ? "input [B,L,C]" : "input [B,C,L]", d));
-  FORWARD_IF_ERROR(cc_rank(w, 3, "weight [C,1,K]", d));
-  if (g->has_bias) FORWARD_IF_ERROR(cc_rank(bias, 1, "bias [C]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, x, 3, g->channels_last ? "input [B,L,C]" : "input [B,C,L]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, w, 3, "weight [C,1,K]", d));
+  if (g->has_bias) FORWARD_IF_ERROR(op_check_rank(n, bias, 1, "bias [C]", d));
   if (g->has_past)
-    FORWARD_IF_ERROR(cc_rank(past, 3, g->channels_last ? "past_state [B,(K-1)*dilation,C]"
-                                                       : "past_state [B,C,(K-1)*dilation]", d));
+    FORWARD_IF_ERROR(op_check_rank(n, past, 3,
+                                   g->channels_last ? "past_state [B,(K-1)*dilation,C]"
+                                                    : "past_state [B,C,(K-1)*dilation]",
+                                   d));
 
   int ci = g->channels_last ? 2 : 1, ti = g->channels_last ? 1 : 2;
-  g->B = cc_dim(x, 0);
-  g->Ch = cc_dim(x, ci);
-  g->L = cc_dim(x, ti);
-  g->K = cc_dim(w, 2);
+  g->B = op_dim(x, 0);
+  g->Ch = op_dim(x, ci);
+  g->L = op_dim(x, ti);
+  g->K = op_dim(w, 2);
   g->P = -1;
-  FORWARD_IF_ERROR(cc_merge(&g->Ch, cc_dim(w, 0), "the channel count", d));
-  RETURN_ERROR_IF(cc_dim(w, 1) >= 0 && cc_dim(w, 1) != 1, d, PH_ERR_TENSOR_SHAPE,
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->Ch, op_dim(w, 0), "the channel count", d));
+  RETURN_ERROR_IF(op_dim(w, 1) >= 0 && op_dim(w, 1) != 1, d, PH_ERR_TENSOR_SHAPE,
                   "CausalConvWithState: weight is [C,1,K] (depthwise); dim 1 is %lld",
-                  (long long)cc_dim(w, 1));
+                  (long long)op_dim(w, 1));
   RETURN_ERROR_IF(g->K == 0, d, PH_ERR_TENSOR_SHAPE,
                   "CausalConvWithState: the kernel needs at least one tap (K = 0)");
   if (g->K > 0) g->P = (g->K - 1) * g->dil;
-  if (g->has_bias) FORWARD_IF_ERROR(cc_merge(&g->Ch, cc_dim(bias, 0), "the channel count", d));
+  if (g->has_bias)
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Ch, op_dim(bias, 0), "the channel count", d));
   if (g->has_past) {
-    FORWARD_IF_ERROR(cc_merge(&g->B, cc_dim(past, 0), "the batch dim", d));
-    FORWARD_IF_ERROR(cc_merge(&g->Ch, cc_dim(past, ci), "the channel count", d));
-    FORWARD_IF_ERROR(cc_merge(&g->P, cc_dim(past, ti), "the state length (K-1)*dilation", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(past, 0), "the batch dim", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Ch, op_dim(past, ci), "the channel count", d));
+    FORWARD_IF_ERROR(
+        op_merge_dim(n, &g->P, op_dim(past, ti), "the state length (K-1)*dilation", d));
   }
   return PH_OK;
 }
@@ -168,10 +126,10 @@ static ph_status cc_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
   cc_geom g;
   FORWARD_IF_ERROR(cc_resolve(n, in, &g, d));
   int64_t xd[3] = {g.B, g.channels_last ? g.L : g.Ch, g.channels_last ? g.Ch : g.L};
-  out[0] = cc_tinfo(g.dt, 3, xd);
+  out[0] = tinfo_make(g.dt, 3, xd);
   if (n->n_outputs > 1) {
     int64_t sd[3] = {g.B, g.channels_last ? g.P : g.Ch, g.channels_last ? g.Ch : g.P};
-    out[1] = cc_tinfo(g.dt, 3, sd);
+    out[1] = tinfo_make(g.dt, 3, sd);
   }
   return PH_OK;
 }
@@ -268,30 +226,20 @@ static void cc_task(void *ctx, size_t task, int thread) {
   }
 }
 
-static ph_status cc_check_out(const tensor *t, const tinfo *want, int idx, diag *d) {
-  int ok = t->dtype == want->dtype && t->rank == want->rank;
-  for (int i = 0; ok && i < want->rank; i++) ok = t->dims[i] == want->dims[i];
-  RETURN_ERROR_IF(!ok, d, PH_ERR_INTERNAL,
-                  "CausalConvWithState: output %d buffer does not match the inferred type", idx);
-  return PH_OK;
-}
-
 static ph_status cc_run(const gnode *n, const tensor *const *in, tensor *const *out,
                         op_ctx *ctx, diag *d) {
   RETURN_ERROR_IF(n->n_inputs > 4, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: takes 2 to 4 inputs, got %d", n->n_inputs);
   tinfo ti[4], to[2];
-  memset(ti, 0, sizeof ti);
+  op_tinfos_of(n, in, ti, 4);
   memset(to, 0, sizeof to);
-  for (int i = 0; i < n->n_inputs; i++)
-    if (in[i]) ti[i] = cc_tinfo(in[i]->dtype, in[i]->rank, in[i]->dims);
   cc_geom g;
   FORWARD_IF_ERROR(cc_resolve(n, ti, &g, d));
   FORWARD_IF_ERROR(cc_infer(n, ti, to, d));
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "CausalConvWithState: output 0 is required");
-  FORWARD_IF_ERROR(cc_check_out(out[0], &to[0], 0, d));
+  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
   tensor *present = n->n_outputs > 1 ? out[1] : NULL;
-  if (present) FORWARD_IF_ERROR(cc_check_out(present, &to[1], 1, d));
+  if (present) FORWARD_IF_ERROR(op_check_out(n, present, &to[1], 1, d));
 
   cc_job j;
   memset(&j, 0, sizeof j);

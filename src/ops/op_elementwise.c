@@ -22,15 +22,11 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
 
 #define EW_CHUNK        256       /* f32 staging elements per step */
 #define EW_PARALLEL_MIN (1 << 15) /* below this many elements the pool is not worth it */
-
-static const char *dt_name(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
 
 typedef enum bin_op { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV } bin_op;
 typedef enum un_op { UN_SIGMOID, UN_SOFTPLUS, UN_EXP, UN_NEG } un_op;
@@ -39,30 +35,6 @@ static const char *const BIN_NAMES[] = {"Add", "Sub", "Mul", "Div"};
 static const char *const UN_NAMES[] = {"Sigmoid", "Softplus", "Exp", "Neg"};
 
 /* ---- broadcasting --------------------------------------------------------------------------- */
-
-static ph_status bcast_dims(const char *op, const tinfo *a, const tinfo *b, tinfo *o, diag *d) {
-  int r = a->rank > b->rank ? a->rank : b->rank;
-  for (int i = 0; i < r; i++) {
-    int64_t x = i < r - a->rank ? 1 : a->dims[i - (r - a->rank)];
-    int64_t y = i < r - b->rank ? 1 : b->dims[i - (r - b->rank)];
-    if (x == y)
-      o->dims[i] = x;
-    else if (x == 1)
-      o->dims[i] = y;
-    else if (y == 1)
-      o->dims[i] = x;
-    else if (x < 0)
-      o->dims[i] = y;
-    else if (y < 0)
-      o->dims[i] = x;
-    else
-      return diag_set(d, PH_ERR_TENSOR_SHAPE,
-                      "%s: dim %d of the output: %lld and %lld do not broadcast", op, i,
-                      (long long)x, (long long)y);
-  }
-  o->rank = r;
-  return PH_OK;
-}
 
 /* A broadcast iteration: `rank` dims (innermost last) with per-input element strides; after
  * coalescing the innermost stride of each input is 0 or 1. */
@@ -257,17 +229,18 @@ static ph_status binary_infer(bin_op op, const gnode *n, const tinfo *in, tinfo 
   RETURN_ERROR_IF(!dtype_is_compute_float(a->dtype) && a->dtype != PH_DTYPE_I64 &&
                       a->dtype != PH_DTYPE_I32,
                   d, PH_ERR_TENSOR_DTYPE, "%s: A is %s; expected F32, F16, BF16, I64 or I32", name,
-                  dt_name(a->dtype));
+                  op_dtype_name(a->dtype));
   RETURN_ERROR_IF(a->dtype != b->dtype, d, PH_ERR_TENSOR_DTYPE,
-                  "%s: A is %s but B is %s; both must have one dtype", name, dt_name(a->dtype),
-                  dt_name(b->dtype));
+                  "%s: A is %s but B is %s; both must have one dtype", name,
+                  op_dtype_name(a->dtype), op_dtype_name(b->dtype));
   memset(out, 0, sizeof *out);
   out->dtype = a->dtype;
   if (a->rank < 0 || b->rank < 0) {
     out->rank = -1;
     return PH_OK;
   }
-  return bcast_dims(name, a, b, out, d);
+  return op_broadcast(n, "output dim", a->rank, a->dims, b->rank, b->dims, &out->rank, out->dims,
+                      d);
 }
 
 static ph_status binary_run(bin_op op, const tensor *const *in, tensor *const *out, op_ctx *ctx,
@@ -394,7 +367,7 @@ static ph_status unary_infer(un_op op, const gnode *n, const tinfo *in, tinfo *o
   int ok = dtype_is_compute_float(dt) ||
            (op == UN_NEG && (dt == PH_DTYPE_I64 || dt == PH_DTYPE_I32 || dt == PH_DTYPE_I8));
   RETURN_ERROR_IF(!ok, d, PH_ERR_TENSOR_DTYPE, "%s: X is %s; expected F32, F16 or BF16%s", name,
-                  dt_name(dt), op == UN_NEG ? " (or I64, I32, I8)" : "");
+                  op_dtype_name(dt), op == UN_NEG ? " (or I64, I32, I8)" : "");
   *out = in[0];
   out->data = NULL;
   return PH_OK;

@@ -13,16 +13,11 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 
 enum { GN_IN_X, GN_IN_SCALE, GN_IN_GATE };
 
 #define GN_GROUPS_PER_TASK 32
-
-static const gattr *gn_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
 
 typedef struct gn_geom {
   ph_dtype dt;
@@ -38,23 +33,15 @@ static ph_status gn_resolve(const gnode *n, const tinfo *in, gn_geom *g, diag *d
                   "GatedRMSNorm: takes 3 inputs (X, scale, gate), got %d", n->n_inputs);
   RETURN_ERROR_IF(n->n_outputs != 1, d, PH_ERR_INVALID_ARGUMENT,
                   "GatedRMSNorm: has 1 output, got %d", n->n_outputs);
-  g->eps = 1e-5f;
-  const gattr *e = gn_attr(n, "epsilon");
-  if (e) {
-    RETURN_ERROR_IF(e->type != ATTR_FLOAT || !isfinite(e->f) || e->f < 0.0f, d,
-                    PH_ERR_INVALID_ARGUMENT,
-                    "GatedRMSNorm: attribute epsilon must be a finite float >= 0");
-    g->eps = e->f;
-  }
+  FORWARD_IF_ERROR(op_attr_float(n, "epsilon", 1e-5f, &g->eps, d));
+  RETURN_ERROR_IF(!isfinite(g->eps) || g->eps < 0.0f, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedRMSNorm: attribute epsilon must be a finite float >= 0, got %g",
+                  (double)g->eps);
   /* Later ONNX Runtime versions add an activation attribute; SiLU is what 1.30 computes. */
-  const gattr *act = gn_attr(n, "activation");
-  if (act) {
-    RETURN_ERROR_IF(act->type != ATTR_STRING || !act->s, d, PH_ERR_INVALID_ARGUMENT,
-                    "GatedRMSNorm: attribute activation must be a string");
-    RETURN_ERROR_IF(strcmp(act->s, "silu") != 0 && strcmp(act->s, "swish") != 0, d,
-                    PH_ERR_UNSUPPORTED, "GatedRMSNorm: activation \"%s\" is not supported "
-                    "(silu or swish only)", act->s);
-  }
+  const char *act = NULL;
+  FORWARD_IF_ERROR(op_attr_string(n, "activation", "silu", &act, d));
+  RETURN_ERROR_IF(strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0, d, PH_ERR_UNSUPPORTED,
+                  "GatedRMSNorm: activation \"%s\" is not supported (silu or swish only)", act);
   const tinfo *x = &in[GN_IN_X], *scale = &in[GN_IN_SCALE], *gate = &in[GN_IN_GATE];
   RETURN_ERROR_IF(x->dtype == PH_DTYPE_INVALID || scale->dtype == PH_DTYPE_INVALID ||
                       gate->dtype == PH_DTYPE_INVALID,
@@ -96,10 +83,7 @@ static ph_status gn_resolve(const gnode *n, const tinfo *in, gn_geom *g, diag *d
 static ph_status gn_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   gn_geom g;
   FORWARD_IF_ERROR(gn_resolve(n, in, &g, d));
-  memset(&out[0], 0, sizeof out[0]);
-  out[0].dtype = g.dt;
-  out[0].rank = g.rank;
-  for (int i = 0; i < g.rank; i++) out[0].dims[i] = g.dims[i];
+  out[0] = tinfo_make(g.dt, g.rank, g.dims);
   return PH_OK;
 }
 
@@ -148,13 +132,7 @@ static ph_status gn_run(const gnode *n, const tensor *const *in, tensor *const *
   RETURN_ERROR_IF(n->n_inputs != 3, d, PH_ERR_INVALID_ARGUMENT,
                   "GatedRMSNorm: takes 3 inputs (X, scale, gate), got %d", n->n_inputs);
   tinfo ti[3];
-  memset(ti, 0, sizeof ti);
-  for (int i = 0; i < 3; i++) {
-    if (!in[i]) continue;
-    ti[i].dtype = in[i]->dtype;
-    ti[i].rank = in[i]->rank;
-    for (int k = 0; k < in[i]->rank; k++) ti[i].dims[k] = in[i]->dims[k];
-  }
+  op_tinfos_of(n, in, ti, 3);
   gn_geom g;
   FORWARD_IF_ERROR(gn_resolve(n, ti, &g, d));
   RETURN_ERROR_IF(!out[0] || out[0]->dtype != g.dt || tensor_numel(out[0]) != g.groups * g.C, d,

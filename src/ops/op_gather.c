@@ -11,29 +11,8 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
-
-static const char *dt_name(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
-
-static const gattr *find_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-/* Element count, -1 while a dim or the rank is unknown. */
-static int64_t numel_known(const tinfo *t) {
-  if (t->rank < 0) return -1;
-  int64_t n = 1;
-  for (int i = 0; i < t->rank; i++) {
-    if (t->dims[i] < 0) return -1;
-    n *= t->dims[i];
-  }
-  return n;
-}
 
 static int64_t index_at(const void *p, ph_dtype dt, int64_t i) {
   if (dt == PH_DTYPE_I32) {
@@ -61,17 +40,9 @@ static ph_status check_indices(const void *p, ph_dtype dt, int64_t n_idx, int64_
 }
 
 static ph_status gather_axis(const gnode *n, int rank, int *axis, diag *d) {
-  const gattr *a = find_attr(n, "axis");
   int64_t ax = 0;
-  if (a) {
-    RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
-                    "Gather: attribute axis must be an int");
-    ax = a->i;
-  }
-  RETURN_ERROR_IF(ax < -rank || ax >= rank, d, PH_ERR_INVALID_ARGUMENT,
-                  "Gather: axis %lld is out of range for data of rank %d", (long long)ax, rank);
-  *axis = (int)(ax < 0 ? ax + rank : ax);
-  return PH_OK;
+  FORWARD_IF_ERROR(op_attr_int(n, "axis", 0, &ax, d));
+  return op_norm_axis(n, ax, rank, axis, d);
 }
 
 static ph_status gather_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
@@ -81,7 +52,7 @@ static ph_status gather_infer(const gnode *n, const tinfo *in, tinfo *out, diag 
   RETURN_ERROR_IF(data->dtype == PH_DTYPE_INVALID || idx->dtype == PH_DTYPE_INVALID, d,
                   PH_ERR_INVALID_ARGUMENT, "Gather: data and indices are required");
   RETURN_ERROR_IF(idx->dtype != PH_DTYPE_I64 && idx->dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
-                  "Gather: indices are %s; expected I64 or I32", dt_name(idx->dtype));
+                  "Gather: indices are %s; expected I64 or I32", op_dtype_name(idx->dtype));
   memset(out, 0, sizeof *out);
   out->dtype = data->dtype;
   out->rank = -1;
@@ -98,7 +69,7 @@ static ph_status gather_infer(const gnode *n, const tinfo *in, tinfo *out, diag 
   for (int i = 0; i < idx->rank; i++) out->dims[o++] = idx->dims[i];
   for (int i = axis + 1; i < data->rank; i++) out->dims[o++] = data->dims[i];
   out->rank = r;
-  int64_t s = data->dims[axis], n_idx = numel_known(idx);
+  int64_t s = data->dims[axis], n_idx = tinfo_numel(idx);
   if (idx->data && s >= 0 && n_idx >= 0)
     FORWARD_IF_ERROR(check_indices(idx->data, idx->dtype, n_idx, s, axis, d));
   return PH_OK;

@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
 
 enum {
@@ -87,40 +88,6 @@ static const char *const GQA_IN_NAMES[GQA_N_IN] = {"query",
                                                    "q_norm_weight",
                                                    "k_norm_weight"};
 
-/* ---- attributes and presence ---- */
-
-static const gattr *gqa_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-static ph_status gqa_attr_int(const gnode *n, const char *name, int64_t def, int64_t *v, diag *d) {
-  const gattr *a = gqa_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT, "attribute %s must be an int",
-                  name);
-  *v = a->i;
-  return PH_OK;
-}
-
-static ph_status gqa_attr_float(const gnode *n, const char *name, float def, float *v, diag *d) {
-  const gattr *a = gqa_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_FLOAT, d, PH_ERR_INVALID_ARGUMENT, "attribute %s must be a float",
-                  name);
-  *v = a->f;
-  return PH_OK;
-}
-
-static int gqa_has(const gnode *n, const tinfo *in, int i) {
-  return i < n->n_inputs && in[i].dtype != PH_DTYPE_INVALID;
-}
-
-static int gqa_dim_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
-
 static int64_t gqa_mul(int64_t a, int64_t b) { return a < 0 || b < 0 ? -1 : a * b; }
 
 /* ---- geometry, shared by infer, scratch_bytes and run ---- */
@@ -137,50 +104,47 @@ typedef struct gqa_geom {
 
 static ph_status gqa_attrs(const gnode *n, gqa_geom *g, diag *d) {
   int64_t v;
-  FORWARD_IF_ERROR(gqa_attr_int(n, "num_heads", 0, &g->Hq, d));
-  FORWARD_IF_ERROR(gqa_attr_int(n, "kv_num_heads", 0, &g->Hkv, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "num_heads", 0, &g->Hq, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "kv_num_heads", 0, &g->Hkv, d));
   RETURN_ERROR_IF(g->Hq <= 0 || g->Hkv <= 0, d, PH_ERR_INVALID_ARGUMENT,
                   "attributes num_heads (%lld) and kv_num_heads (%lld) are required and > 0",
                   (long long)g->Hq, (long long)g->Hkv);
   RETURN_ERROR_IF(g->Hq % g->Hkv != 0, d, PH_ERR_INVALID_ARGUMENT,
                   "num_heads %lld is not a multiple of kv_num_heads %lld", (long long)g->Hq,
                   (long long)g->Hkv);
-  FORWARD_IF_ERROR(gqa_attr_float(n, "scale", 0.0f, &g->scale, d));
+  FORWARD_IF_ERROR(op_attr_float(n, "scale", 0.0f, &g->scale, d));
   RETURN_ERROR_IF(!(g->scale >= 0.0f) || isinf(g->scale), d, PH_ERR_INVALID_ARGUMENT,
                   "attribute scale must be finite and >= 0, got %g", (double)g->scale);
-  FORWARD_IF_ERROR(gqa_attr_float(n, "softcap", 0.0f, &g->softcap, d));
+  FORWARD_IF_ERROR(op_attr_float(n, "softcap", 0.0f, &g->softcap, d));
   RETURN_ERROR_IF(!(g->softcap >= 0.0f) || isinf(g->softcap), d, PH_ERR_INVALID_ARGUMENT,
                   "attribute softcap must be finite and >= 0, got %g", (double)g->softcap);
-  FORWARD_IF_ERROR(gqa_attr_int(n, "local_window_size", -1, &g->window, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "local_window_size", -1, &g->window, d));
   RETURN_ERROR_IF(g->window == 0 || g->window < -1, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute local_window_size must be -1 (off) or >= 1, got %lld",
                   (long long)g->window);
-  FORWARD_IF_ERROR(gqa_attr_int(n, "do_rotary", 0, &v, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "do_rotary", 0, &v, d));
   RETURN_ERROR_IF(v != 0 && v != 1, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute do_rotary must be 0 or 1, got %lld", (long long)v);
   g->rotary = (int)v;
-  FORWARD_IF_ERROR(gqa_attr_int(n, "rotary_interleaved", 0, &v, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "rotary_interleaved", 0, &v, d));
   RETURN_ERROR_IF(v != 0 && v != 1, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute rotary_interleaved must be 0 or 1, got %lld", (long long)v);
   g->interleaved = (int)v;
   static const char *const off_attrs[3] = {"smooth_softmax", "qk_output", "sliding_window_cache"};
   for (int i = 0; i < 3; i++) {
-    FORWARD_IF_ERROR(gqa_attr_int(n, off_attrs[i], 0, &v, d));
+    FORWARD_IF_ERROR(op_attr_int(n, off_attrs[i], 0, &v, d));
     RETURN_ERROR_IF(v != 0, d, PH_ERR_UNSUPPORTED, "attribute %s=%lld is not supported",
                     off_attrs[i], (long long)v);
   }
-  FORWARD_IF_ERROR(gqa_attr_int(n, "causal", 1, &v, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "causal", 1, &v, d));
   RETURN_ERROR_IF(v != 1, d, PH_ERR_UNSUPPORTED, "attribute causal=%lld is not supported",
                   (long long)v);
   static const char *const quant_attrs[2] = {"k_quant_type", "v_quant_type"};
   for (int i = 0; i < 2; i++) {
-    const gattr *a = gqa_attr(n, quant_attrs[i]);
-    if (!a) continue;
-    RETURN_ERROR_IF(a->type != ATTR_STRING || !a->s, d, PH_ERR_INVALID_ARGUMENT,
-                    "attribute %s must be a string", quant_attrs[i]);
-    RETURN_ERROR_IF(strcmp(a->s, "NONE") != 0, d, PH_ERR_UNSUPPORTED,
-                    "attribute %s=\"%s\" is not supported (quantized KV cache)", quant_attrs[i],
-                    a->s);
+    const char *q = NULL;
+    FORWARD_IF_ERROR(op_attr_string(n, quant_attrs[i], "NONE", &q, d));
+    RETURN_ERROR_IF(strcmp(q, "NONE") != 0, d, PH_ERR_UNSUPPORTED,
+                    "attribute %s=\"%s\" is not supported (quantized KV cache)", quant_attrs[i], q);
   }
   return PH_OK;
 }
@@ -198,31 +162,31 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
   static const int unsupported[5] = {GQA_IN_ATTENTION_BIAS, GQA_IN_K_SCALE, GQA_IN_V_SCALE,
                                      GQA_IN_Q_NORM, GQA_IN_K_NORM};
   for (int i = 0; i < 5; i++)
-    RETURN_ERROR_IF(gqa_has(n, in, unsupported[i]), d, PH_ERR_UNSUPPORTED,
+    RETURN_ERROR_IF(op_has_input(n, in, unsupported[i]), d, PH_ERR_UNSUPPORTED,
                     "input %s is not supported", GQA_IN_NAMES[unsupported[i]]);
   RETURN_ERROR_IF(want_qk, d, PH_ERR_UNSUPPORTED, "output output_qk is not supported");
   static const int required[3] = {GQA_IN_QUERY, GQA_IN_SEQLENS_K, GQA_IN_TOTAL_SEQLEN};
   for (int i = 0; i < 3; i++)
-    RETURN_ERROR_IF(!gqa_has(n, in, required[i]), d, PH_ERR_INVALID_ARGUMENT,
+    RETURN_ERROR_IF(!op_has_input(n, in, required[i]), d, PH_ERR_INVALID_ARGUMENT,
                     "input %s is required", GQA_IN_NAMES[required[i]]);
-  RETURN_ERROR_IF(gqa_has(n, in, GQA_IN_KEY) != gqa_has(n, in, GQA_IN_VALUE), d,
+  RETURN_ERROR_IF(op_has_input(n, in, GQA_IN_KEY) != op_has_input(n, in, GQA_IN_VALUE), d,
                   PH_ERR_INVALID_ARGUMENT,
                   "key and value must both be present, or both absent (packed QKV)");
-  RETURN_ERROR_IF(gqa_has(n, in, GQA_IN_PAST_KEY) != gqa_has(n, in, GQA_IN_PAST_VALUE), d,
+  RETURN_ERROR_IF(op_has_input(n, in, GQA_IN_PAST_KEY) != op_has_input(n, in, GQA_IN_PAST_VALUE), d,
                   PH_ERR_INVALID_ARGUMENT,
                   "past_key and past_value must both be present or absent");
-  RETURN_ERROR_IF(gqa_has(n, in, GQA_IN_COS) != gqa_has(n, in, GQA_IN_SIN), d,
+  RETURN_ERROR_IF(op_has_input(n, in, GQA_IN_COS) != op_has_input(n, in, GQA_IN_SIN), d,
                   PH_ERR_INVALID_ARGUMENT,
                   "cos_cache and sin_cache must both be present or absent");
-  RETURN_ERROR_IF(g->rotary != gqa_has(n, in, GQA_IN_COS), d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(g->rotary != op_has_input(n, in, GQA_IN_COS), d, PH_ERR_INVALID_ARGUMENT,
                   g->rotary ? "do_rotary=1 needs cos_cache and sin_cache"
                             : "cos_cache/sin_cache are given but do_rotary=0");
-  RETURN_ERROR_IF(!g->rotary && gqa_has(n, in, GQA_IN_POSITION_IDS), d, PH_ERR_INVALID_ARGUMENT,
-                  "position_ids is given but do_rotary=0");
-  g->packed = !gqa_has(n, in, GQA_IN_KEY);
-  g->has_past = gqa_has(n, in, GQA_IN_PAST_KEY);
-  g->has_pos_ids = gqa_has(n, in, GQA_IN_POSITION_IDS);
-  g->has_sink = gqa_has(n, in, GQA_IN_HEAD_SINK);
+  RETURN_ERROR_IF(!g->rotary && op_has_input(n, in, GQA_IN_POSITION_IDS), d,
+                  PH_ERR_INVALID_ARGUMENT, "position_ids is given but do_rotary=0");
+  g->packed = !op_has_input(n, in, GQA_IN_KEY);
+  g->has_past = op_has_input(n, in, GQA_IN_PAST_KEY);
+  g->has_pos_ids = op_has_input(n, in, GQA_IN_POSITION_IDS);
+  g->has_sink = op_has_input(n, in, GQA_IN_HEAD_SINK);
 
   /* dtypes */
   const tinfo *q = &in[GQA_IN_QUERY];
@@ -233,7 +197,7 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
                                 GQA_IN_COS, GQA_IN_SIN,   GQA_IN_HEAD_SINK};
   for (int i = 0; i < 7; i++) {
     int k = same_t[i];
-    RETURN_ERROR_IF(gqa_has(n, in, k) && in[k].dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
+    RETURN_ERROR_IF(op_has_input(n, in, k) && in[k].dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
                     "%s is %s but query is %s", GQA_IN_NAMES[k], ph_dtype_name(in[k].dtype),
                     ph_dtype_name(g->dt));
   }
@@ -267,11 +231,11 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
     if (t->rank < 0) continue;
     RETURN_ERROR_IF(t->rank != 3, d, PH_ERR_TENSOR_SHAPE, "%s must have rank 3, got %d",
                     GQA_IN_NAMES[k], t->rank);
-    RETURN_ERROR_IF(gqa_dim_conflict(t->dims[0], g->B) || gqa_dim_conflict(t->dims[1], g->S), d,
+    RETURN_ERROR_IF(op_dims_conflict(t->dims[0], g->B) || op_dims_conflict(t->dims[1], g->S), d,
                     PH_ERR_TENSOR_SHAPE, "%s is [%lld, %lld, ...] but query is [%lld, %lld, ...]",
                     GQA_IN_NAMES[k], (long long)t->dims[0], (long long)t->dims[1], (long long)g->B,
                     (long long)g->S);
-    RETURN_ERROR_IF(gqa_dim_conflict(t->dims[2], gqa_mul(g->Hkv, g->D)), d, PH_ERR_TENSOR_SHAPE,
+    RETURN_ERROR_IF(op_dims_conflict(t->dims[2], gqa_mul(g->Hkv, g->D)), d, PH_ERR_TENSOR_SHAPE,
                     "%s hidden size is %lld, expected kv_num_heads * head size = %lld",
                     GQA_IN_NAMES[k], (long long)t->dims[2], (long long)gqa_mul(g->Hkv, g->D));
     if (g->D < 0 && t->dims[2] >= 0) {
@@ -292,7 +256,7 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
                     t->rank);
     const int64_t want[4] = {g->B, g->Hkv, g->P, g->D};
     for (int i = 0; i < 4; i++)
-      RETURN_ERROR_IF(gqa_dim_conflict(t->dims[i], want[i]), d, PH_ERR_TENSOR_SHAPE,
+      RETURN_ERROR_IF(op_dims_conflict(t->dims[i], want[i]), d, PH_ERR_TENSOR_SHAPE,
                       "%s dim %d is %lld, expected %lld (B, kv_num_heads, P, D)", GQA_IN_NAMES[k],
                       i, (long long)t->dims[i], (long long)want[i]);
     if (g->P < 0) g->P = t->dims[2];
@@ -305,7 +269,7 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
   if (sk->rank >= 0) {
     RETURN_ERROR_IF(sk->rank != 1, d, PH_ERR_TENSOR_SHAPE, "seqlens_k must be [B], got rank %d",
                     sk->rank);
-    RETURN_ERROR_IF(gqa_dim_conflict(sk->dims[0], g->B), d, PH_ERR_TENSOR_SHAPE,
+    RETURN_ERROR_IF(op_dims_conflict(sk->dims[0], g->B), d, PH_ERR_TENSOR_SHAPE,
                     "seqlens_k has %lld rows, batch is %lld", (long long)sk->dims[0],
                     (long long)g->B);
   }
@@ -328,8 +292,8 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
       if (t->rank < 0) continue;
       RETURN_ERROR_IF(t->rank != 2, d, PH_ERR_TENSOR_SHAPE, "%s must have rank 2, got %d",
                       GQA_IN_NAMES[k], t->rank);
-      RETURN_ERROR_IF(gqa_dim_conflict(t->dims[0], g->max_pos) ||
-                          gqa_dim_conflict(t->dims[1] < 0 ? -1 : 2 * t->dims[1], g->rot),
+      RETURN_ERROR_IF(op_dims_conflict(t->dims[0], g->max_pos) ||
+                          op_dims_conflict(t->dims[1] < 0 ? -1 : 2 * t->dims[1], g->rot),
                       d, PH_ERR_TENSOR_SHAPE, "cos_cache and sin_cache shapes differ");
       if (g->max_pos < 0) g->max_pos = t->dims[0];
       if (g->rot < 0 && t->dims[1] >= 0) g->rot = 2 * t->dims[1];
@@ -342,7 +306,7 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
     if (g->has_pos_ids && p->rank >= 0) {
       RETURN_ERROR_IF(p->rank != 2, d, PH_ERR_TENSOR_SHAPE,
                       "position_ids must be [B, S], got rank %d", p->rank);
-      RETURN_ERROR_IF(gqa_dim_conflict(p->dims[0], g->B) || gqa_dim_conflict(p->dims[1], g->S), d,
+      RETURN_ERROR_IF(op_dims_conflict(p->dims[0], g->B) || op_dims_conflict(p->dims[1], g->S), d,
                       PH_ERR_TENSOR_SHAPE, "position_ids is [%lld, %lld], expected [%lld, %lld]",
                       (long long)p->dims[0], (long long)p->dims[1], (long long)g->B,
                       (long long)g->S);
@@ -352,32 +316,21 @@ static ph_status gqa_resolve(const gnode *n, const tinfo *in, int want_qk, gqa_g
   /* head_sink [Hq] */
   const tinfo *hs = &in[GQA_IN_HEAD_SINK];
   if (g->has_sink && hs->rank >= 0)
-    RETURN_ERROR_IF(hs->rank != 1 || gqa_dim_conflict(hs->dims[0], g->Hq), d, PH_ERR_TENSOR_SHAPE,
+    RETURN_ERROR_IF(hs->rank != 1 || op_dims_conflict(hs->dims[0], g->Hq), d, PH_ERR_TENSOR_SHAPE,
                     "head_sink must be [num_heads = %lld]", (long long)g->Hq);
 
   if (g->scale == 0.0f && g->D > 0) g->scale = (float)(1.0 / sqrt((double)g->D));
   return PH_OK;
 }
 
-static int gqa_wants_output(const gnode *n, int i) {
-  return i < n->n_outputs && (!n->outputs || n->outputs[i] >= 0);
-}
-
-static void gqa_set_out(tinfo *o, ph_dtype dt, int rank, const int64_t *dims) {
-  memset(o, 0, sizeof *o);
-  o->dtype = dt;
-  o->rank = rank;
-  for (int i = 0; i < rank; i++) o->dims[i] = dims[i];
-}
-
 static ph_status gqa_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   gqa_geom g;
-  FORWARD_IF_ERROR(gqa_resolve(n, in, gqa_wants_output(n, 3), &g, d));
+  FORWARD_IF_ERROR(gqa_resolve(n, in, op_wants_output(n, 3), &g, d));
   const int64_t od[3] = {g.B, g.S, gqa_mul(g.Hq, g.D)};
   const int64_t pd[4] = {g.B, g.Hkv, g.T, g.D};
-  gqa_set_out(&out[0], g.dt, 3, od);
-  gqa_set_out(&out[1], g.dt, 4, pd);
-  gqa_set_out(&out[2], g.dt, 4, pd);
+  out[0] = tinfo_make(g.dt, 3, od);
+  out[1] = tinfo_make(g.dt, 4, pd);
+  out[2] = tinfo_make(g.dt, 4, pd);
   if (n->n_outputs > 3) memset(&out[3], 0, sizeof out[3]); /* output_qk stays absent */
   return PH_OK;
 }
@@ -531,14 +484,7 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
 static ph_status gqa_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                          diag *d) {
   tinfo ti[GRAPH_MAX_IO];
-  memset(ti, 0, sizeof ti);
-  for (int i = 0; i < n->n_inputs && i < GRAPH_MAX_IO; i++) {
-    if (!in[i]) continue;
-    ti[i].dtype = in[i]->dtype;
-    ti[i].rank = in[i]->rank;
-    for (int k = 0; k < in[i]->rank; k++) ti[i].dims[k] = in[i]->dims[k];
-    ti[i].data = in[i]->data;
-  }
+  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
   gqa_geom g;
   FORWARD_IF_ERROR(gqa_resolve(n, ti, n->n_outputs > 3 && out[3], &g, d));
   RETURN_ERROR_IF(!out[0] || !out[1] || !out[2], d, PH_ERR_INVALID_ARGUMENT,

@@ -34,68 +34,10 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
 
 #define LN_CHUNK 256 /* f32 elements per stack chunk (1 KiB each) */
-
-/* ---- attributes and presence (graph.c's lookups are not relied upon) ---- */
-
-static const gattr *ln_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-static ph_status ln_attr_int(const gnode *n, const char *name, int64_t def, int64_t *v, diag *d) {
-  const gattr *a = ln_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT, "attribute %s must be an int",
-                  name);
-  *v = a->i;
-  return PH_OK;
-}
-
-static ph_status ln_attr_float(const gnode *n, const char *name, float def, float *v, diag *d) {
-  const gattr *a = ln_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_FLOAT, d, PH_ERR_INVALID_ARGUMENT, "attribute %s must be a float",
-                  name);
-  *v = a->f;
-  return PH_OK;
-}
-
-static int ln_has_input(const gnode *n, const tinfo *in, int i) {
-  return i < n->n_inputs && in[i].dtype != PH_DTYPE_INVALID;
-}
-
-/* Optional output i is wanted (a graph marks an absent one -1; a bare test node has none). */
-static int ln_wants_output(const gnode *n, int i) {
-  return i < n->n_outputs && (!n->outputs || n->outputs[i] >= 0);
-}
-
-static void ln_set_out(tinfo *o, ph_dtype dt, int rank, const int64_t *dims) {
-  memset(o, 0, sizeof *o);
-  o->dtype = dt;
-  o->rank = rank;
-  for (int i = 0; i < rank && i < GRAPH_MAX_DIMS; i++) o->dims[i] = dims[i];
-}
-
-/* Static types of the run-time tensors, so run() re-checks with the same code as infer(). */
-static void ln_tinfo_of(const gnode *n, const tensor *const *in, tinfo *ti) {
-  memset(ti, 0, sizeof(tinfo) * GRAPH_MAX_IO);
-  for (int i = 0; i < n->n_inputs && i < GRAPH_MAX_IO; i++) {
-    if (!in[i]) continue;
-    ti[i].dtype = in[i]->dtype;
-    ti[i].rank = in[i]->rank;
-    for (int k = 0; k < in[i]->rank; k++) ti[i].dims[k] = in[i]->dims[k];
-    ti[i].data = in[i]->data;
-  }
-}
-
-/* Both known and different. */
-static int ln_dim_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 static ph_status ln_check_eps(float eps, diag *d) {
   RETURN_ERROR_IF(!(eps >= 0.0f) || isinf(eps), d, PH_ERR_INVALID_ARGUMENT,
@@ -123,13 +65,13 @@ static ph_status sln_resolve(const gnode *n, const tinfo *in, sln_geom *g, diag 
   RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 2, d, PH_ERR_INVALID_ARGUMENT,
                   "SimplifiedLayerNormalization has 1 or 2 outputs (Y, inv_std_var), got %d",
                   n->n_outputs);
-  RETURN_ERROR_IF(!ln_has_input(n, in, 0) || !ln_has_input(n, in, 1), d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(!op_has_input(n, in, 0) || !op_has_input(n, in, 1), d, PH_ERR_INVALID_ARGUMENT,
                   "inputs X and scale are required");
   int64_t axis = -1, stash = 1;
-  FORWARD_IF_ERROR(ln_attr_int(n, "axis", -1, &axis, d));
-  FORWARD_IF_ERROR(ln_attr_float(n, "epsilon", 1e-5f, &g->eps, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "axis", -1, &axis, d));
+  FORWARD_IF_ERROR(op_attr_float(n, "epsilon", 1e-5f, &g->eps, d));
   FORWARD_IF_ERROR(ln_check_eps(g->eps, d));
-  FORWARD_IF_ERROR(ln_attr_int(n, "stash_type", 1, &stash, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "stash_type", 1, &stash, d));
   RETURN_ERROR_IF(stash != 1, d, PH_ERR_UNSUPPORTED,
                   "stash_type %lld: only 1 (fp32 statistics) is supported", (long long)stash);
   const tinfo *x = &in[0], *s = &in[1];
@@ -140,9 +82,7 @@ static ph_status sln_resolve(const gnode *n, const tinfo *in, sln_geom *g, diag 
   g->rows = g->width = -1;
   if (x->rank < 0) return PH_OK; /* unknown rank: nothing more can be checked yet */
   RETURN_ERROR_IF(x->rank < 1, d, PH_ERR_TENSOR_SHAPE, "X must have rank >= 1, got a scalar");
-  RETURN_ERROR_IF(axis < -x->rank || axis >= x->rank, d, PH_ERR_INVALID_ARGUMENT,
-                  "axis %lld out of range for rank %d", (long long)axis, x->rank);
-  g->axis = (int)(axis < 0 ? axis + x->rank : axis);
+  FORWARD_IF_ERROR(op_norm_axis(n, axis, x->rank, &g->axis, d));
   g->n_norm = x->rank - g->axis;
   g->rows = 1;
   g->width = 1;
@@ -166,7 +106,7 @@ static ph_status sln_resolve(const gnode *n, const tinfo *in, sln_geom *g, diag 
       continue;
     }
     int64_t sd = s->dims[sk], xd = g->norm_dims[k];
-    RETURN_ERROR_IF(sd >= 0 && sd != 1 && ln_dim_conflict(sd, xd), d, PH_ERR_TENSOR_SHAPE,
+    RETURN_ERROR_IF(sd >= 0 && sd != 1 && op_dims_conflict(sd, xd), d, PH_ERR_TENSOR_SHAPE,
                     "scale dim %d is %lld, X dim %d is %lld (must be equal or 1)", sk,
                     (long long)sd, g->axis + k, (long long)xd);
     g->scale_stride[k] = sd == 1 ? 0 : stride;
@@ -181,9 +121,9 @@ static ph_status sln_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d)
   sln_geom g;
   FORWARD_IF_ERROR(sln_resolve(n, in, &g, d));
   const tinfo *x = &in[0];
-  ln_set_out(&out[0], x->dtype, x->rank, x->dims);
-  if (ln_wants_output(n, 1)) {
-    ln_set_out(&out[1], PH_DTYPE_F32, x->rank, x->dims);
+  out[0] = tinfo_make(x->dtype, x->rank, x->dims);
+  if (op_wants_output(n, 1)) {
+    out[1] = tinfo_make(PH_DTYPE_F32, x->rank, x->dims);
     for (int k = g.axis; x->rank > 0 && k < x->rank; k++) out[1].dims[k] = 1;
   }
   return PH_OK;
@@ -235,7 +175,7 @@ static void sln_row(void *ctx, size_t task, int thread) {
 static ph_status sln_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                          diag *d) {
   tinfo ti[GRAPH_MAX_IO];
-  ln_tinfo_of(n, in, ti);
+  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
   sln_geom g;
   FORWARD_IF_ERROR(sln_resolve(n, ti, &g, d));
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INVALID_ARGUMENT, "output Y is required");
@@ -263,11 +203,11 @@ static ph_status skln_resolve(const gnode *n, const tinfo *in, skln_geom *g, dia
   RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 4, d, PH_ERR_INVALID_ARGUMENT,
                   "SkipSimplifiedLayerNormalization has 1 to 4 outputs, got %d", n->n_outputs);
   for (int i = 0; i < 3; i++)
-    RETURN_ERROR_IF(!ln_has_input(n, in, i), d, PH_ERR_INVALID_ARGUMENT,
+    RETURN_ERROR_IF(!op_has_input(n, in, i), d, PH_ERR_INVALID_ARGUMENT,
                     "inputs input, skip and gamma are required (input %d is absent)", i);
-  FORWARD_IF_ERROR(ln_attr_float(n, "epsilon", 1e-12f, &g->eps, d));
+  FORWARD_IF_ERROR(op_attr_float(n, "epsilon", 1e-12f, &g->eps, d));
   FORWARD_IF_ERROR(ln_check_eps(g->eps, d));
-  g->has_bias = ln_has_input(n, in, 3);
+  g->has_bias = op_has_input(n, in, 3);
   const tinfo *x = &in[0], *s = &in[1], *gm = &in[2], *b = g->has_bias ? &in[3] : NULL;
   static const char *const names[4] = {"input", "skip", "gamma", "bias"};
   RETURN_ERROR_IF(!dtype_is_compute_float(x->dtype), d, PH_ERR_TENSOR_DTYPE,
@@ -293,11 +233,11 @@ static ph_status skln_resolve(const gnode *n, const tinfo *in, skln_geom *g, dia
       /* last two dims must match; a skip of other shape may only drop or unit the batch */
       for (int k = 1; k <= 2; k++)
         RETURN_ERROR_IF(
-            ln_dim_conflict(s->dims[s->rank - k], x->dims[x->rank - k]), d, PH_ERR_TENSOR_SHAPE,
+            op_dims_conflict(s->dims[s->rank - k], x->dims[x->rank - k]), d, PH_ERR_TENSOR_SHAPE,
             "skip dim %d is %lld, input dim %d is %lld (last two dims must match)", s->rank - k,
             (long long)s->dims[s->rank - k], x->rank - k, (long long)x->dims[x->rank - k]);
       int same = s->rank == x->rank;
-      if (same && x->rank == 3) same = !ln_dim_conflict(s->dims[0], x->dims[0]);
+      if (same && x->rank == 3) same = !op_dims_conflict(s->dims[0], x->dims[0]);
       if (!same) {
         int bcast = x->rank == 3 && (s->rank == 2 || s->dims[0] == 1);
         RETURN_ERROR_IF(!bcast, d, PH_ERR_TENSOR_SHAPE,
@@ -314,7 +254,7 @@ static ph_status skln_resolve(const gnode *n, const tinfo *in, skln_geom *g, dia
     if (v->rank < 0) continue;
     RETURN_ERROR_IF(v->rank != 1, d, PH_ERR_TENSOR_SHAPE, "%s must have rank 1, got %d", names[i],
                     v->rank);
-    RETURN_ERROR_IF(ln_dim_conflict(v->dims[0], g->hidden), d, PH_ERR_TENSOR_SHAPE,
+    RETURN_ERROR_IF(op_dims_conflict(v->dims[0], g->hidden), d, PH_ERR_TENSOR_SHAPE,
                     "%s has %lld elements, hidden size is %lld", names[i], (long long)v->dims[0],
                     (long long)g->hidden);
   }
@@ -325,13 +265,13 @@ static ph_status skln_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d
   skln_geom g;
   FORWARD_IF_ERROR(skln_resolve(n, in, &g, d));
   const tinfo *x = &in[0];
-  ln_set_out(&out[0], x->dtype, x->rank, x->dims);
+  out[0] = tinfo_make(x->dtype, x->rank, x->dims);
   for (int i = 1; i <= 2; i++) {
-    if (!ln_wants_output(n, i)) continue;
-    ln_set_out(&out[i], PH_DTYPE_F32, x->rank, x->dims);
+    if (!op_wants_output(n, i)) continue;
+    out[i] = tinfo_make(PH_DTYPE_F32, x->rank, x->dims);
     if (x->rank > 0) out[i].dims[x->rank - 1] = 1;
   }
-  if (ln_wants_output(n, 3)) ln_set_out(&out[3], x->dtype, x->rank, x->dims);
+  if (op_wants_output(n, 3)) out[3] = tinfo_make(x->dtype, x->rank, x->dims);
   return PH_OK;
 }
 
@@ -381,7 +321,7 @@ static void skln_row(void *ctx, size_t task, int thread) {
 static ph_status skln_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                           diag *d) {
   tinfo ti[GRAPH_MAX_IO];
-  ln_tinfo_of(n, in, ti);
+  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
   skln_geom g;
   FORWARD_IF_ERROR(skln_resolve(n, ti, &g, d));
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INVALID_ARGUMENT, "output 0 is required");

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
 
 enum { LA_IN_Q, LA_IN_K, LA_IN_V, LA_IN_PAST, LA_IN_DECAY, LA_IN_BETA };
@@ -34,26 +35,6 @@ enum { LA_IN_Q, LA_IN_K, LA_IN_V, LA_IN_PAST, LA_IN_DECAY, LA_IN_BETA };
 /* Log decays below this are clamped: e^-1e4 is 0 in f32 either way, and the clamp keeps the
  * chunk's cumulative sums finite so that differences of them never become inf - inf = NaN. */
 #define LA_G_FLOOR (-1.0e4)
-
-/* ---- attributes (read directly from n->attrs; this file does not depend on graph.c) ---------- */
-
-static const gattr *la_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-static ph_status la_attr_int(const gnode *n, const char *name, int64_t def, int64_t *v,
-                             int *found, diag *d) {
-  const gattr *a = la_attr(n, name);
-  if (found) *found = a != NULL;
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
-                  "LinearAttention: attribute %s must be an int", name);
-  *v = a->i;
-  return PH_OK;
-}
 
 /* ---- the contract ---------------------------------------------------------------------------- */
 
@@ -69,33 +50,6 @@ typedef struct la_geom {
   int has_past, has_decay, has_beta;
 } la_geom;
 
-static int64_t la_dim(const tinfo *t, int i) { return t->rank < 0 ? -1 : t->dims[i]; }
-
-static tinfo la_tinfo(ph_dtype dt, int rank, const int64_t *dims) {
-  tinfo t;
-  memset(&t, 0, sizeof t);
-  t.dtype = dt;
-  t.rank = rank;
-  for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
-  return t;
-}
-
-/* Folds a possibly unknown dim into acc; two known values must agree. */
-static ph_status la_merge(int64_t *acc, int64_t v, const char *what, diag *d) {
-  if (v < 0) return PH_OK;
-  RETURN_ERROR_IF(*acc >= 0 && *acc != v, d, PH_ERR_TENSOR_SHAPE,
-                  "LinearAttention: %s is %lld here but %lld elsewhere", what, (long long)v,
-                  (long long)*acc);
-  *acc = v;
-  return PH_OK;
-}
-
-static ph_status la_rank(const tinfo *t, int rank, const char *name, diag *d) {
-  RETURN_ERROR_IF(t->rank >= 0 && t->rank != rank, d, PH_ERR_TENSOR_SHAPE,
-                  "LinearAttention: %s must have rank %d, got %d", name, rank, t->rank);
-  return PH_OK;
-}
-
 /* Validates attributes, presence rules, dtypes, ranks and dims, in that order, and derives the
  * geometry. Works on static shapes (unknown dims stay -1) and on concrete ones. */
 static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *d) {
@@ -105,13 +59,8 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
   RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 2, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttention: has 1 or 2 outputs, got %d", n->n_outputs);
 
-  const gattr *rule = la_attr(n, "update_rule");
   const char *rs = "gated_delta";
-  if (rule) {
-    RETURN_ERROR_IF(rule->type != ATTR_STRING || !rule->s, d, PH_ERR_INVALID_ARGUMENT,
-                    "LinearAttention: attribute update_rule must be a string");
-    rs = rule->s;
-  }
+  FORWARD_IF_ERROR(op_attr_string(n, "update_rule", "gated_delta", &rs, d));
   if (strcmp(rs, "linear") == 0) {
   } else if (strcmp(rs, "gated") == 0) {
     g->gated = 1;
@@ -124,29 +73,28 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
                     "LinearAttention: update_rule \"%s\" is not linear, gated, delta or "
                     "gated_delta", rs);
   }
-  int found = 0;
-  FORWARD_IF_ERROR(la_attr_int(n, "q_num_heads", 0, &g->Hq, &found, d));
-  RETURN_ERROR_IF(!found || g->Hq < 1, d, PH_ERR_INVALID_ARGUMENT,
+  /* absent reads as 0, which the >= 1 check rejects */
+  FORWARD_IF_ERROR(op_attr_int(n, "q_num_heads", 0, &g->Hq, d));
+  RETURN_ERROR_IF(g->Hq < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttention: attribute q_num_heads is required and must be >= 1");
-  FORWARD_IF_ERROR(la_attr_int(n, "kv_num_heads", 0, &g->Hv, &found, d));
-  RETURN_ERROR_IF(!found || g->Hv < 1, d, PH_ERR_INVALID_ARGUMENT,
+  FORWARD_IF_ERROR(op_attr_int(n, "kv_num_heads", 0, &g->Hv, d));
+  RETURN_ERROR_IF(g->Hv < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttention: attribute kv_num_heads is required and must be >= 1");
   RETURN_ERROR_IF(g->Hq % g->Hv != 0 && g->Hv % g->Hq != 0, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttention: q_num_heads %lld and kv_num_heads %lld: one must divide the "
-                  "other", (long long)g->Hq, (long long)g->Hv);
-  const gattr *sc = la_attr(n, "scale");
+                  "other",
+                  (long long)g->Hq, (long long)g->Hv);
   float scale_attr = 0.0f;
-  if (sc) {
-    RETURN_ERROR_IF(sc->type != ATTR_FLOAT || !isfinite(sc->f), d, PH_ERR_INVALID_ARGUMENT,
-                    "LinearAttention: attribute scale must be a finite float");
-    scale_attr = sc->f;
-  }
-  FORWARD_IF_ERROR(la_attr_int(n, "chunk_size", 64, &g->chunk, NULL, d));
+  FORWARD_IF_ERROR(op_attr_float(n, "scale", 0.0f, &scale_attr, d));
+  RETURN_ERROR_IF(!isfinite(scale_attr), d, PH_ERR_INVALID_ARGUMENT,
+                  "LinearAttention: attribute scale must be a finite float, got %g",
+                  (double)scale_attr);
+  FORWARD_IF_ERROR(op_attr_int(n, "chunk_size", 64, &g->chunk, d));
   RETURN_ERROR_IF(g->chunk < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttention: chunk_size must be >= 1, got %lld", (long long)g->chunk);
   if (g->chunk > LA_MAX_CHUNK) g->chunk = LA_MAX_CHUNK;
   int64_t window = 0;
-  FORWARD_IF_ERROR(la_attr_int(n, "state_window", 0, &window, NULL, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "state_window", 0, &window, d));
   RETURN_ERROR_IF(window < 0, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttention: state_window must be >= 0, got %lld", (long long)window);
   RETURN_ERROR_IF(window > 0, d, PH_ERR_UNSUPPORTED,
@@ -187,20 +135,21 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
                     "LinearAttention: %s is %s but query is %s (one type T for all inputs and "
                     "the state)", names[i], ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
 
-  FORWARD_IF_ERROR(la_rank(q, 3, "query [B,T,Hq*Dk]", d));
-  FORWARD_IF_ERROR(la_rank(k, 3, "key [B,T,Hk*Dk]", d));
-  FORWARD_IF_ERROR(la_rank(v, 3, "value [B,T,Hv*Dv]", d));
-  if (g->has_past) FORWARD_IF_ERROR(la_rank(past, 4, "past_state [B,Hv,Dk,Dv]", d));
-  if (g->has_decay) FORWARD_IF_ERROR(la_rank(decay, 3, "decay [B,T,Hv(*Dk)]", d));
-  if (g->has_beta) FORWARD_IF_ERROR(la_rank(beta, 3, "beta [B,T,Hv or 1]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, q, 3, "query [B,T,Hq*Dk]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, k, 3, "key [B,T,Hk*Dk]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, v, 3, "value [B,T,Hv*Dv]", d));
+  if (g->has_past) FORWARD_IF_ERROR(op_check_rank(n, past, 4, "past_state [B,Hv,Dk,Dv]", d));
+  if (g->has_decay) FORWARD_IF_ERROR(op_check_rank(n, decay, 3, "decay [B,T,Hv(*Dk)]", d));
+  if (g->has_beta) FORWARD_IF_ERROR(op_check_rank(n, beta, 3, "beta [B,T,Hv or 1]", d));
 
   g->B = g->T = g->Dk = g->Dv = g->Hk = -1;
   for (int i = 0; i < 6; i++) {
     if (in[i].dtype == PH_DTYPE_INVALID) continue;
-    FORWARD_IF_ERROR(la_merge(&g->B, la_dim(&in[i], 0), "the batch dim", d));
-    if (i != LA_IN_PAST) FORWARD_IF_ERROR(la_merge(&g->T, la_dim(&in[i], 1), "the token dim", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(&in[i], 0), "the batch dim", d));
+    if (i != LA_IN_PAST)
+      FORWARD_IF_ERROR(op_merge_dim(n, &g->T, op_dim(&in[i], 1), "the token dim", d));
   }
-  int64_t qw = la_dim(q, 2), kw = la_dim(k, 2), vw = la_dim(v, 2);
+  int64_t qw = op_dim(q, 2), kw = op_dim(k, 2), vw = op_dim(v, 2);
   if (qw >= 0) {
     RETURN_ERROR_IF(qw % g->Hq != 0, d, PH_ERR_TENSOR_SHAPE,
                     "LinearAttention: query width %lld is not a multiple of q_num_heads %lld",
@@ -214,11 +163,12 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
     g->Dv = vw / g->Hv;
   }
   if (g->has_past) {
-    RETURN_ERROR_IF(la_dim(past, 1) >= 0 && la_dim(past, 1) != g->Hv, d, PH_ERR_TENSOR_SHAPE,
+    RETURN_ERROR_IF(op_dim(past, 1) >= 0 && op_dim(past, 1) != g->Hv, d, PH_ERR_TENSOR_SHAPE,
                     "LinearAttention: past_state has %lld heads, kv_num_heads is %lld",
-                    (long long)la_dim(past, 1), (long long)g->Hv);
-    FORWARD_IF_ERROR(la_merge(&g->Dk, la_dim(past, 2), "Dk (query width / q_num_heads)", d));
-    FORWARD_IF_ERROR(la_merge(&g->Dv, la_dim(past, 3), "Dv (value width / kv_num_heads)", d));
+                    (long long)op_dim(past, 1), (long long)g->Hv);
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(past, 2), "Dk (query width / q_num_heads)", d));
+    FORWARD_IF_ERROR(
+        op_merge_dim(n, &g->Dv, op_dim(past, 3), "Dv (value width / kv_num_heads)", d));
   }
   RETURN_ERROR_IF(g->Dk == 0 || g->Dv == 0, d, PH_ERR_TENSOR_SHAPE,
                   "LinearAttention: head widths must be >= 1 (Dk %lld, Dv %lld)",
@@ -237,7 +187,7 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
   }
   g->decay_per_dim = g->beta_per_head = -1;
   if (g->has_decay) {
-    int64_t w = la_dim(decay, 2);
+    int64_t w = op_dim(decay, 2);
     if (w == g->Hv) {
       g->decay_per_dim = 0; /* also when Dk == 1: both readings are the same */
     } else if (w >= 0 && g->Dk > 0 && w == g->Hv * g->Dk) {
@@ -250,7 +200,7 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
     }
   }
   if (g->has_beta) {
-    int64_t w = la_dim(beta, 2);
+    int64_t w = op_dim(beta, 2);
     if (w == g->Hv) {
       g->beta_per_head = 1;
     } else if (w == 1) {
@@ -270,10 +220,10 @@ static ph_status la_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
   FORWARD_IF_ERROR(la_resolve(n, in, &g, d));
   int64_t ho = g.Hq > g.Hv ? g.Hq : g.Hv;
   int64_t od[3] = {g.B, g.T, g.Dv < 0 ? -1 : ho * g.Dv};
-  out[0] = la_tinfo(g.dt, 3, od);
+  out[0] = tinfo_make(g.dt, 3, od);
   if (n->n_outputs > 1) {
     int64_t sd[4] = {g.B, g.Hv, g.Dk, g.Dv};
-    out[1] = la_tinfo(g.dt, 4, sd);
+    out[1] = tinfo_make(g.dt, 4, sd);
   }
   return PH_OK;
 }
@@ -583,30 +533,18 @@ static void la_task(void *ctx, size_t task, int thread) {
   if (j->present) tensor_store_f32(j->present, off, g->Dk * g->Dv, ws.S);
 }
 
-static ph_status la_check_out(const tensor *t, const tinfo *want, int idx, diag *d) {
-  int ok = t->dtype == want->dtype && t->rank == want->rank;
-  for (int i = 0; ok && i < want->rank; i++) ok = t->dims[i] == want->dims[i];
-  RETURN_ERROR_IF(!ok, d, PH_ERR_INTERNAL,
-                  "LinearAttention: output %d buffer does not match the inferred type", idx);
-  return PH_OK;
-}
-
 static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *out,
                         op_ctx *ctx, diag *d) {
   tinfo ti[6], to[2];
-  memset(ti, 0, sizeof ti);
+  op_tinfos_of(n, in, ti, 6);
   memset(to, 0, sizeof to);
-  for (int i = 0; i < n->n_inputs && i < 6; i++) {
-    if (!in[i]) continue;
-    ti[i] = la_tinfo(in[i]->dtype, in[i]->rank, in[i]->dims);
-  }
   la_geom g;
   FORWARD_IF_ERROR(la_resolve(n, ti, &g, d));
   FORWARD_IF_ERROR(la_infer(n, ti, to, d));
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "LinearAttention: output 0 is required");
-  FORWARD_IF_ERROR(la_check_out(out[0], &to[0], 0, d));
+  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
   tensor *present = n->n_outputs > 1 ? out[1] : NULL;
-  if (present) FORWARD_IF_ERROR(la_check_out(present, &to[1], 1, d));
+  if (present) FORWARD_IF_ERROR(op_check_out(n, present, &to[1], 1, d));
 
   la_job j;
   memset(&j, 0, sizeof j);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 
 enum { LG_IN_A, LG_IN_DT_BIAS, LG_IN_DECAY_SCALE, LG_IN_B };
 
@@ -27,22 +28,6 @@ typedef struct lg_geom {
   int64_t rows, H; /* rows = B*T; -1 when unknown */
   int64_t dims[3];
 } lg_geom;
-
-static int64_t lg_dim(const tinfo *t, int i) { return t->rank < 0 ? -1 : t->dims[i]; }
-
-static ph_status lg_merge(int64_t *acc, int64_t v, const char *what, diag *d) {
-  if (v < 0) return PH_OK;
-  RETURN_ERROR_IF(*acc >= 0 && *acc != v, d, PH_ERR_TENSOR_SHAPE,
-                  "LinearAttentionGate: %s is %lld here but %lld elsewhere", what, (long long)v,
-                  (long long)*acc);
-  *acc = v;
-  return PH_OK;
-}
-
-/* Output 1 is requested when the node has a second output that is not an empty slot. */
-static int lg_wants_beta(const gnode *n) {
-  return n->n_outputs > 1 && (!n->outputs || n->outputs[1] >= 0);
-}
 
 static ph_status lg_resolve(const gnode *n, const tinfo *in_, lg_geom *g, diag *d) {
   memset(g, 0, sizeof *g);
@@ -60,7 +45,7 @@ static ph_status lg_resolve(const gnode *n, const tinfo *in_, lg_geom *g, diag *
                   d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttentionGate: a, dt_bias and decay_scale are required");
   g->has_b = b->dtype != PH_DTYPE_INVALID;
-  g->want_beta = lg_wants_beta(n);
+  g->want_beta = op_wants_output(n, 1);
   RETURN_ERROR_IF(g->want_beta && !g->has_b, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttentionGate: output 1 (beta) is requested but input 3 (b) is absent");
 
@@ -74,18 +59,17 @@ static ph_status lg_resolve(const gnode *n, const tinfo *in_, lg_geom *g, diag *
                   PH_ERR_TENSOR_DTYPE, "LinearAttentionGate: dt_bias and decay_scale must be f32 "
                   "(got %s, %s)", ph_dtype_name(dtb->dtype), ph_dtype_name(ds->dtype));
 
-  RETURN_ERROR_IF(a->rank >= 0 && a->rank != 3, d, PH_ERR_TENSOR_SHAPE,
-                  "LinearAttentionGate: a must be [B,T,H], got rank %d", a->rank);
-  RETURN_ERROR_IF(g->has_b && b->rank >= 0 && b->rank != 3, d, PH_ERR_TENSOR_SHAPE,
-                  "LinearAttentionGate: b must be [B,T,H], got rank %d", b->rank);
+  FORWARD_IF_ERROR(op_check_rank(n, a, 3, "a [B,T,H]", d));
+  if (g->has_b) FORWARD_IF_ERROR(op_check_rank(n, b, 3, "b [B,T,H]", d));
   RETURN_ERROR_IF((dtb->rank >= 0 && dtb->rank != 1) || (ds->rank >= 0 && ds->rank != 1), d,
                   PH_ERR_TENSOR_SHAPE, "LinearAttentionGate: dt_bias and decay_scale must be [H]");
   for (int i = 0; i < 3; i++) {
-    g->dims[i] = lg_dim(a, i);
-    if (g->has_b) FORWARD_IF_ERROR(lg_merge(&g->dims[i], lg_dim(b, i), "a dim of a and b", d));
+    g->dims[i] = op_dim(a, i);
+    if (g->has_b)
+      FORWARD_IF_ERROR(op_merge_dim(n, &g->dims[i], op_dim(b, i), "a dim of a and b", d));
   }
-  FORWARD_IF_ERROR(lg_merge(&g->dims[2], lg_dim(dtb, 0), "the head count H", d));
-  FORWARD_IF_ERROR(lg_merge(&g->dims[2], lg_dim(ds, 0), "the head count H", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->dims[2], op_dim(dtb, 0), "the head count H", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->dims[2], op_dim(ds, 0), "the head count H", d));
   g->H = g->dims[2];
   g->rows = g->dims[0] >= 0 && g->dims[1] >= 0 ? g->dims[0] * g->dims[1] : -1;
   return PH_OK;
@@ -94,11 +78,7 @@ static ph_status lg_resolve(const gnode *n, const tinfo *in_, lg_geom *g, diag *
 static ph_status lg_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   lg_geom g;
   FORWARD_IF_ERROR(lg_resolve(n, in, &g, d));
-  tinfo t;
-  memset(&t, 0, sizeof t);
-  t.dtype = g.dt;
-  t.rank = 3;
-  for (int i = 0; i < 3; i++) t.dims[i] = g.dims[i];
+  tinfo t = tinfo_make(g.dt, 3, g.dims);
   out[0] = t;
   if (n->n_outputs > 1) {
     if (g.want_beta) {
@@ -147,13 +127,7 @@ static ph_status lg_run(const gnode *n, const tensor *const *in, tensor *const *
   RETURN_ERROR_IF(n->n_inputs > 4, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttentionGate: takes 3 or 4 inputs, got %d", n->n_inputs);
   tinfo ti[4];
-  memset(ti, 0, sizeof ti);
-  for (int i = 0; i < n->n_inputs; i++) {
-    if (!in[i]) continue;
-    ti[i].dtype = in[i]->dtype;
-    ti[i].rank = in[i]->rank;
-    for (int k = 0; k < in[i]->rank; k++) ti[i].dims[k] = in[i]->dims[k];
-  }
+  op_tinfos_of(n, in, ti, 4);
   lg_geom g;
   FORWARD_IF_ERROR(lg_resolve(n, ti, &g, d));
   lg_job j;

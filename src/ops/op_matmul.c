@@ -29,46 +29,16 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static const char *dt_name(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
-
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- MatMul --------------------------------------------------------------------------------- */
-
-/* Broadcasts batch dims a (rank ra) and b (rank rb), right-aligned, into o (rank max(ra, rb)).
- * An unknown dim against 1 stays unknown; against any other known d it must be d. */
-static ph_status bcast_batch(int ra, const int64_t *a, int rb, const int64_t *b, int *ro,
-                             int64_t *o, diag *d) {
-  int r = ra > rb ? ra : rb;
-  for (int i = 0; i < r; i++) {
-    int64_t x = i < r - ra ? 1 : a[i - (r - ra)];
-    int64_t y = i < r - rb ? 1 : b[i - (r - rb)];
-    if (x == y)
-      o[i] = x;
-    else if (x == 1)
-      o[i] = y;
-    else if (y == 1)
-      o[i] = x;
-    else if (x < 0)
-      o[i] = y;
-    else if (y < 0)
-      o[i] = x;
-    else
-      return diag_set(d, PH_ERR_TENSOR_SHAPE, "batch dim %d: %lld and %lld do not broadcast", i,
-                      (long long)x, (long long)y);
-  }
-  *ro = r;
-  return PH_OK;
-}
 
 static ph_status matmul_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   RETURN_ERROR_IF(n->n_inputs != 2 || n->n_outputs != 1, d, PH_ERR_INVALID_ARGUMENT,
@@ -77,10 +47,10 @@ static ph_status matmul_infer(const gnode *n, const tinfo *in, tinfo *out, diag 
   RETURN_ERROR_IF(a->dtype == PH_DTYPE_INVALID || b->dtype == PH_DTYPE_INVALID, d,
                   PH_ERR_INVALID_ARGUMENT, "MatMul: A and B are required");
   RETURN_ERROR_IF(!dtype_is_compute_float(a->dtype), d, PH_ERR_TENSOR_DTYPE,
-                  "MatMul: A is %s; expected F32, F16 or BF16", dt_name(a->dtype));
+                  "MatMul: A is %s; expected F32, F16 or BF16", op_dtype_name(a->dtype));
   RETURN_ERROR_IF(a->dtype != b->dtype, d, PH_ERR_TENSOR_DTYPE,
-                  "MatMul: A is %s but B is %s; both must have one dtype", dt_name(a->dtype),
-                  dt_name(b->dtype));
+                  "MatMul: A is %s but B is %s; both must have one dtype", op_dtype_name(a->dtype),
+                  op_dtype_name(b->dtype));
   memset(out, 0, sizeof *out);
   out->dtype = a->dtype;
   if (a->rank < 0 || b->rank < 0) {
@@ -94,7 +64,7 @@ static ph_status matmul_infer(const gnode *n, const tinfo *in, tinfo *out, diag 
   RETURN_ERROR_IF(ka >= 0 && kb >= 0 && ka != kb, d, PH_ERR_TENSOR_SHAPE,
                   "MatMul: A has K = %lld but B has K = %lld", (long long)ka, (long long)kb);
   int ra = a->rank > 2 ? a->rank - 2 : 0, rb = b->rank > 2 ? b->rank - 2 : 0, r = 0;
-  FORWARD_IF_ERROR(bcast_batch(ra, a->dims, rb, b->dims, &r, out->dims, d));
+  FORWARD_IF_ERROR(op_broadcast(n, "batch dim", ra, a->dims, rb, b->dims, &r, out->dims, d));
   if (a->rank >= 2) out->dims[r++] = a->dims[a->rank - 2];
   if (b->rank >= 2) out->dims[r++] = b->dims[b->rank - 1];
   out->rank = r;
@@ -221,15 +191,15 @@ static ph_status matmul_wt_infer(const gnode *n, const tinfo *in, tinfo *out, di
                   PH_ERR_INVALID_ARGUMENT, "MatMulWT takes 2-3 inputs and 1 output, got %d and %d",
                   n->n_inputs, n->n_outputs);
   const tinfo *a = &in[0], *w = &in[1];
-  const tinfo *bias = n->n_inputs > 2 && in[2].dtype != PH_DTYPE_INVALID ? &in[2] : NULL;
+  const tinfo *bias = op_has_input(n, in, 2) ? &in[2] : NULL;
   RETURN_ERROR_IF(a->dtype == PH_DTYPE_INVALID || w->dtype == PH_DTYPE_INVALID, d,
                   PH_ERR_INVALID_ARGUMENT, "MatMulWT: A and W are required");
   RETURN_ERROR_IF(!dtype_is_compute_float(a->dtype), d, PH_ERR_TENSOR_DTYPE,
-                  "MatMulWT: A is %s; expected F32, F16 or BF16", dt_name(a->dtype));
+                  "MatMulWT: A is %s; expected F32, F16 or BF16", op_dtype_name(a->dtype));
   RETURN_ERROR_IF(!dtype_is_compute_float(w->dtype), d, PH_ERR_TENSOR_DTYPE,
-                  "MatMulWT: W is %s; expected F32, F16 or BF16", dt_name(w->dtype));
+                  "MatMulWT: W is %s; expected F32, F16 or BF16", op_dtype_name(w->dtype));
   RETURN_ERROR_IF(bias && !dtype_is_compute_float(bias->dtype), d, PH_ERR_TENSOR_DTYPE,
-                  "MatMulWT: bias is %s; expected F32, F16 or BF16", dt_name(bias->dtype));
+                  "MatMulWT: bias is %s; expected F32, F16 or BF16", op_dtype_name(bias->dtype));
   RETURN_ERROR_IF(a->rank == 0, d, PH_ERR_TENSOR_SHAPE, "MatMulWT: A must have rank >= 1");
   RETURN_ERROR_IF(w->rank >= 0 && w->rank != 2, d, PH_ERR_TENSOR_SHAPE,
                   "MatMulWT: W must be [N, K], got rank %d", w->rank);

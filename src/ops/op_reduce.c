@@ -16,30 +16,10 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
 
 #define RS_CHUNK 256 /* f32 staging elements per step */
-
-static const char *dt_name(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
-
-static const gattr *find_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-static ph_status attr_int_or(const gnode *n, const char *name, int64_t def, int64_t *v, diag *d) {
-  const gattr *a = find_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
-                  "ReduceSum: attribute %s must be an int", name);
-  *v = a->i;
-  return PH_OK;
-}
 
 /* What a ReduceSum node does for data of known rank r. */
 typedef struct rs_plan {
@@ -50,17 +30,17 @@ typedef struct rs_plan {
 
 static ph_status rs_parse(const gnode *n, const tinfo *in, int r, rs_plan *p, diag *d) {
   memset(p, 0, sizeof *p);
-  RETURN_ERROR_IF(find_attr(n, "axes") != NULL, d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(node_attr(n, "axes") != NULL, d, PH_ERR_INVALID_ARGUMENT,
                   "ReduceSum: the axes attribute is opset < 13; pass axes as the second input");
   int64_t keep = 1, noop_empty = 0;
-  FORWARD_IF_ERROR(attr_int_or(n, "keepdims", 1, &keep, d));
-  FORWARD_IF_ERROR(attr_int_or(n, "noop_with_empty_axes", 0, &noop_empty, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "keepdims", 1, &keep, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "noop_with_empty_axes", 0, &noop_empty, d));
   p->keepdims = keep != 0;
   int n_axes = 0;
-  if (n->n_inputs > 1 && in[1].dtype != PH_DTYPE_INVALID) {
+  if (op_has_input(n, in, 1)) {
     const tinfo *t = &in[1];
     RETURN_ERROR_IF(t->dtype != PH_DTYPE_I64 && t->dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
-                    "ReduceSum: axes is %s; expected I64 or I32", dt_name(t->dtype));
+                    "ReduceSum: axes is %s; expected I64 or I32", op_dtype_name(t->dtype));
     /* an axes input statically known to be empty needs no contents */
     RETURN_ERROR_IF(!t->data && !(t->rank == 1 && t->dims[0] == 0), d, PH_ERR_UNSUPPORTED,
                     "ReduceSum: non-constant axes input");
@@ -78,9 +58,8 @@ static ph_status rs_parse(const gnode *n, const tinfo *in, int r, rs_plan *p, di
         memcpy(&x, (const char *)t->data + 4 * i, 4);
         a = x;
       }
-      RETURN_ERROR_IF(a < -r || a >= r, d, PH_ERR_INVALID_ARGUMENT,
-                      "ReduceSum: axis %lld is out of range for rank %d", (long long)a, r);
-      int ax = (int)(a < 0 ? a + r : a);
+      int ax = 0;
+      FORWARD_IF_ERROR(op_norm_axis(n, a, r, &ax, d));
       RETURN_ERROR_IF(p->reduce[ax], d, PH_ERR_INVALID_ARGUMENT, "ReduceSum: axis %d appears twice",
                       ax);
       p->reduce[ax] = 1;
@@ -103,10 +82,10 @@ static ph_status reduce_sum_infer(const gnode *n, const tinfo *in, tinfo *out, d
   const tinfo *x = &in[0];
   RETURN_ERROR_IF(x->dtype == PH_DTYPE_INVALID, d, PH_ERR_INVALID_ARGUMENT,
                   "ReduceSum: data is required");
-  RETURN_ERROR_IF(!dtype_is_compute_float(x->dtype) && x->dtype != PH_DTYPE_I64 &&
-                      x->dtype != PH_DTYPE_I32,
-                  d, PH_ERR_TENSOR_DTYPE,
-                  "ReduceSum: data is %s; expected F32, F16, BF16, I64 or I32", dt_name(x->dtype));
+  RETURN_ERROR_IF(
+      !dtype_is_compute_float(x->dtype) && x->dtype != PH_DTYPE_I64 && x->dtype != PH_DTYPE_I32, d,
+      PH_ERR_TENSOR_DTYPE, "ReduceSum: data is %s; expected F32, F16, BF16, I64 or I32",
+      op_dtype_name(x->dtype));
   memset(out, 0, sizeof *out);
   out->dtype = x->dtype;
   out->rank = -1;
@@ -147,14 +126,7 @@ static ph_status reduce_sum_run(const gnode *n, const tensor *const *in, tensor 
   const tensor *x = in[0];
   tensor *y = out[0];
   tinfo ti[2];
-  memset(ti, 0, sizeof ti);
-  for (int i = 0; i < n->n_inputs && i < 2; i++) {
-    if (!in[i]) continue;
-    ti[i].dtype = in[i]->dtype;
-    ti[i].rank = in[i]->rank;
-    memcpy(ti[i].dims, in[i]->dims, sizeof ti[i].dims);
-    ti[i].data = in[i]->data;
-  }
+  op_tinfos_of(n, in, ti, 2);
   rs_plan p;
   FORWARD_IF_ERROR(rs_parse(n, ti, x->rank, &p, d));
   int64_t nx = tensor_numel(x), ny = tensor_numel(y);

@@ -32,27 +32,8 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
-
-/* ---- attributes and presence ---- */
-
-static const gattr *rope_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-static ph_status rope_attr_int(const gnode *n, const char *name, int64_t def, int64_t *v, diag *d) {
-  const gattr *a = rope_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT, "attribute %s must be an int",
-                  name);
-  *v = a->i;
-  return PH_OK;
-}
-
-static int rope_dim_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 /* ---- geometry, shared by infer, scratch_bytes and run ---- */
 
@@ -70,41 +51,40 @@ typedef struct rope_geom {
 static ph_status rope_attrs(const gnode *n, int mrope, rope_geom *g, int64_t *rot_attr,
                             int64_t *heads_attr, diag *d) {
   int64_t v;
-  FORWARD_IF_ERROR(rope_attr_int(n, "interleaved", 0, &v, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "interleaved", 0, &v, d));
   RETURN_ERROR_IF(v != 0 && v != 1, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute interleaved must be 0 or 1, got %lld", (long long)v);
   g->interleaved = (int)v;
-  FORWARD_IF_ERROR(rope_attr_int(n, "rotary_embedding_dim", 0, rot_attr, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "rotary_embedding_dim", 0, rot_attr, d));
   RETURN_ERROR_IF(*rot_attr < 0 || *rot_attr % 2 != 0, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute rotary_embedding_dim must be even and >= 0, got %lld",
                   (long long)*rot_attr);
-  FORWARD_IF_ERROR(rope_attr_int(n, "num_heads", 0, heads_attr, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "num_heads", 0, heads_attr, d));
   RETURN_ERROR_IF(*heads_attr < 0, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute num_heads must be >= 0, got %lld", (long long)*heads_attr);
   RETURN_ERROR_IF(*rot_attr > 0 && *heads_attr == 0, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute num_heads is required when rotary_embedding_dim is set");
-  FORWARD_IF_ERROR(rope_attr_int(n, "is_packed_batching", 0, &v, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "is_packed_batching", 0, &v, d));
   RETURN_ERROR_IF(v != 0, d, PH_ERR_UNSUPPORTED, "is_packed_batching=%lld is not supported",
                   (long long)v);
-  const gattr *sc = rope_attr(n, "scale");
-  if (sc) {
-    RETURN_ERROR_IF(sc->type != ATTR_FLOAT, d, PH_ERR_INVALID_ARGUMENT,
-                    "attribute scale must be a float");
-    RETURN_ERROR_IF(sc->f != 1.0f, d, PH_ERR_UNSUPPORTED,
-                    "attribute scale=%g is not supported (only 1.0)", (double)sc->f);
-  }
+  float scale = 1.0f;
+  FORWARD_IF_ERROR(op_attr_float(n, "scale", 1.0f, &scale, d));
+  RETURN_ERROR_IF(scale != 1.0f, d, PH_ERR_UNSUPPORTED,
+                  "attribute scale=%g is not supported (only 1.0)", (double)scale);
   if (!mrope) return PH_OK;
   g->mrope = 1;
-  const gattr *s = rope_attr(n, "mrope_section");
-  RETURN_ERROR_IF(!s, d, PH_ERR_INVALID_ARGUMENT, "attribute mrope_section is required");
-  RETURN_ERROR_IF(s->type != ATTR_INTS || s->n != 3 || !s->ints, d, PH_ERR_INVALID_ARGUMENT,
-                  "attribute mrope_section must be 3 ints");
+  const int64_t *sec = NULL;
+  int n_sec = 0;
+  FORWARD_IF_ERROR(op_attr_ints(n, "mrope_section", &sec, &n_sec, d));
+  RETURN_ERROR_IF(n_sec < 0, d, PH_ERR_INVALID_ARGUMENT, "attribute mrope_section is required");
+  RETURN_ERROR_IF(n_sec != 3 || !sec, d, PH_ERR_INVALID_ARGUMENT,
+                  "attribute mrope_section must be 3 ints, got %d", n_sec);
   for (int k = 0; k < 3; k++) {
-    RETURN_ERROR_IF(s->ints[k] < 0 || s->ints[k] > (int64_t)1 << 30, d, PH_ERR_INVALID_ARGUMENT,
-                    "mrope_section[%d] = %lld is out of range", k, (long long)s->ints[k]);
-    g->sec[k] = s->ints[k];
+    RETURN_ERROR_IF(sec[k] < 0 || sec[k] > (int64_t)1 << 30, d, PH_ERR_INVALID_ARGUMENT,
+                    "mrope_section[%d] = %lld is out of range", k, (long long)sec[k]);
+    g->sec[k] = sec[k];
   }
-  FORWARD_IF_ERROR(rope_attr_int(n, "mrope_layout", 0, &v, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "mrope_layout", 0, &v, d));
   RETURN_ERROR_IF(v != 0 && v != 1, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute mrope_layout must be 0 (sectioned) or 1 (interleaved), got %lld",
                   (long long)v);
@@ -138,14 +118,10 @@ static ph_status rope_resolve(const gnode *n, const tinfo *in, int mrope, rope_g
   g->B = g->S = g->N = g->H = g->rot = g->max_pos = -1;
   /* caches: [max_pos, rot/2], equal shapes */
   int64_t half = -1;
-  for (int i = 2; i < 4; i++) {
-    if (in[i].rank < 0) continue;
-    RETURN_ERROR_IF(in[i].rank != 2, d, PH_ERR_TENSOR_SHAPE, "%s must have rank 2, got %d",
-                    names[i], in[i].rank);
-  }
+  for (int i = 2; i < 4; i++) FORWARD_IF_ERROR(op_check_rank(n, &in[i], 2, names[i], d));
   if (cs->rank == 2 && sn->rank == 2)
     for (int k = 0; k < 2; k++)
-      RETURN_ERROR_IF(rope_dim_conflict(cs->dims[k], sn->dims[k]), d, PH_ERR_TENSOR_SHAPE,
+      RETURN_ERROR_IF(op_dims_conflict(cs->dims[k], sn->dims[k]), d, PH_ERR_TENSOR_SHAPE,
                       "cos_cache and sin_cache differ in dim %d (%lld vs %lld)", k,
                       (long long)cs->dims[k], (long long)sn->dims[k]);
   const tinfo *c = cs->rank == 2 ? cs : sn->rank == 2 ? sn : NULL;
@@ -163,7 +139,7 @@ static ph_status rope_resolve(const gnode *n, const tinfo *in, int mrope, rope_g
       g->N = x->dims[1];
       g->S = x->dims[2];
       g->H = x->dims[3];
-      RETURN_ERROR_IF(heads_attr > 0 && rope_dim_conflict(heads_attr, g->N), d, PH_ERR_TENSOR_SHAPE,
+      RETURN_ERROR_IF(heads_attr > 0 && op_dims_conflict(heads_attr, g->N), d, PH_ERR_TENSOR_SHAPE,
                       "num_heads is %lld but input has %lld heads", (long long)heads_attr,
                       (long long)g->N);
     } else {
@@ -201,7 +177,7 @@ static ph_status rope_resolve(const gnode *n, const tinfo *in, int mrope, rope_g
                     "head size %lld is odd: the whole head cannot rotate in pairs",
                     (long long)g->H);
   }
-  RETURN_ERROR_IF(g->rot >= 0 && rope_dim_conflict(half, g->rot / 2), d, PH_ERR_TENSOR_SHAPE,
+  RETURN_ERROR_IF(g->rot >= 0 && op_dims_conflict(half, g->rot / 2), d, PH_ERR_TENSOR_SHAPE,
                   "cos_cache has %lld columns, expected rot/2 = %lld", (long long)half,
                   (long long)(g->rot / 2));
   if (g->rot < 0 && half >= 0) g->rot = 2 * half;
@@ -215,11 +191,11 @@ static ph_status rope_resolve(const gnode *n, const tinfo *in, int mrope, rope_g
     if (mrope) {
       RETURN_ERROR_IF(pos->rank != 3, d, PH_ERR_TENSOR_SHAPE,
                       "position_ids must be [3, B, S], got rank %d", pos->rank);
-      RETURN_ERROR_IF(rope_dim_conflict(pos->dims[0], 3), d, PH_ERR_TENSOR_SHAPE,
+      RETURN_ERROR_IF(op_dims_conflict(pos->dims[0], 3), d, PH_ERR_TENSOR_SHAPE,
                       "position_ids dim 0 must be 3 (T, H, W rows), got %lld",
                       (long long)pos->dims[0]);
       RETURN_ERROR_IF(
-          rope_dim_conflict(pos->dims[1], g->B) || rope_dim_conflict(pos->dims[2], g->S), d,
+          op_dims_conflict(pos->dims[1], g->B) || op_dims_conflict(pos->dims[2], g->S), d,
           PH_ERR_TENSOR_SHAPE, "position_ids is [3, %lld, %lld] but input has B=%lld, S=%lld",
           (long long)pos->dims[1], (long long)pos->dims[2], (long long)g->B, (long long)g->S);
     } else if (pos->rank == 0 || (pos->rank == 1 && (pos->dims[0] == 1 || pos->dims[0] < 0))) {
@@ -230,7 +206,7 @@ static ph_status rope_resolve(const gnode *n, const tinfo *in, int mrope, rope_g
                       "position_ids must be [B, S] or hold one start offset, got rank %d",
                       pos->rank);
       RETURN_ERROR_IF(
-          rope_dim_conflict(pos->dims[0], g->B) || rope_dim_conflict(pos->dims[1], g->S), d,
+          op_dims_conflict(pos->dims[0], g->B) || op_dims_conflict(pos->dims[1], g->S), d,
           PH_ERR_TENSOR_SHAPE, "position_ids is [%lld, %lld] but input has B=%lld, S=%lld",
           (long long)pos->dims[0], (long long)pos->dims[1], (long long)g->B, (long long)g->S);
     }
@@ -242,10 +218,7 @@ static ph_status rope_infer_common(const gnode *n, const tinfo *in, tinfo *out, 
                                    diag *d) {
   rope_geom g;
   FORWARD_IF_ERROR(rope_resolve(n, in, mrope, &g, d));
-  memset(&out[0], 0, sizeof out[0]);
-  out[0].dtype = in[0].dtype;
-  out[0].rank = in[0].rank;
-  for (int k = 0; k < in[0].rank && k < GRAPH_MAX_DIMS; k++) out[0].dims[k] = in[0].dims[k];
+  out[0] = tinfo_make(in[0].dtype, in[0].rank, in[0].dims);
   return PH_OK;
 }
 
@@ -355,14 +328,7 @@ static void rope_row(void *ctx, size_t task, int thread) {
 static ph_status rope_run_common(const gnode *n, const tensor *const *in, tensor *const *out,
                                  op_ctx *ctx, int mrope, diag *d) {
   tinfo ti[GRAPH_MAX_IO];
-  memset(ti, 0, sizeof ti);
-  for (int i = 0; i < n->n_inputs && i < GRAPH_MAX_IO; i++) {
-    if (!in[i]) continue;
-    ti[i].dtype = in[i]->dtype;
-    ti[i].rank = in[i]->rank;
-    for (int k = 0; k < in[i]->rank; k++) ti[i].dims[k] = in[i]->dims[k];
-    ti[i].data = in[i]->data;
-  }
+  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
   rope_geom g;
   FORWARD_IF_ERROR(rope_resolve(n, ti, mrope, &g, d));
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INVALID_ARGUMENT, "output 0 is required");

@@ -26,43 +26,8 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 #include "tensor/dtype.h"
-
-static const char *dt_name(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
-
-static const gattr *find_attr(const gnode *n, const char *name) {
-  for (int i = 0; i < n->n_attrs; i++)
-    if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
-  return NULL;
-}
-
-static ph_status attr_int_or(const gnode *n, const char *op, const char *name, int64_t def,
-                             int64_t *v, diag *d) {
-  const gattr *a = find_attr(n, name);
-  *v = def;
-  if (!a) return PH_OK;
-  RETURN_ERROR_IF(a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
-                  "%s: attribute %s must be an int", op, name);
-  *v = a->i;
-  return PH_OK;
-}
-
-static int64_t numel_known(const tinfo *t) {
-  if (t->rank < 0) return -1;
-  int64_t n = 1;
-  for (int i = 0; i < t->rank; i++) {
-    if (t->dims[i] < 0) return -1;
-    n *= t->dims[i];
-  }
-  return n;
-}
-
-static int present(const gnode *n, const tinfo *in, int i) {
-  return i < n->n_inputs && in[i].dtype != PH_DTYPE_INVALID;
-}
 
 static ph_status check_io(const gnode *n, const char *op, int min_in, int max_in, int min_out,
                           int max_out, diag *d) {
@@ -78,7 +43,7 @@ static ph_status check_io(const gnode *n, const char *op, int min_in, int max_in
 static ph_status const_ints(const char *op, const char *what, const tinfo *t, int64_t *v, int max,
                             int *n, diag *d) {
   RETURN_ERROR_IF(t->dtype != PH_DTYPE_I64 && t->dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
-                  "%s: %s is %s; expected I64 or I32", op, what, dt_name(t->dtype));
+                  "%s: %s is %s; expected I64 or I32", op, what, op_dtype_name(t->dtype));
   /* an input statically known to be empty needs no contents */
   int empty = t->rank == 1 && t->dims[0] == 0;
   RETURN_ERROR_IF(!t->data && !empty, d, PH_ERR_UNSUPPORTED, "%s: non-constant %s input", op, what);
@@ -98,25 +63,6 @@ static ph_status const_ints(const char *op, const char *what, const tinfo *t, in
     }
   }
   *n = (int)len;
-  return PH_OK;
-}
-
-/* A run-time tensor seen as a constant tinfo (run() re-derives parameters with infer's code). */
-static tinfo tinfo_of(const tensor *t) {
-  tinfo ti;
-  memset(&ti, 0, sizeof ti);
-  ti.dtype = t->dtype;
-  ti.rank = t->rank;
-  for (int i = 0; i < t->rank; i++) ti.dims[i] = t->dims[i];
-  ti.data = t->data;
-  return ti;
-}
-
-/* Normalizes axis a against rank r (valid: [-r, r-1]). */
-static ph_status norm_axis(const char *op, int64_t a, int r, int *out, diag *d) {
-  RETURN_ERROR_IF(a < -r || a >= r, d, PH_ERR_INVALID_ARGUMENT,
-                  "%s: axis %lld is out of range for rank %d", op, (long long)a, r);
-  *out = (int)(a < 0 ? a + r : a);
   return PH_OK;
 }
 
@@ -189,10 +135,10 @@ static ph_status copy_run(const gnode *n, const tensor *const *in, tensor *const
 
 static ph_status reshape_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Reshape", 2, 2, 1, 1, d));
-  RETURN_ERROR_IF(!present(n, in, 0) || !present(n, in, 1), d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(!op_has_input(n, in, 0) || !op_has_input(n, in, 1), d, PH_ERR_INVALID_ARGUMENT,
                   "Reshape: data and shape are required");
   int64_t allowzero = 0;
-  FORWARD_IF_ERROR(attr_int_or(n, "Reshape", "allowzero", 0, &allowzero, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "allowzero", 0, &allowzero, d));
   int64_t shp[GRAPH_MAX_DIMS];
   int r = 0;
   FORWARD_IF_ERROR(const_ints("Reshape", "shape", &in[1], shp, GRAPH_MAX_DIMS, &r, d));
@@ -228,7 +174,7 @@ static ph_status reshape_infer(const gnode *n, const tinfo *in, tinfo *out, diag
   }
   RETURN_ERROR_IF(has_zero && infer_at >= 0, d, PH_ERR_INVALID_ARGUMENT,
                   "Reshape: with allowzero = 1, shape cannot hold both 0 and -1");
-  int64_t total = numel_known(x);
+  int64_t total = tinfo_numel(x);
   if (infer_at >= 0) {
     out->dims[infer_at] = -1;
     if (total >= 0 && !unknown) {
@@ -253,18 +199,18 @@ const op_def op_def_reshape = {"", "Reshape", 2, 2, 1, 1, reshape_infer, copy_ru
 
 /* perm for rank r (default reversed); validated. */
 static ph_status transpose_perm(const gnode *n, int r, int *perm, diag *d) {
-  const gattr *a = find_attr(n, "perm");
-  if (!a) {
+  const int64_t *pv = NULL;
+  int np = 0;
+  FORWARD_IF_ERROR(op_attr_ints(n, "perm", &pv, &np, d));
+  if (np < 0) {
     for (int i = 0; i < r; i++) perm[i] = r - 1 - i;
     return PH_OK;
   }
-  RETURN_ERROR_IF(a->type != ATTR_INTS, d, PH_ERR_INVALID_ARGUMENT,
-                  "Transpose: attribute perm must be a list of ints");
-  RETURN_ERROR_IF(a->n != r, d, PH_ERR_INVALID_ARGUMENT,
-                  "Transpose: perm has %d entries for an input of rank %d", a->n, r);
+  RETURN_ERROR_IF(np != r, d, PH_ERR_INVALID_ARGUMENT,
+                  "Transpose: perm has %d entries for an input of rank %d", np, r);
   int seen[GRAPH_MAX_DIMS] = {0};
   for (int i = 0; i < r; i++) {
-    int64_t p = a->ints[i];
+    int64_t p = pv[i];
     RETURN_ERROR_IF(p < 0 || p >= r, d, PH_ERR_INVALID_ARGUMENT,
                     "Transpose: perm[%d] = %lld is out of range for rank %d", i, (long long)p, r);
     RETURN_ERROR_IF(seen[p], d, PH_ERR_INVALID_ARGUMENT,
@@ -277,13 +223,14 @@ static ph_status transpose_perm(const gnode *n, int r, int *perm, diag *d) {
 
 static ph_status transpose_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Transpose", 1, 1, 1, 1, d));
-  RETURN_ERROR_IF(!present(n, in, 0), d, PH_ERR_INVALID_ARGUMENT, "Transpose: data is required");
+  RETURN_ERROR_IF(!op_has_input(n, in, 0), d, PH_ERR_INVALID_ARGUMENT,
+                  "Transpose: data is required");
   memset(out, 0, sizeof *out);
   out->dtype = in[0].dtype;
   int r = in[0].rank;
   if (r < 0) {
     /* the rank is perm's length when given; the dims stay unknown */
-    const gattr *a = find_attr(n, "perm");
+    const gattr *a = node_attr(n, "perm");
     out->rank = -1;
     if (a && a->type == ATTR_INTS && a->n <= GRAPH_MAX_DIMS) {
       int perm[GRAPH_MAX_DIMS];
@@ -321,18 +268,18 @@ const op_def op_def_transpose = {"", "Transpose", 1, 1, 1, 1, transpose_infer, t
 
 static ph_status split_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Split", 1, 2, 1, SPLIT_MAX_OUTPUTS, d));
-  RETURN_ERROR_IF(!present(n, in, 0), d, PH_ERR_INVALID_ARGUMENT, "Split: input is required");
-  RETURN_ERROR_IF(find_attr(n, "split") != NULL, d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(!op_has_input(n, in, 0), d, PH_ERR_INVALID_ARGUMENT, "Split: input is required");
+  RETURN_ERROR_IF(node_attr(n, "split") != NULL, d, PH_ERR_INVALID_ARGUMENT,
                   "Split: the split attribute is opset < 13; pass split as the second input");
   int k = n->n_outputs;
   int64_t num_outputs = 0, axis_attr = 0;
-  FORWARD_IF_ERROR(attr_int_or(n, "Split", "num_outputs", 0, &num_outputs, d));
-  RETURN_ERROR_IF(find_attr(n, "num_outputs") && num_outputs != k, d, PH_ERR_INVALID_ARGUMENT,
+  FORWARD_IF_ERROR(op_attr_int(n, "num_outputs", 0, &num_outputs, d));
+  RETURN_ERROR_IF(node_attr(n, "num_outputs") && num_outputs != k, d, PH_ERR_INVALID_ARGUMENT,
                   "Split: num_outputs = %lld but the node has %d outputs", (long long)num_outputs,
                   k);
-  FORWARD_IF_ERROR(attr_int_or(n, "Split", "axis", 0, &axis_attr, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "axis", 0, &axis_attr, d));
   int64_t sizes[SPLIT_MAX_OUTPUTS];
-  int has_split = present(n, in, 1), n_split = 0;
+  int has_split = op_has_input(n, in, 1), n_split = 0;
   if (has_split) {
     FORWARD_IF_ERROR(const_ints("Split", "split", &in[1], sizes, SPLIT_MAX_OUTPUTS, &n_split, d));
     RETURN_ERROR_IF(n_split != k, d, PH_ERR_INVALID_ARGUMENT,
@@ -350,7 +297,7 @@ static ph_status split_infer(const gnode *n, const tinfo *in, tinfo *out, diag *
   }
   if (x->rank < 0) return PH_OK;
   int axis = 0;
-  FORWARD_IF_ERROR(norm_axis("Split", axis_attr, x->rank, &axis, d));
+  FORWARD_IF_ERROR(op_norm_axis(n, axis_attr, x->rank, &axis, d));
   int64_t dim = x->dims[axis];
   if (has_split) {
     int64_t sum = 0;
@@ -360,7 +307,7 @@ static ph_status split_infer(const gnode *n, const tinfo *in, tinfo *out, diag *
                     (long long)dim);
   } else if (dim < 0) {
     for (int i = 0; i < k; i++) sizes[i] = -1;
-  } else if (find_attr(n, "num_outputs")) {
+  } else if (node_attr(n, "num_outputs")) {
     int64_t chunk = (dim + k - 1) / k;
     RETURN_ERROR_IF(chunk * (k - 1) > dim, d, PH_ERR_TENSOR_SHAPE,
                     "Split: %lld elements along axis %d cannot form %d parts of %lld",
@@ -382,9 +329,9 @@ static ph_status split_run(const gnode *n, const tensor *const *in, tensor *cons
   (void)ctx;
   const tensor *x = in[0];
   int64_t axis_attr = 0;
-  FORWARD_IF_ERROR(attr_int_or(n, "Split", "axis", 0, &axis_attr, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "axis", 0, &axis_attr, d));
   int axis = 0;
-  FORWARD_IF_ERROR(norm_axis("Split", axis_attr, x->rank, &axis, d));
+  FORWARD_IF_ERROR(op_norm_axis(n, axis_attr, x->rank, &axis, d));
   int64_t outer = 1, inner = 1, dim = x->dims[axis];
   for (int i = 0; i < axis; i++) outer *= x->dims[i];
   for (int i = axis + 1; i < x->rank; i++) inner *= x->dims[i];
@@ -449,7 +396,7 @@ static ph_status slice_parse(const gnode *n, const tinfo *in, slice_params *p, d
   FORWARD_IF_ERROR(const_ints("Slice", "ends", &in[2], en, GRAPH_MAX_DIMS, &ne, d));
   RETURN_ERROR_IF(ns != ne, d, PH_ERR_INVALID_ARGUMENT,
                   "Slice: starts has %d values but ends has %d", ns, ne);
-  if (present(n, in, 3)) {
+  if (op_has_input(n, in, 3)) {
     FORWARD_IF_ERROR(const_ints("Slice", "axes", &in[3], ax, GRAPH_MAX_DIMS, &na, d));
     RETURN_ERROR_IF(na != ns, d, PH_ERR_INVALID_ARGUMENT,
                     "Slice: axes has %d values but starts has %d", na, ns);
@@ -458,7 +405,7 @@ static ph_status slice_parse(const gnode *n, const tinfo *in, slice_params *p, d
                     r);
     for (int i = 0; i < ns; i++) ax[i] = i;
   }
-  if (present(n, in, 4)) {
+  if (op_has_input(n, in, 4)) {
     FORWARD_IF_ERROR(const_ints("Slice", "steps", &in[4], sp, GRAPH_MAX_DIMS, &nst, d));
     RETURN_ERROR_IF(nst != ns, d, PH_ERR_INVALID_ARGUMENT,
                     "Slice: steps has %d values but starts has %d", nst, ns);
@@ -473,7 +420,7 @@ static ph_status slice_parse(const gnode *n, const tinfo *in, slice_params *p, d
   }
   for (int i = 0; i < ns; i++) {
     int a = 0;
-    FORWARD_IF_ERROR(norm_axis("Slice", ax[i], r, &a, d));
+    FORWARD_IF_ERROR(op_norm_axis(n, ax[i], r, &a, d));
     RETURN_ERROR_IF(seen[a], d, PH_ERR_INVALID_ARGUMENT, "Slice: axis %d appears twice", a);
     seen[a] = 1;
     RETURN_ERROR_IF(sp[i] == 0, d, PH_ERR_INVALID_ARGUMENT, "Slice: steps[%d] is 0", i);
@@ -488,7 +435,7 @@ static ph_status slice_parse(const gnode *n, const tinfo *in, slice_params *p, d
 
 static ph_status slice_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Slice", 3, 5, 1, 1, d));
-  RETURN_ERROR_IF(!present(n, in, 0) || !present(n, in, 1) || !present(n, in, 2), d,
+  RETURN_ERROR_IF(!op_has_input(n, in, 0) || !op_has_input(n, in, 1) || !op_has_input(n, in, 2), d,
                   PH_ERR_INVALID_ARGUMENT, "Slice: data, starts and ends are required");
   memset(out, 0, sizeof *out);
   out->dtype = in[0].dtype;
@@ -504,9 +451,7 @@ static ph_status slice_run(const gnode *n, const tensor *const *in, tensor *cons
                            diag *d) {
   (void)ctx;
   tinfo ti[5];
-  memset(ti, 0, sizeof ti);
-  for (int i = 0; i < n->n_inputs && i < 5; i++)
-    if (in[i]) ti[i] = tinfo_of(in[i]);
+  op_tinfos_of(n, in, ti, 5);
   slice_params p;
   FORWARD_IF_ERROR(slice_parse(n, ti, &p, d));
   const tensor *x = in[0];
@@ -528,16 +473,16 @@ const op_def op_def_slice = {"", "Slice", 3, 5, 1, 1, slice_infer, slice_run, NU
 
 static ph_status concat_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Concat", 1, CONCAT_MAX_INPUTS, 1, 1, d));
-  const gattr *a = find_attr(n, "axis");
+  const gattr *a = node_attr(n, "axis");
   RETURN_ERROR_IF(!a || a->type != ATTR_INT, d, PH_ERR_INVALID_ARGUMENT,
                   "Concat: int attribute axis is required");
   int r = -1;
   for (int i = 0; i < n->n_inputs; i++) {
-    RETURN_ERROR_IF(!present(n, in, i), d, PH_ERR_INVALID_ARGUMENT, "Concat: input %d is missing",
-                    i);
+    RETURN_ERROR_IF(!op_has_input(n, in, i), d, PH_ERR_INVALID_ARGUMENT,
+                    "Concat: input %d is missing", i);
     RETURN_ERROR_IF(in[i].dtype != in[0].dtype, d, PH_ERR_TENSOR_DTYPE,
-                    "Concat: input %d is %s but input 0 is %s", i, dt_name(in[i].dtype),
-                    dt_name(in[0].dtype));
+                    "Concat: input %d is %s but input 0 is %s", i, op_dtype_name(in[i].dtype),
+                    op_dtype_name(in[0].dtype));
     if (in[i].rank < 0) continue;
     RETURN_ERROR_IF(r >= 0 && in[i].rank != r, d, PH_ERR_TENSOR_SHAPE,
                     "Concat: input %d has rank %d, others rank %d", i, in[i].rank, r);
@@ -549,7 +494,7 @@ static ph_status concat_infer(const gnode *n, const tinfo *in, tinfo *out, diag 
   if (r < 0) return PH_OK;
   RETURN_ERROR_IF(r == 0, d, PH_ERR_TENSOR_SHAPE, "Concat: inputs must have rank >= 1");
   int axis = 0;
-  FORWARD_IF_ERROR(norm_axis("Concat", a->i, r, &axis, d));
+  FORWARD_IF_ERROR(op_norm_axis(n, a->i, r, &axis, d));
   for (int j = 0; j < r; j++) out->dims[j] = j == axis ? 0 : -1;
   for (int i = 0; i < n->n_inputs; i++) {
     for (int j = 0; j < r; j++) {
@@ -571,10 +516,10 @@ static ph_status concat_run(const gnode *n, const tensor *const *in, tensor *con
                             op_ctx *ctx, diag *d) {
   (void)ctx;
   const tensor *y = out[0];
-  const gattr *a = find_attr(n, "axis");
+  const gattr *a = node_attr(n, "axis");
   RETURN_ERROR_IF(!a, d, PH_ERR_INVALID_ARGUMENT, "Concat: attribute axis is required");
   int axis = 0;
-  FORWARD_IF_ERROR(norm_axis("Concat", a->i, y->rank, &axis, d));
+  FORWARD_IF_ERROR(op_norm_axis(n, a->i, y->rank, &axis, d));
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < axis; i++) outer *= y->dims[i];
   for (int i = axis + 1; i < y->rank; i++) inner *= y->dims[i];
@@ -597,7 +542,7 @@ const op_def op_def_concat = {"",           "Concat",   1,   CONCAT_MAX_INPUTS, 
 
 static ph_status unsqueeze_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Unsqueeze", 2, 2, 1, 1, d));
-  RETURN_ERROR_IF(!present(n, in, 0) || !present(n, in, 1), d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(!op_has_input(n, in, 0) || !op_has_input(n, in, 1), d, PH_ERR_INVALID_ARGUMENT,
                   "Unsqueeze: data and axes are required");
   int64_t axes[GRAPH_MAX_DIMS];
   int na = 0;
@@ -612,7 +557,7 @@ static ph_status unsqueeze_infer(const gnode *n, const tinfo *in, tinfo *out, di
   int is_new[GRAPH_MAX_DIMS] = {0};
   for (int i = 0; i < na; i++) {
     int a = 0;
-    FORWARD_IF_ERROR(norm_axis("Unsqueeze", axes[i], r, &a, d));
+    FORWARD_IF_ERROR(op_norm_axis(n, axes[i], r, &a, d));
     RETURN_ERROR_IF(is_new[a], d, PH_ERR_INVALID_ARGUMENT, "Unsqueeze: axis %d appears twice", a);
     is_new[a] = 1;
   }
@@ -627,9 +572,9 @@ const op_def op_def_unsqueeze = {"", "Unsqueeze", 2, 2, 1, 1, unsqueeze_infer, c
 
 static ph_status squeeze_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Squeeze", 1, 2, 1, 1, d));
-  RETURN_ERROR_IF(!present(n, in, 0), d, PH_ERR_INVALID_ARGUMENT, "Squeeze: data is required");
+  RETURN_ERROR_IF(!op_has_input(n, in, 0), d, PH_ERR_INVALID_ARGUMENT, "Squeeze: data is required");
   int64_t axes[GRAPH_MAX_DIMS];
-  int na = 0, has_axes = present(n, in, 1);
+  int na = 0, has_axes = op_has_input(n, in, 1);
   if (has_axes)
     FORWARD_IF_ERROR(const_ints("Squeeze", "axes", &in[1], axes, GRAPH_MAX_DIMS, &na, d));
   const tinfo *x = &in[0];
@@ -641,7 +586,7 @@ static ph_status squeeze_infer(const gnode *n, const tinfo *in, tinfo *out, diag
   if (has_axes) {
     for (int i = 0; i < na; i++) {
       int a = 0;
-      FORWARD_IF_ERROR(norm_axis("Squeeze", axes[i], x->rank, &a, d));
+      FORWARD_IF_ERROR(op_norm_axis(n, axes[i], x->rank, &a, d));
       RETURN_ERROR_IF(drop[a], d, PH_ERR_INVALID_ARGUMENT, "Squeeze: axis %d appears twice", a);
       RETURN_ERROR_IF(x->dims[a] >= 0 && x->dims[a] != 1, d, PH_ERR_TENSOR_SHAPE,
                       "Squeeze: dim %d is %lld, not 1", a, (long long)x->dims[a]);
@@ -665,8 +610,8 @@ const op_def op_def_squeeze = {"", "Squeeze", 1, 2, 1, 1, squeeze_infer, copy_ru
 /* ---- Shape ---------------------------------------------------------------------------------- */
 
 static ph_status shape_range(const gnode *n, int r, int64_t *start, int64_t *end, diag *d) {
-  FORWARD_IF_ERROR(attr_int_or(n, "Shape", "start", 0, start, d));
-  FORWARD_IF_ERROR(attr_int_or(n, "Shape", "end", r, end, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "start", 0, start, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "end", r, end, d));
   if (*start < 0) *start += r;
   if (*end < 0) *end += r;
   *start = *start < 0 ? 0 : *start > r ? r : *start;
@@ -677,7 +622,7 @@ static ph_status shape_range(const gnode *n, int r, int64_t *start, int64_t *end
 
 static ph_status shape_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   FORWARD_IF_ERROR(check_io(n, "Shape", 1, 1, 1, 1, d));
-  RETURN_ERROR_IF(!present(n, in, 0), d, PH_ERR_INVALID_ARGUMENT, "Shape: data is required");
+  RETURN_ERROR_IF(!op_has_input(n, in, 0), d, PH_ERR_INVALID_ARGUMENT, "Shape: data is required");
   memset(out, 0, sizeof *out);
   out->dtype = PH_DTYPE_I64;
   out->rank = 1;
