@@ -62,7 +62,8 @@ extern "C" {
   X(21, ERR_TENSOR_DTYPE, "tensor has an unsupported dtype")                                      \
   X(22, ERR_DUPLICATE_TENSOR, "tensor is defined more than once")                                 \
   X(23, ERR_LIMIT, "a size or count exceeds a supported limit")                                   \
-  X(24, ERR_INTERNAL, "internal error")
+  X(24, ERR_INTERNAL, "internal error")                                                           \
+  X(25, ERR_ONNX, "malformed ONNX model")
 
 typedef enum ph_status {
 #define PH_STATUS_ENUM_(value, name, message) PH_##name = value,

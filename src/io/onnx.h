@@ -42,12 +42,35 @@
 ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d);
 
 /* Reads dir/model.onnx (+ its external data, mapped read-only and owned by the graph) into a
- * new graph, finalized. */
+ * new graph, finalized. External data must be a plain file name in dir (no '/', no "..") that
+ * does not resolve outside dir (ONNX Runtime's rule); initializers whose bytes there are aligned
+ * for their dtype are views of the mapping, others are copied. docs/import.md has every rule. */
 ph_status onnx_read_model(const char *dir, graph **out, diag *d);
 
 /* Parses a ModelProto held in memory (no external data allowed unless data/data_size give the
- * bytes of model.onnx.data). The fuzzer drives this. */
+ * bytes of model.onnx.data; those bytes are copied, so the buffers need not outlive the graph).
+ * The fuzzer drives this. */
 ph_status onnx_parse_model(const uint8_t *bytes, size_t size, const uint8_t *data, size_t data_size,
                            graph **out, diag *d);
+
+/* What a read reports about the file besides the graph (for inspect). */
+typedef struct onnx_model_info {
+  int64_t ir_version;
+  int64_t opset_ai, opset_ms;      /* imported versions; 0 when the domain is not imported */
+  char producer_name[64], producer_version[32];
+  int64_t n_initializers;
+  int64_t initializer_bytes;       /* data of every initializer */
+  int64_t external_data_bytes;     /* the part of it stored in external files */
+  int n_external_files;
+  int n_symbols_dropped;           /* dim_param names beyond the graph's symbol table (dims
+                                      stay unknown, only the names are not kept) */
+} onnx_model_info;
+
+/* onnx_read_model with options. finalize 0 returns the graph validated and built but not
+ * finalized (graph outputs then carry their declared dtype and shape): a package whose
+ * operators this build cannot run can still be described, and graph_finalize() says why it
+ * cannot run. info (may be NULL) receives the header fields and data totals. */
+ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_model_info *info,
+                             diag *d);
 
 #endif /* PH_IO_ONNX_H */
