@@ -3,9 +3,14 @@
  * A package directory holds:
  *   model.onnx          ModelProto: IR version 8, opset imports ai.onnx 17 and com.microsoft 1,
  *                       the graph's nodes in order, inputs/outputs with symbolic dims, and every
- *                       initializer as external data (location "model.onnx.data", offset,
- *                       length), so the 2 GB protobuf limit is never reached;
- *   model.onnx.data     the initializers' bytes, each at an offset aligned to ONNX_DATA_ALIGN;
+ *                       initializer of ONNX_INLINE_MAX_BYTES or more as external data (location
+ *                       "model.onnx.data", offset, length), so the 2 GB protobuf limit is never
+ *                       reached; smaller ones inline as raw_data, because ONNX shape inference,
+ *                       which ONNX Runtime runs at load, cannot read a shape-defining constant
+ *                       (Reshape's shape, ReduceSum's axes) from external data — the same size
+ *                       threshold as onnx.save_model's default;
+ *   model.onnx.data     the external initializers' bytes, each at an offset aligned to
+ *                       ONNX_DATA_ALIGN;
  *   genai_config.json   ONNX Runtime GenAI's config for the graph (io/genai_config.h);
  *   tokenizer files     copied from the checkpoint when it has them.
  * Serialization uses the protobuf-c code generated at build time from Debian's onnx.proto.
@@ -34,6 +39,7 @@
 #define ONNX_OPSET_AI 17
 #define ONNX_OPSET_MS 1
 #define ONNX_DATA_ALIGN 64
+#define ONNX_INLINE_MAX_BYTES 1024 /* initializers below this many bytes are written inline */
 #define ONNX_MODEL_FILE "model.onnx"
 #define ONNX_DATA_FILE "model.onnx.data"
 
