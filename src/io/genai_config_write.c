@@ -1,0 +1,270 @@
+/* genai_config_write — the dense decoder's genai_config.json, and the token ids it carries from
+ * the checkpoint. See genai_config.h; key names follow ONNX Runtime GenAI (../shared/spec/abi.md
+ * §8.5 and GenAI's config reference). The reader lives in genai_config_read.c.
+ *
+ * The file is built with jansson in one fixed key order (JSON_PRESERVE_ORDER) so the same model
+ * always gives the same bytes. Search options are GenAI's documented defaults except max_length
+ * (the exported context) and past_present_share_buffer (false: the dense layout's KV grows by
+ * concatenation, present is a new buffer every step).
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fmap.h"
+#include "io/genai_config.h"
+#include "io/onnx.h"
+
+/* GenAI's runtime defaults for the dense decoder's I/O names (and the names our dense graph
+ * uses, models/qwen35.c; model_export_dense checks every one against the graph). */
+#define GENAI_INPUT_IDS         "input_ids"
+#define GENAI_ATTENTION_MASK    "attention_mask"
+#define GENAI_POSITION_IDS      "position_ids"
+#define GENAI_PAST_KEY          "past_key_values.%d.key"
+#define GENAI_PAST_VALUE        "past_key_values.%d.value"
+#define GENAI_PAST_CONV         "past_key_values.%d.conv_state"
+#define GENAI_PAST_RECURRENT    "past_key_values.%d.recurrent_state"
+#define GENAI_LOGITS            "logits"
+#define GENAI_PRESENT_KEY       "present.%d.key"
+#define GENAI_PRESENT_VALUE     "present.%d.value"
+#define GENAI_PRESENT_CONV      "present.%d.conv_state"
+#define GENAI_PRESENT_RECURRENT "present.%d.recurrent_state"
+#define GENAI_FILE              "genai_config.json"
+
+#define SET_NAME(field, value) snprintf((field), sizeof(field), "%s", (value))
+
+genai_config genai_config_dense(const hf_config *c, int64_t context_length) {
+  genai_config g;
+  memset(&g, 0, sizeof g);
+  SET_NAME(g.model_type, c->text_model_type[0] ? c->text_model_type : c->model_type);
+  SET_NAME(g.filename, ONNX_MODEL_FILE);
+  g.head_size = c->head_dim;
+  g.hidden_size = c->hidden_size;
+  g.num_attention_heads = c->n_heads;
+  g.num_hidden_layers = c->n_layers;
+  g.num_key_value_heads = c->n_kv_heads;
+  g.vocab_size = c->vocab_size;
+  g.context_length = context_length;
+  g.bos_token_id = g.eos_token_id = g.pad_token_id = -1;
+  SET_NAME(g.input_ids, GENAI_INPUT_IDS);
+  SET_NAME(g.attention_mask, GENAI_ATTENTION_MASK);
+  SET_NAME(g.position_ids, GENAI_POSITION_IDS);
+  SET_NAME(g.logits, GENAI_LOGITS);
+  if (c->geom.n_full > 0) {
+    SET_NAME(g.past_key_names, GENAI_PAST_KEY);
+    SET_NAME(g.past_value_names, GENAI_PAST_VALUE);
+    SET_NAME(g.present_key_names, GENAI_PRESENT_KEY);
+    SET_NAME(g.present_value_names, GENAI_PRESENT_VALUE);
+  }
+  if (c->geom.n_linear > 0) {
+    SET_NAME(g.past_conv_names, GENAI_PAST_CONV);
+    SET_NAME(g.past_recurrent_names, GENAI_PAST_RECURRENT);
+    SET_NAME(g.present_conv_names, GENAI_PRESENT_CONV);
+    SET_NAME(g.present_recurrent_names, GENAI_PRESENT_RECURRENT);
+  }
+  g.past_present_share_buffer = 0;
+  return g;
+}
+
+/* ---- token ids from the checkpoint -------------------------------------------------------- */
+
+static ph_status bad_id(const char *file, const char *key, diag *d) {
+  return diag_set(d, PH_ERR_CONFIG_INVALID, "%s: %s must be a non-negative integer%s", file, key,
+                  strcmp(key, "eos_token_id") == 0 ? " or an array of them" : "");
+}
+
+static ph_status take_id(const json_t *o, const char *key, const char *file, int64_t *out,
+                         diag *d) {
+  json_t *v = json_object_get(o, key);
+  if (!v || json_is_null(v)) return PH_OK;
+  if (!json_is_integer(v) || json_integer_value(v) < 0) return bad_id(file, key, d);
+  *out = json_integer_value(v);
+  return PH_OK;
+}
+
+static ph_status take_eos(const json_t *o, const char *file, genai_config *g, diag *d) {
+  json_t *v = json_object_get(o, "eos_token_id");
+  if (!v || json_is_null(v)) return PH_OK;
+  int64_t ids[GENAI_MAX_EOS];
+  int n = 0;
+  if (json_is_integer(v) && json_integer_value(v) >= 0) {
+    ids[n++] = json_integer_value(v);
+  } else if (json_is_array(v)) {
+    RETURN_ERROR_IF(json_array_size(v) > GENAI_MAX_EOS, d, PH_ERR_LIMIT,
+                    "%s: eos_token_id lists %zu ids, at most %d are kept", file, json_array_size(v),
+                    GENAI_MAX_EOS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+      json_t *e = json_array_get(v, i);
+      if (!json_is_integer(e) || json_integer_value(e) < 0) return bad_id(file, "eos_token_id", d);
+      ids[n++] = json_integer_value(e);
+    }
+    if (n == 0) return PH_OK; /* [] says nothing */
+  } else {
+    return bad_id(file, "eos_token_id", d);
+  }
+  memcpy(g->eos_token_ids, ids, (size_t)n * sizeof ids[0]);
+  g->n_eos_token_ids = n;
+  g->eos_token_id = ids[0];
+  return PH_OK;
+}
+
+static ph_status take_ids(const json_t *o, const char *file, genai_config *g, diag *d) {
+  if (!json_is_object(o)) return PH_OK;
+  FORWARD_IF_ERROR(take_id(o, "bos_token_id", file, &g->bos_token_id, d));
+  FORWARD_IF_ERROR(take_id(o, "pad_token_id", file, &g->pad_token_id, d));
+  return take_eos(o, file, g, d);
+}
+
+/* Loads dir/name as a JSON object; *out stays NULL when the file does not exist. */
+static ph_status load_optional(const char *dir, const char *name, json_t **out, diag *d) {
+  *out = NULL;
+  char path[4096];
+  FORWARD_IF_ERROR(path_join(path, sizeof path, dir, name, d));
+  if (!path_exists(path)) return PH_OK;
+  char *text = NULL;
+  size_t len = 0;
+  FORWARD_IF_ERROR(file_read_all(path, HF_CONFIG_MAX_BYTES, &text, &len, d));
+  json_error_t e;
+  json_t *o = json_loadb(text, len, 0, &e);
+  free(text);
+  RETURN_ERROR_IF(!o, d, PH_ERR_JSON, "%s: line %d: %s", path, e.line, e.text);
+  if (!json_is_object(o)) {
+    json_decref(o);
+    return diag_set(d, PH_ERR_JSON, "%s: not a JSON object", path);
+  }
+  *out = o;
+  return PH_OK;
+}
+
+ph_status genai_config_token_ids(genai_config *g, const char *checkpoint_dir, diag *d) {
+  json_t *cfg = NULL, *gen = NULL;
+  FORWARD_IF_ERROR(load_optional(checkpoint_dir, "config.json", &cfg, d));
+  ph_status s = take_ids(cfg, "config.json", g, d);
+  if (s == PH_OK)
+    s = take_ids(json_object_get(cfg, "text_config"), "config.json text_config", g, d);
+  json_decref(cfg);
+  if (s != PH_OK) return s;
+  FORWARD_IF_ERROR(load_optional(checkpoint_dir, "generation_config.json", &gen, d));
+  s = take_ids(gen, "generation_config.json", g, d);
+  json_decref(gen);
+  return s;
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+/* Sets key to a new value; a NULL value (jansson out of memory) is remembered in *ok. */
+static void put(json_t *o, const char *key, json_t *v, int *ok) {
+  if (!v || json_object_set_new(o, key, v) != 0) *ok = 0;
+}
+
+static void put_name(json_t *o, const char *key, const char *name, int *ok) {
+  if (name[0]) put(o, key, json_string(name), ok);
+}
+
+static json_t *decoder_json(const genai_config *g, int *ok) {
+  json_t *dec = json_object(), *so = json_object(), *in = json_object(), *out = json_object();
+  if (!dec || !so || !in || !out) {
+    *ok = 0;
+    json_decref(so);
+    json_decref(in);
+    json_decref(out);
+    return dec;
+  }
+  put(so, "log_id", json_string("onnxruntime-genai"), ok);
+  /* no provider: GenAI then runs the CPU EP, which is the only one that runs the dense layout's
+   * LinearAttention / CausalConvWithState besides CUDA; users append their own */
+  put(so, "provider_options", json_array(), ok);
+  put(dec, "session_options", so, ok);
+  put(dec, "filename", json_string(g->filename), ok);
+  put(dec, "head_size", json_integer(g->head_size), ok);
+  put(dec, "hidden_size", json_integer(g->hidden_size), ok);
+  put_name(in, "input_ids", g->input_ids, ok);
+  put_name(in, "attention_mask", g->attention_mask, ok);
+  put_name(in, "position_ids", g->position_ids, ok);
+  put_name(in, "past_key_names", g->past_key_names, ok);
+  put_name(in, "past_value_names", g->past_value_names, ok);
+  put_name(in, "past_conv_names", g->past_conv_names, ok);
+  put_name(in, "past_recurrent_names", g->past_recurrent_names, ok);
+  put(dec, "inputs", in, ok);
+  put_name(out, "logits", g->logits, ok);
+  put_name(out, "present_key_names", g->present_key_names, ok);
+  put_name(out, "present_value_names", g->present_value_names, ok);
+  put_name(out, "present_conv_names", g->present_conv_names, ok);
+  put_name(out, "present_recurrent_names", g->present_recurrent_names, ok);
+  put(dec, "outputs", out, ok);
+  put(dec, "num_attention_heads", json_integer(g->num_attention_heads), ok);
+  put(dec, "num_hidden_layers", json_integer(g->num_hidden_layers), ok);
+  put(dec, "num_key_value_heads", json_integer(g->num_key_value_heads), ok);
+  return dec;
+}
+
+static json_t *eos_json(const genai_config *g) {
+  if (g->n_eos_token_ids <= 1) return json_integer(g->eos_token_id);
+  json_t *a = json_array();
+  for (int i = 0; a && i < g->n_eos_token_ids; i++)
+    if (json_array_append_new(a, json_integer(g->eos_token_ids[i])) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  return a;
+}
+
+static json_t *search_json(const genai_config *g, int *ok) {
+  json_t *s = json_object();
+  if (!s) {
+    *ok = 0;
+    return NULL;
+  }
+  put(s, "diversity_penalty", json_real(0.0), ok);
+  put(s, "do_sample", json_false(), ok);
+  put(s, "early_stopping", json_true(), ok);
+  put(s, "length_penalty", json_real(1.0), ok);
+  put(s, "max_length", json_integer(g->context_length), ok);
+  put(s, "min_length", json_integer(0), ok);
+  put(s, "no_repeat_ngram_size", json_integer(0), ok);
+  put(s, "num_beams", json_integer(1), ok);
+  put(s, "num_return_sequences", json_integer(1), ok);
+  put(s, "past_present_share_buffer", json_boolean(g->past_present_share_buffer), ok);
+  put(s, "repetition_penalty", json_real(1.0), ok);
+  put(s, "temperature", json_real(1.0), ok);
+  put(s, "top_k", json_integer(50), ok);
+  put(s, "top_p", json_real(1.0), ok);
+  return s;
+}
+
+ph_status genai_config_write(const genai_config *g, const char *dir, diag *d) {
+  RETURN_ERROR_IF(!g || !dir, d, PH_ERR_INVALID_ARGUMENT, "genai_config_write: NULL argument");
+  char path[4096];
+  FORWARD_IF_ERROR(path_join(path, sizeof path, dir, GENAI_FILE, d));
+  int ok = 1;
+  json_t *root = json_object(), *model = json_object();
+  if (!root || !model) {
+    json_decref(root);
+    json_decref(model);
+    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
+  }
+  if (g->bos_token_id >= 0) put(model, "bos_token_id", json_integer(g->bos_token_id), &ok);
+  put(model, "context_length", json_integer(g->context_length), &ok);
+  put(model, "decoder", decoder_json(g, &ok), &ok);
+  if (g->eos_token_id >= 0) put(model, "eos_token_id", eos_json(g), &ok);
+  if (g->pad_token_id >= 0) put(model, "pad_token_id", json_integer(g->pad_token_id), &ok);
+  put(model, "type", json_string(g->model_type), &ok);
+  put(model, "vocab_size", json_integer(g->vocab_size), &ok);
+  put(root, "model", model, &ok);
+  put(root, "search", search_json(g, &ok), &ok);
+  char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  RETURN_ERROR_IF(!text, d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
+  size_t n = strlen(text);
+  char *with_nl = realloc(text, n + 2);
+  if (!with_nl) {
+    free(text);
+    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
+  }
+  with_nl[n] = '\n';
+  with_nl[n + 1] = '\0';
+  ph_status s = file_write_all(path, with_nl, n + 1, d);
+  free(with_nl);
+  return s;
+}
