@@ -1,0 +1,259 @@
+/* export — checkpoint → dense package. See export.h.
+ *
+ * Everything that can be refused is checked before the first file is written: the options, the
+ * output directory, the graph (built and finalized), the genai_config token ids, and that every
+ * name genai_config.json promises resolves to a graph input or output (GenAI binds by those
+ * templates; a mismatch would only show when GenAI loads the package). Then model.onnx(.data),
+ * genai_config.json and the tokenizer files are written in that order.
+ */
+#include "models/export.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fmap.h"
+#include "io/genai_config.h"
+#include "io/onnx.h"
+#include "models/model.h"
+#include "models/qwen35.h"
+
+#define GENAI_CONFIG_FILE "genai_config.json"
+#define COPY_CHUNK_BYTES  ((size_t)1 << 20)
+
+const char *const EXPORT_TOKENIZER_FILES[] = {
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    NULL,
+};
+
+export_options export_options_default(void) {
+  export_options o;
+  memset(&o, 0, sizeof o);
+  o.dtype = PH_DTYPE_INVALID;
+  return o;
+}
+
+/* ---- output directory --------------------------------------------------------------------- */
+
+static int dir_is_nonempty(const char *path) {
+  DIR *dp = opendir(path);
+  if (!dp) return 0;
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(dp)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(dp);
+  return n > 0;
+}
+
+static int same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Refusals only; the directory is created later, once nothing else can be refused. */
+static ph_status check_out_dir(const char *out_dir, const char *ckpt_dir, int force, diag *d) {
+  if (!path_exists(out_dir)) return PH_OK;
+  RETURN_ERROR_IF(!path_is_dir(out_dir), d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: exists and is not a directory", out_dir);
+  /* --force there would delete and then copy tokenizer files onto themselves */
+  RETURN_ERROR_IF(same_file(out_dir, ckpt_dir), d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: the output directory is the checkpoint directory", out_dir);
+  RETURN_ERROR_IF(dir_is_nonempty(out_dir) && !force, d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: output directory is not empty (use --force to overwrite)", out_dir);
+  return PH_OK;
+}
+
+/* With force, every file a package may hold is removed first, so a tokenizer file from an
+ * earlier export of another checkpoint cannot survive next to this model. Other files stay. */
+static ph_status remove_package_files(const char *out_dir, diag *d) {
+  static const char *const model_files[] = {ONNX_MODEL_FILE, ONNX_DATA_FILE, GENAI_CONFIG_FILE};
+  char path[4096];
+  for (size_t i = 0; i < sizeof model_files / sizeof model_files[0]; i++) {
+    FORWARD_IF_ERROR(path_join(path, sizeof path, out_dir, model_files[i], d));
+    RETURN_ERROR_IF(unlink(path) != 0 && errno != ENOENT, d, PH_ERR_IO, "%s: cannot remove: %s",
+                    path, strerror(errno));
+  }
+  for (int i = 0; EXPORT_TOKENIZER_FILES[i]; i++) {
+    FORWARD_IF_ERROR(path_join(path, sizeof path, out_dir, EXPORT_TOKENIZER_FILES[i], d));
+    RETURN_ERROR_IF(unlink(path) != 0 && errno != ENOENT, d, PH_ERR_IO, "%s: cannot remove: %s",
+                    path, strerror(errno));
+  }
+  return PH_OK;
+}
+
+static ph_status copy_file(const char *src, const char *dst, diag *d) {
+  FILE *in = fopen(src, "rb");
+  RETURN_ERROR_IF(!in, d, PH_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+  FILE *out = fopen(dst, "wb");
+  if (!out) {
+    fclose(in);
+    return diag_set(d, PH_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+  }
+  ph_status s = PH_OK;
+  char *buf = malloc(COPY_CHUNK_BYTES);
+  if (!buf) {
+    s = diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying %s", src);
+    goto done;
+  }
+  for (;;) {
+    size_t n = fread(buf, 1, COPY_CHUNK_BYTES, in);
+    if (n && fwrite(buf, 1, n, out) != n) {
+      s = diag_set(d, PH_ERR_IO, "%s: write failed: %s", dst, strerror(errno));
+      goto done;
+    }
+    if (n < COPY_CHUNK_BYTES) break;
+  }
+  if (ferror(in)) s = diag_set(d, PH_ERR_IO, "%s: read failed", src);
+done:
+  free(buf);
+  fclose(in);
+  if (fclose(out) != 0 && s == PH_OK) s = diag_set(d, PH_ERR_IO, "%s: write failed", dst);
+  return s;
+}
+
+static ph_status copy_tokenizer_files(const char *ckpt_dir, const char *out_dir, diag *d) {
+  char src[4096], dst[4096];
+  for (int i = 0; EXPORT_TOKENIZER_FILES[i]; i++) {
+    FORWARD_IF_ERROR(path_join(src, sizeof src, ckpt_dir, EXPORT_TOKENIZER_FILES[i], d));
+    if (!path_exists(src)) continue;
+    FORWARD_IF_ERROR(path_join(dst, sizeof dst, out_dir, EXPORT_TOKENIZER_FILES[i], d));
+    FORWARD_IF_ERROR(copy_file(src, dst, d));
+  }
+  return PH_OK;
+}
+
+/* ---- genai_config against the graph ------------------------------------------------------- */
+
+static int is_input(const graph *g, const char *name) {
+  int id = graph_find_value(g, name);
+  return id >= 0 && g->values[id].kind == VALUE_INPUT;
+}
+
+static int is_output(const graph *g, const char *name) {
+  int id = graph_find_value(g, name);
+  return id >= 0 && g->values[id].is_output;
+}
+
+/* One layer's past/present pair from the templates; counts what it found. */
+static ph_status check_layer_names(const graph *g, int layer, const char *past_t,
+                                   const char *present_t, int *n_in, int *n_out, diag *d) {
+  char name[GENAI_MAX_NAME + 16];
+  RETURN_ERROR_IF(!past_t[0] || !present_t[0], d, PH_ERR_INTERNAL,
+                  "genai_config has no name template for layer %d's state", layer);
+  snprintf(name, sizeof name, past_t, layer);
+  RETURN_ERROR_IF(!is_input(g, name), d, PH_ERR_INTERNAL,
+                  "genai_config names %s, which is not a graph input", name);
+  snprintf(name, sizeof name, present_t, layer);
+  RETURN_ERROR_IF(!is_output(g, name), d, PH_ERR_INTERNAL,
+                  "genai_config names %s, which is not a graph output", name);
+  ++*n_in;
+  ++*n_out;
+  return PH_OK;
+}
+
+/* Every graph input and output is one genai_config names, and every name it gives exists. */
+static ph_status check_genai_names(const graph *g, const genai_config *gc, const hf_config *c,
+                                   diag *d) {
+  const char *ins[] = {gc->input_ids, gc->attention_mask, gc->position_ids};
+  int n_in = 0, n_out = 0;
+  for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+    RETURN_ERROR_IF(!is_input(g, ins[i]), d, PH_ERR_INTERNAL,
+                    "genai_config names input \"%s\", which the graph does not have", ins[i]);
+    n_in++;
+  }
+  RETURN_ERROR_IF(!is_output(g, gc->logits), d, PH_ERR_INTERNAL,
+                  "genai_config names output \"%s\", which the graph does not have", gc->logits);
+  n_out++;
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    if (c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION) {
+      FORWARD_IF_ERROR(
+          check_layer_names(g, i, gc->past_conv_names, gc->present_conv_names, &n_in, &n_out, d));
+      FORWARD_IF_ERROR(check_layer_names(g, i, gc->past_recurrent_names,
+                                         gc->present_recurrent_names, &n_in, &n_out, d));
+    } else {
+      FORWARD_IF_ERROR(
+          check_layer_names(g, i, gc->past_key_names, gc->present_key_names, &n_in, &n_out, d));
+      FORWARD_IF_ERROR(
+          check_layer_names(g, i, gc->past_value_names, gc->present_value_names, &n_in, &n_out, d));
+    }
+  }
+  RETURN_ERROR_IF(n_in != g->n_inputs || n_out != g->n_outputs, d, PH_ERR_INTERNAL,
+                  "graph has %d inputs and %d outputs, genai_config names %d and %d", g->n_inputs,
+                  g->n_outputs, n_in, n_out);
+  return PH_OK;
+}
+
+/* ---- the export ---------------------------------------------------------------------------- */
+
+static ph_status check_options(const hf_config *c, const export_options *o, diag *d) {
+  RETURN_ERROR_IF(o->dtype != PH_DTYPE_INVALID && o->dtype != PH_DTYPE_F32 &&
+                      o->dtype != PH_DTYPE_F16 && o->dtype != PH_DTYPE_BF16,
+                  d, PH_ERR_UNSUPPORTED, "export weight dtype %s: expected f32, f16 or bf16",
+                  ph_dtype_name(o->dtype));
+  RETURN_ERROR_IF(c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT, d,
+                  PH_ERR_UNSUPPORTED,
+                  "model_type %s (family %s): the dense export covers Qwen3.5/3.6/3.8 and "
+                  "Qwen3-Next only",
+                  c->model_type, model_family_name(c->family));
+  RETURN_ERROR_IF(o->max_context < 0, d, PH_ERR_INVALID_ARGUMENT, "max_context %lld is negative",
+                  (long long)o->max_context);
+  RETURN_ERROR_IF(c->max_position_embeddings > 0 && o->max_context > c->max_position_embeddings, d,
+                  PH_ERR_INVALID_ARGUMENT,
+                  "max_context %lld is beyond the model's max_position_embeddings %lld",
+                  (long long)o->max_context, (long long)c->max_position_embeddings);
+  return PH_OK;
+}
+
+ph_status model_export_dense(const ph_model *m, const char *out_dir, const export_options *o,
+                             diag *d) {
+  RETURN_ERROR_IF(!m || !out_dir || !out_dir[0], d, PH_ERR_INVALID_ARGUMENT,
+                  "model_export_dense: NULL model or empty output directory");
+  export_options opt = o ? *o : export_options_default();
+  const hf_config *c = model_config(m);
+  const model_weights *w = model_weights_of(m);
+  RETURN_ERROR_IF(!c, d, PH_ERR_INVALID_ARGUMENT, "the model has no parsed configuration");
+  RETURN_ERROR_IF(!w, d, PH_ERR_INVALID_ARGUMENT,
+                  "the model was opened without weights; export needs them");
+  FORWARD_IF_ERROR(check_options(c, &opt, d));
+  FORWARD_IF_ERROR(check_out_dir(out_dir, model_dir(m), opt.force, d));
+
+  qwen35_options qo = qwen35_options_default();
+  qo.max_context = opt.max_context;
+  qo.weight_dtype = opt.dtype;
+  graph *g = NULL;
+  FORWARD_IF_ERROR(qwen35_build_dense(c, w, &qo, &g, d));
+
+  ph_status s = PH_OK;
+  genai_config gc;
+  /* context_length is what the graph can serve: the rows of its rotary caches */
+  int cos = graph_find_value(g, "cos_cache");
+  if (cos < 0 || g->values[cos].type.rank != 2) {
+    s = diag_set(d, PH_ERR_INTERNAL, "the dense graph has no 2-D cos_cache initializer");
+    goto done;
+  }
+  gc = genai_config_dense(c, g->values[cos].type.dims[0]);
+  if ((s = genai_config_token_ids(&gc, model_dir(m), d)) != PH_OK) {
+    diag_prefix(d, "%s", model_dir(m));
+    goto done;
+  }
+  if ((s = check_genai_names(g, &gc, c, d)) != PH_OK) goto done;
+  if ((s = path_mkdirs(out_dir, d)) != PH_OK) goto done;
+  if (opt.force && (s = remove_package_files(out_dir, d)) != PH_OK) goto done;
+  if ((s = onnx_write_model(g, out_dir, EXPORT_PRODUCER, d)) != PH_OK) goto done;
+  if ((s = genai_config_write(&gc, out_dir, d)) != PH_OK) goto done;
+  s = copy_tokenizer_files(model_dir(m), out_dir, d);
+done:
+  graph_free(g);
+  return s;
+}
