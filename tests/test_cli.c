@@ -31,7 +31,7 @@ static int run(const char *args) {
 }
 
 static void test_help(void) {
-  const char *cmds[] = {"inspect", "make-tiny", "generate", "demo"};
+  const char *cmds[] = {"inspect", "make-tiny", "generate", "demo", "export"};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     char args[64];
     snprintf(args, sizeof args, "%s --help", cmds[i]);
@@ -263,6 +263,68 @@ static void test_generate_golden_logits(void) {
   CHECK_CONTAINS(g_stderr, "outside the vocabulary");
 }
 
+/* export: usage errors (exit 2), library errors (exit 1), -o / --out / --out=, refusal of a
+ * non-empty directory without --force; the package's contents are tested in test_onnx_write. */
+static void test_export(void) {
+  char args[4096], ckpt[1024], out[1024], path[1100];
+  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  snprintf(out, sizeof out, "%s/pkg", g_tmp);
+  CHECK_EQ_INT(run("export"), 2);
+  CHECK_CONTAINS(g_stderr, "exactly one checkpoint directory");
+  snprintf(args, sizeof args, "export '%s'", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "-o/--out DIR is required");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "issue 5");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --layout sideways", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--layout must be dense");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --dtype f64", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--dtype must be f32, f16 or bf16");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --max-context 0", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  snprintf(args, sizeof args, "export '%s' -o", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "needs a value");
+  snprintf(args, sizeof args, "export '%s' -x '%s'", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "unknown option \"-x\"");
+  /* -o is an alias only where a command has --out */
+  snprintf(args, sizeof args, "inspect '%s' -o x", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "unknown option \"-o\"");
+  CHECK(!path_exists(out)); /* no usage error wrote anything */
+
+  snprintf(args, sizeof args, "export '%s' -o '%s' --dtype f16 --max-context 256", ckpt, out);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "exported");
+  CHECK_CONTAINS(g_stdout, "model.onnx.data");
+  static const char *files[] = {"model.onnx", "model.onnx.data", "genai_config.json"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", out, files[i]);
+    CHECK(path_exists(path));
+  }
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+  CHECK_CONTAINS(g_stderr, "not empty");
+  snprintf(args, sizeof args, "export '%s' --out '%s' --force", ckpt, out);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "export '%s' --out='%s/pkg2' --layout dense", ckpt, g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+
+  CHECK_EQ_INT(run("export /nonexistent/model -o /nonexistent/pkg"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_NOT_FOUND");
+  /* a family without a dense builder is a typed refusal */
+  snprintf(args, sizeof args, "make-tiny --out '%s/ds' --model-type deepseek_v2", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "export '%s/ds' -o '%s/ds-pkg'", g_tmp, g_tmp);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED");
+  CHECK_CONTAINS(g_stderr, "deepseek_v2");
+}
+
 static void test_demo(void) {
   char args[2048];
   snprintf(args, sizeof args, "demo --work-dir '%s/demo'", g_tmp);
@@ -287,6 +349,7 @@ int main(void) {
   RUN(test_make_tiny_then_inspect);
   RUN(test_inspect_27b_config_only);
   RUN(test_generate_golden_logits);
+  RUN(test_export);
   RUN(test_demo);
   free(g_stdout);
   free(g_stderr);

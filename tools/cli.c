@@ -57,6 +57,8 @@ int cli_parse(cli_args *a, const char *command, const cli_option *options, int n
       a->help = 1;
       continue;
     }
+    /* the one short option: "-o DIR" means --out for every command that has --out */
+    if (strcmp(arg, "-o") == 0 && find_option(a, "out", 3) >= 0) arg = "--out";
     if (arg[1] != '-') return cli_usage_error(a, "unknown option \"%s\"", arg);
     const char *name = arg + 2;
     const char *eq = strchr(name, '=');

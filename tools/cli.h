@@ -4,7 +4,8 @@
  * Exit codes: 0 success; 1 a library error (prints "error: PH_ERR_NAME: detail"); 2 a usage
  * error (unknown flag, missing or bad value; prints what was wrong and how to get help).
  * Every command accepts --help. Options are "--name value" or "--name=value"; flags take no
- * value. Positional arguments are collected in order.
+ * value; "-o DIR" is the one short option, an alias of --out where a command has --out.
+ * Positional arguments are collected in order.
  */
 #ifndef PH_TOOLS_CLI_H
 #define PH_TOOLS_CLI_H
@@ -68,5 +69,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_make_tiny(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif /* PH_TOOLS_CLI_H */

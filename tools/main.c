@@ -14,6 +14,7 @@ static const command COMMANDS[] = {
     {"inspect", cmd_inspect, "summarise a checkpoint: architecture, geometry, state and memory"},
     {"make-tiny", cmd_make_tiny, "write a deterministic random-weight checkpoint in HF layout"},
     {"generate", cmd_generate, "greedy generation from token ids (dense graph, CPU)"},
+    {"export", cmd_export, "write an ONNX Runtime GenAI package (model.onnx + data + config)"},
     {"demo", cmd_demo, "the main job on an embedded default model (make demo runs this)"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
