@@ -1,15 +1,25 @@
-/* pagedhybrid inspect DIR — what a checkpoint is and what serving it costs.
+/* pagedhybrid inspect DIR — what a checkpoint or an exported package is, and what serving a
+ * checkpoint costs.
  *
  * Text for people, --json (one object) for scripts. The memory plan sizes the three pools a
  * server needs for --max-seqs sequences sharing --max-tokens tokens of KV: weights as stored,
  * KV pages (ceil(T/B) pages plus one partial page per sequence plus the null block), and one
  * fixed-state slot per sequence. docs/cli.md has the formulas.
+ *
+ * A directory holding model.onnx is a package: the reader validates it without finalizing (so a
+ * package whose operators this build lacks is still described), the report is built once as a
+ * JSON object and printed as JSON or as text, and finalizing afterwards says whether it runs
+ * here. docs/import.md has the package keys.
  */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/fmap.h"
 #include "cli.h"
+#include "io/genai_config.h"
+#include "io/onnx.h"
 #include "models/model.h"
 #include "tensor/dtype.h"
 
@@ -188,6 +198,276 @@ static void print_json(const report *r) {
   json_decref(o);
 }
 
+/* ---- packages (model.onnx + data + genai_config.json) --------------------------------------- */
+
+typedef struct op_count {
+  char name[160]; /* "MatMul", "com.microsoft.GroupQueryAttention" */
+  int n;
+} op_count;
+
+static int cmp_op_count(const void *a, const void *b) {
+  const op_count *x = a, *y = b;
+  if (x->n != y->n) return x->n > y->n ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* {type: n}, most frequent first (then by name: the same package prints the same bytes). */
+static json_t *op_counts(const graph *g) {
+  op_count *c = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *c);
+  json_t *o = json_object();
+  if (!c) return o;
+  int n = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const gnode *nd = &g->nodes[i];
+    int ai = !nd->domain[0] || strcmp(nd->domain, "ai.onnx") == 0;
+    char name[160];
+    snprintf(name, sizeof name, "%s%s%s", ai ? "" : nd->domain, ai ? "" : ".", nd->op_type);
+    int k = 0;
+    while (k < n && strcmp(c[k].name, name) != 0) k++;
+    if (k == n) snprintf(c[n++].name, sizeof c[0].name, "%s", name);
+    c[k].n++;
+  }
+  qsort(c, (size_t)n, sizeof *c, cmp_op_count);
+  for (int k = 0; k < n; k++) json_object_set_new(o, c[k].name, json_integer(c[k].n));
+  free(c);
+  return o;
+}
+
+/* {name, dtype, shape}: a known dim is a number, a named one its symbol, an anonymous one null;
+ * unknown rank: shape null. */
+static json_t *value_json(const graph *g, int id) {
+  const gvalue *v = &g->values[id];
+  json_t *o = json_object(), *dims_j = v->type.rank < 0 ? json_null() : json_array();
+  json_object_set_new(o, "name", json_string(v->name));
+  json_object_set_new(o, "dtype", json_string(ph_dtype_name(v->type.dtype)));
+  for (int k = 0; k < v->type.rank; k++) {
+    if (v->type.dims[k] >= 0)
+      json_array_append_new(dims_j, json_integer(v->type.dims[k]));
+    else if (v->sym[k] >= 0 && v->sym[k] < g->n_symbols)
+      json_array_append_new(dims_j, json_string(g->symbols[v->sym[k]]));
+    else
+      json_array_append_new(dims_j, json_null());
+  }
+  json_object_set_new(o, "shape", dims_j);
+  return o;
+}
+
+static json_t *values_json(const graph *g, const int *ids, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++) json_array_append_new(a, value_json(g, ids[i]));
+  return a;
+}
+
+/* The state_groups the paged layout writes (model.decoder.state_groups), copied as they are
+ * when well formed ({kind: string, layer_ids: [int]}); genai_config_read does not keep them. */
+static json_t *state_groups(const char *dir) {
+  char path[4096];
+  if (path_join(path, sizeof path, dir, "genai_config.json", NULL) != PH_OK) return NULL;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+  json_t *dec = json_object_get(json_object_get(root, "model"), "decoder");
+  json_t *groups = json_object_get(dec, "state_groups"), *out = NULL;
+  if (json_is_array(groups)) {
+    out = json_array();
+    size_t i;
+    json_t *gr;
+    json_array_foreach(groups, i, gr) {
+      json_t *kind = json_object_get(gr, "kind"), *ids = json_object_get(gr, "layer_ids");
+      if (!json_is_string(kind) || !json_is_array(ids)) continue;
+      json_t *o = json_object(), *list = json_array();
+      size_t k;
+      json_t *id;
+      json_array_foreach(ids, k, id) {
+        if (json_is_integer(id)) json_array_append(list, id);
+      }
+      json_object_set(o, "kind", kind);
+      json_object_set_new(o, "layer_ids", list);
+      json_array_append_new(out, o);
+    }
+  }
+  json_decref(root);
+  return out;
+}
+
+static json_t *genai_json(const genai_config *c, const char *dir) {
+  json_t *o = json_object();
+  json_object_set_new(o, "type", json_string(c->model_type));
+  json_object_set_new(o, "filename", json_string(c->filename));
+  json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
+  json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
+  json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
+  json_object_set_new(o, "head_size", json_integer(c->head_size));
+  json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
+  json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+  json_object_set_new(o, "context_length", json_integer(c->context_length));
+  json_t *eos = json_array();
+  for (int i = 0; i < c->n_eos_token_ids; i++)
+    json_array_append_new(eos, json_integer(c->eos_token_ids[i]));
+  json_object_set_new(o, "bos_token_id",
+                      c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null());
+  json_object_set_new(o, "eos_token_ids", eos);
+  json_object_set_new(o, "pad_token_id",
+                      c->pad_token_id >= 0 ? json_integer(c->pad_token_id) : json_null());
+  json_object_set_new(o, "past_present_share_buffer", json_boolean(c->past_present_share_buffer));
+  json_t *groups = state_groups(dir);
+  if (groups) json_object_set_new(o, "state_groups", groups);
+  return o;
+}
+
+static const char *dims_text(const json_t *dims_j, char *buf, size_t n) {
+  size_t pos = 0;
+  buf[0] = '\0';
+  if (json_is_null(dims_j)) {
+    snprintf(buf, n, "[?..]");
+    return buf;
+  }
+  size_t i;
+  json_t *dim;
+  pos += (size_t)snprintf(buf, n, "[");
+  json_array_foreach(dims_j, i, dim) {
+    if (pos >= n) break;
+    const char *sep = i ? ", " : "";
+    if (json_is_integer(dim))
+      pos +=
+          (size_t)snprintf(buf + pos, n - pos, "%s%lld", sep, (long long)json_integer_value(dim));
+    else if (json_is_string(dim))
+      pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", sep, json_string_value(dim));
+    else
+      pos += (size_t)snprintf(buf + pos, n - pos, "%s?", sep);
+  }
+  if (pos < n) snprintf(buf + pos, n - pos, "]");
+  return buf;
+}
+
+static void print_values_text(const char *label, const json_t *values) {
+  size_t i;
+  json_t *v;
+  printf("%-13s %zu\n", label, json_array_size(values));
+  json_array_foreach(values, i, v) {
+    char dims[512];
+    printf("  %-40s %s%s\n", json_string_value(json_object_get(v, "name")),
+           json_string_value(json_object_get(v, "dtype")),
+           dims_text(json_object_get(v, "shape"), dims, sizeof dims));
+  }
+}
+
+static void print_ids(const json_t *ids) {
+  size_t i;
+  json_t *id;
+  json_array_foreach(ids, i, id) printf("%s%lld", i ? ", " : "", (long long)json_integer_value(id));
+}
+
+static void print_package_text(const json_t *o, const char *dir) {
+  char m1[32], m2[32];
+  const json_t *opsets = json_object_get(o, "opsets");
+  printf("package       %s\n", dir);
+  printf("format        ONNX, IR version %lld, opsets",
+         (long long)json_integer_value(json_object_get(o, "ir_version")));
+  const char *key;
+  json_t *v;
+  int first = 1;
+  json_object_foreach((json_t *)opsets, key, v) {
+    printf("%s %s %lld", first ? "" : ",", key, (long long)json_integer_value(v));
+    first = 0;
+  }
+  const char *producer = json_string_value(json_object_get(o, "producer"));
+  printf("%s%s\n", producer[0] ? ", producer " : "", producer);
+  const json_t *ops = json_object_get(o, "op_counts");
+  int64_t n_nodes = 0;
+  json_object_foreach((json_t *)ops, key, v) n_nodes += json_integer_value(v);
+  printf("nodes         %lld, %zu operator types\n", (long long)n_nodes, json_object_size(ops));
+  json_object_foreach((json_t *)ops, key, v)
+      printf("  %-48s %lld\n", key, (long long)json_integer_value(v));
+  print_values_text("inputs", json_object_get(o, "inputs"));
+  print_values_text("outputs", json_object_get(o, "outputs"));
+  printf("initializers  %lld (%s; %s external data)\n",
+         (long long)json_integer_value(json_object_get(o, "initializers")),
+         mib(json_integer_value(json_object_get(o, "initializer_bytes")), m1, sizeof m1),
+         mib(json_integer_value(json_object_get(o, "external_data_bytes")), m2, sizeof m2));
+  if (json_is_true(json_object_get(o, "runnable")))
+    printf("runs here     yes (every operator and contract checked)\n");
+  else
+    printf("runs here     no: %s\n", json_string_value(json_object_get(o, "runnable_error")));
+  const json_t *gc = json_object_get(o, "genai_config");
+  if (json_is_null(gc)) {
+    printf("genai_config  (none)\n");
+    return;
+  }
+  printf("genai_config  %s, %lld layers, heads %lld/%lld x %lld, hidden %lld, vocab %lld, context "
+         "%lld\n",
+         json_string_value(json_object_get(gc, "type")),
+         (long long)json_integer_value(json_object_get(gc, "num_hidden_layers")),
+         (long long)json_integer_value(json_object_get(gc, "num_attention_heads")),
+         (long long)json_integer_value(json_object_get(gc, "num_key_value_heads")),
+         (long long)json_integer_value(json_object_get(gc, "head_size")),
+         (long long)json_integer_value(json_object_get(gc, "hidden_size")),
+         (long long)json_integer_value(json_object_get(gc, "vocab_size")),
+         (long long)json_integer_value(json_object_get(gc, "context_length")));
+  const json_t *groups = json_object_get(gc, "state_groups");
+  size_t i;
+  json_array_foreach((json_t *)groups, i, v) {
+    printf("  state group %-16s layers ", json_string_value(json_object_get(v, "kind")));
+    print_ids(json_object_get(v, "layer_ids"));
+    printf("\n");
+  }
+}
+
+static int inspect_package(const cli_args *a, const char *dir) {
+  graph *g = NULL;
+  onnx_model_info info;
+  diag d;
+  ph_status s = onnx_read_model_ex(dir, 0, &g, &info, &d);
+  if (s != PH_OK) return cli_lib_error(s, d.msg);
+  json_t *o = json_object();
+  json_object_set_new(o, "format", json_string("onnx"));
+  json_object_set_new(o, "ir_version", json_integer(info.ir_version));
+  json_t *opsets = json_object();
+  if (info.opset_ai) json_object_set_new(opsets, "ai.onnx", json_integer(info.opset_ai));
+  if (info.opset_ms) json_object_set_new(opsets, "com.microsoft", json_integer(info.opset_ms));
+  json_object_set_new(o, "opsets", opsets);
+  char producer[128];
+  snprintf(producer, sizeof producer, "%s%s%s", info.producer_name,
+           info.producer_version[0] ? " " : "", info.producer_version);
+  json_object_set_new(o, "producer", json_string(producer));
+  json_object_set_new(o, "op_counts", op_counts(g));
+  json_object_set_new(o, "inputs", values_json(g, g->inputs, g->n_inputs));
+  json_object_set_new(o, "outputs", values_json(g, g->outputs, g->n_outputs));
+  json_object_set_new(o, "initializers", json_integer(info.n_initializers));
+  json_object_set_new(o, "initializer_bytes", json_integer(info.initializer_bytes));
+  json_object_set_new(o, "external_data_bytes", json_integer(info.external_data_bytes));
+  /* after the declared types are in the report: finalizing replaces them with inferred ones */
+  s = graph_finalize(g, &d);
+  json_object_set_new(o, "runnable", json_boolean(s == PH_OK));
+  if (s != PH_OK) {
+    char why[DIAG_MSG_BYTES + 64];
+    snprintf(why, sizeof why, "%s: %s", ph_status_name(s), d.msg);
+    json_object_set_new(o, "runnable_error", json_string(why));
+  }
+  graph_free(g);
+
+  char path[4096];
+  int rc = CLI_EXIT_OK;
+  if (path_join(path, sizeof path, dir, "genai_config.json", &d) != PH_OK || !path_exists(path)) {
+    json_object_set_new(o, "genai_config", json_null());
+  } else {
+    genai_config gc;
+    s = genai_config_read(dir, &gc, &d);
+    if (s != PH_OK) {
+      json_decref(o);
+      return cli_lib_error(s, d.msg);
+    }
+    json_object_set_new(o, "genai_config", genai_json(&gc, dir));
+  }
+  if (cli_flag(a, "json")) {
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (text) puts(text);
+    free(text);
+  } else {
+    print_package_text(o, dir);
+  }
+  json_decref(o);
+  return rc;
+}
+
 int cmd_inspect(int argc, char **argv) {
   cli_args a;
   int rc = cli_parse(&a, "inspect", OPTIONS, N_OPTIONS, argc, argv);
@@ -196,7 +476,10 @@ int cmd_inspect(int argc, char **argv) {
     cli_print_help(&a, "DIR [options]",
                    "Summarise a Hugging Face checkpoint directory: architecture, which layers are full\n"
                    "attention, geometry, parameter count, fixed state per sequence, KV bytes per\n"
-                   "token, and a memory plan for serving it.");
+                   "token, and a memory plan for serving it.\n"
+                   "A directory with model.onnx is an exported package: operator counts, graph inputs\n"
+                   "and outputs with their dims, initializers and external data, whether it runs\n"
+                   "here, and its genai_config.json (the memory-plan options do not apply).");
     return CLI_EXIT_OK;
   }
   if (a.n_positional != 1) return cli_usage_error(&a, "expects exactly one checkpoint directory");
@@ -208,6 +491,11 @@ int cmd_inspect(int argc, char **argv) {
       (rc = cli_get_dtype(&a, "cache-dtype", &cache_dtype)))
     return rc;
   if (block & (block - 1)) return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
+
+  char model_path[4096];
+  if (path_join(model_path, sizeof model_path, a.positional[0], ONNX_MODEL_FILE, NULL) == PH_OK &&
+      path_exists(model_path))
+    return inspect_package(&a, a.positional[0]);
 
   ph_model_params params = ph_model_params_default();
   params.load_weights = !cli_flag(&a, "no-weights");
