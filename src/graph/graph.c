@@ -88,9 +88,9 @@ static int symbol_id(graph *g, const char *name) {
   return g->n_symbols++;
 }
 
-static int set_symbols(graph *g, gvalue *v, const char *const *sym_names) {
+static int set_symbols(graph *g, gvalue *v, int n, const char *const *sym_names) {
   if (!sym_names) return 0;
-  for (int i = 0; i < v->type.rank; i++) {
+  for (int i = 0; i < n && i < GRAPH_MAX_DIMS; i++) {
     if (!sym_names[i]) continue;
     int s = symbol_id(g, sym_names[i]);
     if (s < 0) return -1;
@@ -107,7 +107,7 @@ int graph_add_input(graph *g, const char *name, ph_dtype dtype, int rank, const 
   if (id < 0) return -1;
   gvalue *v = &g->values[id];
   v->type = tinfo_make(dtype, rank, dims);
-  if (set_symbols(g, v, sym_names) < 0) return -1;
+  if (set_symbols(g, v, rank, sym_names) < 0) return -1;
   if (!grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(int)))
     return fail(g, PH_ERR_NO_MEMORY, "out of memory adding input %s%s", name, "");
   g->inputs[g->n_inputs++] = id;
@@ -369,9 +369,15 @@ int graph_mark_output(graph *g, int value, const char *const *sym_names) {
     return fail(g, PH_ERR_NO_MEMORY, "out of memory marking output %s%s", v->name, "");
   v->is_output = 1;
   g->outputs[g->n_outputs++] = value;
-  /* symbols are applied after finalize knows the rank; remember them now if rank is known */
-  if (sym_names && v->type.rank >= 0 && set_symbols(g, v, sym_names) < 0) return -1;
+  if (sym_names && v->type.rank >= 0 && set_symbols(g, v, v->type.rank, sym_names) < 0) return -1;
   return value;
+}
+
+int graph_name_dims(graph *g, int value, int n, const char *const *sym_names) {
+  if (g->err.status != PH_OK) return -1;
+  if (value < 0 || value >= g->n_values || n < 0 || n > GRAPH_MAX_DIMS)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "naming dims: bad value or count%s%s", "", "");
+  return set_symbols(g, &g->values[value], n, sym_names) < 0 ? -1 : value;
 }
 
 /* ---- finalize: resolve ops, static inference -------------------------------------------- */

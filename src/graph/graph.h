@@ -157,8 +157,13 @@ int graph_add_node(graph *g, const char *op_type, const char *domain, const char
 /* Renames a value (unique names required). Returns the value id or -1. */
 int graph_rename_value(graph *g, int value, const char *name);
 
-/* Marks a value as a graph output (kept alive to the end; symbolic dims may be named). */
+/* Marks a value as a graph output (kept alive to the end). sym_names names its dims when its
+ * rank is already known (graph inputs, initializers); for an intermediate whose rank inference
+ * has not run yet use graph_name_dims. */
 int graph_mark_output(graph *g, int value, const char *const *sym_names);
+
+/* Names the first n dims of a value symbolically for export (NULL entry: anonymous). Any time. */
+int graph_name_dims(graph *g, int value, int n, const char *const *sym_names);
 
 /* Attribute constructors (strings/arrays are copied by graph_add_node). */
 gattr attr_int(const char *name, int64_t v);

@@ -504,16 +504,21 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
   int logits = linear(b, "/lm_head", normed, wref_of(head));
 
   /* graph outputs carry the ABI names (docs/graph-io.md) */
+  static const char *const logit_dims[] = {"batch_size", "sequence_length", NULL};
+  static const char *const kv_dims[] = {"batch_size", NULL, "total_sequence_length", NULL};
+  static const char *const state_dims[] = {"batch_size", NULL, NULL, NULL};
   graph_rename_value(g, logits, "logits");
   graph_mark_output(g, logits, NULL);
+  graph_name_dims(g, logits, 3, logit_dims);
   for (int i = 0; i < (int)c->n_layers; i++) {
     int full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
-    snprintf(name, sizeof name, "present.%d.%s", i, full ? "key" : "conv_state");
-    graph_rename_value(g, present[i][0], name);
-    graph_mark_output(g, present[i][0], NULL);
-    snprintf(name, sizeof name, "present.%d.%s", i, full ? "value" : "recurrent_state");
-    graph_rename_value(g, present[i][1], name);
-    graph_mark_output(g, present[i][1], NULL);
+    for (int k = 0; k < 2; k++) {
+      snprintf(name, sizeof name, "present.%d.%s", i,
+               full ? (k ? "value" : "key") : (k ? "recurrent_state" : "conv_state"));
+      graph_rename_value(g, present[i][k], name);
+      graph_mark_output(g, present[i][k], NULL);
+      graph_name_dims(g, present[i][k], full || k ? 4 : 3, full ? kv_dims : state_dims);
+    }
   }
   ph_status s = graph_status(g);
   if (s != PH_OK) {
