@@ -1,0 +1,488 @@
+/* test_ort — exported packages against ONNX Runtime 1.30 (onnxruntime-node, CPU EP): a real
+ * runtime, written elsewhere, runs what we emit (docs/ort-check.md).
+ *
+ * For each golden checkpoint, the dense package is exported with weights f32 and f16 (and, for
+ * the bf16 checkpoint, as stored: bf16; activations are f32 in all), read back with
+ * onnx_read_model and run by our executor; the same package runs on ORT through
+ * tests/ort/run_ort.mjs (a node process; inputs and outputs travel as safetensors files). Both see
+ * identical inputs:
+ *   prefill       a whole golden sequence from empty state (past K/V [1, Hkv, 0, D], zero conv and
+ *                 recurrent states) — sequence 0 (5-7 tokens) and sequence 1 (70 / 130 tokens:
+ *                 crosses LinearAttention's 64-token chunk);
+ *   continuation  more tokens (5 after sequence 0, 1 after sequence 1) with past = the prefill's
+ *                 present outputs (ours, so both runtimes start the step from the same bytes).
+ * Every graph output (logits and every present.*) must match within TOL of the tensor's own scale
+ * (max |ORT value|). Where the package's weights are exactly the checkpoint's (f32, and bf16 as
+ * stored), ORT's prefill logits must also match the golden float64 reference within TOL: the
+ * graph is the model, not just something two runtimes agree on.
+ *
+ * Tolerances. f32: 2e-4 of scale, the golden bound (../shared/golden/README.md): a float32
+ * implementation lands within ~3e-5; both runtimes compute in f32 and differ only in summation
+ * order. f16 weights: the same 2e-4. The package stores the weights f16 behind a Cast to f32;
+ * ORT runs that Cast (exact: every f16 is an f32) and an f32 MatMul, our executor reads the f16
+ * bytes in its MatMulWT and widens them exactly. Both compute the same f32 function of the same
+ * weights, so only arithmetic order differs again; ORT inserts no casts of activations (they are
+ * f32 throughout, and its Cast insertion only wraps float-only kernels fed f16 activations; the
+ * model ORT writes with optimizedModelFilePath holds exactly our Casts).
+ * bf16 weights as stored: the same argument (bf16 -> f32 is exact too).
+ * The measured errors are printed; a real mistake is orders of magnitude above the bound.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "base/fmap.h"
+#include "check.h"
+#include "exec/exec.h"
+#include "graph/prepare.h"
+#include "io/onnx.h"
+#include "io/safetensors.h"
+#include "models/export.h"
+#include "models/model.h"
+#include "tensor/dtype.h"
+
+#define TOL    2e-4
+/* graph inputs or outputs: 2 per layer + 3; the golden models have 4 and 8 layers */
+#define MAX_IO 64
+
+static char g_tmp[1024], g_script[1200];
+
+/* ---- named tensors (the I/O of one run) ---------------------------------------------------- */
+
+typedef struct named {
+  char name[96];
+  ph_dtype dtype;
+  int rank;
+  int64_t dims[TENSOR_MAX_DIMS];
+  void *data; /* owned; NULL when empty */
+} named;
+
+typedef struct io_list {
+  named t[MAX_IO];
+  int n;
+} io_list;
+
+static int64_t named_numel(const named *t) {
+  int64_t n = 1;
+  for (int k = 0; k < t->rank; k++) n *= t->dims[k];
+  return n;
+}
+
+/* Appends a tensor with a copy of data (zeroed when data is NULL). */
+static named *io_add(io_list *l, const char *name, ph_dtype dt, int rank, const int64_t *dims,
+                     const void *data) {
+  if (l->n >= MAX_IO) return NULL;
+  named *t = &l->t[l->n++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->dtype = dt;
+  t->rank = rank;
+  memcpy(t->dims, dims, (size_t)rank * sizeof(int64_t));
+  size_t bytes = (size_t)named_numel(t) * dtype_size(dt);
+  if (bytes) {
+    t->data = calloc(1, bytes);
+    if (data && t->data) memcpy(t->data, data, bytes);
+  }
+  return t;
+}
+
+static const named *io_find(const io_list *l, const char *name) {
+  for (int i = 0; i < l->n; i++)
+    if (strcmp(l->t[i].name, name) == 0) return &l->t[i];
+  return NULL;
+}
+
+static void io_free(io_list *l) {
+  for (int i = 0; i < l->n; i++) free(l->t[i].data);
+  l->n = 0;
+}
+
+/* ---- inputs -------------------------------------------------------------------------------- */
+
+/* The inputs of one step of S tokens after P cached ones, for whatever inputs the graph
+ * declares (docs/graph-io.md). past_key_values.X comes from prev's present.X, or, from empty
+ * state (prev NULL), is zeros with the graph's static dims, batch 1 and past length 0. */
+static int make_inputs(const graph *g, const int64_t *tokens, int64_t S, int64_t P,
+                       const io_list *prev, io_list *in) {
+  int64_t buf[3 * 256];
+  for (int i = 0; i < g->n_inputs; i++) {
+    const gvalue *v = &g->values[g->inputs[i]];
+    const tinfo *ty = &v->type;
+    named *t = NULL;
+    if (strcmp(v->name, "input_ids") == 0) {
+      t = io_add(in, v->name, PH_DTYPE_I64, 2, (int64_t[]){1, S}, tokens);
+    } else if (strcmp(v->name, "attention_mask") == 0) {
+      for (int64_t k = 0; k < P + S; k++) buf[k] = 1;
+      t = io_add(in, v->name, PH_DTYPE_I64, 2, (int64_t[]){1, P + S}, buf);
+    } else if (strcmp(v->name, "position_ids") == 0) {
+      /* text: the MRoPE planes T, H, W are equal */
+      for (int r = 0; r < 3; r++)
+        for (int64_t k = 0; k < S; k++) buf[r * S + k] = P + k;
+      t = ty->rank == 3 ? io_add(in, v->name, PH_DTYPE_I64, 3, (int64_t[]){3, 1, S}, buf)
+                        : io_add(in, v->name, PH_DTYPE_I64, 2, (int64_t[]){1, S}, buf);
+    } else if (strncmp(v->name, "past_key_values.", 16) == 0) {
+      char present[128];
+      snprintf(present, sizeof present, "present.%s", v->name + 16);
+      const named *src = prev ? io_find(prev, present) : NULL;
+      if (prev && !src) {
+        fprintf(stderr, "    %s: no output %s to feed back\n", v->name, present);
+        return 0;
+      }
+      if (src) {
+        t = io_add(in, v->name, src->dtype, src->rank, src->dims, src->data);
+      } else {
+        int64_t dims[TENSOR_MAX_DIMS];
+        for (int k = 0; k < ty->rank; k++) dims[k] = k == 0 ? 1 : ty->dims[k] < 0 ? 0 : ty->dims[k];
+        t = io_add(in, v->name, ty->dtype, ty->rank, dims, NULL);
+      }
+    } else {
+      fprintf(stderr, "    graph input %s is not a dense decoder input\n", v->name);
+      return 0;
+    }
+    if (!t) return 0;
+    if (t->dtype != ty->dtype) {
+      fprintf(stderr, "    graph input %s: dtype %s, expected %s\n", v->name,
+              dtype_safetensors_name(ty->dtype), dtype_safetensors_name(t->dtype));
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* ---- the two runtimes ---------------------------------------------------------------------- */
+
+static int run_ours(executor *e, const graph *g, const io_list *in, io_list *out, diag *d) {
+  for (int i = 0; i < in->n; i++) {
+    const named *n = &in->t[i];
+    tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = n->dtype;
+    t.rank = n->rank;
+    memcpy(t.dims, n->dims, sizeof t.dims);
+    t.data = n->data;
+    int k = exec_input_index(e, n->name);
+    if (k < 0 || exec_bind_input(e, k, &t, d) != PH_OK) return 0;
+  }
+  if (exec_run(e, d) != PH_OK) return 0;
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *name = g->values[g->outputs[i]].name;
+    const tensor *t = exec_output(e, exec_output_index(e, name));
+    if (!io_add(out, name, t->dtype, t->rank, t->dims, t->data)) return 0;
+  }
+  return 1;
+}
+
+/* Writes in to <tag>.in.safetensors, runs run_ort.mjs on pkg, reads <tag>.out.safetensors. */
+static int run_ort(const char *pkg, const char *tag, const io_list *in, io_list *out,
+                   double *seconds) {
+  char in_path[1200], out_path[1200], cmd[5000];
+  snprintf(in_path, sizeof in_path, "%s/%s.in.safetensors", g_tmp, tag);
+  snprintf(out_path, sizeof out_path, "%s/%s.out.safetensors", g_tmp, tag);
+  st_write_entry e[MAX_IO];
+  static const char empty[1]; /* data of zero-element tensors: must be non-NULL */
+  for (int i = 0; i < in->n; i++) {
+    const named *n = &in->t[i];
+    e[i].name = n->name;
+    e[i].dtype = n->dtype;
+    e[i].shape = shape_make(n->rank, n->dims);
+    e[i].data = n->data ? n->data : empty;
+  }
+  diag d;
+  ph_status s = st_write_file(in_path, e, (size_t)in->n, NULL, NULL, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return 0;
+  remove(out_path);
+  /* ORT's messages go to our stderr. LD_PRELOAD is dropped so a sanitizer runtime preloaded
+   * into this process never reaches node. */
+  snprintf(cmd, sizeof cmd, "env -u LD_PRELOAD node '%s' '%s' '%s' '%s' cpu", g_script, pkg,
+           in_path, out_path);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int st = system(cmd);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  *seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (!check_report(rc == 0, __FILE__, __LINE__, "ONNX Runtime ran the package")) {
+    fprintf(stderr, "       %s exited %d (its message is above)\n", cmd, rc);
+    return 0;
+  }
+  st_set *set = NULL;
+  s = st_open_file(out_path, &set, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return 0;
+  int ok = 1;
+  for (size_t i = 0; i < st_count(set) && ok; i++) {
+    const st_tensor *t = st_at(set, i);
+    ok = io_add(out, t->name, t->dtype, t->shape.n_dims, t->shape.dims, t->data) != NULL;
+  }
+  st_close(set);
+  return ok;
+}
+
+/* ---- comparison ---------------------------------------------------------------------------- */
+
+/* max |got - ref| / max |ref| over n f32 values (NaN anywhere counts as infinite error). */
+static double rel_error(const float *got, const float *ref, int64_t n, int64_t *worst) {
+  double scale = 0.0, err = 0.0;
+  *worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double r = fabs((double)ref[i]), e = fabs((double)got[i] - (double)ref[i]);
+    if (r > scale) scale = r;
+    if (e != e) e = INFINITY;
+    if (e > err) {
+      err = e;
+      *worst = i;
+    }
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+typedef struct worst {
+  double logits, present;
+  char present_name[96];
+} worst;
+
+/* Every ORT output against ours: same dtype and dims, values within TOL of scale. */
+static void compare_outputs(const char *what, const io_list *ours, const io_list *ort, worst *w) {
+  CHECK_EQ_INT(ort->n, ours->n);
+  CHECK(ort->n >= 3); /* logits and at least one layer's two presents: never a vacuous pass */
+  for (int i = 0; i < ort->n; i++) {
+    const named *r = &ort->t[i], *o = io_find(ours, r->name);
+    if (!check_report(o != NULL, __FILE__, __LINE__, "ORT output is one of ours")) {
+      fprintf(stderr, "       %s: ORT output %s\n", what, r->name);
+      continue;
+    }
+    int same = o->dtype == r->dtype && o->dtype == PH_DTYPE_F32 && o->rank == r->rank &&
+               memcmp(o->dims, r->dims, (size_t)r->rank * sizeof(int64_t)) == 0;
+    if (!check_report(same, __FILE__, __LINE__, "output dtype and shape agree")) {
+      fprintf(stderr, "       %s: %s\n", what, r->name);
+      continue;
+    }
+    int64_t at, n = named_numel(r);
+    double rel = n ? rel_error(o->data, r->data, n, &at) : 0.0;
+    if (!check_report(rel <= TOL, __FILE__, __LINE__, "ours ~= ORT within TOL of scale"))
+      fprintf(stderr, "       %s: %s rel error %.3g at %lld: ours %.7g, ORT %.7g\n", what, r->name,
+              rel, (long long)at, (double)((float *)o->data)[at], (double)((float *)r->data)[at]);
+    if (strcmp(r->name, "logits") == 0) {
+      if (rel > w->logits) w->logits = rel;
+    } else if (rel >= w->present) {
+      w->present = rel;
+      snprintf(w->present_name, sizeof w->present_name, "%s", r->name);
+    }
+  }
+}
+
+/* ---- golden sets --------------------------------------------------------------------------- */
+
+typedef struct golden {
+  const char *name;
+  ph_model *model;
+  st_set *ref;
+  int64_t tokens[2][256];
+  int64_t n_tokens[2];
+} golden;
+
+static int load_golden(golden *g, const char *name) {
+  memset(g, 0, sizeof *g);
+  g->name = name;
+  char dir[1100], path[1200];
+  snprintf(dir, sizeof dir, "%s/golden/%s", check_env("PH_SHARED_DIR"), name);
+  snprintf(path, sizeof path, "%s/checkpoint", dir);
+  ph_status s = ph_model_open(path, NULL, &g->model);
+  CHECK_STATUS(s, PH_OK, ph_model_error(g->model));
+  if (s != PH_OK) return 0;
+  diag d;
+  snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+  s = st_open_file(path, &g->ref, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  json_error_t e;
+  json_t *m = json_load_file(path, 0, &e);
+  CHECK(m != NULL);
+  if (!m || s != PH_OK) {
+    json_decref(m);
+    return 0;
+  }
+  json_t *seqs = json_object_get(m, "sequences");
+  int ok = json_array_size(seqs) >= 2;
+  for (size_t i = 0; i < 2 && ok; i++) {
+    json_t *toks = json_object_get(json_array_get(seqs, i), "tokens");
+    g->n_tokens[i] = (int64_t)json_array_size(toks);
+    ok = g->n_tokens[i] >= 1 && g->n_tokens[i] <= 250; /* leaves room for a continuation */
+    for (size_t k = 0; ok && k < json_array_size(toks); k++)
+      g->tokens[i][k] = json_integer_value(json_array_get(toks, k));
+  }
+  json_decref(m);
+  CHECK(ok);
+  return ok;
+}
+
+static void free_golden(golden *g) {
+  ph_model_free(g->model);
+  st_close(g->ref);
+}
+
+/* ---- the check ----------------------------------------------------------------------------- */
+
+/* Exports the dense package with weights of dtype wdt into dir. */
+static ph_status export_package(const ph_model *m, const char *dir, ph_dtype wdt, diag *d) {
+  export_options opt = export_options_default();
+  opt.dtype = wdt;
+  opt.force = 1; /* a rerun writes over the last run's package */
+  return model_export_dense(m, dir, &opt, d);
+}
+
+/* One sequence: prefill it from empty state, then continue with n_cont tokens; both steps run on
+ * both runtimes and are compared. When the weights are exactly the checkpoint's (exact), the ORT
+ * prefill logits are also checked against the golden reference of that sequence. */
+static void check_sequence(const golden *gs, int seq, const int64_t *cont, int64_t n_cont, graph *g,
+                           executor *e, const char *pkg, const char *tag, int exact,
+                           double *ort_s) {
+  io_list in = {0}, ours = {0}, ort = {0}, in2 = {0}, ours2 = {0}, ort2 = {0};
+  worst wp = {0}, wc = {0};
+  diag d;
+  char t1[256], t2[256];
+  const int64_t T = gs->n_tokens[seq];
+  snprintf(t1, sizeof t1, "%s.seq%d.prefill", tag, seq);
+  snprintf(t2, sizeof t2, "%s.seq%d.cont", tag, seq);
+
+  int ok = make_inputs(g, gs->tokens[seq], T, 0, NULL, &in);
+  CHECK(ok);
+  if (ok) ok = run_ours(e, g, &in, &ours, &d);
+  if (!check_report(ok, __FILE__, __LINE__, "our executor ran the prefill"))
+    fprintf(stderr, "       %s\n", d.msg);
+  if (ok && (ok = run_ort(pkg, t1, &in, &ort, ort_s))) compare_outputs(t1, &ours, &ort, &wp);
+
+  /* ORT against the float64 reference (exact weights only: rounded weights are another model) */
+  double golden_rel = -1;
+  char name[64];
+  snprintf(name, sizeof name, "seq%d.logits", seq);
+  const st_tensor *ref = st_find(gs->ref, name);
+  const named *lg = ok ? io_find(&ort, "logits") : NULL;
+  if (ref && lg && ref->dtype == PH_DTYPE_F32 && named_numel(lg) == shape_numel(&ref->shape)) {
+    float *r = malloc((size_t)shape_numel(&ref->shape) * sizeof(float));
+    memcpy(r, ref->data, (size_t)shape_numel(&ref->shape) * sizeof(float)); /* maybe unaligned */
+    int64_t at;
+    golden_rel = rel_error(lg->data, r, named_numel(lg), &at);
+    free(r);
+    if (exact) {
+      if (!check_report(golden_rel <= TOL, __FILE__, __LINE__, "ORT logits ~= golden reference"))
+        fprintf(stderr, "       %s: rel error %.3g\n", t1, golden_rel);
+    }
+  } else if (ok) {
+    CHECK(ref != NULL && lg != NULL);
+  }
+
+  if (ok) {
+    ok = make_inputs(g, cont, n_cont, T, &ours, &in2);
+    CHECK(ok);
+    if (ok) ok = run_ours(e, g, &in2, &ours2, &d);
+    if (!check_report(ok, __FILE__, __LINE__, "our executor ran the continuation"))
+      fprintf(stderr, "       %s\n", d.msg);
+    if (ok && run_ort(pkg, t2, &in2, &ort2, ort_s)) compare_outputs(t2, &ours2, &ort2, &wc);
+  }
+  char vs_golden[64] = "n/a";
+  if (golden_rel >= 0)
+    snprintf(vs_golden, sizeof vs_golden, "%.2e%s", golden_rel,
+             exact ? "" : " (rounded weights: info)");
+  printf("  %-28s prefill %3lld: logits %.2e  present %.2e (%s); ORT vs golden %s\n"
+         "  %-28s  + cont %3lld: logits %.2e  present %.2e (%s)\n",
+         tag, (long long)T, wp.logits, wp.present, wp.present_name, vs_golden, "",
+         (long long)n_cont, wc.logits, wc.present, wc.present_name);
+  io_free(&in);
+  io_free(&ours);
+  io_free(&ort);
+  io_free(&in2);
+  io_free(&ours2);
+  io_free(&ort2);
+}
+
+/* wdt: the export's weight dtype (PH_DTYPE_INVALID: as stored); exact: those weights are the
+ * checkpoint's values exactly. */
+static void check_set(const char *set, ph_dtype wdt, int exact) {
+  golden gs;
+  if (!load_golden(&gs, set)) {
+    free_golden(&gs);
+    return;
+  }
+  const char *dt = wdt == PH_DTYPE_F16 ? "f16" : wdt == PH_DTYPE_F32 ? "f32" : "stored";
+  char pkg[1200], tag[128];
+  snprintf(pkg, sizeof pkg, "%s/%s-%s", g_tmp, set, dt);
+  snprintf(tag, sizeof tag, "%s-%s", set, dt);
+  diag d;
+  graph *g = NULL;
+  executor *e = NULL;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  ph_status s = path_mkdirs(pkg, &d);
+  if (s == PH_OK) s = export_package(gs.model, pkg, wdt, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s == PH_OK) {
+    s = onnx_read_model(pkg, &g, &d);
+    CHECK_STATUS(s, PH_OK, d.msg);
+  }
+  if (s == PH_OK) {
+    s = graph_prepare_cpu(g, &d);
+    if (s == PH_OK) s = exec_create(g, 2, &e, &d);
+    CHECK_STATUS(s, PH_OK, d.msg);
+  }
+  double ort_s = 0;
+  if (s == PH_OK) {
+    /* sequence 0 continued by the first 5 tokens of sequence 1; sequence 1 by one token */
+    int64_t n5 = gs.n_tokens[1] < 5 ? gs.n_tokens[1] : 5;
+    check_sequence(&gs, 0, gs.tokens[1], n5, g, e, pkg, tag, exact, &ort_s);
+    check_sequence(&gs, 1, gs.tokens[0], 1, g, e, pkg, tag, exact, &ort_s);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("  %-28s %.2f s (ORT processes %.2f s)\n", tag,
+         (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), ort_s);
+  exec_free(e);
+  graph_free(g);
+  free_golden(&gs);
+}
+
+static void test_ort_f32_weights(void) {
+  check_set("qwen35-tiny-f32", PH_DTYPE_F32, 1);
+  check_set("qwen35-tiny-bf16-vlm", PH_DTYPE_F32, 1);
+}
+
+static void test_ort_f16_weights(void) {
+  check_set("qwen35-tiny-f32", PH_DTYPE_F16, 0);
+  check_set("qwen35-tiny-bf16-vlm", PH_DTYPE_F16, 0);
+}
+
+/* The default export (no --dtype) of the bf16 checkpoint: bf16 weights behind a Cast. */
+static void test_ort_stored_bf16_weights(void) {
+  check_set("qwen35-tiny-bf16-vlm", PH_DTYPE_INVALID, 1);
+}
+
+int main(void) {
+  snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
+  snprintf(g_script, sizeof g_script, "%s/tests/ort/run_ort.mjs", check_env("PH_SOURCE_DIR"));
+  diag d;
+  if (path_mkdirs(g_tmp, &d) != PH_OK) {
+    fprintf(stderr, "  FAIL: %s\n", d.msg);
+    return 1;
+  }
+  char probe[1300];
+  snprintf(probe, sizeof probe, "%s/tests/ort/node_modules/onnxruntime-node/package.json",
+           check_env("PH_SOURCE_DIR"));
+  struct stat sb;
+  if (stat(probe, &sb) != 0 || system("node --version >/dev/null 2>&1") != 0) {
+    fprintf(stderr,
+            "  FAIL: ONNX Runtime is not installed (node, or %s is missing): run "
+            "scripts/install-ort.sh (make test does)\n",
+            probe);
+    return 1;
+  }
+  RUN(test_ort_f32_weights);
+  RUN(test_ort_f16_weights);
+  RUN(test_ort_stored_bf16_weights);
+  return check_finish();
+}
