@@ -254,6 +254,22 @@ static void test_generate_golden_logits(void) {
   }
   st_close(got);
   st_close(ref);
+  /* the exported package gives bit-identical logits to the checkpoint */
+  char pkg[1024], out2[1024];
+  snprintf(pkg, sizeof pkg, "%s/gen-pkg", g_tmp);
+  snprintf(out2, sizeof out2, "%s/gen-logits-pkg.safetensors", g_tmp);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --force", ckpt, pkg);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "generate --model '%s' --tokens %s --max-new 3 --logits-out '%s' --threads 2",
+           pkg, tokens, out2);
+  CHECK_EQ_INT(run(args), 0);
+  fmap a, b;
+  diag_clear(&d);
+  CHECK_STATUS(fmap_open(out, &a, &d), PH_OK, d.msg);
+  CHECK_STATUS(fmap_open(out2, &b, &d), PH_OK, d.msg);
+  CHECK(a.size > 0 && a.size == b.size && memcmp(a.data, b.data, a.size) == 0);
+  fmap_close(&a);
+  fmap_close(&b);
   CHECK_EQ_INT(run("generate --model /nonexistent --tokens 1"), 1);
   CHECK_EQ_INT(run("generate --tokens 1"), 2);
   snprintf(args, sizeof args, "generate --model '%s' --tokens 1,x", ckpt);

@@ -11,13 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fmap.h"
 #include "cli.h"
+#include "io/onnx.h"
 #include "io/safetensors.h"
 #include "models/dense_session.h"
 #include "models/model.h"
 
 static const cli_option OPTIONS[] = {
-    {"model", "DIR", "Hugging Face checkpoint directory"},
+    {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
     {"tokens", "LIST", "prompt token ids, comma-separated (e.g. 1,2,3)"},
     {"max-new", "N", "tokens to generate greedily (default 16)"},
     {"logits-out", "FILE", "write every position's logits as F32 safetensors tensor \"logits\" [T, vocab]"},
@@ -77,21 +79,31 @@ int cmd_generate(int argc, char **argv) {
   int64_t *prompt = NULL, n_prompt = 0;
   if ((rc = parse_tokens(&a, toks, &prompt, &n_prompt))) return rc;
 
+  /* A package directory (model.onnx) runs its graph; anything else is a checkpoint. */
+  char onnx_path[4096];
+  snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
   ph_model *m = NULL;
-  ph_status s = ph_model_open(dir, NULL, &m);
-  if (s != PH_OK) {
-    rc = cli_lib_error(s, m ? ph_model_error(m) : NULL);
-    ph_model_free(m);
-    free(prompt);
-    return rc;
-  }
+  ph_status s = PH_OK;
   diag d;
   diag_clear(&d);
   dense_session *sess = NULL;
+  if (path_exists(onnx_path)) {
+    graph *g = NULL;
+    s = onnx_read_model(dir, &g, &d);
+    if (s == PH_OK) s = dense_session_create_graph(g, max_ctx, (int)threads, &sess, &d);
+  } else {
+    s = ph_model_open(dir, NULL, &m);
+    if (s != PH_OK) {
+      rc = cli_lib_error(s, m ? ph_model_error(m) : NULL);
+      ph_model_free(m);
+      free(prompt);
+      return rc;
+    }
+    s = dense_session_create(m, max_ctx, (int)threads, &sess, &d);
+  }
   float *logits = NULL;
   int64_t *seq = NULL;
-  s = dense_session_create(m, max_ctx, (int)threads, &sess, &d);
-  const int64_t V = model_config(m)->vocab_size, T = n_prompt + max_new;
+  const int64_t V = sess ? dense_session_vocab(sess) : 0, T = n_prompt + max_new;
   if (s == PH_OK) {
     logits = calloc((size_t)(T * V), sizeof(float));
     seq = calloc((size_t)T, sizeof(int64_t));
