@@ -13,6 +13,7 @@
 #ifndef PH_IO_GENAI_CONFIG_H
 #define PH_IO_GENAI_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/diag.h"
@@ -56,7 +57,12 @@ ph_status genai_config_token_ids(genai_config *g, const char *checkpoint_dir, di
 ph_status genai_config_write(const genai_config *g, const char *dir, diag *d);
 
 /* Reads dir/genai_config.json; missing keys take ORT GenAI's defaults; the *_names templates must
- * contain exactly one %d (PH_ERR_CONFIG_INVALID otherwise). */
+ * contain exactly one %d (PH_ERR_CONFIG_INVALID otherwise). docs/import.md lists every key. */
 ph_status genai_config_read(const char *dir, genai_config *out, diag *d);
+
+/* The same from JSON text held in memory (len bytes, need not be NUL-terminated); label names
+ * the source in messages. The fuzzer drives this. */
+ph_status genai_config_parse(const char *json, size_t len, const char *label, genai_config *out,
+                             diag *d);
 
 #endif /* PH_IO_GENAI_CONFIG_H */

@@ -216,6 +216,21 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
   return get_bool(&search, "past_present_share_buffer", 0, &g->past_present_share_buffer, d);
 }
 
+ph_status genai_config_parse(const char *json, size_t len, const char *label, genai_config *out,
+                             diag *d) {
+  memset(out, 0, sizeof *out);
+  json_error_t err;
+  json_t *root = json_loadb(json ? json : "", json ? len : 0, JSON_REJECT_DUPLICATES, &err);
+  RETURN_ERROR_IF(!root, d, PH_ERR_JSON, "%s: line %d, column %d: %s", label, err.line, err.column,
+                  err.text);
+  genai_config g;
+  memset(&g, 0, sizeof g);
+  ph_status s = read_root(root, label, &g, d);
+  json_decref(root);
+  if (s == PH_OK) *out = g;
+  return s;
+}
+
 ph_status genai_config_read(const char *dir, genai_config *out, diag *d) {
   memset(out, 0, sizeof *out);
   char path[4096];
@@ -223,15 +238,7 @@ ph_status genai_config_read(const char *dir, genai_config *out, diag *d) {
   char *text = NULL;
   size_t len = 0;
   FORWARD_IF_ERROR(file_read_all(path, HF_CONFIG_MAX_BYTES, &text, &len, d));
-  json_error_t err;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  ph_status s = genai_config_parse(text, len, path, out, d);
   free(text);
-  RETURN_ERROR_IF(!root, d, PH_ERR_JSON, "%s: line %d, column %d: %s", path, err.line, err.column,
-                  err.text);
-  genai_config g;
-  memset(&g, 0, sizeof g);
-  ph_status s = read_root(root, path, &g, d);
-  json_decref(root);
-  if (s == PH_OK) *out = g;
   return s;
 }

@@ -170,7 +170,8 @@ static void test_errors(void) {
            "{\"model\": {\"type\": \"t\", \"decoder\": {\"outputs\": {\"logits\": \"%0120d\"}}}}",
            0);
   expect("long", long_name, PH_ERR_CONFIG_INVALID, "model.decoder.outputs.logits is 120 bytes");
-  expect("nul", "{\"model\": {\"type\": \"a\\u0000b\"}}", PH_ERR_JSON, "\\u0000"); /* jansson refuses NUL */
+  expect("nul", "{\"model\": {\"type\": \"a\\u0000b\"}}", PH_ERR_JSON,
+         "\\u0000"); /* jansson refuses NUL */
   /* structure */
   expect("no_model", "{\"search\": {}}", PH_ERR_CONFIG_MISSING_FIELD, "model is missing");
   expect("no_type", "{\"model\": {\"decoder\": {}}}", PH_ERR_CONFIG_MISSING_FIELD,
@@ -186,6 +187,21 @@ static void test_errors(void) {
   CHECK_CONTAINS(d.msg, "genai_config.json");
 }
 
+/* From memory: the label names the source; the text need not be NUL-terminated. */
+static void test_parse_in_memory(void) {
+  genai_config g;
+  diag d;
+  const char text[] = "{\"model\": {\"type\": \"qwen3_5_text\", \"vocab_size\": 9}}XXXX";
+  CHECK_STATUS(genai_config_parse(text, sizeof text - 5, "mem", &g, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(g.vocab_size, 9);
+  CHECK_STATUS(genai_config_parse(text, sizeof text - 1, "mem", &g, &d), PH_ERR_JSON, d.msg);
+  CHECK_CONTAINS(d.msg, "mem: line 1");
+  CHECK_STATUS(genai_config_parse("{\"model\": {}}", 13, "mem", &g, &d),
+               PH_ERR_CONFIG_MISSING_FIELD, d.msg);
+  CHECK_CONTAINS(d.msg, "mem: model.type is missing");
+  CHECK_STATUS(genai_config_parse(NULL, 0, "mem", &g, &d), PH_ERR_JSON, d.msg);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -193,5 +209,6 @@ int main(void) {
   RUN(test_full);
   RUN(test_defaults);
   RUN(test_errors);
+  RUN(test_parse_in_memory);
   return check_finish();
 }
