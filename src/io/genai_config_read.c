@@ -15,6 +15,7 @@
 
 #include "base/fmap.h"
 #include "io/genai_config.h"
+#include "io/json_util.h"
 #include "io/onnx.h"
 
 #define GENAI_FILE    "genai_config.json"
@@ -29,27 +30,6 @@ typedef struct scope {
   const char *path; /* "model.decoder." */
   const char *file; /* for messages */
 } scope;
-
-static const char *json_kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a real number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "an unknown JSON value";
-}
 
 /* key's value, NULL when absent or null. */
 static const json_t *get(const scope *s, const char *key) {

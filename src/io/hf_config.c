@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "io/json_util.h"
 #include "tensor/dtype.h"
 
 /* Upper bounds: far above any real model, low enough that every product in this file and in
@@ -86,27 +87,6 @@ static const scope *pick(const scope *a, const scope *b, const scope *c, const c
   if (field(b, key)) return b;
   if (c && field(c, key)) return c;
   return a;
-}
-
-static const char *json_kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a real number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "an unknown JSON value";
 }
 
 /* Converts an integer-valued JSON number to int64 (integral reals such as 4096.0 included). */

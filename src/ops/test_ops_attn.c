@@ -24,43 +24,6 @@
 /* ---- small helpers ----------------------------------------------------------------------------
  */
 
-static gattr a_int(const char *name, int64_t v) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_INT;
-  a.i = v;
-  return a;
-}
-
-static gattr a_float(const char *name, float v) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_FLOAT;
-  a.f = v;
-  return a;
-}
-
-static gattr a_ints(const char *name, const int64_t *v, int n) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_INTS;
-  a.ints = v;
-  a.n = n;
-  return a;
-}
-
-static gattr a_str(const char *name, const char *v) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_STRING;
-  a.s = v;
-  return a;
-}
-
 static tensor *mk(ph_dtype dt, int rank, const int64_t *dims) { return tensor_new(dt, rank, dims); }
 
 static tensor *mk_rand(ph_dtype dt, int rank, const int64_t *dims, rng *r, float lo, float hi) {
@@ -150,7 +113,7 @@ static const ph_dtype FLOAT_DTS[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16}
 static void sln_case(ph_dtype dt, int rank, const int64_t *xd, int axis, int srank,
                      const int64_t *sd, float eps, int with_inv, uint64_t seed) {
   rng r = rng_seed(seed);
-  gattr attrs[2] = {a_int("axis", axis), a_float("epsilon", eps)};
+  gattr attrs[2] = {attr_int("axis", axis), attr_float("epsilon", eps)};
   gnode n = op_test_node("SimplifiedLayerNormalization", "", 2, with_inv ? 2 : 1, attrs, 2);
   tensor *in[2] = {mk_rand(dt, rank, xd, &r, -3.0f, 3.0f), mk_rand(dt, srank, sd, &r, -2.0f, 2.0f)};
   tensor *out[2] = {NULL, NULL}, *out3[2] = {NULL, NULL};
@@ -219,7 +182,7 @@ static void test_simplified_layer_norm(void) {
   /* scale with a different dtype than X (allowed; output keeps X's dtype) */
   {
     rng r = rng_seed(205);
-    gattr attrs[1] = {a_float("epsilon", 1e-6f)};
+    gattr attrs[1] = {attr_float("epsilon", 1e-6f)};
     gnode n = op_test_node("SimplifiedLayerNormalization", "", 2, 1, attrs, 1);
     int64_t xd[2] = {3, 65}, sd[1] = {65};
     tensor *in[2] = {mk_rand(PH_DTYPE_F16, 2, xd, &r, -1, 1),
@@ -239,7 +202,7 @@ static void skln_case(ph_dtype dt, int64_t W, int skip_form, int with_bias, unsi
                       uint64_t seed) {
   rng r = rng_seed(seed);
   const int64_t Bt = 2, S = 3, rows = Bt * S;
-  gattr attrs[1] = {a_float("epsilon", 1e-6f)};
+  gattr attrs[1] = {attr_float("epsilon", 1e-6f)};
   int out_ids[4] = {0, (outputs & 1u) ? 1 : -1, (outputs & 2u) ? 2 : -1, (outputs & 4u) ? 3 : -1};
   gnode n = op_test_node("SkipSimplifiedLayerNormalization", "com.microsoft", with_bias ? 4 : 3, 4,
                          attrs, 1);
@@ -301,7 +264,7 @@ static void test_skip_simplified_layer_norm(void) {
   skln_case(PH_DTYPE_BF16, 130, 2, 1, 2u, 333);
   /* output 3 of an f16 row is exactly round(input + skip + bias) when that sum is exact in f32 */
   {
-    gattr attrs[1] = {a_float("epsilon", 1e-6f)};
+    gattr attrs[1] = {attr_float("epsilon", 1e-6f)};
     gnode n = op_test_node("SkipSimplifiedLayerNormalization", "com.microsoft", 4, 4, attrs, 1);
     int64_t xd[2] = {1, 4}, gd[1] = {4};
     tensor *in[4] = {mk(PH_DTYPE_F16, 2, xd), mk(PH_DTYPE_F16, 2, xd), mk(PH_DTYPE_F16, 1, gd),
@@ -330,22 +293,22 @@ static void test_norm_errors(void) {
   diag d;
   int64_t xd[2] = {3, 8}, sd[1] = {8}, bad[1] = {7}, x4[4] = {1, 2, 3, 8};
   {
-    gattr attrs[1] = {a_int("axis", 2)};
+    gattr attrs[1] = {attr_int("axis", 2)};
     gnode n = op_test_node("SimplifiedLayerNormalization", "", 2, 1, attrs, 1);
     tensor *in[2] = {mk_rand(PH_DTYPE_F32, 2, xd, &r, -1, 1),
                      mk_rand(PH_DTYPE_F32, 1, sd, &r, -1, 1)};
     tensor *out[1] = {NULL};
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "axis");
-    attrs[0] = a_int("stash_type", 0);
+    attrs[0] = attr_int("stash_type", 0);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
-    attrs[0] = a_float("epsilon", -1.0f);
+    attrs[0] = attr_float("epsilon", -1.0f);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-    attrs[0] = a_float("axis", 1.0f); /* wrong attribute type */
+    attrs[0] = attr_float("axis", 1.0f); /* wrong attribute type */
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     tensor_free(in[1]);
     in[1] = mk(PH_DTYPE_F32, 1, bad);
-    attrs[0] = a_int("axis", -1);
+    attrs[0] = attr_int("axis", -1);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_TENSOR_SHAPE, d.msg);
     tensor_free(in[1]);
     in[1] = mk(PH_DTYPE_I32, 1, sd);
@@ -444,12 +407,12 @@ static void rope_case_run(const rope_case *c, uint64_t seed) {
   const int64_t half = c->rot / 2, max_pos = 50;
   gattr attrs[6];
   int na = 0;
-  attrs[na++] = a_int("interleaved", c->interleaved);
-  if (c->give_heads) attrs[na++] = a_int("num_heads", c->N);
-  if (c->rot != c->H) attrs[na++] = a_int("rotary_embedding_dim", c->rot);
+  attrs[na++] = attr_int("interleaved", c->interleaved);
+  if (c->give_heads) attrs[na++] = attr_int("num_heads", c->N);
+  if (c->rot != c->H) attrs[na++] = attr_int("rotary_embedding_dim", c->rot);
   if (c->mrope) {
-    attrs[na++] = a_ints("mrope_section", c->sec, 3);
-    attrs[na++] = a_int("mrope_layout", c->layout);
+    attrs[na++] = attr_ints("mrope_section", c->sec, 3);
+    attrs[na++] = attr_int("mrope_layout", c->layout);
   }
   gnode n = op_test_node(c->mrope ? "MRotaryEmbedding" : "RotaryEmbedding", "com.microsoft", 4, 1,
                          attrs, na);
@@ -557,8 +520,8 @@ static void test_mrotary_embedding(void) {
  * (and j + rot/2) is the row whose position slot j read. */
 static void mrope_slot_map_case(int layout, const int *expect) {
   const int64_t sec[3] = {11, 11, 10}, rot = 64, half = 32, H = 64, max_pos = 4;
-  gattr attrs[4] = {a_int("num_heads", 1), a_int("rotary_embedding_dim", rot),
-                    a_ints("mrope_section", sec, 3), a_int("mrope_layout", layout)};
+  gattr attrs[4] = {attr_int("num_heads", 1), attr_int("rotary_embedding_dim", rot),
+                    attr_ints("mrope_section", sec, 3), attr_int("mrope_layout", layout)};
   gnode n = op_test_node("MRotaryEmbedding", "com.microsoft", 4, 1, attrs, 4);
   int64_t xd[3] = {1, 2, H}, cd[2] = {max_pos, half}, pd[3] = {3, 1, 2};
   tensor *in[4] = {mk(PH_DTYPE_F32, 3, xd), mk(PH_DTYPE_I64, 3, pd), mk(PH_DTYPE_F32, 2, cd),
@@ -604,9 +567,9 @@ static void test_mrope_equal_rows(void) {
   for (int layout = 0; layout < 2; layout++)
     for (int t = 0; t < 3; t++) {
       const int64_t sec[3] = {11, 11, 10}, B = 2, S = 9, N = 2, H = 96, max_pos = 40;
-      gattr am[5] = {a_int("num_heads", N), a_int("rotary_embedding_dim", 64),
-                     a_ints("mrope_section", sec, 3), a_int("mrope_layout", layout),
-                     a_int("interleaved", 0)};
+      gattr am[5] = {attr_int("num_heads", N), attr_int("rotary_embedding_dim", 64),
+                     attr_ints("mrope_section", sec, 3), attr_int("mrope_layout", layout),
+                     attr_int("interleaved", 0)};
       gnode nm = op_test_node("MRotaryEmbedding", "com.microsoft", 4, 1, am, 5);
       gnode nr = op_test_node("RotaryEmbedding", "com.microsoft", 4, 1, am, 2);
       int64_t xd[3] = {B, S, N * H}, cd[2] = {max_pos, 32}, p3[3] = {3, B, S}, p2[2] = {B, S};
@@ -643,22 +606,22 @@ static void test_rotary_errors(void) {
   tensor *p2 = mk(PH_DTYPE_I64, 2, pd2), *p3 = mk(PH_DTYPE_I64, 3, pd3);
   tensor *out[1] = {NULL};
   {
-    gattr a[4] = {a_int("num_heads", 4), a_int("rotary_embedding_dim", 8),
-                  a_ints("mrope_section", sec_bad, 3), a_int("mrope_layout", 1)};
+    gattr a[4] = {attr_int("num_heads", 4), attr_int("rotary_embedding_dim", 8),
+                  attr_ints("mrope_section", sec_bad, 3), attr_int("mrope_layout", 1)};
     gnode n = op_test_node("MRotaryEmbedding", "com.microsoft", 4, 1, a, 4);
     tensor *in[4] = {x, p3, cs, sn};
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "mrope_section");
-    a[2] = a_ints("mrope_section", sec_ok, 2);
+    a[2] = attr_ints("mrope_section", sec_ok, 2);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     n.n_attrs = 2; /* no mrope_section at all */
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "mrope_section");
     n.n_attrs = 4;
-    a[2] = a_ints("mrope_section", sec_ok, 3);
-    a[3] = a_int("mrope_layout", 2);
+    a[2] = attr_ints("mrope_section", sec_ok, 3);
+    a[3] = attr_int("mrope_layout", 2);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-    a[3] = a_int("mrope_layout", 1);
+    a[3] = attr_int("mrope_layout", 1);
     in[1] = p2; /* RotaryEmbedding-style positions */
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_TENSOR_SHAPE, d.msg);
     in[1] = p3;
@@ -671,7 +634,7 @@ static void test_rotary_errors(void) {
     out[0] = NULL;
   }
   {
-    gattr a[3] = {a_int("num_heads", 4), a_int("rotary_embedding_dim", 8), a_int("interleaved", 0)};
+    gattr a[3] = {attr_int("num_heads", 4), attr_int("rotary_embedding_dim", 8), attr_int("interleaved", 0)};
     gnode n = op_test_node("RotaryEmbedding", "com.microsoft", 4, 1, a, 3);
     tensor *x2t = mk(PH_DTYPE_F32, 2, x2), *pi32 = mk(PH_DTYPE_I32, 2, pd2);
     tensor *in[4] = {x2t, p2, cs, sn};
@@ -680,21 +643,21 @@ static void test_rotary_errors(void) {
     in[1] = pi32;
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_TENSOR_DTYPE, d.msg);
     in[1] = p2;
-    a[2] = a_int("is_packed_batching", 1);
+    a[2] = attr_int("is_packed_batching", 1);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
-    a[2] = a_float("scale", 2.0f);
+    a[2] = attr_float("scale", 2.0f);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
-    a[2] = a_int("interleaved", 0);
-    a[0] = a_int("num_heads", 2);
-    a[1] = a_int("rotary_embedding_dim", 16); /* H = 16, but the cache has 4 columns, not 8 */
+    a[2] = attr_int("interleaved", 0);
+    a[0] = attr_int("num_heads", 2);
+    a[1] = attr_int("rotary_embedding_dim", 16); /* H = 16, but the cache has 4 columns, not 8 */
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_TENSOR_SHAPE, d.msg);
-    a[0] = a_int("num_heads", 4);
-    a[1] = a_int("rotary_embedding_dim", 10); /* exceeds head size 8 */
+    a[0] = attr_int("num_heads", 4);
+    a[1] = attr_int("rotary_embedding_dim", 10); /* exceeds head size 8 */
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-    a[0] = a_int("num_heads", 0);
-    a[1] = a_int("rotary_embedding_dim", 8); /* needs num_heads */
+    a[0] = attr_int("num_heads", 0);
+    a[1] = attr_int("rotary_embedding_dim", 8); /* needs num_heads */
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-    a[0] = a_int("num_heads", 4);
+    a[0] = attr_int("num_heads", 4);
     ((int64_t *)p2->data)[1] = -1;
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     tensor_free(x2t);
@@ -702,7 +665,7 @@ static void test_rotary_errors(void) {
   }
   {
     /* the offset form running past the cache: 7 + 2 positions > 8 rows */
-    gattr a[1] = {a_int("num_heads", 4)};
+    gattr a[1] = {attr_int("num_heads", 4)};
     gnode n = op_test_node("RotaryEmbedding", "com.microsoft", 4, 1, a, 1);
     int64_t one[1] = {1}, c8[2] = {8, 4};
     tensor *po = mk(PH_DTYPE_I64, 1, one), *cs8 = mk(PH_DTYPE_F32, 2, c8),
@@ -721,7 +684,7 @@ static void test_rotary_errors(void) {
   {
     /* build-time inference with unknown batch and sequence */
     const op_def *def = op_lookup("com.microsoft", "RotaryEmbedding");
-    gattr a[2] = {a_int("num_heads", 4), a_int("rotary_embedding_dim", 4)};
+    gattr a[2] = {attr_int("num_heads", 4), attr_int("rotary_embedding_dim", 4)};
     gnode n = op_test_node("RotaryEmbedding", "com.microsoft", 4, 1, a, 2);
     tinfo in[4], o[1];
     memset(in, 0, sizeof in);
@@ -812,14 +775,14 @@ static void gqa_build(const gqa_case *c, gqa_io *io, uint64_t seed) {
     io->in[11] = mk_rand(c->dt, 1, sd, &r, -1.0f, 3.0f);
     n_in = 12;
   }
-  io->attrs[io->n_attrs++] = a_int("num_heads", c->Hq);
-  io->attrs[io->n_attrs++] = a_int("kv_num_heads", c->Hkv);
-  if (c->scale != 0.0f) io->attrs[io->n_attrs++] = a_float("scale", c->scale);
-  if (c->softcap != 0.0f) io->attrs[io->n_attrs++] = a_float("softcap", c->softcap);
-  if (c->window > 0) io->attrs[io->n_attrs++] = a_int("local_window_size", c->window);
+  io->attrs[io->n_attrs++] = attr_int("num_heads", c->Hq);
+  io->attrs[io->n_attrs++] = attr_int("kv_num_heads", c->Hkv);
+  if (c->scale != 0.0f) io->attrs[io->n_attrs++] = attr_float("scale", c->scale);
+  if (c->softcap != 0.0f) io->attrs[io->n_attrs++] = attr_float("softcap", c->softcap);
+  if (c->window > 0) io->attrs[io->n_attrs++] = attr_int("local_window_size", c->window);
   if (c->rotary) {
-    io->attrs[io->n_attrs++] = a_int("do_rotary", 1);
-    io->attrs[io->n_attrs++] = a_int("rotary_interleaved", c->interleaved);
+    io->attrs[io->n_attrs++] = attr_int("do_rotary", 1);
+    io->attrs[io->n_attrs++] = attr_int("rotary_interleaved", c->interleaved);
   }
   io->node = op_test_node("GroupQueryAttention", "com.microsoft", n_in, 3, io->attrs, io->n_attrs);
 }
@@ -1180,9 +1143,9 @@ static void test_gqa_errors(void) {
 
   gqa_build(&c, &io, 5000);
   GQA_EXPECT(PH_OK, NULL);
-  io.attrs[0] = a_int("num_heads", 3); /* 3 % 2 != 0 */
+  io.attrs[0] = attr_int("num_heads", 3); /* 3 % 2 != 0 */
   GQA_EXPECT(PH_ERR_INVALID_ARGUMENT, "kv_num_heads");
-  io.attrs[0] = a_int("num_heads", 4);
+  io.attrs[0] = attr_int("num_heads", 4);
   /* each unsupported optional input is named */
   static const int slots[5] = {10, 12, 13, 14, 15};
   static const char *const names[5] = {"attention_bias", "k_scale", "v_scale", "q_norm_weight",
@@ -1199,16 +1162,16 @@ static void test_gqa_errors(void) {
     free_all(io.out, 3);
   }
   /* unsupported attributes and output */
-  io.attrs[io.n_attrs] = a_int("smooth_softmax", 1);
+  io.attrs[io.n_attrs] = attr_int("smooth_softmax", 1);
   io.node.n_attrs = io.n_attrs + 1;
   GQA_EXPECT(PH_ERR_UNSUPPORTED, "smooth_softmax");
-  io.attrs[io.n_attrs] = a_str("k_quant_type", "PER_TENSOR");
+  io.attrs[io.n_attrs] = attr_string("k_quant_type", "PER_TENSOR");
   GQA_EXPECT(PH_ERR_UNSUPPORTED, "k_quant_type");
-  io.attrs[io.n_attrs] = a_int("local_window_size", 0);
+  io.attrs[io.n_attrs] = attr_int("local_window_size", 0);
   GQA_EXPECT(PH_ERR_INVALID_ARGUMENT, "local_window_size");
-  io.attrs[io.n_attrs] = a_int("do_rotary", 1); /* without caches */
+  io.attrs[io.n_attrs] = attr_int("do_rotary", 1); /* without caches */
   GQA_EXPECT(PH_ERR_INVALID_ARGUMENT, "cos_cache");
-  io.attrs[io.n_attrs] = a_float("softcap", -1.0f);
+  io.attrs[io.n_attrs] = attr_float("softcap", -1.0f);
   GQA_EXPECT(PH_ERR_INVALID_ARGUMENT, "softcap");
   io.node.n_attrs = io.n_attrs;
   io.node.n_outputs = 4;
@@ -1276,7 +1239,7 @@ static void test_gqa_errors(void) {
 
   /* build-time inference: unknown batch, sequence and past propagate; P + S when both known */
   const op_def *def = op_lookup("com.microsoft", "GroupQueryAttention");
-  gattr a[2] = {a_int("num_heads", 4), a_int("kv_num_heads", 2)};
+  gattr a[2] = {attr_int("num_heads", 4), attr_int("kv_num_heads", 2)};
   gnode n = op_test_node("GroupQueryAttention", "com.microsoft", 7, 3, a, 2);
   tinfo in[7], o[3];
   memset(in, 0, sizeof in);

@@ -28,25 +28,6 @@ static const char *dtn(ph_dtype dt) {
   return s ? s : "INVALID";
 }
 
-static gattr a_int(const char *name, int64_t v) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_INT;
-  a.i = v;
-  return a;
-}
-
-static gattr a_ints(const char *name, const int64_t *v, int n) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_INTS;
-  a.ints = v;
-  a.n = n;
-  return a;
-}
-
 static tensor *tn(ph_dtype dt, int rank, const int64_t *dims) { return tensor_new(dt, rank, dims); }
 
 /* A 1-D integer tensor (I64 or I32) holding v. */
@@ -684,7 +665,7 @@ static void check_gather(ph_dtype dt, int rd, const int64_t *dd, ph_dtype it, in
   int ax = (int)(axis < 0 ? axis + rd : axis);
   int64_t s = dd[ax];
   fill(in[1], r, (double)-s, (double)(s - 1));
-  gattr at[1] = {a_int("axis", axis)};
+  gattr at[1] = {attr_int("axis", axis)};
   diag d;
   CHECK_STATUS(run_op("Gather", "", 2, in, 1, out, at, 1, 1, 0u, &d), PH_OK, d.msg);
   if (out[0]) {
@@ -762,9 +743,9 @@ static void test_gather(void) {
   ti[1].dtype = PH_DTYPE_F32;
   CHECK_STATUS(infer_op("Gather", "", 2, ti, 1, to, NULL, 0, &d), PH_ERR_TENSOR_DTYPE, d.msg);
   ti[1].dtype = PH_DTYPE_I32;
-  gattr at[1] = {a_int("axis", 2)};
+  gattr at[1] = {attr_int("axis", 2)};
   CHECK_STATUS(infer_op("Gather", "", 2, ti, 1, to, at, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  at[0] = a_int("axis", -3);
+  at[0] = attr_int("axis", -3);
   CHECK_STATUS(infer_op("Gather", "", 2, ti, 1, to, at, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
 }
 
@@ -1179,7 +1160,7 @@ static void test_cast(void) {
           iset(in[0], i, v);
         }
       }
-      gattr at[1] = {a_int("to", dtype_to_onnx(to))};
+      gattr at[1] = {attr_int("to", dtype_to_onnx(to))};
       diag d;
       CHECK_STATUS(run_op("Cast", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
       if (out[0]) {
@@ -1204,7 +1185,7 @@ static void test_cast(void) {
   tensor *in[1] = {tn(PH_DTYPE_F32, 1, (int64_t[]){2})}, *out[1] = {NULL};
   ((float *)in[0]->data)[0] = 9.3e18f;
   ((float *)in[0]->data)[1] = -9.3e18f;
-  gattr at[1] = {a_int("to", 7)};
+  gattr at[1] = {attr_int("to", 7)};
   diag d;
   CHECK_STATUS(run_op("Cast", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
@@ -1219,9 +1200,9 @@ static void test_cast(void) {
   CHECK_DIMS(to[0], 2, -1, 3);
   CHECK_EQ_INT(to[0].dtype, PH_DTYPE_I64);
   CHECK_STATUS(infer_op("Cast", "", 1, ti, 1, to, NULL, 0, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  at[0] = a_int("to", 11); /* DOUBLE */
+  at[0] = attr_int("to", 11); /* DOUBLE */
   CHECK_STATUS(infer_op("Cast", "", 1, ti, 1, to, at, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  at[0] = a_int("to", 1);
+  at[0] = attr_int("to", 1);
   ti[0].dtype = PH_DTYPE_F8E4M3;
   CHECK_STATUS(infer_op("Cast", "", 1, ti, 1, to, at, 1, &d), PH_ERR_TENSOR_DTYPE, d.msg);
 }
@@ -1265,7 +1246,7 @@ static void test_reshape(void) {
   tensor *in[2] = {tn(PH_DTYPE_F32, 2, (int64_t[]){0, 5}),
                    ints_tensor(PH_DTYPE_I64, 3, (int64_t[]){5, 0, 2})};
   tensor *out[1] = {NULL};
-  gattr az[1] = {a_int("allowzero", 1)};
+  gattr az[1] = {attr_int("allowzero", 1)};
   CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, az, 1, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     tinfo ot = tensor_tinfo(out[0], 0);
@@ -1317,7 +1298,7 @@ static void check_transpose(ph_dtype dt, int rank, const int64_t *dims, const in
                             rng *r) {
   tensor *in[1] = {tn(dt, rank, dims)}, *out[1] = {NULL};
   fill(in[0], r, -100, 100);
-  gattr at[1] = {a_ints("perm", perm, rank)};
+  gattr at[1] = {attr_ints("perm", perm, rank)};
   diag d;
   CHECK_STATUS(run_op("Transpose", "", 1, in, 1, out, at, perm ? 1 : 0, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
@@ -1365,17 +1346,17 @@ static void test_transpose(void) {
   /* bad perms */
   diag d;
   tinfo ti[1] = {ti_make(PH_DTYPE_F32, 3, (int64_t[]){2, 3, 4})}, to[1];
-  gattr at[1] = {a_ints("perm", (int64_t[]){0, 0, 1}, 3)};
+  gattr at[1] = {attr_ints("perm", (int64_t[]){0, 0, 1}, 3)};
   CHECK_STATUS(infer_op("Transpose", "", 1, ti, 1, to, at, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  at[0] = a_ints("perm", (int64_t[]){0, 1}, 2);
+  at[0] = attr_ints("perm", (int64_t[]){0, 1}, 2);
   CHECK_STATUS(infer_op("Transpose", "", 1, ti, 1, to, at, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  at[0] = a_ints("perm", (int64_t[]){0, 3, 1}, 3);
+  at[0] = attr_ints("perm", (int64_t[]){0, 3, 1}, 3);
   CHECK_STATUS(infer_op("Transpose", "", 1, ti, 1, to, at, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  at[0] = a_ints("perm", (int64_t[]){0, -1, 1}, 3);
+  at[0] = attr_ints("perm", (int64_t[]){0, -1, 1}, 3);
   CHECK_STATUS(infer_op("Transpose", "", 1, ti, 1, to, at, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   /* unknown dims move with their axes */
   ti[0] = ti_make(PH_DTYPE_F32, 3, (int64_t[]){-1, 3, 4});
-  at[0] = a_ints("perm", (int64_t[]){1, 2, 0}, 3);
+  at[0] = attr_ints("perm", (int64_t[]){1, 2, 0}, 3);
   CHECK_STATUS(infer_op("Transpose", "", 1, ti, 1, to, at, 1, &d), PH_OK, d.msg);
   CHECK_DIMS(to[0], 3, 3, 4, -1);
 }
@@ -1387,7 +1368,7 @@ static void check_split(int64_t axis, int n_out, const int64_t *split, const gat
   tensor *in[2] = {tn(dt, 3, dims), split ? ints_tensor(PH_DTYPE_I64, n_out, split) : NULL};
   tensor *out[8] = {NULL};
   fill(in[0], r, -100, 100);
-  gattr at[2] = {a_int("axis", axis)};
+  gattr at[2] = {attr_int("axis", axis)};
   int n_at = 1;
   if (extra) at[n_at++] = *extra;
   diag d;
@@ -1425,14 +1406,14 @@ static void test_split(void) {
     check_split(1, 3, (int64_t[]){1, 2, 4}, NULL, (int64_t[]){1, 2, 4}, dt, &r);
     check_split(1, 3, (int64_t[]){0, 7, 0}, NULL, (int64_t[]){0, 7, 0}, dt, &r);
     check_split(2, 1, NULL, NULL, (int64_t[]){6}, dt, &r);
-    gattr nout = a_int("num_outputs", 3);
+    gattr nout = attr_int("num_outputs", 3);
     check_split(1, 3, NULL, &nout, (int64_t[]){3, 3, 1}, dt, &r);
   }
   diag d;
   tensor *in[2] = {tn(PH_DTYPE_F32, 2, (int64_t[]){4, 7}),
                    ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){3, 3})};
   tensor *out[3] = {NULL};
-  gattr at[1] = {a_int("axis", 1)};
+  gattr at[1] = {attr_int("axis", 1)};
   /* 7 not divisible by 2 without split sizes; sizes not summing to the dim */
   CHECK_STATUS(run_op("Split", "", 1, in, 2, out, at, 1, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE, d.msg);
   CHECK_STATUS(run_op("Split", "", 2, in, 2, out, at, 1, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE, d.msg);
@@ -1444,7 +1425,7 @@ static void test_split(void) {
   CHECK_CONTAINS(d.msg, "non-constant split input");
   free_all(out, 3);
   /* the pre-13 split attribute is refused */
-  gattr old[2] = {a_int("axis", 1), a_ints("split", (int64_t[]){4, 3}, 2)};
+  gattr old[2] = {attr_int("axis", 1), attr_ints("split", (int64_t[]){4, 3}, 2)};
   CHECK_STATUS(run_op("Split", "", 1, in, 2, out, old, 2, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   free_all(in, 2);
@@ -1617,7 +1598,7 @@ static void test_concat(void) {
           fill(in[i], &r, -100, 100);
         }
         tensor *out[1] = {NULL};
-        gattr at[1] = {a_int("axis", axis)};
+        gattr at[1] = {attr_int("axis", axis)};
         CHECK_STATUS(run_op("Concat", "", 3, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
         if (out[0]) {
           CHECK_EQ_INT(out[0]->dims[ax], 2 + W);
@@ -1642,7 +1623,7 @@ static void test_concat(void) {
                  ti_make(PH_DTYPE_F32, 2, (int64_t[]){3, -1}),
                  ti_make(PH_DTYPE_F32, 2, (int64_t[]){3, 5})},
         to[1];
-  gattr at[1] = {a_int("axis", 1)};
+  gattr at[1] = {attr_int("axis", 1)};
   CHECK_STATUS(infer_op("Concat", "", 3, ti, 1, to, at, 1, &d), PH_OK, d.msg);
   CHECK_DIMS(to[0], 2, 3, -1);
   ti[1].dims[1] = 2;
@@ -1734,8 +1715,8 @@ static void test_unsqueeze_squeeze_shape(void) {
   for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
     gattr at[2];
     int na = 0;
-    if (sc[i].has_start) at[na++] = a_int("start", sc[i].start);
-    if (sc[i].has_end) at[na++] = a_int("end", sc[i].end);
+    if (sc[i].has_start) at[na++] = attr_int("start", sc[i].start);
+    if (sc[i].has_end) at[na++] = attr_int("end", sc[i].end);
     tensor *sin[1] = {x};
     CHECK_STATUS(run_op("Shape", "", 1, sin, 1, out, at, na, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
@@ -1766,7 +1747,7 @@ static void check_reduce(ph_dtype dt, int rank, const int64_t *dims, int n_axes,
                    n_axes >= 0 ? ints_tensor(PH_DTYPE_I64, n_axes, axes) : NULL};
   tensor *out[1] = {NULL};
   fill(in[0], r, -100, 100);
-  gattr at[1] = {a_int("keepdims", keepdims)};
+  gattr at[1] = {attr_int("keepdims", keepdims)};
   diag d;
   CHECK_STATUS(run_op("ReduceSum", "", in[1] ? 2 : 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
   int red[8] = {0};
@@ -1824,7 +1805,7 @@ static void test_reduce_sum(void) {
   tensor *in[2] = {tn(PH_DTYPE_F32, 2, (int64_t[]){3, 5}), ints_tensor(PH_DTYPE_I64, 0, NULL)};
   tensor *out[1] = {NULL};
   fill(in[0], &r, -1, 1);
-  gattr noop[1] = {a_int("noop_with_empty_axes", 1)};
+  gattr noop[1] = {attr_int("noop_with_empty_axes", 1)};
   CHECK_STATUS(run_op("ReduceSum", "", 2, in, 1, out, noop, 1, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     tinfo ot = tensor_tinfo(out[0], 0);

@@ -20,33 +20,6 @@
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
-static gattr ga_int(const char *name, int64_t v) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_INT;
-  a.i = v;
-  return a;
-}
-
-static gattr ga_float(const char *name, float v) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_FLOAT;
-  a.f = v;
-  return a;
-}
-
-static gattr ga_str(const char *name, const char *v) {
-  gattr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = ATTR_STRING;
-  a.s = v;
-  return a;
-}
-
 static tensor *mk3(ph_dtype dt, int64_t a, int64_t b, int64_t c) {
   int64_t d[3] = {a, b, c};
   return tensor_new(dt, 3, d);
@@ -215,11 +188,11 @@ static void la_inputs(const la_cfg *c, tensor *in[6]) {
 
 static int la_attrs(const la_cfg *c, gattr *a) {
   int n = 0;
-  a[n++] = ga_str("update_rule", c->rule);
-  a[n++] = ga_int("q_num_heads", c->Hq);
-  a[n++] = ga_int("kv_num_heads", c->Hv);
-  if (c->chunk) a[n++] = ga_int("chunk_size", c->chunk);
-  if (c->scale != 0.0f) a[n++] = ga_float("scale", c->scale);
+  a[n++] = attr_string("update_rule", c->rule);
+  a[n++] = attr_int("q_num_heads", c->Hq);
+  a[n++] = attr_int("kv_num_heads", c->Hv);
+  if (c->chunk) a[n++] = attr_int("chunk_size", c->chunk);
+  if (c->scale != 0.0f) a[n++] = attr_float("scale", c->scale);
   return n;
 }
 
@@ -634,9 +607,9 @@ static ph_status la_try(const char *rule, tensor *in[6], int n_in, gattr *extra,
                         int Hq, int Hv, diag *d) {
   gattr a[12];
   int n = 0;
-  a[n++] = ga_str("update_rule", rule);
-  if (Hq) a[n++] = ga_int("q_num_heads", Hq);
-  if (Hv) a[n++] = ga_int("kv_num_heads", Hv);
+  a[n++] = attr_string("update_rule", rule);
+  if (Hq) a[n++] = attr_int("q_num_heads", Hq);
+  if (Hv) a[n++] = attr_int("kv_num_heads", Hv);
   for (int i = 0; i < n_extra; i++) a[n++] = extra[i];
   gnode node = op_test_node("LinearAttention", "com.microsoft", n_in, 2, a, n);
   tensor *out[2] = {NULL, NULL};
@@ -669,14 +642,14 @@ static void test_la_errors(void) {
   CHECK_STATUS(la_try("linear", qkv, 3, NULL, 0, 0, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "q_num_heads");
   CHECK_STATUS(la_try("linear", qkv, 3, NULL, 0, 2, 0, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  gattr sw = ga_int("state_window", 2);
+  gattr sw = attr_int("state_window", 2);
   CHECK_STATUS(la_try("linear", qkv, 3, &sw, 1, 2, 2, &d), PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "state_window");
-  gattr sw_neg = ga_int("state_window", -1);
+  gattr sw_neg = attr_int("state_window", -1);
   CHECK_STATUS(la_try("linear", qkv, 3, &sw_neg, 1, 2, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  gattr ch0 = ga_int("chunk_size", 0);
+  gattr ch0 = attr_int("chunk_size", 0);
   CHECK_STATUS(la_try("linear", qkv, 3, &ch0, 1, 2, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  gattr bad_type = ga_float("q_num_heads", 2.0f);
+  gattr bad_type = attr_float("q_num_heads", 2.0f);
   CHECK_STATUS(la_try("linear", qkv, 3, &bad_type, 1, 0, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   /* Head counts: 3 and 2 do not divide; query width 8 is not a multiple of 3. */
   CHECK_STATUS(la_try("linear", qkv, 3, NULL, 0, 3, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
@@ -721,8 +694,8 @@ static void test_la_infer_unknown(void) {
   const op_def *def = op_lookup("com.microsoft", "LinearAttention");
   CHECK(def && def->infer);
   if (!def || !def->infer) return;
-  gattr a[3] = {ga_str("update_rule", "gated_delta"), ga_int("q_num_heads", 2),
-                ga_int("kv_num_heads", 4)};
+  gattr a[3] = {attr_string("update_rule", "gated_delta"), attr_int("q_num_heads", 2),
+                attr_int("kv_num_heads", 4)};
   gnode n = op_test_node("LinearAttention", "com.microsoft", 6, 2, a, 3);
   tinfo in[6], out[2];
   memset(in, 0, sizeof in);
@@ -797,9 +770,9 @@ static void cc_inputs(const cc_cfg *c, tensor *in[4]) {
 static ph_status cc_call(const cc_cfg *c, tensor *in[4], tensor *out[2], int threads, diag *d) {
   gattr a[4];
   int n = 0;
-  if (c->act) a[n++] = ga_str("activation", c->act);
-  if (c->dil != 1) a[n++] = ga_int("dilation", c->dil);
-  if (c->channels_last) a[n++] = ga_int("channels_last", 1);
+  if (c->act) a[n++] = attr_string("activation", c->act);
+  if (c->dil != 1) a[n++] = attr_int("dilation", c->dil);
+  if (c->channels_last) a[n++] = attr_int("channels_last", 1);
   gnode node = op_test_node("CausalConvWithState", "com.microsoft", 4, 2, a, n);
   return op_test_run(&node, in, out, threads, d);
 }
@@ -984,22 +957,22 @@ static void test_cc_errors(void) {
   tensor *in[4] = {x, w, bias, past};
   diag d;
   CHECK_STATUS(cc_try(in, 4, NULL, 0, &d), PH_OK, d.msg);
-  gattr sw = ga_int("state_window", 2);
+  gattr sw = attr_int("state_window", 2);
   CHECK_STATUS(cc_try(in, 4, &sw, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "state_window");
-  gattr nd = ga_int("ndim", 2);
+  gattr nd = attr_int("ndim", 2);
   CHECK_STATUS(cc_try(in, 4, &nd, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "ndim");
-  gattr nd4 = ga_int("ndim", 4);
+  gattr nd4 = attr_int("ndim", 4);
   CHECK_STATUS(cc_try(in, 4, &nd4, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  gattr dil0 = ga_int("dilation", 0);
+  gattr dil0 = attr_int("dilation", 0);
   CHECK_STATUS(cc_try(in, 4, &dil0, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  gattr relu = ga_str("activation", "relu");
+  gattr relu = attr_string("activation", "relu");
   CHECK_STATUS(cc_try(in, 4, &relu, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  gattr cl2 = ga_int("channels_last", 2);
+  gattr cl2 = attr_int("channels_last", 2);
   CHECK_STATUS(cc_try(in, 4, &cl2, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   /* dilation 2 needs a state of (K-1)*2 = 4 columns. */
-  gattr dil2 = ga_int("dilation", 2);
+  gattr dil2 = attr_int("dilation", 2);
   CHECK_STATUS(cc_try(in, 4, &dil2, 1, &d), PH_ERR_TENSOR_SHAPE, d.msg);
   tensor *w2 = tensor_new(f, 2, (int64_t[]){4, 3}), *w_c = mk3(f, 5, 1, 3), *w_g = mk3(f, 4, 2, 3);
   tensor *bias5 = mk1(f, 5), *past_b = mk3(f, 1, 4, 2), *past16 = mk3(PH_DTYPE_F16, 2, 4, 2);
@@ -1019,7 +992,7 @@ static void test_cc_errors(void) {
 
   /* Build time: an unknown L propagates; a known K gives the state length. */
   const op_def *def = op_lookup("com.microsoft", "CausalConvWithState");
-  gattr a = ga_int("dilation", 3);
+  gattr a = attr_int("dilation", 3);
   gnode n = op_test_node("CausalConvWithState", "com.microsoft", 2, 2, &a, 1);
   tinfo ti[2], to[2];
   memset(ti, 0, sizeof ti);
@@ -1148,7 +1121,7 @@ static void test_gn(void) {
       tensor_fill_uniform(w, &r, 0.5f, 1.5f);
       /* Odd cases set epsilon explicitly, even ones take the default 1e-5. */
       int explicit_eps = idx % 2;
-      gattr a = ga_float("epsilon", 1e-6f);
+      gattr a = attr_float("epsilon", 1e-6f);
       gnode n = op_test_node("GatedRMSNorm", "com.microsoft", 3, 1, &a, explicit_eps);
       double eps = explicit_eps ? 1e-6f : 1e-5f;
       tensor *in[3] = {x, w, z}, *out[1] = {NULL};
@@ -1190,7 +1163,7 @@ static void test_gn(void) {
   CHECK_STATUS(op_test_run(&n, e1, out, 1, &d), PH_ERR_TENSOR_SHAPE, d.msg);
   CHECK_STATUS(op_test_run(&n, e2, out, 1, &d), PH_ERR_TENSOR_SHAPE, d.msg);
   CHECK_STATUS(op_test_run(&n, e3, out, 1, &d), PH_ERR_TENSOR_DTYPE, d.msg);
-  gattr sig = ga_str("activation", "sigmoid");
+  gattr sig = attr_string("activation", "sigmoid");
   gnode ns = op_test_node("GatedRMSNorm", "com.microsoft", 3, 1, &sig, 1);
   tensor *okin[3] = {x, w, z};
   CHECK_STATUS(op_test_run(&ns, okin, out, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
