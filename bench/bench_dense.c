@@ -53,7 +53,8 @@ int main(int argc, char **argv) {
     char cfg[1100];
     snprintf(cfg, sizeof cfg, "%s/model.safetensors", dir);
     if (!path_exists(cfg)) {
-      fprintf(stderr, "bench_dense: writing a random Qwen3.5-0.8B-shaped bf16 model to %s ...\n", dir);
+      fprintf(stderr, "bench_dense: writing a random Qwen3.5-0.8B-shaped bf16 model to %s ...\n",
+              dir);
       tiny_params p = tiny_params_default();
       p.dtype = PH_DTYPE_BF16;
       if (tiny_apply_preset(&p, "qwen3.5-0.8b", &d) != PH_OK || tiny_write(dir, &p, &d) != PH_OK) {
@@ -99,7 +100,8 @@ int main(int argc, char **argv) {
     double a = roofline_now();
     s = dense_session_step(sess, ids, prompt, logits, &d);
     double b = roofline_now();
-    for (int i = 0; s == PH_OK && i < decode; i++) s = dense_session_step(sess, ids + prompt + i, 1, logits, &d);
+    for (int i = 0; s == PH_OK && i < decode; i++)
+      s = dense_session_step(sess, ids + prompt + i, 1, logits, &d);
     double c = roofline_now();
     if (s != PH_OK) {
       fprintf(stderr, "bench_dense: %s: %s\n", ph_status_name(s), d.msg);
@@ -122,7 +124,8 @@ int main(int argc, char **argv) {
   if (json) {
     printf("{\"model\": \"%s\", \"parameters\": %lld, \"weight_bytes\": %lld, \"threads\": %d,\n"
            " \"bandwidth_gbs\": %.1f, \"fma_gflops\": %.1f,\n"
-           " \"prefill_tokens\": %d, \"prefill_tok_s\": %.2f, \"prefill_gflops\": %.1f, \"prefill_vs_fma\": %.4f,\n"
+           " \"prefill_tokens\": %d, \"prefill_tok_s\": %.2f, \"prefill_gflops\": %.1f, "
+           "\"prefill_vs_fma\": %.4f,\n"
            " \"time_to_first_token_s\": %.3f,\n"
            " \"decode_tok_s\": %.3f, \"decode_gbs\": %.2f, \"decode_vs_bandwidth\": %.4f,\n"
            " \"executor_overhead_us_per_step\": %.1f, \"nodes\": %d, \"graph_build_s\": %.2f}\n",
@@ -132,10 +135,12 @@ int main(int argc, char **argv) {
   } else {
     printf("model           %s (%lld parameters, %.2f GB as stored)\n", model_dir,
            (long long)info.parameters, (double)info.weight_bytes / 1e9);
-    printf("machine         %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured now)\n",
-           n_threads, bw, fma);
-    printf("prefill         %d tokens: %.2f tok/s = %.1f GFLOP/s = %.3f of FMA peak (TTFT %.2f s)\n",
-           prompt, prefill, prefill_gflops, prefill_gflops / fma, first);
+    printf(
+        "machine         %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured now)\n",
+        n_threads, bw, fma);
+    printf(
+        "prefill         %d tokens: %.2f tok/s = %.1f GFLOP/s = %.3f of FMA peak (TTFT %.2f s)\n",
+        prompt, prefill, prefill_gflops, prefill_gflops / fma, first);
     printf("decode          %.3f tok/s = %.2f GB/s of weights = %.3f of bandwidth\n", decode_tps,
            decode_gbs, decode_gbs / bw);
     printf("executor        %.1f us planning + dispatch for %d nodes in the last decode step "

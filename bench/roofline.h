@@ -38,7 +38,7 @@ typedef float roofline_v16 __attribute__((vector_size(64)));
 
 typedef struct roofline_job {
   const float *data;
-  size_t n;        /* floats */
+  size_t n; /* floats */
   double result;
   int iters;
 } roofline_job;

@@ -37,32 +37,32 @@ extern "C" {
 /* ---- status: one table drives the enum, the names and the messages ------------------------ */
 
 /* X(value, NAME, message). Values are explicit and never reused; append new rows only. */
-#define PH_STATUS_TABLE(X)                                                                        \
-  X(0, OK, "success")                                                                             \
-  X(1, ERR_INVALID_ARGUMENT, "invalid argument")                                                  \
-  X(2, ERR_NO_MEMORY, "out of memory")                                                            \
-  X(3, ERR_IO, "file could not be opened, read or written")                                       \
-  X(4, ERR_NOT_FOUND, "file not found")                                                           \
-  X(5, ERR_JSON, "malformed JSON")                                                                \
-  X(6, ERR_CONFIG_MISSING_FIELD, "required configuration field is missing")                      \
-  X(7, ERR_CONFIG_INVALID, "configuration field has an invalid type or value")                   \
-  X(8, ERR_CONFIG_INCONSISTENT, "configuration fields contradict each other")                    \
-  X(9, ERR_UNKNOWN_MODEL_TYPE, "unknown model type")                                              \
-  X(10, ERR_UNSUPPORTED, "not supported")                                                         \
-  X(11, ERR_SAFETENSORS_HEADER_SIZE, "safetensors header length is implausible")                 \
-  X(12, ERR_SAFETENSORS_HEADER, "malformed safetensors header")                                   \
-  X(13, ERR_SAFETENSORS_DTYPE, "unknown safetensors dtype")                                       \
-  X(14, ERR_SAFETENSORS_SIZE_MISMATCH, "safetensors byte range does not match dtype and shape")  \
-  X(15, ERR_SAFETENSORS_RANGE, "safetensors byte range lies outside the data section")           \
-  X(16, ERR_SAFETENSORS_OVERLAP, "safetensors tensors overlap")                                   \
-  X(17, ERR_SAFETENSORS_TRUNCATED, "safetensors file is truncated")                               \
-  X(18, ERR_SAFETENSORS_INDEX, "malformed safetensors shard index")                               \
-  X(19, ERR_TENSOR_MISSING, "required tensor is missing from the checkpoint")                     \
-  X(20, ERR_TENSOR_SHAPE, "tensor has an unexpected shape")                                       \
-  X(21, ERR_TENSOR_DTYPE, "tensor has an unsupported dtype")                                      \
-  X(22, ERR_DUPLICATE_TENSOR, "tensor is defined more than once")                                 \
-  X(23, ERR_LIMIT, "a size or count exceeds a supported limit")                                   \
-  X(24, ERR_INTERNAL, "internal error")                                                           \
+#define PH_STATUS_TABLE(X)                                                                         \
+  X(0, OK, "success")                                                                              \
+  X(1, ERR_INVALID_ARGUMENT, "invalid argument")                                                   \
+  X(2, ERR_NO_MEMORY, "out of memory")                                                             \
+  X(3, ERR_IO, "file could not be opened, read or written")                                        \
+  X(4, ERR_NOT_FOUND, "file not found")                                                            \
+  X(5, ERR_JSON, "malformed JSON")                                                                 \
+  X(6, ERR_CONFIG_MISSING_FIELD, "required configuration field is missing")                        \
+  X(7, ERR_CONFIG_INVALID, "configuration field has an invalid type or value")                     \
+  X(8, ERR_CONFIG_INCONSISTENT, "configuration fields contradict each other")                      \
+  X(9, ERR_UNKNOWN_MODEL_TYPE, "unknown model type")                                               \
+  X(10, ERR_UNSUPPORTED, "not supported")                                                          \
+  X(11, ERR_SAFETENSORS_HEADER_SIZE, "safetensors header length is implausible")                   \
+  X(12, ERR_SAFETENSORS_HEADER, "malformed safetensors header")                                    \
+  X(13, ERR_SAFETENSORS_DTYPE, "unknown safetensors dtype")                                        \
+  X(14, ERR_SAFETENSORS_SIZE_MISMATCH, "safetensors byte range does not match dtype and shape")    \
+  X(15, ERR_SAFETENSORS_RANGE, "safetensors byte range lies outside the data section")             \
+  X(16, ERR_SAFETENSORS_OVERLAP, "safetensors tensors overlap")                                    \
+  X(17, ERR_SAFETENSORS_TRUNCATED, "safetensors file is truncated")                                \
+  X(18, ERR_SAFETENSORS_INDEX, "malformed safetensors shard index")                                \
+  X(19, ERR_TENSOR_MISSING, "required tensor is missing from the checkpoint")                      \
+  X(20, ERR_TENSOR_SHAPE, "tensor has an unexpected shape")                                        \
+  X(21, ERR_TENSOR_DTYPE, "tensor has an unsupported dtype")                                       \
+  X(22, ERR_DUPLICATE_TENSOR, "tensor is defined more than once")                                  \
+  X(23, ERR_LIMIT, "a size or count exceeds a supported limit")                                    \
+  X(24, ERR_INTERNAL, "internal error")                                                            \
   X(25, ERR_ONNX, "malformed ONNX model")
 
 typedef enum ph_status {
@@ -97,7 +97,8 @@ typedef void (*ph_log_fn)(void *user, ph_log_level level, const char *message);
  * dropped before formatting. */
 PH_API void ph_set_log_callback(ph_log_fn fn, void *user, ph_log_level max_level);
 
-/* ---- element types ----------------------------------------------------------------------------- */
+/* ---- element types -----------------------------------------------------------------------------
+ */
 
 typedef enum ph_dtype {
   PH_DTYPE_INVALID = 0,
@@ -114,7 +115,8 @@ typedef enum ph_dtype {
 /* "f32", "bf16", ...; "invalid" for anything else. */
 PH_API const char *ph_dtype_name(ph_dtype dtype);
 
-/* ---- CPU features ------------------------------------------------------------------------------ */
+/* ---- CPU features ------------------------------------------------------------------------------
+ */
 
 /* What this CPU and OS can actually run: the CPUID bit and the OS having enabled the register
  * state (XGETBV), both. */
@@ -156,12 +158,12 @@ PH_API const char *ph_model_error(const ph_model *model);
 typedef enum ph_layer_kind {
   PH_LAYER_LINEAR_ATTENTION = 0, /* GatedDeltaNet: fixed conv + recurrent state */
   PH_LAYER_FULL_ATTENTION = 1,   /* gated full attention: paged K/V */
-  PH_LAYER_MLA = 2,              /* DeepSeek multi-head latent attention: one latent row per token */
+  PH_LAYER_MLA = 2, /* DeepSeek multi-head latent attention: one latent row per token */
 } ph_layer_kind;
 
 /* A summary of an opened model. Strings point into the model and live as long as it. */
 typedef struct ph_model_info {
-  const char *model_type;  /* as in config.json's top level ("qwen3_5") */
+  const char *model_type;      /* as in config.json's top level ("qwen3_5") */
   const char *text_model_type; /* the text model's type ("qwen3_5_text") */
   const char *architecture;    /* architectures[0], or "" */
   ph_dtype dtype;              /* checkpoint dtype from config ("dtype"/"torch_dtype") */
@@ -170,8 +172,8 @@ typedef struct ph_model_info {
   int n_linear_attention_layers;
   int64_t hidden_size;
   int64_t vocab_size;
-  int64_t parameters;          /* counted from the tensors bound (or predicted without weights) */
-  int64_t weight_bytes;        /* bytes of the bound tensors as stored (or predicted) */
+  int64_t parameters;   /* counted from the tensors bound (or predicted without weights) */
+  int64_t weight_bytes; /* bytes of the bound tensors as stored (or predicted) */
   int weights_loaded;
 } ph_model_info;
 

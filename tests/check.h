@@ -37,50 +37,49 @@ static inline int check_report(int ok, const char *file, int line, const char *w
 
 #define CHECK(cond) check_report(!!(cond), __FILE__, __LINE__, #cond)
 
-#define CHECK_EQ_INT(a, b)                                                                        \
-  do {                                                                                            \
-    long long check_a_ = (long long)(a), check_b_ = (long long)(b);                               \
-    if (!check_report(check_a_ == check_b_, __FILE__, __LINE__, #a " == " #b))                    \
-      fprintf(stderr, "       got %lld, expected %lld\n", check_a_, check_b_);                    \
+#define CHECK_EQ_INT(a, b)                                                                         \
+  do {                                                                                             \
+    long long check_a_ = (long long)(a), check_b_ = (long long)(b);                                \
+    if (!check_report(check_a_ == check_b_, __FILE__, __LINE__, #a " == " #b))                     \
+      fprintf(stderr, "       got %lld, expected %lld\n", check_a_, check_b_);                     \
   } while (0)
 
-#define CHECK_EQ_STR(a, b)                                                                        \
-  do {                                                                                            \
-    const char *check_a_ = (a), *check_b_ = (b);                                                  \
-    int check_ok_ = check_a_ && check_b_ && strcmp(check_a_, check_b_) == 0;                      \
-    if (!check_report(check_ok_, __FILE__, __LINE__, #a " == " #b))                               \
-      fprintf(stderr, "       got \"%s\", expected \"%s\"\n", check_a_ ? check_a_ : "(null)",     \
-              check_b_ ? check_b_ : "(null)");                                                    \
+#define CHECK_EQ_STR(a, b)                                                                         \
+  do {                                                                                             \
+    const char *check_a_ = (a), *check_b_ = (b);                                                   \
+    int check_ok_ = check_a_ && check_b_ && strcmp(check_a_, check_b_) == 0;                       \
+    if (!check_report(check_ok_, __FILE__, __LINE__, #a " == " #b))                                \
+      fprintf(stderr, "       got \"%s\", expected \"%s\"\n", check_a_ ? check_a_ : "(null)",      \
+              check_b_ ? check_b_ : "(null)");                                                     \
   } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                                     \
-  do {                                                                                            \
-    double check_a_ = (double)(a), check_b_ = (double)(b), check_t_ = (double)(tol);              \
-    if (!check_report(fabs(check_a_ - check_b_) <= check_t_, __FILE__, __LINE__,                  \
-                      #a " ~= " #b))                                                              \
-      fprintf(stderr, "       got %.9g, expected %.9g (tolerance %.3g)\n", check_a_, check_b_,    \
-              check_t_);                                                                          \
+#define CHECK_NEAR(a, b, tol)                                                                      \
+  do {                                                                                             \
+    double check_a_ = (double)(a), check_b_ = (double)(b), check_t_ = (double)(tol);               \
+    if (!check_report(fabs(check_a_ - check_b_) <= check_t_, __FILE__, __LINE__, #a " ~= " #b))    \
+      fprintf(stderr, "       got %.9g, expected %.9g (tolerance %.3g)\n", check_a_, check_b_,     \
+              check_t_);                                                                           \
   } while (0)
 
 /* Checks a ph_status; on mismatch prints both names and the diag/detail message if given. */
-#define CHECK_STATUS(expr, expected, detail)                                                      \
-  do {                                                                                            \
-    ph_status check_s_ = (expr), check_e_ = (expected);                                           \
-    const char *check_detail_ = (detail);                                                         \
-    if (!check_report(check_s_ == check_e_, __FILE__, __LINE__, #expr))                           \
-      fprintf(stderr, "       got %s, expected %s%s%s\n", ph_status_name(check_s_),               \
-              ph_status_name(check_e_), check_detail_ ? ": " : "",                                \
-              check_detail_ ? check_detail_ : "");                                                \
+#define CHECK_STATUS(expr, expected, detail)                                                       \
+  do {                                                                                             \
+    ph_status check_s_ = (expr), check_e_ = (expected);                                            \
+    const char *check_detail_ = (detail);                                                          \
+    if (!check_report(check_s_ == check_e_, __FILE__, __LINE__, #expr))                            \
+      fprintf(stderr, "       got %s, expected %s%s%s\n", ph_status_name(check_s_),                \
+              ph_status_name(check_e_), check_detail_ ? ": " : "",                                 \
+              check_detail_ ? check_detail_ : "");                                                 \
   } while (0)
 
 /* Checks that haystack contains needle (messages must name the problem). */
-#define CHECK_CONTAINS(haystack, needle)                                                          \
-  do {                                                                                            \
-    const char *check_h_ = (haystack), *check_n_ = (needle);                                      \
-    if (!check_report(check_h_ && strstr(check_h_, check_n_) != NULL, __FILE__, __LINE__,         \
-                      #haystack " contains " #needle))                                            \
-      fprintf(stderr, "       \"%s\" does not contain \"%s\"\n", check_h_ ? check_h_ : "(null)",  \
-              check_n_);                                                                          \
+#define CHECK_CONTAINS(haystack, needle)                                                           \
+  do {                                                                                             \
+    const char *check_h_ = (haystack), *check_n_ = (needle);                                       \
+    if (!check_report(check_h_ && strstr(check_h_, check_n_) != NULL, __FILE__, __LINE__,          \
+                      #haystack " contains " #needle))                                             \
+      fprintf(stderr, "       \"%s\" does not contain \"%s\"\n", check_h_ ? check_h_ : "(null)",   \
+              check_n_);                                                                           \
   } while (0)
 
 static inline void check_run(const char *name, void (*fn)(void)) {

@@ -77,7 +77,8 @@ static inline ph_status op_test_run_ex(const gnode *n, tensor **in, tensor **out
                                        unsigned const_mask, diag *d) {
   const op_def *def = op_lookup(n->domain, n->op_type);
   if (!def) return diag_set(d, PH_ERR_UNSUPPORTED, "no op %s", n->op_type);
-  if (!def->infer || !def->run) return diag_set(d, PH_ERR_UNSUPPORTED, "op %s is a stub", n->op_type);
+  if (!def->infer || !def->run)
+    return diag_set(d, PH_ERR_UNSUPPORTED, "op %s is a stub", n->op_type);
   gnode node = *n;
   node.op = def;
   tinfo ti[GRAPH_MAX_IO], to[GRAPH_MAX_IO];
@@ -92,8 +93,8 @@ static inline ph_status op_test_run_ex(const gnode *n, tensor **in, tensor **out
       out[i] = tensor_new(to[i].dtype, to[i].rank, to[i].dims);
       continue;
     }
-    RETURN_ERROR_IF(out[i]->rank != to[i].rank || out[i]->dtype != to[i].dtype, d,
-                    PH_ERR_INTERNAL, "output %d: caller buffer does not match inferred type", i);
+    RETURN_ERROR_IF(out[i]->rank != to[i].rank || out[i]->dtype != to[i].dtype, d, PH_ERR_INTERNAL,
+                    "output %d: caller buffer does not match inferred type", i);
     for (int k = 0; k < to[i].rank; k++)
       RETURN_ERROR_IF(out[i]->dims[k] != to[i].dims[k], d, PH_ERR_INTERNAL,
                       "output %d: caller buffer dim %d is %lld, inferred %lld", i, k,

@@ -328,8 +328,9 @@ static void test_moe_per_expert_form(void) {
   if (!c) return;
   expected_tensor *exp = NULL;
   size_t n = 0;
-  CHECK_STATUS(weights_expected(model_config(c), LAYOUT_CAUSAL_LM, EXPERTS_PER_EXPERT, &exp, &n, &d),
-               PH_OK, d.msg);
+  CHECK_STATUS(
+      weights_expected(model_config(c), LAYOUT_CAUSAL_LM, EXPERTS_PER_EXPERT, &exp, &n, &d), PH_OK,
+      d.msg);
   st_write_entry *e = calloc(n, sizeof *e);
   float *zeros = calloc(256 * 64, sizeof *zeros);
   for (size_t i = 0; i < n; i++) {

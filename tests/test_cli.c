@@ -121,7 +121,8 @@ static void check_ids(json_t *arr, const int *ids, size_t n) {
 
 static void test_inspect_json_golden(void) {
   char dir[1024];
-  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-bf16-vlm/checkpoint", check_env("PH_SHARED_DIR"));
+  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-bf16-vlm/checkpoint",
+           check_env("PH_SHARED_DIR"));
   json_t *o = inspect_json(dir, "--max-seqs 4 --max-tokens 1000 --block-size 16");
   if (!o) return;
   CHECK_EQ_STR(json_string_value(json_object_get(o, "model_type")), "qwen3_5");
@@ -227,8 +228,9 @@ static void test_generate_golden_logits(void) {
   snprintf(out, sizeof out, "%s/gen-logits.safetensors", g_tmp);
   /* sequence 0 of the manifest */
   static const char *tokens = "241,160,175,229,148,198,213";
-  snprintf(args, sizeof args, "generate --model '%s' --tokens %s --max-new 3 --logits-out '%s' --threads 2",
-           ckpt, tokens, out);
+  snprintf(args, sizeof args,
+           "generate --model '%s' --tokens %s --max-new 3 --logits-out '%s' --threads 2", ckpt,
+           tokens, out);
   CHECK_EQ_INT(run(args), 0);
   CHECK_CONTAINS(g_stdout, "prompt: 241,160,175,229,148,198,213");
   CHECK_CONTAINS(g_stdout, "generated:");
@@ -260,8 +262,9 @@ static void test_generate_golden_logits(void) {
   snprintf(out2, sizeof out2, "%s/gen-logits-pkg.safetensors", g_tmp);
   snprintf(args, sizeof args, "export '%s' -o '%s' --force", ckpt, pkg);
   CHECK_EQ_INT(run(args), 0);
-  snprintf(args, sizeof args, "generate --model '%s' --tokens %s --max-new 3 --logits-out '%s' --threads 2",
-           pkg, tokens, out2);
+  snprintf(args, sizeof args,
+           "generate --model '%s' --tokens %s --max-new 3 --logits-out '%s' --threads 2", pkg,
+           tokens, out2);
   CHECK_EQ_INT(run(args), 0);
   fmap a, b;
   diag_clear(&d);

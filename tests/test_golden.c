@@ -92,7 +92,8 @@ static double compare(const char *what, const float *got, const float *ref, int6
 
 /* Runs sequence `seq` in chunks (sizes in splits, summing to its length) and checks every row of
  * logits and the final states. */
-static void run_sequence(golden *g, dense_session *s, int seq, const int64_t *splits, int n_splits) {
+static void run_sequence(golden *g, dense_session *s, int seq, const int64_t *splits,
+                         int n_splits) {
   const int64_t T = g->n_tokens[seq], V = dense_session_vocab(s);
   float *logits = calloc((size_t)(T * V), sizeof(float));
   dense_session_reset(s);
@@ -122,7 +123,8 @@ static void run_sequence(golden *g, dense_session *s, int seq, const int64_t *sp
   for (int layer = 0; layer < (int)c->n_layers; layer++) {
     int full = c->layer_kind[layer] == PH_LAYER_FULL_ATTENTION;
     for (int which = 0; which < 2; which++) {
-      const char *kind = full ? (which ? "value" : "key") : (which ? "recurrent_state" : "conv_state");
+      const char *kind =
+          full ? (which ? "value" : "key") : (which ? "recurrent_state" : "conv_state");
       snprintf(name, sizeof name, "seq%d.layer%02d.%s", seq, layer, kind);
       ref = ref_tensor(g, name, &n);
       int rank;
@@ -180,8 +182,9 @@ static void check_set(const char *set) {
     if (T == 130) run_sequence(&g, s, i, (int64_t[]){1, 128, 1}, 3);
     if (T > 6) run_sequence(&g, s, i, (int64_t[]){T / 3, 1, T - T / 3 - 1}, 3);
   }
-  printf("  %s: worst logits error %.2e of scale, worst state/KV error %.2e of scale (bound %.0e)\n",
-         set, g_worst_logits, g_worst_state, TOL);
+  printf(
+      "  %s: worst logits error %.2e of scale, worst state/KV error %.2e of scale (bound %.0e)\n",
+      set, g_worst_logits, g_worst_state, TOL);
   dense_session_free(s);
   free_golden(&g);
 }

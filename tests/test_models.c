@@ -51,7 +51,7 @@ static int write_next_from_qwen35(const char *src, const char *dst, const tiny_p
   size_t n = st_count(set);
   st_write_entry *e = calloc(n, sizeof *e);
   void **owned = calloc(n, sizeof *owned);
-  char (*names)[192] = calloc(n, sizeof *names);
+  char(*names)[192] = calloc(n, sizeof *names);
   size_t k = 0;
   const int64_t H = p->hidden_size, Hk = p->lin_key_heads, Dk = p->lin_key_dim;
   const int64_t Hv = p->lin_value_heads, Dv = p->lin_value_dim, r = Hv / Hk;
@@ -80,11 +80,14 @@ static int write_next_from_qwen35(const char *src, const char *dst, const tiny_p
       char *grp = qkvz + (size_t)(g * (2 * Dk + 2 * r * Dv)) * row;
       memcpy(grp, q + (size_t)(g * Dk) * row, (size_t)Dk * row);
       memcpy(grp + (size_t)Dk * row, q + (size_t)(kd + g * Dk) * row, (size_t)Dk * row);
-      memcpy(grp + (size_t)(2 * Dk) * row, q + (size_t)(2 * kd + g * r * Dv) * row, (size_t)(r * Dv) * row);
-      memcpy(grp + (size_t)(2 * Dk + r * Dv) * row, (const char *)z->data + (size_t)(g * r * Dv) * row,
+      memcpy(grp + (size_t)(2 * Dk) * row, q + (size_t)(2 * kd + g * r * Dv) * row,
              (size_t)(r * Dv) * row);
-      memcpy(ba + (size_t)(g * 2 * r) * row, (const char *)bt->data + (size_t)(g * r) * row, (size_t)r * row);
-      memcpy(ba + (size_t)(g * 2 * r + r) * row, (const char *)at->data + (size_t)(g * r) * row, (size_t)r * row);
+      memcpy(grp + (size_t)(2 * Dk + r * Dv) * row,
+             (const char *)z->data + (size_t)(g * r * Dv) * row, (size_t)(r * Dv) * row);
+      memcpy(ba + (size_t)(g * 2 * r) * row, (const char *)bt->data + (size_t)(g * r) * row,
+             (size_t)r * row);
+      memcpy(ba + (size_t)(g * 2 * r + r) * row, (const char *)at->data + (size_t)(g * r) * row,
+             (size_t)r * row);
     }
     owned[k] = qkvz;
     snprintf(names[k], sizeof names[k], "model.layers.%d.linear_attn.in_proj_qkvz.weight", layer);

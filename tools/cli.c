@@ -34,8 +34,8 @@ int cli_lib_error(ph_status s, const char *detail) {
   return CLI_EXIT_ERROR;
 }
 
-int cli_parse(cli_args *a, const char *command, const cli_option *options, int n_options,
-              int argc, char **argv) {
+int cli_parse(cli_args *a, const char *command, const cli_option *options, int n_options, int argc,
+              char **argv) {
   memset(a, 0, sizeof *a);
   a->command = command;
   a->options = options;
@@ -74,7 +74,8 @@ int cli_parse(cli_args *a, const char *command, const cli_option *options, int n
     if (eq) {
       a->values[k] = eq + 1;
     } else {
-      if (i + 1 >= argc) return cli_usage_error(a, "option --%s needs a value (%s)", o->name, o->arg);
+      if (i + 1 >= argc)
+        return cli_usage_error(a, "option --%s needs a value (%s)", o->name, o->arg);
       a->values[k] = argv[++i];
     }
   }
@@ -126,7 +127,8 @@ int cli_get_u64(const cli_args *a, const char *name, uint64_t *out) {
   if (!v) return CLI_EXIT_OK;
   char *end = NULL;
   errno = 0;
-  if (v[0] == '-') return cli_usage_error(a, "--%s expects a non-negative integer, got \"%s\"", name, v);
+  if (v[0] == '-')
+    return cli_usage_error(a, "--%s expects a non-negative integer, got \"%s\"", name, v);
   unsigned long long x = strtoull(v, &end, 10);
   if (errno || end == v || *end != '\0')
     return cli_usage_error(a, "--%s expects a non-negative integer, got \"%s\"", name, v);

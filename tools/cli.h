@@ -14,17 +14,17 @@
 
 #include "pagedhybrid.h"
 
-#define CLI_EXIT_OK 0
+#define CLI_EXIT_OK    0
 #define CLI_EXIT_ERROR 1
 #define CLI_EXIT_USAGE 2
 
 typedef struct cli_option {
-  const char *name;   /* without the leading "--" */
-  const char *arg;    /* value placeholder for help ("N"), NULL for a flag */
+  const char *name; /* without the leading "--" */
+  const char *arg;  /* value placeholder for help ("N"), NULL for a flag */
   const char *help;
 } cli_option;
 
-#define CLI_MAX_OPTIONS 64
+#define CLI_MAX_OPTIONS    64
 #define CLI_MAX_POSITIONAL 8
 
 typedef struct cli_args {
@@ -39,8 +39,8 @@ typedef struct cli_args {
 
 /* Parses argv (after the command name). Returns CLI_EXIT_OK or CLI_EXIT_USAGE (message
  * printed). */
-int cli_parse(cli_args *a, const char *command, const cli_option *options, int n_options,
-              int argc, char **argv);
+int cli_parse(cli_args *a, const char *command, const cli_option *options, int n_options, int argc,
+              char **argv);
 
 void cli_print_help(const cli_args *a, const char *usage, const char *description);
 

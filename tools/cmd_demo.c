@@ -38,7 +38,8 @@ static int generate(const char *dir) {
   for (int i = 0; i < PROMPT; i++) ids[i] = (i * 41 + 7) % 512;
   double t0 = seconds(), t1 = t0;
   int64_t V = s == PH_OK ? dense_session_vocab(sess) : 0;
-  if (s == PH_OK && V > 512) s = diag_set(&d, PH_ERR_INTERNAL, "demo model vocab %lld > 512", (long long)V);
+  if (s == PH_OK && V > 512)
+    s = diag_set(&d, PH_ERR_INTERNAL, "demo model vocab %lld > 512", (long long)V);
   if (s == PH_OK) s = dense_session_step(sess, ids, PROMPT, logits, &d);
   const float *last = logits + (PROMPT - 1) * V;
   for (int i = 0; s == PH_OK && i < NEW; i++) {
@@ -97,7 +98,8 @@ int cmd_demo(int argc, char **argv) {
   }
   if (s != PH_OK) return cli_lib_error(s, d.msg);
   printf("1. make-tiny wrote a Qwen3.8-shaped checkpoint (VLM layout, bf16) to %s\n\n", dir);
-  printf("2. inspect loads it back (config parsed, every tensor checked by name, shape, dtype):\n\n");
+  printf(
+      "2. inspect loads it back (config parsed, every tensor checked by name, shape, dtype):\n\n");
   fflush(stdout);
   char *inspect_argv[] = {dir, "--max-seqs", "8", "--max-tokens", "4096", "--block-size", "16"};
   rc = cmd_inspect((int)(sizeof inspect_argv / sizeof inspect_argv[0]), inspect_argv);

@@ -22,7 +22,8 @@ static const cli_option OPTIONS[] = {
     {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
     {"tokens", "LIST", "prompt token ids, comma-separated (e.g. 1,2,3)"},
     {"max-new", "N", "tokens to generate greedily (default 16)"},
-    {"logits-out", "FILE", "write every position's logits as F32 safetensors tensor \"logits\" [T, vocab]"},
+    {"logits-out", "FILE",
+     "write every position's logits as F32 safetensors tensor \"logits\" [T, vocab]"},
     {"threads", "N", "worker threads (default: all CPUs)"},
     {"max-context", "N", "context bound (default min(max_position_embeddings, 32768))"},
 };
@@ -40,7 +41,8 @@ static int parse_tokens(cli_args *a, const char *s, int64_t **out, int64_t *n_ou
     long long v = strtoll(p, &end, 10);
     if (errno || end == p || (*end != ',' && *end != '\0') || v < 0) {
       free(t);
-      return cli_usage_error(a, "--tokens expects non-negative integers separated by commas, got \"%s\"", s);
+      return cli_usage_error(
+          a, "--tokens expects non-negative integers separated by commas, got \"%s\"", s);
     }
     t[i] = v;
     p = *end ? end + 1 : end;
@@ -62,9 +64,10 @@ int cmd_generate(int argc, char **argv) {
   int rc = cli_parse(&a, "generate", OPTIONS, N_OPTIONS, argc, argv);
   if (rc) return rc;
   if (a.help) {
-    cli_print_help(&a, "--model DIR --tokens LIST [options]",
-                   "Greedy generation from token ids (no tokenizer yet), printing the prompt and the\n"
-                   "generated ids. Runs the dense graph on the CPU.");
+    cli_print_help(
+        &a, "--model DIR --tokens LIST [options]",
+        "Greedy generation from token ids (no tokenizer yet), printing the prompt and the\n"
+        "generated ids. Runs the dense graph on the CPU.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
@@ -107,7 +110,8 @@ int cmd_generate(int argc, char **argv) {
   if (s == PH_OK) {
     logits = calloc((size_t)(T * V), sizeof(float));
     seq = calloc((size_t)T, sizeof(int64_t));
-    if (!logits || !seq) s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory for %lld logits rows", (long long)T);
+    if (!logits || !seq)
+      s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory for %lld logits rows", (long long)T);
   }
   if (s == PH_OK) {
     memcpy(seq, prompt, (size_t)n_prompt * sizeof(int64_t));
@@ -122,7 +126,8 @@ int cmd_generate(int argc, char **argv) {
     printf("prompt:");
     for (int64_t i = 0; i < n_prompt; i++) printf("%s%lld", i ? "," : " ", (long long)seq[i]);
     printf("\ngenerated:");
-    for (int64_t i = n_prompt; i < T; i++) printf("%s%lld", i > n_prompt ? "," : " ", (long long)seq[i]);
+    for (int64_t i = n_prompt; i < T; i++)
+      printf("%s%lld", i > n_prompt ? "," : " ", (long long)seq[i]);
     printf("\n");
     const char *out = cli_get(&a, "logits-out");
     if (out) {

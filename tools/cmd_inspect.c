@@ -80,15 +80,20 @@ static void print_text(const report *r, const char *dir) {
   char buf[4096], m1[32], m2[32], m3[32], m4[32];
   printf("checkpoint    %s\n", dir);
   printf("model_type    %s", in->model_type);
-  if (strcmp(in->model_type, in->text_model_type) != 0) printf(" (text model %s)", in->text_model_type);
-  printf(", family %s%s\n", model_family_name(c->family), c->is_vlm ? ", VLM wrapper (vision part ignored)" : "");
-  printf("architecture  %s, dtype %s\n", in->architecture[0] ? in->architecture : "(none)", ph_dtype_name(in->dtype));
+  if (strcmp(in->model_type, in->text_model_type) != 0)
+    printf(" (text model %s)", in->text_model_type);
+  printf(", family %s%s\n", model_family_name(c->family),
+         c->is_vlm ? ", VLM wrapper (vision part ignored)" : "");
+  printf("architecture  %s, dtype %s\n", in->architecture[0] ? in->architecture : "(none)",
+         ph_dtype_name(in->dtype));
   printf("layers        %d: %d linear attention (GatedDeltaNet), %d %s\n", in->n_layers,
          in->n_linear_attention_layers, in->n_full_attention_layers,
          c->family == FAMILY_DEEPSEEK ? "multi-head latent attention" : "full attention");
   char pattern[HF_MAX_LAYERS + 1];
   for (int i = 0; i < in->n_layers; i++)
-    pattern[i] = c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION ? 'L' : c->layer_kind[i] == PH_LAYER_MLA ? 'M' : 'F';
+    pattern[i] = c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION ? 'L'
+                 : c->layer_kind[i] == PH_LAYER_MLA            ? 'M'
+                                                               : 'F';
   pattern[in->n_layers] = '\0';
   printf("pattern       %s  (L linear, F full, M MLA)\n", pattern);
   layer_list(c, 1, buf, sizeof buf);
@@ -112,17 +117,19 @@ static void print_text(const report *r, const char *dir) {
            (long long)c->lin.n_value_heads, (long long)c->lin.value_head_dim,
            (long long)c->lin.conv_kernel, (long long)c->geom.conv_dim);
   if (c->family == FAMILY_DEEPSEEK)
-    printf("mla           q_lora %lld, kv_lora %lld, nope/rope/v %lld/%lld/%lld, softmax scale %.6f\n",
-           (long long)c->mla.q_lora_rank, (long long)c->mla.kv_lora_rank,
-           (long long)c->mla.qk_nope_head_dim, (long long)c->mla.qk_rope_head_dim,
-           (long long)c->mla.v_head_dim, c->mla.softmax_scale);
+    printf(
+        "mla           q_lora %lld, kv_lora %lld, nope/rope/v %lld/%lld/%lld, softmax scale %.6f\n",
+        (long long)c->mla.q_lora_rank, (long long)c->mla.kv_lora_rank,
+        (long long)c->mla.qk_nope_head_dim, (long long)c->mla.qk_rope_head_dim,
+        (long long)c->mla.v_head_dim, c->mla.softmax_scale);
   if (c->moe.n_experts)
     printf("moe           %lld experts, top-%lld, expert width %lld\n", (long long)c->moe.n_experts,
            (long long)c->moe.n_experts_per_tok, (long long)c->moe.moe_intermediate_size);
   else
     printf("mlp           dense SwiGLU, intermediate %lld\n", (long long)c->intermediate_size);
   printf("parameters    %lld (%s as stored)%s\n", (long long)in->parameters,
-         mib(in->weight_bytes, m1, sizeof m1), in->weights_loaded ? "" : ", predicted from config.json");
+         mib(in->weight_bytes, m1, sizeof m1),
+         in->weights_loaded ? "" : ", predicted from config.json");
   if (r->w)
     printf("tensors       %s layout, every expected tensor found; %zu unused (vision, MTP)\n",
            r->w->layout == LAYOUT_VLM ? "VLM (model.language_model.)" : "causal LM (model.)",
@@ -130,14 +137,16 @@ static void print_text(const report *r, const char *dir) {
   printf("fixed state   %lld bytes per sequence (conv %lld in %s + recurrent %lld in f32)\n",
          (long long)r->fixed_state, (long long)r->conv_state, ph_dtype_name(r->cache_dtype),
          (long long)r->recurrent_state);
-  printf("kv cache      %lld bytes per token (%s)\n", (long long)r->kv_per_token, ph_dtype_name(r->cache_dtype));
+  printf("kv cache      %lld bytes per token (%s)\n", (long long)r->kv_per_token,
+         ph_dtype_name(r->cache_dtype));
   const plan *p = &r->plan;
   printf("memory plan   --max-seqs %lld --max-tokens %lld --block-size %lld\n",
          (long long)p->max_seqs, (long long)p->max_tokens, (long long)p->block_size);
   printf("  weights     %s\n", mib(p->weight_bytes, m1, sizeof m1));
   printf("  kv pages    %s (%lld pages of %lld tokens)\n", mib(p->kv_bytes, m2, sizeof m2),
          (long long)p->pages, (long long)p->block_size);
-  printf("  state slots %s (%lld slots)\n", mib(p->state_bytes, m3, sizeof m3), (long long)p->max_seqs);
+  printf("  state slots %s (%lld slots)\n", mib(p->state_bytes, m3, sizeof m3),
+         (long long)p->max_seqs);
   printf("  total       %s\n", mib(p->total_bytes, m4, sizeof m4));
 }
 
@@ -473,13 +482,14 @@ int cmd_inspect(int argc, char **argv) {
   int rc = cli_parse(&a, "inspect", OPTIONS, N_OPTIONS, argc, argv);
   if (rc) return rc;
   if (a.help) {
-    cli_print_help(&a, "DIR [options]",
-                   "Summarise a Hugging Face checkpoint directory: architecture, which layers are full\n"
-                   "attention, geometry, parameter count, fixed state per sequence, KV bytes per\n"
-                   "token, and a memory plan for serving it.\n"
-                   "A directory with model.onnx is an exported package: operator counts, graph inputs\n"
-                   "and outputs with their dims, initializers and external data, whether it runs\n"
-                   "here, and its genai_config.json (the memory-plan options do not apply).");
+    cli_print_help(
+        &a, "DIR [options]",
+        "Summarise a Hugging Face checkpoint directory: architecture, which layers are full\n"
+        "attention, geometry, parameter count, fixed state per sequence, KV bytes per\n"
+        "token, and a memory plan for serving it.\n"
+        "A directory with model.onnx is an exported package: operator counts, graph inputs\n"
+        "and outputs with their dims, initializers and external data, whether it runs\n"
+        "here, and its genai_config.json (the memory-plan options do not apply).");
     return CLI_EXIT_OK;
   }
   if (a.n_positional != 1) return cli_usage_error(&a, "expects exactly one checkpoint directory");
@@ -490,7 +500,8 @@ int cmd_inspect(int argc, char **argv) {
       (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)) ||
       (rc = cli_get_dtype(&a, "cache-dtype", &cache_dtype)))
     return rc;
-  if (block & (block - 1)) return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
+  if (block & (block - 1))
+    return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
 
   char model_path[4096];
   if (path_join(model_path, sizeof model_path, a.positional[0], ONNX_MODEL_FILE, NULL) == PH_OK &&
@@ -512,11 +523,13 @@ int cmd_inspect(int argc, char **argv) {
   r.c = model_config(m);
   r.w = model_weights_of(m);
   r.cache_dtype = cache_dtype != PH_DTYPE_INVALID ? cache_dtype
-                  : (r.info.dtype == PH_DTYPE_F32 || r.info.dtype == PH_DTYPE_F16 || r.info.dtype == PH_DTYPE_BF16)
+                  : (r.info.dtype == PH_DTYPE_F32 || r.info.dtype == PH_DTYPE_F16 ||
+                     r.info.dtype == PH_DTYPE_BF16)
                       ? r.info.dtype
                       : PH_DTYPE_BF16;
   r.fixed_state = ph_model_fixed_state_bytes(m, r.cache_dtype);
-  r.recurrent_state = r.c->geom.n_linear * r.c->lin.n_value_heads * r.c->lin.value_head_dim * r.c->lin.key_head_dim * 4;
+  r.recurrent_state = r.c->geom.n_linear * r.c->lin.n_value_heads * r.c->lin.value_head_dim *
+                      r.c->lin.key_head_dim * 4;
   r.conv_state = r.fixed_state - r.recurrent_state;
   r.kv_per_token = ph_model_kv_bytes_per_token(m, r.cache_dtype);
   plan *p = &r.plan;

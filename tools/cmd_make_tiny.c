@@ -12,8 +12,10 @@ static const cli_option OPTIONS[] = {
     {"out", "DIR", "directory to write (created; must be empty unless --force)"},
     {"force", NULL, "overwrite files in a non-empty --out directory"},
     {"preset", "NAME", "start from tiny (default) | qwen3.5-0.8b | qwen3.8-tiny"},
-    {"model-type", "T", "qwen3_5_text (default) | qwen3_5_moe_text | qwen3_next | deepseek_v2 | deepseek_v3"},
-    {"layout", "L", "causal_lm (default) | vlm (qwen3_5 wrapper, tensors under model.language_model.)"},
+    {"model-type", "T",
+     "qwen3_5_text (default) | qwen3_5_moe_text | qwen3_next | deepseek_v2 | deepseek_v3"},
+    {"layout", "L",
+     "causal_lm (default) | vlm (qwen3_5 wrapper, tensors under model.language_model.)"},
     {"dtype", "DT", "f32 (default) | bf16 | f16"},
     {"seed", "S", "random seed (default 1)"},
     {"shard-bytes", "N", "write shards of at most N bytes plus model.safetensors.index.json"},
@@ -95,7 +97,8 @@ int cmd_make_tiny(int argc, char **argv) {
       return cli_usage_error(&a, "--layout must be causal_lm or vlm, got \"%s\"", layout);
   }
   if ((rc = cli_get_dtype(&a, "dtype", &p.dtype))) return rc;
-  if ((rc = cli_get_u64(&a, "seed", &p.seed)) || (rc = cli_get_u64(&a, "shard-bytes", &p.max_shard_bytes)))
+  if ((rc = cli_get_u64(&a, "seed", &p.seed)) ||
+      (rc = cli_get_u64(&a, "shard-bytes", &p.max_shard_bytes)))
     return rc;
   const int64_t big = (int64_t)1 << 24;
   int_flag ints[] = {
@@ -128,12 +131,14 @@ int cmd_make_tiny(int argc, char **argv) {
       (rc = cli_get_double(&a, "rope-theta", 1.0, 1e12, &p.rope_theta)) ||
       (rc = cli_get_int_list(&a, "mrope-section", 3, p.mrope_section)))
     return rc;
-  if (cli_flag(&a, "tie") && cli_flag(&a, "no-tie")) return cli_usage_error(&a, "--tie and --no-tie together");
+  if (cli_flag(&a, "tie") && cli_flag(&a, "no-tie"))
+    return cli_usage_error(&a, "--tie and --no-tie together");
   if (cli_flag(&a, "tie")) p.tie_word_embeddings = 1;
   if (cli_flag(&a, "no-tie")) p.tie_word_embeddings = 0;
 
   if (dir_is_nonempty(out) && !cli_flag(&a, "force"))
-    return cli_lib_error(PH_ERR_INVALID_ARGUMENT, "--out directory is not empty (use --force to overwrite)");
+    return cli_lib_error(PH_ERR_INVALID_ARGUMENT,
+                         "--out directory is not empty (use --force to overwrite)");
   ph_status s = tiny_write(out, &p, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
   printf("wrote %s (%s, %s, %s layout, seed %llu; random weights)\n", out, p.model_type,

@@ -16,10 +16,10 @@
 typedef struct arena_block arena_block;
 
 typedef struct arena {
-  arena_block *head;       /* newest block first */
-  size_t block_bytes;      /* default size of new blocks */
-  size_t n_system_allocs;  /* malloc calls made over the arena's life */
-  size_t used_bytes;       /* bytes handed out since the last reset */
+  arena_block *head;      /* newest block first */
+  size_t block_bytes;     /* default size of new blocks */
+  size_t n_system_allocs; /* malloc calls made over the arena's life */
+  size_t used_bytes;      /* bytes handed out since the last reset */
 } arena;
 
 /* block_bytes 0 picks 64 KiB. Never fails: blocks are allocated lazily. */

@@ -7,8 +7,8 @@
 
 const char *ph_status_name(ph_status status) {
   switch (status) {
-#define NAME_CASE_(value, name, message)                                                          \
-  case PH_##name:                                                                                 \
+#define NAME_CASE_(value, name, message)                                                           \
+  case PH_##name:                                                                                  \
     return "PH_" #name;
     PH_STATUS_TABLE(NAME_CASE_)
 #undef NAME_CASE_
@@ -18,8 +18,8 @@ const char *ph_status_name(ph_status status) {
 
 const char *ph_status_message(ph_status status) {
   switch (status) {
-#define MESSAGE_CASE_(value, name, message)                                                       \
-  case PH_##name:                                                                                 \
+#define MESSAGE_CASE_(value, name, message)                                                        \
+  case PH_##name:                                                                                  \
     return message;
     PH_STATUS_TABLE(MESSAGE_CASE_)
 #undef MESSAGE_CASE_

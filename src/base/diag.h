@@ -42,15 +42,15 @@ ph_status diag_prefix(diag *d, const char *fmt, ...) PH_PRINTF(2, 3);
 /* Copies src into dst (dst may be NULL). */
 void diag_copy(diag *dst, const diag *src);
 
-#define RETURN_ERROR_IF(cond, d, status, ...)                                                     \
-  do {                                                                                            \
-    if (cond) return diag_set((d), (status), __VA_ARGS__);                                        \
+#define RETURN_ERROR_IF(cond, d, status, ...)                                                      \
+  do {                                                                                             \
+    if (cond) return diag_set((d), (status), __VA_ARGS__);                                         \
   } while (0)
 
-#define FORWARD_IF_ERROR(expr)                                                                    \
-  do {                                                                                            \
-    ph_status forward_status_ = (expr);                                                           \
-    if (forward_status_ != PH_OK) return forward_status_;                                         \
+#define FORWARD_IF_ERROR(expr)                                                                     \
+  do {                                                                                             \
+    ph_status forward_status_ = (expr);                                                            \
+    if (forward_status_ != PH_OK) return forward_status_;                                          \
   } while (0)
 
 #endif /* PH_BASE_DIAG_H */

@@ -13,8 +13,8 @@ void log_msg(ph_log_level level, const char *fmt, ...) PH_PRINTF(2, 3);
 int log_enabled(ph_log_level level);
 
 #define LOG_ERROR(...) log_msg(PH_LOG_ERROR, __VA_ARGS__)
-#define LOG_WARN(...) log_msg(PH_LOG_WARN, __VA_ARGS__)
-#define LOG_INFO(...) log_msg(PH_LOG_INFO, __VA_ARGS__)
+#define LOG_WARN(...)  log_msg(PH_LOG_WARN, __VA_ARGS__)
+#define LOG_INFO(...)  log_msg(PH_LOG_INFO, __VA_ARGS__)
 #define LOG_DEBUG(...) log_msg(PH_LOG_DEBUG, __VA_ARGS__)
 
 #endif /* PH_BASE_LOG_H */

@@ -42,10 +42,14 @@ static inline uint64_t rng_next(rng *r) {
 }
 
 /* Uniform in [0, 1) with 24 random bits: exactly representable in f32. */
-static inline float rng_uniform(rng *r) { return (float)(rng_next(r) >> 40) * (1.0f / 16777216.0f); }
+static inline float rng_uniform(rng *r) {
+  return (float)(rng_next(r) >> 40) * (1.0f / 16777216.0f);
+}
 
 /* Uniform in [lo, hi). */
-static inline float rng_range(rng *r, float lo, float hi) { return lo + (hi - lo) * rng_uniform(r); }
+static inline float rng_range(rng *r, float lo, float hi) {
+  return lo + (hi - lo) * rng_uniform(r);
+}
 
 /* Uniform integer in [0, n), n > 0. */
 static inline uint64_t rng_below(rng *r, uint64_t n) { return rng_next(r) % n; }

@@ -27,18 +27,18 @@ struct executor {
   graph *g;
   pool *pool;
   int n_threads;
-  tensor *vt;          /* [n_values] */
-  int *first_use;      /* [n_values] producing node, or -1 */
-  int *last_use;       /* [n_values] last node reading it; n_nodes for graph outputs */
-  tensor *in;          /* [n_inputs] bound inputs */
+  tensor *vt;     /* [n_values] */
+  int *first_use; /* [n_values] producing node, or -1 */
+  int *last_use;  /* [n_values] last node reading it; n_nodes for graph outputs */
+  tensor *in;     /* [n_inputs] bound inputs */
   int *in_bound;
-  tensor *out;         /* [n_outputs] caller buffers */
+  tensor *out; /* [n_outputs] caller buffers */
   int *out_bound;
-  int64_t *sig;        /* [n_inputs * (1 + GRAPH_MAX_DIMS)] shapes of the current plan */
+  int64_t *sig; /* [n_inputs * (1 + GRAPH_MAX_DIMS)] shapes of the current plan */
   int planned;
-  int64_t *offset;     /* [n_values] arena offset, -1 if not in the arena */
-  placement *order;    /* [n_values] planning scratch */
-  interval *busy;      /* [n_values] planning scratch */
+  int64_t *offset;  /* [n_values] arena offset, -1 if not in the arena */
+  placement *order; /* [n_values] planning scratch */
+  interval *busy;   /* [n_values] planning scratch */
   unsigned char *arena;
   size_t arena_cap;
   void *scratch;
@@ -135,16 +135,15 @@ int exec_output_index(const executor *e, const char *name) {
 }
 
 ph_status exec_bind_input(executor *e, int i, const tensor *t, diag *d) {
-  RETURN_ERROR_IF(i < 0 || i >= e->g->n_inputs, d, PH_ERR_INVALID_ARGUMENT,
-                  "no graph input %d", i);
+  RETURN_ERROR_IF(i < 0 || i >= e->g->n_inputs, d, PH_ERR_INVALID_ARGUMENT, "no graph input %d", i);
   e->in[i] = *t;
   e->in_bound[i] = 1;
   return PH_OK;
 }
 
 ph_status exec_bind_output(executor *e, int i, const tensor *t, diag *d) {
-  RETURN_ERROR_IF(i < 0 || i >= e->g->n_outputs, d, PH_ERR_INVALID_ARGUMENT,
-                  "no graph output %d", i);
+  RETURN_ERROR_IF(i < 0 || i >= e->g->n_outputs, d, PH_ERR_INVALID_ARGUMENT, "no graph output %d",
+                  i);
   int was_bound = e->out_bound[i];
   if (!t) {
     e->out_bound[i] = 0;
@@ -176,13 +175,13 @@ static ph_status check_inputs(executor *e, int *same_shapes, diag *d) {
                     v->name);
     const tensor *t = &e->in[i];
     RETURN_ERROR_IF(t->dtype != v->type.dtype || t->rank != v->type.rank, d,
-                    PH_ERR_INVALID_ARGUMENT, "graph input %s: bound %s rank %d, declared %s rank %d",
-                    v->name, ph_dtype_name(t->dtype), t->rank, ph_dtype_name(v->type.dtype),
-                    v->type.rank);
+                    PH_ERR_INVALID_ARGUMENT,
+                    "graph input %s: bound %s rank %d, declared %s rank %d", v->name,
+                    ph_dtype_name(t->dtype), t->rank, ph_dtype_name(v->type.dtype), v->type.rank);
     int64_t *sig = &e->sig[(size_t)i * (1 + GRAPH_MAX_DIMS)];
     for (int k = 0; k < t->rank; k++) {
-      RETURN_ERROR_IF(t->dims[k] < 0 || (v->type.dims[k] >= 0 && t->dims[k] != v->type.dims[k]),
-                      d, PH_ERR_INVALID_ARGUMENT, "graph input %s: dim %d is %lld, declared %lld",
+      RETURN_ERROR_IF(t->dims[k] < 0 || (v->type.dims[k] >= 0 && t->dims[k] != v->type.dims[k]), d,
+                      PH_ERR_INVALID_ARGUMENT, "graph input %s: dim %d is %lld, declared %lld",
                       v->name, k, (long long)t->dims[k], (long long)v->type.dims[k]);
       if (sig[1 + k] != t->dims[k]) *same_shapes = 0;
     }
@@ -246,7 +245,8 @@ static ph_status infer_all(executor *e, diag *d) {
       memcpy(t->dims, out[k].dims, sizeof t->dims);
       for (int j = 0; j < t->rank; j++)
         RETURN_ERROR_IF(t->dims[j] < 0, d, PH_ERR_INTERNAL,
-                        "node %s (%s): output %d shape unknown at run time", n->name, n->op_type, k);
+                        "node %s (%s): output %d shape unknown at run time", n->name, n->op_type,
+                        k);
     }
     if (n->op->scratch_bytes) {
       size_t sb = n->op->scratch_bytes(n, in, e->n_threads);
@@ -312,7 +312,8 @@ static ph_status place_all(executor *e, diag *d) {
     free(e->arena);
     e->n_allocs++;
     e->arena = aligned_alloc(EXEC_ALIGN, (cap + EXEC_ALIGN - 1) / EXEC_ALIGN * EXEC_ALIGN);
-    RETURN_ERROR_IF(!e->arena, d, PH_ERR_NO_MEMORY, "out of memory for %zu bytes of activations", cap);
+    RETURN_ERROR_IF(!e->arena, d, PH_ERR_NO_MEMORY, "out of memory for %zu bytes of activations",
+                    cap);
     e->arena_cap = cap;
   }
   if (e->scratch_need > e->scratch_cap) {
@@ -320,7 +321,8 @@ static ph_status place_all(executor *e, diag *d) {
     free(e->scratch);
     e->n_allocs++;
     e->scratch = aligned_alloc(EXEC_ALIGN, (cap + EXEC_ALIGN - 1) / EXEC_ALIGN * EXEC_ALIGN);
-    RETURN_ERROR_IF(!e->scratch, d, PH_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch", cap);
+    RETURN_ERROR_IF(!e->scratch, d, PH_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch",
+                    cap);
     e->scratch_cap = cap;
   }
   for (int v = 0; v < g->n_values; v++)

@@ -126,7 +126,8 @@ static void test_contract_errors(void) {
   int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){2, 4}, NULL);
   static float w[15];
   int w5 = graph_add_initializer_view(g, "W", PH_DTYPE_F32, shape_2d(5, 3), w);
-  graph_add_node(g, "MatMul", "", "bad_matmul", 2, (int[]){a, w5}, 1, (const char *[]){"y"}, NULL, 0, NULL);
+  graph_add_node(g, "MatMul", "", "bad_matmul", 2, (int[]){a, w5}, 1, (const char *[]){"y"}, NULL,
+                 0, NULL);
   CHECK(graph_finalize(g, &d) != PH_OK);
   CHECK_CONTAINS(d.msg, "bad_matmul");
   graph_free(g);
@@ -141,7 +142,8 @@ static void test_contract_errors(void) {
   graph_create(&g, &d);
   a = graph_add_input(g, "a", PH_DTYPE_F32, 1, (int64_t[]){3}, NULL);
   int i64 = graph_add_input(g, "i", PH_DTYPE_I64, 1, (int64_t[]){3}, NULL);
-  graph_add_node(g, "Add", "", "mixed_add", 2, (int[]){a, i64}, 1, (const char *[]){"y"}, NULL, 0, NULL);
+  graph_add_node(g, "Add", "", "mixed_add", 2, (int[]){a, i64}, 1, (const char *[]){"y"}, NULL, 0,
+                 NULL);
   CHECK(graph_finalize(g, &d) != PH_OK);
   CHECK_CONTAINS(d.msg, "mixed_add");
   graph_free(g);

@@ -117,7 +117,8 @@ int graph_add_input(graph *g, const char *name, ph_dtype dtype, int rank, const 
 static int add_initializer(graph *g, const char *name, ph_dtype dtype, shape s, const void *data,
                            int copy) {
   int64_t bytes = shape_bytes(&s, dtype);
-  if (bytes < 0) return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: bad shape or dtype%s", name, "");
+  if (bytes < 0)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: bad shape or dtype%s", name, "");
   int id = new_value(g, name, VALUE_INITIALIZER);
   if (id < 0) return -1;
   const void *p = data;
@@ -155,21 +156,38 @@ static float load_float(const char *p, ph_dtype dt) {
   uint16_t h;
   float f;
   switch (dt) {
-  case PH_DTYPE_F32: memcpy(&f, p, 4); return f;
-  case PH_DTYPE_F16: memcpy(&h, p, 2); return f16_to_f32(h);
-  case PH_DTYPE_BF16: memcpy(&h, p, 2); return bf16_to_f32(h);
-  case PH_DTYPE_F8E4M3: return f8e4m3_to_f32((uint8_t)*p);
-  default: return 0.0f;
+  case PH_DTYPE_F32:
+    memcpy(&f, p, 4);
+    return f;
+  case PH_DTYPE_F16:
+    memcpy(&h, p, 2);
+    return f16_to_f32(h);
+  case PH_DTYPE_BF16:
+    memcpy(&h, p, 2);
+    return bf16_to_f32(h);
+  case PH_DTYPE_F8E4M3:
+    return f8e4m3_to_f32((uint8_t)*p);
+  default:
+    return 0.0f;
   }
 }
 
 static void store_float(char *p, ph_dtype dt, float f) {
   uint16_t h;
   switch (dt) {
-  case PH_DTYPE_F32: memcpy(p, &f, 4); return;
-  case PH_DTYPE_F16: h = f32_to_f16(f); memcpy(p, &h, 2); return;
-  case PH_DTYPE_BF16: h = f32_to_bf16(f); memcpy(p, &h, 2); return;
-  default: return;
+  case PH_DTYPE_F32:
+    memcpy(p, &f, 4);
+    return;
+  case PH_DTYPE_F16:
+    h = f32_to_f16(f);
+    memcpy(p, &h, 2);
+    return;
+  case PH_DTYPE_BF16:
+    h = f32_to_bf16(f);
+    memcpy(p, &h, 2);
+    return;
+  default:
+    return;
   }
 }
 
@@ -177,13 +195,16 @@ static int is_float_dtype(ph_dtype dt) {
   return dt == PH_DTYPE_F32 || dt == PH_DTYPE_F16 || dt == PH_DTYPE_BF16 || dt == PH_DTYPE_F8E4M3;
 }
 
-int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape s,
-                               const void *src, ph_dtype src_dtype, int transposed) {
+int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape s, const void *src,
+                               ph_dtype src_dtype, int transposed) {
   if (transposed && (s.n_dims != 2 || !is_float_dtype(src_dtype) || !is_float_dtype(dtype)))
-    return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: a transposed initializer is a 2-D float weight%s", name, "");
-  if (!dtype_size(src_dtype) || (src_dtype != dtype && (!is_float_dtype(src_dtype) ||
-                                                       dtype == PH_DTYPE_F8E4M3 || !is_float_dtype(dtype))))
-    return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: cannot convert its source dtype%s", name, "");
+    return fail(g, PH_ERR_INVALID_ARGUMENT,
+                "initializer %s: a transposed initializer is a 2-D float weight%s", name, "");
+  if (!dtype_size(src_dtype) ||
+      (src_dtype != dtype &&
+       (!is_float_dtype(src_dtype) || dtype == PH_DTYPE_F8E4M3 || !is_float_dtype(dtype))))
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: cannot convert its source dtype%s",
+                name, "");
   int id = add_initializer(g, name, dtype, s, NULL, 0);
   if (id < 0) return -1;
   gvalue *v = &g->values[id];
@@ -312,7 +333,8 @@ int graph_add_node(graph *g, const char *op_type, const char *domain, const char
     return fail(g, PH_ERR_LIMIT, "node %s (%s): too many inputs or outputs", name, op_type);
   for (int i = 0; i < n_inputs; i++)
     if (inputs[i] < -1 || inputs[i] >= g->n_values)
-      return fail(g, PH_ERR_INVALID_ARGUMENT, "node %s (%s): input refers to no value", name, op_type);
+      return fail(g, PH_ERR_INVALID_ARGUMENT, "node %s (%s): input refers to no value", name,
+                  op_type);
   if (!grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(gnode)))
     return fail(g, PH_ERR_NO_MEMORY, "out of memory adding node %s%s", name, "");
   gnode n;
@@ -352,7 +374,8 @@ int graph_rename_value(graph *g, int value, const char *name) {
     return fail(g, PH_ERR_INVALID_ARGUMENT, "rename to %s: no such value%s", name, "");
   int other = graph_find_value(g, name);
   if (other == value) return value;
-  if (other >= 0) return fail(g, PH_ERR_INVALID_ARGUMENT, "value \"%s\" is defined twice%s", name, "");
+  if (other >= 0)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "value \"%s\" is defined twice%s", name, "");
   char *nm = arena_strdup(&g->arena, name);
   if (!nm) return fail(g, PH_ERR_NO_MEMORY, "out of memory renaming to %s%s", name, "");
   g->values[value].name = nm;
@@ -402,8 +425,8 @@ static ph_status resolve_ops(graph *g, diag *d) {
     if (k > 0 && (size_t)k < sizeof missing - pos) pos += (size_t)k;
     n_missing++;
   }
-  RETURN_ERROR_IF(n_missing, d, PH_ERR_UNSUPPORTED, "%d unsupported operator type%s: %s",
-                  n_missing, n_missing == 1 ? "" : "s", missing);
+  RETURN_ERROR_IF(n_missing, d, PH_ERR_UNSUPPORTED, "%d unsupported operator type%s: %s", n_missing,
+                  n_missing == 1 ? "" : "s", missing);
   return PH_OK;
 }
 

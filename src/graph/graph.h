@@ -25,8 +25,8 @@
 #include "base/diag.h"
 #include "tensor/tensor.h"
 
-#define GRAPH_MAX_DIMS TENSOR_MAX_DIMS
-#define GRAPH_MAX_IO 24      /* inputs or outputs per node (PagedAttention has 17 inputs) */
+#define GRAPH_MAX_DIMS    TENSOR_MAX_DIMS
+#define GRAPH_MAX_IO      24 /* inputs or outputs per node (PagedAttention has 17 inputs) */
 #define GRAPH_MAX_SYMBOLS 16
 
 typedef enum value_kind {
@@ -38,21 +38,21 @@ typedef enum value_kind {
 /* Static type of a value, also used for run-time shapes (then every dim is known).
  * dims[i] == -1: unknown at build time. */
 typedef struct tinfo {
-  ph_dtype dtype;            /* PH_DTYPE_INVALID for an absent optional input */
-  int rank;                  /* -1: unknown rank */
+  ph_dtype dtype; /* PH_DTYPE_INVALID for an absent optional input */
+  int rank;       /* -1: unknown rank */
   int64_t dims[GRAPH_MAX_DIMS];
-  const void *data;          /* constant contents when known (initializers), else NULL */
+  const void *data; /* constant contents when known (initializers), else NULL */
 } tinfo;
 
 typedef struct gvalue {
   const char *name;
   value_kind kind;
-  tinfo type;                        /* for initializers: full shape + data */
-  int8_t sym[GRAPH_MAX_DIMS];        /* inputs/outputs: symbol id per dim or -1 */
+  tinfo type;                 /* for initializers: full shape + data */
+  int8_t sym[GRAPH_MAX_DIMS]; /* inputs/outputs: symbol id per dim or -1 */
   int is_output;
-  int producer;                      /* node index, -1 for inputs/initializers */
-  int64_t n_bytes;                   /* initializers: data bytes */
-  int owned;                         /* initializers: data lives in the graph arena */
+  int producer;    /* node index, -1 for inputs/initializers */
+  int64_t n_bytes; /* initializers: data bytes */
+  int owned;       /* initializers: data lives in the graph arena */
   /* Lazy initializer: the value (type.dtype, type.dims) is computed from `src`, src_dtype
    * elements of the checkpoint, by converting to type.dtype and, when src_transposed, reading
    * the source as [rows, cols] = [type.dims[1], type.dims[0]] (what ONNX MatMul wants is the
@@ -89,14 +89,14 @@ struct op_def;
 typedef struct gnode {
   const char *name;
   const char *op_type;
-  const char *domain;            /* "" for ai.onnx, "com.microsoft" */
+  const char *domain; /* "" for ai.onnx, "com.microsoft" */
   int n_inputs, n_outputs, n_attrs;
-  int *inputs;                   /* value ids, -1 = absent optional */
+  int *inputs; /* value ids, -1 = absent optional */
   int *outputs;
   gattr *attrs;
-  const struct op_def *op;       /* resolved by graph_finalize() */
-  int internal;                  /* made by a CPU prepare pass: never exported */
-  int dead;                      /* removed by a prepare pass (outputs unused): skipped */
+  const struct op_def *op; /* resolved by graph_finalize() */
+  int internal;            /* made by a CPU prepare pass: never exported */
+  int dead;                /* removed by a prepare pass (outputs unused): skipped */
 } gnode;
 
 typedef struct graph {
@@ -105,15 +105,15 @@ typedef struct graph {
   int n_values, cap_values;
   gnode *nodes;
   int n_nodes, cap_nodes;
-  int *inputs;                   /* graph inputs in declaration order */
+  int *inputs; /* graph inputs in declaration order */
   int n_inputs, cap_inputs;
-  int *outputs;                  /* graph outputs in declaration order */
+  int *outputs; /* graph outputs in declaration order */
   int n_outputs, cap_outputs;
   char symbols[GRAPH_MAX_SYMBOLS][32];
   int n_symbols;
-  diag err;                      /* sticky: first builder error */
+  diag err; /* sticky: first builder error */
   int finalized;
-  struct fmap *mappings;         /* adopted file mappings, unmapped by graph_free */
+  struct fmap *mappings; /* adopted file mappings, unmapped by graph_free */
   int n_mappings;
 } graph;
 
@@ -142,8 +142,8 @@ int graph_add_initializer_transposed(graph *g, const char *name, ph_dtype dtype,
                                      int64_t cols, const void *src);
 /* General lazy initializer: value of `dtype` and shape `s`, computed from src (src_dtype); if
  * transposed, s must be 2-D and src is read as [s.dims[1], s.dims[0]]. */
-int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape s,
-                               const void *src, ph_dtype src_dtype, int transposed);
+int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape s, const void *src,
+                               ph_dtype src_dtype, int transposed);
 /* Owned initializer of the given shape, zeroed; returns the id and a writable pointer. */
 int graph_add_initializer_alloc(graph *g, const char *name, ph_dtype dtype, shape s, void **data);
 
@@ -192,7 +192,7 @@ ph_status graph_initializer_read(const graph *g, int value, int64_t begin, int64
 const void *graph_initializer_data(graph *g, int value, diag *d);
 
 /* ---- lookups ---- */
-int graph_find_value(const graph *g, const char *name); /* -1 if absent */
+int graph_find_value(const graph *g, const char *name);   /* -1 if absent */
 const gattr *node_attr(const gnode *n, const char *name); /* NULL if absent */
 int64_t node_attr_int(const gnode *n, const char *name, int64_t def);
 float node_attr_float(const gnode *n, const char *name, float def);

@@ -87,8 +87,9 @@ ph_status graph_prepare_cpu(graph *g, diag *d) {
     const gvalue *a = &g->values[n->inputs[0]];
     if (a->type.rank < 1) continue;
     int rows = rows_initializer(g, w, d);
-    if (rows < 0) return graph_status(g) != PH_OK ? diag_set(d, graph_status(g), "%s", g->err.msg)
-                                                 : (d ? d->status : PH_ERR_INTERNAL);
+    if (rows < 0)
+      return graph_status(g) != PH_OK ? diag_set(d, graph_status(g), "%s", g->err.msg)
+                                      : (d ? d->status : PH_ERR_INTERNAL);
     n = &g->nodes[i]; /* adding initializers does not move nodes, but be explicit */
     n->inputs[1] = rows;
     n->op_type = "MatMulWT";

@@ -20,7 +20,7 @@
 #include "io/hf_config.h"
 
 #define GENAI_MAX_NAME 96
-#define GENAI_MAX_EOS 8
+#define GENAI_MAX_EOS  8
 
 typedef struct genai_config {
   char model_type[64];

@@ -34,7 +34,7 @@
 
 #include "base/diag.h"
 
-#define HF_MAX_LAYERS 512
+#define HF_MAX_LAYERS       512
 #define HF_CONFIG_MAX_BYTES ((size_t)16 << 20)
 
 typedef enum model_family {
@@ -54,79 +54,79 @@ typedef struct hf_config {
   char text_model_type[64]; /* text_config.model_type for wrappers, else = model_type */
   char architecture[128];   /* architectures[0] or "" */
   model_family family;
-  int is_vlm;               /* text fields came from "text_config" */
-  ph_dtype dtype;           /* "dtype" or "torch_dtype" (text_config first); F32 if absent */
+  int is_vlm;     /* text fields came from "text_config" */
+  ph_dtype dtype; /* "dtype" or "torch_dtype" (text_config first); F32 if absent */
 
   int64_t hidden_size;
   int64_t n_layers;
   int64_t vocab_size;
   int64_t intermediate_size; /* dense MLP width (0 when every layer is MoE and it is absent) */
   int64_t max_position_embeddings;
-  int64_t n_heads;           /* num_attention_heads */
-  int64_t n_kv_heads;        /* num_key_value_heads */
-  int64_t head_dim;          /* Qwen: head_dim (default 256); DeepSeek: qk_nope + qk_rope */
+  int64_t n_heads;    /* num_attention_heads */
+  int64_t n_kv_heads; /* num_key_value_heads */
+  int64_t head_dim;   /* Qwen: head_dim (default 256); DeepSeek: qk_nope + qk_rope */
   double rms_norm_eps;
   int tie_word_embeddings;
   int attention_bias;
-  int64_t mtp_num_hidden_layers;  /* informational; MTP weights are not loaded */
-  char output_gate_type[16];      /* "" | "swish" | "sigmoid" | "silu" (GDN z gate; see §4.6) */
+  int64_t mtp_num_hidden_layers; /* informational; MTP weights are not loaded */
+  char output_gate_type[16];     /* "" | "swish" | "sigmoid" | "silu" (GDN z gate; see §4.6) */
 
   uint8_t layer_kind[HF_MAX_LAYERS];   /* ph_layer_kind per layer */
   uint8_t layer_is_moe[HF_MAX_LAYERS]; /* 1 if the layer's MLP is a sparse MoE */
   int64_t full_attention_interval;     /* as given or defaulted (Qwen); 0 for DeepSeek */
 
-  struct {                       /* GatedDeltaNet (Qwen3.5 / Qwen3-Next) */
-    int64_t n_key_heads;         /* linear_num_key_heads   (Hk) */
-    int64_t n_value_heads;       /* linear_num_value_heads (Hv) */
-    int64_t key_head_dim;        /* linear_key_head_dim    (Dk) */
-    int64_t value_head_dim;      /* linear_value_head_dim  (Dv) */
-    int64_t conv_kernel;         /* linear_conv_kernel_dim (Kc) */
+  struct {                  /* GatedDeltaNet (Qwen3.5 / Qwen3-Next) */
+    int64_t n_key_heads;    /* linear_num_key_heads   (Hk) */
+    int64_t n_value_heads;  /* linear_num_value_heads (Hv) */
+    int64_t key_head_dim;   /* linear_key_head_dim    (Dk) */
+    int64_t value_head_dim; /* linear_value_head_dim  (Dv) */
+    int64_t conv_kernel;    /* linear_conv_kernel_dim (Kc) */
   } lin;
 
   struct {
     double theta;
     double partial_rotary_factor;
-    int64_t rotary_dim;          /* derived: int(head_dim * factor) (Qwen), qk_rope_head_dim (MLA) */
-    int has_mrope;               /* mrope_section given/defaulted */
+    int64_t rotary_dim; /* derived: int(head_dim * factor) (Qwen), qk_rope_head_dim (MLA) */
+    int has_mrope;      /* mrope_section given/defaulted */
     int mrope_interleaved;
     int64_t mrope_section[3];
     rope_scaling_kind scaling;
     double factor;
     int64_t original_max_position_embeddings;
     double beta_fast, beta_slow, mscale, mscale_all_dim;
-    int interleave;              /* DeepSeek rope_interleave (default 1 for v3, 0 for v2) */
+    int interleave; /* DeepSeek rope_interleave (default 1 for v3, 0 for v2) */
   } rope;
 
   struct {
-    int64_t n_experts;               /* num_experts / n_routed_experts */
+    int64_t n_experts; /* num_experts / n_routed_experts */
     int64_t n_experts_per_tok;
     int64_t moe_intermediate_size;
     int64_t shared_intermediate_size; /* Qwen shared_expert_intermediate_size */
-    int64_t n_shared_experts;        /* DeepSeek */
-    int64_t decoder_sparse_step;     /* Qwen3-Next */
-    int64_t first_k_dense_replace;   /* DeepSeek */
-    int64_t n_group, topk_group;     /* DeepSeek V3 */
+    int64_t n_shared_experts;         /* DeepSeek */
+    int64_t decoder_sparse_step;      /* Qwen3-Next */
+    int64_t first_k_dense_replace;    /* DeepSeek */
+    int64_t n_group, topk_group;      /* DeepSeek V3 */
     int norm_topk_prob;
     double routed_scaling_factor;
-    char scoring_func[16];           /* "softmax" | "sigmoid" */
-    char topk_method[16];            /* "greedy" | "group_limited_greedy" | "noaux_tc" */
+    char scoring_func[16]; /* "softmax" | "sigmoid" */
+    char topk_method[16];  /* "greedy" | "group_limited_greedy" | "noaux_tc" */
   } moe;
 
-  struct {                      /* DeepSeek MLA */
-    int64_t q_lora_rank;        /* 0 when null (q_proj used directly) */
+  struct {               /* DeepSeek MLA */
+    int64_t q_lora_rank; /* 0 when null (q_proj used directly) */
     int64_t kv_lora_rank;
     int64_t qk_nope_head_dim;
     int64_t qk_rope_head_dim;
     int64_t v_head_dim;
-    double softmax_scale;       /* derived: (dn+dr)^-1/2 * mscale^2 (YaRN) */
+    double softmax_scale; /* derived: (dn+dr)^-1/2 * mscale^2 (YaRN) */
   } mla;
 
-  struct {                      /* derived geometry */
-    int64_t key_dim;            /* Hk*Dk */
-    int64_t value_dim;          /* Hv*Dv */
-    int64_t conv_dim;           /* 2*key_dim + value_dim */
-    int64_t n_full;             /* full-attention (or MLA) layers */
-    int64_t n_linear;           /* GatedDeltaNet layers */
+  struct {             /* derived geometry */
+    int64_t key_dim;   /* Hk*Dk */
+    int64_t value_dim; /* Hv*Dv */
+    int64_t conv_dim;  /* 2*key_dim + value_dim */
+    int64_t n_full;    /* full-attention (or MLA) layers */
+    int64_t n_linear;  /* GatedDeltaNet layers */
   } geom;
 } hf_config;
 

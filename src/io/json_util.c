@@ -3,14 +3,21 @@
 
 const char *json_kind(const json_t *v) {
   switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a real number";
+  case JSON_OBJECT:
+    return "an object";
+  case JSON_ARRAY:
+    return "an array";
+  case JSON_STRING:
+    return "a string";
+  case JSON_INTEGER:
+    return "an integer";
+  case JSON_REAL:
+    return "a real number";
   case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  case JSON_NULL: return "null";
+  case JSON_FALSE:
+    return "a boolean";
+  case JSON_NULL:
+    return "null";
   }
   return "an unknown JSON value";
 }

@@ -35,13 +35,13 @@
 #include "base/diag.h"
 #include "graph/graph.h"
 
-#define ONNX_IR_VERSION 8
-#define ONNX_OPSET_AI 17
-#define ONNX_OPSET_MS 1
-#define ONNX_DATA_ALIGN 64
+#define ONNX_IR_VERSION       8
+#define ONNX_OPSET_AI         17
+#define ONNX_OPSET_MS         1
+#define ONNX_DATA_ALIGN       64
 #define ONNX_INLINE_MAX_BYTES 1024 /* initializers below this many bytes are written inline */
-#define ONNX_MODEL_FILE "model.onnx"
-#define ONNX_DATA_FILE "model.onnx.data"
+#define ONNX_MODEL_FILE       "model.onnx"
+#define ONNX_DATA_FILE        "model.onnx.data"
 
 /* Writes dir/model.onnx and dir/model.onnx.data from a finalized, unprepared graph. dir must
  * exist. producer names the tool in ModelProto.producer_name. */
@@ -62,14 +62,14 @@ ph_status onnx_parse_model(const uint8_t *bytes, size_t size, const uint8_t *dat
 /* What a read reports about the file besides the graph (for inspect). */
 typedef struct onnx_model_info {
   int64_t ir_version;
-  int64_t opset_ai, opset_ms;      /* imported versions; 0 when the domain is not imported */
+  int64_t opset_ai, opset_ms; /* imported versions; 0 when the domain is not imported */
   char producer_name[64], producer_version[32];
   int64_t n_initializers;
-  int64_t initializer_bytes;       /* data of every initializer */
-  int64_t external_data_bytes;     /* the part of it stored in external files */
+  int64_t initializer_bytes;   /* data of every initializer */
+  int64_t external_data_bytes; /* the part of it stored in external files */
   int n_external_files;
-  int n_symbols_dropped;           /* dim_param names beyond the graph's symbol table (dims
-                                      stay unknown, only the names are not kept) */
+  int n_symbols_dropped; /* dim_param names beyond the graph's symbol table (dims
+                            stay unknown, only the names are not kept) */
 } onnx_model_info;
 
 /* onnx_read_model with options. finalize 0 returns the graph validated and built but not

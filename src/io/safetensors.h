@@ -1,8 +1,8 @@
 /* safetensors — read (mmapped, fully validated) and write Hugging Face safetensors files.
  *
  * File format: 8-byte little-endian header length n, n bytes of JSON
- *   { "__metadata__": {str: str}?, NAME: {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ... }
- * then the data section; offsets are relative to the data section's start (8 + n).
+ *   { "__metadata__": {str: str}?, NAME: {"dtype": "F32", "shape": [..], "data_offsets": [b, e]},
+ * ... } then the data section; offsets are relative to the data section's start (8 + n).
  *
  * Reading validates everything before any tensor is handed out, so a malformed or truncated
  * file is a typed error naming the problem and never a crash or an out-of-bounds read:
@@ -42,13 +42,13 @@
 #define SAFETENSORS_MAX_HEADER ((uint64_t)100 << 20)
 
 typedef struct st_tensor {
-  const char *name;      /* owned by the set */
+  const char *name; /* owned by the set */
   ph_dtype dtype;
   shape shape;
-  uint64_t data_begin;   /* relative to the data section of its file */
+  uint64_t data_begin; /* relative to the data section of its file */
   uint64_t data_end;
-  const uint8_t *data;   /* points into the mapping (or the caller's buffer for _parse) */
-  int file_index;        /* which shard (0 for a single file) */
+  const uint8_t *data; /* points into the mapping (or the caller's buffer for _parse) */
+  int file_index;      /* which shard (0 for a single file) */
 } st_tensor;
 
 /* A set of tensors from one file or a sharded checkpoint. Sorted by name for lookup. */
@@ -70,7 +70,7 @@ ph_status st_open_dir(const char *dir, st_set **out, diag *d);
 void st_close(st_set *s); /* NULL-safe */
 
 size_t st_count(const st_set *s);
-const st_tensor *st_at(const st_set *s, size_t i); /* sorted by name */
+const st_tensor *st_at(const st_set *s, size_t i);           /* sorted by name */
 const st_tensor *st_find(const st_set *s, const char *name); /* NULL if absent */
 /* Metadata value from the first file's "__metadata__", NULL if absent. */
 const char *st_metadata(const st_set *s, const char *key);
@@ -92,8 +92,8 @@ typedef struct st_write_entry {
 /* Writes one file with the entries in the given order, data offsets packed in that order,
  * header padded with spaces to a multiple of 8, "__metadata__": {"format": "pt"}. fill may be
  * NULL if every entry has data. Streams: memory use is one tensor at a time. */
-ph_status st_write_file(const char *path, const st_write_entry *entries, size_t n,
-                        st_fill_fn fill, void *user, diag *d);
+ph_status st_write_file(const char *path, const st_write_entry *entries, size_t n, st_fill_fn fill,
+                        void *user, diag *d);
 
 /* Writes entries across as few shards as keep each under max_shard_bytes (a tensor larger than
  * that gets a shard of its own), named model-00001-of-0000N.safetensors, plus

@@ -11,9 +11,9 @@
 
 typedef struct layer_io {
   int full;
-  int in0, in1, out0, out1;     /* executor input / output indices */
-  float *buf0[2], *buf1[2];     /* full: K and V double buffers; linear: conv, recurrent in [0] */
-  int cur;                      /* full: which buffer holds the past */
+  int in0, in1, out0, out1; /* executor input / output indices */
+  float *buf0[2], *buf1[2]; /* full: K and V double buffers; linear: conv, recurrent in [0] */
+  int cur;                  /* full: which buffer holds the past */
   int64_t dims0[4], dims1[4];
   int rank0, rank1;
 } layer_io;
@@ -21,14 +21,14 @@ typedef struct layer_io {
 struct dense_session {
   int n_layers;
   int64_t vocab;
-  int has_mrope;                 /* position_ids [3, B, S] rather than [B, S] */
+  int has_mrope; /* position_ids [3, B, S] rather than [B, S] */
   graph *g;
   executor *e;
   int64_t max_context;
-  int64_t len;                   /* tokens in the cache */
+  int64_t len; /* tokens in the cache */
   int in_ids, in_mask, in_pos, out_logits;
   layer_io *layers;
-  int64_t *ids, *mask, *pos;     /* [max_context] each; pos [3 * max_context] */
+  int64_t *ids, *mask, *pos; /* [max_context] each; pos [3 * max_context] */
 };
 
 static float *alloc_f32(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
@@ -82,7 +82,8 @@ static ph_status bind_layer(dense_session *s, int i, diag *d) {
   if (l->full) {
     /* [B, Hkv, P, D]: Hkv and D must be static */
     RETURN_ERROR_IF(t0.rank != 4 || t0.dims[1] < 0 || t0.dims[3] < 0 || t1.rank != 4, d,
-                    PH_ERR_INVALID_ARGUMENT, "layer %d: KV inputs must be [batch, heads, past, dim]", i);
+                    PH_ERR_INVALID_ARGUMENT,
+                    "layer %d: KV inputs must be [batch, heads, past, dim]", i);
     for (int k = 0; k < 4; k++) l->dims0[k] = l->dims1[k] = k == 2 ? 0 : t0.dims[k];
     l->dims0[0] = l->dims1[0] = 1;
     int64_t n = t0.dims[1] * s->max_context * t0.dims[3];
@@ -120,9 +121,10 @@ ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_thread
     return st;
   }
   int cos = graph_find_value(s->g, "cos_cache");
-  s->max_context = cos >= 0 && g->values[cos].kind == VALUE_INITIALIZER ? g->values[cos].type.dims[0]
-                   : max_context > 0                                    ? max_context
-                                                                        : 4096;
+  s->max_context = cos >= 0 && g->values[cos].kind == VALUE_INITIALIZER
+                       ? g->values[cos].type.dims[0]
+                   : max_context > 0 ? max_context
+                                     : 4096;
   tinfo t;
   s->in_ids = input_type(g, "input_ids", &t);
   s->in_mask = input_type(g, "attention_mask", &t);
@@ -131,8 +133,9 @@ ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_thread
   s->out_logits = exec_output_index(s->e, "logits");
   if (s->in_ids < 0 || s->in_mask < 0 || s->in_pos < 0 || s->out_logits < 0) {
     dense_session_free(s);
-    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
-                    "not a dense decoder graph: needs input_ids, attention_mask, position_ids and logits");
+    return diag_set(
+        d, PH_ERR_INVALID_ARGUMENT,
+        "not a dense decoder graph: needs input_ids, attention_mask, position_ids and logits");
   }
   const tinfo *lt = &g->values[g->outputs[s->out_logits]].type;
   s->vocab = lt->rank == 3 ? lt->dims[2] : -1;
@@ -145,7 +148,8 @@ ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_thread
   }
   if (s->vocab <= 0 || s->n_layers == 0) {
     dense_session_free(s);
-    return diag_set(d, PH_ERR_INVALID_ARGUMENT, "not a dense decoder graph: no layers or no vocab dim");
+    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                    "not a dense decoder graph: no layers or no vocab dim");
   }
   s->ids = calloc((size_t)s->max_context, sizeof(int64_t));
   s->mask = calloc((size_t)s->max_context, sizeof(int64_t));
@@ -226,7 +230,7 @@ ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n,
   t = make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, T}, s->mask);
   if ((st = exec_bind_input(s->e, s->in_mask, &t, d)) != PH_OK) return st;
   t = s->has_mrope ? make_tensor(PH_DTYPE_I64, 3, (int64_t[]){3, 1, n}, s->pos)
-                        : make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->pos);
+                   : make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->pos);
   if ((st = exec_bind_input(s->e, s->in_pos, &t, d)) != PH_OK) return st;
   for (int i = 0; i < s->n_layers; i++) {
     layer_io *l = &s->layers[i];

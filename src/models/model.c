@@ -13,8 +13,8 @@ struct ph_model {
   char *dir;
   int has_config;
   hf_config config;
-  st_set *tensors;         /* NULL without weights */
-  model_weights weights;   /* bound when tensors != NULL */
+  st_set *tensors;       /* NULL without weights */
+  model_weights weights; /* bound when tensors != NULL */
   int64_t predicted_parameters;
   int64_t predicted_bytes;
 };
@@ -29,8 +29,8 @@ ph_model_params ph_model_params_default(void) {
 static ph_status predict_size(ph_model *m) {
   expected_tensor *exp = NULL;
   size_t n = 0;
-  FORWARD_IF_ERROR(weights_expected(&m->config, weights_default_layout(&m->config),
-                                    EXPERTS_FUSED, &exp, &n, &m->err));
+  FORWARD_IF_ERROR(weights_expected(&m->config, weights_default_layout(&m->config), EXPERTS_FUSED,
+                                    &exp, &n, &m->err));
   int64_t params = 0;
   for (size_t i = 0; i < n; i++) params += shape_numel(&exp[i].shape);
   free(exp);

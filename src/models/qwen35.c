@@ -20,10 +20,10 @@ typedef struct builder {
   const model_weights *w;
   char scope[96];
   int64_t max_context;
-  int cos, sin;           /* rotary caches [ctx, rot/2] f32 */
-  ph_dtype weight_dtype;  /* PH_DTYPE_INVALID: as stored */
-  int positions;          /* position_ids */
-  int seqlens_k, total;   /* GQA lengths derived from attention_mask */
+  int cos, sin;          /* rotary caches [ctx, rot/2] f32 */
+  ph_dtype weight_dtype; /* PH_DTYPE_INVALID: as stored */
+  int positions;         /* position_ids */
+  int seqlens_k, total;  /* GQA lengths derived from attention_mask */
 } builder;
 
 /* A 2-D weight [rows, cols] = [out, in] as Hugging Face stores Linear weights. */
@@ -70,8 +70,8 @@ static int node1(builder *b, const char *op, const char *domain, const char *nam
   return out;
 }
 
-#define NODE1(b, op, name, attrs_n, attrs, ...)                                                   \
-  node1(b, op, "", name, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__}, \
+#define NODE1(b, op, name, attrs_n, attrs, ...)                                                    \
+  node1(b, op, "", name, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__},  \
         attrs_n, attrs)
 
 static int const_i64(builder *b, const char *name, int n, const int64_t *v) {
@@ -100,7 +100,8 @@ static int weight_view(builder *b, const char *name, ph_dtype dt, shape s, const
   if (id >= 0) return id;
   ph_dtype want = b->weight_dtype != PH_DTYPE_INVALID ? b->weight_dtype : dt;
   if (want != dt) return graph_add_initializer_lazy(b->g, name, want, s, data, dt, 0);
-  if ((uintptr_t)data % dtype_size(dt) != 0) return graph_add_initializer_copy(b->g, name, dt, s, data);
+  if ((uintptr_t)data % dtype_size(dt) != 0)
+    return graph_add_initializer_copy(b->g, name, dt, s, data);
   return graph_add_initializer_view(b->g, name, dt, s, data);
 }
 
@@ -181,8 +182,8 @@ static int skip_rms_norm(builder *b, const char *name, int x, int skip, int gain
                          int *sum) {
   gattr a = attr_float("epsilon", eps);
   int out[4] = {-1, -2, -2, -1};
-  node_n(b, "SkipSimplifiedLayerNormalization", "com.microsoft", name, 3, (int[]){x, skip, gain},
-         4, out, 1, &a);
+  node_n(b, "SkipSimplifiedLayerNormalization", "com.microsoft", name, 3, (int[]){x, skip, gain}, 4,
+         out, 1, &a);
   *sum = out[3];
   return out[0];
 }
@@ -193,8 +194,10 @@ static void rotary_caches(builder *b) {
   const hf_config *c = b->c;
   int64_t half = c->rope.rotary_dim / 2;
   float *cs = NULL, *sn = NULL;
-  b->cos = graph_add_initializer_alloc(b->g, "cos_cache", PH_DTYPE_F32, shape_2d(b->max_context, half), (void **)&cs);
-  b->sin = graph_add_initializer_alloc(b->g, "sin_cache", PH_DTYPE_F32, shape_2d(b->max_context, half), (void **)&sn);
+  b->cos = graph_add_initializer_alloc(b->g, "cos_cache", PH_DTYPE_F32,
+                                       shape_2d(b->max_context, half), (void **)&cs);
+  b->sin = graph_add_initializer_alloc(b->g, "sin_cache", PH_DTYPE_F32,
+                                       shape_2d(b->max_context, half), (void **)&sn);
   if (!cs || !sn) return;
   /* inv_freq_j = theta^(-2j/rot); angles in double (the golden reference is f64; HF's single
    * fp32 multiply differs only in the last bits, model-math §7.15). */
@@ -225,7 +228,8 @@ static int rotary(builder *b, const char *name, int x, int64_t n_heads) {
   const hf_config *c = b->c;
   if (c->rope.has_mrope) {
     gattr a[5] = {attr_int("interleaved", 0), attr_int("rotary_embedding_dim", c->rope.rotary_dim),
-                  attr_int("num_heads", n_heads), attr_ints("mrope_section", c->rope.mrope_section, 3),
+                  attr_int("num_heads", n_heads),
+                  attr_ints("mrope_section", c->rope.mrope_section, 3),
                   attr_int("mrope_layout", c->rope.mrope_interleaved ? 1 : 0)};
     return node1(b, "MRotaryEmbedding", "com.microsoft", name, 4,
                  (int[]){x, b->positions, b->cos, b->sin}, 5, a);
@@ -247,13 +251,15 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
   int qg4 = reshape(b, "q_proj/Reshape", qg, 4, (int64_t[]){0, 0, Hq, 2 * D});
   int halves[2] = {-1, -1};
   gattr ax = attr_int("axis", -1);
-  node_n(b, "Split", "", "q_gate/Split", 2, (int[]){qg4, const_i64(b, "q_gate/split", 2, (int64_t[]){D, D})},
-         2, halves, 1, &ax);
+  node_n(b, "Split", "", "q_gate/Split", 2,
+         (int[]){qg4, const_i64(b, "q_gate/split", 2, (int64_t[]){D, D})}, 2, halves, 1, &ax);
   /* §7.3/§7.4: (1+w) RMSNorm per head over D, before RoPE */
-  int q = rms_norm(b, "q_norm", halves[0], f32_const(b, lw(b, layer, W_ATTN_Q_NORM), ".1p", F32_ONE_PLUS), eps);
+  int q = rms_norm(b, "q_norm", halves[0],
+                   f32_const(b, lw(b, layer, W_ATTN_Q_NORM), ".1p", F32_ONE_PLUS), eps);
   int k4 = reshape(b, "k_proj/Reshape", linear(b, "k_proj", x, wref_of(lw(b, layer, W_ATTN_K))), 4,
                    (int64_t[]){0, 0, Hkv, D});
-  int k = rms_norm(b, "k_norm", k4, f32_const(b, lw(b, layer, W_ATTN_K_NORM), ".1p", F32_ONE_PLUS), eps);
+  int k = rms_norm(b, "k_norm", k4, f32_const(b, lw(b, layer, W_ATTN_K_NORM), ".1p", F32_ONE_PLUS),
+                   eps);
   int v = linear(b, "v_proj", x, wref_of(lw(b, layer, W_ATTN_V)));
   q = reshape(b, "q_norm/Reshape", q, 3, (int64_t[]){0, 0, Hq * D});
   k = reshape(b, "k_norm/Reshape", k, 3, (int64_t[]){0, 0, Hkv * D});
@@ -269,7 +275,8 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
   *present_v = out[2];
   /* §7.2: the attention output gate is sigmoid */
   int gate = reshape(b, "gate/Reshape", halves[1], 3, (int64_t[]){0, 0, Hq * D});
-  int gated = NODE1(b, "Mul", "gate/Mul", 0, NULL, out[0], NODE1(b, "Sigmoid", "gate/Sigmoid", 0, NULL, gate));
+  int gated = NODE1(b, "Mul", "gate/Mul", 0, NULL, out[0],
+                    NODE1(b, "Sigmoid", "gate/Sigmoid", 0, NULL, gate));
   return linear(b, "o_proj", gated, wref_of(lw(b, layer, W_ATTN_O)));
 }
 
@@ -298,12 +305,13 @@ static int next_regroup(builder *b, int layer, wref *qkv, wref *z, wref *bw, wre
   const int64_t group = 2 * Dk + 2 * r * Dv;
   for (int64_t g = 0; g < Hk; g++) {
     const char *s = src + (size_t)(g * group) * row;
-    memcpy((char *)p_qkv + (size_t)(g * Dk) * row, s, (size_t)Dk * row);                     /* q_g */
-    memcpy((char *)p_qkv + (size_t)(kd + g * Dk) * row, s + (size_t)Dk * row, (size_t)Dk * row); /* k_g */
+    memcpy((char *)p_qkv + (size_t)(g * Dk) * row, s, (size_t)Dk * row); /* q_g */
+    memcpy((char *)p_qkv + (size_t)(kd + g * Dk) * row, s + (size_t)Dk * row,
+           (size_t)Dk * row); /* k_g */
     memcpy((char *)p_qkv + (size_t)(2 * kd + g * r * Dv) * row, s + (size_t)(2 * Dk) * row,
-           (size_t)(r * Dv) * row);                                                           /* v_g */
+           (size_t)(r * Dv) * row); /* v_g */
     memcpy((char *)p_z + (size_t)(g * r * Dv) * row, s + (size_t)(2 * Dk + r * Dv) * row,
-           (size_t)(r * Dv) * row);                                                           /* z_g */
+           (size_t)(r * Dv) * row); /* z_g */
     const char *sb = (const char *)ba->data + (size_t)(g * 2 * r) * row;
     memcpy((char *)p_b + (size_t)(g * r) * row, sb, (size_t)r * row);
     memcpy((char *)p_a + (size_t)(g * r) * row, sb + (size_t)r * row, (size_t)r * row);
@@ -348,8 +356,8 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   int y = NODE1(b, "Transpose", "conv/Transpose_out", 1, &perm, conv[0]);
   int qkv[3] = {-1, -1, -1};
   gattr ax = attr_int("axis", -1);
-  node_n(b, "Split", "", "qkv/Split", 2, (int[]){y, const_i64(b, "qkv/split", 3, (int64_t[]){kd, kd, vd})},
-         3, qkv, 1, &ax);
+  node_n(b, "Split", "", "qkv/Split", 2,
+         (int[]){y, const_i64(b, "qkv/split", 3, (int64_t[]){kd, kd, vd})}, 3, qkv, 1, &ax);
   /* §7.7: q and k L2-normalised with eps 1e-6 inside the sqrt: x/sqrt(Σx²+eps) is RMSNorm with
    * eps/Dk and gain 1/sqrt(Dk); the Dk^-1/2 query scale is LinearAttention's default scale. */
   const float l2_eps = 1e-6f / (float)Dk;
@@ -361,7 +369,8 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   k = rms_norm(b, "k/l2norm", k, l2_gain, l2_eps);
   /* §7.8: value head h reads key head h / (Hv/Hk): repeat each key head r times, contiguously */
   if (r > 1) {
-    int k5 = NODE1(b, "Unsqueeze", "k/Unsqueeze", 0, NULL, k, const_i64(b, "k/axes", 1, (int64_t[]){3}));
+    int k5 =
+        NODE1(b, "Unsqueeze", "k/Unsqueeze", 0, NULL, k, const_i64(b, "k/axes", 1, (int64_t[]){3}));
     int reps[GRAPH_MAX_IO];
     for (int i = 0; i < r && i < GRAPH_MAX_IO; i++) reps[i] = k5;
     gattr cax = attr_int("axis", 3);
@@ -384,8 +393,9 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   *present_rec = lo[1];
   /* §7.2: GDN output: RMSNorm with a plain gain first, then the SiLU(z) gate */
   gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
-  int normed = node1(b, "GatedRMSNorm", "com.microsoft", "norm", 3,
-                     (int[]){lo[0], f32_const(b, lw(b, layer, W_LIN_NORM), ".f32", F32_COPY), z}, 1, &eps);
+  int normed =
+      node1(b, "GatedRMSNorm", "com.microsoft", "norm", 3,
+            (int[]){lo[0], f32_const(b, lw(b, layer, W_LIN_NORM), ".f32", F32_COPY), z}, 1, &eps);
   return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
 }
 
@@ -413,14 +423,14 @@ static ph_status check_supported(const hf_config *c, diag *d) {
                     "layer %d has a sparse MoE MLP: MoE models are not supported yet (%s)", i,
                     c->model_type);
   RETURN_ERROR_IF(c->attention_bias, d, PH_ERR_UNSUPPORTED, "attention_bias=true is not supported");
-  RETURN_ERROR_IF(c->lin.n_key_heads > 0 && c->lin.n_value_heads / c->lin.n_key_heads > GRAPH_MAX_IO,
-                  d, PH_ERR_UNSUPPORTED, "linear_num_value_heads / linear_num_key_heads above %d",
-                  GRAPH_MAX_IO);
+  RETURN_ERROR_IF(
+      c->lin.n_key_heads > 0 && c->lin.n_value_heads / c->lin.n_key_heads > GRAPH_MAX_IO, d,
+      PH_ERR_UNSUPPORTED, "linear_num_value_heads / linear_num_key_heads above %d", GRAPH_MAX_IO);
   return PH_OK;
 }
 
-ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
-                             const qwen35_options *opt, graph **out, diag *d) {
+ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const qwen35_options *opt,
+                             graph **out, diag *d) {
   *out = NULL;
   FORWARD_IF_ERROR(check_supported(c, d));
   if (opt && opt->weight_dtype != PH_DTYPE_INVALID)
@@ -434,7 +444,8 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
   builder *b = &bb;
   /* rotary cache rows: the caller's context bound, else min(max_position_embeddings, 32768) */
   int64_t ctx = 32768;
-  if (c->max_position_embeddings > 0 && c->max_position_embeddings < ctx) ctx = c->max_position_embeddings;
+  if (c->max_position_embeddings > 0 && c->max_position_embeddings < ctx)
+    ctx = c->max_position_embeddings;
   if (opt && opt->max_context > 0) ctx = opt->max_context;
   b->max_context = ctx;
   const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
@@ -463,10 +474,9 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
       past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 3,
                                    (int64_t[]){-1, c->geom.conv_dim, c->lin.conv_kernel - 1}, ss);
       snprintf(name, sizeof name, "past_key_values.%d.recurrent_state", i);
-      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4,
-                                   (int64_t[]){-1, c->lin.n_value_heads, c->lin.key_head_dim,
-                                               c->lin.value_head_dim},
-                                   ss);
+      past[i][1] = graph_add_input(
+          g, name, PH_DTYPE_F32, 4,
+          (int64_t[]){-1, c->lin.n_value_heads, c->lin.key_head_dim, c->lin.value_head_dim}, ss);
     }
   }
   rotary_caches(b);
@@ -487,9 +497,11 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
       mixer_in = rms_norm(b, "input_layernorm", x, ln1, eps);
     else
       mixer_in = skip_rms_norm(b, "input_layernorm", branch, residual, ln1, eps, &residual);
-    int mixed = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
-                    ? full_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0], &present[i][1])
-                    : linear_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0], &present[i][1]);
+    int mixed =
+        c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
+            ? full_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0], &present[i][1])
+            : linear_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0],
+                               &present[i][1]);
     snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
     int ln2 = f32_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
     int mlp_in = skip_rms_norm(b, "post_attention_layernorm", mixed, residual, ln2, eps, &residual);

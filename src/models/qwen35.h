@@ -26,7 +26,8 @@
 #include "models/weights.h"
 
 typedef struct qwen35_options {
-  int64_t max_context; /* rows of the rotary cos/sin caches; 0 = min(max_position_embeddings, 32768) */
+  int64_t
+      max_context; /* rows of the rotary cos/sin caches; 0 = min(max_position_embeddings, 32768) */
   ph_dtype weight_dtype; /* storage dtype of the projection and embedding weights in the graph:
                             PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
                             the exporter streams the converted bytes, nothing is copied here) */
@@ -35,7 +36,7 @@ typedef struct qwen35_options {
 qwen35_options qwen35_options_default(void);
 
 /* Builds and finalizes the dense graph. */
-ph_status qwen35_build_dense(const hf_config *c, const model_weights *w,
-                             const qwen35_options *opt, graph **out, diag *d);
+ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const qwen35_options *opt,
+                             graph **out, diag *d);
 
 #endif /* PH_MODELS_QWEN35_H */

@@ -123,10 +123,18 @@ ph_status tiny_apply_preset(tiny_params *p, const char *preset, diag *d) {
 
 /* ---- config.json -------------------------------------------------------------------------- */
 
-static void set_int(json_t *o, const char *k, int64_t v) { json_object_set_new(o, k, json_integer(v)); }
-static void set_real(json_t *o, const char *k, double v) { json_object_set_new(o, k, json_real(v)); }
-static void set_str(json_t *o, const char *k, const char *v) { json_object_set_new(o, k, json_string(v)); }
-static void set_bool(json_t *o, const char *k, int v) { json_object_set_new(o, k, json_boolean(v)); }
+static void set_int(json_t *o, const char *k, int64_t v) {
+  json_object_set_new(o, k, json_integer(v));
+}
+static void set_real(json_t *o, const char *k, double v) {
+  json_object_set_new(o, k, json_real(v));
+}
+static void set_str(json_t *o, const char *k, const char *v) {
+  json_object_set_new(o, k, json_string(v));
+}
+static void set_bool(json_t *o, const char *k, int v) {
+  json_object_set_new(o, k, json_boolean(v));
+}
 
 static int is_qwen35(const char *t) {
   return strcmp(t, "qwen3_5_text") == 0 || strcmp(t, "qwen3_5_moe_text") == 0;
@@ -157,9 +165,10 @@ static void qwen_common(json_t *o, const tiny_params *p) {
   json_object_set_new(o, "layer_types", types);
   set_int(o, "max_position_embeddings", p->max_position_embeddings);
   set_bool(o, "tie_word_embeddings", p->tie_word_embeddings);
-  set_str(o, "dtype", p->dtype == PH_DTYPE_BF16 ? "bfloat16"
-                      : p->dtype == PH_DTYPE_F16 ? "float16"
-                                                 : "float32");
+  set_str(o, "dtype",
+          p->dtype == PH_DTYPE_BF16  ? "bfloat16"
+          : p->dtype == PH_DTYPE_F16 ? "float16"
+                                     : "float32");
   set_str(o, "mamba_ssm_dtype", "float32");
   set_int(o, "intermediate_size", p->intermediate_size);
 }
@@ -259,9 +268,10 @@ static json_t *deepseek(const tiny_params *p) {
   set_real(ys, "mscale_all_dim", v3 ? 1.0 : 0.707);
   json_object_set_new(o, "rope_scaling", ys);
   if (v3) set_bool(o, "rope_interleave", 1);
-  set_str(o, "torch_dtype", p->dtype == PH_DTYPE_BF16 ? "bfloat16"
-                            : p->dtype == PH_DTYPE_F16 ? "float16"
-                                                       : "float32");
+  set_str(o, "torch_dtype",
+          p->dtype == PH_DTYPE_BF16  ? "bfloat16"
+          : p->dtype == PH_DTYPE_F16 ? "float16"
+                                     : "float32");
   return o;
 }
 
@@ -326,16 +336,22 @@ static float init_value(rng *r, weight_init init, const shape *s) {
     float a = sqrtf(3.0f / (float)(fan_in > 0 ? fan_in : 1));
     return rng_range(r, -a, a);
   }
-  case INIT_EMBED: return rng_range(r, -1.0f, 1.0f);
-  case INIT_NORM_OFFSET: return rng_range(r, -0.1f, 0.1f);
-  case INIT_NORM_PLAIN: return rng_range(r, 0.9f, 1.1f);
-  case INIT_A_LOG: return logf(rng_range(r, 1.0f, 16.0f));
-  case INIT_DT_BIAS: return rng_range(r, 0.5f, 1.5f);
+  case INIT_EMBED:
+    return rng_range(r, -1.0f, 1.0f);
+  case INIT_NORM_OFFSET:
+    return rng_range(r, -0.1f, 0.1f);
+  case INIT_NORM_PLAIN:
+    return rng_range(r, 0.9f, 1.1f);
+  case INIT_A_LOG:
+    return logf(rng_range(r, 1.0f, 16.0f));
+  case INIT_DT_BIAS:
+    return rng_range(r, 0.5f, 1.5f);
   case INIT_CONV: {
     float a = 1.0f / sqrtf((float)s->dims[s->n_dims - 1]);
     return rng_range(r, -a, a);
   }
-  case INIT_BIAS: return rng_range(r, -0.1f, 0.1f);
+  case INIT_BIAS:
+    return rng_range(r, -0.1f, 0.1f);
   }
   return 0.0f;
 }
@@ -350,8 +366,8 @@ static ph_status fill_tensor(void *user, size_t index, void *dst, diag *d) {
   for (int64_t i = 0; i < n; i += 1024) {
     int64_t m = n - i < 1024 ? n - i : 1024;
     for (int64_t j = 0; j < m; j++) chunk[j] = init_value(&r, e->init, &e->shape);
-    FORWARD_IF_ERROR(dtype_convert((char *)dst + (size_t)i * es, ctx->dtype, chunk,
-                                   PH_DTYPE_F32, (size_t)m, d));
+    FORWARD_IF_ERROR(
+        dtype_convert((char *)dst + (size_t)i * es, ctx->dtype, chunk, PH_DTYPE_F32, (size_t)m, d));
   }
   return PH_OK;
 }
@@ -361,8 +377,7 @@ static int compare_names(const void *a, const void *b) {
 }
 
 ph_status tiny_write(const char *dir, const tiny_params *p, diag *d) {
-  RETURN_ERROR_IF(p->dtype != PH_DTYPE_F32 && p->dtype != PH_DTYPE_BF16 &&
-                      p->dtype != PH_DTYPE_F16,
+  RETURN_ERROR_IF(p->dtype != PH_DTYPE_F32 && p->dtype != PH_DTYPE_BF16 && p->dtype != PH_DTYPE_F16,
                   d, PH_ERR_INVALID_ARGUMENT, "make-tiny dtype must be f32, bf16 or f16, not %s",
                   ph_dtype_name(p->dtype));
   char *json = NULL;
@@ -374,7 +389,8 @@ ph_status tiny_write(const char *dir, const tiny_params *p, diag *d) {
     return diag_prefix(d, "make-tiny geometry");
   }
   char path[4096];
-  if ((s = path_mkdirs(dir, d)) != PH_OK || (s = path_join(path, sizeof path, dir, "config.json", d)) != PH_OK ||
+  if ((s = path_mkdirs(dir, d)) != PH_OK ||
+      (s = path_join(path, sizeof path, dir, "config.json", d)) != PH_OK ||
       (s = file_write_all(path, json, strlen(json), d)) != PH_OK) {
     free(json);
     return s;

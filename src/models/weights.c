@@ -79,8 +79,8 @@ static void push(expect_list *l, weight_role role, int layer, int expert, shape 
     snprintf(e->name, sizeof e->name, "%slayers.%d.%s", prefix, layer, suffix);
 }
 
-#define S1(a) shape_1d(a)
-#define S2(a, b) shape_2d(a, b)
+#define S1(a)       shape_1d(a)
+#define S2(a, b)    shape_2d(a, b)
 #define S3(a, b, c) shape_3d(a, b, c)
 
 static void expect_qwen_layer(expect_list *l, const hf_config *c, int i, expert_form experts) {
@@ -285,11 +285,13 @@ static ph_status check_dtype(const hf_config *c, const st_tensor *t, diag *d) {
   switch (t->dtype) {
   case PH_DTYPE_F32:
   case PH_DTYPE_F16:
-  case PH_DTYPE_BF16: return PH_OK;
+  case PH_DTYPE_BF16:
+    return PH_OK;
   case PH_DTYPE_F8E4M3:
     if (c->family == FAMILY_DEEPSEEK && t->shape.n_dims == 2) return PH_OK;
     break;
-  default: break;
+  default:
+    break;
   }
   return diag_set(d, PH_ERR_TENSOR_DTYPE, "tensor %s has dtype %s, expected f32, f16 or bf16%s",
                   t->name, ph_dtype_name(t->dtype),
@@ -367,8 +369,7 @@ void weights_free(model_weights *w) {
 }
 
 const st_tensor *weights_layer(const model_weights *w, int layer, weight_role role) {
-  if (!w->layer || layer < 0 || layer >= w->n_layers || (unsigned)role >= W_ROLE_COUNT)
-    return NULL;
+  if (!w->layer || layer < 0 || layer >= w->n_layers || (unsigned)role >= W_ROLE_COUNT) return NULL;
   return w->layer[(size_t)layer * W_ROLE_COUNT + role];
 }
 
@@ -376,6 +377,6 @@ const st_tensor *weights_expert(const model_weights *w, int layer, int expert, i
   if (!w->expert || layer < 0 || layer >= w->n_layers || expert < 0 || expert >= w->n_experts ||
       expert_part < 0 || expert_part > 2)
     return NULL;
-  return w->expert[((size_t)layer * 3 + (size_t)expert_part) * (size_t)w->n_experts +
-                   (size_t)expert];
+  return w
+      ->expert[((size_t)layer * 3 + (size_t)expert_part) * (size_t)w->n_experts + (size_t)expert];
 }

@@ -37,82 +37,82 @@ typedef enum expert_form {
 } expert_form;
 
 /* X(ROLE, name template after the layer prefix or after "model." for globals) */
-#define WEIGHT_ROLE_TABLE(X)                                                                      \
-  X(EMBED, "embed_tokens.weight")                                                                 \
-  X(FINAL_NORM, "norm.weight")                                                                    \
-  X(LM_HEAD, "lm_head.weight")                                                                    \
-  X(INPUT_NORM, "input_layernorm.weight")                                                         \
-  X(POST_NORM, "post_attention_layernorm.weight")                                                 \
-  X(LIN_QKV, "linear_attn.in_proj_qkv.weight")                                                    \
-  X(LIN_Z, "linear_attn.in_proj_z.weight")                                                        \
-  X(LIN_B, "linear_attn.in_proj_b.weight")                                                        \
-  X(LIN_A, "linear_attn.in_proj_a.weight")                                                        \
-  X(LIN_QKVZ, "linear_attn.in_proj_qkvz.weight")                                                  \
-  X(LIN_BA, "linear_attn.in_proj_ba.weight")                                                      \
-  X(LIN_CONV, "linear_attn.conv1d.weight")                                                        \
-  X(LIN_DT_BIAS, "linear_attn.dt_bias")                                                           \
-  X(LIN_A_LOG, "linear_attn.A_log")                                                               \
-  X(LIN_NORM, "linear_attn.norm.weight")                                                          \
-  X(LIN_OUT, "linear_attn.out_proj.weight")                                                       \
-  X(ATTN_Q, "self_attn.q_proj.weight")                                                            \
-  X(ATTN_K, "self_attn.k_proj.weight")                                                            \
-  X(ATTN_V, "self_attn.v_proj.weight")                                                            \
-  X(ATTN_O, "self_attn.o_proj.weight")                                                            \
-  X(ATTN_Q_BIAS, "self_attn.q_proj.bias")                                                         \
-  X(ATTN_K_BIAS, "self_attn.k_proj.bias")                                                         \
-  X(ATTN_V_BIAS, "self_attn.v_proj.bias")                                                         \
-  X(ATTN_Q_NORM, "self_attn.q_norm.weight")                                                       \
-  X(ATTN_K_NORM, "self_attn.k_norm.weight")                                                       \
-  X(MLA_Q, "self_attn.q_proj.weight")                                                             \
-  X(MLA_Q_A, "self_attn.q_a_proj.weight")                                                         \
-  X(MLA_Q_A_NORM, "self_attn.q_a_layernorm.weight")                                               \
-  X(MLA_Q_B, "self_attn.q_b_proj.weight")                                                         \
-  X(MLA_KV_A, "self_attn.kv_a_proj_with_mqa.weight")                                              \
-  X(MLA_KV_A_NORM, "self_attn.kv_a_layernorm.weight")                                             \
-  X(MLA_KV_B, "self_attn.kv_b_proj.weight")                                                       \
-  X(MLA_O, "self_attn.o_proj.weight")                                                             \
-  X(MLP_GATE, "mlp.gate_proj.weight")                                                             \
-  X(MLP_UP, "mlp.up_proj.weight")                                                                 \
-  X(MLP_DOWN, "mlp.down_proj.weight")                                                             \
-  X(MOE_ROUTER, "mlp.gate.weight")                                                                \
-  X(MOE_ROUTER_BIAS, "mlp.gate.e_score_correction_bias")                                          \
-  X(MOE_GATE_UP_FUSED, "mlp.experts.gate_up_proj")                                                \
-  X(MOE_DOWN_FUSED, "mlp.experts.down_proj")                                                      \
-  X(EXPERT_GATE, "mlp.experts.%d.gate_proj.weight")                                               \
-  X(EXPERT_UP, "mlp.experts.%d.up_proj.weight")                                                   \
-  X(EXPERT_DOWN, "mlp.experts.%d.down_proj.weight")                                               \
-  X(SHARED_GATE, "mlp.shared_expert.gate_proj.weight")                                            \
-  X(SHARED_UP, "mlp.shared_expert.up_proj.weight")                                                \
-  X(SHARED_DOWN, "mlp.shared_expert.down_proj.weight")                                            \
-  X(SHARED_EXPERT_GATE, "mlp.shared_expert_gate.weight")                                          \
-  X(DS_SHARED_GATE, "mlp.shared_experts.gate_proj.weight")                                        \
-  X(DS_SHARED_UP, "mlp.shared_experts.up_proj.weight")                                            \
+#define WEIGHT_ROLE_TABLE(X)                                                                       \
+  X(EMBED, "embed_tokens.weight")                                                                  \
+  X(FINAL_NORM, "norm.weight")                                                                     \
+  X(LM_HEAD, "lm_head.weight")                                                                     \
+  X(INPUT_NORM, "input_layernorm.weight")                                                          \
+  X(POST_NORM, "post_attention_layernorm.weight")                                                  \
+  X(LIN_QKV, "linear_attn.in_proj_qkv.weight")                                                     \
+  X(LIN_Z, "linear_attn.in_proj_z.weight")                                                         \
+  X(LIN_B, "linear_attn.in_proj_b.weight")                                                         \
+  X(LIN_A, "linear_attn.in_proj_a.weight")                                                         \
+  X(LIN_QKVZ, "linear_attn.in_proj_qkvz.weight")                                                   \
+  X(LIN_BA, "linear_attn.in_proj_ba.weight")                                                       \
+  X(LIN_CONV, "linear_attn.conv1d.weight")                                                         \
+  X(LIN_DT_BIAS, "linear_attn.dt_bias")                                                            \
+  X(LIN_A_LOG, "linear_attn.A_log")                                                                \
+  X(LIN_NORM, "linear_attn.norm.weight")                                                           \
+  X(LIN_OUT, "linear_attn.out_proj.weight")                                                        \
+  X(ATTN_Q, "self_attn.q_proj.weight")                                                             \
+  X(ATTN_K, "self_attn.k_proj.weight")                                                             \
+  X(ATTN_V, "self_attn.v_proj.weight")                                                             \
+  X(ATTN_O, "self_attn.o_proj.weight")                                                             \
+  X(ATTN_Q_BIAS, "self_attn.q_proj.bias")                                                          \
+  X(ATTN_K_BIAS, "self_attn.k_proj.bias")                                                          \
+  X(ATTN_V_BIAS, "self_attn.v_proj.bias")                                                          \
+  X(ATTN_Q_NORM, "self_attn.q_norm.weight")                                                        \
+  X(ATTN_K_NORM, "self_attn.k_norm.weight")                                                        \
+  X(MLA_Q, "self_attn.q_proj.weight")                                                              \
+  X(MLA_Q_A, "self_attn.q_a_proj.weight")                                                          \
+  X(MLA_Q_A_NORM, "self_attn.q_a_layernorm.weight")                                                \
+  X(MLA_Q_B, "self_attn.q_b_proj.weight")                                                          \
+  X(MLA_KV_A, "self_attn.kv_a_proj_with_mqa.weight")                                               \
+  X(MLA_KV_A_NORM, "self_attn.kv_a_layernorm.weight")                                              \
+  X(MLA_KV_B, "self_attn.kv_b_proj.weight")                                                        \
+  X(MLA_O, "self_attn.o_proj.weight")                                                              \
+  X(MLP_GATE, "mlp.gate_proj.weight")                                                              \
+  X(MLP_UP, "mlp.up_proj.weight")                                                                  \
+  X(MLP_DOWN, "mlp.down_proj.weight")                                                              \
+  X(MOE_ROUTER, "mlp.gate.weight")                                                                 \
+  X(MOE_ROUTER_BIAS, "mlp.gate.e_score_correction_bias")                                           \
+  X(MOE_GATE_UP_FUSED, "mlp.experts.gate_up_proj")                                                 \
+  X(MOE_DOWN_FUSED, "mlp.experts.down_proj")                                                       \
+  X(EXPERT_GATE, "mlp.experts.%d.gate_proj.weight")                                                \
+  X(EXPERT_UP, "mlp.experts.%d.up_proj.weight")                                                    \
+  X(EXPERT_DOWN, "mlp.experts.%d.down_proj.weight")                                                \
+  X(SHARED_GATE, "mlp.shared_expert.gate_proj.weight")                                             \
+  X(SHARED_UP, "mlp.shared_expert.up_proj.weight")                                                 \
+  X(SHARED_DOWN, "mlp.shared_expert.down_proj.weight")                                             \
+  X(SHARED_EXPERT_GATE, "mlp.shared_expert_gate.weight")                                           \
+  X(DS_SHARED_GATE, "mlp.shared_experts.gate_proj.weight")                                         \
+  X(DS_SHARED_UP, "mlp.shared_experts.up_proj.weight")                                             \
   X(DS_SHARED_DOWN, "mlp.shared_experts.down_proj.weight")
 
 typedef enum weight_role {
 #define WEIGHT_ROLE_ENUM_(role, tmpl) W_##role,
   WEIGHT_ROLE_TABLE(WEIGHT_ROLE_ENUM_)
 #undef WEIGHT_ROLE_ENUM_
-  W_ROLE_COUNT
+      W_ROLE_COUNT
 } weight_role;
 
 /* How a tensor is initialised by make-tiny (the shape alone does not say). */
 typedef enum weight_init {
-  INIT_LINEAR = 0,    /* uniform(+-sqrt(3/in)): unit-variance outputs for unit inputs */
-  INIT_EMBED,         /* uniform(+-1) */
-  INIT_NORM_OFFSET,   /* (1+w) RMSNorm gains: near 0 */
-  INIT_NORM_PLAIN,    /* w RMSNorm gains: near 1 */
-  INIT_A_LOG,         /* log(uniform(1,16)) */
-  INIT_DT_BIAS,       /* uniform(0.5, 1.5) */
-  INIT_CONV,          /* uniform(+-1/sqrt(K)) */
-  INIT_BIAS,          /* uniform(+-0.1) */
+  INIT_LINEAR = 0,  /* uniform(+-sqrt(3/in)): unit-variance outputs for unit inputs */
+  INIT_EMBED,       /* uniform(+-1) */
+  INIT_NORM_OFFSET, /* (1+w) RMSNorm gains: near 0 */
+  INIT_NORM_PLAIN,  /* w RMSNorm gains: near 1 */
+  INIT_A_LOG,       /* log(uniform(1,16)) */
+  INIT_DT_BIAS,     /* uniform(0.5, 1.5) */
+  INIT_CONV,        /* uniform(+-1/sqrt(K)) */
+  INIT_BIAS,        /* uniform(+-0.1) */
 } weight_init;
 
 typedef struct expected_tensor {
   char name[192];
   weight_role role;
-  int layer;    /* -1 for globals */
-  int expert;   /* -1 unless per-expert */
+  int layer;  /* -1 for globals */
+  int expert; /* -1 unless per-expert */
   shape shape;
   weight_init init;
 } expected_tensor;
@@ -128,12 +128,12 @@ typedef struct model_weights {
   expert_form experts;
   int n_layers;
   int n_experts;
-  const st_tensor *global[W_ROLE_COUNT];  /* EMBED, FINAL_NORM, LM_HEAD (NULL when tied) */
-  const st_tensor **layer;                /* [n_layers * W_ROLE_COUNT] */
-  const st_tensor **expert;               /* [n_layers * 3 * n_experts] gate/up/down, or NULL */
-  int64_t n_parameters;                   /* elements of all bound tensors */
-  int64_t n_bytes;                        /* bytes of all bound tensors */
-  size_t n_unused;                        /* checkpoint tensors no role binds (vision, MTP) */
+  const st_tensor *global[W_ROLE_COUNT]; /* EMBED, FINAL_NORM, LM_HEAD (NULL when tied) */
+  const st_tensor **layer;               /* [n_layers * W_ROLE_COUNT] */
+  const st_tensor **expert;              /* [n_layers * 3 * n_experts] gate/up/down, or NULL */
+  int64_t n_parameters;                  /* elements of all bound tensors */
+  int64_t n_bytes;                       /* bytes of all bound tensors */
+  size_t n_unused;                       /* checkpoint tensors no role binds (vision, MTP) */
 } model_weights;
 
 /* Finds every expected tensor in `set` (layout and expert form detected from the names present,

@@ -36,13 +36,13 @@ typedef struct tensor {
 } tensor;
 
 typedef struct op_ctx {
-  pool *pool;          /* never NULL; may have 1 thread */
-  void *scratch;       /* scratch_bytes() bytes, 64-byte aligned (NULL if 0) */
+  pool *pool;    /* never NULL; may have 1 thread */
+  void *scratch; /* scratch_bytes() bytes, 64-byte aligned (NULL if 0) */
   size_t scratch_bytes;
 } op_ctx;
 
 typedef struct op_def {
-  const char *domain;  /* "" (ai.onnx) or "com.microsoft" */
+  const char *domain; /* "" (ai.onnx) or "com.microsoft" */
   const char *op_type;
   int min_inputs, max_inputs;
   int min_outputs, max_outputs;

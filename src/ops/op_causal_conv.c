@@ -53,7 +53,8 @@ static ph_status cc_resolve(const gnode *n, const tinfo *in_, cc_geom *g, diag *
                   "CausalConvWithState: ndim must be 1, 2 or 3, got %lld", (long long)ndim);
   RETURN_ERROR_IF(ndim != 1, d, PH_ERR_UNSUPPORTED,
                   "CausalConvWithState: ndim %lld is not supported (only ndim=1, as on ONNX "
-                  "Runtime's CPU)", (long long)ndim);
+                  "Runtime's CPU)",
+                  (long long)ndim);
   FORWARD_IF_ERROR(op_attr_int(n, "dilation", 1, &g->dil, d));
   RETURN_ERROR_IF(g->dil < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: dilation must be >= 1, got %lld", (long long)g->dil);
@@ -67,7 +68,8 @@ static ph_status cc_resolve(const gnode *n, const tinfo *in_, cc_geom *g, diag *
                   (long long)window);
   RETURN_ERROR_IF(window > 0, d, PH_ERR_UNSUPPORTED,
                   "CausalConvWithState: state_window %lld > 0 is not supported on the CPU (as in "
-                  "ONNX Runtime, whose CPU kernel rejects it too)", (long long)window);
+                  "ONNX Runtime, whose CPU kernel rejects it too)",
+                  (long long)window);
 
   tinfo in[4];
   memset(in, 0, sizeof in);
@@ -85,9 +87,9 @@ static ph_status cc_resolve(const gnode *n, const tinfo *in_, cc_geom *g, diag *
                   ph_dtype_name(g->dt));
   static const char *const names[4] = {"input", "weight", "bias", "past_state"};
   for (int i = 1; i < 4; i++)
-    RETURN_ERROR_IF(in[i].dtype != PH_DTYPE_INVALID && in[i].dtype != g->dt, d,
-                    PH_ERR_TENSOR_DTYPE, "CausalConvWithState: %s is %s but input is %s",
-                    names[i], ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
+    RETURN_ERROR_IF(in[i].dtype != PH_DTYPE_INVALID && in[i].dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
+                    "CausalConvWithState: %s is %s but input is %s", names[i],
+                    ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
 
   FORWARD_IF_ERROR(op_check_rank(n, x, 3, g->channels_last ? "input [B,L,C]" : "input [B,C,L]", d));
   FORWARD_IF_ERROR(op_check_rank(n, w, 3, "weight [C,1,K]", d));
@@ -147,8 +149,7 @@ static size_t cc_ws_bytes(const cc_geom *g) {
 
 static size_t cc_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
   cc_geom g;
-  if (cc_resolve(n, in, &g, NULL) != PH_OK || g.B < 0 || g.Ch < 0 || g.L < 0 || g.K < 0)
-    return 0;
+  if (cc_resolve(n, in, &g, NULL) != PH_OK || g.B < 0 || g.Ch < 0 || g.L < 0 || g.K < 0) return 0;
   return cc_ws_bytes(&g) * (size_t)(n_threads > 0 ? n_threads : 1);
 }
 
@@ -226,8 +227,8 @@ static void cc_task(void *ctx, size_t task, int thread) {
   }
 }
 
-static ph_status cc_run(const gnode *n, const tensor *const *in, tensor *const *out,
-                        op_ctx *ctx, diag *d) {
+static ph_status cc_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                        diag *d) {
   RETURN_ERROR_IF(n->n_inputs > 4, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: takes 2 to 4 inputs, got %d", n->n_inputs);
   tinfo ti[4], to[2];

@@ -56,9 +56,8 @@ static ph_status gn_resolve(const gnode *n, const tinfo *in, gn_geom *g, diag *d
   RETURN_ERROR_IF(x->rank == 0, d, PH_ERR_TENSOR_SHAPE, "GatedRMSNorm: X must have rank >= 1");
   RETURN_ERROR_IF(scale->rank >= 0 && scale->rank != 1, d, PH_ERR_TENSOR_SHAPE,
                   "GatedRMSNorm: scale must be [C], got rank %d", scale->rank);
-  RETURN_ERROR_IF(x->rank >= 0 && gate->rank >= 0 && gate->rank != x->rank, d,
-                  PH_ERR_TENSOR_SHAPE, "GatedRMSNorm: gate has rank %d, X has rank %d",
-                  gate->rank, x->rank);
+  RETURN_ERROR_IF(x->rank >= 0 && gate->rank >= 0 && gate->rank != x->rank, d, PH_ERR_TENSOR_SHAPE,
+                  "GatedRMSNorm: gate has rank %d, X has rank %d", gate->rank, x->rank);
   g->rank = x->rank >= 0 ? x->rank : gate->rank;
   for (int i = 0; i < g->rank; i++) {
     int64_t a = x->rank >= 0 ? x->dims[i] : -1, b = gate->rank >= 0 ? gate->dims[i] : -1;
@@ -127,8 +126,8 @@ static void gn_task(void *ctx, size_t task, int thread) {
   }
 }
 
-static ph_status gn_run(const gnode *n, const tensor *const *in, tensor *const *out,
-                        op_ctx *ctx, diag *d) {
+static ph_status gn_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                        diag *d) {
   RETURN_ERROR_IF(n->n_inputs != 3, d, PH_ERR_INVALID_ARGUMENT,
                   "GatedRMSNorm: takes 3 inputs (X, scale, gate), got %d", n->n_inputs);
   tinfo ti[3];
@@ -156,5 +155,5 @@ static ph_status gn_run(const gnode *n, const tensor *const *in, tensor *const *
   return PH_OK;
 }
 
-const op_def op_def_gated_rms_norm = {
-    "com.microsoft", "GatedRMSNorm", 3, 3, 1, 1, gn_infer, gn_run, gn_scratch_bytes};
+const op_def op_def_gated_rms_norm = {"com.microsoft", "GatedRMSNorm",  3, 3, 1, 1, gn_infer,
+                                      gn_run,          gn_scratch_bytes};

@@ -34,19 +34,19 @@ enum { LA_IN_Q, LA_IN_K, LA_IN_V, LA_IN_PAST, LA_IN_DECAY, LA_IN_BETA };
 #define LA_MAX_CHUNK 256
 /* Log decays below this are clamped: e^-1e4 is 0 in f32 either way, and the clamp keeps the
  * chunk's cumulative sums finite so that differences of them never become inf - inf = NaN. */
-#define LA_G_FLOOR (-1.0e4)
+#define LA_G_FLOOR   (-1.0e4)
 
 /* ---- the contract ---------------------------------------------------------------------------- */
 
 typedef struct la_geom {
   ph_dtype dt;
-  int gated, delta;              /* from update_rule */
-  float scale;                   /* resolved once Dk is known (0 until then) */
-  int64_t chunk;                 /* effective chunk length (attribute capped at LA_MAX_CHUNK) */
-  int64_t Hq, Hv, Hk;            /* Hk is -1 until the key width and Dk are known */
-  int64_t B, T, Dk, Dv;          /* -1: unknown at build time */
-  int decay_per_dim;             /* -1 unknown, 0 [B,T,Hv], 1 [B,T,Hv*Dk] */
-  int beta_per_head;             /* -1 unknown, 0 [B,T,1], 1 [B,T,Hv] */
+  int gated, delta;     /* from update_rule */
+  float scale;          /* resolved once Dk is known (0 until then) */
+  int64_t chunk;        /* effective chunk length (attribute capped at LA_MAX_CHUNK) */
+  int64_t Hq, Hv, Hk;   /* Hk is -1 until the key width and Dk are known */
+  int64_t B, T, Dk, Dv; /* -1: unknown at build time */
+  int decay_per_dim;    /* -1 unknown, 0 [B,T,Hv], 1 [B,T,Hv*Dk] */
+  int beta_per_head;    /* -1 unknown, 0 [B,T,1], 1 [B,T,Hv] */
   int has_past, has_decay, has_beta;
 } la_geom;
 
@@ -71,7 +71,8 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
   } else {
     return diag_set(d, PH_ERR_INVALID_ARGUMENT,
                     "LinearAttention: update_rule \"%s\" is not linear, gated, delta or "
-                    "gated_delta", rs);
+                    "gated_delta",
+                    rs);
   }
   /* absent reads as 0, which the >= 1 check rejects */
   FORWARD_IF_ERROR(op_attr_int(n, "q_num_heads", 0, &g->Hq, d));
@@ -99,7 +100,8 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
                   "LinearAttention: state_window must be >= 0, got %lld", (long long)window);
   RETURN_ERROR_IF(window > 0, d, PH_ERR_UNSUPPORTED,
                   "LinearAttention: state_window %lld > 0 is not supported on the CPU (as in "
-                  "ONNX Runtime, whose CPU kernel rejects it too)", (long long)window);
+                  "ONNX Runtime, whose CPU kernel rejects it too)",
+                  (long long)window);
 
   /* A local copy of all six slots, absent ones zeroed, so that reading a slot the node does not
    * have is well defined. */
@@ -126,14 +128,13 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
 
   g->dt = q->dtype;
   RETURN_ERROR_IF(!dtype_is_compute_float(g->dt), d, PH_ERR_TENSOR_DTYPE,
-                  "LinearAttention: query dtype %s is not f32, f16 or bf16",
-                  ph_dtype_name(g->dt));
+                  "LinearAttention: query dtype %s is not f32, f16 or bf16", ph_dtype_name(g->dt));
   static const char *const names[6] = {"query", "key", "value", "past_state", "decay", "beta"};
   for (int i = 1; i < 6; i++)
-    RETURN_ERROR_IF(in[i].dtype != PH_DTYPE_INVALID && in[i].dtype != g->dt, d,
-                    PH_ERR_TENSOR_DTYPE,
+    RETURN_ERROR_IF(in[i].dtype != PH_DTYPE_INVALID && in[i].dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
                     "LinearAttention: %s is %s but query is %s (one type T for all inputs and "
-                    "the state)", names[i], ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
+                    "the state)",
+                    names[i], ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
 
   FORWARD_IF_ERROR(op_check_rank(n, q, 3, "query [B,T,Hq*Dk]", d));
   FORWARD_IF_ERROR(op_check_rank(n, k, 3, "key [B,T,Hk*Dk]", d));
@@ -171,8 +172,8 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
         op_merge_dim(n, &g->Dv, op_dim(past, 3), "Dv (value width / kv_num_heads)", d));
   }
   RETURN_ERROR_IF(g->Dk == 0 || g->Dv == 0, d, PH_ERR_TENSOR_SHAPE,
-                  "LinearAttention: head widths must be >= 1 (Dk %lld, Dv %lld)",
-                  (long long)g->Dk, (long long)g->Dv);
+                  "LinearAttention: head widths must be >= 1 (Dk %lld, Dv %lld)", (long long)g->Dk,
+                  (long long)g->Dv);
   if (kw >= 0 && g->Dk > 0) {
     if (kw == g->Hv * g->Dk) {
       g->Hk = g->Hv;
@@ -195,8 +196,8 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
     } else if (w >= 0 && g->Dk >= 0) {
       return diag_set(d, PH_ERR_TENSOR_SHAPE,
                       "LinearAttention: decay width %lld is neither kv_num_heads %lld nor "
-                      "kv_num_heads*Dk %lld", (long long)w, (long long)g->Hv,
-                      (long long)(g->Hv * g->Dk));
+                      "kv_num_heads*Dk %lld",
+                      (long long)w, (long long)g->Hv, (long long)(g->Hv * g->Dk));
     }
   }
   if (g->has_beta) {
@@ -262,21 +263,21 @@ static size_t la_ws_layout(const la_geom *g, char *base, la_ws *ws) {
   size_t Dk = (size_t)g->Dk, Dv = (size_t)g->Dv, Dg = g->decay_per_dim == 1 ? Dk : 1;
   size_t Dm = Dk > Dv ? Dk : Dv;
   size_t off = 0;
-#define LA_CARVE(field, type, count)                                                              \
-  do {                                                                                            \
-    if (base) ws->field = (type *)(void *)(base + off);                                           \
-    off += la_align((count) * sizeof(type));                                                      \
+#define LA_CARVE(field, type, count)                                                               \
+  do {                                                                                             \
+    if (base) ws->field = (type *)(void *)(base + off);                                            \
+    off += la_align((count) * sizeof(type));                                                       \
   } while (0)
-  LA_CARVE(S, float, Dk * Dv);
-  LA_CARVE(K, float, C * Dk);
-  LA_CARVE(V, float, C * Dv);
-  LA_CARVE(Q, float, G * C * Dk);
-  LA_CARVE(A, float, C * C);
-  LA_CARVE(QK, float, G * C * C);
+  LA_CARVE(S, float, Dk *Dv);
+  LA_CARVE(K, float, C *Dk);
+  LA_CARVE(V, float, C *Dv);
+  LA_CARVE(Q, float, G *C *Dk);
+  LA_CARVE(A, float, C *C);
+  LA_CARVE(QK, float, G *C *C);
   LA_CARVE(beta, float, C);
-  LA_CARVE(gl, float, C * Dg);
-  LA_CARVE(eg, float, C * Dg);
-  LA_CARVE(gam, double, C * Dg);
+  LA_CARVE(gl, float, C *Dg);
+  LA_CARVE(eg, float, C *Dg);
+  LA_CARVE(gam, double, C *Dg);
   LA_CARVE(t0, float, Dm);
   LA_CARVE(t1, float, Dv);
 #undef LA_CARVE
@@ -285,8 +286,7 @@ static size_t la_ws_layout(const la_geom *g, char *base, la_ws *ws) {
 
 static size_t la_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
   la_geom g;
-  if (la_resolve(n, in, &g, NULL) != PH_OK || g.B < 0 || g.T < 0 || g.Dk < 0 || g.Dv < 0)
-    return 0;
+  if (la_resolve(n, in, &g, NULL) != PH_OK || g.B < 0 || g.T < 0 || g.Dk < 0 || g.Dv < 0) return 0;
   return la_ws_layout(&g, NULL, NULL) * (size_t)(n_threads > 0 ? n_threads : 1);
 }
 
@@ -362,8 +362,8 @@ static void la_load_token(const la_job *j, const la_ws *ws, int64_t b, int64_t h
     tensor_load_f32(j->q, la_row(g, b, t, g->Hq, hq0 + jq, Dk), Dk, ws->Q + (jq * C + i) * Dk);
   ws->beta[i] = 1.0f;
   if (g->has_beta)
-    ws->beta[i] = tensor_get_f32(j->beta, la_row(g, b, t, g->beta_per_head ? g->Hv : 1,
-                                                 g->beta_per_head ? h : 0, 1));
+    ws->beta[i] = tensor_get_f32(
+        j->beta, la_row(g, b, t, g->beta_per_head ? g->Hv : 1, g->beta_per_head ? h : 0, 1));
   int64_t Dg = g->decay_per_dim == 1 ? Dk : 1;
   if (g->has_decay)
     tensor_load_f32(j->decay, la_row(g, b, t, g->Hv, h, Dg), Dg, ws->gl + i * Dg);
@@ -420,8 +420,8 @@ static void la_head_recurrent(const la_job *j, const la_ws *ws, int64_t b, int64
  *   S_end = e^{γ_L}⊙S0 + Σ_s (e^{γ_L−γ_s}⊙k_s) u_s^T
  * Every exponent is a sum of g over (s, t] with s <= t, so for g <= 0 every factor is in [0, 1]
  * and no intermediate can overflow however strong the decay. */
-static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int64_t t0,
-                     int64_t L, int64_t C) {
+static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int64_t t0, int64_t L,
+                     int64_t C) {
   const la_geom *g = j->g;
   int64_t G = la_group(g), Dk = g->Dk, Dv = g->Dv;
   int per_dim = g->decay_per_dim == 1;
@@ -533,8 +533,8 @@ static void la_task(void *ctx, size_t task, int thread) {
   if (j->present) tensor_store_f32(j->present, off, g->Dk * g->Dv, ws.S);
 }
 
-static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *out,
-                        op_ctx *ctx, diag *d) {
+static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                        diag *d) {
   tinfo ti[6], to[2];
   op_tinfos_of(n, in, ti, 6);
   memset(to, 0, sizeof to);
@@ -560,13 +560,12 @@ static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *
   j.ws_bytes = la_ws_layout(&g, NULL, NULL);
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
-                  PH_ERR_INTERNAL,
-                  "LinearAttention: scratch is %zu bytes, %d threads need %zu",
+                  PH_ERR_INTERNAL, "LinearAttention: scratch is %zu bytes, %d threads need %zu",
                   ctx->scratch_bytes, n_threads, j.ws_bytes * (size_t)n_threads);
   j.scratch = ctx->scratch;
   pool_run(ctx->pool, (size_t)(g.B * g.Hv), la_task, &j);
   return PH_OK;
 }
 
-const op_def op_def_linear_attention = {
-    "com.microsoft", "LinearAttention", 3, 6, 1, 2, la_infer, la_run, la_scratch_bytes};
+const op_def op_def_linear_attention = {"com.microsoft", "LinearAttention", 3, 6, 1, 2, la_infer,
+                                        la_run,          la_scratch_bytes};

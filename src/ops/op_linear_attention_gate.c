@@ -19,7 +19,7 @@
 enum { LG_IN_A, LG_IN_DT_BIAS, LG_IN_DECAY_SCALE, LG_IN_B };
 
 /* Elements converted per stack buffer pass, and rows per pool task. */
-#define LG_BUF 256
+#define LG_BUF           256
 #define LG_ROWS_PER_TASK 64
 
 typedef struct lg_geom {
@@ -55,9 +55,10 @@ static ph_status lg_resolve(const gnode *n, const tinfo *in_, lg_geom *g, diag *
   RETURN_ERROR_IF(g->has_b && b->dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
                   "LinearAttentionGate: b is %s but a is %s", ph_dtype_name(b->dtype),
                   ph_dtype_name(g->dt));
-  RETURN_ERROR_IF(dtb->dtype != PH_DTYPE_F32 || ds->dtype != PH_DTYPE_F32, d,
-                  PH_ERR_TENSOR_DTYPE, "LinearAttentionGate: dt_bias and decay_scale must be f32 "
-                  "(got %s, %s)", ph_dtype_name(dtb->dtype), ph_dtype_name(ds->dtype));
+  RETURN_ERROR_IF(dtb->dtype != PH_DTYPE_F32 || ds->dtype != PH_DTYPE_F32, d, PH_ERR_TENSOR_DTYPE,
+                  "LinearAttentionGate: dt_bias and decay_scale must be f32 "
+                  "(got %s, %s)",
+                  ph_dtype_name(dtb->dtype), ph_dtype_name(ds->dtype));
 
   FORWARD_IF_ERROR(op_check_rank(n, a, 3, "a [B,T,H]", d));
   if (g->has_b) FORWARD_IF_ERROR(op_check_rank(n, b, 3, "b [B,T,H]", d));
@@ -122,8 +123,8 @@ static void lg_task(void *ctx, size_t task, int thread) {
   }
 }
 
-static ph_status lg_run(const gnode *n, const tensor *const *in, tensor *const *out,
-                        op_ctx *ctx, diag *d) {
+static ph_status lg_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                        diag *d) {
   RETURN_ERROR_IF(n->n_inputs > 4, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttentionGate: takes 3 or 4 inputs, got %d", n->n_inputs);
   tinfo ti[4];

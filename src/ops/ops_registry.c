@@ -4,36 +4,36 @@
 
 #include "ops/op.h"
 
-#define OP_LIST(X)                                                                                \
-  X(matmul)                                                                                       \
-  X(matmul_wt)                                                                                    \
-  X(gather)                                                                                       \
-  X(add)                                                                                          \
-  X(sub)                                                                                          \
-  X(mul)                                                                                          \
-  X(div)                                                                                          \
-  X(sigmoid)                                                                                      \
-  X(softplus)                                                                                     \
-  X(exp)                                                                                          \
-  X(neg)                                                                                          \
-  X(cast)                                                                                         \
-  X(reshape)                                                                                      \
-  X(transpose)                                                                                    \
-  X(split)                                                                                        \
-  X(slice)                                                                                        \
-  X(concat)                                                                                       \
-  X(unsqueeze)                                                                                    \
-  X(squeeze)                                                                                      \
-  X(shape)                                                                                        \
-  X(reduce_sum)                                                                                   \
-  X(simplified_layer_norm)                                                                        \
-  X(skip_simplified_layer_norm)                                                                   \
-  X(gated_rms_norm)                                                                               \
-  X(linear_attention_gate)                                                                        \
-  X(linear_attention)                                                                             \
-  X(causal_conv_with_state)                                                                       \
-  X(group_query_attention)                                                                        \
-  X(rotary_embedding)                                                                             \
+#define OP_LIST(X)                                                                                 \
+  X(matmul)                                                                                        \
+  X(matmul_wt)                                                                                     \
+  X(gather)                                                                                        \
+  X(add)                                                                                           \
+  X(sub)                                                                                           \
+  X(mul)                                                                                           \
+  X(div)                                                                                           \
+  X(sigmoid)                                                                                       \
+  X(softplus)                                                                                      \
+  X(exp)                                                                                           \
+  X(neg)                                                                                           \
+  X(cast)                                                                                          \
+  X(reshape)                                                                                       \
+  X(transpose)                                                                                     \
+  X(split)                                                                                         \
+  X(slice)                                                                                         \
+  X(concat)                                                                                        \
+  X(unsqueeze)                                                                                     \
+  X(squeeze)                                                                                       \
+  X(shape)                                                                                         \
+  X(reduce_sum)                                                                                    \
+  X(simplified_layer_norm)                                                                         \
+  X(skip_simplified_layer_norm)                                                                    \
+  X(gated_rms_norm)                                                                                \
+  X(linear_attention_gate)                                                                         \
+  X(linear_attention)                                                                              \
+  X(causal_conv_with_state)                                                                        \
+  X(group_query_attention)                                                                         \
+  X(rotary_embedding)                                                                              \
   X(mrotary_embedding)
 
 #define OP_DECLARE_(name) extern const op_def op_def_##name;

@@ -634,7 +634,8 @@ static void test_rotary_errors(void) {
     out[0] = NULL;
   }
   {
-    gattr a[3] = {attr_int("num_heads", 4), attr_int("rotary_embedding_dim", 8), attr_int("interleaved", 0)};
+    gattr a[3] = {attr_int("num_heads", 4), attr_int("rotary_embedding_dim", 8),
+                  attr_int("interleaved", 0)};
     gnode n = op_test_node("RotaryEmbedding", "com.microsoft", 4, 1, a, 3);
     tensor *x2t = mk(PH_DTYPE_F32, 2, x2), *pi32 = mk(PH_DTYPE_I32, 2, pd2);
     tensor *in[4] = {x2t, p2, cs, sn};

@@ -129,9 +129,9 @@ typedef struct la_cfg {
   int beta_bcast; /* beta [B,T,1] instead of [B,T,Hv] */
   int has_past;
   ph_dtype dt;
-  int chunk;      /* 0: attribute absent (default 64) */
-  float scale;    /* 0: attribute absent */
-  float gmin;     /* log decays uniform in [gmin, 0] */
+  int chunk;   /* 0: attribute absent (default 64) */
+  float scale; /* 0: attribute absent */
+  float gmin;  /* log decays uniform in [gmin, 0] */
   uint64_t seed;
 } la_cfg;
 
@@ -144,8 +144,8 @@ static int rule_delta(const char *r) {
 }
 
 static void la_name(const la_cfg *c, char *buf, size_t n) {
-  snprintf(buf, n, "LA[%s B%d T%d Hq%d Hv%d Hk%d Dk%d Dv%d %s%s%s %s chunk%d]", c->rule, c->B,
-           c->T, c->Hq, c->Hv, c->Hk, c->Dk, c->Dv, c->per_dim ? "per-dim " : "",
+  snprintf(buf, n, "LA[%s B%d T%d Hq%d Hv%d Hk%d Dk%d Dv%d %s%s%s %s chunk%d]", c->rule, c->B, c->T,
+           c->Hq, c->Hv, c->Hk, c->Dk, c->Dv, c->per_dim ? "per-dim " : "",
            c->beta_bcast ? "beta-bcast " : "", c->has_past ? "past" : "no-past", dt_name(c->dt),
            c->chunk);
 }
@@ -376,8 +376,8 @@ static void test_la_strong_decay(void) {
   if (out[0]) {
     g_la_f32_err = dmax(g_la_f32_err, compare(out[0], ro, c.T * c.Hv * c.Dv, 1e-5, "output",
                                               "LA strong decay -1e30"));
-    g_la_f32_err = dmax(g_la_f32_err, compare(out[1], rs, c.Hv * c.Dk * c.Dv, 1e-5,
-                                              "present_state", "LA strong decay -1e30"));
+    g_la_f32_err = dmax(g_la_f32_err, compare(out[1], rs, c.Hv * c.Dk * c.Dv, 1e-5, "present_state",
+                                              "LA strong decay -1e30"));
   }
   free(ro);
   free(rs);
@@ -1039,8 +1039,8 @@ static void test_lg(void) {
       double *rd = calloc((size_t)N, sizeof(double)), *rb = calloc((size_t)N, sizeof(double));
       for (int64_t i = 0; i < N; i++) {
         int h = (int)(i % H);
-        rd[i] = tensor_get_f32(ds, h) * softplus_ref(tensor_get_f32(a, i) +
-                                                     (double)tensor_get_f32(dtb, h));
+        rd[i] = tensor_get_f32(ds, h) *
+                softplus_ref(tensor_get_f32(a, i) + (double)tensor_get_f32(dtb, h));
         if (b) rb[i] = 1.0 / (1.0 + exp(-(double)tensor_get_f32(b, i)));
       }
       char name[64];
@@ -1173,10 +1173,11 @@ static void test_gn(void) {
 
 static void test_report(void) {
   printf("  LinearAttention: %d cases vs float64; f32 max error %.3g of scale; f16/bf16 worst "
-         "element at %.2f of its bound (1 ulp + 1e-5 of scale)\n", g_la_cases, g_la_f32_err,
-         g_la_half_bound);
+         "element at %.2f of its bound (1 ulp + 1e-5 of scale)\n",
+         g_la_cases, g_la_f32_err, g_la_half_bound);
   printf("  LinearAttention: chunked vs recurrent %.3g, split calls vs recurrent %.3g, chunk 32 "
-         "vs 64 %.3g (of scale)\n", g_la_chunk_rec, g_la_split, g_la_chunk32);
+         "vs 64 %.3g (of scale)\n",
+         g_la_chunk_rec, g_la_split, g_la_chunk32);
   printf("  CausalConvWithState: %d cases; f32 output max error %.3g of scale\n", g_cc_cases,
          g_cc_err);
   printf("  LinearAttentionGate f32 max relative error %.3g; GatedRMSNorm f32 %.3g of scale\n",

@@ -6,12 +6,12 @@
 
 typedef struct dtype_row {
   ph_dtype dtype;
-  int onnx;                 /* TensorProto.DataType */
+  int onnx; /* TensorProto.DataType */
   size_t size;
   int is_float;
-  const char *name;         /* ours */
-  const char *st_name;      /* safetensors */
-  const char *torch_name;   /* config.json "dtype"/"torch_dtype" */
+  const char *name;       /* ours */
+  const char *st_name;    /* safetensors */
+  const char *torch_name; /* config.json "dtype"/"torch_dtype" */
 } dtype_row;
 
 /* One table for sizes and every spelling. */
@@ -156,7 +156,9 @@ float f8e4m3_to_f32(uint8_t v) {
 static int load_as_f32(const void *src, ph_dtype s, size_t i, float *out) {
   const unsigned char *p = (const unsigned char *)src + i * dtype_size(s);
   switch (s) {
-  case PH_DTYPE_F32: memcpy(out, p, 4); return 1;
+  case PH_DTYPE_F32:
+    memcpy(out, p, 4);
+    return 1;
   case PH_DTYPE_F16: {
     uint16_t h;
     memcpy(&h, p, 2);
@@ -169,7 +171,9 @@ static int load_as_f32(const void *src, ph_dtype s, size_t i, float *out) {
     *out = bf16_to_f32(h);
     return 1;
   }
-  case PH_DTYPE_F8E4M3: *out = f8e4m3_to_f32(*p); return 1;
+  case PH_DTYPE_F8E4M3:
+    *out = f8e4m3_to_f32(*p);
+    return 1;
   case PH_DTYPE_I64: {
     int64_t v;
     memcpy(&v, p, 8);
@@ -182,9 +186,14 @@ static int load_as_f32(const void *src, ph_dtype s, size_t i, float *out) {
     *out = (float)v;
     return 1;
   }
-  case PH_DTYPE_I8: *out = (float)(int8_t)*p; return 1;
-  case PH_DTYPE_U8: *out = (float)*p; return 1;
-  default: return 0;
+  case PH_DTYPE_I8:
+    *out = (float)(int8_t)*p;
+    return 1;
+  case PH_DTYPE_U8:
+    *out = (float)*p;
+    return 1;
+  default:
+    return 0;
   }
 }
 

@@ -15,8 +15,8 @@
 #define TENSOR_MAX_DIMS 8
 
 typedef struct shape {
-  int n_dims;                      /* 0 = scalar */
-  int64_t dims[TENSOR_MAX_DIMS];   /* each >= 0 */
+  int n_dims;                    /* 0 = scalar */
+  int64_t dims[TENSOR_MAX_DIMS]; /* each >= 0 */
 } shape;
 
 typedef struct tensor_view {
