@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "io/json_util.h"
 #include "tensor/dtype.h"
 
 /* Offsets above 2^53 cannot be right for any file (8 PiB), and 2^53 is where JSON numbers stop
@@ -60,27 +61,6 @@ static uint64_t read_u64_le(const uint8_t *p) {
   return v;
 }
 
-static const char *json_type_name(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a real number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "unknown";
-}
-
 static int cmp_by_name(const void *a, const void *b) {
   return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
@@ -112,13 +92,13 @@ static ph_status check_length_field(const uint8_t *bytes, size_t size, const cha
 static ph_status check_metadata(const json_t *meta, const char *label, diag *d) {
   RETURN_ERROR_IF(!json_is_object(meta), d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: \"__metadata__\" is %s, expected an object of strings", label,
-                  json_type_name(meta));
+                  json_kind(meta));
   const char *key;
   json_t *value;
   json_object_foreach((json_t *)meta, key, value) {
     RETURN_ERROR_IF(!json_is_string(value), d, PH_ERR_SAFETENSORS_HEADER,
                     "%s: \"__metadata__\".\"%s\" is %s, expected a string", label, key,
-                    json_type_name(value));
+                    json_kind(value));
   }
   return PH_OK;
 }
@@ -129,7 +109,7 @@ static ph_status json_index_uint(const json_t *arr, size_t i, const char *label,
   const json_t *v = json_array_get(arr, i);
   RETURN_ERROR_IF(!json_is_integer(v), d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": %s[%zu] is %s, expected a non-negative integer", label, name,
-                  what, i, json_type_name(v));
+                  what, i, json_kind(v));
   json_int_t x = json_integer_value(v);
   RETURN_ERROR_IF(x < 0, d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": %s[%zu] is negative (%" JSON_INTEGER_FORMAT ")", label, name,
@@ -145,7 +125,7 @@ static ph_status parse_entry(const char *label, const char *name, const json_t *
                   label);
   RETURN_ERROR_IF(!json_is_object(entry), d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": entry is %s, expected an object {dtype, shape, data_offsets}",
-                  label, name, json_type_name(entry));
+                  label, name, json_kind(entry));
   const char *key;
   json_t *value;
   json_object_foreach((json_t *)entry, key, value) {
@@ -161,14 +141,14 @@ static ph_status parse_entry(const char *label, const char *name, const json_t *
                   label, name);
   RETURN_ERROR_IF(!json_is_string(dtype_j), d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": \"dtype\" is %s, expected a string", label, name,
-                  json_type_name(dtype_j));
+                  json_kind(dtype_j));
 
   const json_t *shape_j = json_object_get(entry, "shape");
   RETURN_ERROR_IF(!shape_j, d, PH_ERR_SAFETENSORS_HEADER, "%s: tensor \"%s\": missing \"shape\"",
                   label, name);
   RETURN_ERROR_IF(!json_is_array(shape_j), d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": \"shape\" is %s, expected an array", label, name,
-                  json_type_name(shape_j));
+                  json_kind(shape_j));
   size_t n_dims = json_array_size(shape_j);
   RETURN_ERROR_IF(n_dims > TENSOR_MAX_DIMS, d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": shape has %zu dims, at most %d supported", label, name,
@@ -188,7 +168,7 @@ static ph_status parse_entry(const char *label, const char *name, const json_t *
                   PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": \"data_offsets\" is %s of %zu elements, expected an array of "
                   "2 integers",
-                  label, name, json_type_name(offs_j),
+                  label, name, json_kind(offs_j),
                   json_is_array(offs_j) ? json_array_size(offs_j) : (size_t)0);
   uint64_t begin, end;
   FORWARD_IF_ERROR(json_index_uint(offs_j, 0, label, name, "data_offsets", &begin, d));
@@ -271,7 +251,7 @@ static ph_status parse_image(const uint8_t *bytes, size_t size, const char *labe
   ph_status st = PH_OK;
   if (!json_is_object(root)) {
     st = diag_set(d, PH_ERR_SAFETENSORS_HEADER, "%s: header is %s, expected an object", label,
-                  json_type_name(root));
+                  json_kind(root));
     goto fail;
   }
   json_t *meta = json_object_get(root, "__metadata__");
@@ -465,7 +445,7 @@ static ph_status open_sharded(const char *dir, const char *index_path, st_set **
   if (!json_is_object(root) || !json_is_object(wm) || (meta && !json_is_object(meta))) {
     st = diag_set(d, PH_ERR_SAFETENSORS_INDEX,
                   "%s: expected {\"metadata\": {..}, \"weight_map\": {name: shard}}, got %s%s",
-                  index_path, json_type_name(root),
+                  index_path, json_kind(root),
                   !json_is_object(root) ? ""
                   : !wm                 ? " without \"weight_map\""
                   : !json_is_object(wm) ? " whose \"weight_map\" is not an object"
@@ -486,7 +466,7 @@ static ph_status open_sharded(const char *dir, const char *index_path, st_set **
   json_object_foreach(wm, key, value) {
     if (!json_is_string(value)) {
       st = diag_set(d, PH_ERR_SAFETENSORS_INDEX, "%s: weight_map.\"%s\" is %s, expected a string",
-                    index_path, key, json_type_name(value));
+                    index_path, key, json_kind(value));
       goto fail;
     }
     const char *shard = json_string_value(value);
