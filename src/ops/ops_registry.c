@@ -34,7 +34,10 @@
   X(causal_conv_with_state)                                                                        \
   X(group_query_attention)                                                                         \
   X(rotary_embedding)                                                                              \
-  X(mrotary_embedding)
+  X(mrotary_embedding)                                                                             \
+  X(paged_attention)                                                                               \
+  X(varlen_causal_conv_with_state)                                                                 \
+  X(gated_delta_net)
 
 #define OP_DECLARE_(name) extern const op_def op_def_##name;
 OP_LIST(OP_DECLARE_)
