@@ -1,5 +1,565 @@
-/* op_gated_delta_net — STUB: contract and kernels not written yet (issue 5). */
-#include "ops/op.h"
+/* op_gated_delta_net — com.microsoft GatedDeltaNet v1, packed varlen layout: contract + kernels.
+ *
+ * Letters: N packed tokens, B sequences, Hq = Hk query/key heads, Hv value heads (a multiple of
+ * Hq; value head h reads q/k head h/(Hv/Hq)), Dk key width, Dv value width, C chunk length.
+ *   query [N,Hq,Dk]  key [N,Hk,Dk]  value [N,Hv,Dv]  (dtype T: f32, f16 or bf16)
+ *   cu_seqlens i32 [B+1] (required here)  decay f32 [N,Hv]  beta f32 [N,Hv]
+ *   initial_state f32 [B,Hv,Dv,Dk] (V-major)  a_log f32 [Hv]  dt_bias f32 [Hv]
+ *   -> output T [N,Hv,Dv] (= max(Hq,Hv))   final_state f32 [B,Hv,Dv,Dk]
+ * The recurrence is spec/abi.md §2.4: optional L2 norm of q and k, gate (raw or qwen), beta
+ * (raw or sigmoid), decay first, delta from the decayed state, write, read after the write.
+ *
+ * Work is split over (sequence, value head) pairs; each pair is one single-threaded kernel
+ * call. A sequence of one token runs token by token; a longer one runs in chunks of the WY/UT
+ * form (as op_linear_attention.c, docs/ops-linear.md), chunks anchored at that sequence's first
+ * token, so a sequence's results never depend on the other sequences of the call nor on the
+ * thread count. A pair reads its whole initial state before writing: final_state may alias it.
+ * Not yet: compact state updates (state_update_capacity > 0), per-key-dim decay [N,Hv,Dk], the
+ * uniform [B,S,H,D] spelling without cu_seqlens.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
-const op_def op_def_gated_delta_net = {
-    "com.microsoft", "GatedDeltaNet", 3, 11, 1, 3, NULL, NULL, NULL};
+#include "ops/op.h"
+#include "ops/op_util.h"
+#include "tensor/dtype.h"
+
+enum {
+  GDN_IN_Q,
+  GDN_IN_K,
+  GDN_IN_V,
+  GDN_IN_CU,
+  GDN_IN_DECAY,
+  GDN_IN_BETA,
+  GDN_IN_STATE,
+  GDN_IN_ALOG,
+  GDN_IN_DTB,
+  GDN_IN_CAPTURE,
+  GDN_IN_ACTIVE,
+  GDN_N_IN
+};
+
+#define GDN_MAX_CHUNK 256
+/* Log decays are clamped here (e^-1e4 is 0 in f32 anyway) so that chunk sums stay finite. */
+#define GDN_G_FLOOR   (-1.0e4)
+
+/* ---- the contract ---------------------------------------------------------------------------- */
+
+typedef struct gdn_geom {
+  ph_dtype dt;
+  int gated, delta;             /* from update_rule */
+  int qwen, sigmoid;            /* gate_activation, beta_activation */
+  int l2;                       /* qk_l2_norm */
+  float scale;                  /* resolved once Dk is known */
+  int64_t chunk;                /* capped at GDN_MAX_CHUNK */
+  int64_t N, B, Hq, Hv, Dk, Dv; /* -1 unknown */
+  int has_state;
+  const int32_t *cu; /* cu_seqlens data when visible (run time, or a constant) */
+} gdn_geom;
+
+static ph_status gdn_check_cu(const gdn_geom *g, diag *d) {
+  const int32_t *cu = g->cu;
+  RETURN_ERROR_IF(cu[0] != 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: cu_seqlens[0] must be 0, got %d", (int)cu[0]);
+  for (int64_t b = 0; b < g->B; b++)
+    RETURN_ERROR_IF(cu[b + 1] < cu[b], d, PH_ERR_INVALID_ARGUMENT,
+                    "GatedDeltaNet: cu_seqlens must be non-decreasing, but cu_seqlens[%lld] = %d "
+                    "< cu_seqlens[%lld] = %d",
+                    (long long)(b + 1), (int)cu[b + 1], (long long)b, (int)cu[b]);
+  RETURN_ERROR_IF((int64_t)cu[g->B] != g->N, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: cu_seqlens[%lld] must be the token count %lld, got %d",
+                  (long long)g->B, (long long)g->N, (int)cu[g->B]);
+  return PH_OK;
+}
+
+static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag *d) {
+  memset(g, 0, sizeof *g);
+  RETURN_ERROR_IF(n->n_inputs < 3 || n->n_inputs > GDN_N_IN, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: takes 3 to 11 inputs, got %d", n->n_inputs);
+  RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 3, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: has 1 to 3 outputs, got %d", n->n_outputs);
+
+  const char *rs = "gated_delta";
+  FORWARD_IF_ERROR(op_attr_string(n, "update_rule", "gated_delta", &rs, d));
+  if (strcmp(rs, "linear") == 0) {
+  } else if (strcmp(rs, "gated") == 0) {
+    g->gated = 1;
+  } else if (strcmp(rs, "delta") == 0) {
+    g->delta = 1;
+  } else if (strcmp(rs, "gated_delta") == 0) {
+    g->gated = g->delta = 1;
+  } else {
+    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                    "GatedDeltaNet: update_rule \"%s\" is not linear, gated, delta or gated_delta",
+                    rs);
+  }
+  float scale_attr = 0.0f;
+  FORWARD_IF_ERROR(op_attr_float(n, "scale", 0.0f, &scale_attr, d));
+  RETURN_ERROR_IF(!isfinite(scale_attr), d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: attribute scale must be a finite float, got %g",
+                  (double)scale_attr);
+  const char *ga = "none", *ba = "none";
+  FORWARD_IF_ERROR(op_attr_string(n, "gate_activation", "none", &ga, d));
+  if (strcmp(ga, "qwen") == 0)
+    g->qwen = 1;
+  else
+    RETURN_ERROR_IF(strcmp(ga, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "GatedDeltaNet: gate_activation \"%s\" is not none or qwen", ga);
+  FORWARD_IF_ERROR(op_attr_string(n, "beta_activation", "none", &ba, d));
+  if (strcmp(ba, "sigmoid") == 0)
+    g->sigmoid = 1;
+  else
+    RETURN_ERROR_IF(strcmp(ba, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "GatedDeltaNet: beta_activation \"%s\" is not none or sigmoid", ba);
+  int64_t l2 = 0;
+  FORWARD_IF_ERROR(op_attr_int(n, "qk_l2_norm", 0, &l2, d));
+  RETURN_ERROR_IF(l2 != 0 && l2 != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: qk_l2_norm must be 0 or 1, got %lld", (long long)l2);
+  g->l2 = (int)l2;
+  FORWARD_IF_ERROR(op_attr_int(n, "chunk_size", 64, &g->chunk, d));
+  RETURN_ERROR_IF(g->chunk < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: chunk_size must be >= 1, got %lld", (long long)g->chunk);
+  if (g->chunk > GDN_MAX_CHUNK) g->chunk = GDN_MAX_CHUNK;
+  int64_t cap = 0;
+  FORWARD_IF_ERROR(op_attr_int(n, "state_update_capacity", 0, &cap, d));
+  RETURN_ERROR_IF(cap < 0 || cap > 8, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: state_update_capacity must be in [0, 8], got %lld",
+                  (long long)cap);
+  RETURN_ERROR_IF(cap > 0, d, PH_ERR_UNSUPPORTED,
+                  "GatedDeltaNet: state_update_capacity %lld > 0 is not supported yet (compact "
+                  "state updates arrive later)",
+                  (long long)cap);
+
+  tinfo in[GDN_N_IN];
+  memset(in, 0, sizeof in);
+  for (int i = 0; i < n->n_inputs; i++) in[i] = in_[i];
+  int has[GDN_N_IN];
+  for (int i = 0; i < GDN_N_IN; i++) has[i] = i < n->n_inputs && op_has_input(n, in_, i);
+  RETURN_ERROR_IF(!has[GDN_IN_Q] || !has[GDN_IN_K] || !has[GDN_IN_V], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: query, key and value are required");
+  /* presence rules, spec/abi.md §2.2 */
+  RETURN_ERROR_IF(g->gated && !has[GDN_IN_DECAY], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: update_rule %s requires input 4 (decay)", rs);
+  RETURN_ERROR_IF(!g->gated && has[GDN_IN_DECAY], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: update_rule %s takes no decay (input 4)", rs);
+  RETURN_ERROR_IF(g->delta && !has[GDN_IN_BETA], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: update_rule %s requires input 5 (beta)", rs);
+  RETURN_ERROR_IF(!g->delta && has[GDN_IN_BETA], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: update_rule %s takes no beta (input 5)", rs);
+  RETURN_ERROR_IF(g->qwen && (!has[GDN_IN_ALOG] || !has[GDN_IN_DTB]), d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: gate_activation qwen requires inputs 7 (a_log) and 8 (dt_bias)");
+  RETURN_ERROR_IF(!g->qwen && (has[GDN_IN_ALOG] || has[GDN_IN_DTB]), d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: a_log (input 7) and dt_bias (input 8) go only with "
+                  "gate_activation qwen");
+  RETURN_ERROR_IF(has[GDN_IN_CAPTURE], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: capture_count (input 9) is present only when "
+                  "state_update_capacity > 0");
+  RETURN_ERROR_IF(has[GDN_IN_ACTIVE], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: state_update_active (input 10) goes only with "
+                  "state_update_capacity > 0");
+  RETURN_ERROR_IF(op_wants_output(n, 2), d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: output 2 (state_update) requires state_update_capacity > 0");
+  RETURN_ERROR_IF(!has[GDN_IN_CU], d, PH_ERR_UNSUPPORTED,
+                  "GatedDeltaNet: cu_seqlens (input 3) is required: uniform packing without it "
+                  "is not supported yet");
+  g->has_state = has[GDN_IN_STATE];
+
+  /* dtypes */
+  g->dt = in[GDN_IN_Q].dtype;
+  RETURN_ERROR_IF(!dtype_is_compute_float(g->dt), d, PH_ERR_TENSOR_DTYPE,
+                  "GatedDeltaNet: query dtype %s is not f32, f16 or bf16", op_dtype_name(g->dt));
+  RETURN_ERROR_IF(in[GDN_IN_K].dtype != g->dt || in[GDN_IN_V].dtype != g->dt, d,
+                  PH_ERR_TENSOR_DTYPE, "GatedDeltaNet: key %s and value %s must match query %s",
+                  op_dtype_name(in[GDN_IN_K].dtype), op_dtype_name(in[GDN_IN_V].dtype),
+                  op_dtype_name(g->dt));
+  RETURN_ERROR_IF(in[GDN_IN_CU].dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
+                  "GatedDeltaNet: cu_seqlens must be I32, got %s",
+                  op_dtype_name(in[GDN_IN_CU].dtype));
+  static const char *const names[GDN_N_IN] = {
+      "query", "key",     "value",         "cu_seqlens",         "decay", "beta", "initial_state",
+      "a_log", "dt_bias", "capture_count", "state_update_active"};
+  for (int i = GDN_IN_DECAY; i <= GDN_IN_DTB; i++)
+    RETURN_ERROR_IF(has[i] && in[i].dtype != PH_DTYPE_F32, d, PH_ERR_TENSOR_DTYPE,
+                    "GatedDeltaNet: %s must be F32, got %s", names[i], op_dtype_name(in[i].dtype));
+
+  /* ranks */
+  RETURN_ERROR_IF(in[GDN_IN_Q].rank == 4, d, PH_ERR_UNSUPPORTED,
+                  "GatedDeltaNet: the rank-4 [B,S,Hq,Dk] query spelling is not supported yet");
+  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_Q], 3, "query [N,Hq,Dk]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_K], 3, "key [N,Hk,Dk]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_V], 3, "value [N,Hv,Dv]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_CU], 1, "cu_seqlens [B+1]", d));
+  if (has[GDN_IN_DECAY]) {
+    RETURN_ERROR_IF(in[GDN_IN_DECAY].rank == 3, d, PH_ERR_UNSUPPORTED,
+                    "GatedDeltaNet: per-key-dim decay [N,Hv,Dk] is not supported yet");
+    FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_DECAY], 2, "decay [N,Hv]", d));
+  }
+  if (has[GDN_IN_BETA]) FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_BETA], 2, "beta [N,Hv]", d));
+  if (g->has_state)
+    FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_STATE], 4, "initial_state [B,Hv,Dv,Dk]", d));
+  if (g->qwen) {
+    FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_ALOG], 1, "a_log [Hv]", d));
+    FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_DTB], 1, "dt_bias [Hv] (per-key is rejected)", d));
+  }
+
+  /* dims */
+  const tinfo *q = &in[GDN_IN_Q], *k = &in[GDN_IN_K], *v = &in[GDN_IN_V];
+  const tinfo *st = &in[GDN_IN_STATE];
+  g->N = g->B = g->Hq = g->Hv = g->Dk = g->Dv = -1;
+  int64_t Hk = -1;
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(q, 0), "the token dim N", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(k, 0), "the token dim N", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(v, 0), "the token dim N", d));
+  g->Hq = op_dim(q, 1);
+  Hk = op_dim(k, 1);
+  RETURN_ERROR_IF(op_dims_conflict(g->Hq, Hk), d, PH_ERR_TENSOR_SHAPE,
+                  "GatedDeltaNet: key has %lld heads but query has %lld (Hk must equal Hq)",
+                  (long long)Hk, (long long)g->Hq);
+  if (g->Hq < 0) g->Hq = Hk;
+  g->Hv = op_dim(v, 1);
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(q, 2), "Dk (query/key head width)", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(k, 2), "Dk (query/key head width)", d));
+  g->Dv = op_dim(v, 2);
+  int64_t cu_len = op_dim(&in[GDN_IN_CU], 0);
+  RETURN_ERROR_IF(cu_len == 0, d, PH_ERR_TENSOR_SHAPE,
+                  "GatedDeltaNet: cu_seqlens [B+1] must have at least 1 element");
+  if (cu_len > 0) g->B = cu_len - 1;
+  for (int i = GDN_IN_DECAY; i <= GDN_IN_BETA; i++) {
+    if (!has[i]) continue;
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(&in[i], 0), "the token dim N", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(&in[i], 1), "Hv (value heads)", d));
+  }
+  if (g->has_state) {
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(st, 0), "B (sequences)", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(st, 1), "Hv (value heads)", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Dv, op_dim(st, 2), "Dv (value head width)", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(st, 3), "Dk (query/key head width)", d));
+  }
+  if (g->qwen) {
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(&in[GDN_IN_ALOG], 0), "Hv (value heads)", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(&in[GDN_IN_DTB], 0), "Hv (value heads)", d));
+  }
+  RETURN_ERROR_IF(g->Hq == 0 || g->Hv == 0 || g->Dk == 0 || g->Dv == 0, d, PH_ERR_TENSOR_SHAPE,
+                  "GatedDeltaNet: head counts and widths must be >= 1 (Hq %lld, Hv %lld, Dk %lld, "
+                  "Dv %lld)",
+                  (long long)g->Hq, (long long)g->Hv, (long long)g->Dk, (long long)g->Dv);
+  RETURN_ERROR_IF(g->Hq > 0 && g->Hv > 0 && g->Hv % g->Hq != 0, d, PH_ERR_TENSOR_SHAPE,
+                  "GatedDeltaNet: value heads %lld must be a multiple of query heads %lld",
+                  (long long)g->Hv, (long long)g->Hq);
+  if (g->Dk > 0) g->scale = scale_attr != 0.0f ? scale_attr : 1.0f / sqrtf((float)g->Dk);
+  g->cu = in[GDN_IN_CU].data;
+  if (g->cu && g->B >= 0 && g->N >= 0) FORWARD_IF_ERROR(gdn_check_cu(g, d));
+  return PH_OK;
+}
+
+static ph_status gdn_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
+  gdn_geom g;
+  FORWARD_IF_ERROR(gdn_resolve(n, in, &g, d));
+  int64_t ho = g.Hq > g.Hv ? g.Hq : g.Hv;
+  if (g.Hq < 0 || g.Hv < 0) ho = -1;
+  int64_t od[3] = {g.N, ho, g.Dv};
+  out[0] = tinfo_make(g.dt, 3, od);
+  if (n->n_outputs > 1 && op_wants_output(n, 1)) {
+    int64_t sd[4] = {g.B, g.Hv, g.Dv, g.Dk};
+    out[1] = tinfo_make(PH_DTYPE_F32, 4, sd);
+  }
+  return PH_OK;
+}
+
+/* ---- workspace ------------------------------------------------------------------------------- */
+
+typedef struct gdn_ws {
+  float *S;    /* [Dk][Dv]  the running state, K-major inside (V-major on the boundary) */
+  float *K;    /* [C][Dk]   keys (normalised if asked); at the chunk end e^{γ_L-γ_s} k_s */
+  float *V;    /* [C][Dv]   values, overwritten with U */
+  float *Q;    /* [C][Dk]   queries */
+  float *A;    /* [C][C]    β_t e^{γ_t-γ_s} k_t·k_s, s < t */
+  float *QK;   /* [C][C]    e^{γ_t-γ_s} q_t·k_s, s <= t */
+  float *beta; /* [C] */
+  float *gl;   /* [C]       log decay g of each token */
+  float *eg;   /* [C]       e^{γ_t} */
+  double *gam; /* [C]       γ_t, cumulative from the chunk start */
+  float *t0;   /* [max(Dk,Dv)] */
+  float *t1;   /* [Dv] */
+} gdn_ws;
+
+static size_t gdn_align(size_t b) { return (b + 63) & ~(size_t)63; }
+
+/* The scratch stride of the chunk matrices: the longest chunk any sequence of the call can
+ * have. Only a stride: the chunk boundaries are at multiples of g->chunk in each sequence. */
+static int64_t gdn_stride(const gdn_geom *g) {
+  int64_t c = g->N < g->chunk ? g->N : g->chunk;
+  return c < 1 ? 1 : c;
+}
+
+static size_t gdn_ws_layout(const gdn_geom *g, char *base, gdn_ws *ws) {
+  size_t C = (size_t)gdn_stride(g), Dk = (size_t)g->Dk, Dv = (size_t)g->Dv;
+  size_t Dm = Dk > Dv ? Dk : Dv;
+  size_t off = 0;
+#define GDN_CARVE(field, type, count)                                                              \
+  do {                                                                                             \
+    if (base) ws->field = (type *)(void *)(base + off);                                            \
+    off += gdn_align((count) * sizeof(type));                                                      \
+  } while (0)
+  GDN_CARVE(S, float, Dk *Dv);
+  GDN_CARVE(K, float, C *Dk);
+  GDN_CARVE(V, float, C *Dv);
+  GDN_CARVE(Q, float, C *Dk);
+  GDN_CARVE(A, float, C *C);
+  GDN_CARVE(QK, float, C *C);
+  GDN_CARVE(beta, float, C);
+  GDN_CARVE(gl, float, C);
+  GDN_CARVE(eg, float, C);
+  GDN_CARVE(gam, double, C);
+  GDN_CARVE(t0, float, Dm);
+  GDN_CARVE(t1, float, Dv);
+#undef GDN_CARVE
+  return off;
+}
+
+static size_t gdn_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
+  gdn_geom g;
+  if (gdn_resolve(n, in, &g, NULL) != PH_OK || g.N < 0 || g.Dk < 0 || g.Dv < 0) return 0;
+  return gdn_ws_layout(&g, NULL, NULL) * (size_t)(n_threads > 0 ? n_threads : 1);
+}
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+typedef struct gdn_job {
+  const gdn_geom *g;
+  const tensor *q, *k, *v, *decay, *beta, *state, *a_log, *dt_bias;
+  const int32_t *cu;
+  tensor *out, *final_state;
+  char *scratch;
+  size_t ws_bytes;
+} gdn_job;
+
+/* Eight independent lanes so that -O2 vectorizes; the order depends on n alone. */
+static float gdn_dot(const float *restrict a, const float *restrict b, int64_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+    s4 += a[i + 4] * b[i + 4];
+    s5 += a[i + 5] * b[i + 5];
+    s6 += a[i + 6] * b[i + 6];
+    s7 += a[i + 7] * b[i + 7];
+  }
+  float s = ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* y += a x */
+static void gdn_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    y[i] += a * x[i];
+    y[i + 1] += a * x[i + 1];
+    y[i + 2] += a * x[i + 2];
+    y[i + 3] += a * x[i + 3];
+    y[i + 4] += a * x[i + 4];
+    y[i + 5] += a * x[i + 5];
+    y[i + 6] += a * x[i + 6];
+    y[i + 7] += a * x[i + 7];
+  }
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* y[c] = Σ_r w[r] S[r][c] */
+static void gdn_read(float *y, const float *S, const float *w, int64_t Dk, int64_t Dv) {
+  for (int64_t c = 0; c < Dv; c++) y[c] = 0.0f;
+  for (int64_t r = 0; r < Dk; r++) gdn_axpy(y, w[r], S + r * Dv, Dv);
+}
+
+static void gdn_l2(float *x, int64_t n) {
+  float inv = 1.0f / sqrtf(gdn_dot(x, x, n) + 1e-12f);
+  for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* Loads packed token tok (value head h) into row i of the workspace, with the gate and beta
+ * activations applied: gl[i] is the log decay g, beta[i] the effective β. */
+static void gdn_load_token(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok, int64_t i) {
+  const gdn_geom *g = j->g;
+  int64_t Dk = g->Dk, Dv = g->Dv, hq = h / (g->Hv / g->Hq);
+  float *kr = ws->K + i * Dk, *qr = ws->Q + i * Dk;
+  tensor_load_f32(j->k, (tok * g->Hq + hq) * Dk, Dk, kr);
+  tensor_load_f32(j->q, (tok * g->Hq + hq) * Dk, Dk, qr);
+  tensor_load_f32(j->v, (tok * g->Hv + h) * Dv, Dv, ws->V + i * Dv);
+  if (g->l2) {
+    gdn_l2(kr, Dk);
+    gdn_l2(qr, Dk);
+  }
+  float gv = 0.0f, bv = 1.0f;
+  if (g->gated) {
+    gv = ((const float *)j->decay->data)[tok * g->Hv + h];
+    if (g->qwen) {
+      float x = gv + ((const float *)j->dt_bias->data)[h];
+      float sp = x > 20.0f ? x : log1pf(expf(x));
+      gv = -expf(((const float *)j->a_log->data)[h]) * sp;
+    }
+  }
+  if (g->delta) {
+    bv = ((const float *)j->beta->data)[tok * g->Hv + h];
+    if (g->sigmoid) bv = 1.0f / (1.0f + expf(-bv));
+  }
+  ws->gl[i] = gv;
+  ws->beta[i] = bv;
+}
+
+static void gdn_store_out(const gdn_job *j, int64_t h, int64_t tok, const float *o) {
+  tensor_store_f32(j->out, (tok * j->g->Hv + h) * j->g->Dv, j->g->Dv, o);
+}
+
+/* One token, exactly the order of spec/abi.md §2.4. */
+static void gdn_token(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok) {
+  const gdn_geom *g = j->g;
+  int64_t Dk = g->Dk, Dv = g->Dv;
+  float *S = ws->S, *k = ws->K, *u = ws->V, *o = ws->t1, *pred = ws->t0;
+  gdn_load_token(j, ws, h, tok, 0);
+  if (g->gated) {
+    float a = expf(ws->gl[0]);
+    for (int64_t e = 0; e < Dk * Dv; e++) S[e] *= a;
+  }
+  if (g->delta) {
+    gdn_read(pred, S, k, Dk, Dv);
+    for (int64_t c = 0; c < Dv; c++) u[c] = ws->beta[0] * (u[c] - pred[c]);
+  }
+  for (int64_t r = 0; r < Dk; r++) gdn_axpy(S + r * Dv, k[r], u, Dv);
+  gdn_read(o, S, ws->Q, Dk, Dv);
+  for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
+  gdn_store_out(j, h, tok, o);
+}
+
+/* One chunk of L tokens from packed token tok0 (the WY/UT form; see docs/ops-gdn.md):
+ *   (I + A) U = β⊙V − (β e^γ K) S0,   A_ts = β_t e^{γ_t−γ_s} k_t·k_s  (s < t)
+ *   o_t = scale (S0^T e^{γ_t} q_t + Σ_{s<=t} e^{γ_t−γ_s} (q_t·k_s) u_s)
+ *   S_end = e^{γ_L} S0 + Σ_s e^{γ_L−γ_s} k_s u_s^T
+ * Exponents are sums of g over (s, t], s <= t: never positive for g <= 0. */
+static void gdn_chunk(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok0, int64_t L) {
+  const gdn_geom *g = j->g;
+  int64_t C = gdn_stride(g), Dk = g->Dk, Dv = g->Dv;
+  float *S = ws->S, *K = ws->K, *U = ws->V, *tmp = ws->t0, *o = ws->t1;
+
+  for (int64_t i = 0; i < L; i++) {
+    gdn_load_token(j, ws, h, tok0 + i, i);
+    double gv = ws->gl[i];
+    if (gv < GDN_G_FLOOR) gv = GDN_G_FLOOR;
+    ws->gam[i] = (i ? ws->gam[i - 1] : 0.0) + gv;
+    ws->eg[i] = expf((float)ws->gam[i]);
+  }
+  for (int64_t t = 0; t < L; t++) {
+    const float *kt = K + t * Dk, *qt = ws->Q + t * Dk;
+    for (int64_t s = 0; s <= t; s++) {
+      const float *ks = K + s * Dk;
+      float e = expf((float)(ws->gam[t] - ws->gam[s]));
+      if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * gdn_dot(kt, ks, Dk);
+      ws->QK[t * C + s] = e * gdn_dot(qt, ks, Dk);
+    }
+  }
+  if (g->delta) {
+    for (int64_t t = 0; t < L; t++) {
+      for (int64_t r = 0; r < Dk; r++) tmp[r] = ws->eg[t] * K[t * Dk + r];
+      gdn_read(o, S, tmp, Dk, Dv);
+      float *ut = U + t * Dv;
+      for (int64_t c = 0; c < Dv; c++) ut[c] = ws->beta[t] * (ut[c] - o[c]);
+      for (int64_t s = 0; s < t; s++) gdn_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
+    }
+  }
+  for (int64_t t = 0; t < L; t++) {
+    const float *qt = ws->Q + t * Dk;
+    for (int64_t r = 0; r < Dk; r++) tmp[r] = ws->eg[t] * qt[r];
+    gdn_read(o, S, tmp, Dk, Dv);
+    const float *qk = ws->QK + t * C;
+    for (int64_t s = 0; s <= t; s++) gdn_axpy(o, qk[s], U + s * Dv, Dv);
+    for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
+    gdn_store_out(j, h, tok0 + t, o);
+  }
+  double gend = ws->gam[L - 1];
+  for (int64_t s = 0; s < L; s++) {
+    float e = expf((float)(gend - ws->gam[s]));
+    for (int64_t r = 0; r < Dk; r++) K[s * Dk + r] *= e;
+  }
+  float egend = ws->eg[L - 1];
+  for (int64_t r = 0; r < Dk; r++) {
+    float *sr = S + r * Dv;
+    for (int64_t c = 0; c < Dv; c++) sr[c] *= egend;
+    for (int64_t s = 0; s < L; s++) gdn_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
+  }
+}
+
+static void gdn_task(void *ctx, size_t task, int thread) {
+  const gdn_job *j = ctx;
+  const gdn_geom *g = j->g;
+  gdn_ws ws;
+  gdn_ws_layout(g, j->scratch + (size_t)thread * j->ws_bytes, &ws);
+  int64_t b = (int64_t)task / g->Hv, h = (int64_t)task % g->Hv;
+  int64_t Dk = g->Dk, Dv = g->Dv, off = (b * g->Hv + h) * Dk * Dv;
+  /* The whole V-major head is read (transposed into S) before anything is written. */
+  if (j->state) {
+    const float *src = (const float *)j->state->data + off;
+    for (int64_t c = 0; c < Dv; c++)
+      for (int64_t r = 0; r < Dk; r++) ws.S[r * Dv + c] = src[c * Dk + r];
+  } else {
+    memset(ws.S, 0, (size_t)(Dk * Dv) * sizeof(float));
+  }
+  int64_t start = j->cu[b], len = (int64_t)j->cu[b + 1] - start;
+  if (len == 1) {
+    gdn_token(j, &ws, h, start);
+  } else {
+    for (int64_t t0 = 0; t0 < len; t0 += g->chunk) {
+      int64_t L = len - t0 < g->chunk ? len - t0 : g->chunk;
+      gdn_chunk(j, &ws, h, start + t0, L);
+    }
+  }
+  if (j->final_state) {
+    float *dst = (float *)j->final_state->data + off;
+    for (int64_t c = 0; c < Dv; c++)
+      for (int64_t r = 0; r < Dk; r++) dst[c * Dk + r] = ws.S[r * Dv + c];
+  }
+}
+
+static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                         diag *d) {
+  tinfo ti[GDN_N_IN], to[3];
+  op_tinfos_of(n, in, ti, GDN_N_IN);
+  memset(to, 0, sizeof to);
+  gdn_geom g;
+  FORWARD_IF_ERROR(gdn_resolve(n, ti, &g, d));
+  FORWARD_IF_ERROR(gdn_infer(n, ti, to, d));
+  RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "GatedDeltaNet: output 0 is required");
+  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
+  tensor *fs = n->n_outputs > 1 ? out[1] : NULL;
+  if (fs) FORWARD_IF_ERROR(op_check_out(n, fs, &to[1], 1, d));
+  RETURN_ERROR_IF(!g.cu, d, PH_ERR_INTERNAL, "GatedDeltaNet: cu_seqlens has no data");
+
+  gdn_job j;
+  memset(&j, 0, sizeof j);
+  j.g = &g;
+  j.q = in[GDN_IN_Q];
+  j.k = in[GDN_IN_K];
+  j.v = in[GDN_IN_V];
+  j.cu = g.cu;
+  j.decay = g.gated ? in[GDN_IN_DECAY] : NULL;
+  j.beta = g.delta ? in[GDN_IN_BETA] : NULL;
+  j.state = g.has_state ? in[GDN_IN_STATE] : NULL;
+  j.a_log = g.qwen ? in[GDN_IN_ALOG] : NULL;
+  j.dt_bias = g.qwen ? in[GDN_IN_DTB] : NULL;
+  j.out = out[0];
+  j.final_state = fs;
+  j.ws_bytes = gdn_ws_layout(&g, NULL, NULL);
+  int n_threads = pool_threads(ctx->pool);
+  RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
+                  PH_ERR_INTERNAL, "GatedDeltaNet: scratch is %zu bytes, %d threads need %zu",
+                  ctx->scratch_bytes, n_threads, j.ws_bytes * (size_t)n_threads);
+  j.scratch = ctx->scratch;
+  if (g.B > 0) pool_run(ctx->pool, (size_t)(g.B * g.Hv), gdn_task, &j);
+  return PH_OK;
+}
+
+const op_def op_def_gated_delta_net = {"com.microsoft", "GatedDeltaNet",  3, 11, 1, 3, gdn_infer,
+                                       gdn_run,         gdn_scratch_bytes};
