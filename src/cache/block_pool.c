@@ -1,0 +1,203 @@
+/* block_pool — FIFO free queue (a ring of ids) plus a reference count per id. */
+#include "cache/block_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct block_pool {
+  int32_t n_blocks;  /* ids [0, n_blocks); 0 is the null block */
+  int32_t *refcount; /* [n_blocks] */
+  int32_t *queue;    /* [n_blocks] ring of free ids */
+  int32_t head;      /* index of the next id to hand out */
+  int32_t n_free;    /* ids in the ring */
+};
+
+ph_status block_pool_create(int32_t n_blocks, block_pool **out, diag *d) {
+  RETURN_ERROR_IF(!out, d, PH_ERR_INVALID_ARGUMENT, "block_pool_create: out is NULL");
+  *out = NULL;
+  RETURN_ERROR_IF(n_blocks < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "block_pool_create: n_blocks %d must be >= 1 (block 0 is the null block)",
+                  (int)n_blocks);
+  block_pool *p = calloc(1, sizeof *p);
+  if (!p) return diag_set(d, PH_ERR_NO_MEMORY, "block_pool_create: pool struct");
+  p->refcount = calloc((size_t)n_blocks, sizeof *p->refcount);
+  p->queue = malloc((size_t)n_blocks * sizeof *p->queue);
+  if (!p->refcount || !p->queue) {
+    block_pool_free(p);
+    return diag_set(d, PH_ERR_NO_MEMORY, "block_pool_create: %d blocks", (int)n_blocks);
+  }
+  p->n_blocks = n_blocks;
+  for (int32_t i = 1; i < n_blocks; i++) p->queue[i - 1] = i;
+  p->head = 0;
+  p->n_free = n_blocks - 1;
+  *out = p;
+  return PH_OK;
+}
+
+void block_pool_free(block_pool *pool) {
+  if (!pool) return;
+  free(pool->refcount);
+  free(pool->queue);
+  free(pool);
+}
+
+int32_t block_pool_n_blocks(const block_pool *pool) { return pool->n_blocks; }
+int32_t block_pool_free_count(const block_pool *pool) { return pool->n_free; }
+int32_t block_pool_used_count(const block_pool *pool) { return pool->n_blocks - 1 - pool->n_free; }
+
+int32_t block_pool_refcount(const block_pool *pool, int32_t id) {
+  if (id < 0 || id >= pool->n_blocks) return -1;
+  return pool->refcount[id];
+}
+
+static void queue_push(block_pool *p, int32_t id) {
+  int32_t tail = (int32_t)(((int64_t)p->head + p->n_free) % p->n_blocks);
+  p->queue[tail] = id;
+  p->n_free++;
+}
+
+ph_status block_pool_alloc_n(block_pool *pool, int32_t n, int32_t *out_ids, diag *d) {
+  RETURN_ERROR_IF(n < 0 || (n > 0 && !out_ids), d, PH_ERR_INVALID_ARGUMENT,
+                  "block_pool_alloc_n: bad count %d or NULL out_ids", (int)n);
+  RETURN_ERROR_IF(n > pool->n_free, d, PH_ERR_LIMIT,
+                  "block_pool_alloc_n: %d blocks requested, %d free of %d", (int)n,
+                  (int)pool->n_free, (int)(pool->n_blocks - 1));
+  for (int32_t i = 0; i < n; i++) {
+    int32_t id = pool->queue[pool->head];
+    pool->head = (pool->head + 1) % pool->n_blocks;
+    pool->n_free--;
+    pool->refcount[id] = 1;
+    out_ids[i] = id;
+  }
+  return PH_OK;
+}
+
+ph_status block_pool_incref_n(block_pool *pool, int32_t n, const int32_t *ids, diag *d) {
+  RETURN_ERROR_IF(n < 0 || (n > 0 && !ids), d, PH_ERR_INVALID_ARGUMENT,
+                  "block_pool_incref_n: bad count %d or NULL ids", (int)n);
+  for (int32_t i = 0; i < n; i++) {
+    int32_t id = ids[i];
+    RETURN_ERROR_IF(id <= 0 || id >= pool->n_blocks, d, PH_ERR_INVALID_ARGUMENT,
+                    "block_pool_incref_n: block id %d is not in [1, %d)", (int)id,
+                    (int)pool->n_blocks);
+    RETURN_ERROR_IF(pool->refcount[id] <= 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "block_pool_incref_n: block id %d is free (refcount 0)", (int)id);
+    RETURN_ERROR_IF(pool->refcount[id] == INT32_MAX, d, PH_ERR_LIMIT,
+                    "block_pool_incref_n: block id %d refcount overflow", (int)id);
+  }
+  for (int32_t i = 0; i < n; i++) pool->refcount[ids[i]]++;
+  return PH_OK;
+}
+
+ph_status block_pool_decref_n(block_pool *pool, int32_t n, const int32_t *ids, diag *d) {
+  RETURN_ERROR_IF(n < 0 || (n > 0 && !ids), d, PH_ERR_INVALID_ARGUMENT,
+                  "block_pool_decref_n: bad count %d or NULL ids", (int)n);
+  /* Tentative pass: decrement, rolling back on the first bad id, so failure changes nothing. */
+  for (int32_t i = 0; i < n; i++) {
+    int32_t id = ids[i];
+    const char *why = NULL;
+    if (id == BLOCK_POOL_NULL_ID)
+      why = "is the null block";
+    else if (id < 0 || id >= pool->n_blocks)
+      why = "is out of range";
+    else if (pool->refcount[id] <= 0)
+      why = "is already free (double free)";
+    if (why) {
+      for (int32_t j = 0; j < i; j++) pool->refcount[ids[j]]++;
+      return diag_set(d, PH_ERR_INVALID_ARGUMENT, "block_pool_decref_n: block id %d %s (of %d)",
+                      (int)id, why, (int)pool->n_blocks);
+    }
+    pool->refcount[id]--;
+  }
+  /* Commit: each id that reached 0 is queued once, in first-occurrence order (-1 marks
+   * "queued" during this loop, then goes back to 0). */
+  for (int32_t i = 0; i < n; i++) {
+    if (pool->refcount[ids[i]] != 0) continue;
+    queue_push(pool, ids[i]);
+    pool->refcount[ids[i]] = -1;
+  }
+  for (int32_t i = 0; i < n; i++)
+    if (pool->refcount[ids[i]] < 0) pool->refcount[ids[i]] = 0;
+  return PH_OK;
+}
+
+/* ---- block tables ------------------------------------------------------------------------- */
+
+void block_table_init(block_table *bt) { memset(bt, 0, sizeof *bt); }
+
+int32_t block_table_blocks_for(int64_t n_tokens, int32_t block_size) {
+  if (n_tokens < 0 || block_size <= 0) return -1;
+  int64_t n = (n_tokens + block_size - 1) / block_size;
+  return n > INT32_MAX ? -1 : (int32_t)n;
+}
+
+static ph_status table_grow(block_table *bt, int32_t need, diag *d) {
+  if (need <= bt->capacity) return PH_OK;
+  int64_t cap = bt->capacity ? (int64_t)bt->capacity * 2 : 8;
+  if (cap < need) cap = need;
+  if (cap > INT32_MAX) cap = INT32_MAX;
+  int32_t *ids = realloc(bt->ids, (size_t)cap * sizeof *ids);
+  RETURN_ERROR_IF(!ids, d, PH_ERR_NO_MEMORY, "block_table: growing to %lld ids", (long long)cap);
+  bt->ids = ids;
+  bt->capacity = (int32_t)cap;
+  return PH_OK;
+}
+
+ph_status block_table_reserve(block_table *bt, block_pool *pool, int64_t n_tokens_total,
+                              int32_t block_size, diag *d) {
+  int32_t need = block_table_blocks_for(n_tokens_total, block_size);
+  RETURN_ERROR_IF(need < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "block_table_reserve: %lld tokens with block_size %d", (long long)n_tokens_total,
+                  (int)block_size);
+  if (need <= bt->n_blocks) return PH_OK;
+  int32_t missing = need - bt->n_blocks;
+  RETURN_ERROR_IF(missing > block_pool_free_count(pool), d, PH_ERR_LIMIT,
+                  "block_table_reserve: %lld tokens need %d more blocks, %d free",
+                  (long long)n_tokens_total, (int)missing, (int)block_pool_free_count(pool));
+  FORWARD_IF_ERROR(table_grow(bt, need, d));
+  FORWARD_IF_ERROR(block_pool_alloc_n(pool, missing, bt->ids + bt->n_blocks, d));
+  bt->n_blocks = need;
+  return PH_OK;
+}
+
+ph_status block_table_share(block_table *bt, block_pool *pool, int32_t n, const int32_t *ids,
+                            diag *d) {
+  RETURN_ERROR_IF(n < 0 || n > INT32_MAX - bt->n_blocks, d, PH_ERR_INVALID_ARGUMENT,
+                  "block_table_share: bad count %d", (int)n);
+  FORWARD_IF_ERROR(table_grow(bt, bt->n_blocks + n, d));
+  FORWARD_IF_ERROR(block_pool_incref_n(pool, n, ids, d));
+  memcpy(bt->ids + bt->n_blocks, ids, (size_t)n * sizeof *ids);
+  bt->n_blocks += n;
+  return PH_OK;
+}
+
+ph_status block_table_release(block_table *bt, block_pool *pool, diag *d) {
+  FORWARD_IF_ERROR(block_pool_decref_n(pool, bt->n_blocks, bt->ids, d));
+  free(bt->ids);
+  block_table_init(bt);
+  return PH_OK;
+}
+
+int32_t block_tables_max_blocks(const block_table *const *tables, int32_t batch) {
+  int32_t m = 0;
+  for (int32_t b = 0; b < batch; b++)
+    if (tables[b]->n_blocks > m) m = tables[b]->n_blocks;
+  return m;
+}
+
+ph_status block_tables_pack(const block_table *const *tables, int32_t batch, int32_t max_blocks,
+                            int32_t *out, diag *d) {
+  RETURN_ERROR_IF(batch < 0 || max_blocks < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "block_tables_pack: batch %d, max_blocks %d", (int)batch, (int)max_blocks);
+  for (int32_t b = 0; b < batch; b++)
+    RETURN_ERROR_IF(tables[b]->n_blocks > max_blocks, d, PH_ERR_LIMIT,
+                    "block_tables_pack: row %d holds %d blocks, max_blocks is %d", (int)b,
+                    (int)tables[b]->n_blocks, (int)max_blocks);
+  for (int32_t b = 0; b < batch; b++) {
+    int32_t *row = out + (size_t)b * (size_t)max_blocks;
+    int32_t n = tables[b]->n_blocks;
+    if (n) memcpy(row, tables[b]->ids, (size_t)n * sizeof *row);
+    for (int32_t j = n; j < max_blocks; j++) row[j] = BLOCK_POOL_NULL_ID;
+  }
+  return PH_OK;
+}

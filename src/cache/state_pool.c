@@ -1,0 +1,364 @@
+/* state_pool — slot buffers per linear layer, a used-bit per slot, and one active binding. */
+#include "cache/state_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/dtype.h"
+
+struct state_pool {
+  state_geometry g; /* g.linear_layers -> layers */
+  int32_t *layers;  /* [n_linear] model layer indices */
+  uint8_t **conv;   /* [n_linear] each [max_slots, conv_dim, K-1] io dtype */
+  float **rec;      /* [n_linear] each [max_slots, Hv, Dv, Dk] f32 */
+  int64_t conv_row; /* bytes of one slot's conv rows in one layer */
+  int64_t rec_row;  /* bytes of one slot's recurrent rows in one layer */
+  uint8_t *used;    /* [max_slots] 1 = allocated */
+  int32_t n_used;
+  /* active binding */
+  int bound; /* 0 none, 1 slice, 2 gathered */
+  int32_t batch;
+  int32_t first;        /* slice: first slot */
+  int32_t *slots;       /* [max_slots] gathered: row b is slot slots[b] */
+  uint8_t **conv_stage; /* [n_linear] each [stage_rows, conv_dim, K-1], lazily grown */
+  float **rec_stage;    /* [n_linear] each [stage_rows, Hv, Dv, Dk] */
+  int32_t stage_rows;
+  uint64_t bytes_moved;
+};
+
+static int dtype_ok(ph_dtype dt) {
+  return dt == PH_DTYPE_F32 || dt == PH_DTYPE_F16 || dt == PH_DTYPE_BF16;
+}
+
+static int64_t round_up(int64_t n) {
+  return (n + STATE_POOL_ALIGN - 1) / STATE_POOL_ALIGN * STATE_POOL_ALIGN;
+}
+
+/* Checks g; fills the per-layer per-slot row bytes. */
+static ph_status check_geometry(const state_geometry *g, int64_t *conv_row, int64_t *rec_row,
+                                diag *d) {
+  RETURN_ERROR_IF(!g, d, PH_ERR_INVALID_ARGUMENT, "state geometry is NULL");
+  RETURN_ERROR_IF(g->n_linear < 0 || (g->n_linear > 0 && !g->linear_layers), d,
+                  PH_ERR_INVALID_ARGUMENT, "state geometry: n_linear %d with linear_layers %s",
+                  (int)g->n_linear, g->linear_layers ? "set" : "NULL");
+  for (int32_t i = 0; i < g->n_linear; i++)
+    RETURN_ERROR_IF(g->linear_layers[i] < 0 ||
+                        (i > 0 && g->linear_layers[i] <= g->linear_layers[i - 1]),
+                    d, PH_ERR_INVALID_ARGUMENT,
+                    "state geometry: linear_layers[%d] = %d is negative or not ascending", (int)i,
+                    (int)g->linear_layers[i]);
+  RETURN_ERROR_IF(g->conv_dim < 1, d, PH_ERR_INVALID_ARGUMENT, "state geometry: conv_dim %d",
+                  (int)g->conv_dim);
+  RETURN_ERROR_IF(g->conv_kernel < 2, d, PH_ERR_INVALID_ARGUMENT,
+                  "state geometry: conv_kernel %d (must be >= 2)", (int)g->conv_kernel);
+  RETURN_ERROR_IF(g->n_v_heads < 1 || g->head_v < 1 || g->head_k < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "state geometry: Hv %d, Dv %d, Dk %d", (int)g->n_v_heads, (int)g->head_v,
+                  (int)g->head_k);
+  RETURN_ERROR_IF(!dtype_ok(g->io_dtype), d, PH_ERR_INVALID_ARGUMENT,
+                  "state geometry: io dtype %d is not f32, f16 or bf16", (int)g->io_dtype);
+  RETURN_ERROR_IF(g->max_slots < 1, d, PH_ERR_INVALID_ARGUMENT, "state geometry: max_slots %d",
+                  (int)g->max_slots);
+  int64_t cdims[3] = {g->max_slots, g->conv_dim, g->conv_kernel - 1};
+  int64_t rdims[4] = {g->max_slots, g->n_v_heads, g->head_v, g->head_k};
+  shape cs = shape_make(3, cdims), rs = shape_make(4, rdims);
+  int64_t cb = shape_bytes(&cs, g->io_dtype), rb = shape_bytes(&rs, PH_DTYPE_F32);
+  RETURN_ERROR_IF(cb < 0 || rb < 0 || cb > INT64_MAX / 4 || rb > INT64_MAX / 4, d, PH_ERR_LIMIT,
+                  "state geometry: buffer size overflows");
+  *conv_row = cb / g->max_slots;
+  *rec_row = rb / g->max_slots;
+  return PH_OK;
+}
+
+int64_t state_geometry_slot_bytes(const state_geometry *g) {
+  int64_t c = 0, r = 0;
+  if (check_geometry(g, &c, &r, NULL) != PH_OK) return -1;
+  if (g->n_linear > 0 && c + r > INT64_MAX / g->n_linear) return -1;
+  return (c + r) * g->n_linear;
+}
+
+ph_status state_pool_create(const state_geometry *g, state_pool **out, diag *d) {
+  RETURN_ERROR_IF(!out, d, PH_ERR_INVALID_ARGUMENT, "state_pool_create: out is NULL");
+  *out = NULL;
+  int64_t c = 0, r = 0;
+  FORWARD_IF_ERROR(check_geometry(g, &c, &r, d));
+  RETURN_ERROR_IF(state_geometry_slot_bytes(g) < 0, d, PH_ERR_LIMIT,
+                  "state_pool_create: total size overflows");
+  state_pool *p = calloc(1, sizeof *p);
+  if (!p) return diag_set(d, PH_ERR_NO_MEMORY, "state_pool_create: struct");
+  size_t n = g->n_linear > 0 ? (size_t)g->n_linear : 1;
+  p->g = *g;
+  p->conv_row = c;
+  p->rec_row = r;
+  p->layers = calloc(n, sizeof *p->layers);
+  p->conv = calloc(n, sizeof *p->conv);
+  p->rec = calloc(n, sizeof *p->rec);
+  p->conv_stage = calloc(n, sizeof *p->conv_stage);
+  p->rec_stage = calloc(n, sizeof *p->rec_stage);
+  p->used = calloc((size_t)g->max_slots, 1);
+  p->slots = calloc((size_t)g->max_slots, sizeof *p->slots);
+  p->g.linear_layers = p->layers;
+  if (!p->layers || !p->conv || !p->rec || !p->conv_stage || !p->rec_stage || !p->used || !p->slots)
+    goto fail_mem;
+  if (g->n_linear > 0) memcpy(p->layers, g->linear_layers, (size_t)g->n_linear * sizeof *p->layers);
+  size_t cb = (size_t)round_up(c * g->max_slots), rb = (size_t)round_up(r * g->max_slots);
+  for (int32_t i = 0; i < g->n_linear; i++) {
+    p->conv[i] = aligned_alloc(STATE_POOL_ALIGN, cb);
+    p->rec[i] = aligned_alloc(STATE_POOL_ALIGN, rb);
+    if (!p->conv[i] || !p->rec[i]) goto fail_mem;
+    memset(p->conv[i], 0, cb);
+    memset(p->rec[i], 0, rb);
+  }
+  *out = p;
+  return PH_OK;
+fail_mem:
+  state_pool_free(p);
+  return diag_set(d, PH_ERR_NO_MEMORY, "state_pool_create: %d slots x %lld bytes",
+                  (int)g->max_slots, (long long)state_geometry_slot_bytes(g));
+}
+
+static void free_stage(state_pool *p) {
+  for (int32_t i = 0; i < p->g.n_linear; i++) {
+    free(p->conv_stage[i]);
+    free(p->rec_stage[i]);
+    p->conv_stage[i] = NULL;
+    p->rec_stage[i] = NULL;
+  }
+  p->stage_rows = 0;
+}
+
+void state_pool_free(state_pool *p) {
+  if (!p) return;
+  for (int32_t i = 0; i < p->g.n_linear; i++) {
+    if (p->conv) free(p->conv[i]);
+    if (p->rec) free(p->rec[i]);
+  }
+  if (p->conv_stage && p->rec_stage) free_stage(p);
+  free(p->conv);
+  free(p->rec);
+  free(p->conv_stage);
+  free(p->rec_stage);
+  free(p->layers);
+  free(p->used);
+  free(p->slots);
+  free(p);
+}
+
+int64_t state_pool_bytes(const state_pool *p) {
+  return (round_up(p->conv_row * p->g.max_slots) + round_up(p->rec_row * p->g.max_slots)) *
+         p->g.n_linear;
+}
+int64_t state_pool_slot_bytes(const state_pool *p) {
+  return (p->conv_row + p->rec_row) * p->g.n_linear;
+}
+int32_t state_pool_max_slots(const state_pool *p) { return p->g.max_slots; }
+int32_t state_pool_used_count(const state_pool *p) { return p->n_used; }
+int state_pool_slot_in_use(const state_pool *p, int32_t slot) {
+  return slot >= 0 && slot < p->g.max_slots && p->used[slot];
+}
+uint64_t state_pool_bytes_moved(const state_pool *p) { return p->bytes_moved; }
+void state_pool_reset_bytes_moved(state_pool *p) { p->bytes_moved = 0; }
+
+static uint8_t *conv_row_ptr(const state_pool *p, int32_t i, int32_t slot) {
+  return p->conv[i] + (size_t)slot * (size_t)p->conv_row;
+}
+static uint8_t *rec_row_ptr(const state_pool *p, int32_t i, int32_t slot) {
+  return (uint8_t *)p->rec[i] + (size_t)slot * (size_t)p->rec_row;
+}
+
+ph_status state_pool_alloc(state_pool *p, int32_t *out_slot, diag *d) {
+  for (int32_t s = 0; s < p->g.max_slots; s++) {
+    if (p->used[s]) continue;
+    for (int32_t i = 0; i < p->g.n_linear; i++) {
+      memset(conv_row_ptr(p, i, s), 0, (size_t)p->conv_row);
+      memset(rec_row_ptr(p, i, s), 0, (size_t)p->rec_row);
+    }
+    p->used[s] = 1;
+    p->n_used++;
+    *out_slot = s;
+    return PH_OK;
+  }
+  return diag_set(d, PH_ERR_LIMIT, "state_pool_alloc: all %d slots are in use",
+                  (int)p->g.max_slots);
+}
+
+ph_status state_pool_release(state_pool *p, int32_t slot, diag *d) {
+  RETURN_ERROR_IF(p->bound, d, PH_ERR_INVALID_ARGUMENT,
+                  "state_pool_release: slot %d released while a step is bound", (int)slot);
+  RETURN_ERROR_IF(!state_pool_slot_in_use(p, slot), d, PH_ERR_INVALID_ARGUMENT,
+                  "state_pool_release: slot %d is %s", (int)slot,
+                  slot < 0 || slot >= p->g.max_slots ? "out of range" : "already free");
+  p->used[slot] = 0;
+  p->n_used--;
+  return PH_OK;
+}
+
+ph_status state_pool_compact(state_pool *p, state_move *moves, int32_t max_moves, int32_t *n_moves,
+                             diag *d) {
+  *n_moves = 0;
+  RETURN_ERROR_IF(p->bound, d, PH_ERR_INVALID_ARGUMENT, "state_pool_compact: a step is bound");
+  for (;;) {
+    int32_t low = 0, high = p->g.max_slots - 1;
+    while (low < p->g.max_slots && p->used[low]) low++;
+    while (high >= 0 && !p->used[high]) high--;
+    if (low >= high) return PH_OK;
+    RETURN_ERROR_IF(*n_moves >= max_moves, d, PH_ERR_LIMIT,
+                    "state_pool_compact: more than %d moves needed", (int)max_moves);
+    for (int32_t i = 0; i < p->g.n_linear; i++) {
+      memcpy(conv_row_ptr(p, i, low), conv_row_ptr(p, i, high), (size_t)p->conv_row);
+      memcpy(rec_row_ptr(p, i, low), rec_row_ptr(p, i, high), (size_t)p->rec_row);
+    }
+    p->bytes_moved += (uint64_t)state_pool_slot_bytes(p);
+    p->used[low] = 1;
+    p->used[high] = 0;
+    moves[*n_moves].from = high;
+    moves[*n_moves].to = low;
+    (*n_moves)++;
+  }
+}
+
+void state_pool_slot_order(const int32_t *slots, int32_t n, int32_t *order) {
+  for (int32_t i = 0; i < n; i++) order[i] = i;
+  for (int32_t i = 1; i < n; i++) { /* insertion sort: batches are small, and stable */
+    int32_t v = order[i], j = i;
+    while (j > 0 && slots[order[j - 1]] > slots[v]) {
+      order[j] = order[j - 1];
+      j--;
+    }
+    order[j] = v;
+  }
+}
+
+int state_pool_slots_are_slice(const int32_t *slots, int32_t n) {
+  if (n < 1) return 0;
+  for (int32_t b = 1; b < n; b++)
+    if (slots[b] != slots[0] + b) return 0;
+  return 1;
+}
+
+static ph_status grow_stage(state_pool *p, int32_t rows, diag *d) {
+  if (rows <= p->stage_rows) return PH_OK;
+  free_stage(p);
+  size_t cb = (size_t)round_up(p->conv_row * rows), rb = (size_t)round_up(p->rec_row * rows);
+  for (int32_t i = 0; i < p->g.n_linear; i++) {
+    p->conv_stage[i] = aligned_alloc(STATE_POOL_ALIGN, cb);
+    p->rec_stage[i] = aligned_alloc(STATE_POOL_ALIGN, rb);
+    if (!p->conv_stage[i] || !p->rec_stage[i]) {
+      free_stage(p);
+      return diag_set(d, PH_ERR_NO_MEMORY, "state_pool_bind: staging for %d rows", (int)rows);
+    }
+  }
+  p->stage_rows = rows;
+  return PH_OK;
+}
+
+/* Copies between slot rows and staging rows for the gathered binding; to_stage picks the
+ * direction. Counts every byte. */
+static void move_rows(state_pool *p, int to_stage) {
+  for (int32_t i = 0; i < p->g.n_linear; i++) {
+    for (int32_t b = 0; b < p->batch; b++) {
+      uint8_t *cs = p->conv_stage[i] + (size_t)b * (size_t)p->conv_row;
+      uint8_t *rs = (uint8_t *)p->rec_stage[i] + (size_t)b * (size_t)p->rec_row;
+      uint8_t *cp = conv_row_ptr(p, i, p->slots[b]), *rp = rec_row_ptr(p, i, p->slots[b]);
+      memcpy(to_stage ? cs : cp, to_stage ? cp : cs, (size_t)p->conv_row);
+      memcpy(to_stage ? rs : rp, to_stage ? rp : rs, (size_t)p->rec_row);
+    }
+  }
+  p->bytes_moved += (uint64_t)p->batch * (uint64_t)state_pool_slot_bytes(p);
+}
+
+ph_status state_pool_bind(state_pool *p, const int32_t *slots, int32_t batch, diag *d) {
+  RETURN_ERROR_IF(p->bound, d, PH_ERR_INVALID_ARGUMENT, "state_pool_bind: a step is bound");
+  RETURN_ERROR_IF(batch < 1 || batch > p->g.max_slots || !slots, d, PH_ERR_INVALID_ARGUMENT,
+                  "state_pool_bind: batch %d (max_slots %d)", (int)batch, (int)p->g.max_slots);
+  for (int32_t b = 0; b < batch; b++) {
+    RETURN_ERROR_IF(!state_pool_slot_in_use(p, slots[b]), d, PH_ERR_INVALID_ARGUMENT,
+                    "state_pool_bind: row %d names slot %d, which is not allocated", (int)b,
+                    (int)slots[b]);
+    for (int32_t c = 0; c < b; c++)
+      RETURN_ERROR_IF(slots[c] == slots[b], d, PH_ERR_INVALID_ARGUMENT,
+                      "state_pool_bind: slot %d appears in rows %d and %d", (int)slots[b], (int)c,
+                      (int)b);
+  }
+  p->batch = batch;
+  if (state_pool_slots_are_slice(slots, batch)) {
+    p->first = slots[0];
+    p->bound = 1;
+    return PH_OK;
+  }
+  FORWARD_IF_ERROR(grow_stage(p, batch, d));
+  memcpy(p->slots, slots, (size_t)batch * sizeof *slots);
+  move_rows(p, 1);
+  p->bound = 2;
+  return PH_OK;
+}
+
+int state_pool_bound_is_slice(const state_pool *p) { return p->bound == 1; }
+
+static int32_t layer_index(const state_pool *p, int32_t layer) {
+  for (int32_t i = 0; i < p->g.n_linear; i++)
+    if (p->layers[i] == layer) return i;
+  return -1;
+}
+
+static ph_status bound_view(const state_pool *p, int32_t layer, int recurrent, tensor_view *out,
+                            diag *d) {
+  RETURN_ERROR_IF(!p->bound, d, PH_ERR_INVALID_ARGUMENT, "state_pool: no step is bound");
+  int32_t i = layer_index(p, layer);
+  RETURN_ERROR_IF(i < 0, d, PH_ERR_INVALID_ARGUMENT, "state_pool: layer %d is not a linear layer",
+                  (int)layer);
+  uint8_t *base;
+  if (p->bound == 1)
+    base = recurrent ? rec_row_ptr(p, i, p->first) : conv_row_ptr(p, i, p->first);
+  else
+    base = recurrent ? (uint8_t *)p->rec_stage[i] : p->conv_stage[i];
+  if (recurrent) {
+    int64_t dims[4] = {p->batch, p->g.n_v_heads, p->g.head_v, p->g.head_k};
+    *out = tensor_view_make(base, PH_DTYPE_F32, shape_make(4, dims));
+  } else {
+    int64_t dims[3] = {p->batch, p->g.conv_dim, p->g.conv_kernel - 1};
+    *out = tensor_view_make(base, p->g.io_dtype, shape_make(3, dims));
+  }
+  return PH_OK;
+}
+
+ph_status state_pool_bound_conv(const state_pool *p, int32_t layer, tensor_view *out, diag *d) {
+  return bound_view(p, layer, 0, out, d);
+}
+ph_status state_pool_bound_recurrent(const state_pool *p, int32_t layer, tensor_view *out,
+                                     diag *d) {
+  return bound_view(p, layer, 1, out, d);
+}
+
+ph_status state_pool_unbind(state_pool *p, diag *d) {
+  RETURN_ERROR_IF(!p->bound, d, PH_ERR_INVALID_ARGUMENT, "state_pool_unbind: nothing is bound");
+  if (p->bound == 2) move_rows(p, 0);
+  p->bound = 0;
+  p->batch = 0;
+  return PH_OK;
+}
+
+static ph_status slot_view(const state_pool *p, int32_t layer, int32_t slot, int recurrent,
+                           tensor_view *out, diag *d) {
+  int32_t i = layer_index(p, layer);
+  RETURN_ERROR_IF(i < 0, d, PH_ERR_INVALID_ARGUMENT, "state_pool: layer %d is not a linear layer",
+                  (int)layer);
+  RETURN_ERROR_IF(!state_pool_slot_in_use(p, slot), d, PH_ERR_INVALID_ARGUMENT,
+                  "state_pool: slot %d is not allocated", (int)slot);
+  if (recurrent) {
+    *out = tensor_view_make(rec_row_ptr(p, i, slot), PH_DTYPE_F32,
+                            shape_3d(p->g.n_v_heads, p->g.head_v, p->g.head_k));
+  } else {
+    *out = tensor_view_make(conv_row_ptr(p, i, slot), p->g.io_dtype,
+                            shape_2d(p->g.conv_dim, p->g.conv_kernel - 1));
+  }
+  return PH_OK;
+}
+
+ph_status state_pool_slot_conv(const state_pool *p, int32_t layer, int32_t slot, tensor_view *out,
+                               diag *d) {
+  return slot_view(p, layer, slot, 0, out, d);
+}
+ph_status state_pool_slot_recurrent(const state_pool *p, int32_t layer, int32_t slot,
+                                    tensor_view *out, diag *d) {
+  return slot_view(p, layer, slot, 1, out, d);
+}

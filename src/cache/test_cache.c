@@ -1,0 +1,496 @@
+/* test_cache — block pool, block tables, KV page buffers and the fixed-state slot pool. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/block_pool.h"
+#include "cache/kv_buffers.h"
+#include "cache/state_pool.h"
+#include "check.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(uint32_t n) { /* xorshift64*, uniform enough for op selection */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32) % n;
+}
+
+/* ---- block pool ------------------------------------------------------------------------------ */
+
+static void test_pool_basics(void) {
+  diag d;
+  block_pool *p = NULL;
+  CHECK_STATUS(block_pool_create(0, &p, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(block_pool_create(5, &p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_free_count(p), 4);
+  int32_t ids[4] = {0};
+  CHECK_STATUS(block_pool_alloc_n(p, 2, ids, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(ids[0], 1); /* FIFO, ascending at start, never the null block */
+  CHECK_EQ_INT(ids[1], 2);
+  CHECK_STATUS(block_pool_decref_n(p, 1, &ids[0], &d), PH_OK, d.msg);
+  int32_t more[3] = {0};
+  CHECK_STATUS(block_pool_alloc_n(p, 3, more, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(more[0], 3); /* freed id 1 went to the back */
+  CHECK_EQ_INT(more[1], 4);
+  CHECK_EQ_INT(more[2], 1);
+  CHECK_EQ_INT(block_pool_free_count(p), 0);
+  /* double free and bad ids name the id, change nothing */
+  int32_t twice[2] = {3, 3};
+  CHECK_STATUS(block_pool_decref_n(p, 2, twice, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "block id 3");
+  CHECK_CONTAINS(d.msg, "double free");
+  CHECK_EQ_INT(block_pool_refcount(p, 3), 1);
+  int32_t null_id = 0, big = 5;
+  CHECK_STATUS(block_pool_decref_n(p, 1, &null_id, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "null block");
+  CHECK_STATUS(block_pool_decref_n(p, 1, &big, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "block id 5");
+  CHECK_STATUS(block_pool_incref_n(p, 1, &null_id, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  /* shared blocks come back only at refcount 0 */
+  CHECK_STATUS(block_pool_incref_n(p, 1, &more[0], &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_refcount(p, 3), 2);
+  CHECK_STATUS(block_pool_decref_n(p, 1, &more[0], &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_free_count(p), 0);
+  CHECK_STATUS(block_pool_decref_n(p, 1, &more[0], &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_free_count(p), 1);
+  CHECK_STATUS(block_pool_incref_n(p, 1, &more[0], &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "free");
+  block_pool_free(p);
+  block_pool_free(NULL);
+}
+
+static void test_all_or_nothing(void) {
+  diag d;
+  block_pool *p = NULL;
+  CHECK_STATUS(block_pool_create(9, &p, &d), PH_OK, d.msg); /* 8 usable */
+  int32_t ids[16];
+  memset(ids, 0x7f, sizeof ids);
+  CHECK_STATUS(block_pool_alloc_n(p, 6, ids, &d), PH_OK, d.msg);
+  int32_t probe[4] = {-7, -7, -7, -7};
+  CHECK_STATUS(block_pool_alloc_n(p, 3, probe, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "3 blocks requested, 2 free");
+  CHECK_EQ_INT(probe[0], -7); /* untouched */
+  CHECK_EQ_INT(block_pool_free_count(p), 2);
+  /* block tables: reserve fails whole, the table keeps what it had */
+  block_table bt;
+  block_table_init(&bt);
+  CHECK_STATUS(block_table_reserve(&bt, p, 16, 16, &d), PH_OK, d.msg); /* 1 block */
+  CHECK_EQ_INT(bt.n_blocks, 1);
+  CHECK_STATUS(block_table_reserve(&bt, p, 16 * 3, 16, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_EQ_INT(bt.n_blocks, 1);
+  CHECK_EQ_INT(block_pool_free_count(p), 1);
+  CHECK_STATUS(block_table_reserve(&bt, p, 17, 16, &d), PH_OK, d.msg); /* just the missing one */
+  CHECK_EQ_INT(bt.n_blocks, 2);
+  CHECK_EQ_INT(block_pool_free_count(p), 0);
+  CHECK_STATUS(block_table_reserve(&bt, p, 20, 16, &d), PH_OK, d.msg); /* nothing missing */
+  CHECK_STATUS(block_table_release(&bt, p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(bt.n_blocks, 0);
+  CHECK_STATUS(block_pool_decref_n(p, 6, ids, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_free_count(p), 8);
+  CHECK_EQ_INT(block_table_blocks_for(0, 16), 0);
+  CHECK_EQ_INT(block_table_blocks_for(1, 16), 1);
+  CHECK_EQ_INT(block_table_blocks_for(-1, 16), -1);
+  CHECK_STATUS(block_table_reserve(&bt, p, 5, 0, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  block_pool_free(p);
+}
+
+static void test_pack_rows(void) {
+  diag d;
+  block_pool *p = NULL;
+  CHECK_STATUS(block_pool_create(32, &p, &d), PH_OK, d.msg);
+  block_table a, b, c;
+  block_table_init(&a);
+  block_table_init(&b);
+  block_table_init(&c);
+  CHECK_STATUS(block_table_reserve(&a, p, 9, 4, &d), PH_OK, d.msg);   /* 3 blocks: 1 2 3 */
+  CHECK_STATUS(block_table_reserve(&b, p, 4, 4, &d), PH_OK, d.msg);   /* 1 block: 4 */
+  CHECK_STATUS(block_table_share(&c, p, 2, a.ids, &d), PH_OK, d.msg); /* prefix 1 2 */
+  CHECK_STATUS(block_table_reserve(&c, p, 10, 4, &d), PH_OK, d.msg);  /* + 5 */
+  CHECK_EQ_INT(block_pool_refcount(p, 1), 2);
+  const block_table *rows[3] = {&a, &b, &c};
+  CHECK_EQ_INT(block_tables_max_blocks(rows, 3), 3);
+  int32_t out[3 * 4];
+  CHECK_STATUS(block_tables_pack(rows, 3, 4, out, &d), PH_OK, d.msg);
+  const int32_t want[12] = {1, 2, 3, 0, 4, 0, 0, 0, 1, 2, 5, 0};
+  for (int i = 0; i < 12; i++) CHECK_EQ_INT(out[i], want[i]);
+  CHECK_STATUS(block_tables_pack(rows, 3, 2, out, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "row 0");
+  CHECK_STATUS(block_table_release(&a, p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_refcount(p, 1), 1); /* still held by c */
+  CHECK_STATUS(block_table_release(&b, p, &d), PH_OK, d.msg);
+  CHECK_STATUS(block_table_release(&c, p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_free_count(p), 31);
+  block_pool_free(p);
+}
+
+#define R_TABLES 12
+#define R_LOOSE  64
+
+/* Recounts every holder and compares with the pool; returns 1 when consistent. */
+static int pool_consistent(const block_pool *p, const block_table *t, const int32_t *loose,
+                           int n_loose) {
+  int32_t n = block_pool_n_blocks(p);
+  int32_t *count = calloc((size_t)n, sizeof *count);
+  int ok = 1;
+  for (int i = 0; i < R_TABLES; i++)
+    for (int32_t j = 0; j < t[i].n_blocks; j++) {
+      int32_t id = t[i].ids[j];
+      if (id <= 0 || id >= n)
+        ok = 0; /* null block never handed out */
+      else
+        count[id]++;
+    }
+  for (int i = 0; i < n_loose; i++) count[loose[i]]++;
+  int32_t used = 0;
+  for (int32_t id = 1; id < n; id++) {
+    if (count[id] != block_pool_refcount(p, id)) ok = 0;
+    used += count[id] > 0;
+  }
+  for (int i = 0; i < R_TABLES; i++) /* no block twice within one table */
+    for (int32_t j = 0; j < t[i].n_blocks; j++)
+      for (int32_t k = j + 1; k < t[i].n_blocks; k++)
+        if (t[i].ids[j] == t[i].ids[k]) ok = 0;
+  if (block_pool_refcount(p, 0) != 0) ok = 0;
+  if (used != block_pool_used_count(p)) ok = 0;
+  if (block_pool_free_count(p) + block_pool_used_count(p) != n - 1) ok = 0;
+  free(count);
+  return ok;
+}
+
+static void test_randomized_accounting(void) {
+  diag d;
+  block_pool *p = NULL;
+  const int32_t n_blocks = 97, bs = 8;
+  CHECK_STATUS(block_pool_create(n_blocks, &p, &d), PH_OK, d.msg);
+  block_table t[R_TABLES];
+  int64_t tokens[R_TABLES] = {0};
+  for (int i = 0; i < R_TABLES; i++) block_table_init(&t[i]);
+  int32_t loose[R_LOOSE];
+  int n_loose = 0, bad = 0, ops = 0, limits = 0;
+  for (int step = 0; step < 20000; step++) {
+    int i = (int)rnd(R_TABLES);
+    uint32_t op = rnd(6);
+    ph_status s = PH_OK;
+    if (op == 0 || op == 1) { /* append tokens */
+      int64_t want = tokens[i] + 1 + rnd(40);
+      int32_t before_free = block_pool_free_count(p), before_n = t[i].n_blocks;
+      s = block_table_reserve(&t[i], p, want, bs, &d);
+      if (s == PH_OK) {
+        tokens[i] = want;
+        if (block_pool_free_count(p) != before_free - (t[i].n_blocks - before_n)) bad++;
+      } else {
+        limits++;
+        if (s != PH_ERR_LIMIT || t[i].n_blocks != before_n ||
+            block_pool_free_count(p) != before_free)
+          bad++;
+      }
+    } else if (op == 2) { /* request finishes */
+      if (block_table_release(&t[i], p, &d) != PH_OK) bad++;
+      tokens[i] = 0;
+    } else if (op == 3) { /* prefix sharing into an empty table */
+      int j = (int)rnd(R_TABLES);
+      if (j != i && t[i].n_blocks == 0 && t[j].n_blocks > 0) {
+        int32_t share = 1 + (int32_t)rnd((uint32_t)t[j].n_blocks);
+        if (block_table_share(&t[i], p, share, t[j].ids, &d) != PH_OK) bad++;
+        tokens[i] = (int64_t)share * bs;
+      }
+    } else if (op == 4) { /* raw alloc/incref of loose holders */
+      int32_t n = 1 + (int32_t)rnd(4);
+      if (n_loose + n <= R_LOOSE) {
+        s = block_pool_alloc_n(p, n, loose + n_loose, &d);
+        if (s == PH_OK)
+          n_loose += n;
+        else if (s != PH_ERR_LIMIT)
+          bad++;
+      }
+      if (n_loose > 0 && n_loose < R_LOOSE) {
+        int32_t id = loose[rnd((uint32_t)n_loose)];
+        if (block_pool_incref_n(p, 1, &id, &d) != PH_OK)
+          bad++;
+        else
+          loose[n_loose++] = id;
+      }
+    } else if (n_loose > 0) { /* decref a loose holder; sometimes try a bad one first */
+      int k = (int)rnd((uint32_t)n_loose);
+      int32_t bogus[2] = {loose[k], (int32_t)(rnd(2) ? 0 : n_blocks)};
+      if (block_pool_decref_n(p, 2, bogus, &d) != PH_ERR_INVALID_ARGUMENT) bad++;
+      if (block_pool_decref_n(p, 1, &loose[k], &d) != PH_OK) bad++;
+      loose[k] = loose[--n_loose];
+    }
+    ops++;
+    if (!pool_consistent(p, t, loose, n_loose)) {
+      bad++;
+      break;
+    }
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(limits > 0); /* the pool was under pressure */
+  for (int i = 0; i < R_TABLES; i++) CHECK_STATUS(block_table_release(&t[i], p, &d), PH_OK, d.msg);
+  CHECK_STATUS(block_pool_decref_n(p, n_loose, loose, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_free_count(p), n_blocks - 1); /* everything came back */
+  CHECK_EQ_INT(block_pool_used_count(p), 0);
+  CHECK_EQ_INT(ops, 20000);
+  /* the queue holds each free id exactly once */
+  int32_t all[96];
+  CHECK_STATUS(block_pool_alloc_n(p, n_blocks - 1, all, &d), PH_OK, d.msg);
+  uint8_t seen[97] = {0};
+  int dup = 0;
+  for (int i = 0; i < n_blocks - 1; i++) {
+    if (all[i] <= 0 || all[i] >= n_blocks || seen[all[i]])
+      dup++;
+    else
+      seen[all[i]] = 1;
+  }
+  CHECK_EQ_INT(dup, 0);
+  block_pool_free(p);
+}
+
+/* ---- KV buffers ------------------------------------------------------------------------------ */
+
+static void test_kv_qwen35_27b(void) {
+  diag d;
+  int32_t full[16];
+  for (int i = 0; i < 16; i++) full[i] = 4 * i + 3; /* every 4th layer of 64 */
+  kv_geometry g = {.n_full = 16,
+                   .full_layers = full,
+                   .n_kv_heads = 4,
+                   .head_size = 256,
+                   .block_size = 256,
+                   .n_blocks = 1000,
+                   .dtype = PH_DTYPE_BF16};
+  const int64_t per_block = 16LL * 2 * 256 * 4 * 256 * 2;
+  CHECK_EQ_INT(kv_geometry_bytes_per_block(&g), per_block);
+  CHECK_EQ_INT(kv_geometry_total_bytes(&g), per_block * 1000);
+  g.n_blocks = 3;
+  kv_buffers *kv = NULL;
+  CHECK_STATUS(kv_buffers_create(&g, &kv, &d), PH_OK, d.msg);
+  if (!kv) return;
+  CHECK_EQ_INT(kv_buffers_bytes(kv), per_block * 3);
+  CHECK_EQ_INT(kv_buffers_bytes_per_block(kv), per_block);
+  tensor_view k, v, k2;
+  CHECK_STATUS(kv_buffers_key(kv, 63, &k, &d), PH_OK, d.msg);
+  CHECK_STATUS(kv_buffers_value(kv, 63, &v, &d), PH_OK, d.msg);
+  CHECK_STATUS(kv_buffers_key(kv, 63, &k2, &d), PH_OK, d.msg);
+  CHECK(k.data == k2.data); /* past and present bind the same buffer */
+  CHECK(k.data != v.data);
+  CHECK_EQ_INT(((uintptr_t)k.data) % KV_BUFFERS_ALIGN, 0);
+  CHECK_EQ_INT(((uintptr_t)v.data) % KV_BUFFERS_ALIGN, 0);
+  CHECK_EQ_INT(k.dtype, PH_DTYPE_BF16);
+  CHECK_EQ_INT(k.shape.n_dims, 4);
+  CHECK_EQ_INT(k.shape.dims[0], 3);
+  CHECK_EQ_INT(k.shape.dims[1], 256);
+  CHECK_EQ_INT(k.shape.dims[2], 4);
+  CHECK_EQ_INT(k.shape.dims[3], 256);
+  CHECK_EQ_INT(shape_bytes(&k.shape, k.dtype), per_block * 3 / 32);
+  CHECK_EQ_INT(((const uint16_t *)k.data)[3 * 256 * 4 * 256 - 1], 0); /* zeroed */
+  CHECK_STATUS(kv_buffers_key(kv, 0, &k, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "layer 0");
+  kv_buffers_free(kv);
+  kv_buffers_free(NULL);
+  g.dtype = PH_DTYPE_I32;
+  CHECK_STATUS(kv_buffers_create(&g, &kv, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_EQ_INT(kv_geometry_bytes_per_block(&g), -1);
+  g.dtype = PH_DTYPE_F32;
+  full[1] = full[0];
+  CHECK_STATUS(kv_buffers_create(&g, &kv, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "full_layers[1]");
+}
+
+/* ---- state pool ------------------------------------------------------------------------------ */
+
+static const int32_t lin_layers[3] = {0, 1, 2};
+
+static state_geometry small_state(int32_t max_slots) {
+  state_geometry g = {.n_linear = 3,
+                      .linear_layers = lin_layers,
+                      .conv_dim = 2 * 2 * 4 + 2 * 4, /* 2*Hk*Dk + Hv*Dv, Hk=2 Dk=4 Hv=2 Dv=4 */
+                      .conv_kernel = 4,
+                      .n_v_heads = 2,
+                      .head_v = 4,
+                      .head_k = 4,
+                      .io_dtype = PH_DTYPE_BF16,
+                      .max_slots = max_slots};
+  return g;
+}
+
+/* Fills a slot of every layer with a recognisable pattern (value = tag + layer). */
+static void stamp(state_pool *p, int32_t slot, float tag) {
+  diag d;
+  for (int l = 0; l < 3; l++) {
+    tensor_view c, r;
+    if (state_pool_slot_conv(p, l, slot, &c, &d) != PH_OK) return;
+    if (state_pool_slot_recurrent(p, l, slot, &r, &d) != PH_OK) return;
+    uint16_t *cp = c.data;
+    for (int64_t i = 0; i < shape_numel(&c.shape); i++) cp[i] = (uint16_t)(tag + (float)l);
+    float *rp = r.data;
+    for (int64_t i = 0; i < shape_numel(&r.shape); i++) rp[i] = tag + (float)l;
+  }
+}
+
+static void test_state_alloc_zeroes(void) {
+  diag d;
+  state_geometry g = small_state(4);
+  const int64_t slot_bytes = 3 * (24LL * 3 * 2 + 2 * 4 * 4 * 4);
+  CHECK_EQ_INT(state_geometry_slot_bytes(&g), slot_bytes);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  CHECK_EQ_INT(state_pool_slot_bytes(p), slot_bytes);
+  int32_t s0, s1, s2;
+  CHECK_STATUS(state_pool_alloc(p, &s0, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_alloc(p, &s1, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(s0, 0);
+  CHECK_EQ_INT(s1, 1);
+  stamp(p, 0, 7.0f);
+  CHECK_STATUS(state_pool_release(p, 0, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_release(p, 0, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "slot 0 is already free");
+  CHECK_STATUS(state_pool_alloc(p, &s2, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(s2, 0); /* lowest free */
+  int nonzero = 0;
+  for (int l = 0; l < 3; l++) {
+    tensor_view c, r;
+    CHECK_STATUS(state_pool_slot_conv(p, l, 0, &c, &d), PH_OK, d.msg);
+    CHECK_STATUS(state_pool_slot_recurrent(p, l, 0, &r, &d), PH_OK, d.msg);
+    CHECK_EQ_INT(c.shape.dims[0], 24);
+    CHECK_EQ_INT(c.shape.dims[1], 3);
+    CHECK_EQ_INT(r.shape.dims[0], 2);
+    for (int64_t i = 0; i < shape_numel(&c.shape); i++) nonzero += ((uint16_t *)c.data)[i] != 0;
+    for (int64_t i = 0; i < shape_numel(&r.shape); i++) nonzero += ((float *)r.data)[i] != 0.0f;
+  }
+  CHECK_EQ_INT(nonzero, 0);
+  CHECK_STATUS(state_pool_alloc(p, &s2, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_alloc(p, &s2, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_alloc(p, &s2, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 0);
+  state_pool_free(p);
+  state_pool_free(NULL);
+}
+
+static void test_state_slice_zero_copy(void) {
+  diag d;
+  state_geometry g = small_state(6);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 5; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  for (int32_t i = 0; i < 5; i++) stamp(p, i, 100.0f * (float)i);
+  const int32_t slots[3] = {1, 2, 3};
+  CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_OK, d.msg);
+  CHECK(state_pool_bound_is_slice(p));
+  tensor_view c, r, one;
+  CHECK_STATUS(state_pool_bound_conv(p, 2, &c, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_bound_recurrent(p, 2, &r, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_slot_recurrent(p, 2, 1, &one, &d), PH_OK, d.msg);
+  CHECK(r.data == one.data); /* the view is the slot buffer itself */
+  CHECK_EQ_INT(c.shape.dims[0], 3);
+  CHECK_EQ_INT(c.shape.dims[1], 24);
+  CHECK_EQ_INT(c.shape.dims[2], 3);
+  CHECK_EQ_INT(c.dtype, PH_DTYPE_BF16);
+  CHECK_EQ_INT(r.dtype, PH_DTYPE_F32);
+  CHECK_EQ_INT(r.shape.dims[0], 3);
+  CHECK_EQ_INT(r.shape.dims[1], 2);
+  CHECK_EQ_INT(r.shape.dims[2], 4);
+  CHECK_EQ_INT(r.shape.dims[3], 4);
+  CHECK_NEAR(((float *)r.data)[32 * 2], 302.0f, 0); /* batch row 2 = slot 3, layer 2 */
+  ((float *)r.data)[0] = -1.0f;                     /* a write lands in slot 1 directly */
+  CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_release(p, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_NEAR(((float *)one.data)[0], -1.0f, 0);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 0);
+  CHECK_STATUS(state_pool_bound_conv(p, 2, &c, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  const int32_t dup[2] = {2, 2}, freed[1] = {5};
+  CHECK_STATUS(state_pool_bind(p, dup, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_bind(p, freed, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "slot 5");
+  state_pool_free(p);
+}
+
+static void test_state_gather_counts_bytes(void) {
+  diag d;
+  state_geometry g = small_state(6);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 6; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  for (int32_t i = 0; i < 6; i++) stamp(p, i, 100.0f * (float)i);
+  const int64_t slot_bytes = state_pool_slot_bytes(p);
+  const int32_t slots[3] = {4, 0, 2};
+  CHECK(!state_pool_slots_are_slice(slots, 3));
+  CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_OK, d.msg);
+  CHECK(!state_pool_bound_is_slice(p));
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 3 * slot_bytes); /* gather */
+  tensor_view r;
+  CHECK_STATUS(state_pool_bound_recurrent(p, 1, &r, &d), PH_OK, d.msg);
+  float *rp = r.data;
+  CHECK_NEAR(rp[0], 401.0f, 0);
+  CHECK_NEAR(rp[32], 1.0f, 0);
+  CHECK_NEAR(rp[64], 201.0f, 0);
+  rp[32] = 55.0f; /* row 1 -> slot 0 after scatter */
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 6 * slot_bytes); /* + scatter */
+  tensor_view one;
+  CHECK_STATUS(state_pool_slot_recurrent(p, 1, 0, &one, &d), PH_OK, d.msg);
+  CHECK_NEAR(((float *)one.data)[0], 55.0f, 0);
+  /* slot_order makes the same batch ascending; still not a slice (holes), but 0 1 2 is */
+  int32_t order[3];
+  state_pool_slot_order(slots, 3, order);
+  CHECK_EQ_INT(order[0], 1);
+  CHECK_EQ_INT(order[1], 2);
+  CHECK_EQ_INT(order[2], 0);
+  state_pool_reset_bytes_moved(p);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 0);
+  state_pool_free(p);
+}
+
+static void test_state_compaction(void) {
+  diag d;
+  state_geometry g = small_state(6);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 5; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  for (int32_t i = 0; i < 5; i++) stamp(p, i, 100.0f * (float)i);
+  state_move moves[4];
+  int32_t n_moves = -1;
+  CHECK_STATUS(state_pool_compact(p, moves, 4, &n_moves, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(n_moves, 0);                                 /* already a prefix */
+  CHECK_STATUS(state_pool_release(p, 1, &d), PH_OK, d.msg); /* a request finishes */
+  CHECK_STATUS(state_pool_compact(p, moves, 4, &n_moves, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(n_moves, 1);
+  CHECK_EQ_INT(moves[0].from, 4);
+  CHECK_EQ_INT(moves[0].to, 1);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), state_pool_slot_bytes(p)); /* one slot, once */
+  tensor_view one;
+  CHECK_STATUS(state_pool_slot_recurrent(p, 0, 1, &one, &d), PH_OK, d.msg);
+  CHECK_NEAR(((float *)one.data)[5], 400.0f, 0);
+  CHECK(!state_pool_slot_in_use(p, 4));
+  /* now every live slot is a prefix: a step over all of them binds with 0 bytes */
+  state_pool_reset_bytes_moved(p);
+  const int32_t all[4] = {0, 1, 2, 3};
+  CHECK(state_pool_slots_are_slice(all, 4));
+  CHECK_STATUS(state_pool_bind(p, all, 4, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_compact(p, moves, 4, &n_moves, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 0);
+  state_pool_free(p);
+}
+
+int main(void) {
+  RUN(test_pool_basics);
+  RUN(test_all_or_nothing);
+  RUN(test_pack_rows);
+  RUN(test_randomized_accounting);
+  RUN(test_kv_qwen35_27b);
+  RUN(test_state_alloc_zeroes);
+  RUN(test_state_slice_zero_copy);
+  RUN(test_state_gather_counts_bytes);
+  RUN(test_state_compaction);
+  return check_finish();
+}
