@@ -1,5 +1,259 @@
-/* op_varlen_causal_conv — STUB: contract and kernels not written yet (issue 5). */
+/* op_varlen_causal_conv — com.microsoft VarlenCausalConvWithState: the depthwise causal conv of
+ * the packed (varlen) hybrid layout, one carry state per sequence (spec/abi.md §3).
+ *
+ * Letters: N packed tokens, B sequences, Ch channels, K taps, P = (K-1)*dilation carried
+ * positions, cap = state_update_capacity.
+ *   in 0 input [N,Ch] token-major packed   in 1 weight [Ch,1,K]
+ *   in 2 cumulative_sequence_length int32 [B+1] (0 = cu[0] <= cu[1] <= ... <= cu[B] = N)
+ *   in 3 bias [Ch] (optional; an empty slot keeps initial_state at index 4)
+ *   in 4 initial_state [B,Ch,P] (required)   in 5 capture_count int32 [B] (only when cap > 0)
+ *   -> out 0 output [N,Ch], out 1 final_state [B,Ch,P], out 2 state_update [B,cap,Ch]
+ * One dtype T in {f32,f16,bf16} throughout. Sequence b owns rows [cu[b], cu[b+1]); per channel,
+ * with x_full = concat(initial_state[b], its rows) over time:
+ *   y[t] = act(bias + Σ_j w[j] · x_full[t + j*dilation]),  final_state[b] = x_full[L_b .. L_b+P)
+ * so nothing is read across a sequence boundary and a sequence of 0 tokens keeps its state.
+ * The arithmetic is the dense CausalConvWithState's, term for term, so a sequence gives the
+ * same bits alone, packed with others, or through the dense op.
+ *
+ * cap > 0 (the compact state_update capsule) is PH_ERR_UNSUPPORTED for now; capture_count without
+ * it is PH_ERR_INVALID_ARGUMENT. Malformed offsets are a synchronous PH_ERR_INVALID_ARGUMENT here
+ * (ORT's CUDA kernel skips the work instead); they are checked before anything is written.
+ *
+ * Work is split over (sequence, block of VC_BLOCK channels); a task reads its block's state and
+ * rows before writing, so final_state may alias initial_state.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "ops/op.h"
+#include "ops/op_util.h"
+
+enum { VC_IN_X, VC_IN_W, VC_IN_CU, VC_IN_BIAS, VC_IN_STATE, VC_IN_CAPTURE, VC_N_IN };
+
+#define VC_BLOCK 16
+
+typedef struct vc_geom {
+  ph_dtype dt;
+  int silu, has_bias;
+  int64_t dil, cap;
+  int64_t N, B, Ch, K, P; /* -1: unknown at build time */
+} vc_geom;
+
+/* cu (B+1 int32) must start at 0, end at N and never decrease. */
+static ph_status vc_check_cu(const gnode *n, const int32_t *cu, int64_t B, int64_t N, diag *d) {
+  (void)n;
+  RETURN_ERROR_IF(cu[0] != 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: cumulative_sequence_length[0] is %d, must be 0",
+                  (int)cu[0]);
+  for (int64_t b = 0; b < B; b++)
+    RETURN_ERROR_IF(cu[b + 1] < cu[b], d, PH_ERR_INVALID_ARGUMENT,
+                    "VarlenCausalConvWithState: cumulative_sequence_length decreases at %lld "
+                    "(%d then %d)",
+                    (long long)(b + 1), (int)cu[b], (int)cu[b + 1]);
+  RETURN_ERROR_IF(N >= 0 && cu[B] != N, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: cumulative_sequence_length ends at %d, input has "
+                  "N = %lld rows",
+                  (int)cu[B], (long long)N);
+  return PH_OK;
+}
+
+static ph_status vc_resolve(const gnode *n, const tinfo *in_, vc_geom *g, diag *d) {
+  memset(g, 0, sizeof *g);
+  RETURN_ERROR_IF(n->n_inputs < 5 || n->n_inputs > 6, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: takes 5 or 6 inputs, got %d", n->n_inputs);
+  RETURN_ERROR_IF(n->n_outputs < 2 || n->n_outputs > 3, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: has 2 or 3 outputs, got %d", n->n_outputs);
+  const char *act = NULL;
+  FORWARD_IF_ERROR(op_attr_string(n, "activation", "none", &act, d));
+  if (strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0)
+    g->silu = 1;
+  else
+    RETURN_ERROR_IF(strcmp(act, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "VarlenCausalConvWithState: activation \"%s\" is not none, silu or swish", act);
+  FORWARD_IF_ERROR(op_attr_int(n, "dilation", 1, &g->dil, d));
+  RETURN_ERROR_IF(g->dil < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: dilation must be >= 1, got %lld", (long long)g->dil);
+  FORWARD_IF_ERROR(op_attr_int(n, "state_update_capacity", 0, &g->cap, d));
+  RETURN_ERROR_IF(g->cap < 0 || g->cap > 8, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: state_update_capacity must be in [0, 8], got %lld",
+                  (long long)g->cap);
+
+  tinfo in[VC_N_IN];
+  memset(in, 0, sizeof in);
+  for (int i = 0; i < n->n_inputs; i++) in[i] = in_[i];
+  const tinfo *x = &in[VC_IN_X], *w = &in[VC_IN_W], *cu = &in[VC_IN_CU];
+  const tinfo *bias = &in[VC_IN_BIAS], *st = &in[VC_IN_STATE], *cc = &in[VC_IN_CAPTURE];
+  RETURN_ERROR_IF(x->dtype == PH_DTYPE_INVALID || w->dtype == PH_DTYPE_INVALID ||
+                      cu->dtype == PH_DTYPE_INVALID,
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: input, weight and cumulative_sequence_length are "
+                  "required");
+  RETURN_ERROR_IF(st->dtype == PH_DTYPE_INVALID, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: initial_state (input 4) is required");
+  RETURN_ERROR_IF(cc->dtype != PH_DTYPE_INVALID && g->cap == 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: capture_count is given but state_update_capacity "
+                  "is 0");
+  RETURN_ERROR_IF(g->cap > 0, d, PH_ERR_UNSUPPORTED,
+                  "VarlenCausalConvWithState: state_update_capacity %lld > 0 (compact state "
+                  "updates) is not supported yet",
+                  (long long)g->cap);
+  g->has_bias = bias->dtype != PH_DTYPE_INVALID;
+
+  g->dt = x->dtype;
+  RETURN_ERROR_IF(!dtype_is_compute_float(g->dt), d, PH_ERR_TENSOR_DTYPE,
+                  "VarlenCausalConvWithState: input dtype %s is not f32, f16 or bf16",
+                  ph_dtype_name(g->dt));
+  static const char *const names[VC_N_IN] = {"input", "weight", "", "bias", "initial_state", ""};
+  static const int same[3] = {VC_IN_W, VC_IN_BIAS, VC_IN_STATE};
+  for (int k = 0; k < 3; k++) {
+    int i = same[k];
+    RETURN_ERROR_IF(in[i].dtype != PH_DTYPE_INVALID && in[i].dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
+                    "VarlenCausalConvWithState: %s is %s but input is %s", names[i],
+                    ph_dtype_name(in[i].dtype), ph_dtype_name(g->dt));
+  }
+  RETURN_ERROR_IF(cu->dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
+                  "VarlenCausalConvWithState: cumulative_sequence_length must be I32, got %s",
+                  op_dtype_name(cu->dtype));
+
+  FORWARD_IF_ERROR(op_check_rank(n, x, 2, "input [N,C]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, w, 3, "weight [C,1,K]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, cu, 1, "cumulative_sequence_length [B+1]", d));
+  if (g->has_bias) FORWARD_IF_ERROR(op_check_rank(n, bias, 1, "bias [C]", d));
+  FORWARD_IF_ERROR(op_check_rank(n, st, 3, "initial_state [B,C,(K-1)*dilation]", d));
+
+  g->N = op_dim(x, 0);
+  g->Ch = op_dim(x, 1);
+  g->K = op_dim(w, 2);
+  g->B = op_dim(cu, 0) >= 0 ? op_dim(cu, 0) - 1 : -1;
+  RETURN_ERROR_IF(op_dim(cu, 0) == 0, d, PH_ERR_TENSOR_SHAPE,
+                  "VarlenCausalConvWithState: cumulative_sequence_length is [B+1]; it is empty");
+  g->P = -1;
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->Ch, op_dim(w, 0), "the channel count", d));
+  RETURN_ERROR_IF(op_dim(w, 1) >= 0 && op_dim(w, 1) != 1, d, PH_ERR_TENSOR_SHAPE,
+                  "VarlenCausalConvWithState: weight is [C,1,K] (depthwise); dim 1 is %lld",
+                  (long long)op_dim(w, 1));
+  RETURN_ERROR_IF(g->K == 0, d, PH_ERR_TENSOR_SHAPE,
+                  "VarlenCausalConvWithState: the kernel needs at least one tap (K = 0)");
+  if (g->K > 0) g->P = (g->K - 1) * g->dil;
+  if (g->has_bias)
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->Ch, op_dim(bias, 0), "the channel count", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(st, 0), "the sequence count B", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->Ch, op_dim(st, 1), "the channel count", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->P, op_dim(st, 2), "the state length (K-1)*dilation", d));
+  if (cu->data && g->B >= 0) FORWARD_IF_ERROR(vc_check_cu(n, cu->data, g->B, g->N, d));
+  return PH_OK;
+}
+
+static ph_status vc_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
+  vc_geom g;
+  FORWARD_IF_ERROR(vc_resolve(n, in, &g, d));
+  int64_t xd[2] = {g.N, g.Ch}, sd[3] = {g.B, g.Ch, g.P}, ud[3] = {g.B, g.cap, g.Ch};
+  out[0] = tinfo_make(g.dt, 2, xd);
+  out[1] = tinfo_make(g.dt, 3, sd);
+  if (n->n_outputs > 2) out[2] = tinfo_make(g.dt, 3, ud); /* [B,0,C] while cap = 0 */
+  return PH_OK;
+}
+
+/* One thread's workspace: X [VC_BLOCK][P+N] (x_full per channel; a sequence has at most N
+ * rows), W [VC_BLOCK][K], bias and a row buffer [VC_BLOCK]. */
+static size_t vc_ws_bytes(const vc_geom *g) {
+  size_t f = (size_t)VC_BLOCK * (size_t)(g->P + g->N) + (size_t)VC_BLOCK * (size_t)g->K +
+             2 * VC_BLOCK + (size_t)g->N;
+  return (f * sizeof(float) + 63) & ~(size_t)63;
+}
+
+static size_t vc_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
+  vc_geom g;
+  tinfo t[VC_N_IN];
+  memset(t, 0, sizeof t);
+  for (int i = 0; i < n->n_inputs && i < VC_N_IN; i++) t[i] = in[i];
+  t[VC_IN_CU].data = NULL; /* sizes only: contents are checked by run() */
+  if (vc_resolve(n, t, &g, NULL) != PH_OK || g.N < 0 || g.Ch < 0 || g.K < 0) return 0;
+  return vc_ws_bytes(&g) * (size_t)(n_threads > 0 ? n_threads : 1);
+}
+
+typedef struct vc_job {
+  const vc_geom *g;
+  const tensor *x, *w, *bias, *state;
+  const int32_t *cu;
+  tensor *out, *final_state;
+  char *scratch;
+  size_t ws_bytes;
+  int64_t n_blocks;
+} vc_job;
+
+static void vc_task(void *ctx, size_t task, int thread) {
+  const vc_job *j = ctx;
+  const vc_geom *g = j->g;
+  const int64_t b = (int64_t)task / j->n_blocks, c0 = ((int64_t)task % j->n_blocks) * VC_BLOCK;
+  const int64_t nc = g->Ch - c0 < VC_BLOCK ? g->Ch - c0 : VC_BLOCK;
+  const int64_t P = g->P, K = g->K, Ch = g->Ch;
+  const int64_t r0 = j->cu[b], L = (int64_t)j->cu[b + 1] - r0, F = P + L;
+  float *X = (float *)(void *)(j->scratch + (size_t)thread * j->ws_bytes);
+  float *W = X + VC_BLOCK * F, *bias = W + VC_BLOCK * K, *row = bias + VC_BLOCK;
+  float *y = row + VC_BLOCK; /* [L] */
+
+  /* Everything this block reads, before anything is written (final_state may alias). */
+  for (int64_t i = 0; i < nc; i++) {
+    tensor_load_f32(j->w, (c0 + i) * K, K, W + i * K);
+    bias[i] = j->bias ? tensor_get_f32(j->bias, c0 + i) : 0.0f;
+    tensor_load_f32(j->state, (b * Ch + c0 + i) * P, P, X + i * F);
+  }
+  for (int64_t t = 0; t < L; t++) {
+    tensor_load_f32(j->x, (r0 + t) * Ch + c0, nc, row);
+    for (int64_t i = 0; i < nc; i++) X[i * F + P + t] = row[i];
+  }
+
+  for (int64_t i = 0; i < nc; i++) {
+    const float *xi = X + i * F, *wi = W + i * K;
+    for (int64_t t = 0; t < L; t++) {
+      float acc = bias[i];
+      for (int64_t k = 0; k < K; k++) acc += wi[k] * xi[t + k * g->dil];
+      y[t] = g->silu ? acc / (1.0f + expf(-acc)) : acc;
+    }
+    for (int64_t t = 0; t < L; t++) tensor_set_f32(j->out, (r0 + t) * Ch + c0 + i, y[t]);
+    tensor_store_f32(j->final_state, (b * Ch + c0 + i) * P, P, X + i * F + L);
+  }
+}
+
+static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                        diag *d) {
+  RETURN_ERROR_IF(n->n_inputs > VC_N_IN, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: takes 5 or 6 inputs, got %d", n->n_inputs);
+  tinfo ti[VC_N_IN], to[3];
+  op_tinfos_of(n, in, ti, VC_N_IN);
+  memset(to, 0, sizeof to);
+  vc_geom g;
+  FORWARD_IF_ERROR(vc_resolve(n, ti, &g, d)); /* checks the offsets too (data is visible) */
+  FORWARD_IF_ERROR(vc_infer(n, ti, to, d));
+  RETURN_ERROR_IF(!out[0] || !out[1], d, PH_ERR_INTERNAL,
+                  "VarlenCausalConvWithState: output and final_state are required");
+  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
+  FORWARD_IF_ERROR(op_check_out(n, out[1], &to[1], 1, d));
+  if (n->n_outputs > 2 && out[2]) FORWARD_IF_ERROR(op_check_out(n, out[2], &to[2], 2, d));
+
+  vc_job j;
+  memset(&j, 0, sizeof j);
+  j.g = &g;
+  j.x = in[VC_IN_X];
+  j.w = in[VC_IN_W];
+  j.bias = g.has_bias ? in[VC_IN_BIAS] : NULL;
+  j.state = in[VC_IN_STATE];
+  j.cu = in[VC_IN_CU]->data;
+  j.out = out[0];
+  j.final_state = out[1];
+  j.ws_bytes = vc_ws_bytes(&g);
+  j.n_blocks = (g.Ch + VC_BLOCK - 1) / VC_BLOCK;
+  const int n_threads = pool_threads(ctx->pool);
+  RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
+                  PH_ERR_INTERNAL,
+                  "VarlenCausalConvWithState: scratch is %zu bytes, %d threads need %zu",
+                  ctx->scratch_bytes, n_threads, j.ws_bytes * (size_t)n_threads);
+  j.scratch = ctx->scratch;
+  if (g.B > 0 && g.Ch > 0) pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_task, &j);
+  return PH_OK;
+}
 
 const op_def op_def_varlen_causal_conv_with_state = {
-    "com.microsoft", "VarlenCausalConvWithState", 5, 6, 2, 3, NULL, NULL, NULL};
+    "com.microsoft", "VarlenCausalConvWithState", 5, 6, 2, 3, vc_infer, vc_run, vc_scratch_bytes};
