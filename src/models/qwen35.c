@@ -24,6 +24,8 @@ typedef struct builder {
   ph_dtype weight_dtype; /* PH_DTYPE_INVALID: as stored */
   int positions;         /* position_ids */
   int seqlens_k, total;  /* GQA lengths derived from attention_mask */
+  int paged;             /* packed layout: activations [N, ...] instead of [B, S, ...] */
+  int cu, past_lens, block_table, metadata; /* packed layout graph inputs */
 } builder;
 
 /* A 2-D weight [rows, cols] = [out, in] as Hugging Face stores Linear weights. */
@@ -86,6 +88,18 @@ static int reshape(builder *b, const char *name, int x, int n, const int64_t *di
   snprintf(cname, sizeof cname, "%s/shape", name);
   int shp = const_i64(b, cname, n, dims);
   return NODE1(b, "Reshape", name, 0, NULL, x, shp);
+}
+
+/* [.., heads, dim] / [.., width] views of an activation in either layout: dense keeps the
+ * [B, S] leading dims (0 = copy), packed keeps [N]. */
+static int split_heads(builder *b, const char *name, int x, int64_t heads, int64_t dim) {
+  if (b->paged) return reshape(b, name, x, 3, (int64_t[]){0, heads, dim});
+  return reshape(b, name, x, 4, (int64_t[]){0, 0, heads, dim});
+}
+
+static int merge_heads(builder *b, const char *name, int x, int64_t width) {
+  if (b->paged) return reshape(b, name, x, 2, (int64_t[]){0, width});
+  return reshape(b, name, x, 3, (int64_t[]){0, 0, width});
 }
 
 static int cast_to(builder *b, const char *name, int x, int onnx_type) {
@@ -248,7 +262,7 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
   snprintf(b->scope, sizeof b->scope, "/model/layers.%d/attn", layer);
   /* §7.1: q_proj rows are [query_h | gate_h] per head: view [.., Hq, 2D] and split the last axis */
   int qg = linear(b, "q_proj", x, wref_of(lw(b, layer, W_ATTN_Q)));
-  int qg4 = reshape(b, "q_proj/Reshape", qg, 4, (int64_t[]){0, 0, Hq, 2 * D});
+  int qg4 = split_heads(b, "q_proj/Reshape", qg, Hq, 2 * D);
   int halves[2] = {-1, -1};
   gattr ax = attr_int("axis", -1);
   node_n(b, "Split", "", "q_gate/Split", 2,
@@ -256,25 +270,49 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
   /* §7.3/§7.4: (1+w) RMSNorm per head over D, before RoPE */
   int q = rms_norm(b, "q_norm", halves[0],
                    f32_const(b, lw(b, layer, W_ATTN_Q_NORM), ".1p", F32_ONE_PLUS), eps);
-  int k4 = reshape(b, "k_proj/Reshape", linear(b, "k_proj", x, wref_of(lw(b, layer, W_ATTN_K))), 4,
-                   (int64_t[]){0, 0, Hkv, D});
+  int k4 = split_heads(b, "k_proj/Reshape", linear(b, "k_proj", x, wref_of(lw(b, layer, W_ATTN_K))),
+                       Hkv, D);
   int k = rms_norm(b, "k_norm", k4, f32_const(b, lw(b, layer, W_ATTN_K_NORM), ".1p", F32_ONE_PLUS),
                    eps);
   int v = linear(b, "v_proj", x, wref_of(lw(b, layer, W_ATTN_V)));
-  q = reshape(b, "q_norm/Reshape", q, 3, (int64_t[]){0, 0, Hq * D});
-  k = reshape(b, "k_norm/Reshape", k, 3, (int64_t[]){0, 0, Hkv * D});
-  /* §7.4/§7.5: partial rotary on the first rot dims, NeoX pairing, interleaved MRoPE slots */
-  q = rotary(b, "q_rotary", q, Hq);
-  k = rotary(b, "k_rotary", k, Hkv);
-  gattr ga[3] = {attr_int("num_heads", Hq), attr_int("kv_num_heads", Hkv),
-                 attr_float("scale", (float)(1.0 / sqrt((double)D)))};
+  /* §7.4/§7.5: partial rotary on the first rot dims, NeoX pairing, interleaved MRoPE slots.
+   * The rotary ops take [B, S, hidden]: the packed rows are one batch of N. */
   int out[3] = {-1, -1, -1};
-  node_n(b, "GroupQueryAttention", "com.microsoft", "GroupQueryAttention", 7,
-         (int[]){q, k, v, past_k, past_v, b->seqlens_k, b->total}, 3, out, 3, ga);
+  if (!b->paged) {
+    q = reshape(b, "q_norm/Reshape", q, 3, (int64_t[]){0, 0, Hq * D});
+    k = reshape(b, "k_norm/Reshape", k, 3, (int64_t[]){0, 0, Hkv * D});
+    q = rotary(b, "q_rotary", q, Hq);
+    k = rotary(b, "k_rotary", k, Hkv);
+    gattr ga[3] = {attr_int("num_heads", Hq), attr_int("kv_num_heads", Hkv),
+                   attr_float("scale", (float)(1.0 / sqrt((double)D)))};
+    node_n(b, "GroupQueryAttention", "com.microsoft", "GroupQueryAttention", 7,
+           (int[]){q, k, v, past_k, past_v, b->seqlens_k, b->total}, 3, out, 3, ga);
+  } else {
+    q = reshape(b, "q_norm/Reshape", q, 3, (int64_t[]){1, -1, Hq * D});
+    k = reshape(b, "k_norm/Reshape", k, 3, (int64_t[]){1, -1, Hkv * D});
+    q = reshape(b, "q_rotary/Reshape", rotary(b, "q_rotary", q, Hq), 2, (int64_t[]){-1, Hq * D});
+    k = reshape(b, "k_rotary/Reshape", rotary(b, "k_rotary", k, Hkv), 2, (int64_t[]){-1, Hkv * D});
+    /* abi §8.3: inputs 0-7, slots 8-15 empty (RoPE and q/k norm done above), metadata at 16;
+     * the cache outputs alias the cache inputs */
+    gattr pa[4] = {attr_int("num_heads", Hq), attr_int("kv_num_heads", Hkv),
+                   attr_float("scale", 0.0f), attr_int("do_rotary", 0)};
+    int in[17];
+    for (int i = 0; i < 17; i++) in[i] = -1;
+    in[0] = q;
+    in[1] = k;
+    in[2] = v;
+    in[3] = past_k;
+    in[4] = past_v;
+    in[5] = b->cu;
+    in[6] = b->past_lens;
+    in[7] = b->block_table;
+    in[16] = b->metadata;
+    node_n(b, "PagedAttention", "com.microsoft", "PagedAttention", 17, in, 3, out, 4, pa);
+  }
   *present_k = out[1];
   *present_v = out[2];
   /* §7.2: the attention output gate is sigmoid */
-  int gate = reshape(b, "gate/Reshape", halves[1], 3, (int64_t[]){0, 0, Hq * D});
+  int gate = merge_heads(b, "gate/Reshape", halves[1], Hq * D);
   int gated = NODE1(b, "Mul", "gate/Mul", 0, NULL, out[0],
                     NODE1(b, "Sigmoid", "gate/Sigmoid", 0, NULL, gate));
   return linear(b, "o_proj", gated, wref_of(lw(b, layer, W_ATTN_O)));
@@ -323,6 +361,49 @@ static int next_regroup(builder *b, int layer, wref *qkv, wref *z, wref *bw, wre
   return 0;
 }
 
+/* The packed layout's GatedDeltaNet layer (abi §8.3): VarlenCausalConvWithState (silu, bias slot
+ * held by a zero bias), q/k/v heads, GatedDeltaNet doing all the Qwen gate arithmetic itself
+ * (raw f32 a and b, qwen gate, sigmoid beta, in-op L2 norm, V-major f32 state), then the gated
+ * norm. The gates are not applied twice. */
+static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a_raw, int beta_raw,
+                                  int past_conv, int past_rec, int *present_conv,
+                                  int *present_rec) {
+  const hf_config *c = b->c;
+  const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
+  const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim;
+  const int64_t kd = c->geom.key_dim, vd = c->geom.value_dim;
+  int conv_w = f32_const(b, lw(b, layer, W_LIN_CONV), ".f32", F32_COPY);
+  int zero_bias = f32_fill(b, "conv/bias", c->geom.conv_dim, 0.0f);
+  gattr act = attr_string("activation", "silu");
+  int conv[2] = {-1, -1};
+  node_n(b, "VarlenCausalConvWithState", "com.microsoft", "conv/VarlenCausalConvWithState", 5,
+         (int[]){mixed, conv_w, b->cu, zero_bias, past_conv}, 2, conv, 1, &act);
+  *present_conv = conv[1];
+  int qkv[3] = {-1, -1, -1};
+  gattr ax = attr_int("axis", -1);
+  node_n(b, "Split", "", "qkv/Split", 2,
+         (int[]){conv[0], const_i64(b, "qkv/split", 3, (int64_t[]){kd, kd, vd})}, 3, qkv, 1, &ax);
+  int q = reshape(b, "q/Reshape", qkv[0], 3, (int64_t[]){0, Hk, Dk});
+  int k = reshape(b, "k/Reshape", qkv[1], 3, (int64_t[]){0, Hk, Dk});
+  int v = reshape(b, "v/Reshape", qkv[2], 3, (int64_t[]){0, Hv, Dv});
+  gattr ga[5] = {attr_string("update_rule", "gated_delta"), attr_string("gate_activation", "qwen"),
+                 attr_string("beta_activation", "sigmoid"), attr_int("qk_l2_norm", 1),
+                 attr_float("scale", 0.0f)};
+  int out[2] = {-1, -1};
+  node_n(b, "GatedDeltaNet", "com.microsoft", "GatedDeltaNet", 9,
+         (int[]){q, k, v, b->cu, a_raw, beta_raw, past_rec,
+                 f32_const(b, lw(b, layer, W_LIN_A_LOG), ".f32", F32_COPY),
+                 f32_const(b, lw(b, layer, W_LIN_DT_BIAS), ".f32", F32_COPY)},
+         2, out, 5, ga);
+  *present_rec = out[1];
+  int o = reshape(b, "GatedDeltaNet/Reshape", out[0], 2, (int64_t[]){0, vd});
+  gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
+  int normed =
+      node1(b, "GatedRMSNorm", "com.microsoft", "norm", 3,
+            (int[]){o, f32_const(b, lw(b, layer, W_LIN_NORM), ".f32", F32_COPY), z}, 1, &eps);
+  return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
+}
+
 static int linear_attention(builder *b, int layer, int x, int past_conv, int past_rec,
                             int *present_conv, int *present_rec) {
   const hf_config *c = b->c;
@@ -343,6 +424,8 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   int z = linear(b, "in_proj_z", x, wz);
   int beta_raw = linear(b, "in_proj_b", x, wb);
   int a_raw = linear(b, "in_proj_a", x, wa);
+  if (b->paged) return packed_gated_delta_net(b, layer, mixed, z, a_raw, beta_raw, past_conv, past_rec,
+                                              present_conv, present_rec);
   /* §7.6: the depthwise conv covers q, k and v channels, SiLU after it, no bias; its state holds
    * the pre-conv inputs. CausalConvWithState is channels-first. */
   gattr perm = attr_ints("perm", (int64_t[]){0, 2, 1}, 3);
@@ -411,7 +494,9 @@ static int mlp(builder *b, int layer, int x) {
 /* ---- the whole model ------------------------------------------------------------------------ */
 
 qwen35_options qwen35_options_default(void) {
-  qwen35_options o = {0, PH_DTYPE_INVALID};
+  qwen35_options o;
+  memset(&o, 0, sizeof o);
+  o.weight_dtype = PH_DTYPE_INVALID;
   return o;
 }
 
@@ -449,38 +534,75 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
   if (opt && opt->max_context > 0) ctx = opt->max_context;
   b->max_context = ctx;
   const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
+  b->paged = opt && opt->paged;
+  const int64_t block = opt && opt->block_size > 0 ? opt->block_size : 16;
+  if (b->paged && (block < 16 || (block & (block - 1)))) {
+    graph_free(g);
+    return diag_set(d, PH_ERR_INVALID_ARGUMENT, "block size %lld: must be a power of two >= 16",
+                    (long long)block);
+  }
+  int ids = -1, mask = -1;
   const char *bs[] = {"batch_size", "sequence_length"};
-  int ids = graph_add_input(g, "input_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
-  const char *ms[] = {"batch_size", "total_sequence_length"};
-  int mask = graph_add_input(g, "attention_mask", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, ms);
-  if (c->rope.has_mrope) {
+  const char *ns[] = {"num_tokens"};
+  if (!b->paged) {
+    ids = graph_add_input(g, "input_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
+    const char *ms[] = {"batch_size", "total_sequence_length"};
+    mask = graph_add_input(g, "attention_mask", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, ms);
+  } else {
+    ids = graph_add_input(g, "input_ids", PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
+  }
+  if (c->rope.has_mrope && !b->paged) {
     const char *ps[] = {NULL, "batch_size", "sequence_length"};
     b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 3, (int64_t[]){3, -1, -1}, ps);
-  } else {
+  } else if (c->rope.has_mrope) {
+    const char *ps[] = {NULL, "num_tokens"};
+    int p2 = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){3, -1}, ps);
+    snprintf(b->scope, sizeof b->scope, "/model/positions");
+    b->positions = reshape(b, "Reshape", p2, 3, (int64_t[]){3, 1, -1}); /* one batch of N rows */
+  } else if (!b->paged) {
     b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
+  } else {
+    int p1 = graph_add_input(g, "position_ids", PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
+    snprintf(b->scope, sizeof b->scope, "/model/positions");
+    b->positions = reshape(b, "Reshape", p1, 2, (int64_t[]){1, -1});
+  }
+  if (b->paged) {
+    const char *bt[] = {"batch_size", "max_num_blocks"};
+    const char *cs[] = {"batch_size_plus_1"};
+    const char *pl[] = {"batch_size"};
+    b->block_table = graph_add_input(g, "block_table", PH_DTYPE_I32, 2, (int64_t[]){-1, -1}, bt);
+    b->cu = graph_add_input(g, "cumulative_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, cs);
+    b->past_lens = graph_add_input(g, "past_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, pl);
+    b->metadata = graph_add_input(g, "attention_metadata", PH_DTYPE_I32, 1, (int64_t[]){3}, NULL);
   }
   int past[HF_MAX_LAYERS][2];
   char name[128];
   for (int i = 0; i < (int)c->n_layers; i++) {
     if (c->layer_kind[i] == PH_LAYER_FULL_ATTENTION) {
       const char *ks[] = {"batch_size", NULL, "past_sequence_length", NULL};
+      const char *pg[] = {"num_blocks", NULL, NULL, NULL};
+      int64_t dense_dims[4] = {-1, Hkv, -1, D}, page_dims[4] = {-1, block, Hkv, D};
       snprintf(name, sizeof name, "past_key_values.%d.key", i);
-      past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 4, (int64_t[]){-1, Hkv, -1, D}, ks);
+      past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 4, b->paged ? page_dims : dense_dims,
+                                   b->paged ? pg : ks);
       snprintf(name, sizeof name, "past_key_values.%d.value", i);
-      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4, (int64_t[]){-1, Hkv, -1, D}, ks);
+      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4, b->paged ? page_dims : dense_dims,
+                                   b->paged ? pg : ks);
     } else {
       const char *ss[] = {"batch_size", NULL, NULL, NULL};
       snprintf(name, sizeof name, "past_key_values.%d.conv_state", i);
       past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 3,
                                    (int64_t[]){-1, c->geom.conv_dim, c->lin.conv_kernel - 1}, ss);
+      /* dense LinearAttention: K-major [B, Hv, Dk, Dv]; packed GatedDeltaNet: V-major f32
+       * [B, Hv, Dv, Dk] (abi §5, §8.1) */
+      const int64_t Hv = c->lin.n_value_heads, Dk = c->lin.key_head_dim, Dv = c->lin.value_head_dim;
+      int64_t k_major[4] = {-1, Hv, Dk, Dv}, v_major[4] = {-1, Hv, Dv, Dk};
       snprintf(name, sizeof name, "past_key_values.%d.recurrent_state", i);
-      past[i][1] = graph_add_input(
-          g, name, PH_DTYPE_F32, 4,
-          (int64_t[]){-1, c->lin.n_value_heads, c->lin.key_head_dim, c->lin.value_head_dim}, ss);
+      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4, b->paged ? v_major : k_major, ss);
     }
   }
   rotary_caches(b);
-  attention_lengths(b, mask);
+  if (!b->paged) attention_lengths(b, mask);
 
   snprintf(b->scope, sizeof b->scope, "/model/embed_tokens");
   const st_tensor *embed = w->global[W_EMBED];
@@ -517,11 +639,14 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
 
   /* graph outputs carry the ABI names (docs/graph-io.md) */
   static const char *const logit_dims[] = {"batch_size", "sequence_length", NULL};
-  static const char *const kv_dims[] = {"batch_size", NULL, "total_sequence_length", NULL};
+  static const char *const packed_logit_dims[] = {"num_tokens", NULL};
+  static const char *const dense_kv_dims[] = {"batch_size", NULL, "total_sequence_length", NULL};
+  static const char *const page_dims[] = {"num_blocks", NULL, NULL, NULL};
+  const char *const *kv_dims = b->paged ? page_dims : dense_kv_dims;
   static const char *const state_dims[] = {"batch_size", NULL, NULL, NULL};
   graph_rename_value(g, logits, "logits");
   graph_mark_output(g, logits, NULL);
-  graph_name_dims(g, logits, 3, logit_dims);
+  graph_name_dims(g, logits, b->paged ? 2 : 3, b->paged ? packed_logit_dims : logit_dims);
   for (int i = 0; i < (int)c->n_layers; i++) {
     int full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
     for (int k = 0; k < 2; k++) {
