@@ -23,6 +23,7 @@
 
 #include "ops/op.h"
 #include "ops/op_util.h"
+#include "ops/vec_kernels.h"
 #include "tensor/dtype.h"
 
 enum {
@@ -335,49 +336,8 @@ typedef struct gdn_job {
   size_t ws_bytes;
 } gdn_job;
 
-/* Eight independent lanes so that -O2 vectorizes; the order depends on n alone. */
-static float gdn_dot(const float *restrict a, const float *restrict b, int64_t n) {
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-    s4 += a[i + 4] * b[i + 4];
-    s5 += a[i + 5] * b[i + 5];
-    s6 += a[i + 6] * b[i + 6];
-    s7 += a[i + 7] * b[i + 7];
-  }
-  float s = ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7));
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-/* y += a x */
-static void gdn_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    y[i] += a * x[i];
-    y[i + 1] += a * x[i + 1];
-    y[i + 2] += a * x[i + 2];
-    y[i + 3] += a * x[i + 3];
-    y[i + 4] += a * x[i + 4];
-    y[i + 5] += a * x[i + 5];
-    y[i + 6] += a * x[i + 6];
-    y[i + 7] += a * x[i + 7];
-  }
-  for (; i < n; i++) y[i] += a * x[i];
-}
-
-/* y[c] = Σ_r w[r] S[r][c] */
-static void gdn_read(float *y, const float *S, const float *w, int64_t Dk, int64_t Dv) {
-  for (int64_t c = 0; c < Dv; c++) y[c] = 0.0f;
-  for (int64_t r = 0; r < Dk; r++) gdn_axpy(y, w[r], S + r * Dv, Dv);
-}
-
 static void gdn_l2(float *x, int64_t n) {
-  float inv = 1.0f / sqrtf(gdn_dot(x, x, n) + 1e-12f);
+  float inv = 1.0f / sqrtf(vec_dot(x, x, n) + 1e-12f);
   for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
@@ -426,11 +386,11 @@ static void gdn_token(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok
     for (int64_t e = 0; e < Dk * Dv; e++) S[e] *= a;
   }
   if (g->delta) {
-    gdn_read(pred, S, k, Dk, Dv);
+    vec_state_read(pred, S, k, Dk, Dv);
     for (int64_t c = 0; c < Dv; c++) u[c] = ws->beta[0] * (u[c] - pred[c]);
   }
-  for (int64_t r = 0; r < Dk; r++) gdn_axpy(S + r * Dv, k[r], u, Dv);
-  gdn_read(o, S, ws->Q, Dk, Dv);
+  for (int64_t r = 0; r < Dk; r++) vec_axpy(S + r * Dv, k[r], u, Dv);
+  vec_state_read(o, S, ws->Q, Dk, Dv);
   for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
   gdn_store_out(j, h, tok, o);
 }
@@ -457,25 +417,25 @@ static void gdn_chunk(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok
     for (int64_t s = 0; s <= t; s++) {
       const float *ks = K + s * Dk;
       float e = expf((float)(ws->gam[t] - ws->gam[s]));
-      if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * gdn_dot(kt, ks, Dk);
-      ws->QK[t * C + s] = e * gdn_dot(qt, ks, Dk);
+      if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * vec_dot(kt, ks, Dk);
+      ws->QK[t * C + s] = e * vec_dot(qt, ks, Dk);
     }
   }
   if (g->delta) {
     for (int64_t t = 0; t < L; t++) {
       for (int64_t r = 0; r < Dk; r++) tmp[r] = ws->eg[t] * K[t * Dk + r];
-      gdn_read(o, S, tmp, Dk, Dv);
+      vec_state_read(o, S, tmp, Dk, Dv);
       float *ut = U + t * Dv;
       for (int64_t c = 0; c < Dv; c++) ut[c] = ws->beta[t] * (ut[c] - o[c]);
-      for (int64_t s = 0; s < t; s++) gdn_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
+      for (int64_t s = 0; s < t; s++) vec_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
     }
   }
   for (int64_t t = 0; t < L; t++) {
     const float *qt = ws->Q + t * Dk;
     for (int64_t r = 0; r < Dk; r++) tmp[r] = ws->eg[t] * qt[r];
-    gdn_read(o, S, tmp, Dk, Dv);
+    vec_state_read(o, S, tmp, Dk, Dv);
     const float *qk = ws->QK + t * C;
-    for (int64_t s = 0; s <= t; s++) gdn_axpy(o, qk[s], U + s * Dv, Dv);
+    for (int64_t s = 0; s <= t; s++) vec_axpy(o, qk[s], U + s * Dv, Dv);
     for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
     gdn_store_out(j, h, tok0 + t, o);
   }
@@ -488,7 +448,7 @@ static void gdn_chunk(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok
   for (int64_t r = 0; r < Dk; r++) {
     float *sr = S + r * Dv;
     for (int64_t c = 0; c < Dv; c++) sr[c] *= egend;
-    for (int64_t s = 0; s < L; s++) gdn_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
+    for (int64_t s = 0; s < L; s++) vec_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
   }
 }
 

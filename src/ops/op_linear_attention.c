@@ -26,6 +26,7 @@
 
 #include "ops/op.h"
 #include "ops/op_util.h"
+#include "ops/vec_kernels.h"
 #include "tensor/dtype.h"
 
 enum { LA_IN_Q, LA_IN_K, LA_IN_V, LA_IN_PAST, LA_IN_DECAY, LA_IN_BETA };
@@ -300,49 +301,6 @@ typedef struct la_job {
   size_t ws_bytes;
 } la_job;
 
-/* The vector helpers work in blocks of 8 independent lanes so that the compiler's straight-line
- * vectorizer uses SIMD at -O2. The summation order depends on n alone, never on the thread or
- * on which other sequences share the call. */
-static float la_dot(const float *restrict a, const float *restrict b, int64_t n) {
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-    s4 += a[i + 4] * b[i + 4];
-    s5 += a[i + 5] * b[i + 5];
-    s6 += a[i + 6] * b[i + 6];
-    s7 += a[i + 7] * b[i + 7];
-  }
-  float s = ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7));
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-/* y[0..n) += a * x[0..n) */
-static void la_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    y[i] += a * x[i];
-    y[i + 1] += a * x[i + 1];
-    y[i + 2] += a * x[i + 2];
-    y[i + 3] += a * x[i + 3];
-    y[i + 4] += a * x[i + 4];
-    y[i + 5] += a * x[i + 5];
-    y[i + 6] += a * x[i + 6];
-    y[i + 7] += a * x[i + 7];
-  }
-  for (; i < n; i++) y[i] += a * x[i];
-}
-
-/* y[c] = Σ_r w[r] S[r][c]: the state read through a [Dk] vector. */
-static void la_read(float *y, const float *S, const float *w, int64_t Dk, int64_t Dv) {
-  for (int64_t c = 0; c < Dv; c++) y[c] = 0.0f;
-  for (int64_t r = 0; r < Dk; r++) la_axpy(y, w[r], S + r * Dv, Dv);
-}
-
 /* Where head vectors of token t of sequence b start (elements). */
 static int64_t la_row(const la_geom *g, int64_t b, int64_t t, int64_t H, int64_t head,
                       int64_t width) {
@@ -401,12 +359,12 @@ static void la_head_recurrent(const la_job *j, const la_ws *ws, int64_t b, int64
       }
     }
     if (g->delta) {
-      la_read(pred, S, k, Dk, Dv);
+      vec_state_read(pred, S, k, Dk, Dv);
       for (int64_t c = 0; c < Dv; c++) u[c] = ws->beta[0] * (u[c] - pred[c]);
     }
-    for (int64_t r = 0; r < Dk; r++) la_axpy(S + r * Dv, k[r], u, Dv);
+    for (int64_t r = 0; r < Dk; r++) vec_axpy(S + r * Dv, k[r], u, Dv);
     for (int64_t jq = 0; jq < G; jq++) {
-      la_read(o, S, ws->Q + jq * Dk, Dk, Dv);
+      vec_state_read(o, S, ws->Q + jq * Dk, Dk, Dv);
       for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
       la_store_out(j, b, t, la_out_head(g, h, jq), o);
     }
@@ -447,14 +405,14 @@ static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int
       if (per_dim) {
         const double *gt = ws->gam + t * Dk, *gs = ws->gam + s * Dk;
         for (int64_t r = 0; r < Dk; r++) tmp[r] = expf((float)(gt[r] - gs[r])) * ks[r];
-        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * la_dot(kt, tmp, Dk);
+        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * vec_dot(kt, tmp, Dk);
         for (int64_t jq = 0; jq < G; jq++)
-          ws->QK[(jq * C + t) * C + s] = la_dot(ws->Q + (jq * C + t) * Dk, tmp, Dk);
+          ws->QK[(jq * C + t) * C + s] = vec_dot(ws->Q + (jq * C + t) * Dk, tmp, Dk);
       } else {
         float e = expf((float)(ws->gam[t] - ws->gam[s]));
-        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * la_dot(kt, ks, Dk);
+        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * vec_dot(kt, ks, Dk);
         for (int64_t jq = 0; jq < G; jq++)
-          ws->QK[(jq * C + t) * C + s] = e * la_dot(ws->Q + (jq * C + t) * Dk, ks, Dk);
+          ws->QK[(jq * C + t) * C + s] = e * vec_dot(ws->Q + (jq * C + t) * Dk, ks, Dk);
       }
     }
   }
@@ -465,10 +423,10 @@ static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int
     for (int64_t t = 0; t < L; t++) {
       const float *eg = ws->eg + t * Dg;
       for (int64_t r = 0; r < Dk; r++) tmp[r] = eg[per_dim ? r : 0] * K[t * Dk + r];
-      la_read(o, S, tmp, Dk, Dv);
+      vec_state_read(o, S, tmp, Dk, Dv);
       float *ut = U + t * Dv;
       for (int64_t c = 0; c < Dv; c++) ut[c] = ws->beta[t] * (ut[c] - o[c]);
-      for (int64_t s = 0; s < t; s++) la_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
+      for (int64_t s = 0; s < t; s++) vec_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
     }
   }
 
@@ -477,9 +435,9 @@ static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int
     for (int64_t t = 0; t < L; t++) {
       const float *qt = ws->Q + (jq * C + t) * Dk, *eg = ws->eg + t * Dg;
       for (int64_t r = 0; r < Dk; r++) tmp[r] = eg[per_dim ? r : 0] * qt[r];
-      la_read(o, S, tmp, Dk, Dv);
+      vec_state_read(o, S, tmp, Dk, Dv);
       const float *qk = ws->QK + (jq * C + t) * C;
-      for (int64_t s = 0; s <= t; s++) la_axpy(o, qk[s], U + s * Dv, Dv);
+      for (int64_t s = 0; s <= t; s++) vec_axpy(o, qk[s], U + s * Dv, Dv);
       for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
       la_store_out(j, b, t0 + t, oh, o);
     }
@@ -502,7 +460,7 @@ static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int
     float *sr = S + r * Dv;
     float e = egend[per_dim ? r : 0];
     for (int64_t c = 0; c < Dv; c++) sr[c] *= e;
-    for (int64_t s = 0; s < L; s++) la_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
+    for (int64_t s = 0; s < L; s++) vec_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
   }
 }
 
