@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/dtype.h"
@@ -25,6 +26,8 @@ typedef struct builder {
   int positions;         /* position_ids */
   int seqlens_k, total;  /* GQA lengths derived from attention_mask */
   int paged;             /* packed layout: activations [N, ...] instead of [B, S, ...] */
+  ph_dtype io;           /* activation, cache and conv-state dtype (f32 for the dense layout) */
+  int prune_lm_head;     /* packed: logits only for each sequence's last row */
   int cu, past_lens, block_table, metadata; /* packed layout graph inputs */
 } builder;
 
@@ -145,10 +148,10 @@ static int linear(builder *b, const char *name, int x, wref w) {
     }
     wt = graph_add_initializer_lazy(b->g, tname, dt, shape_2d(w.cols, w.rows), src, w.dtype, 1);
   }
-  if (dt != PH_DTYPE_F32) {
+  if (dt != b->io) {
     char cname[128];
     snprintf(cname, sizeof cname, "%s/Cast", name);
-    wt = cast_to(b, cname, wt, ONNX_FLOAT);
+    wt = cast_to(b, cname, wt, dtype_to_onnx(b->io));
   }
   char mname[128];
   snprintf(mname, sizeof mname, "%s/MatMul", name);
@@ -157,33 +160,56 @@ static int linear(builder *b, const char *name, int x, wref w) {
 
 typedef enum f32_transform { F32_COPY, F32_ONE_PLUS, F32_NEG_EXP } f32_transform;
 
-/* An f32 initializer computed from a small checkpoint tensor: (1+w) RMSNorm gains folded once
- * (model-math §7.3), -exp(A_log) for LinearAttentionGate's decay_scale, f32 copies of conv taps,
- * dt_bias and the GDN norm gain. */
-static int f32_const(builder *b, const st_tensor *t, const char *suffix, f32_transform tf) {
+/* An initializer of dtype dt computed in f32 from a small checkpoint tensor and rounded once:
+ * (1+w) RMSNorm gains folded once (model-math §7.3), -exp(A_log) for LinearAttentionGate's
+ * decay_scale, copies of conv taps, dt_bias and the GDN norm gain. */
+static int const_as(builder *b, const st_tensor *t, const char *suffix, f32_transform tf,
+                    ph_dtype dt) {
   char name[224];
   snprintf(name, sizeof name, "%s%s", t->name, suffix);
   int id = graph_find_value(b->g, name);
   if (id >= 0) return id;
-  float *dst = NULL;
-  id = graph_add_initializer_alloc(b->g, name, PH_DTYPE_F32, t->shape, (void **)&dst);
-  if (id < 0) return -1;
   int64_t n = shape_numel(&t->shape);
-  if (dtype_convert(dst, PH_DTYPE_F32, t->data, t->dtype, (size_t)n, NULL) != PH_OK) return -1;
-  for (int64_t i = 0; i < n; i++) {
-    if (tf == F32_ONE_PLUS) dst[i] = 1.0f + dst[i];
-    if (tf == F32_NEG_EXP) dst[i] = -expf(dst[i]);
+  float *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
+  void *dst = NULL;
+  id = tmp ? graph_add_initializer_alloc(b->g, name, dt, t->shape, &dst) : -1;
+  if (id >= 0 && dtype_convert(tmp, PH_DTYPE_F32, t->data, t->dtype, (size_t)n, NULL) == PH_OK) {
+    for (int64_t i = 0; i < n; i++) {
+      if (tf == F32_ONE_PLUS) tmp[i] = 1.0f + tmp[i];
+      if (tf == F32_NEG_EXP) tmp[i] = -expf(tmp[i]);
+    }
+    if (dtype_convert(dst, dt, tmp, PH_DTYPE_F32, (size_t)n, NULL) != PH_OK) id = -1;
+  } else {
+    id = -1;
   }
+  free(tmp);
+  return id;
+}
+
+/* f32 constants (gate parameters the ops require in f32) and io-dtype ones (norm gains and conv
+ * taps, which ONNX Runtime's kernels take in the activation dtype). */
+static int f32_const(builder *b, const st_tensor *t, const char *suffix, f32_transform tf) {
+  return const_as(b, t, suffix, tf, PH_DTYPE_F32);
+}
+
+static int io_const(builder *b, const st_tensor *t, const char *suffix, f32_transform tf) {
+  return const_as(b, t, suffix, tf, b->io);
+}
+
+static int fill_as(builder *b, const char *name, int64_t n, float v, ph_dtype dt) {
+  char full[192];
+  snprintf(full, sizeof full, "%s/%s", b->scope, name);
+  void *dst = NULL;
+  int id = graph_add_initializer_alloc(b->g, full, dt, shape_1d(n), &dst);
+  for (int64_t i = 0; id >= 0 && i < n; i++)
+    if (dtype_convert((char *)dst + (size_t)i * dtype_size(dt), dt, &v, PH_DTYPE_F32, 1, NULL) !=
+        PH_OK)
+      return -1;
   return id;
 }
 
 static int f32_fill(builder *b, const char *name, int64_t n, float v) {
-  char full[192];
-  snprintf(full, sizeof full, "%s/%s", b->scope, name);
-  float *dst = NULL;
-  int id = graph_add_initializer_alloc(b->g, full, PH_DTYPE_F32, shape_1d(n), (void **)&dst);
-  for (int64_t i = 0; id >= 0 && i < n; i++) dst[i] = v;
-  return id;
+  return fill_as(b, name, n, v, PH_DTYPE_F32);
 }
 
 static int rms_norm(builder *b, const char *name, int x, int gain, float eps) {
@@ -207,12 +233,23 @@ static int skip_rms_norm(builder *b, const char *name, int x, int skip, int gain
 static void rotary_caches(builder *b) {
   const hf_config *c = b->c;
   int64_t half = c->rope.rotary_dim / 2;
-  float *cs = NULL, *sn = NULL;
-  b->cos = graph_add_initializer_alloc(b->g, "cos_cache", PH_DTYPE_F32,
-                                       shape_2d(b->max_context, half), (void **)&cs);
-  b->sin = graph_add_initializer_alloc(b->g, "sin_cache", PH_DTYPE_F32,
-                                       shape_2d(b->max_context, half), (void **)&sn);
-  if (!cs || !sn) return;
+  void *cs_io = NULL, *sn_io = NULL;
+  b->cos =
+      graph_add_initializer_alloc(b->g, "cos_cache", b->io, shape_2d(b->max_context, half), &cs_io);
+  b->sin =
+      graph_add_initializer_alloc(b->g, "sin_cache", b->io, shape_2d(b->max_context, half), &sn_io);
+  if (!cs_io || !sn_io) return;
+  /* computed in f32 (or directly in the f32 cache) and rounded once to the io dtype */
+  const size_t n = (size_t)(b->max_context * half);
+  float *cs = b->io == PH_DTYPE_F32 ? cs_io : malloc(n * sizeof *cs);
+  float *sn = b->io == PH_DTYPE_F32 ? sn_io : malloc(n * sizeof *sn);
+  if (!cs || !sn) {
+    if (cs != cs_io) free(cs);
+    if (sn != sn_io) free(sn);
+    if (b->g->err.status == PH_OK)
+      diag_set(&b->g->err, PH_ERR_NO_MEMORY, "rotary caches: out of memory");
+    return;
+  }
   /* inv_freq_j = theta^(-2j/rot); angles in double (the golden reference is f64; HF's single
    * fp32 multiply differs only in the last bits, model-math §7.15). */
   for (int64_t p = 0; p < b->max_context; p++)
@@ -222,6 +259,12 @@ static void rotary_caches(builder *b) {
       cs[p * half + j] = (float)cos(ang);
       sn[p * half + j] = (float)sin(ang);
     }
+  if (b->io != PH_DTYPE_F32) {
+    dtype_convert(cs_io, b->io, cs, PH_DTYPE_F32, n, NULL);
+    dtype_convert(sn_io, b->io, sn, PH_DTYPE_F32, n, NULL);
+    free(cs);
+    free(sn);
+  }
 }
 
 static void attention_lengths(builder *b, int mask) {
@@ -269,11 +312,11 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
          (int[]){qg4, const_i64(b, "q_gate/split", 2, (int64_t[]){D, D})}, 2, halves, 1, &ax);
   /* §7.3/§7.4: (1+w) RMSNorm per head over D, before RoPE */
   int q = rms_norm(b, "q_norm", halves[0],
-                   f32_const(b, lw(b, layer, W_ATTN_Q_NORM), ".1p", F32_ONE_PLUS), eps);
+                   io_const(b, lw(b, layer, W_ATTN_Q_NORM), ".1p", F32_ONE_PLUS), eps);
   int k4 = split_heads(b, "k_proj/Reshape", linear(b, "k_proj", x, wref_of(lw(b, layer, W_ATTN_K))),
                        Hkv, D);
-  int k = rms_norm(b, "k_norm", k4, f32_const(b, lw(b, layer, W_ATTN_K_NORM), ".1p", F32_ONE_PLUS),
-                   eps);
+  int k =
+      rms_norm(b, "k_norm", k4, io_const(b, lw(b, layer, W_ATTN_K_NORM), ".1p", F32_ONE_PLUS), eps);
   int v = linear(b, "v_proj", x, wref_of(lw(b, layer, W_ATTN_V)));
   /* §7.4/§7.5: partial rotary on the first rot dims, NeoX pairing, interleaved MRoPE slots.
    * The rotary ops take [B, S, hidden]: the packed rows are one batch of N. */
@@ -372,8 +415,14 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
   const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim;
   const int64_t kd = c->geom.key_dim, vd = c->geom.value_dim;
-  int conv_w = f32_const(b, lw(b, layer, W_LIN_CONV), ".f32", F32_COPY);
-  int zero_bias = f32_fill(b, "conv/bias", c->geom.conv_dim, 0.0f);
+  const char *io_suffix = b->io == PH_DTYPE_F32 ? ".f32" : b->io == PH_DTYPE_F16 ? ".f16" : ".bf16";
+  int conv_w = io_const(b, lw(b, layer, W_LIN_CONV), io_suffix, F32_COPY);
+  int zero_bias = fill_as(b, "conv/bias", c->geom.conv_dim, 0.0f, b->io);
+  /* abi §8.3 step 4: the raw a/b projections enter GatedDeltaNet in f32 */
+  if (b->io != PH_DTYPE_F32) {
+    a_raw = cast_to(b, "a/Cast", a_raw, ONNX_FLOAT);
+    beta_raw = cast_to(b, "b/Cast", beta_raw, ONNX_FLOAT);
+  }
   gattr act = attr_string("activation", "silu");
   int conv[2] = {-1, -1};
   node_n(b, "VarlenCausalConvWithState", "com.microsoft", "conv/VarlenCausalConvWithState", 5,
@@ -400,7 +449,7 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
   int normed =
       node1(b, "GatedRMSNorm", "com.microsoft", "norm", 3,
-            (int[]){o, f32_const(b, lw(b, layer, W_LIN_NORM), ".f32", F32_COPY), z}, 1, &eps);
+            (int[]){o, io_const(b, lw(b, layer, W_LIN_NORM), io_suffix, F32_COPY), z}, 1, &eps);
   return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
 }
 
@@ -424,8 +473,9 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   int z = linear(b, "in_proj_z", x, wz);
   int beta_raw = linear(b, "in_proj_b", x, wb);
   int a_raw = linear(b, "in_proj_a", x, wa);
-  if (b->paged) return packed_gated_delta_net(b, layer, mixed, z, a_raw, beta_raw, past_conv, past_rec,
-                                              present_conv, present_rec);
+  if (b->paged)
+    return packed_gated_delta_net(b, layer, mixed, z, a_raw, beta_raw, past_conv, past_rec,
+                                  present_conv, present_rec);
   /* §7.6: the depthwise conv covers q, k and v channels, SiLU after it, no bias; its state holds
    * the pre-conv inputs. CausalConvWithState is channels-first. */
   gattr perm = attr_ints("perm", (int64_t[]){0, 2, 1}, 3);
@@ -497,6 +547,7 @@ qwen35_options qwen35_options_default(void) {
   qwen35_options o;
   memset(&o, 0, sizeof o);
   o.weight_dtype = PH_DTYPE_INVALID;
+  o.io_dtype = PH_DTYPE_INVALID;
   return o;
 }
 
@@ -535,11 +586,27 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
   b->max_context = ctx;
   const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
   b->paged = opt && opt->paged;
+  b->io = opt && opt->io_dtype != PH_DTYPE_INVALID ? opt->io_dtype : PH_DTYPE_F32;
+  b->prune_lm_head = opt && opt->prune_lm_head;
   const int64_t block = opt && opt->block_size > 0 ? opt->block_size : 16;
-  if (b->paged && (block < 16 || (block & (block - 1)))) {
+  ph_status bad = PH_OK;
+  if (b->paged && (block < 16 || (block & (block - 1))))
+    bad = diag_set(d, PH_ERR_INVALID_ARGUMENT, "block size %lld: must be a power of two >= 16",
+                   (long long)block);
+  else if (b->io != PH_DTYPE_F32 && b->io != PH_DTYPE_F16 && b->io != PH_DTYPE_BF16)
+    bad = diag_set(d, PH_ERR_UNSUPPORTED, "activation dtype %s: expected f32, f16 or bf16",
+                   ph_dtype_name(b->io));
+  else if (!b->paged && b->io != PH_DTYPE_F32)
+    bad = diag_set(d, PH_ERR_UNSUPPORTED,
+                   "activation dtype %s: the dense layout runs f32 activations (ONNX Runtime's CPU "
+                   "LinearAttention and CausalConvWithState are float only); use the paged layout",
+                   ph_dtype_name(b->io));
+  else if (!b->paged && (b->prune_lm_head || (opt && opt->block_size)))
+    bad = diag_set(d, PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
+                   b->prune_lm_head ? "prune_lm_head" : "block_size");
+  if (bad != PH_OK) {
     graph_free(g);
-    return diag_set(d, PH_ERR_INVALID_ARGUMENT, "block size %lld: must be a power of two >= 16",
-                    (long long)block);
+    return bad;
   }
   int ids = -1, mask = -1;
   const char *bs[] = {"batch_size", "sequence_length"};
@@ -572,7 +639,8 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
     const char *pl[] = {"batch_size"};
     b->block_table = graph_add_input(g, "block_table", PH_DTYPE_I32, 2, (int64_t[]){-1, -1}, bt);
     b->cu = graph_add_input(g, "cumulative_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, cs);
-    b->past_lens = graph_add_input(g, "past_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, pl);
+    b->past_lens =
+        graph_add_input(g, "past_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, pl);
     b->metadata = graph_add_input(g, "attention_metadata", PH_DTYPE_I32, 1, (int64_t[]){3}, NULL);
   }
   int past[HF_MAX_LAYERS][2];
@@ -583,15 +651,15 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
       const char *pg[] = {"num_blocks", NULL, NULL, NULL};
       int64_t dense_dims[4] = {-1, Hkv, -1, D}, page_dims[4] = {-1, block, Hkv, D};
       snprintf(name, sizeof name, "past_key_values.%d.key", i);
-      past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 4, b->paged ? page_dims : dense_dims,
-                                   b->paged ? pg : ks);
+      past[i][0] =
+          graph_add_input(g, name, b->io, 4, b->paged ? page_dims : dense_dims, b->paged ? pg : ks);
       snprintf(name, sizeof name, "past_key_values.%d.value", i);
-      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4, b->paged ? page_dims : dense_dims,
-                                   b->paged ? pg : ks);
+      past[i][1] =
+          graph_add_input(g, name, b->io, 4, b->paged ? page_dims : dense_dims, b->paged ? pg : ks);
     } else {
       const char *ss[] = {"batch_size", NULL, NULL, NULL};
       snprintf(name, sizeof name, "past_key_values.%d.conv_state", i);
-      past[i][0] = graph_add_input(g, name, PH_DTYPE_F32, 3,
+      past[i][0] = graph_add_input(g, name, b->io, 3,
                                    (int64_t[]){-1, c->geom.conv_dim, c->lin.conv_kernel - 1}, ss);
       /* dense LinearAttention: K-major [B, Hv, Dk, Dv]; packed GatedDeltaNet: V-major f32
        * [B, Hv, Dv, Dk] (abi §5, §8.1) */
@@ -608,13 +676,13 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
   const st_tensor *embed = w->global[W_EMBED];
   int ew = weight_view(b, embed->name, embed->dtype, embed->shape, embed->data);
   int x = NODE1(b, "Gather", "Gather", 0, NULL, ew, ids);
-  if (stored_as(b, embed->dtype) != PH_DTYPE_F32) x = cast_to(b, "Cast", x, ONNX_FLOAT);
+  if (stored_as(b, embed->dtype) != b->io) x = cast_to(b, "Cast", x, dtype_to_onnx(b->io));
   const float eps = (float)c->rms_norm_eps;
   int residual = x, mixer_in = -1, branch = -1;
   int present[HF_MAX_LAYERS][2];
   for (int i = 0; i < (int)c->n_layers; i++) {
     snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
-    int ln1 = f32_const(b, lw(b, i, W_INPUT_NORM), ".1p", F32_ONE_PLUS);
+    int ln1 = io_const(b, lw(b, i, W_INPUT_NORM), ".1p", F32_ONE_PLUS);
     if (i == 0)
       mixer_in = rms_norm(b, "input_layernorm", x, ln1, eps);
     else
@@ -625,28 +693,48 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
             : linear_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0],
                                &present[i][1]);
     snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
-    int ln2 = f32_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
+    int ln2 = io_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
     int mlp_in = skip_rms_norm(b, "post_attention_layernorm", mixed, residual, ln2, eps, &residual);
     branch = mlp(b, i, mlp_in);
   }
   snprintf(b->scope, sizeof b->scope, "/model");
-  int final_gain = f32_const(b, w->global[W_FINAL_NORM], ".1p", F32_ONE_PLUS);
+  int final_gain = io_const(b, w->global[W_FINAL_NORM], ".1p", F32_ONE_PLUS);
   int normed = skip_rms_norm(b, "norm", branch, residual, final_gain, eps, &residual);
+  if (b->prune_lm_head) {
+    /* abi §8.2: only each sequence's last row reaches the LM head: rows cu[1:] - 1 → [B, H] */
+    snprintf(b->scope, sizeof b->scope, "/model/prune_lm_head");
+    int64_t one = 1, big = INT64_MAX, zero = 0;
+    int ends = NODE1(b, "Slice", "Slice", 0, NULL, b->cu, const_i64(b, "starts", 1, &one),
+                     const_i64(b, "ends", 1, &big), const_i64(b, "axes", 1, &zero));
+    int ends64 = cast_to(b, "Cast", ends, 7 /* INT64 */);
+    int last = NODE1(b, "Sub", "Sub", 0, NULL, ends64, const_i64(b, "one", -1, &one));
+    gattr ax0 = attr_int("axis", 0);
+    normed = node1(b, "Gather", "", "Gather", 2, (int[]){normed, last}, 1, &ax0);
+  }
   /* §7.16: tied embeddings: the embedding matrix is the LM head */
   const st_tensor *head = w->global[W_LM_HEAD] ? w->global[W_LM_HEAD] : embed;
   b->scope[0] = '\0';
   int logits = linear(b, "/lm_head", normed, wref_of(head));
+  /* logits are f32 whatever the io dtype (Mobius requires it; GenAI reads both) */
+  if (b->io != PH_DTYPE_F32) {
+    snprintf(b->scope, sizeof b->scope, "/lm_head");
+    logits = cast_to(b, "Cast", logits, ONNX_FLOAT);
+  }
 
   /* graph outputs carry the ABI names (docs/graph-io.md) */
   static const char *const logit_dims[] = {"batch_size", "sequence_length", NULL};
   static const char *const packed_logit_dims[] = {"num_tokens", NULL};
+  static const char *const pruned_logit_dims[] = {"batch_size", NULL};
   static const char *const dense_kv_dims[] = {"batch_size", NULL, "total_sequence_length", NULL};
   static const char *const page_dims[] = {"num_blocks", NULL, NULL, NULL};
   const char *const *kv_dims = b->paged ? page_dims : dense_kv_dims;
   static const char *const state_dims[] = {"batch_size", NULL, NULL, NULL};
   graph_rename_value(g, logits, "logits");
   graph_mark_output(g, logits, NULL);
-  graph_name_dims(g, logits, b->paged ? 2 : 3, b->paged ? packed_logit_dims : logit_dims);
+  graph_name_dims(g, logits, b->paged ? 2 : 3,
+                  !b->paged          ? logit_dims
+                  : b->prune_lm_head ? pruned_logit_dims
+                                     : packed_logit_dims);
   for (int i = 0; i < (int)c->n_layers; i++) {
     int full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
     for (int k = 0; k < 2; k++) {

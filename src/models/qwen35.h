@@ -28,8 +28,12 @@
 typedef struct qwen35_options {
   int64_t
       max_context; /* rows of the rotary cos/sin caches; 0 = min(max_position_embeddings, 32768) */
-  int paged;             /* 1: the packed paged layout (../shared/spec/abi.md §8; docs/graph-io.md) */
+  int paged;       /* 1: the packed paged layout (../shared/spec/abi.md §8; docs/graph-io.md) */
   int64_t block_size;    /* paged: tokens per KV page (power of two >= 16); 0 = 16 */
+  ph_dtype io_dtype;     /* paged: activations, KV pages and conv state (f32, f16 or bf16;
+                            PH_DTYPE_INVALID = f32); recurrent state and logits stay f32. The dense
+                            layout is f32 only. */
+  int prune_lm_head;     /* paged: logits [B, V] for each sequence's last token (abi §8.2) */
   ph_dtype weight_dtype; /* storage dtype of the projection and embedding weights in the graph:
                             PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
                             the exporter streams the converted bytes, nothing is copied here) */

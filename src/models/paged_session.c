@@ -1,0 +1,461 @@
+/* paged_session — the packed paged graph bound to its pools. See paged_session.h.
+ * N tokens, B sequences, P pages of K tokens.
+ */
+#include "models/paged_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/prepare.h"
+#include "tensor/dtype.h"
+
+typedef struct layer_bind {
+  paged_layer_kind kind;
+  int in0, in1, out0, out1; /* executor indices: key/value or conv/recurrent */
+} layer_bind;
+
+struct paged_session {
+  graph *g;
+  executor *e;
+  paged_session_params p;
+  block_pool *blocks;
+  kv_buffers *kv;
+  state_pool *states;
+  int n_layers;
+  layer_bind layers[HF_MAX_LAYERS];
+  int in_ids, in_pos, in_table, in_cu, in_past, in_meta, out_logits;
+  int pos_planes; /* 3: position_ids [3, N]; 1: [N] */
+  int pruned;     /* logits [B, V] (the first dim is named batch_size) instead of [N, V] */
+  int64_t block_size, vocab, max_context;
+  /* packed step inputs, sized at creation (a step allocates nothing) */
+  int64_t *ids, *pos;                /* [max_tokens], [3 * max_tokens] */
+  int32_t *cu, *past, *table, *meta; /* [max_batch+1], [max_batch], [max_batch * max_blocks], [3] */
+  int32_t max_blocks;                /* per sequence: pages of max_context tokens */
+  const block_table **tables;        /* [max_batch] */
+  int32_t *slots;                    /* [max_batch] */
+  int64_t last_B, last_N;
+  paged_step_stats stats;
+};
+
+paged_session_params paged_session_params_default(void) {
+  paged_session_params p = {.n_blocks = 257, .max_slots = 8, .max_batch = 8, .max_tokens = 2048};
+  return p;
+}
+
+void paged_binding_for_config(const hf_config *c, paged_binding *out) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->input_ids, PAGED_NAME, "input_ids");
+  snprintf(out->position_ids, PAGED_NAME, "position_ids");
+  snprintf(out->block_table, PAGED_NAME, "block_table");
+  snprintf(out->cu_seqlens, PAGED_NAME, "cumulative_sequence_lengths");
+  snprintf(out->past_seqlens, PAGED_NAME, "past_sequence_lengths");
+  snprintf(out->metadata, PAGED_NAME, "attention_metadata");
+  snprintf(out->logits, PAGED_NAME, "logits");
+  snprintf(out->past_key_fmt, PAGED_NAME, "past_key_values.%%d.key");
+  snprintf(out->past_value_fmt, PAGED_NAME, "past_key_values.%%d.value");
+  snprintf(out->past_conv_fmt, PAGED_NAME, "past_key_values.%%d.conv_state");
+  snprintf(out->past_recurrent_fmt, PAGED_NAME, "past_key_values.%%d.recurrent_state");
+  snprintf(out->present_key_fmt, PAGED_NAME, "present.%%d.key");
+  snprintf(out->present_value_fmt, PAGED_NAME, "present.%%d.value");
+  snprintf(out->present_conv_fmt, PAGED_NAME, "present.%%d.conv_state");
+  snprintf(out->present_recurrent_fmt, PAGED_NAME, "present.%%d.recurrent_state");
+  out->n_layers = (int)c->n_layers;
+  for (int i = 0; i < out->n_layers; i++)
+    out->kind[i] = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION ? PAGED_LAYER_KV : PAGED_LAYER_FIXED;
+}
+
+/* ---- binding ------------------------------------------------------------------------------- */
+
+static int find_input(const graph *g, const char *name, tinfo *t) {
+  for (int i = 0; i < g->n_inputs; i++)
+    if (strcmp(g->values[g->inputs[i]].name, name) == 0) {
+      if (t) *t = g->values[g->inputs[i]].type;
+      return i;
+    }
+  return -1;
+}
+
+static ph_status need_input(paged_session *s, const char *name, int *idx, diag *d) {
+  *idx = exec_input_index(s->e, name);
+  RETURN_ERROR_IF(*idx < 0, d, PH_ERR_INVALID_ARGUMENT, "the graph has no input \"%s\"", name);
+  return PH_OK;
+}
+
+static ph_status need_output(paged_session *s, const char *name, int *idx, diag *d) {
+  *idx = exec_output_index(s->e, name);
+  RETURN_ERROR_IF(*idx < 0, d, PH_ERR_INVALID_ARGUMENT, "the graph has no output \"%s\"", name);
+  return PH_OK;
+}
+
+static void fmt_name(char *dst, size_t n, const char *fmt, int layer) {
+  const char *at = strstr(fmt, "%d");
+  if (!at) {
+    snprintf(dst, n, "%s", fmt);
+    return;
+  }
+  snprintf(dst, n, "%.*s%d%s", (int)(at - fmt), fmt, layer, at + 2);
+}
+
+/* Static dims [from, from+k) of a bound graph input, each known and >= 1. */
+static ph_status static_dims(const graph *g, const char *name, int rank, int from, int64_t *dims,
+                             ph_dtype *dt, diag *d) {
+  tinfo t;
+  RETURN_ERROR_IF(find_input(g, name, &t) < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "the graph has no input \"%s\"", name);
+  RETURN_ERROR_IF(t.rank != rank, d, PH_ERR_INVALID_ARGUMENT, "graph input %s has rank %d, not %d",
+                  name, t.rank, rank);
+  for (int k = from; k < rank; k++)
+    RETURN_ERROR_IF(t.dims[k] < 1, d, PH_ERR_INVALID_ARGUMENT,
+                    "graph input %s: dim %d must be a fixed size (the page or state geometry)",
+                    name, k);
+  memcpy(dims, t.dims, (size_t)rank * sizeof *dims);
+  *dt = t.dtype;
+  return PH_OK;
+}
+
+static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) {
+  int32_t full[HF_MAX_LAYERS], lin[HF_MAX_LAYERS], n_full = 0, n_lin = 0;
+  int64_t kd[4] = {0}, cd[3] = {0}, rd[4] = {0};
+  ph_dtype kv_dt = PH_DTYPE_INVALID, conv_dt = PH_DTYPE_INVALID;
+  char name[PAGED_NAME + 16];
+  s->n_layers = b->n_layers;
+  for (int i = 0; i < b->n_layers; i++) {
+    layer_bind *l = &s->layers[i];
+    l->kind = b->kind[i];
+    if (l->kind == PAGED_LAYER_NONE) continue;
+    const int kv = l->kind == PAGED_LAYER_KV;
+    const char *f[4] = {kv ? b->past_key_fmt : b->past_conv_fmt,
+                        kv ? b->past_value_fmt : b->past_recurrent_fmt,
+                        kv ? b->present_key_fmt : b->present_conv_fmt,
+                        kv ? b->present_value_fmt : b->present_recurrent_fmt};
+    int *idx[4] = {&l->in0, &l->in1, &l->out0, &l->out1};
+    for (int k = 0; k < 4; k++) {
+      fmt_name(name, sizeof name, f[k], i);
+      FORWARD_IF_ERROR(k < 2 ? need_input(s, name, idx[k], d) : need_output(s, name, idx[k], d));
+    }
+    int64_t dims[4];
+    ph_dtype dt;
+    if (kv) {
+      fmt_name(name, sizeof name, b->past_key_fmt, i);
+      FORWARD_IF_ERROR(static_dims(s->g, name, 4, 1, dims, &dt, d));
+      RETURN_ERROR_IF(n_full && (memcmp(dims + 1, kd + 1, 3 * sizeof *dims) || dt != kv_dt), d,
+                      PH_ERR_INVALID_ARGUMENT, "graph input %s: pages differ between layers", name);
+      memcpy(kd, dims, sizeof kd);
+      kv_dt = dt;
+      full[n_full++] = i;
+    } else {
+      fmt_name(name, sizeof name, b->past_conv_fmt, i);
+      FORWARD_IF_ERROR(static_dims(s->g, name, 3, 1, dims, &dt, d));
+      memcpy(cd, dims, sizeof cd);
+      conv_dt = dt;
+      fmt_name(name, sizeof name, b->past_recurrent_fmt, i);
+      FORWARD_IF_ERROR(static_dims(s->g, name, 4, 1, dims, &dt, d));
+      RETURN_ERROR_IF(dt != PH_DTYPE_F32, d, PH_ERR_INVALID_ARGUMENT,
+                      "graph input %s is %s; the recurrent state is f32", name, ph_dtype_name(dt));
+      memcpy(rd, dims, sizeof rd);
+      lin[n_lin++] = i;
+    }
+  }
+  s->block_size = n_full ? kd[1] : 16;
+  kv_geometry kg = {.n_full = n_full,
+                    .full_layers = full,
+                    .n_kv_heads = (int32_t)kd[2],
+                    .head_size = (int32_t)kd[3],
+                    .block_size = (int32_t)s->block_size,
+                    .n_blocks = s->p.n_blocks,
+                    .dtype = n_full ? kv_dt : PH_DTYPE_F32};
+  if (n_full == 0) kg.n_kv_heads = kg.head_size = 1;
+  FORWARD_IF_ERROR(kv_buffers_create(&kg, &s->kv, d));
+  FORWARD_IF_ERROR(block_pool_create(s->p.n_blocks, &s->blocks, d));
+  state_geometry sg = {.n_linear = n_lin,
+                       .linear_layers = lin,
+                       .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
+                       .conv_kernel = (int32_t)(n_lin ? cd[2] + 1 : 2),
+                       .n_v_heads = (int32_t)(n_lin ? rd[1] : 1),
+                       .head_v = (int32_t)(n_lin ? rd[2] : 1),
+                       .head_k = (int32_t)(n_lin ? rd[3] : 1),
+                       .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32,
+                       .max_slots = s->p.max_slots};
+  return state_pool_create(&sg, &s->states, d);
+}
+
+static ph_status bind_io(paged_session *s, const paged_binding *b, diag *d) {
+  FORWARD_IF_ERROR(need_input(s, b->input_ids, &s->in_ids, d));
+  FORWARD_IF_ERROR(need_input(s, b->position_ids, &s->in_pos, d));
+  FORWARD_IF_ERROR(need_input(s, b->block_table, &s->in_table, d));
+  FORWARD_IF_ERROR(need_input(s, b->cu_seqlens, &s->in_cu, d));
+  FORWARD_IF_ERROR(need_input(s, b->past_seqlens, &s->in_past, d));
+  FORWARD_IF_ERROR(need_input(s, b->metadata, &s->in_meta, d));
+  FORWARD_IF_ERROR(need_output(s, b->logits, &s->out_logits, d));
+  tinfo t;
+  find_input(s->g, b->position_ids, &t);
+  RETURN_ERROR_IF(!(t.rank == 1 || (t.rank == 2 && t.dims[0] == 3)), d, PH_ERR_INVALID_ARGUMENT,
+                  "graph input %s must be [N] or [3, N]", b->position_ids);
+  s->pos_planes = t.rank == 2 ? 3 : 1;
+  const gvalue *lv = &s->g->values[s->g->outputs[s->out_logits]];
+  RETURN_ERROR_IF(lv->type.rank != 2 || lv->type.dims[1] < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "graph output %s must be [rows, vocab] with a fixed vocab", b->logits);
+  s->vocab = lv->type.dims[1];
+  s->pruned = lv->sym[0] >= 0 && strcmp(s->g->symbols[lv->sym[0]], "batch_size") == 0;
+  /* the rotary context: rows of the cos cache when the graph has one */
+  s->max_context = INT32_MAX;
+  int cos = graph_find_value(s->g, "cos_cache");
+  if (cos >= 0 && s->g->values[cos].type.rank == 2) s->max_context = s->g->values[cos].type.dims[0];
+  return PH_OK;
+}
+
+ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_session_params *p,
+                               paged_session **out, diag *d) {
+  *out = NULL;
+  paged_session *s = calloc(1, sizeof *s);
+  if (!s) {
+    graph_free(g);
+    return diag_set(d, PH_ERR_NO_MEMORY, "paged session: out of memory");
+  }
+  s->g = g;
+  s->p = p ? *p : paged_session_params_default();
+  ph_status st = PH_OK;
+  if (s->p.n_blocks < 2 || s->p.max_slots < 1 || s->p.max_batch < 1 ||
+      s->p.max_batch > s->p.max_slots || s->p.max_tokens < 1) {
+    st = diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                  "paged session: n_blocks %d (>= 2), max_slots %d (>= 1), max_batch %d (1.."
+                  "max_slots), max_tokens %lld (>= 1)",
+                  s->p.n_blocks, s->p.max_slots, s->p.max_batch, (long long)s->p.max_tokens);
+    goto fail;
+  }
+  if (!bind || bind->n_layers < 0 || bind->n_layers > HF_MAX_LAYERS) {
+    st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "paged session: no layer binding");
+    goto fail;
+  }
+  if ((st = graph_prepare_cpu(g, d)) != PH_OK) goto fail;
+  if ((st = exec_create(g, s->p.n_threads, &s->e, d)) != PH_OK) goto fail;
+  if ((st = bind_io(s, bind, d)) != PH_OK) goto fail;
+  if ((st = bind_layers(s, bind, d)) != PH_OK) goto fail;
+  int64_t mb = s->max_context < INT32_MAX ? (s->max_context + s->block_size - 1) / s->block_size
+                                          : s->p.n_blocks - 1;
+  if (mb > s->p.n_blocks - 1) mb = s->p.n_blocks - 1;
+  s->max_blocks = (int32_t)(mb > 0 ? mb : 1);
+  const size_t T = (size_t)s->p.max_tokens, B = (size_t)s->p.max_batch;
+  s->ids = malloc(T * sizeof *s->ids);
+  s->pos = malloc(3 * T * sizeof *s->pos);
+  s->cu = malloc((B + 1) * sizeof *s->cu);
+  s->past = malloc(B * sizeof *s->past);
+  s->table = malloc(B * (size_t)s->max_blocks * sizeof *s->table);
+  s->meta = malloc(3 * sizeof *s->meta);
+  s->tables = malloc(B * sizeof *s->tables);
+  s->slots = malloc(B * sizeof *s->slots);
+  if (!s->ids || !s->pos || !s->cu || !s->past || !s->table || !s->meta || !s->tables ||
+      !s->slots) {
+    st = diag_set(d, PH_ERR_NO_MEMORY, "paged session: out of memory");
+    goto fail;
+  }
+  *out = s;
+  return PH_OK;
+fail:
+  paged_session_free(s);
+  return st;
+}
+
+void paged_session_free(paged_session *s) {
+  if (!s) return;
+  exec_free(s->e);
+  graph_free(s->g);
+  block_pool_free(s->blocks);
+  kv_buffers_free(s->kv);
+  state_pool_free(s->states);
+  free(s->ids);
+  free(s->pos);
+  free(s->cu);
+  free(s->past);
+  free(s->table);
+  free(s->meta);
+  free(s->tables);
+  free(s->slots);
+  free(s);
+}
+
+/* ---- a step -------------------------------------------------------------------------------- */
+
+static tensor tensor_of(ph_dtype dt, int rank, const int64_t *dims, void *data) {
+  tensor t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dt;
+  t.rank = rank;
+  memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+  t.data = data;
+  return t;
+}
+
+static tensor tensor_of_view(const tensor_view *v) {
+  return tensor_of(v->dtype, v->shape.n_dims, v->shape.dims, v->data);
+}
+
+static ph_status check_step(const paged_session *s, const paged_seq *seqs, int32_t B, int64_t *N,
+                            diag *d) {
+  RETURN_ERROR_IF(B < 1 || B > s->p.max_batch, d, PH_ERR_INVALID_ARGUMENT,
+                  "a step runs 1..%d sequences, got %d", s->p.max_batch, B);
+  int64_t total = 0;
+  for (int32_t b = 0; b < B; b++) {
+    const paged_seq *q = &seqs[b];
+    RETURN_ERROR_IF(q->n < 1 || !q->tokens || q->past < 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "sequence %d: %lld new tokens after %lld (need >= 1 after >= 0)", b,
+                    (long long)q->n, (long long)q->past);
+    RETURN_ERROR_IF(!state_pool_slot_in_use(s->states, q->slot), d, PH_ERR_INVALID_ARGUMENT,
+                    "sequence %d: state slot %d is not allocated", b, q->slot);
+    for (int32_t c = 0; c < b; c++)
+      RETURN_ERROR_IF(seqs[c].slot == q->slot, d, PH_ERR_INVALID_ARGUMENT,
+                      "sequences %d and %d share state slot %d", c, b, q->slot);
+    RETURN_ERROR_IF(q->past + q->n > s->max_context, d, PH_ERR_LIMIT,
+                    "sequence %d: %lld tokens exceed the model's context of %lld", b,
+                    (long long)(q->past + q->n), (long long)s->max_context);
+    const int32_t need = block_table_blocks_for(q->past + q->n, (int32_t)s->block_size);
+    RETURN_ERROR_IF(!q->blocks || q->blocks->n_blocks < need, d, PH_ERR_INVALID_ARGUMENT,
+                    "sequence %d: its block table holds %d pages, %d needed for %lld tokens", b,
+                    q->blocks ? q->blocks->n_blocks : 0, need, (long long)(q->past + q->n));
+    for (int64_t j = 0; j < q->n; j++)
+      RETURN_ERROR_IF(q->tokens[j] < 0 || q->tokens[j] >= s->vocab, d, PH_ERR_INVALID_ARGUMENT,
+                      "sequence %d: token %lld at %lld is outside the vocabulary [0, %lld)", b,
+                      (long long)q->tokens[j], (long long)j, (long long)s->vocab);
+    total += q->n;
+  }
+  RETURN_ERROR_IF(total > s->p.max_tokens, d, PH_ERR_LIMIT,
+                  "a step of %lld tokens exceeds max_tokens %lld", (long long)total,
+                  (long long)s->p.max_tokens);
+  *N = total;
+  return PH_OK;
+}
+
+/* Packs the step's inputs and binds them. */
+static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, int64_t N, diag *d) {
+  int32_t max_q = 0, max_kv = 0, max_blocks = 1;
+  s->cu[0] = 0;
+  for (int32_t b = 0; b < B; b++) {
+    const paged_seq *q = &seqs[b];
+    const int64_t at = s->cu[b];
+    memcpy(s->ids + at, q->tokens, (size_t)q->n * sizeof *s->ids);
+    for (int64_t j = 0; j < q->n; j++)
+      for (int r = 0; r < s->pos_planes; r++) s->pos[r * N + at + j] = q->past + j;
+    s->cu[b + 1] = (int32_t)(at + q->n);
+    s->past[b] = (int32_t)q->past;
+    s->tables[b] = q->blocks;
+    if (q->n > max_q) max_q = (int32_t)q->n;
+    if (q->past + q->n > max_kv) max_kv = (int32_t)(q->past + q->n);
+    const int32_t need = block_table_blocks_for(q->past + q->n, (int32_t)s->block_size);
+    if (need > max_blocks) max_blocks = need;
+  }
+  /* only the pages covering each sequence's tokens are passed: a table may hold more (reserved
+   * ahead), which the kernel never reads */
+  for (int32_t b = 0; b < B; b++) {
+    int32_t *row = s->table + (size_t)b * (size_t)max_blocks;
+    const int32_t need = block_table_blocks_for(seqs[b].past + seqs[b].n, (int32_t)s->block_size);
+    for (int32_t j = 0; j < max_blocks; j++)
+      row[j] = j < need ? seqs[b].blocks->ids[j] : BLOCK_POOL_NULL_ID;
+  }
+  s->meta[0] = max_q;
+  s->meta[1] = max_kv;
+  s->meta[2] = 0;
+  tensor t;
+  t = tensor_of(PH_DTYPE_I64, 1, (int64_t[]){N}, s->ids);
+  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_ids, &t, d));
+  t = s->pos_planes == 3 ? tensor_of(PH_DTYPE_I64, 2, (int64_t[]){3, N}, s->pos)
+                         : tensor_of(PH_DTYPE_I64, 1, (int64_t[]){N}, s->pos);
+  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_pos, &t, d));
+  t = tensor_of(PH_DTYPE_I32, 2, (int64_t[]){B, max_blocks}, s->table);
+  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_table, &t, d));
+  t = tensor_of(PH_DTYPE_I32, 1, (int64_t[]){B + 1}, s->cu);
+  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_cu, &t, d));
+  t = tensor_of(PH_DTYPE_I32, 1, (int64_t[]){B}, s->past);
+  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_past, &t, d));
+  t = tensor_of(PH_DTYPE_I32, 1, (int64_t[]){3}, s->meta);
+  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_meta, &t, d));
+  for (int i = 0; i < s->n_layers; i++) {
+    const layer_bind *l = &s->layers[i];
+    if (l->kind == PAGED_LAYER_NONE) continue;
+    tensor_view v0, v1;
+    if (l->kind == PAGED_LAYER_KV) {
+      FORWARD_IF_ERROR(kv_buffers_key(s->kv, i, &v0, d));
+      FORWARD_IF_ERROR(kv_buffers_value(s->kv, i, &v1, d));
+    } else {
+      FORWARD_IF_ERROR(state_pool_bound_conv(s->states, i, &v0, d));
+      FORWARD_IF_ERROR(state_pool_bound_recurrent(s->states, i, &v1, d));
+    }
+    /* the present outputs are the past buffers: updated in place */
+    tensor t0 = tensor_of_view(&v0), t1 = tensor_of_view(&v1);
+    FORWARD_IF_ERROR(exec_bind_input(s->e, l->in0, &t0, d));
+    FORWARD_IF_ERROR(exec_bind_input(s->e, l->in1, &t1, d));
+    FORWARD_IF_ERROR(exec_bind_output(s->e, l->out0, &t0, d));
+    FORWARD_IF_ERROR(exec_bind_output(s->e, l->out1, &t1, d));
+  }
+  return PH_OK;
+}
+
+ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, diag *d) {
+  int64_t N = 0;
+  FORWARD_IF_ERROR(check_step(s, seqs, B, &N, d));
+  for (int32_t b = 0; b < B; b++) s->slots[b] = seqs[b].slot;
+  const uint64_t moved0 = state_pool_bytes_moved(s->states);
+  FORWARD_IF_ERROR(state_pool_bind(s->states, s->slots, B, d));
+  const int zero_copy = state_pool_bound_is_slice(s->states);
+  ph_status st = bind_step(s, seqs, B, N, d);
+  if (st == PH_OK) st = exec_run(s->e, d);
+  diag ud;
+  ph_status su = state_pool_unbind(s->states, &ud); /* scatters back even after a failure */
+  if (st == PH_OK && su != PH_OK) {
+    diag_copy(d, &ud);
+    st = su;
+  }
+  if (st != PH_OK) return st;
+  int64_t rows = 0;
+  paged_session_logits(s, &rows);
+  RETURN_ERROR_IF(rows != (s->pruned ? B : N), d, PH_ERR_INVALID_ARGUMENT,
+                  "graph output logits has %lld rows; expected %lld", (long long)rows,
+                  (long long)(s->pruned ? B : N));
+  s->last_B = B;
+  s->last_N = N;
+  s->stats = (paged_step_stats){.n_tokens = N,
+                                .n_seqs = B,
+                                .state_bytes_moved = state_pool_bytes_moved(s->states) - moved0,
+                                .state_zero_copy = zero_copy};
+  return PH_OK;
+}
+
+/* ---- results and accessors ------------------------------------------------------------------ */
+
+const float *paged_session_logits(const paged_session *s, int64_t *rows) {
+  const tensor *t = exec_output(s->e, s->out_logits);
+  if (!t || !t->data || t->dtype != PH_DTYPE_F32) {
+    if (rows) *rows = 0;
+    return NULL;
+  }
+  if (rows) *rows = t->dims[0];
+  return t->data;
+}
+
+int paged_session_prunes_lm_head(const paged_session *s) { return s->pruned; }
+
+const float *paged_session_last_logits(const paged_session *s, int32_t b) {
+  int64_t rows = 0;
+  const float *l = paged_session_logits(s, &rows);
+  if (!l || b < 0 || b >= s->last_B) return NULL;
+  const int64_t r = s->pruned ? b : (int64_t)s->cu[b + 1] - 1;
+  return r < rows ? l + r * s->vocab : NULL;
+}
+
+const float *paged_session_token_logits(const paged_session *s, int32_t b, int64_t j) {
+  int64_t rows = 0;
+  const float *l = paged_session_logits(s, &rows);
+  if (!l || b < 0 || b >= s->last_B || j < 0 || j >= s->cu[b + 1] - s->cu[b]) return NULL;
+  if (s->pruned) return j == s->cu[b + 1] - s->cu[b] - 1 ? l + (int64_t)b * s->vocab : NULL;
+  return l + ((int64_t)s->cu[b] + j) * s->vocab;
+}
+
+int64_t paged_session_vocab(const paged_session *s) { return s->vocab; }
+int64_t paged_session_block_size(const paged_session *s) { return s->block_size; }
+int64_t paged_session_max_context(const paged_session *s) { return s->max_context; }
+block_pool *paged_session_blocks(paged_session *s) { return s->blocks; }
+state_pool *paged_session_states(paged_session *s) { return s->states; }
+kv_buffers *paged_session_kv(paged_session *s) { return s->kv; }
+executor *paged_session_executor(paged_session *s) { return s->e; }
+const paged_session_params *paged_session_params_of(const paged_session *s) { return &s->p; }
+paged_step_stats paged_session_last_stats(const paged_session *s) { return s->stats; }

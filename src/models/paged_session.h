@@ -1,0 +1,122 @@
+/* paged_session — the packed paged graph bound to its memory: the runner under `generate` for
+ * several sequences and under the engine (src/engine).
+ *
+ * Owns the graph (prepared for the CPU), the executor, and the three pools of the ABI's memory
+ * (../shared/spec/abi.md §8.1): the KV block pool and one page buffer per full-attention layer
+ * (src/cache/block_pool.h, kv_buffers.h), and the fixed-state slot pool for the conv and
+ * recurrent states of the linear layers (src/cache/state_pool.h). A step receives B sequences,
+ * each with its state slot, its block table, how many tokens are already cached and its new
+ * tokens; the session packs input_ids [N], position_ids, cumulative_sequence_lengths,
+ * past_sequence_lengths, block_table [B, max_blocks] and attention_metadata, binds every page
+ * buffer as both past and present (written in place by PagedAttention) and the slots' states as
+ * the [B, ...] state inputs and outputs (zero copies when the slots are consecutive, counted
+ * otherwise), and runs. It never decides which sequences run or which pages/slots they get:
+ * callers allocate from the pools it exposes (the engine's scheduler, or `generate`).
+ *
+ * Bindings come from a paged_binding: graph names and which layers hold KV pages or fixed state
+ * — what genai_config.json's inputs/outputs and state_groups say (paged_binding_from_genai), so a
+ * package with the same ABI exported by another tool binds the same way.
+ * Not thread-safe: one caller drives it.
+ */
+#ifndef PH_MODELS_PAGED_SESSION_H
+#define PH_MODELS_PAGED_SESSION_H
+
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "cache/block_pool.h"
+#include "cache/kv_buffers.h"
+#include "cache/state_pool.h"
+#include "exec/exec.h"
+#include "graph/graph.h"
+#include "io/genai_config.h"
+
+#define PAGED_NAME 96
+
+typedef enum paged_layer_kind {
+  PAGED_LAYER_NONE,
+  PAGED_LAYER_KV,
+  PAGED_LAYER_FIXED
+} paged_layer_kind;
+
+/* Graph names and layer roles. The *_fmt templates contain one %d (the layer index). */
+typedef struct paged_binding {
+  char input_ids[PAGED_NAME], position_ids[PAGED_NAME], block_table[PAGED_NAME];
+  char cu_seqlens[PAGED_NAME], past_seqlens[PAGED_NAME], metadata[PAGED_NAME], logits[PAGED_NAME];
+  char past_key_fmt[PAGED_NAME], past_value_fmt[PAGED_NAME];
+  char past_conv_fmt[PAGED_NAME], past_recurrent_fmt[PAGED_NAME];
+  char present_key_fmt[PAGED_NAME], present_value_fmt[PAGED_NAME];
+  char present_conv_fmt[PAGED_NAME], present_recurrent_fmt[PAGED_NAME];
+  int n_layers;
+  paged_layer_kind kind[HF_MAX_LAYERS];
+} paged_binding;
+
+/* From a paged genai_config (its names and state_groups): paged_kv layers are KV, layers in
+ * fixed_conv (and fixed_recurrent) are FIXED. PH_ERR_CONFIG_INVALID when the config is not the
+ * paged layout or a layer is in fixed_conv but not fixed_recurrent (or the reverse). */
+ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, diag *d);
+
+/* The names our builder (models/qwen35) gives the paged graph, layers by the config's kinds. */
+void paged_binding_for_config(const hf_config *c, paged_binding *out);
+
+typedef struct paged_session_params {
+  int32_t n_blocks;   /* KV pages including the null page 0 (>= 2) */
+  int32_t max_slots;  /* fixed-state slots = most sequences alive at once (>= 1) */
+  int32_t max_batch;  /* most sequences in one step (>= 1; <= max_slots) */
+  int64_t max_tokens; /* most tokens in one step (>= 1) */
+  int n_threads;      /* <= 0: all CPUs */
+} paged_session_params;
+
+paged_session_params paged_session_params_default(void); /* 257 pages, 8 slots, 8, 2048 */
+
+typedef struct paged_session paged_session;
+
+/* Takes ownership of the finalized graph g (freed with the session, also on failure), prepares
+ * it for the CPU and binds it. The page geometry (block size, Hkv, D, io dtype) and state shapes
+ * are read from the graph inputs' static dims. Errors: PH_ERR_INVALID_ARGUMENT (a missing or
+ * mis-shaped input/output named in the message, bad params), PH_ERR_NO_MEMORY. */
+ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_session_params *p,
+                               paged_session **out, diag *d);
+void paged_session_free(paged_session *s); /* NULL-safe */
+
+/* One sequence of a step. */
+typedef struct paged_seq {
+  int32_t slot;              /* its allocated state slot */
+  const block_table *blocks; /* pages covering tokens [0, past + n) */
+  int64_t past;              /* tokens already in the cache (= position of tokens[0]) */
+  const int64_t *tokens;     /* [n] new token ids in [0, vocab) */
+  int64_t n;                 /* >= 1 */
+} paged_seq;
+
+/* Runs one packed step over seqs[B] (distinct slots). Text positions: all position planes read
+ * past + j. Errors leave the pools' bookkeeping unchanged (state is scattered back even when the
+ * graph fails): PH_ERR_INVALID_ARGUMENT (B, n, slot, token id or page coverage, naming the
+ * sequence), PH_ERR_LIMIT (tokens beyond max_tokens or the rotary context). */
+ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, diag *d);
+
+/* Logits of the last run: row r of [rows, vocab] f32, valid until the next run. rows is N, or B
+ * for a graph with a pruned LM head. paged_session_last_logits gives sequence b's last row in
+ * either case. */
+const float *paged_session_logits(const paged_session *s, int64_t *rows);
+const float *paged_session_last_logits(const paged_session *s, int32_t b);
+/* Row of token j of sequence b, or NULL when the graph prunes the LM head (only j = n-1). */
+const float *paged_session_token_logits(const paged_session *s, int32_t b, int64_t j);
+
+int64_t paged_session_vocab(const paged_session *s);
+int64_t paged_session_block_size(const paged_session *s);
+int64_t paged_session_max_context(const paged_session *s); /* rotary rows: positions < this */
+int paged_session_prunes_lm_head(const paged_session *s);
+block_pool *paged_session_blocks(paged_session *s);
+state_pool *paged_session_states(paged_session *s);
+kv_buffers *paged_session_kv(paged_session *s);
+executor *paged_session_executor(paged_session *s);
+const paged_session_params *paged_session_params_of(const paged_session *s);
+
+typedef struct paged_step_stats {
+  int64_t n_tokens, n_seqs;
+  uint64_t state_bytes_moved; /* gathered/scattered by this step's state binding */
+  int state_zero_copy;        /* 1 when the slots were bound as one slice */
+} paged_step_stats;
+paged_step_stats paged_session_last_stats(const paged_session *s);
+
+#endif /* PH_MODELS_PAGED_SESSION_H */

@@ -1,0 +1,494 @@
+/* The packed paged layout under continuous-batching traffic (issue 5), through paged_session and
+ * its pools: unequal lengths around the page size (15, 16, 17) and the GatedDeltaNet chunk
+ * (63, 64, 65), nonzero past and multi-token continuations, the batch reordered between steps
+ * (slots bound as a slice and gathered), a request removed and its pages reused — pre-filled with
+ * garbage — by a request admitted next to continuing ones. Checked after every step against one
+ * dense session per sequence (logits, the logical K/V page contents, conv and recurrent states),
+ * and per sequence bit for bit against the same sequence run alone in the paged layout (batch
+ * invariance). Also: a pruned LM head gives exactly the last rows, and a bf16-activation graph
+ * is batch invariant too. The model is the golden f32 checkpoint (layers 0-2 linear, 3 full). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "check.h"
+#include "models/dense_session.h"
+#include "models/model.h"
+#include "models/paged_session.h"
+#include "models/qwen35.h"
+#include "tensor/dtype.h"
+
+#define BLOCK   16
+#define MAX_TOK 160
+#define N_SEQ   6
+#define PAGES   40 /* incl. the null page: enough for the live sequences, so E's pages get reused */
+
+typedef struct seq {
+  int64_t tokens[MAX_TOK];
+  int64_t n_total, done;
+  int32_t slot;
+  int live;
+  block_table bt;
+  float *logits;        /* [n_total, V] */
+  dense_session *dense; /* reference (may be NULL) */
+  int64_t chunks[32];   /* the chunk list it ran, replayed alone */
+  int n_chunks;
+} seq;
+
+/* One step: up to N_SEQ (sequence, tokens) entries in batch order; remove lists sequences that
+ * leave before the step (their pages and slot go back to the pools). */
+typedef struct step_plan {
+  int n;
+  int who[N_SEQ];
+  int64_t len[N_SEQ];
+  int n_remove;
+  int remove[2];
+} step_plan;
+
+/* A: 65 then 3, 1...; B: 15, 1 (=16), 1 (=17), 16; C: 64, 1, 2; D admitted at step 2 (17, 5);
+ * E: 63 then removed; F admitted at step 3 into E's recycled, garbage-filled pages. */
+static const step_plan PLAN[] = {
+    {4, {0, 1, 2, 4}, {65, 15, 64, 63}, 0, {0}},   {4, {2, 1, 0, 3}, {1, 1, 3, 17}, 0, {0}},
+    {4, {5, 0, 1, 3}, {16, 1, 1, 5}, 1, {4}},      {5, {1, 2, 5, 0, 3}, {16, 2, 1, 1, 1}, 0, {0}},
+    {5, {0, 1, 2, 3, 5}, {1, 1, 1, 1, 1}, 0, {0}}, {3, {3, 5, 0}, {1, 1, 1}, 0, {0}},
+};
+#define N_STEPS ((int)(sizeof PLAN / sizeof PLAN[0]))
+
+static ph_model *open_golden(void) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  ph_model *m = NULL;
+  CHECK_STATUS(ph_model_open(path, NULL, &m), PH_OK, ph_model_error(m));
+  return m;
+}
+
+static paged_session *open_session(ph_model *m, ph_dtype io, int prune) {
+  const hf_config *c = model_config(m);
+  qwen35_options o = qwen35_options_default();
+  o.paged = 1;
+  o.block_size = BLOCK;
+  o.max_context = 512;
+  o.io_dtype = io;
+  o.prune_lm_head = prune;
+  graph *g = NULL;
+  diag d;
+  CHECK_STATUS(qwen35_build_dense(c, model_weights_of(m), &o, &g, &d), PH_OK, d.msg);
+  if (!g) return NULL;
+  paged_binding bind;
+  paged_binding_for_config(c, &bind);
+  paged_session_params p = paged_session_params_default();
+  p.n_blocks = PAGES;
+  p.max_slots = N_SEQ;
+  p.max_batch = N_SEQ;
+  p.max_tokens = 512;
+  p.n_threads = 2;
+  paged_session *s = NULL;
+  CHECK_STATUS(paged_session_create(g, &bind, &p, &s, &d), PH_OK, d.msg);
+  return s;
+}
+
+/* Fills pages [ids] of every layer with NaN: a kernel reading beyond a sequence's tokens would
+ * spread it into the logits. */
+static void dirty_pages(paged_session *s, const model_weights *w, const hf_config *c,
+                        const int32_t *ids, int n) {
+  (void)w;
+  kv_buffers *kv = paged_session_kv(s);
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    if (c->layer_kind[i] != PH_LAYER_FULL_ATTENTION) continue;
+    for (int which = 0; which < 2; which++) {
+      tensor_view v;
+      diag d;
+      CHECK_STATUS(which ? kv_buffers_value(kv, i, &v, &d) : kv_buffers_key(kv, i, &v, &d), PH_OK,
+                   d.msg);
+      const size_t page = (size_t)(v.shape.dims[1] * v.shape.dims[2] * v.shape.dims[3]);
+      const size_t es = dtype_size(v.dtype);
+      for (int k = 0; k < n; k++)
+        memset((char *)v.data + (size_t)ids[k] * page * es, 0xff, page * es);
+    }
+  }
+}
+
+static void load_f32(const tensor_view *v, int64_t at, int64_t n, float *dst) {
+  dtype_convert(dst, PH_DTYPE_F32, (const char *)v->data + (size_t)at * dtype_size(v->dtype),
+                v->dtype, (size_t)n, NULL);
+}
+
+typedef struct worst {
+  double logits, kv, conv, rec;
+} worst;
+
+static double rel(double err, double scale) { return scale > 0 ? err / scale : err; }
+
+/* Paged state of sequence q after a step vs its dense session. */
+static void compare_states(paged_session *s, const hf_config *c, const seq *q, worst *w) {
+  diag d;
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    int rank = 0;
+    int64_t dims[4];
+    if (c->layer_kind[i] == PH_LAYER_FULL_ATTENTION) {
+      const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
+      for (int which = 0; which < 2; which++) {
+        const float *ref = dense_session_state(q->dense, i, which, &rank, dims); /* [Hkv, P, D] */
+        tensor_view v;
+        CHECK_STATUS(which ? kv_buffers_value(paged_session_kv(s), i, &v, &d)
+                           : kv_buffers_key(paged_session_kv(s), i, &v, &d),
+                     PH_OK, d.msg);
+        double err = 0, scale = 0;
+        float row[256];
+        for (int64_t t = 0; t < q->done; t++) {
+          const int32_t page = q->bt.ids[t / BLOCK];
+          load_f32(&v, ((int64_t)page * BLOCK + t % BLOCK) * Hkv * D, Hkv * D, row);
+          for (int64_t h = 0; h < Hkv; h++)
+            for (int64_t k = 0; k < D; k++) {
+              const float r = ref[(h * dims[1] + t) * D + k];
+              scale = fmax(scale, fabs(r));
+              err = fmax(err, fabs((double)row[h * D + k] - r));
+            }
+        }
+        w->kv = fmax(w->kv, rel(err, scale));
+      }
+    } else {
+      tensor_view cv, rv;
+      CHECK_STATUS(state_pool_slot_conv(paged_session_states(s), i, q->slot, &cv, &d), PH_OK,
+                   d.msg);
+      CHECK_STATUS(state_pool_slot_recurrent(paged_session_states(s), i, q->slot, &rv, &d), PH_OK,
+                   d.msg);
+      const float *rc = dense_session_state(q->dense, i, 0, &rank, dims); /* [C, K-1] */
+      const int64_t nc = dims[0] * dims[1];
+      float *pc = malloc((size_t)nc * sizeof *pc);
+      load_f32(&cv, 0, nc, pc);
+      double err = 0, scale = 0;
+      for (int64_t k = 0; k < nc; k++) {
+        scale = fmax(scale, fabs(rc[k]));
+        err = fmax(err, fabs((double)pc[k] - rc[k]));
+      }
+      free(pc);
+      w->conv = fmax(w->conv, rel(err, scale));
+      const float *rr = dense_session_state(q->dense, i, 1, &rank, dims); /* [Hv, Dk, Dv] */
+      const float *pr = rv.data;                                          /* [Hv, Dv, Dk] */
+      const int64_t Hv = dims[0], Dk = dims[1], Dv = dims[2];
+      err = scale = 0;
+      for (int64_t h = 0; h < Hv; h++)
+        for (int64_t a = 0; a < Dk; a++)
+          for (int64_t b = 0; b < Dv; b++) {
+            const float r = rr[(h * Dk + a) * Dv + b];
+            scale = fmax(scale, fabs(r));
+            err = fmax(err, fabs((double)pr[(h * Dv + b) * Dk + a] - r));
+          }
+      w->rec = fmax(w->rec, rel(err, scale));
+    }
+  }
+}
+
+static void admit(paged_session *s, const hf_config *c, seq *q, int64_t n_tokens, int dirty) {
+  diag d;
+  CHECK_STATUS(state_pool_alloc(paged_session_states(s), &q->slot, &d), PH_OK, d.msg);
+  CHECK_STATUS(block_table_reserve(&q->bt, paged_session_blocks(s), n_tokens, BLOCK, &d), PH_OK,
+               d.msg);
+  if (dirty) dirty_pages(s, NULL, c, q->bt.ids, q->bt.n_blocks);
+  q->live = 1;
+}
+
+static void retire(paged_session *s, seq *q) {
+  diag d;
+  CHECK_STATUS(block_table_release(&q->bt, paged_session_blocks(s), &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_release(paged_session_states(s), q->slot, &d), PH_OK, d.msg);
+  q->live = 0;
+}
+
+/* Runs the plan packed; with with_dense, checks every step against the dense sessions. */
+static void run_plan(paged_session *s, ph_model *m, seq *seqs, int with_dense, worst *w,
+                     uint64_t *moved, int *zero_copy_steps) {
+  const hf_config *c = model_config(m);
+  const int64_t V = c->vocab_size;
+  diag d;
+  for (int k = 0; k < N_STEPS; k++) {
+    const step_plan *p = &PLAN[k];
+    for (int r = 0; r < p->n_remove; r++) retire(s, &seqs[p->remove[r]]);
+    paged_seq batch[N_SEQ];
+    for (int b = 0; b < p->n; b++) {
+      seq *q = &seqs[p->who[b]];
+      /* admission reserves pages for the whole sequence; recycled pages are dirtied */
+      if (!q->live) admit(s, c, q, q->n_total, k > 0);
+      batch[b] = (paged_seq){q->slot, &q->bt, q->done, q->tokens + q->done, p->len[b]};
+    }
+    ph_status st = paged_session_run(s, batch, p->n, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (st != PH_OK) return;
+    paged_step_stats ss = paged_session_last_stats(s);
+    *moved += ss.state_bytes_moved;
+    *zero_copy_steps += ss.state_zero_copy;
+    for (int b = 0; b < p->n; b++) {
+      seq *q = &seqs[p->who[b]];
+      for (int64_t j = 0; j < p->len[b]; j++)
+        memcpy(q->logits + (q->done + j) * V, paged_session_token_logits(s, b, j),
+               (size_t)V * sizeof(float));
+      q->chunks[q->n_chunks++] = p->len[b];
+      if (with_dense) {
+        float *ref = malloc((size_t)(p->len[b] * V) * sizeof *ref);
+        CHECK_STATUS(dense_session_step(q->dense, q->tokens + q->done, p->len[b], ref, &d), PH_OK,
+                     d.msg);
+        double err = 0, scale = 0;
+        for (int64_t e = 0; e < p->len[b] * V; e++) {
+          scale = fmax(scale, fabs(ref[e]));
+          err = fmax(err, fabs((double)q->logits[q->done * V + e] - ref[e]));
+        }
+        w->logits = fmax(w->logits, rel(err, scale));
+        free(ref);
+      }
+      q->done += p->len[b];
+      if (with_dense) compare_states(s, c, q, w);
+    }
+  }
+}
+
+static void init_seqs(seq *seqs, const hf_config *c) {
+  rng r = rng_seed(2026);
+  memset(seqs, 0, N_SEQ * sizeof *seqs);
+  for (int k = 0; k < N_STEPS; k++)
+    for (int b = 0; b < PLAN[k].n; b++) seqs[PLAN[k].who[b]].n_total += PLAN[k].len[b];
+  for (int i = 0; i < N_SEQ; i++) {
+    block_table_init(&seqs[i].bt);
+    seqs[i].slot = -1;
+    for (int64_t t = 0; t < seqs[i].n_total; t++)
+      seqs[i].tokens[t] = (int64_t)(rng_next(&r) % (uint64_t)c->vocab_size);
+    seqs[i].logits = calloc((size_t)(seqs[i].n_total * c->vocab_size), sizeof(float));
+  }
+}
+
+static void free_seqs(seq *seqs, paged_session *s) {
+  for (int i = 0; i < N_SEQ; i++) {
+    if (seqs[i].live) retire(s, &seqs[i]);
+    free(seqs[i].logits);
+    dense_session_free(seqs[i].dense);
+  }
+}
+
+/* Each sequence alone, same chunks, fresh slot and pages: logits bit-identical to the packed run.
+ */
+static int alone_matches(paged_session *s, const hf_config *c, const seq *packed) {
+  const int64_t V = c->vocab_size;
+  int all = 1;
+  diag d;
+  for (int i = 0; i < N_SEQ; i++) {
+    seq q = packed[i];
+    q.done = 0;
+    q.live = 0;
+    block_table_init(&q.bt);
+    q.logits = calloc((size_t)(q.n_total * V), sizeof(float));
+    admit(s, c, &q, q.n_total, 1);
+    for (int k = 0; k < q.n_chunks; k++) {
+      paged_seq one = {q.slot, &q.bt, q.done, q.tokens + q.done, q.chunks[k]};
+      CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_OK, d.msg);
+      for (int64_t j = 0; j < q.chunks[k]; j++)
+        memcpy(q.logits + (q.done + j) * V, paged_session_token_logits(s, 0, j),
+               (size_t)V * sizeof(float));
+      q.done += q.chunks[k];
+    }
+    const int same =
+        memcmp(q.logits, packed[i].logits, (size_t)(q.n_total * V) * sizeof(float)) == 0;
+    if (!same) printf("  sequence %d differs from its run alone\n", i);
+    all &= same;
+    retire(s, &q);
+    free(q.logits);
+  }
+  return all;
+}
+
+static void test_packed_vs_dense_and_alone(void) {
+  ph_model *m = open_golden();
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  paged_session *s = open_session(m, PH_DTYPE_F32, 0);
+  if (!s) {
+    ph_model_free(m);
+    return;
+  }
+  seq seqs[N_SEQ];
+  init_seqs(seqs, c);
+  diag d;
+  for (int i = 0; i < N_SEQ; i++)
+    CHECK_STATUS(dense_session_create(m, 512, 2, &seqs[i].dense, &d), PH_OK, d.msg);
+  /* every page starts dirty */
+  int32_t all[PAGES - 1];
+  for (int i = 0; i < PAGES - 1; i++) all[i] = i + 1;
+  dirty_pages(s, NULL, c, all, PAGES - 1);
+  worst w = {0};
+  uint64_t moved = 0;
+  int zero_copy = 0;
+  run_plan(s, m, seqs, 1, &w, &moved, &zero_copy);
+  printf("  packed vs dense per step, worst of scale: logits %.2e, K/V pages %.2e, conv %.2e, "
+         "recurrent %.2e\n  state bytes moved %llu over %d steps (%d bound as zero-copy slices)\n",
+         w.logits, w.kv, w.conv, w.rec, (unsigned long long)moved, N_STEPS, zero_copy);
+  CHECK(w.logits <= 1e-4 && w.kv <= 1e-5 && w.conv <= 1e-5 && w.rec <= 1e-4);
+  CHECK(zero_copy >= 1 && zero_copy < N_STEPS); /* both binding paths ran */
+  for (int i = 0; i < N_SEQ; i++)
+    for (int64_t e = 0; e < seqs[i].done * c->vocab_size; e++)
+      if (!isfinite(seqs[i].logits[e])) {
+        CHECK(!"a non-finite logit: garbage pages leaked in");
+        break;
+      }
+  /* removal released E's pages and slot; the pools balance */
+  CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), N_SEQ - 1);
+  int32_t held = 0;
+  for (int i = 0; i < N_SEQ; i++) held += seqs[i].live ? seqs[i].bt.n_blocks : 0;
+  CHECK_EQ_INT(block_pool_used_count(paged_session_blocks(s)), held);
+  for (int i = 0; i < N_SEQ; i++)
+    if (seqs[i].live) retire(s, &seqs[i]);
+  CHECK(alone_matches(s, c, seqs));
+  CHECK_EQ_INT(block_pool_used_count(paged_session_blocks(s)), 0);
+  CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), 0);
+  free_seqs(seqs, s);
+  paged_session_free(s);
+  ph_model_free(m);
+}
+
+/* f16 / bf16 activations, KV pages and conv state (what ONNX Runtime's CUDA PagedAttention
+ * takes): still bit-identical packed vs alone, and as close to the f32 graph as the format allows.
+ * The f32 checkpoint's weights are rounded to the io dtype too (ONNX MatMul takes one dtype), so
+ * the difference is rounding through 4 layers of random weights; it scales with the mantissa
+ * (measured: f16 2.6e-2, bf16 1.5e-1 of the logit scale, a ratio near 2^3 = the 3 bits bf16 lacks).
+ */
+static void io_dtype_case(ph_dtype io, double bound) {
+  ph_model *m = open_golden();
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  paged_session *s32 = open_session(m, PH_DTYPE_F32, 0);
+  paged_session *s16 = open_session(m, io, 0);
+  if (s32 && s16) {
+    seq a[N_SEQ], b[N_SEQ];
+    init_seqs(a, c);
+    init_seqs(b, c);
+    worst w = {0};
+    uint64_t moved = 0;
+    int zc = 0;
+    run_plan(s32, m, a, 0, &w, &moved, &zc);
+    run_plan(s16, m, b, 0, &w, &moved, &zc);
+    double err = 0, scale = 0;
+    for (int i = 0; i < N_SEQ; i++)
+      for (int64_t e = 0; e < a[i].n_total * c->vocab_size; e++) {
+        scale = fmax(scale, fabs(a[i].logits[e]));
+        err = fmax(err, fabs((double)b[i].logits[e] - a[i].logits[e]));
+      }
+    printf("  %s activations vs f32: worst logits difference %.2e of scale (bound %.0e)\n",
+           ph_dtype_name(io), err / scale, bound);
+    CHECK(err <= bound * scale);
+    for (int i = 0; i < N_SEQ; i++)
+      if (b[i].live) retire(s16, &b[i]);
+    CHECK(alone_matches(s16, c, b));
+    free_seqs(a, s32);
+    free_seqs(b, s16);
+  }
+  paged_session_free(s32);
+  paged_session_free(s16);
+  ph_model_free(m);
+}
+
+static void test_f16_io(void) { io_dtype_case(PH_DTYPE_F16, 5e-2); }
+static void test_bf16_io(void) { io_dtype_case(PH_DTYPE_BF16, 2.5e-1); }
+
+/* prune_lm_head: logits [B, V] equal to the last row of each sequence of the full [N, V]. */
+static void test_pruned_lm_head(void) {
+  ph_model *m = open_golden();
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  paged_session *full = open_session(m, PH_DTYPE_F32, 0),
+                *pruned = open_session(m, PH_DTYPE_F32, 1);
+  if (full && pruned) {
+    CHECK(paged_session_prunes_lm_head(pruned) && !paged_session_prunes_lm_head(full));
+    seq a[N_SEQ], b[N_SEQ];
+    init_seqs(a, c);
+    init_seqs(b, c);
+    worst w = {0};
+    uint64_t moved = 0;
+    int zc = 0;
+    /* run the plan on both; compare the last row of every chunk */
+    diag d;
+    for (int k = 0; k < N_STEPS; k++) {
+      const step_plan *p = &PLAN[k];
+      for (int r = 0; r < p->n_remove; r++) {
+        retire(full, &a[p->remove[r]]);
+        retire(pruned, &b[p->remove[r]]);
+      }
+      paged_seq ba[N_SEQ], bb[N_SEQ];
+      for (int i = 0; i < p->n; i++) {
+        seq *qa = &a[p->who[i]], *qb = &b[p->who[i]];
+        if (!qa->live) admit(full, c, qa, qa->n_total, 0);
+        if (!qb->live) admit(pruned, c, qb, qb->n_total, 0);
+        ba[i] = (paged_seq){qa->slot, &qa->bt, qa->done, qa->tokens + qa->done, p->len[i]};
+        bb[i] = (paged_seq){qb->slot, &qb->bt, qb->done, qb->tokens + qb->done, p->len[i]};
+      }
+      CHECK_STATUS(paged_session_run(full, ba, p->n, &d), PH_OK, d.msg);
+      CHECK_STATUS(paged_session_run(pruned, bb, p->n, &d), PH_OK, d.msg);
+      int64_t rows = 0;
+      paged_session_logits(pruned, &rows);
+      CHECK_EQ_INT(rows, p->n);
+      for (int i = 0; i < p->n; i++) {
+        const float *x = paged_session_last_logits(full, i),
+                    *y = paged_session_last_logits(pruned, i);
+        CHECK(x && y && memcmp(x, y, (size_t)c->vocab_size * sizeof(float)) == 0);
+        CHECK(paged_session_token_logits(pruned, i, p->len[i] - 1) == y);
+        if (p->len[i] > 1) CHECK(paged_session_token_logits(pruned, i, 0) == NULL);
+        a[p->who[i]].done += p->len[i];
+        b[p->who[i]].done += p->len[i];
+      }
+    }
+    (void)w;
+    (void)moved;
+    (void)zc;
+    free_seqs(a, full);
+    free_seqs(b, pruned);
+  }
+  paged_session_free(full);
+  paged_session_free(pruned);
+  ph_model_free(m);
+}
+
+/* Bad steps are typed errors and leave the pools as they were. */
+static void test_bad_steps(void) {
+  ph_model *m = open_golden();
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  paged_session *s = open_session(m, PH_DTYPE_F32, 0);
+  if (s) {
+    seq q;
+    memset(&q, 0, sizeof q);
+    block_table_init(&q.bt);
+    admit(s, c, &q, 20, 0);
+    int64_t toks[40] = {1, 2, 3};
+    diag d;
+    paged_seq one = {q.slot, &q.bt, 0, toks, 3};
+    toks[1] = c->vocab_size;
+    CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_ERR_INVALID_ARGUMENT, "token");
+    CHECK_CONTAINS(d.msg, "outside the vocabulary");
+    toks[1] = 2;
+    one.n = 40; /* 40 tokens need 3 pages; the table holds 2 */
+    CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_ERR_INVALID_ARGUMENT, "pages");
+    CHECK_CONTAINS(d.msg, "pages");
+    one.n = 3;
+    one.slot = q.slot + 1;
+    CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_ERR_INVALID_ARGUMENT, "slot");
+    one.slot = q.slot;
+    paged_seq two[2] = {one, one};
+    CHECK_STATUS(paged_session_run(s, two, 2, &d), PH_ERR_INVALID_ARGUMENT, "shared slot");
+    one.past = 510; /* beyond the 512-token rotary context */
+    CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_ERR_LIMIT, "context");
+    one.past = 0;
+    CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_OK, d.msg);
+    CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), 1);
+    retire(s, &q);
+  }
+  paged_session_free(s);
+  ph_model_free(m);
+}
+
+int main(void) {
+  RUN(test_packed_vs_dense_and_alone);
+  RUN(test_f16_io);
+  RUN(test_bf16_io);
+  RUN(test_pruned_lm_head);
+  RUN(test_bad_steps);
+  return check_finish();
+}
