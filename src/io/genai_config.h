@@ -1,14 +1,22 @@
 /* genai_config — ONNX Runtime GenAI's genai_config.json for our packages (../shared/spec/abi.md
- * §8.5 for the key names), written at export and read back when a package is loaded.
+ * §8.5 for the key names, which are GenAI's contract, not ours), written at export and read back
+ * when a package is loaded. It owns the struct and the file's bytes; it never opens the graph
+ * (models/export.c checks the names against it) and never exits on a bad file.
  *
- * Dense decoder (today): model.type, model.decoder {filename, session_options, head_size,
- * hidden_size, num_attention_heads, num_hidden_layers, num_key_value_heads, inputs {input_ids,
- * attention_mask, position_ids, past_key_names, past_value_names, past_conv_names,
- * past_recurrent_names}, outputs {logits, present_key_names, present_value_names,
- * present_conv_names, present_recurrent_names}}, model.context_length, model.vocab_size,
- * model.bos/eos/pad token ids when the checkpoint config has them, search {max_length,
- * do_sample false, past_present_share_buffer false for the dense layout}. The paged layout adds
- * state_groups and engine.dynamic_batching (issue 5).
+ * Two layouts share one struct:
+ * - dense decoder: model.type, model.decoder {filename, session_options, head_size,
+ *   hidden_size, num_attention_heads, num_hidden_layers, num_key_value_heads, inputs {input_ids,
+ *   attention_mask, position_ids, past_key_names, past_value_names, past_conv_names,
+ *   past_recurrent_names}, outputs {logits, present_key_names, present_value_names,
+ *   present_conv_names, present_recurrent_names}}, model.context_length, model.vocab_size,
+ *   model.bos/eos/pad token ids when the checkpoint config has them, search {max_length,
+ *   do_sample false, past_present_share_buffer false}.
+ * - packed paged layout (paged = 1): no attention_mask; inputs add block_table,
+ *   cumulative_sequence_lengths, past_sequence_lengths, attention_metadata; the decoder adds
+ *   state_groups (which layers hold paged K/V, fixed conv state, fixed recurrent state) and
+ *   session_options.provider_options [{"cuda": {"enable_cuda_graph": "0"}}]; the top level adds
+ *   engine.dynamic_batching; search.past_present_share_buffer is true.
+ * Compact state updates (state_update_capacity > 0) are neither written nor accepted.
  */
 #ifndef PH_IO_GENAI_CONFIG_H
 #define PH_IO_GENAI_CONFIG_H
@@ -19,8 +27,33 @@
 #include "base/diag.h"
 #include "io/hf_config.h"
 
-#define GENAI_MAX_NAME 96
-#define GENAI_MAX_EOS  8
+#define GENAI_MAX_NAME         96
+#define GENAI_MAX_EOS          8
+#define GENAI_MAX_STATE_GROUPS 8
+#define GENAI_MAX_LAYERS       HF_MAX_LAYERS
+
+/* model.decoder.state_groups[i].kind. Values are the JSON strings of genai_state_kind_name. */
+typedef enum genai_state_kind {
+  GENAI_STATE_PAGED_KV = 0,        /* "paged_kv": K/V in pages (past_key/value_names) */
+  GENAI_STATE_FIXED_CONV = 1,      /* "fixed_conv": one conv state per sequence */
+  GENAI_STATE_FIXED_RECURRENT = 2, /* "fixed_recurrent": one recurrent state per sequence */
+} genai_state_kind;
+
+typedef struct genai_state_group {
+  genai_state_kind kind;
+  int n_layer_ids;                     /* 0..GENAI_MAX_LAYERS */
+  int32_t layer_ids[GENAI_MAX_LAYERS]; /* [n_layer_ids], unique, in [0, num_hidden_layers) */
+} genai_state_group;
+
+/* engine.dynamic_batching (GenAI's continuous-batching engine). */
+typedef struct genai_dynamic_batching {
+  int present;                   /* 1 when the file has (or the writer emits) the object */
+  int64_t block_size;            /* tokens per KV page, > 0 (default 256) */
+  int64_t max_batch_size;        /* >= 1; 16 (GenAI's runtime default) when absent in a file */
+  double gpu_utilization_factor; /* in (0, 1]; <= 0 means absent */
+  int64_t num_blocks;            /* explicit page budget; 0 means absent */
+  int64_t max_scheduled_tokens;  /* tokens per engine step, >= 1 (default 2048) */
+} genai_dynamic_batching;
 
 typedef struct genai_config {
   char model_type[64];
@@ -33,17 +66,45 @@ typedef struct genai_config {
    * is one, as an array (GenAI accepts both) when there are more; 0 when absent. */
   int n_eos_token_ids;
   int64_t eos_token_ids[GENAI_MAX_EOS];
+  /* Graph I/O names; "" means the key is absent (and is not written). */
   char input_ids[GENAI_MAX_NAME], attention_mask[GENAI_MAX_NAME], position_ids[GENAI_MAX_NAME];
+  char block_table[GENAI_MAX_NAME], cumulative_sequence_lengths[GENAI_MAX_NAME];
+  char past_sequence_lengths[GENAI_MAX_NAME], attention_metadata[GENAI_MAX_NAME];
   char past_key_names[GENAI_MAX_NAME], past_value_names[GENAI_MAX_NAME];
   char past_conv_names[GENAI_MAX_NAME], past_recurrent_names[GENAI_MAX_NAME];
   char logits[GENAI_MAX_NAME];
   char present_key_names[GENAI_MAX_NAME], present_value_names[GENAI_MAX_NAME];
   char present_conv_names[GENAI_MAX_NAME], present_recurrent_names[GENAI_MAX_NAME];
   int past_present_share_buffer;
+  /* 1: the packed paged layout (engine.dynamic_batching is present; written in §8.5's order). */
+  int paged;
+  /* model.decoder.state_groups in file order; 0 groups: absent, which in a paged config is
+   * GenAI's legacy contract (every layer holds paged K/V). */
+  int n_state_groups;
+  genai_state_group state_groups[GENAI_MAX_STATE_GROUPS];
+  genai_dynamic_batching dynamic_batching;
+  /* 1: session_options.provider_options is [{"cuda": {"enable_cuda_graph": "0"}}] (hybrid
+   * paged models must run without CUDA graphs: fixed state uses per-step staging addresses). */
+  int cuda_graph_disabled;
 } genai_config;
+
+/* "paged_kv", "fixed_conv", "fixed_recurrent"; "unknown" for any other value. */
+const char *genai_state_kind_name(genai_state_kind k);
 
 /* The dense decoder's config for a model exported with context_length tokens of rotary cache. */
 genai_config genai_config_dense(const hf_config *c, int64_t context_length);
+
+/* The packed paged layout's config: the dense config's sizes and templates without
+ * attention_mask, plus the paged inputs, past_present_share_buffer true, CUDA graphs disabled,
+ * and state groups in the order paged_kv (every attention layer), fixed_conv and fixed_recurrent
+ * (every linear-attention layer; both omitted, with their templates, when there is none), each
+ * with ascending layer ids. dynamic_batching holds the arguments (present = 1), with one page
+ * budget: num_blocks when > 0 (the factor is then dropped to 0), else gpu_utilization_factor when
+ * > 0, else neither (GenAI's runtime default). Arguments are not validated here;
+ * genai_config_read checks what comes back. */
+genai_config genai_config_paged(const hf_config *c, int64_t context_length, int64_t block_size,
+                                int64_t max_batch_size, double gpu_utilization_factor,
+                                int64_t num_blocks, int64_t max_scheduled_tokens);
 
 /* Fills the bos/eos/pad token ids from checkpoint_dir's config.json (top level, then its
  * text_config) and generation_config.json (which wins, as it does for HF generate()), each only
@@ -52,12 +113,18 @@ genai_config genai_config_dense(const hf_config *c, int64_t context_length);
  * malformed JSON is PH_ERR_JSON. Missing files are not an error. */
 ph_status genai_config_token_ids(genai_config *g, const char *checkpoint_dir, diag *d);
 
-/* Writes dir/genai_config.json (JSON_INDENT(2), keys in a fixed order; empty *_names are
- * omitted, so a model without linear layers gets no conv/recurrent templates). */
+/* Writes dir/genai_config.json (JSON_INDENT(2), keys in a fixed order, so the same struct always
+ * gives the same bytes; docs/export.md lists the order). Empty names are omitted, so a model
+ * without linear layers gets no conv/recurrent templates. state_groups are written when
+ * n_state_groups > 0, engine.dynamic_batching when dynamic_batching.present. More than
+ * GENAI_MAX_STATE_GROUPS groups or GENAI_MAX_LAYERS ids in a group is PH_ERR_INVALID_ARGUMENT. */
 ph_status genai_config_write(const genai_config *g, const char *dir, diag *d);
 
 /* Reads dir/genai_config.json; missing keys take ORT GenAI's defaults; the *_names templates must
- * contain exactly one %d (PH_ERR_CONFIG_INVALID otherwise). docs/import.md lists every key. */
+ * contain exactly one %d (PH_ERR_CONFIG_INVALID otherwise); state groups and dynamic batching
+ * are validated (PH_ERR_CONFIG_INVALID naming the key path, PH_ERR_LIMIT past the array sizes
+ * above); state_update_capacity > 0 is PH_ERR_UNSUPPORTED. The older "paged_kv" / "fixed" +
+ * "bindings" form of state_groups is accepted. docs/import.md lists every key. */
 ph_status genai_config_read(const char *dir, genai_config *out, diag *d);
 
 /* The same from JSON text held in memory (len bytes, need not be NUL-terminated); label names

@@ -4,10 +4,16 @@
  * The file is untrusted: jansson parses it (duplicate keys rejected), then each key we keep goes
  * through one typed getter that names the full key path in its error ("model.decoder.inputs.
  * past_key_names is an integer, expected a string"). Absent keys and JSON null take ONNX Runtime
- * GenAI's runtime defaults; keys we do not keep (session_options, the other search options,
- * engine, state_groups) are ignored here. Only "model" and "model.type" are required: without
- * them the file describes no model, and GenAI refuses it as well.
+ * GenAI's runtime defaults; keys we do not keep (log_id, the other search options) are ignored.
+ * Only "model" and "model.type" are required: without them the file describes no model, and
+ * GenAI refuses it as well.
+ *
+ * engine.dynamic_batching decides the layout (paged), and with it the defaults of the layout's
+ * inputs: a paged config has no attention_mask and has block_table & co. state_groups are
+ * checked as GenAI's config test does (abi.md §8.5): kind required, layer ids unique and in
+ * range, paged_kv groups disjoint, no two bindings naming one tensor.
  */
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +28,8 @@
 /* GenAI stores sizes and token ids in C++ int. */
 #define GENAI_INT_MAX 2147483647
 #define PATH_BYTES    128
+/* a path under one of PATH_BYTES ("...state_groups[7].bindings.state.") */
+#define SUBPATH_BYTES (PATH_BYTES + 32)
 
 /* An object and the dotted path its keys are reported under. obj NULL: absent, every key reads
  * as absent. */
@@ -48,22 +56,34 @@ static ph_status get_object(const scope *s, const char *key, const char *path, s
   return PH_OK;
 }
 
-static ph_status check_id(const scope *s, const char *key, const json_t *v, int64_t *out, diag *d) {
+/* An integer in [min, 2^31) (GenAI keeps sizes and ids in C++ int). */
+static ph_status check_int(const scope *s, const char *key, const json_t *v, int64_t min,
+                           int64_t *out, diag *d) {
   RETURN_ERROR_IF(!json_is_integer(v), d, PH_ERR_CONFIG_INVALID,
                   "%s: %s%s is %s, expected an integer", s->file, s->path, key, json_kind(v));
   json_int_t x = json_integer_value(v);
-  RETURN_ERROR_IF(x < 0 || x > GENAI_INT_MAX, d, PH_ERR_CONFIG_INVALID,
-                  "%s: %s%s = %" JSON_INTEGER_FORMAT " is outside [0, 2^31)", s->file, s->path, key,
-                  x);
+  RETURN_ERROR_IF(x < min || x > GENAI_INT_MAX, d, PH_ERR_CONFIG_INVALID,
+                  "%s: %s%s = %" JSON_INTEGER_FORMAT " is outside [%" PRId64 ", 2^31)", s->file,
+                  s->path, key, x, min);
   *out = (int64_t)x;
   return PH_OK;
 }
 
-/* A non-negative int (GenAI's int range); def when absent. */
-static ph_status get_int(const scope *s, const char *key, int64_t def, int64_t *out, diag *d) {
+static ph_status check_id(const scope *s, const char *key, const json_t *v, int64_t *out, diag *d) {
+  return check_int(s, key, v, 0, out, d);
+}
+
+/* An int in [min, 2^31); def when absent. */
+static ph_status get_int_min(const scope *s, const char *key, int64_t def, int64_t min,
+                             int64_t *out, diag *d) {
   const json_t *v = get(s, key);
   *out = def;
-  return v ? check_id(s, key, v, out, d) : PH_OK;
+  return v ? check_int(s, key, v, min, out, d) : PH_OK;
+}
+
+/* A non-negative int (GenAI's int range); def when absent. */
+static ph_status get_int(const scope *s, const char *key, int64_t def, int64_t *out, diag *d) {
+  return get_int_min(s, key, def, 0, out, d);
 }
 
 /* A string into buf[GENAI_MAX_NAME] (or a smaller cap); def when absent. */
@@ -143,6 +163,283 @@ static ph_status get_eos(const scope *s, genai_config *g, diag *d) {
   return PH_OK;
 }
 
+/* ---- engine and session options ---------------------------------------------------------- */
+
+/* engine.dynamic_batching: its presence makes the config paged; GenAI's runtime defaults for
+ * absent keys. engine.static_batching beside it is refused, as GenAI does. */
+static ph_status read_engine(const scope *top, genai_config *g, diag *d) {
+  scope engine, db;
+  FORWARD_IF_ERROR(get_object(top, "engine", "engine.", &engine, d));
+  FORWARD_IF_ERROR(get_object(&engine, "dynamic_batching", "engine.dynamic_batching.", &db, d));
+  if (!db.obj) return PH_OK;
+  RETURN_ERROR_IF(get(&engine, "static_batching"), d, PH_ERR_CONFIG_INVALID,
+                  "%s: engine.static_batching and engine.dynamic_batching are mutually exclusive",
+                  top->file);
+  genai_dynamic_batching *b = &g->dynamic_batching;
+  b->present = 1;
+  g->paged = 1;
+  FORWARD_IF_ERROR(get_int_min(&db, "block_size", 256, 1, &b->block_size, d));
+  FORWARD_IF_ERROR(get_int_min(&db, "max_batch_size", 16, 1, &b->max_batch_size, d));
+  FORWARD_IF_ERROR(get_int_min(&db, "num_blocks", 0, 0, &b->num_blocks, d));
+  FORWARD_IF_ERROR(get_int_min(&db, "max_scheduled_tokens", 2048, 1, &b->max_scheduled_tokens, d));
+  const json_t *f = get(&db, "gpu_utilization_factor");
+  b->gpu_utilization_factor = 0; /* absent */
+  if (!f) return PH_OK;
+  RETURN_ERROR_IF(!json_is_number(f), d, PH_ERR_CONFIG_INVALID,
+                  "%s: engine.dynamic_batching.gpu_utilization_factor is %s, expected a number",
+                  top->file, json_kind(f));
+  double x = json_number_value(f);
+  RETURN_ERROR_IF(!(x > 0 && x <= 1), d, PH_ERR_CONFIG_INVALID,
+                  "%s: engine.dynamic_batching.gpu_utilization_factor = %g is outside (0, 1]",
+                  top->file, x);
+  b->gpu_utilization_factor = x;
+  return PH_OK;
+}
+
+/* session_options.provider_options: CUDA graphs are off when an entry reads {"cuda":
+ * {"enable_cuda_graph": "0"}} (GenAI's provider options are strings). */
+static ph_status read_provider_options(const scope *dec, genai_config *g, diag *d) {
+  scope so;
+  FORWARD_IF_ERROR(get_object(dec, "session_options", "model.decoder.session_options.", &so, d));
+  const json_t *po = get(&so, "provider_options");
+  if (!po) return PH_OK;
+  RETURN_ERROR_IF(!json_is_array(po), d, PH_ERR_CONFIG_INVALID,
+                  "%s: %sprovider_options is %s, expected an array", so.file, so.path,
+                  json_kind(po));
+  for (size_t i = 0; i < json_array_size(po); i++) {
+    char path[PATH_BYTES], cuda_path[SUBPATH_BYTES];
+    snprintf(path, sizeof path, "%sprovider_options[%zu].", so.path, i);
+    snprintf(cuda_path, sizeof cuda_path, "%scuda.", path);
+    const json_t *e = json_array_get(po, i);
+    RETURN_ERROR_IF(!json_is_object(e), d, PH_ERR_CONFIG_INVALID,
+                    "%s: %sprovider_options[%zu] is %s, expected an object", so.file, so.path, i,
+                    json_kind(e));
+    scope entry = {e, path, so.file}, cuda;
+    FORWARD_IF_ERROR(get_object(&entry, "cuda", cuda_path, &cuda, d));
+    const json_t *v = get(&cuda, "enable_cuda_graph");
+    if (!v) continue;
+    RETURN_ERROR_IF(!json_is_string(v), d, PH_ERR_CONFIG_INVALID,
+                    "%s: %senable_cuda_graph is %s, expected a string (\"0\" or \"1\")", so.file,
+                    cuda_path, json_kind(v));
+    g->cuda_graph_disabled = strcmp(json_string_value(v), "0") == 0;
+  }
+  return PH_OK;
+}
+
+/* Compact state updates (abi.md §2.5, §8.2) are not implemented: a capacity > 0 is refused
+ * rather than run without the outputs the package promises. */
+static ph_status refuse_state_updates(const scope *s, const char *key, diag *d) {
+  int64_t capacity;
+  FORWARD_IF_ERROR(get_int(s, key, 0, &capacity, d));
+  RETURN_ERROR_IF(capacity > 0, d, PH_ERR_UNSUPPORTED,
+                  "%s: %s%s %" PRId64 ": compact state updates are not supported yet", s->file,
+                  s->path, key, capacity);
+  return PH_OK;
+}
+
+/* ---- state groups ------------------------------------------------------------------------- */
+
+/* Generation A/B (abi.md §8.5, end): {"kind": "fixed", "bindings": {"state": {"input": T}}},
+ * where T is the conv or the recurrent input template and says which state the group holds. */
+static ph_status fixed_kind(const scope *grp, const genai_config *g, genai_state_kind *out,
+                            diag *d) {
+  char b_path[SUBPATH_BYTES], s_path[SUBPATH_BYTES], input[GENAI_MAX_NAME];
+  snprintf(b_path, sizeof b_path, "%sbindings.", grp->path);
+  snprintf(s_path, sizeof s_path, "%sbindings.state.", grp->path);
+  scope bindings, state;
+  FORWARD_IF_ERROR(get_object(grp, "bindings", b_path, &bindings, d));
+  FORWARD_IF_ERROR(get_object(&bindings, "state", s_path, &state, d));
+  RETURN_ERROR_IF(!get(&state, "input"), d, PH_ERR_CONFIG_MISSING_FIELD,
+                  "%s: %sinput is missing (a \"fixed\" group names its state by its input)",
+                  grp->file, s_path);
+  FORWARD_IF_ERROR(get_string(&state, "input", "", input, sizeof input, d));
+  if (strcmp(input, g->past_conv_names) == 0) {
+    *out = GENAI_STATE_FIXED_CONV;
+  } else if (strcmp(input, g->past_recurrent_names) == 0) {
+    *out = GENAI_STATE_FIXED_RECURRENT;
+  } else {
+    return diag_set(d, PH_ERR_CONFIG_INVALID,
+                    "%s: %sinput = \"%s\" is neither past_conv_names \"%s\" nor "
+                    "past_recurrent_names \"%s\"",
+                    grp->file, s_path, input, g->past_conv_names, g->past_recurrent_names);
+  }
+  return PH_OK;
+}
+
+static ph_status group_kind(const scope *grp, const genai_config *g, genai_state_kind *out,
+                            diag *d) {
+  char kind[GENAI_MAX_NAME];
+  RETURN_ERROR_IF(!get(grp, "kind"), d, PH_ERR_CONFIG_MISSING_FIELD,
+                  "%s: %skind is missing (paged_kv, fixed_conv or fixed_recurrent)", grp->file,
+                  grp->path);
+  FORWARD_IF_ERROR(get_string(grp, "kind", "", kind, sizeof kind, d));
+  static const genai_state_kind kinds[] = {GENAI_STATE_PAGED_KV, GENAI_STATE_FIXED_CONV,
+                                           GENAI_STATE_FIXED_RECURRENT};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(kind, genai_state_kind_name(kinds[i])) == 0) {
+      *out = kinds[i];
+      return PH_OK;
+    }
+  if (strcmp(kind, "fixed") == 0) return fixed_kind(grp, g, out, d);
+  return diag_set(d, PH_ERR_CONFIG_INVALID,
+                  "%s: %skind = \"%s\": expected paged_kv, fixed_conv or fixed_recurrent",
+                  grp->file, grp->path, kind);
+}
+
+/* layer_ids: integers, unique, in [0, num_hidden_layers); absent reads as none. */
+static ph_status read_layer_ids(const scope *grp, int64_t n_layers, genai_state_group *out,
+                                diag *d) {
+  const json_t *ids = get(grp, "layer_ids");
+  out->n_layer_ids = 0;
+  if (!ids) return PH_OK;
+  RETURN_ERROR_IF(!json_is_array(ids), d, PH_ERR_CONFIG_INVALID,
+                  "%s: %slayer_ids is %s, expected an array", grp->file, grp->path, json_kind(ids));
+  size_t n = json_array_size(ids);
+  RETURN_ERROR_IF(n > GENAI_MAX_LAYERS, d, PH_ERR_LIMIT,
+                  "%s: %slayer_ids lists %zu layers, at most %d are supported", grp->file,
+                  grp->path, n, GENAI_MAX_LAYERS);
+  uint16_t first[GENAI_MAX_LAYERS] = {0}; /* 1 + the index that listed each layer, 0: none */
+  for (size_t j = 0; j < n; j++) {
+    const json_t *e = json_array_get(ids, j);
+    RETURN_ERROR_IF(!json_is_integer(e), d, PH_ERR_CONFIG_INVALID,
+                    "%s: %slayer_ids[%zu] is %s, expected an integer", grp->file, grp->path, j,
+                    json_kind(e));
+    json_int_t x = json_integer_value(e);
+    RETURN_ERROR_IF(x < 0 || x >= n_layers, d, PH_ERR_CONFIG_INVALID,
+                    "%s: %slayer_ids[%zu] = %" JSON_INTEGER_FORMAT
+                    " is outside [0, num_hidden_layers = %" PRId64 ")",
+                    grp->file, grp->path, j, x, n_layers);
+    RETURN_ERROR_IF(x >= GENAI_MAX_LAYERS, d, PH_ERR_LIMIT,
+                    "%s: %slayer_ids[%zu] = %" JSON_INTEGER_FORMAT
+                    ": at most %d layers are supported",
+                    grp->file, grp->path, j, x, GENAI_MAX_LAYERS);
+    RETURN_ERROR_IF(first[x], d, PH_ERR_CONFIG_INVALID,
+                    "%s: %slayer_ids[%zu] = %" JSON_INTEGER_FORMAT " repeats layer_ids[%d]",
+                    grp->file, grp->path, j, x, first[x] - 1);
+    first[x] = (uint16_t)(j + 1);
+    out->layer_ids[j] = (int32_t)x;
+  }
+  out->n_layer_ids = (int)n;
+  return PH_OK;
+}
+
+static ph_status read_group(const char *file, const json_t *v, size_t i, const genai_config *g,
+                            genai_state_group *out, diag *d) {
+  char path[PATH_BYTES], su_path[SUBPATH_BYTES];
+  snprintf(path, sizeof path, "model.decoder.state_groups[%zu].", i);
+  snprintf(su_path, sizeof su_path, "%sstate_update.", path);
+  RETURN_ERROR_IF(!json_is_object(v), d, PH_ERR_CONFIG_INVALID,
+                  "%s: model.decoder.state_groups[%zu] is %s, expected an object", file, i,
+                  json_kind(v));
+  scope grp = {v, path, file}, su;
+  FORWARD_IF_ERROR(group_kind(&grp, g, &out->kind, d));
+  /* a per-group state_update (generation B, and gen C's UNCONFIRMED spelling) */
+  FORWARD_IF_ERROR(get_object(&grp, "state_update", su_path, &su, d));
+  FORWARD_IF_ERROR(refuse_state_updates(&su, "capacity", d));
+  return read_layer_ids(&grp, g->num_hidden_layers, out, d);
+}
+
+/* One layer may sit in a fixed_conv and a fixed_recurrent group, never in two paged_kv ones. */
+static ph_status check_paged_overlap(const char *file, const genai_config *g, diag *d) {
+  uint8_t owner[GENAI_MAX_LAYERS] = {0}; /* 1 + the paged_kv group holding each layer */
+  for (int i = 0; i < g->n_state_groups; i++) {
+    const genai_state_group *grp = &g->state_groups[i];
+    if (grp->kind != GENAI_STATE_PAGED_KV) continue;
+    for (int j = 0; j < grp->n_layer_ids; j++) {
+      int32_t l = grp->layer_ids[j];
+      RETURN_ERROR_IF(owner[l], d, PH_ERR_CONFIG_INVALID,
+                      "%s: model.decoder.state_groups[%d].layer_ids[%d] = %d is also in "
+                      "state_groups[%d]: paged_kv groups may not overlap",
+                      file, i, j, (int)l, owner[l] - 1);
+      owner[l] = (uint8_t)(i + 1);
+    }
+  }
+  return PH_OK;
+}
+
+/* The templates each kind binds, inputs then outputs. */
+typedef struct binding {
+  genai_state_kind kind;
+  const char *side; /* "inputs" | "outputs" */
+  const char *key;
+  char *name;
+} binding;
+
+#define N_BINDINGS 8
+
+static void bindings_of(genai_config *g, binding b[N_BINDINGS]) {
+  binding all[N_BINDINGS] = {
+      {GENAI_STATE_PAGED_KV, "inputs", "past_key_names", g->past_key_names},
+      {GENAI_STATE_PAGED_KV, "inputs", "past_value_names", g->past_value_names},
+      {GENAI_STATE_FIXED_CONV, "inputs", "past_conv_names", g->past_conv_names},
+      {GENAI_STATE_FIXED_RECURRENT, "inputs", "past_recurrent_names", g->past_recurrent_names},
+      {GENAI_STATE_PAGED_KV, "outputs", "present_key_names", g->present_key_names},
+      {GENAI_STATE_PAGED_KV, "outputs", "present_value_names", g->present_value_names},
+      {GENAI_STATE_FIXED_CONV, "outputs", "present_conv_names", g->present_conv_names},
+      {GENAI_STATE_FIXED_RECURRENT, "outputs", "present_recurrent_names",
+       g->present_recurrent_names},
+  };
+  memcpy(b, all, sizeof all);
+}
+
+/* With state_groups, a template whose kind has no group binds nothing: when the file leaves it
+ * out it stays "" instead of taking GenAI's default, so a model without linear layers reads back
+ * as it was written. */
+static void drop_unused_templates(const scope *in, const scope *out, genai_config *g) {
+  int used[3] = {0, 0, 0};
+  for (int i = 0; i < g->n_state_groups; i++) used[g->state_groups[i].kind] = 1;
+  binding b[N_BINDINGS];
+  bindings_of(g, b);
+  for (int i = 0; i < N_BINDINGS; i++) {
+    const scope *s = b[i].side[0] == 'i' ? in : out;
+    if (!used[b[i].kind] && !get(s, b[i].key)) b[i].name[0] = '\0';
+  }
+}
+
+/* Two bindings of one layer may not resolve to the same tensor name (e.g. past_conv_names equal
+ * to past_recurrent_names while one layer has both). Templates are checked, so formatting one
+ * with a layer index is safe. */
+static ph_status check_bindings(const char *file, genai_config *g, diag *d) {
+  uint8_t has[3][GENAI_MAX_LAYERS]; /* [kind][layer]: some group of that kind lists the layer */
+  memset(has, 0, sizeof has);
+  for (int i = 0; i < g->n_state_groups; i++)
+    for (int j = 0; j < g->state_groups[i].n_layer_ids; j++)
+      has[g->state_groups[i].kind][g->state_groups[i].layer_ids[j]] = 1;
+  binding b[N_BINDINGS];
+  bindings_of(g, b);
+  char names[N_BINDINGS][2 * GENAI_MAX_NAME];
+  for (int l = 0; l < g->num_hidden_layers && l < GENAI_MAX_LAYERS; l++) {
+    for (int i = 0; i < N_BINDINGS; i++) {
+      names[i][0] = '\0';
+      if (has[b[i].kind][l] && b[i].name[0]) snprintf(names[i], sizeof names[i], b[i].name, l);
+      for (int k = 0; names[i][0] && k < i; k++)
+        RETURN_ERROR_IF(strcmp(names[i], names[k]) == 0, d, PH_ERR_CONFIG_INVALID,
+                        "%s: layer %d: model.decoder.%s.%s and %s.%s both bind \"%s\"", file, l,
+                        b[k].side, b[k].key, b[i].side, b[i].key, names[i]);
+    }
+  }
+  return PH_OK;
+}
+
+static ph_status read_state_groups(const scope *dec, genai_config *g, diag *d) {
+  const json_t *a = get(dec, "state_groups");
+  g->n_state_groups = 0;
+  if (!a) return PH_OK;
+  RETURN_ERROR_IF(!json_is_array(a), d, PH_ERR_CONFIG_INVALID,
+                  "%s: model.decoder.state_groups is %s, expected an array", dec->file,
+                  json_kind(a));
+  size_t n = json_array_size(a);
+  RETURN_ERROR_IF(n > GENAI_MAX_STATE_GROUPS, d, PH_ERR_LIMIT,
+                  "%s: model.decoder.state_groups lists %zu groups, at most %d are supported",
+                  dec->file, n, GENAI_MAX_STATE_GROUPS);
+  for (size_t i = 0; i < n; i++)
+    FORWARD_IF_ERROR(read_group(dec->file, json_array_get(a, i), i, g, &g->state_groups[i], d));
+  g->n_state_groups = (int)n;
+  return check_paged_overlap(dec->file, g, d);
+}
+
+/* ---- the whole file ----------------------------------------------------------------------- */
+
 static ph_status read_root(const json_t *root, const char *file, genai_config *g, diag *d) {
   RETURN_ERROR_IF(!json_is_object(root), d, PH_ERR_CONFIG_INVALID,
                   "%s: the top level is %s, expected an object", file, json_kind(root));
@@ -157,21 +454,35 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
   FORWARD_IF_ERROR(get_int(&model, "bos_token_id", -1, &g->bos_token_id, d));
   FORWARD_IF_ERROR(get_int(&model, "pad_token_id", -1, &g->pad_token_id, d));
   FORWARD_IF_ERROR(get_eos(&model, g, d));
+  FORWARD_IF_ERROR(read_engine(&top, g, d)); /* first: the layout sets the inputs' defaults */
 
   FORWARD_IF_ERROR(get_object(&model, "decoder", "model.decoder.", &dec, d));
   FORWARD_IF_ERROR(get_string(&dec, "filename", ONNX_MODEL_FILE, g->filename, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(read_provider_options(&dec, g, d));
   FORWARD_IF_ERROR(get_int(&dec, "head_size", 0, &g->head_size, d));
   FORWARD_IF_ERROR(get_int(&dec, "hidden_size", 0, &g->hidden_size, d));
   FORWARD_IF_ERROR(get_int(&dec, "num_attention_heads", 0, &g->num_attention_heads, d));
   FORWARD_IF_ERROR(get_int(&dec, "num_hidden_layers", 0, &g->num_hidden_layers, d));
   FORWARD_IF_ERROR(get_int(&dec, "num_key_value_heads", 0, &g->num_key_value_heads, d));
+  FORWARD_IF_ERROR(refuse_state_updates(&dec, "state_update_capacity", d));
 
+  /* the dense layout has attention_mask, the paged one block_table & co. (abi.md §8.1) */
+  const int pg = g->paged;
   FORWARD_IF_ERROR(get_object(&dec, "inputs", "model.decoder.inputs.", &in, d));
   FORWARD_IF_ERROR(get_string(&in, "input_ids", "input_ids", g->input_ids, GENAI_MAX_NAME, d));
-  FORWARD_IF_ERROR(
-      get_string(&in, "attention_mask", "attention_mask", g->attention_mask, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "attention_mask", pg ? "" : "attention_mask", g->attention_mask,
+                              GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(
       get_string(&in, "position_ids", "position_ids", g->position_ids, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(
+      get_string(&in, "block_table", pg ? "block_table" : "", g->block_table, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "cumulative_sequence_lengths",
+                              pg ? "cumulative_sequence_lengths" : "",
+                              g->cumulative_sequence_lengths, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "past_sequence_lengths", pg ? "past_sequence_lengths" : "",
+                              g->past_sequence_lengths, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "attention_metadata", pg ? "attention_metadata" : "",
+                              g->attention_metadata, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(
       get_template(&in, "past_key_names", "past_key_values.%d.key", g->past_key_names, d));
   FORWARD_IF_ERROR(
@@ -191,6 +502,13 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
       get_template(&out, "present_conv_names", "present.%d.conv_state", g->present_conv_names, d));
   FORWARD_IF_ERROR(get_template(&out, "present_recurrent_names", "present.%d.recurrent_state",
                                 g->present_recurrent_names, d));
+
+  FORWARD_IF_ERROR(
+      read_state_groups(&dec, g, d)); /* after the templates: generation A needs them */
+  if (g->n_state_groups > 0) {
+    drop_unused_templates(&in, &out, g);
+    FORWARD_IF_ERROR(check_bindings(file, g, d));
+  }
 
   FORWARD_IF_ERROR(get_object(&top, "search", "search.", &search, d));
   return get_bool(&search, "past_present_share_buffer", 0, &g->past_present_share_buffer, d);

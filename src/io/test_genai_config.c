@@ -1,7 +1,13 @@
-/* genai_config reader: a full file, defaults for absent keys, eos as one id or a list, and each
- * bad input a typed error naming the key path (wrong types, templates without exactly one %d,
- * malformed JSON, missing model/model.type, missing file). */
+/* genai_config: the reader on a full file, defaults for absent keys, eos as one id or a list, and
+ * each bad input a typed error naming the key path (wrong types, templates without exactly one
+ * %d, malformed JSON, missing model/model.type, missing file). The packed paged layout: the
+ * config of a Qwen3.8-27B-shaped model (groups from its parsed layer kinds, abi.md §8.5's key
+ * names, JSON types and order), round trips (write -> read gives the same struct, read -> write
+ * the same bytes), generation A's groups, one failing case per validation rule; and the dense
+ * writer's bytes as they were before the paged layout. */
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/fmap.h"
@@ -202,6 +208,739 @@ static void test_parse_in_memory(void) {
   CHECK_STATUS(genai_config_parse(NULL, 0, "mem", &g, &d), PH_ERR_JSON, d.msg);
 }
 
+/* ---- the packed paged layout ---------------------------------------------------------------- */
+
+/* Qwen3.8-27B's text config (model-math §6): 64 layers, full attention every 4th. */
+static const char QWEN38_27B[] =
+    "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":5120,\"num_hidden_layers\":64,"
+    "\"num_attention_heads\":24,\"num_key_value_heads\":4,\"head_dim\":256,"
+    "\"intermediate_size\":17408,\"linear_num_key_heads\":16,\"linear_num_value_heads\":48,"
+    "\"linear_key_head_dim\":128,\"linear_value_head_dim\":128,\"linear_conv_kernel_dim\":4,"
+    "\"full_attention_interval\":4,\"vocab_size\":248320,\"max_position_embeddings\":262144,"
+    "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000000,"
+    "\"partial_rotary_factor\":0.25,\"mrope_section\":[11,11,10],\"mrope_interleaved\":true}}";
+
+/* A 4-layer model whose layers are all full attention: no fixed state at all. */
+static const char ALL_FULL[] =
+    "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":256,"
+    "\"intermediate_size\":128,\"linear_num_key_heads\":2,\"linear_num_value_heads\":4,"
+    "\"linear_key_head_dim\":16,\"linear_value_head_dim\":16,\"layer_types\":[\"full_attention\","
+    "\"full_attention\",\"full_attention\",\"full_attention\"],"
+    "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000000.0,"
+    "\"partial_rotary_factor\":0.25,\"mrope_section\":[2,1,1]}}";
+
+static int parse_hf(const char *json, hf_config *c) {
+  diag d;
+  ph_status s = hf_config_parse(json, strlen(json), c, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  return s == PH_OK;
+}
+
+static const char *tmp_dir(const char *name) {
+  static char dirs[4][1024];
+  static int turn;
+  char *dir = dirs[turn];
+  turn = (turn + 1) % 4;
+  diag d;
+  snprintf(dir, sizeof dirs[0], "%s/%s", g_tmp, name);
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  return dir;
+}
+
+/* dir/genai_config.json as text (static buffer) and as jansson's tree (caller decrefs). */
+static const char *file_text(const char *dir) {
+  static char text[1 << 16];
+  char path[1200], *buf = NULL;
+  size_t n = 0;
+  diag d;
+  snprintf(path, sizeof path, "%s/genai_config.json", dir);
+  text[0] = '\0';
+  CHECK_STATUS(file_read_all(path, sizeof text - 1, &buf, &n, &d), PH_OK, d.msg);
+  if (buf) {
+    memcpy(text, buf, n);
+    text[n] = '\0';
+  }
+  free(buf);
+  return text;
+}
+
+static json_t *file_json(const char *dir) {
+  json_error_t e;
+  json_t *root = json_loads(file_text(dir), 0, &e);
+  CHECK(root != NULL);
+  return root;
+}
+
+/* Walks "a.b.c" through objects; NULL where a key is missing. */
+static json_t *jpath(json_t *o, const char *path) {
+  char key[64];
+  while (o && *path) {
+    size_t n = strcspn(path, ".");
+    snprintf(key, sizeof key, "%.*s", (int)n, path);
+    o = json_object_get(o, key);
+    path += n + (path[n] == '.');
+  }
+  return o;
+}
+
+static void check_same_config(const genai_config *a, const genai_config *b) {
+  CHECK_EQ_STR(a->model_type, b->model_type);
+  CHECK_EQ_STR(a->filename, b->filename);
+  CHECK_EQ_INT(a->head_size, b->head_size);
+  CHECK_EQ_INT(a->hidden_size, b->hidden_size);
+  CHECK_EQ_INT(a->num_attention_heads, b->num_attention_heads);
+  CHECK_EQ_INT(a->num_hidden_layers, b->num_hidden_layers);
+  CHECK_EQ_INT(a->num_key_value_heads, b->num_key_value_heads);
+  CHECK_EQ_INT(a->vocab_size, b->vocab_size);
+  CHECK_EQ_INT(a->context_length, b->context_length);
+  CHECK_EQ_INT(a->bos_token_id, b->bos_token_id);
+  CHECK_EQ_INT(a->eos_token_id, b->eos_token_id);
+  CHECK_EQ_INT(a->pad_token_id, b->pad_token_id);
+  CHECK_EQ_INT(a->n_eos_token_ids, b->n_eos_token_ids);
+  for (int i = 0; i < a->n_eos_token_ids && i < GENAI_MAX_EOS; i++)
+    CHECK_EQ_INT(a->eos_token_ids[i], b->eos_token_ids[i]);
+  const char *names_a[] = {a->input_ids,
+                           a->attention_mask,
+                           a->position_ids,
+                           a->block_table,
+                           a->cumulative_sequence_lengths,
+                           a->past_sequence_lengths,
+                           a->attention_metadata,
+                           a->past_key_names,
+                           a->past_value_names,
+                           a->past_conv_names,
+                           a->past_recurrent_names,
+                           a->logits,
+                           a->present_key_names,
+                           a->present_value_names,
+                           a->present_conv_names,
+                           a->present_recurrent_names};
+  const char *names_b[] = {b->input_ids,
+                           b->attention_mask,
+                           b->position_ids,
+                           b->block_table,
+                           b->cumulative_sequence_lengths,
+                           b->past_sequence_lengths,
+                           b->attention_metadata,
+                           b->past_key_names,
+                           b->past_value_names,
+                           b->past_conv_names,
+                           b->past_recurrent_names,
+                           b->logits,
+                           b->present_key_names,
+                           b->present_value_names,
+                           b->present_conv_names,
+                           b->present_recurrent_names};
+  for (size_t i = 0; i < sizeof names_a / sizeof names_a[0]; i++)
+    CHECK_EQ_STR(names_a[i], names_b[i]);
+  CHECK_EQ_INT(a->past_present_share_buffer, b->past_present_share_buffer);
+  CHECK_EQ_INT(a->paged, b->paged);
+  CHECK_EQ_INT(a->cuda_graph_disabled, b->cuda_graph_disabled);
+  CHECK_EQ_INT(a->n_state_groups, b->n_state_groups);
+  for (int i = 0; i < a->n_state_groups && i < GENAI_MAX_STATE_GROUPS; i++) {
+    const genai_state_group *x = &a->state_groups[i], *y = &b->state_groups[i];
+    CHECK_EQ_INT(x->kind, y->kind);
+    CHECK_EQ_INT(x->n_layer_ids, y->n_layer_ids);
+    for (int j = 0; j < x->n_layer_ids && j < GENAI_MAX_LAYERS; j++)
+      CHECK_EQ_INT(x->layer_ids[j], y->layer_ids[j]);
+  }
+  const genai_dynamic_batching *p = &a->dynamic_batching, *q = &b->dynamic_batching;
+  CHECK_EQ_INT(p->present, q->present);
+  CHECK_EQ_INT(p->block_size, q->block_size);
+  CHECK_EQ_INT(p->max_batch_size, q->max_batch_size);
+  CHECK(p->gpu_utilization_factor == q->gpu_utilization_factor);
+  CHECK_EQ_INT(p->num_blocks, q->num_blocks);
+  CHECK_EQ_INT(p->max_scheduled_tokens, q->max_scheduled_tokens);
+}
+
+/* write -> read gives the same struct; read -> write gives the same bytes. */
+static void check_round_trip(const genai_config *g, const char *name) {
+  char name2[128];
+  snprintf(name2, sizeof name2, "%s-again", name);
+  const char *dir = tmp_dir(name), *dir2 = tmp_dir(name2);
+  genai_config back;
+  diag d;
+  CHECK_STATUS(genai_config_write(g, dir, &d), PH_OK, d.msg);
+  CHECK_STATUS(genai_config_read(dir, &back, &d), PH_OK, d.msg);
+  check_same_config(g, &back);
+  CHECK_STATUS(genai_config_write(&back, dir2, &d), PH_OK, d.msg);
+  static char first[1 << 16];
+  snprintf(first, sizeof first, "%s", file_text(dir));
+  if (!CHECK(strcmp(first, file_text(dir2)) == 0))
+    fprintf(stderr, "       %s: rewriting what was read changed the bytes\n", name);
+}
+
+/* Position of "key": in text (after from), for checking the written key order. */
+static long key_at(const char *text, const char *key, long from) {
+  char quoted[80];
+  snprintf(quoted, sizeof quoted, "\"%s\":", key);
+  const char *p = strstr(text + from, quoted);
+  if (!CHECK(p != NULL)) fprintf(stderr, "       key %s not found after offset %ld\n", key, from);
+  return p ? (long)(p - text) : from;
+}
+
+static void check_key_order(const char *text, const char *const *keys, size_t n) {
+  long at = 0;
+  for (size_t i = 0; i < n; i++) at = key_at(text, keys[i], at);
+}
+
+static void test_paged_qwen38(void) {
+  hf_config c;
+  if (!parse_hf(QWEN38_27B, &c)) return;
+  genai_config g = genai_config_paged(&c, 4096, 256, 100, 0.6, 0, 2048);
+  CHECK_EQ_INT(g.paged, 1);
+  CHECK_EQ_INT(g.cuda_graph_disabled, 1);
+  CHECK_EQ_INT(g.past_present_share_buffer, 1);
+  CHECK_EQ_STR(g.attention_mask, "");
+  /* the groups follow the layer kinds of the parsed config */
+  int32_t full[64], linear[64];
+  int n_full = 0, n_linear = 0;
+  for (int i = 0; i < 64; i++) {
+    if (c.layer_kind[i] == PH_LAYER_FULL_ATTENTION)
+      full[n_full++] = i;
+    else
+      linear[n_linear++] = i;
+  }
+  CHECK_EQ_INT(n_full, 16);
+  CHECK_EQ_INT(n_linear, 48);
+  CHECK_EQ_INT(full[0], 3);
+  CHECK_EQ_INT(full[15], 63);
+  CHECK_EQ_INT(g.n_state_groups, 3);
+  CHECK_EQ_INT(g.state_groups[0].kind, GENAI_STATE_PAGED_KV);
+  CHECK_EQ_INT(g.state_groups[1].kind, GENAI_STATE_FIXED_CONV);
+  CHECK_EQ_INT(g.state_groups[2].kind, GENAI_STATE_FIXED_RECURRENT);
+  CHECK_EQ_INT(g.state_groups[0].n_layer_ids, n_full);
+  CHECK_EQ_INT(g.state_groups[1].n_layer_ids, n_linear);
+  CHECK_EQ_INT(g.state_groups[2].n_layer_ids, n_linear);
+  for (int i = 0; i < n_full; i++) CHECK_EQ_INT(g.state_groups[0].layer_ids[i], full[i]);
+  for (int i = 0; i < n_linear; i++) {
+    CHECK_EQ_INT(g.state_groups[1].layer_ids[i], linear[i]);
+    CHECK_EQ_INT(g.state_groups[2].layer_ids[i], linear[i]);
+  }
+
+  const char *dir = tmp_dir("paged-27b");
+  diag d;
+  CHECK_STATUS(genai_config_write(&g, dir, &d), PH_OK, d.msg);
+  json_t *root = file_json(dir);
+  if (root) {
+    CHECK_EQ_STR(json_string_value(jpath(root, "model.type")), "qwen3_5_text");
+    json_t *dec = jpath(root, "model.decoder");
+    CHECK_EQ_STR(json_string_value(jpath(dec, "filename")), "model.onnx");
+    CHECK_EQ_INT(json_integer_value(jpath(dec, "head_size")), 256);
+    CHECK_EQ_INT(json_integer_value(jpath(dec, "hidden_size")), 5120);
+    CHECK_EQ_INT(json_integer_value(jpath(dec, "num_attention_heads")), 24);
+    CHECK_EQ_INT(json_integer_value(jpath(dec, "num_hidden_layers")), 64);
+    CHECK_EQ_INT(json_integer_value(jpath(dec, "num_key_value_heads")), 4);
+    json_t *po = jpath(dec, "session_options.provider_options");
+    CHECK(json_is_array(po) && json_array_size(po) == 1);
+    json_t *cg = jpath(json_array_get(po, 0), "cuda.enable_cuda_graph");
+    CHECK(json_is_string(cg)); /* the STRING "0", as GenAI's provider options are */
+    CHECK_EQ_STR(json_string_value(cg), "0");
+    static const char *const in_keys[][2] = {
+        {"input_ids", "input_ids"},
+        {"position_ids", "position_ids"},
+        {"block_table", "block_table"},
+        {"cumulative_sequence_lengths", "cumulative_sequence_lengths"},
+        {"past_sequence_lengths", "past_sequence_lengths"},
+        {"attention_metadata", "attention_metadata"},
+        {"past_key_names", "past_key_values.%d.key"},
+        {"past_value_names", "past_key_values.%d.value"},
+        {"past_conv_names", "past_key_values.%d.conv_state"},
+        {"past_recurrent_names", "past_key_values.%d.recurrent_state"},
+    };
+    static const char *const out_keys[][2] = {
+        {"logits", "logits"},
+        {"present_key_names", "present.%d.key"},
+        {"present_value_names", "present.%d.value"},
+        {"present_conv_names", "present.%d.conv_state"},
+        {"present_recurrent_names", "present.%d.recurrent_state"},
+    };
+    json_t *in = jpath(dec, "inputs"), *out = jpath(dec, "outputs");
+    for (size_t i = 0; i < sizeof in_keys / sizeof in_keys[0]; i++)
+      CHECK_EQ_STR(json_string_value(json_object_get(in, in_keys[i][0])), in_keys[i][1]);
+    for (size_t i = 0; i < sizeof out_keys / sizeof out_keys[0]; i++)
+      CHECK_EQ_STR(json_string_value(json_object_get(out, out_keys[i][0])), out_keys[i][1]);
+    CHECK_EQ_INT(json_object_size(in), 10); /* no attention_mask, no state_update_* */
+    CHECK_EQ_INT(json_object_size(out), 5);
+    CHECK(json_object_get(dec, "state_update_capacity") == NULL);
+    json_t *groups = jpath(dec, "state_groups");
+    CHECK(json_is_array(groups) && json_array_size(groups) == 3);
+    static const char *const kinds[] = {"paged_kv", "fixed_conv", "fixed_recurrent"};
+    for (size_t i = 0; i < 3; i++) {
+      json_t *grp = json_array_get(groups, i), *ids = jpath(grp, "layer_ids");
+      CHECK_EQ_INT(json_object_size(grp), 2); /* {"kind", "layer_ids"} only */
+      CHECK_EQ_STR(json_string_value(jpath(grp, "kind")), kinds[i]);
+      const int32_t *want = i == 0 ? full : linear;
+      int n = i == 0 ? n_full : n_linear;
+      CHECK(json_is_array(ids) && (int)json_array_size(ids) == n);
+      for (int j = 0; j < n && j < (int)json_array_size(ids); j++) {
+        CHECK(json_is_integer(json_array_get(ids, (size_t)j)));
+        CHECK_EQ_INT(json_integer_value(json_array_get(ids, (size_t)j)), want[j]);
+      }
+    }
+    CHECK(json_is_true(jpath(root, "search.past_present_share_buffer")));
+    CHECK_EQ_INT(json_integer_value(jpath(root, "search.max_length")), 4096);
+    json_t *db = jpath(root, "engine.dynamic_batching");
+    CHECK(json_is_integer(jpath(db, "block_size")));
+    CHECK_EQ_INT(json_integer_value(jpath(db, "block_size")), 256);
+    CHECK(json_is_real(jpath(db, "gpu_utilization_factor")));
+    CHECK_NEAR(json_real_value(jpath(db, "gpu_utilization_factor")), 0.6, 0);
+    CHECK(json_is_integer(jpath(db, "max_batch_size")));
+    CHECK_EQ_INT(json_integer_value(jpath(db, "max_batch_size")), 100);
+    CHECK_EQ_INT(json_integer_value(jpath(db, "max_scheduled_tokens")), 2048);
+    CHECK(jpath(db, "num_blocks") == NULL); /* exactly one of num_blocks / the factor */
+    CHECK(jpath(root, "model.attention_mask") == NULL);
+    json_decref(root);
+  }
+  /* abi.md §8.5's key order, and the factor printed as written */
+  const char *text = file_text(dir);
+  static const char *const order[] = {"model",
+                                      "type",
+                                      "decoder",
+                                      "filename",
+                                      "session_options",
+                                      "head_size",
+                                      "hidden_size",
+                                      "num_attention_heads",
+                                      "num_hidden_layers",
+                                      "num_key_value_heads",
+                                      "inputs",
+                                      "input_ids",
+                                      "position_ids",
+                                      "block_table",
+                                      "cumulative_sequence_lengths",
+                                      "past_sequence_lengths",
+                                      "attention_metadata",
+                                      "past_key_names",
+                                      "past_value_names",
+                                      "past_conv_names",
+                                      "past_recurrent_names",
+                                      "outputs",
+                                      "logits",
+                                      "present_key_names",
+                                      "present_value_names",
+                                      "present_conv_names",
+                                      "present_recurrent_names",
+                                      "state_groups",
+                                      "context_length",
+                                      "vocab_size",
+                                      "search",
+                                      "engine",
+                                      "dynamic_batching",
+                                      "block_size",
+                                      "gpu_utilization_factor",
+                                      "max_batch_size",
+                                      "max_scheduled_tokens"};
+  check_key_order(text, order, sizeof order / sizeof order[0]);
+  CHECK_CONTAINS(text, "\"gpu_utilization_factor\": 0.6,");
+  CHECK_CONTAINS(text, "\"enable_cuda_graph\": \"0\"");
+
+  /* with token ids too */
+  g.bos_token_id = 1;
+  g.pad_token_id = 0;
+  g.n_eos_token_ids = 2;
+  g.eos_token_ids[0] = g.eos_token_id = 151645;
+  g.eos_token_ids[1] = 151643;
+  check_round_trip(&g, "paged-27b-rt");
+}
+
+static void test_paged_variants(void) {
+  hf_config c;
+  if (!parse_hf(ALL_FULL, &c)) return;
+  /* no linear layers: only the paged_kv group and no conv/recurrent templates, both ways */
+  genai_config g = genai_config_paged(&c, 512, 256, 8, 0.9, 0, 1024);
+  CHECK_EQ_INT(g.n_state_groups, 1);
+  CHECK_EQ_INT(g.state_groups[0].kind, GENAI_STATE_PAGED_KV);
+  CHECK_EQ_INT(g.state_groups[0].n_layer_ids, 4);
+  CHECK_EQ_STR(g.past_conv_names, "");
+  CHECK_EQ_STR(g.present_recurrent_names, "");
+  check_round_trip(&g, "paged-all-full");
+  const char *text = file_text(tmp_dir("paged-all-full"));
+  CHECK(strstr(text, "conv_state") == NULL && strstr(text, "recurrent_state") == NULL);
+  CHECK(strstr(text, "fixed_") == NULL);
+  /* num_blocks wins over the factor; neither when both are absent */
+  g = genai_config_paged(&c, 512, 512, 4, 0.9, 1000, 64);
+  check_round_trip(&g, "paged-num-blocks");
+  text = file_text(tmp_dir("paged-num-blocks"));
+  CHECK_CONTAINS(text, "\"num_blocks\": 1000");
+  CHECK(strstr(text, "gpu_utilization_factor") == NULL);
+  g = genai_config_paged(&c, 512, 256, 16, 0, 0, 2048);
+  check_round_trip(&g, "paged-no-budget");
+  text = file_text(tmp_dir("paged-no-budget"));
+  CHECK(strstr(text, "gpu_utilization_factor") == NULL && strstr(text, "num_blocks") == NULL);
+  /* a factor with no short decimal still reads back as the same double */
+  g = genai_config_paged(&c, 512, 256, 16, 0.1 + 0.2, 0, 2048);
+  check_round_trip(&g, "paged-odd-factor");
+  /* the hybrid model with a dense config is unchanged by the new fields */
+  if (!parse_hf(QWEN38_27B, &c)) return;
+  g = genai_config_dense(&c, 4096);
+  CHECK_EQ_INT(g.paged, 0);
+  CHECK_EQ_INT(g.n_state_groups, 0);
+  CHECK_EQ_INT(g.dynamic_batching.present, 0);
+  CHECK_EQ_INT(g.cuda_graph_disabled, 0);
+  check_round_trip(&g, "dense-27b");
+  CHECK_EQ_STR(genai_state_kind_name(GENAI_STATE_FIXED_RECURRENT), "fixed_recurrent");
+  CHECK_EQ_STR(genai_state_kind_name((genai_state_kind)7), "unknown");
+}
+
+/* The dense writer's bytes, as packages have been written before the paged layout existed. */
+static const char DENSE_TINY[] =
+    "{\n"
+    "  \"model\": {\n"
+    "    \"bos_token_id\": 1,\n"
+    "    \"context_length\": 512,\n"
+    "    \"decoder\": {\n"
+    "      \"session_options\": {\n"
+    "        \"log_id\": \"onnxruntime-genai\",\n"
+    "        \"provider_options\": []\n"
+    "      },\n"
+    "      \"filename\": \"model.onnx\",\n"
+    "      \"head_size\": 32,\n"
+    "      \"hidden_size\": 64,\n"
+    "      \"inputs\": {\n"
+    "        \"input_ids\": \"input_ids\",\n"
+    "        \"attention_mask\": \"attention_mask\",\n"
+    "        \"position_ids\": \"position_ids\",\n"
+    "        \"past_key_names\": \"past_key_values.%d.key\",\n"
+    "        \"past_value_names\": \"past_key_values.%d.value\",\n"
+    "        \"past_conv_names\": \"past_key_values.%d.conv_state\",\n"
+    "        \"past_recurrent_names\": \"past_key_values.%d.recurrent_state\"\n"
+    "      },\n"
+    "      \"outputs\": {\n"
+    "        \"logits\": \"logits\",\n"
+    "        \"present_key_names\": \"present.%d.key\",\n"
+    "        \"present_value_names\": \"present.%d.value\",\n"
+    "        \"present_conv_names\": \"present.%d.conv_state\",\n"
+    "        \"present_recurrent_names\": \"present.%d.recurrent_state\"\n"
+    "      },\n"
+    "      \"num_attention_heads\": 4,\n"
+    "      \"num_hidden_layers\": 4,\n"
+    "      \"num_key_value_heads\": 2\n"
+    "    },\n"
+    "    \"eos_token_id\": [\n"
+    "      7,\n"
+    "      8\n"
+    "    ],\n"
+    "    \"pad_token_id\": 0,\n"
+    "    \"type\": \"qwen3_5_text\",\n"
+    "    \"vocab_size\": 256\n"
+    "  },\n"
+    "  \"search\": {\n"
+    "    \"diversity_penalty\": 0.0,\n"
+    "    \"do_sample\": false,\n"
+    "    \"early_stopping\": true,\n"
+    "    \"length_penalty\": 1.0,\n"
+    "    \"max_length\": 512,\n"
+    "    \"min_length\": 0,\n"
+    "    \"no_repeat_ngram_size\": 0,\n"
+    "    \"num_beams\": 1,\n"
+    "    \"num_return_sequences\": 1,\n"
+    "    \"past_present_share_buffer\": false,\n"
+    "    \"repetition_penalty\": 1.0,\n"
+    "    \"temperature\": 1.0,\n"
+    "    \"top_k\": 50,\n"
+    "    \"top_p\": 1.0\n"
+    "  }\n"
+    "}\n";
+
+static void test_dense_unchanged(void) {
+  hf_config c;
+  if (!parse_hf("{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+                "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,"
+                "\"vocab_size\":256,\"intermediate_size\":128,\"linear_num_key_heads\":2,"
+                "\"linear_num_value_heads\":4,\"linear_key_head_dim\":16,"
+                "\"linear_value_head_dim\":16,\"attention_bias\":false,"
+                "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000000.0,"
+                "\"partial_rotary_factor\":0.25,\"mrope_section\":[2,1,1]}}",
+                &c))
+    return;
+  genai_config g = genai_config_dense(&c, 512);
+  g.bos_token_id = 1;
+  g.pad_token_id = 0;
+  g.n_eos_token_ids = 2;
+  g.eos_token_ids[0] = g.eos_token_id = 7;
+  g.eos_token_ids[1] = 8;
+  const char *dir = tmp_dir("dense-tiny");
+  diag d;
+  CHECK_STATUS(genai_config_write(&g, dir, &d), PH_OK, d.msg);
+  CHECK_EQ_STR(file_text(dir), DENSE_TINY);
+  check_round_trip(&g, "dense-tiny-rt");
+  genai_config back;
+  CHECK_STATUS(genai_config_read(dir, &back, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(back.paged, 0);
+  CHECK_EQ_STR(back.attention_mask, "attention_mask");
+  CHECK_EQ_STR(back.block_table, "");
+  CHECK_EQ_STR(back.attention_metadata, "");
+}
+
+/* Paged defaults; the legacy all-paged form; generation A's groups. */
+static void test_paged_read(void) {
+  genai_config g;
+  diag d;
+  CHECK_STATUS(genai_config_read(put("paged-min", "{\"model\": {\"type\": \"t\"}, \"engine\": "
+                                                  "{\"dynamic_batching\": {}}}"),
+                                 &g, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_INT(g.paged, 1); /* no state_groups: GenAI's legacy all-paged contract */
+  CHECK_EQ_INT(g.n_state_groups, 0);
+  CHECK_EQ_INT(g.dynamic_batching.present, 1);
+  CHECK_EQ_INT(g.dynamic_batching.block_size, 256);
+  CHECK_EQ_INT(g.dynamic_batching.max_batch_size, 16);
+  CHECK(g.dynamic_batching.gpu_utilization_factor <= 0);
+  CHECK_EQ_INT(g.dynamic_batching.num_blocks, 0);
+  CHECK_EQ_INT(g.dynamic_batching.max_scheduled_tokens, 2048);
+  CHECK_EQ_INT(g.cuda_graph_disabled, 0);
+  CHECK_EQ_STR(g.attention_mask, "");
+  CHECK_EQ_STR(g.block_table, "block_table");
+  CHECK_EQ_STR(g.cumulative_sequence_lengths, "cumulative_sequence_lengths");
+  CHECK_EQ_STR(g.past_sequence_lengths, "past_sequence_lengths");
+  CHECK_EQ_STR(g.attention_metadata, "attention_metadata");
+  CHECK_EQ_STR(g.past_conv_names, "past_key_values.%d.conv_state"); /* legacy: defaults */
+  /* the full paged example of the older tests: one paged_kv group, its names as given */
+  CHECK_STATUS(genai_config_read(put("paged-full", FULL), &g, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(g.paged, 1);
+  CHECK_EQ_INT(g.n_state_groups, 1);
+  CHECK_EQ_INT(g.state_groups[0].layer_ids[0], 3);
+  CHECK_EQ_STR(g.past_conv_names, "pc.%d"); /* given, so kept though no group uses it */
+  /* with state_groups, an absent template of a kind no group uses is "" */
+  CHECK_STATUS(genai_config_read(put("paged-kv-only",
+                                     "{\"model\": {\"type\": \"t\", \"decoder\": "
+                                     "{\"num_hidden_layers\": 4, \"state_groups\": [{\"kind\": "
+                                     "\"paged_kv\", \"layer_ids\": [0, 1, 2, 3]}]}}, \"engine\": "
+                                     "{\"dynamic_batching\": {}}}"),
+                                 &g, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_STR(g.past_key_names, "past_key_values.%d.key");
+  CHECK_EQ_STR(g.past_conv_names, "");
+  CHECK_EQ_STR(g.present_recurrent_names, "");
+  /* state_groups without dynamic batching: kept, but not the paged layout */
+  CHECK_STATUS(genai_config_read(put("groups-no-engine",
+                                     "{\"model\": {\"type\": \"t\", \"decoder\": "
+                                     "{\"num_hidden_layers\": 4, \"state_groups\": [{\"kind\": "
+                                     "\"fixed_conv\", \"layer_ids\": [0]}]}}}"),
+                                 &g, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_INT(g.paged, 0);
+  CHECK_EQ_INT(g.n_state_groups, 1);
+  CHECK_EQ_STR(g.attention_mask, "attention_mask");
+  /* fixed_conv and fixed_recurrent may share layers; provider options other than cuda pass */
+  CHECK_STATUS(
+      genai_config_read(
+          put("shared-fixed",
+              "{\"model\": {\"type\": \"t\", \"decoder\": {\"num_hidden_layers\": 8, "
+              "\"session_options\": {\"provider_options\": [{\"dml\": {}}, {\"cuda\": "
+              "{\"enable_cuda_graph\": \"1\"}}]}, \"state_groups\": [{\"kind\": \"paged_kv\", "
+              "\"layer_ids\": [3]}, {\"kind\": \"paged_kv\", \"layer_ids\": [7]}, {\"kind\": "
+              "\"fixed_conv\", \"layer_ids\": [0, 1, 2]}, {\"kind\": \"fixed_recurrent\", "
+              "\"layer_ids\": [2, 1, 0]}]}}, \"engine\": {\"dynamic_batching\": "
+              "{\"gpu_utilization_factor\": 1, \"num_blocks\": 0}}}"),
+          &g, &d),
+      PH_OK, d.msg);
+  CHECK_EQ_INT(g.n_state_groups, 4);
+  CHECK_EQ_INT(g.state_groups[3].layer_ids[0], 2);
+  CHECK_EQ_INT(g.cuda_graph_disabled, 0);
+  CHECK(g.dynamic_batching.gpu_utilization_factor == 1.0);
+
+  /* generation A: "fixed" groups named by their binding's input template */
+  static const char GEN_A[] =
+      "{\"model\": {\"type\": \"qwen3_5_text\", \"decoder\": {\"num_hidden_layers\": 8, "
+      "\"state_groups\": [{\"kind\": \"paged_kv\", \"layer_ids\": [3, 7], \"bindings\": "
+      "{\"key\": {\"input\": \"past_key_values.%d.key\", \"output\": \"present.%d.key\"}, "
+      "\"value\": {\"input\": \"past_key_values.%d.value\", \"output\": \"present.%d.value\"}}}, "
+      "{\"kind\": \"fixed\", \"layer_ids\": [0, 1, 2, 4, 5, 6], \"bindings\": {\"state\": "
+      "{\"input\": \"past_key_values.%d.conv_state\", \"output\": "
+      "\"present.%d.conv_state\"}}}, {\"kind\": \"fixed\", \"layer_ids\": [0, 1, 2, 4, 5, 6], "
+      "\"bindings\": {\"state\": {\"input\": \"past_key_values.%d.recurrent_state\", "
+      "\"output\": \"present.%d.recurrent_state\"}}}]}}, \"search\": "
+      "{\"past_present_share_buffer\": true}, \"engine\": {\"dynamic_batching\": "
+      "{\"block_size\": 256, \"gpu_utilization_factor\": 0.6, \"max_batch_size\": 100}}}";
+  CHECK_STATUS(genai_config_read(put("gen-a", GEN_A), &g, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(g.n_state_groups, 3);
+  CHECK_EQ_INT(g.state_groups[0].kind, GENAI_STATE_PAGED_KV);
+  CHECK_EQ_INT(g.state_groups[1].kind, GENAI_STATE_FIXED_CONV);
+  CHECK_EQ_INT(g.state_groups[2].kind, GENAI_STATE_FIXED_RECURRENT);
+  CHECK_EQ_INT(g.state_groups[2].n_layer_ids, 6);
+  CHECK_EQ_INT(g.state_groups[2].layer_ids[5], 6);
+  CHECK_EQ_INT(g.dynamic_batching.max_batch_size, 100);
+  /* and it is written back in generation C's form */
+  const char *dir = tmp_dir("gen-a-as-c");
+  CHECK_STATUS(genai_config_write(&g, dir, &d), PH_OK, d.msg);
+  const char *text = file_text(dir);
+  CHECK_CONTAINS(text, "\"kind\": \"fixed_recurrent\"");
+  CHECK(strstr(text, "bindings") == NULL);
+}
+
+/* A paged config with the given decoder extras (after num_hidden_layers 64) and top-level extras
+ * (after model; default: dynamic batching). */
+static const char *paged_doc(const char *decoder_extra, const char *top_extra) {
+  static char buf[2][4096];
+  static int turn;
+  char *b = buf[turn];
+  turn ^= 1;
+  snprintf(b, sizeof buf[0],
+           "{\"model\": {\"type\": \"qwen3_5_text\", \"decoder\": {\"num_hidden_layers\": "
+           "64%s}}%s}",
+           decoder_extra, top_extra ? top_extra : ", \"engine\": {\"dynamic_batching\": {}}");
+  return b;
+}
+
+static const char *groups_doc(const char *groups) {
+  static char buf[2048];
+  snprintf(buf, sizeof buf, ", \"state_groups\": %s", groups);
+  return paged_doc(buf, NULL);
+}
+
+static const char *engine_doc(const char *dynamic_batching) {
+  static char buf[1024];
+  snprintf(buf, sizeof buf, ", \"engine\": {\"dynamic_batching\": %s}", dynamic_batching);
+  return paged_doc("", buf);
+}
+
+static void test_paged_errors(void) {
+  /* state groups */
+  expect("sg-no-kind", groups_doc("[{\"layer_ids\": [3]}]"), PH_ERR_CONFIG_MISSING_FIELD,
+         "model.decoder.state_groups[0].kind is missing");
+  expect("sg-bad-kind", groups_doc("[{\"kind\": \"paged_kv\"}, {\"kind\": \"fixed_conf\"}]"),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[1].kind = \"fixed_conf\": expected paged_kv, fixed_conv or "
+         "fixed_recurrent");
+  expect("sg-kind-int", groups_doc("[{\"kind\": 1}]"), PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[0].kind is an integer, expected a string");
+  expect("sg-not-array", groups_doc("{\"kind\": \"paged_kv\"}"), PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups is an object, expected an array");
+  expect("sg-not-object", groups_doc("[[3]]"), PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[0] is an array, expected an object");
+  expect("sg-too-many",
+         groups_doc("[{\"kind\": \"fixed_conv\"}, {\"kind\": \"fixed_conv\"}, "
+                    "{\"kind\": \"fixed_conv\"}, {\"kind\": \"fixed_conv\"}, "
+                    "{\"kind\": \"fixed_conv\"}, {\"kind\": \"fixed_conv\"}, "
+                    "{\"kind\": \"fixed_conv\"}, {\"kind\": \"fixed_conv\"}, "
+                    "{\"kind\": \"fixed_conv\"}]"),
+         PH_ERR_LIMIT, "model.decoder.state_groups lists 9 groups, at most 8");
+  expect("sg-ids-not-array", groups_doc("[{\"kind\": \"paged_kv\", \"layer_ids\": 3}]"),
+         PH_ERR_CONFIG_INVALID, "model.decoder.state_groups[0].layer_ids is an integer");
+  expect("sg-id-range",
+         groups_doc("[{\"kind\": \"paged_kv\", \"layer_ids\": [3]}, {\"kind\": \"fixed_conv\", "
+                    "\"layer_ids\": [0, 1, 2, 64]}]"),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[1].layer_ids[3] = 64 is outside [0, num_hidden_layers = "
+         "64)");
+  expect("sg-id-negative", groups_doc("[{\"kind\": \"fixed_recurrent\", \"layer_ids\": [-1]}]"),
+         PH_ERR_CONFIG_INVALID, "model.decoder.state_groups[0].layer_ids[0] = -1 is outside");
+  expect("sg-id-type", groups_doc("[{\"kind\": \"fixed_recurrent\", \"layer_ids\": [0, 1.0]}]"),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[0].layer_ids[1] is a real number, expected an integer");
+  expect("sg-id-dup", groups_doc("[{\"kind\": \"paged_kv\", \"layer_ids\": [5, 9, 5]}]"),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[0].layer_ids[2] = 5 repeats layer_ids[0]");
+  expect("sg-kv-overlap",
+         groups_doc("[{\"kind\": \"paged_kv\", \"layer_ids\": [3, 7]}, {\"kind\": \"fixed_conv\", "
+                    "\"layer_ids\": [7]}, {\"kind\": \"paged_kv\", \"layer_ids\": [11, 7]}]"),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[2].layer_ids[1] = 7 is also in state_groups[0]: paged_kv "
+         "groups may not overlap");
+  expect("sg-no-layers",
+         "{\"model\": {\"type\": \"t\", \"decoder\": {\"state_groups\": [{\"kind\": "
+         "\"paged_kv\", \"layer_ids\": [0]}]}}}",
+         PH_ERR_CONFIG_INVALID, "layer_ids[0] = 0 is outside [0, num_hidden_layers = 0)");
+  expect("sg-same-tensor",
+         paged_doc(", \"inputs\": {\"past_conv_names\": \"s.%d\", \"past_recurrent_names\": "
+                   "\"s.%d\"}, \"state_groups\": [{\"kind\": \"fixed_conv\", \"layer_ids\": [0, "
+                   "1]}, {\"kind\": \"fixed_recurrent\", \"layer_ids\": [1]}]",
+                   NULL),
+         PH_ERR_CONFIG_INVALID,
+         "layer 1: model.decoder.inputs.past_conv_names and inputs.past_recurrent_names both "
+         "bind \"s.1\"");
+  expect("sg-fixed-only", groups_doc("[{\"kind\": \"fixed_conv\", \"layer_ids\": [0]}]"), PH_OK,
+         NULL);
+  expect("sg-paged-template",
+         paged_doc(", \"outputs\": {\"present_key_names\": \"present.key\"}", NULL),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.outputs.present_key_names = \"present.key\" must contain exactly one %d");
+  /* generation A */
+  expect("gen-a-unknown",
+         groups_doc("[{\"kind\": \"fixed\", \"layer_ids\": [0], \"bindings\": {\"state\": "
+                    "{\"input\": \"past.%d.ssm\"}}}]"),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_groups[0].bindings.state.input = \"past.%d.ssm\" is neither "
+         "past_conv_names");
+  expect("gen-a-no-binding", groups_doc("[{\"kind\": \"fixed\", \"layer_ids\": [0]}]"),
+         PH_ERR_CONFIG_MISSING_FIELD,
+         "model.decoder.state_groups[0].bindings.state.input is missing");
+  expect("gen-a-bad-bindings", groups_doc("[{\"kind\": \"fixed\", \"bindings\": []}]"),
+         PH_ERR_CONFIG_INVALID, "model.decoder.state_groups[0].bindings is an array");
+  /* compact state updates */
+  expect("capacity", paged_doc(", \"state_update_capacity\": 7", NULL), PH_ERR_UNSUPPORTED,
+         "state_update_capacity 7: compact state updates are not supported yet");
+  expect("capacity-zero", paged_doc(", \"state_update_capacity\": 0", NULL), PH_OK, NULL);
+  expect("group-capacity",
+         groups_doc("[{\"kind\": \"fixed\", \"layer_ids\": [0], \"bindings\": {\"state\": "
+                    "{\"input\": \"past_key_values.%d.conv_state\"}}, \"state_update\": "
+                    "{\"kind\": \"causal_conv\", \"capacity\": 3}}]"),
+         PH_ERR_UNSUPPORTED,
+         "model.decoder.state_groups[0].state_update.capacity 3: compact state updates are not "
+         "supported yet");
+  /* dynamic batching */
+  expect("db-block", engine_doc("{\"block_size\": 0}"), PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching.block_size = 0 is outside [1, 2^31)");
+  expect("db-batch", engine_doc("{\"max_batch_size\": 0}"), PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching.max_batch_size = 0 is outside [1, 2^31)");
+  expect("db-factor-zero", engine_doc("{\"gpu_utilization_factor\": 0}"), PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching.gpu_utilization_factor = 0 is outside (0, 1]");
+  expect("db-factor-big", engine_doc("{\"gpu_utilization_factor\": 1.5}"), PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching.gpu_utilization_factor = 1.5 is outside (0, 1]");
+  expect("db-factor-type", engine_doc("{\"gpu_utilization_factor\": \"0.6\"}"),
+         PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching.gpu_utilization_factor is a string, expected a number");
+  expect("db-blocks", engine_doc("{\"num_blocks\": -1}"), PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching.num_blocks = -1 is outside [0, 2^31)");
+  expect("db-tokens", engine_doc("{\"max_scheduled_tokens\": 0}"), PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching.max_scheduled_tokens = 0 is outside [1, 2^31)");
+  expect("db-type", engine_doc("[]"), PH_ERR_CONFIG_INVALID,
+         "engine.dynamic_batching is an array, expected an object");
+  expect("engine-type", paged_doc("", ", \"engine\": 1"), PH_ERR_CONFIG_INVALID,
+         "engine is an integer, expected an object");
+  expect("static-and-dynamic",
+         paged_doc("", ", \"engine\": {\"static_batching\": {\"max_batch_size\": 4}, "
+                       "\"dynamic_batching\": {}}"),
+         PH_ERR_CONFIG_INVALID,
+         "engine.static_batching and engine.dynamic_batching are mutually exclusive");
+  expect("static-only", paged_doc("", ", \"engine\": {\"static_batching\": {}}"), PH_OK, NULL);
+  /* session options */
+  expect("po-type", paged_doc(", \"session_options\": {\"provider_options\": {}}", NULL),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.session_options.provider_options is an object, expected an array");
+  expect("po-entry", paged_doc(", \"session_options\": {\"provider_options\": [\"cuda\"]}", NULL),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.session_options.provider_options[0] is a string, expected an object");
+  expect("po-graph",
+         paged_doc(", \"session_options\": {\"provider_options\": [{\"cuda\": "
+                   "{\"enable_cuda_graph\": 0}}]}",
+                   NULL),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.session_options.provider_options[0].cuda.enable_cuda_graph is an "
+         "integer, expected a string");
+  /* the writer refuses arrays it would overrun */
+  genai_config g;
+  memset(&g, 0, sizeof g);
+  g.n_state_groups = GENAI_MAX_STATE_GROUPS + 1;
+  diag d;
+  CHECK_STATUS(genai_config_write(&g, tmp_dir("write-too-many"), &d), PH_ERR_INVALID_ARGUMENT,
+               d.msg);
+  CHECK_CONTAINS(d.msg, "9 state groups");
+  g.n_state_groups = 1;
+  g.state_groups[0].n_layer_ids = -1;
+  CHECK_STATUS(genai_config_write(&g, tmp_dir("write-bad-ids"), &d), PH_ERR_INVALID_ARGUMENT,
+               d.msg);
+  g.n_state_groups = 0;
+  g.dynamic_batching.present = 1;
+  g.dynamic_batching.gpu_utilization_factor = INFINITY;
+  CHECK_STATUS(genai_config_write(&g, tmp_dir("write-bad-factor"), &d), PH_ERR_INVALID_ARGUMENT,
+               d.msg);
+  CHECK_CONTAINS(d.msg, "gpu_utilization_factor inf is outside (0, 1]");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -210,5 +949,10 @@ int main(void) {
   RUN(test_defaults);
   RUN(test_errors);
   RUN(test_parse_in_memory);
+  RUN(test_paged_qwen38);
+  RUN(test_paged_variants);
+  RUN(test_dense_unchanged);
+  RUN(test_paged_read);
+  RUN(test_paged_errors);
   return check_finish();
 }
