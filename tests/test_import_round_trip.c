@@ -1,4 +1,4 @@
-/* Import round trip: a golden checkpoint exported as a package (model_export_dense), read back
+/* Import round trip: a golden checkpoint exported as a package (model_export), read back
  * (onnx_read_model) and written again (onnx_write_model) gives byte-identical model.onnx and
  * model.onnx.data; genai_config.json read and written again is byte-identical too; and the
  * package run through the dense session gives bit-identical logits to the checkpoint run
@@ -66,7 +66,7 @@ static void round_trip(const char *golden, const char *tag, ph_dtype dtype) {
   o.dtype = dtype;
   o.force = 1;
   o.max_context = MAX_CONTEXT;
-  CHECK_STATUS(model_export_dense(m, pkg, &o, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
 
   /* read, write again: the same bytes */
   graph *g = NULL;

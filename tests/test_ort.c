@@ -335,7 +335,7 @@ static ph_status export_package(const ph_model *m, const char *dir, ph_dtype wdt
   export_options opt = export_options_default();
   opt.dtype = wdt;
   opt.force = 1; /* a rerun writes over the last run's package */
-  return model_export_dense(m, dir, &opt, d);
+  return model_export(m, dir, &opt, d);
 }
 
 /* One sequence: prefill it from empty state, then continue with n_cont tokens; both steps run on

@@ -71,6 +71,9 @@ int cli_parse(cli_args *a, const char *command, const cli_option *options, int n
       a->values[k] = "1";
       continue;
     }
+    const size_t arg_len = strlen(o->arg);
+    const int repeatable = arg_len > 3 && strcmp(o->arg + arg_len - 3, "...") == 0;
+    if (a->values[k] && !repeatable) return cli_usage_error(a, "option --%s given twice", o->name);
     if (eq) {
       a->values[k] = eq + 1;
     } else {
@@ -78,8 +81,22 @@ int cli_parse(cli_args *a, const char *command, const cli_option *options, int n
         return cli_usage_error(a, "option --%s needs a value (%s)", o->name, o->arg);
       a->values[k] = argv[++i];
     }
+    if (repeatable) {
+      if (a->n_repeats == CLI_MAX_REPEATS)
+        return cli_usage_error(a, "too many repeated options (at most %d)", CLI_MAX_REPEATS);
+      a->repeat_option[a->n_repeats] = k;
+      a->repeats[a->n_repeats++] = a->values[k];
+    }
   }
   return CLI_EXIT_OK;
+}
+
+int cli_get_all(const cli_args *a, const char *name, const char **out, int max) {
+  int k = find_option(a, name, strlen(name)), n = 0;
+  for (int i = 0; k >= 0 && i < a->n_repeats; i++)
+    if (a->repeat_option[i] == k && n < max) out[n++] = a->repeats[i];
+  if (k >= 0 && n == 0 && a->values[k] && max > 0) out[n++] = a->values[k];
+  return n;
 }
 
 void cli_print_help(const cli_args *a, const char *usage, const char *description) {

@@ -23,9 +23,12 @@ typedef struct cli_option {
   const char *arg;  /* value placeholder for help ("N"), NULL for a flag */
   const char *help;
 } cli_option;
+/* An option whose placeholder ends in "..." ("LIST...") may be given several times
+ * (cli_get_all); any other option given twice is a usage error. */
 
 #define CLI_MAX_OPTIONS    64
 #define CLI_MAX_POSITIONAL 8
+#define CLI_MAX_REPEATS    64 /* values of repeatable options, all together */
 
 typedef struct cli_args {
   const char *command;
@@ -34,6 +37,9 @@ typedef struct cli_args {
   const char *values[CLI_MAX_OPTIONS]; /* value given for option i (flags: "1"), or NULL */
   const char *positional[CLI_MAX_POSITIONAL];
   int n_positional;
+  const char *repeats[CLI_MAX_REPEATS]; /* every value of a repeatable option, in order */
+  int repeat_option[CLI_MAX_REPEATS];   /* its option index */
+  int n_repeats;
   int help;
 } cli_args;
 
@@ -46,7 +52,9 @@ void cli_print_help(const cli_args *a, const char *usage, const char *descriptio
 
 /* Lookups; name must be in the table. Value parsers print a usage error and return
  * CLI_EXIT_USAGE on bad input, leaving *out untouched when the option is absent. */
-const char *cli_get(const cli_args *a, const char *name);
+const char *cli_get(const cli_args *a, const char *name); /* the last value given */
+/* Every value of a repeatable option, in command-line order, into out[max]; returns the count. */
+int cli_get_all(const cli_args *a, const char *name, const char **out, int max);
 int cli_flag(const cli_args *a, const char *name);
 int cli_get_int(const cli_args *a, const char *name, int64_t min, int64_t max, int64_t *out);
 int cli_get_u64(const cli_args *a, const char *name, uint64_t *out);

@@ -1,9 +1,11 @@
 /* pagedhybrid export HF_DIR -o PKG_DIR — a checkpoint as an ONNX Runtime GenAI package.
  *
  * Writes model.onnx, model.onnx.data, genai_config.json and the checkpoint's tokenizer files
- * (models/export.h, docs/export.md). --dtype picks the weights' storage dtype (activations stay
- * f32); without it each weight keeps its checkpoint dtype. Only --layout dense exists until the
- * paged layout (issue 5). Prints one summary line per file written.
+ * (models/export.h, docs/export.md). --dtype picks the weights' storage dtype; without it each
+ * weight keeps its checkpoint dtype. --layout dense (f32 activations, what ONNX Runtime's CPU EP
+ * runs) or paged (the packed paged ABI for GenAI's Engine on CUDA, or --target cpu for ours).
+ * --config-only needs only config.json and writes the structure without weights. Prints one
+ * summary line per file written.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,8 +19,24 @@
 
 static const cli_option OPTIONS[] = {
     {"out", "DIR", "package directory to write (also -o; created; must be empty unless --force)"},
-    {"layout", "L", "graph layout: dense (default; the paged layout arrives with issue 5)"},
+    {"layout", "L",
+     "graph layout: dense (default) or paged (packed, PagedAttention + GatedDeltaNet)"},
     {"dtype", "DT", "weight storage dtype f32|f16|bf16 (default: as stored in the checkpoint)"},
+    {"target", "T", "paged: cuda (default; ONNX Runtime GenAI) or cpu (pagedhybrid's runtime)"},
+    {"io-dtype", "DT",
+     "paged: activation/KV/conv-state dtype (cuda: f16|bf16, default the "
+     "checkpoint's or bf16; cpu: default f32)"},
+    {"block-size", "N",
+     "paged: tokens per KV page, power of two >= 16 (cuda: multiple of 256; "
+     "default cuda 256, cpu 16)"},
+    {"prune-lm-head", NULL, "paged: logits only for each sequence's last token ([B, vocab])"},
+    {"max-batch-size", "N", "paged: engine.dynamic_batching.max_batch_size (1..256, default 100)"},
+    {"gpu-utilization-factor", "F", "paged: share of free GPU memory for pages (default 0.6)"},
+    {"num-blocks", "N", "paged: explicit page budget instead of the utilization factor"},
+    {"max-scheduled-tokens", "N", "paged: tokens per engine step (default 2048)"},
+    {"config-only", NULL,
+     "build from config.json alone: model.onnx structure + genai_config.json, "
+     "no weights (cannot run)"},
     {"max-context", "N",
      "context length = rotary cache rows (default min(max_position_embeddings, 32768))"},
     {"force", NULL, "write into a non-empty --out directory, replacing package files"},
@@ -50,31 +68,53 @@ int cmd_export(int argc, char **argv) {
     cli_print_help(
         &a, "HF_DIR -o PKG_DIR [options]",
         "Export a Hugging Face checkpoint as an ONNX Runtime GenAI package: model.onnx\n"
-        "(IR 8, opsets ai.onnx 17 + com.microsoft 1), model.onnx.data (every weight as\n"
+        "(IR 8, opsets ai.onnx 17 + com.microsoft 1), model.onnx.data (weights as\n"
         "external data, 64-byte aligned), genai_config.json and the tokenizer files.\n"
-        "Activations, inputs, outputs and caches are f32 (ONNX Runtime's CPU kernels for\n"
-        "LinearAttention and CausalConvWithState are float-only); --dtype sets how the\n"
-        "weights are stored. See docs/export.md.");
+        "dense: activations, inputs, outputs and caches are f32 (ONNX Runtime's CPU kernels\n"
+        "for LinearAttention and CausalConvWithState are float-only). paged: the packed\n"
+        "layout with state_groups and engine.dynamic_batching for GenAI's Engine.\n"
+        "--dtype sets how the weights are stored. See docs/export.md.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional != 1) return cli_usage_error(&a, "expects exactly one checkpoint directory");
   const char *out = cli_get(&a, "out");
   if (!out || !out[0]) return cli_usage_error(&a, "-o/--out DIR is required");
-  const char *layout = cli_get(&a, "layout");
-  if (layout && strcmp(layout, "dense") != 0) {
-    if (strcmp(layout, "paged") == 0)
-      return cli_usage_error(
-          &a, "--layout paged is not available yet: the paged layout arrives with issue 5");
-    return cli_usage_error(&a, "--layout must be dense, got \"%s\"", layout);
-  }
   export_options o = export_options_default();
+  const char *layout = cli_get(&a, "layout"), *target = cli_get(&a, "target");
+  if (layout && strcmp(layout, "dense") != 0 && strcmp(layout, "paged") != 0)
+    return cli_usage_error(&a, "--layout must be dense or paged, got \"%s\"", layout);
+  if (target && strcmp(target, "cuda") != 0 && strcmp(target, "cpu") != 0)
+    return cli_usage_error(&a, "--target must be cuda or cpu, got \"%s\"", target);
+  o.layout = layout && strcmp(layout, "paged") == 0 ? EXPORT_LAYOUT_PAGED : EXPORT_LAYOUT_DENSE;
+  o.target = target && strcmp(target, "cpu") == 0 ? EXPORT_TARGET_CPU : EXPORT_TARGET_CUDA;
   o.force = cli_flag(&a, "force");
+  o.prune_lm_head = cli_flag(&a, "prune-lm-head");
+  o.config_only = cli_flag(&a, "config-only");
   if ((rc = cli_get_dtype(&a, "dtype", &o.dtype)) ||
-      (rc = cli_get_int(&a, "max-context", 1, (int64_t)1 << 31, &o.max_context)))
+      (rc = cli_get_dtype(&a, "io-dtype", &o.io_dtype)) ||
+      (rc = cli_get_int(&a, "max-context", 1, (int64_t)1 << 31, &o.max_context)) ||
+      (rc = cli_get_int(&a, "block-size", 1, (int64_t)1 << 20, &o.block_size)) ||
+      (rc = cli_get_int(&a, "max-batch-size", 1, 256, &o.max_batch_size)) ||
+      (rc = cli_get_double(&a, "gpu-utilization-factor", 1e-9, 1.0, &o.gpu_utilization_factor)) ||
+      (rc = cli_get_int(&a, "num-blocks", 1, INT32_MAX, &o.num_blocks)) ||
+      (rc = cli_get_int(&a, "max-scheduled-tokens", 1, (int64_t)1 << 30, &o.max_scheduled_tokens)))
     return rc;
+  if (o.layout == EXPORT_LAYOUT_DENSE) {
+    static const char *const paged_only[] = {"target",         "io-dtype",
+                                             "block-size",     "prune-lm-head",
+                                             "max-batch-size", "gpu-utilization-factor",
+                                             "num-blocks",     "max-scheduled-tokens"};
+    for (size_t i = 0; i < sizeof paged_only / sizeof paged_only[0]; i++)
+      if (cli_get(&a, paged_only[i]))
+        return cli_usage_error(&a, "--%s applies to --layout paged only", paged_only[i]);
+  }
+  if (cli_get(&a, "num-blocks") && cli_get(&a, "gpu-utilization-factor"))
+    return cli_usage_error(&a, "give --num-blocks or --gpu-utilization-factor, not both");
 
   ph_model *m = NULL;
-  ph_status s = ph_model_open(a.positional[0], NULL, &m);
+  ph_model_params mp = ph_model_params_default();
+  mp.load_weights = !o.config_only;
+  ph_status s = ph_model_open(a.positional[0], &mp, &m);
   if (s != PH_OK) {
     rc = cli_lib_error(s, m ? ph_model_error(m) : NULL);
     ph_model_free(m);
@@ -83,14 +123,17 @@ int cmd_export(int argc, char **argv) {
   diag d;
   diag_clear(&d);
   double t0 = now_s();
-  s = model_export_dense(m, out, &o, &d);
+  s = model_export(m, out, &o, &d);
   double t1 = now_s();
   ph_model_free(m);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
-  printf("exported %s -> %s (dense layout, weights %s) in %.2f s\n", a.positional[0], out,
-         o.dtype == PH_DTYPE_INVALID ? "as stored" : ph_dtype_name(o.dtype), t1 - t0);
+  printf("exported %s -> %s (%s layout%s%s, weights %s%s) in %.2f s\n", a.positional[0], out,
+         export_layout_name(o.layout), o.layout == EXPORT_LAYOUT_PAGED ? " for " : "",
+         o.layout == EXPORT_LAYOUT_PAGED ? export_target_name(o.target) : "",
+         o.dtype == PH_DTYPE_INVALID ? "as stored" : ph_dtype_name(o.dtype),
+         o.config_only ? "; config only: structure without weights, cannot run" : "", t1 - t0);
   print_file(out, "model.onnx");
-  print_file(out, "model.onnx.data");
+  if (!o.config_only) print_file(out, "model.onnx.data");
   print_file(out, "genai_config.json");
   for (int i = 0; EXPORT_TOKENIZER_FILES[i]; i++) print_file(out, EXPORT_TOKENIZER_FILES[i]);
   return CLI_EXIT_OK;

@@ -1,10 +1,17 @@
-/* pagedhybrid generate --model DIR --tokens 1,2,3 — greedy generation through the dense graph.
+/* pagedhybrid generate --model DIR --tokens 1,2,3 [--tokens 4,5 ...] — greedy generation.
  *
- * Prints the prompt and the generated token ids. --logits-out FILE writes an F32 safetensors
- * file with one tensor "logits" [T, vocab]: row t holds the logits computed at position t of
- * the sequence prompt + generated tokens (so row t predicts token t+1). Every generated token
- * is run once too, so T = prompt length + max-new. This format is stable: others check us
- * with it.
+ * One or more prompts. On the packed paged layout (a paged package, or a checkpoint with
+ * --layout paged, the default for several prompts) all sequences run packed in one batch: the
+ * prompts in one prefill step, then one greedy step with every sequence each; pages and state
+ * slots come from the session's pools and the state bytes moved per step are reported. On the
+ * dense layout the sequences run one after another.
+ *
+ * Prints each prompt and its generated token ids. --logits-out FILE writes an F32 safetensors
+ * file with one tensor per sequence "seq{i}.logits" [T_i, vocab] (and, for a single sequence,
+ * the same rows as "logits", the format of the dense-only releases): row t holds the logits
+ * computed at position t of prompt + generated tokens (row t predicts token t+1). Every
+ * generated token is run once too, so T_i = prompt length + max-new. This format is stable:
+ * others check us with it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,17 +20,23 @@
 
 #include "base/fmap.h"
 #include "cli.h"
+#include "io/genai_config.h"
 #include "io/onnx.h"
 #include "io/safetensors.h"
 #include "models/dense_session.h"
 #include "models/model.h"
+#include "models/paged_session.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
-    {"tokens", "LIST", "prompt token ids, comma-separated (e.g. 1,2,3)"},
+    {"tokens", "LIST...",
+     "prompt token ids, comma-separated (e.g. 1,2,3); repeat for more sequences"},
+    {"layout", "dense|paged",
+     "for a checkpoint: the graph to run (default: dense for one prompt, paged for several)"},
+    {"block-size", "N", "paged checkpoint: tokens per KV page (power of two >= 16, default 16)"},
     {"max-new", "N", "tokens to generate greedily (default 16)"},
     {"logits-out", "FILE",
-     "write every position's logits as F32 safetensors tensor \"logits\" [T, vocab]"},
+     "write every position's logits: F32 safetensors \"seq{i}.logits\" [T_i, vocab]"},
     {"threads", "N", "worker threads (default: all CPUs)"},
     {"max-context", "N", "context bound (default min(max_position_embeddings, 32768))"},
 };
@@ -59,87 +72,226 @@ static int64_t argmax(const float *row, int64_t n) {
   return best;
 }
 
+#define MAX_SEQS 32
+
+typedef struct gen_seq {
+  int64_t *tokens; /* [T]: prompt then generated */
+  int64_t n_prompt, T;
+  float *logits; /* [T, V] */
+  int32_t slot;
+  block_table bt;
+} gen_seq;
+
+/* Dense: each sequence alone, one after another. */
+static ph_status run_dense(dense_session *sess, gen_seq *q, int n, int64_t max_new, diag *d) {
+  const int64_t V = dense_session_vocab(sess);
+  for (int i = 0; i < n; i++) {
+    dense_session_reset(sess);
+    FORWARD_IF_ERROR(dense_session_step(sess, q[i].tokens, q[i].n_prompt, q[i].logits, d));
+    for (int64_t k = 0; k < max_new; k++) {
+      const int64_t pos = q[i].n_prompt + k;
+      q[i].tokens[pos] = argmax(q[i].logits + (pos - 1) * V, V);
+      FORWARD_IF_ERROR(dense_session_step(sess, &q[i].tokens[pos], 1, q[i].logits + pos * V, d));
+    }
+  }
+  return PH_OK;
+}
+
+/* Paged: every sequence packed in each step. */
+static ph_status run_paged(paged_session *s, gen_seq *q, int n, int64_t max_new, int all_rows,
+                           diag *d) {
+  const int64_t V = paged_session_vocab(s), K = paged_session_block_size(s);
+  paged_seq batch[MAX_SEQS];
+  for (int i = 0; i < n; i++) {
+    FORWARD_IF_ERROR(state_pool_alloc(paged_session_states(s), &q[i].slot, d));
+    FORWARD_IF_ERROR(block_table_reserve(&q[i].bt, paged_session_blocks(s), q[i].T, (int32_t)K, d));
+  }
+  uint64_t moved = 0;
+  int64_t steps = 0;
+  for (int64_t k = 0; k <= max_new; k++) {
+    for (int i = 0; i < n; i++) {
+      const int64_t past = k == 0 ? 0 : q[i].n_prompt + k - 1, len = k == 0 ? q[i].n_prompt : 1;
+      if (k > 0) q[i].tokens[past] = argmax(q[i].logits + (past - 1) * V, V);
+      batch[i] = (paged_seq){q[i].slot, &q[i].bt, past, q[i].tokens + past, len};
+    }
+    FORWARD_IF_ERROR(paged_session_run(s, batch, n, d));
+    for (int i = 0; i < n; i++)
+      for (int64_t j = 0; j < batch[i].n; j++) {
+        const float *row = paged_session_token_logits(s, i, j);
+        if (!row && !all_rows) continue; /* a pruned LM head: greedy needs only the last row */
+        RETURN_ERROR_IF(!row, d, PH_ERR_UNSUPPORTED,
+                        "the package prunes its LM head to the last row per sequence; "
+                        "--logits-out and prompt rows need the full logits");
+        memcpy(q[i].logits + (batch[i].past + j) * V, row, (size_t)V * sizeof(float));
+      }
+    moved += paged_session_last_stats(s).state_bytes_moved;
+    steps++;
+  }
+  fprintf(stderr,
+          "paged: %d sequences packed, %lld steps, %d pages of %lld tokens in use, "
+          "state bytes moved %llu (%.1f per step)\n",
+          n, (long long)steps, block_pool_used_count(paged_session_blocks(s)), (long long)K,
+          (unsigned long long)moved, steps ? (double)moved / (double)steps : 0.0);
+  return PH_OK;
+}
+
+/* The pool sizes a packed run of these sequences needs. */
+static paged_session_params paged_params(const gen_seq *q, int n, int64_t threads, int64_t K) {
+  paged_session_params p = paged_session_params_default();
+  int64_t pages = 1, tokens = 0;
+  for (int i = 0; i < n; i++) {
+    pages += (q[i].T + K - 1) / K;
+    tokens += q[i].n_prompt > 1 ? q[i].n_prompt : 1;
+  }
+  p.n_blocks = (int32_t)pages;
+  p.max_slots = p.max_batch = n;
+  p.max_tokens = tokens;
+  p.n_threads = (int)threads;
+  return p;
+}
+
+static ph_status write_logits(const char *path, const gen_seq *q, int n, int64_t V, diag *d) {
+  st_write_entry e[MAX_SEQS + 1];
+  char names[MAX_SEQS][32];
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    snprintf(names[i], sizeof names[i], "seq%d.logits", i);
+    e[k++] = (st_write_entry){names[i], PH_DTYPE_F32, shape_2d(q[i].T, V), q[i].logits};
+  }
+  if (n == 1) e[k++] = (st_write_entry){"logits", PH_DTYPE_F32, shape_2d(q[0].T, V), q[0].logits};
+  return st_write_file(path, e, (size_t)k, NULL, NULL, d);
+}
+
 int cmd_generate(int argc, char **argv) {
   cli_args a;
   int rc = cli_parse(&a, "generate", OPTIONS, N_OPTIONS, argc, argv);
   if (rc) return rc;
   if (a.help) {
     cli_print_help(
-        &a, "--model DIR --tokens LIST [options]",
-        "Greedy generation from token ids (no tokenizer yet), printing the prompt and the\n"
-        "generated ids. Runs the dense graph on the CPU.");
+        &a, "--model DIR --tokens LIST [--tokens LIST ...] [options]",
+        "Greedy generation from token ids (no tokenizer yet), printing each prompt and its\n"
+        "generated ids. Several prompts run packed in one batch on the paged layout.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
-  const char *dir = cli_get(&a, "model"), *toks = cli_get(&a, "tokens");
+  const char *dir = cli_get(&a, "model"), *lists[MAX_SEQS + 1];
+  const int n = cli_get_all(&a, "tokens", lists, MAX_SEQS + 1);
   if (!dir) return cli_usage_error(&a, "--model DIR is required");
-  if (!toks) return cli_usage_error(&a, "--tokens LIST is required");
-  int64_t max_new = 16, threads = 0, max_ctx = 0;
+  if (n == 0) return cli_usage_error(&a, "--tokens LIST is required");
+  if (n > MAX_SEQS) return cli_usage_error(&a, "at most %d --tokens sequences", MAX_SEQS);
+  int64_t max_new = 16, threads = 0, max_ctx = 0, block = 16;
   if ((rc = cli_get_int(&a, "max-new", 0, 1 << 20, &max_new)) ||
       (rc = cli_get_int(&a, "threads", 0, 1024, &threads)) ||
-      (rc = cli_get_int(&a, "max-context", 0, (int64_t)1 << 24, &max_ctx)))
+      (rc = cli_get_int(&a, "max-context", 0, (int64_t)1 << 24, &max_ctx)) ||
+      (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)))
     return rc;
-  int64_t *prompt = NULL, n_prompt = 0;
-  if ((rc = parse_tokens(&a, toks, &prompt, &n_prompt))) return rc;
+  const char *layout = cli_get(&a, "layout");
+  if (layout && strcmp(layout, "dense") != 0 && strcmp(layout, "paged") != 0)
+    return cli_usage_error(&a, "--layout is dense or paged, got \"%s\"", layout);
+  int paged = layout ? strcmp(layout, "paged") == 0 : n > 1;
 
-  /* A package directory (model.onnx) runs its graph; anything else is a checkpoint. */
+  gen_seq q[MAX_SEQS];
+  memset(q, 0, sizeof q);
+  for (int i = 0; i < n; i++) {
+    int64_t *prompt = NULL;
+    if ((rc = parse_tokens(&a, lists[i], &prompt, &q[i].n_prompt))) {
+      for (int k = 0; k < i; k++) free(q[k].tokens);
+      return rc;
+    }
+    q[i].tokens = prompt;
+    q[i].T = q[i].n_prompt + max_new;
+    block_table_init(&q[i].bt);
+  }
+
+  /* A package directory (model.onnx) runs its graph, in the layout it was exported with;
+   * anything else is a checkpoint. */
   char onnx_path[4096];
   snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
+  const int is_package = path_exists(onnx_path);
   ph_model *m = NULL;
   ph_status s = PH_OK;
   diag d;
   diag_clear(&d);
-  dense_session *sess = NULL;
-  if (path_exists(onnx_path)) {
-    graph *g = NULL;
-    s = onnx_read_model(dir, &g, &d);
-    if (s == PH_OK) s = dense_session_create_graph(g, max_ctx, (int)threads, &sess, &d);
+  dense_session *dense = NULL;
+  paged_session *ps = NULL;
+  genai_config gc;
+  if (is_package) {
+    if (layout)
+      s = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
+                   "--layout applies to a checkpoint; a package runs its own layout");
+    if (s == PH_OK) s = genai_config_read(dir, &gc, &d);
+    if (s == PH_OK) paged = gc.paged;
+    if (s == PH_OK && !paged && cli_get(&a, "block-size"))
+      s = diag_set(&d, PH_ERR_INVALID_ARGUMENT, "--block-size: the package has the dense layout");
   } else {
     s = ph_model_open(dir, NULL, &m);
-    if (s != PH_OK) {
-      rc = cli_lib_error(s, m ? ph_model_error(m) : NULL);
-      ph_model_free(m);
-      free(prompt);
-      return rc;
+    if (s != PH_OK) diag_set(&d, s, "%s", m ? ph_model_error(m) : ph_status_message(s));
+  }
+  /* resize every sequence's rows now that the dense/paged choice is known */
+  for (int i = 0; s == PH_OK && i < n; i++) {
+    int64_t *t = realloc(q[i].tokens, (size_t)q[i].T * sizeof *t);
+    if (!t)
+      s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory");
+    else
+      q[i].tokens = t;
+  }
+  if (s == PH_OK && !paged) {
+    if (is_package) {
+      graph *g = NULL;
+      s = onnx_read_model(dir, &g, &d);
+      if (s == PH_OK) s = dense_session_create_graph(g, max_ctx, (int)threads, &dense, &d);
+    } else {
+      s = dense_session_create(m, max_ctx, (int)threads, &dense, &d);
     }
-    s = dense_session_create(m, max_ctx, (int)threads, &sess, &d);
+  } else if (s == PH_OK) {
+    if (is_package) {
+      graph *g = NULL;
+      paged_binding bind;
+      s = paged_binding_from_genai(&gc, &bind, &d);
+      if (s == PH_OK) s = onnx_read_model(dir, &g, &d);
+      if (s == PH_OK) {
+        block = gc.dynamic_batching.block_size;
+        paged_session_params p = paged_params(q, n, threads, block);
+        s = paged_session_create(g, &bind, &p, &ps, &d);
+      }
+    } else {
+      qwen35_options o = qwen35_options_default();
+      o.block_size = block;
+      o.max_context = max_ctx;
+      paged_session_params p = paged_params(q, n, threads, block);
+      s = paged_session_create_model(m, &o, &p, &ps, &d);
+    }
   }
-  float *logits = NULL;
-  int64_t *seq = NULL;
-  const int64_t V = sess ? dense_session_vocab(sess) : 0, T = n_prompt + max_new;
-  if (s == PH_OK) {
-    logits = calloc((size_t)(T * V), sizeof(float));
-    seq = calloc((size_t)T, sizeof(int64_t));
-    if (!logits || !seq)
-      s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory for %lld logits rows", (long long)T);
+  const int64_t V = dense ? dense_session_vocab(dense) : ps ? paged_session_vocab(ps) : 0;
+  for (int i = 0; s == PH_OK && i < n; i++) {
+    q[i].logits = calloc((size_t)(q[i].T * V), sizeof(float));
+    if (!q[i].logits)
+      s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory for %lld logits rows", (long long)q[i].T);
   }
-  if (s == PH_OK) {
-    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int64_t));
-    s = dense_session_step(sess, prompt, n_prompt, logits, &d);
-  }
-  for (int64_t i = 0; s == PH_OK && i < max_new; i++) {
-    int64_t pos = n_prompt + i;
-    seq[pos] = argmax(logits + (pos - 1) * V, V);
-    s = dense_session_step(sess, &seq[pos], 1, logits + pos * V, &d);
-  }
-  if (s == PH_OK) {
-    printf("prompt:");
-    for (int64_t i = 0; i < n_prompt; i++) printf("%s%lld", i ? "," : " ", (long long)seq[i]);
-    printf("\ngenerated:");
-    for (int64_t i = n_prompt; i < T; i++)
-      printf("%s%lld", i > n_prompt ? "," : " ", (long long)seq[i]);
+  if (s == PH_OK)
+    s = dense ? run_dense(dense, q, n, max_new, &d)
+              : run_paged(ps, q, n, max_new, cli_get(&a, "logits-out") != NULL, &d);
+  for (int i = 0; s == PH_OK && i < n; i++) {
+    char tag[16] = "";
+    if (n > 1) snprintf(tag, sizeof tag, "seq%d ", i);
+    printf("%sprompt:", tag);
+    for (int64_t k = 0; k < q[i].n_prompt; k++)
+      printf("%s%lld", k ? "," : " ", (long long)q[i].tokens[k]);
+    printf("\n%sgenerated:", tag);
+    for (int64_t k = q[i].n_prompt; k < q[i].T; k++)
+      printf("%s%lld", k > q[i].n_prompt ? "," : " ", (long long)q[i].tokens[k]);
     printf("\n");
-    const char *out = cli_get(&a, "logits-out");
-    if (out) {
-      st_write_entry e = {"logits", PH_DTYPE_F32, shape_2d(T, V), logits};
-      s = st_write_file(out, &e, 1, NULL, NULL, &d);
-    }
   }
+  const char *out = cli_get(&a, "logits-out");
+  if (s == PH_OK && out) s = write_logits(out, q, n, V, &d);
   rc = s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);
-  free(seq);
-  free(logits);
-  free(prompt);
-  dense_session_free(sess);
+  for (int i = 0; i < n; i++) {
+    if (ps) block_table_release(&q[i].bt, paged_session_blocks(ps), &d);
+    free(q[i].tokens);
+    free(q[i].logits);
+  }
+  dense_session_free(dense);
+  paged_session_free(ps);
   ph_model_free(m);
   return rc;
 }

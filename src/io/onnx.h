@@ -47,6 +47,13 @@
  * exist. producer names the tool in ModelProto.producer_name. */
 ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d);
 
+/* The same model.onnx with every external initializer's location, offset and length laid out as
+ * onnx_write_model would, but no model.onnx.data: a structure-only package (export
+ * --config-only) for checking the graph of a model too big to materialize. It cannot be run;
+ * onnx_read_model refuses it (the data file is missing). Inline initializers (< 1024 bytes)
+ * are written as usual. */
+ph_status onnx_write_model_structure(graph *g, const char *dir, const char *producer, diag *d);
+
 /* Reads dir/model.onnx (+ its external data, mapped read-only and owned by the graph) into a
  * new graph, finalized. External data must be a plain file name in dir (no '/', no "..") that
  * does not resolve outside dir (ONNX Runtime's rule); initializers whose bytes there are aligned

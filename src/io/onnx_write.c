@@ -47,6 +47,7 @@ typedef struct writer {
   char data_path[4096];
   int64_t offset;     /* bytes written to model.onnx.data so far */
   unsigned char *buf; /* WRITE_CHUNK_BYTES staging buffer */
+  int structure_only; /* lay out offsets as if writing, but write no data file */
 } writer;
 
 /* ---- proto construction (arena-backed) ---------------------------------------------------- */
@@ -247,6 +248,10 @@ static Onnx__TensorProto *make_tensor_external(writer *w, int id, int64_t offset
 
 static ph_status put(writer *w, const void *data, size_t n) {
   const unsigned char *p = data;
+  if (w->structure_only) {
+    w->offset += (int64_t)n;
+    return PH_OK;
+  }
   while (n > 0) {
     /* bounded slices: a single write() of several GB is not portable (Linux caps at ~2 GB) */
     size_t want = n < WRITE_CHUNK_BYTES ? n : WRITE_CHUNK_BYTES;
@@ -464,9 +469,13 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
 
   FORWARD_IF_ERROR(path_join(w->data_path, sizeof w->data_path, dir, ONNX_DATA_FILE, w->d));
   FORWARD_IF_ERROR(path_join(model_path, model_path_bytes, dir, ONNX_MODEL_FILE, w->d));
-  w->fd = open(w->data_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  RETURN_ERROR_IF(w->fd < 0, w->d, PH_ERR_IO, "%s: cannot create: %s", w->data_path,
-                  strerror(errno));
+  if (w->structure_only) {
+    w->data_path[0] = '\0'; /* nothing to remove on failure */
+  } else {
+    w->fd = open(w->data_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    RETURN_ERROR_IF(w->fd < 0, w->d, PH_ERR_IO, "%s: cannot create: %s", w->data_path,
+                    strerror(errno));
+  }
   for (int i = 0; i < g->n_values; i++) {
     if (!used[i]) continue;
     Onnx__TensorProto *t = NULL;
@@ -475,12 +484,15 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
     } else {
       FORWARD_IF_ERROR(pad_to_alignment(w));
       int64_t start = w->offset;
-      FORWARD_IF_ERROR(write_initializer(w, i));
+      if (w->structure_only)
+        w->offset += (int64_t)tinfo_bytes(&g->values[i].type);
+      else
+        FORWARD_IF_ERROR(write_initializer(w, i));
       if (!(t = make_tensor_external(w, i, start, w->offset - start))) return oom(w);
     }
     gp->initializer[gp->n_initializer++] = t;
   }
-  int rc = close(w->fd);
+  int rc = w->fd >= 0 ? close(w->fd) : 0;
   w->fd = -1;
   RETURN_ERROR_IF(rc != 0, w->d, PH_ERR_IO, "%s: close failed: %s", w->data_path, strerror(errno));
 
@@ -495,7 +507,8 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
   return s;
 }
 
-ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d) {
+static ph_status write_model(graph *g, const char *dir, const char *producer, int structure_only,
+                             diag *d) {
   RETURN_ERROR_IF(!g || !dir, d, PH_ERR_INVALID_ARGUMENT, "onnx_write_model: NULL graph or dir");
   RETURN_ERROR_IF(graph_status(g) != PH_OK, d, graph_status(g), "graph has an error: %s",
                   g->err.msg);
@@ -507,6 +520,7 @@ ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag
   w.g = g;
   w.d = d;
   w.fd = -1;
+  w.structure_only = structure_only;
   arena_init(&w.a, 1 << 20);
   unsigned char *used = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
   char model_path[4096] = "";
@@ -534,4 +548,12 @@ fail:
   free(used);
   arena_free(&w.a);
   return s;
+}
+
+ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d) {
+  return write_model(g, dir, producer, 0, d);
+}
+
+ph_status onnx_write_model_structure(graph *g, const char *dir, const char *producer, diag *d) {
+  return write_model(g, dir, producer, 1, d);
 }

@@ -280,7 +280,7 @@ static ph_status export_to(const ph_model *m, const char *sub, ph_dtype dt, int 
   export_options o = export_options_default();
   o.dtype = dt;
   o.force = force;
-  return model_export_dense(m, dir, &o, d);
+  return model_export(m, dir, &o, d);
 }
 
 /* The transpose of checkpoint tensor `name` [R, C], converted to dt, must be the bytes of the
@@ -505,7 +505,7 @@ static void test_genai_config(void) {
   snprintf(dir, sizeof dir, "%s/ctx512", g_tmp);
   export_options o = export_options_default();
   o.max_context = 512;
-  CHECK_STATUS(model_export_dense(m, dir, &o, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_export(m, dir, &o, &d), PH_OK, d.msg);
   json_t *root = load_json(dir, "genai_config.json");
   if (root) {
     json_t *model = JGET(root, "model"), *dec = JGET(model, "decoder");
@@ -562,11 +562,11 @@ static void test_genai_config(void) {
   /* beyond max_position_embeddings, or negative: refused */
   o.max_context = 262145;
   snprintf(dir, sizeof dir, "%s/ctx-too-long", g_tmp);
-  CHECK_STATUS(model_export_dense(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(model_export(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "max_position_embeddings");
   CHECK(!path_exists(dir));
   o.max_context = -1;
-  CHECK_STATUS(model_export_dense(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(model_export(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   ph_model_free(m);
 }
 
@@ -610,7 +610,7 @@ static void test_tokenizer_and_token_ids(void) {
   CHECK_STATUS(s, PH_OK, ph_model_error(m));
   snprintf(out, sizeof out, "%s/pkg-with-tokenizer", g_tmp);
   export_options o = export_options_default();
-  if (s == PH_OK) CHECK_STATUS(model_export_dense(m, out, &o, &d), PH_OK, d.msg);
+  if (s == PH_OK) CHECK_STATUS(model_export(m, out, &o, &d), PH_OK, d.msg);
   ph_model_free(m);
   static const char *copied[] = {"tokenizer.json", "merges.txt", "generation_config.json"};
   for (size_t i = 0; i < 3; i++) {
@@ -637,7 +637,7 @@ static void test_tokenizer_and_token_ids(void) {
   s = ph_model_open(ckpt, NULL, &m);
   snprintf(out, sizeof out, "%s/pkg-bad-ids", g_tmp);
   if (s == PH_OK) {
-    CHECK_STATUS(model_export_dense(m, out, &o, &d), PH_ERR_CONFIG_INVALID, d.msg);
+    CHECK_STATUS(model_export(m, out, &o, &d), PH_ERR_CONFIG_INVALID, d.msg);
     CHECK_CONTAINS(d.msg, "generation_config.json");
     CHECK_CONTAINS(d.msg, "eos_token_id");
     CHECK(!path_exists(out));
@@ -648,7 +648,7 @@ static void test_tokenizer_and_token_ids(void) {
   if (!m) return;
   snprintf(out, sizeof out, "%s/pkg-with-tokenizer", g_tmp);
   o.force = 1;
-  CHECK_STATUS(model_export_dense(m, out, &o, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_export(m, out, &o, &d), PH_OK, d.msg);
   snprintf(b, sizeof b, "%s/tokenizer.json", out);
   CHECK(!path_exists(b));
   ph_model_free(m);
@@ -663,24 +663,24 @@ static void test_refusals(void) {
   CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
   write_text(dir, "notes.txt", "mine");
   export_options o = export_options_default();
-  CHECK_STATUS(model_export_dense(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(model_export(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "not empty");
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   CHECK(!path_exists(path));
   o.force = 1;
-  CHECK_STATUS(model_export_dense(m, dir, &o, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_export(m, dir, &o, &d), PH_OK, d.msg);
   CHECK(path_exists(path));
   snprintf(path, sizeof path, "%s/notes.txt", dir); /* files not of the package stay */
   CHECK(path_exists(path));
   /* the checkpoint directory itself, even with force */
-  CHECK_STATUS(model_export_dense(m, model_dir(m), &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(model_export(m, model_dir(m), &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "checkpoint directory");
   /* a file where the directory should be */
-  CHECK_STATUS(model_export_dense(m, path, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(model_export(m, path, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   /* dtypes the export does not store */
   o.dtype = PH_DTYPE_I8;
   snprintf(dir, sizeof dir, "%s/i8", g_tmp);
-  CHECK_STATUS(model_export_dense(m, dir, &o, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_STATUS(model_export(m, dir, &o, &d), PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "i8");
   CHECK(!path_exists(dir));
   ph_model_free(m);
@@ -692,7 +692,7 @@ static void test_refusals(void) {
   CHECK_STATUS(ph_model_open(ck, &mp, &m), PH_OK, ph_model_error(m));
   o = export_options_default();
   snprintf(dir, sizeof dir, "%s/noweights", g_tmp);
-  CHECK_STATUS(model_export_dense(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(model_export(m, dir, &o, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "without weights");
   ph_model_free(m);
 }

@@ -1,4 +1,4 @@
-/* export — checkpoint → dense package. See export.h.
+/* export — checkpoint → package, dense or packed paged. See export.h.
  *
  * Everything that can be refused is checked before the first file is written: the options, the
  * output directory, the graph (built and finalized), the genai_config token ids, and that every
@@ -20,6 +20,7 @@
 #include "io/genai_config.h"
 #include "io/onnx.h"
 #include "models/model.h"
+#include "models/placeholder.h"
 #include "models/qwen35.h"
 
 #define GENAI_CONFIG_FILE "genai_config.json"
@@ -40,7 +41,21 @@ export_options export_options_default(void) {
   export_options o;
   memset(&o, 0, sizeof o);
   o.dtype = PH_DTYPE_INVALID;
+  o.layout = EXPORT_LAYOUT_DENSE;
+  o.target = EXPORT_TARGET_CUDA;
+  o.io_dtype = PH_DTYPE_INVALID;
+  o.max_batch_size = 100;
+  o.gpu_utilization_factor = 0.6;
+  o.max_scheduled_tokens = 2048;
   return o;
+}
+
+const char *export_layout_name(export_layout l) {
+  return l == EXPORT_LAYOUT_PAGED ? "paged" : l == EXPORT_LAYOUT_DENSE ? "dense" : "unknown";
+}
+
+const char *export_target_name(export_target t) {
+  return t == EXPORT_TARGET_CPU ? "cpu" : t == EXPORT_TARGET_CUDA ? "cuda" : "unknown";
 }
 
 /* ---- output directory --------------------------------------------------------------------- */
@@ -165,9 +180,16 @@ static ph_status check_layer_names(const graph *g, int layer, const char *past_t
 /* Every graph input and output is one genai_config names, and every name it gives exists. */
 static ph_status check_genai_names(const graph *g, const genai_config *gc, const hf_config *c,
                                    diag *d) {
-  const char *ins[] = {gc->input_ids, gc->attention_mask, gc->position_ids};
+  const char *ins[] = {gc->input_ids,
+                       gc->attention_mask,
+                       gc->position_ids,
+                       gc->block_table,
+                       gc->cumulative_sequence_lengths,
+                       gc->past_sequence_lengths,
+                       gc->attention_metadata};
   int n_in = 0, n_out = 0;
   for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+    if (!ins[i][0]) continue; /* not part of this layout */
     RETURN_ERROR_IF(!is_input(g, ins[i]), d, PH_ERR_INTERNAL,
                     "genai_config names input \"%s\", which the graph does not have", ins[i]);
     n_in++;
@@ -212,29 +234,97 @@ static ph_status check_options(const hf_config *c, const export_options *o, diag
                   PH_ERR_INVALID_ARGUMENT,
                   "max_context %lld is beyond the model's max_position_embeddings %lld",
                   (long long)o->max_context, (long long)c->max_position_embeddings);
+  RETURN_ERROR_IF(o->layout != EXPORT_LAYOUT_DENSE && o->layout != EXPORT_LAYOUT_PAGED, d,
+                  PH_ERR_INVALID_ARGUMENT, "unknown export layout %d", (int)o->layout);
+  if (o->layout == EXPORT_LAYOUT_DENSE) {
+    /* the paged layout's options mean nothing to the dense graph: refuse rather than ignore */
+    RETURN_ERROR_IF(o->block_size || o->prune_lm_head || o->io_dtype != PH_DTYPE_INVALID, d,
+                    PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
+                    o->block_size      ? "block size"
+                    : o->prune_lm_head ? "prune_lm_head"
+                                       : "io dtype");
+    return PH_OK;
+  }
+  RETURN_ERROR_IF(o->target != EXPORT_TARGET_CUDA && o->target != EXPORT_TARGET_CPU, d,
+                  PH_ERR_INVALID_ARGUMENT, "unknown export target %d", (int)o->target);
+  const int64_t K = o->block_size;
+  RETURN_ERROR_IF(K < 0 || (K && (K < 16 || (K & (K - 1)))), d, PH_ERR_INVALID_ARGUMENT,
+                  "block size %lld: must be a power of two >= 16", (long long)K);
+  const ph_dtype io = o->io_dtype;
+  RETURN_ERROR_IF(
+      io != PH_DTYPE_INVALID && io != PH_DTYPE_F32 && io != PH_DTYPE_F16 && io != PH_DTYPE_BF16, d,
+      PH_ERR_UNSUPPORTED, "io dtype %s: expected f32, f16 or bf16", ph_dtype_name(io));
+  if (o->target == EXPORT_TARGET_CUDA) {
+    /* abi §8.4: GenAI's CUDA PagedAttention takes fp16/bf16 and pages of a multiple of 256 */
+    RETURN_ERROR_IF(K && K % 256, d, PH_ERR_INVALID_ARGUMENT,
+                    "block size %lld: ONNX Runtime GenAI on CUDA needs a multiple of 256 "
+                    "(use --target cpu for smaller pages)",
+                    (long long)K);
+    RETURN_ERROR_IF(io == PH_DTYPE_F32, d, PH_ERR_UNSUPPORTED,
+                    "io dtype f32: ONNX Runtime's CUDA PagedAttention takes f16 or bf16 only "
+                    "(use --target cpu for f32 activations)");
+  }
+  RETURN_ERROR_IF(o->max_batch_size < 1 || o->max_batch_size > 256, d, PH_ERR_INVALID_ARGUMENT,
+                  "max_batch_size %lld: expected 1..256", (long long)o->max_batch_size);
+  RETURN_ERROR_IF(o->num_blocks < 0, d, PH_ERR_INVALID_ARGUMENT, "num_blocks %lld is negative",
+                  (long long)o->num_blocks);
+  RETURN_ERROR_IF(!o->num_blocks &&
+                      !(o->gpu_utilization_factor > 0 && o->gpu_utilization_factor <= 1),
+                  d, PH_ERR_INVALID_ARGUMENT, "gpu_utilization_factor %g: expected (0, 1]",
+                  o->gpu_utilization_factor);
+  RETURN_ERROR_IF(o->max_scheduled_tokens < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "max_scheduled_tokens %lld: expected >= 1", (long long)o->max_scheduled_tokens);
   return PH_OK;
 }
 
-ph_status model_export_dense(const ph_model *m, const char *out_dir, const export_options *o,
-                             diag *d) {
+/* The paged export's io dtype and block size once defaults are applied: CUDA takes the
+ * checkpoint's half dtype (bf16 for f32 checkpoints) and 256-token pages; CPU f32 and 16. */
+static void paged_defaults(const hf_config *c, const export_options *o, ph_dtype *io, int64_t *K) {
+  *io = o->io_dtype;
+  if (*io == PH_DTYPE_INVALID)
+    *io = o->target == EXPORT_TARGET_CPU                          ? PH_DTYPE_F32
+          : c->dtype == PH_DTYPE_F16 || c->dtype == PH_DTYPE_BF16 ? c->dtype
+                                                                  : PH_DTYPE_BF16;
+  *K = o->block_size ? o->block_size : o->target == EXPORT_TARGET_CPU ? 16 : 256;
+}
+
+ph_status model_export(const ph_model *m, const char *out_dir, const export_options *o, diag *d) {
   RETURN_ERROR_IF(!m || !out_dir || !out_dir[0], d, PH_ERR_INVALID_ARGUMENT,
-                  "model_export_dense: NULL model or empty output directory");
+                  "model_export: NULL model or empty output directory");
   export_options opt = o ? *o : export_options_default();
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
   RETURN_ERROR_IF(!c, d, PH_ERR_INVALID_ARGUMENT, "the model has no parsed configuration");
-  RETURN_ERROR_IF(!w, d, PH_ERR_INVALID_ARGUMENT,
-                  "the model was opened without weights; export needs them");
+  RETURN_ERROR_IF(!w && !opt.config_only, d, PH_ERR_INVALID_ARGUMENT,
+                  "the model was opened without weights; export needs them (or config_only)");
   FORWARD_IF_ERROR(check_options(c, &opt, d));
   FORWARD_IF_ERROR(check_out_dir(out_dir, model_dir(m), opt.force, d));
 
   qwen35_options qo = qwen35_options_default();
   qo.max_context = opt.max_context;
   qo.weight_dtype = opt.dtype;
+  int64_t K = 0;
+  if (opt.layout == EXPORT_LAYOUT_PAGED) {
+    qo.paged = 1;
+    qo.prune_lm_head = opt.prune_lm_head;
+    paged_defaults(c, &opt, &qo.io_dtype, &K);
+    qo.block_size = K;
+    /* a half-precision graph stores its weights in that dtype unless told otherwise: no Cast
+     * per projection, the weights' bytes halve (what GenAI's builder does) */
+    if (opt.dtype == PH_DTYPE_INVALID && qo.io_dtype != PH_DTYPE_F32) qo.weight_dtype = qo.io_dtype;
+  }
+  /* config_only: the graph over predicted tensors (a zero mapping), never their bytes */
+  placeholder_weights *ph = NULL;
+  if (opt.config_only) {
+    FORWARD_IF_ERROR(placeholder_weights_create(c, &ph, d));
+    w = placeholder_weights_get(ph);
+  }
   graph *g = NULL;
-  FORWARD_IF_ERROR(qwen35_build_dense(c, w, &qo, &g, d));
-
-  ph_status s = PH_OK;
+  ph_status s = qwen35_build_dense(c, w, &qo, &g, d);
+  if (s != PH_OK) {
+    placeholder_weights_free(ph);
+    return s;
+  }
   genai_config gc;
   /* context_length is what the graph can serve: the rows of its rotary caches */
   int cos = graph_find_value(g, "cos_cache");
@@ -242,7 +332,12 @@ ph_status model_export_dense(const ph_model *m, const char *out_dir, const expor
     s = diag_set(d, PH_ERR_INTERNAL, "the dense graph has no 2-D cos_cache initializer");
     goto done;
   }
-  gc = genai_config_dense(c, g->values[cos].type.dims[0]);
+  if (opt.layout == EXPORT_LAYOUT_PAGED)
+    gc = genai_config_paged(c, g->values[cos].type.dims[0], K, opt.max_batch_size,
+                            opt.num_blocks ? 0.0 : opt.gpu_utilization_factor, opt.num_blocks,
+                            opt.max_scheduled_tokens);
+  else
+    gc = genai_config_dense(c, g->values[cos].type.dims[0]);
   if ((s = genai_config_token_ids(&gc, model_dir(m), d)) != PH_OK) {
     diag_prefix(d, "%s", model_dir(m));
     goto done;
@@ -250,10 +345,13 @@ ph_status model_export_dense(const ph_model *m, const char *out_dir, const expor
   if ((s = check_genai_names(g, &gc, c, d)) != PH_OK) goto done;
   if ((s = path_mkdirs(out_dir, d)) != PH_OK) goto done;
   if (opt.force && (s = remove_package_files(out_dir, d)) != PH_OK) goto done;
-  if ((s = onnx_write_model(g, out_dir, EXPORT_PRODUCER, d)) != PH_OK) goto done;
+  s = opt.config_only ? onnx_write_model_structure(g, out_dir, EXPORT_PRODUCER, d)
+                      : onnx_write_model(g, out_dir, EXPORT_PRODUCER, d);
+  if (s != PH_OK) goto done;
   if ((s = genai_config_write(&gc, out_dir, d)) != PH_OK) goto done;
   s = copy_tokenizer_files(model_dir(m), out_dir, d);
 done:
   graph_free(g);
+  placeholder_weights_free(ph);
   return s;
 }

@@ -1,17 +1,19 @@
 /* export — an opened Hugging Face checkpoint written as an ONNX Runtime GenAI package.
  *
- * Dense layout today (models/qwen35, docs/graph-io.md): the graph ONNX Runtime's CPU EP runs,
- * with GenAI's dense-decoder genai_config.json. The package directory receives
- *   model.onnx + model.onnx.data   io/onnx.h (every weight external, 64-byte aligned)
+ * Two layouts (models/qwen35, docs/graph-io.md): dense, the graph ONNX Runtime's CPU EP runs,
+ * with GenAI's dense-decoder genai_config.json; and the packed paged layout (abi §8:
+ * PagedAttention, VarlenCausalConvWithState, GatedDeltaNet) with state_groups and
+ * engine.dynamic_batching, for GenAI's Engine on CUDA or our CPU runtime. The package directory
+ * receives model.onnx + model.onnx.data   io/onnx.h (every weight external, 64-byte aligned)
  *   genai_config.json              io/genai_config.h (token ids from the checkpoint when known)
  *   tokenizer files                copied byte for byte when the checkpoint has them
  * (docs/export.md). Weights are streamed from the checkpoint mapping, transposed and converted
  * on the way; memory stays bounded whatever the model size. The paged layout is issue 5.
  *
- * dtype is the storage dtype of the projection and embedding weights only: activations, graph
- * inputs/outputs and cache state stay f32 because ONNX Runtime's CPU LinearAttention and
+ * dtype is the storage dtype of the projection and embedding weights only. Dense activations,
+ * graph inputs/outputs and cache state stay f32 because ONNX Runtime's CPU LinearAttention and
  * CausalConvWithState kernels exist for float only (../shared/spec/ort-1.30.md §10); an f16 or
- * bf16 weight sits behind a Cast to f32.
+ * bf16 weight sits behind a Cast to f32. Paged activations take io_dtype (docs/export.md).
  */
 #ifndef PH_MODELS_EXPORT_H
 #define PH_MODELS_EXPORT_H
@@ -23,9 +25,31 @@
 
 #define EXPORT_PRODUCER "pagedhybrid"
 
+typedef enum export_layout { EXPORT_LAYOUT_DENSE = 0, EXPORT_LAYOUT_PAGED = 1 } export_layout;
+/* Who will run a paged package: ONNX Runtime GenAI on CUDA (its PagedAttention takes f16/bf16
+ * and pages of a multiple of 256), or our CPU runtime (any float, pages of 16+). */
+typedef enum export_target { EXPORT_TARGET_CUDA = 0, EXPORT_TARGET_CPU = 1 } export_target;
+const char *export_layout_name(export_layout l);
+const char *export_target_name(export_target t);
+
 typedef struct export_options {
   ph_dtype dtype; /* weight storage f32 | f16 | bf16; PH_DTYPE_INVALID keeps each stored dtype */
-  int force;      /* write into a non-empty out_dir, replacing the package's files */
+  export_layout layout; /* dense (default) or the packed paged layout (abi §8) */
+  /* paged only (set on a dense export: PH_ERR_INVALID_ARGUMENT) */
+  export_target target;   /* default CUDA */
+  ph_dtype io_dtype;      /* activations/KV/conv state; INVALID: CUDA the checkpoint's f16/bf16
+                             (bf16 for f32 checkpoints), CPU f32 */
+  int64_t block_size;     /* tokens per page, power of two >= 16 (CUDA: multiple of 256);
+                             0: CUDA 256, CPU 16 */
+  int prune_lm_head;      /* logits [B, V] of each sequence's last token */
+  int64_t max_batch_size; /* engine.dynamic_batching, 1..256 (default 100, as GenAI's
+                             builder writes) */
+  double gpu_utilization_factor; /* (0, 1], default 0.6; written unless num_blocks is set */
+  int64_t num_blocks;            /* explicit page budget (0: use the factor) */
+  int64_t max_scheduled_tokens;  /* default 2048 */
+  int config_only;     /* build from config.json alone; write model.onnx (structure only, no
+                          model.onnx.data) and genai_config.json: for checking huge models */
+  int force;           /* write into a non-empty out_dir, replacing the package's files */
   int64_t max_context; /* tokens of rotary cache = genai context_length; 0: the builder's default
                           min(max_position_embeddings, 32768); above max_position_embeddings is
                           refused */
@@ -33,18 +57,22 @@ typedef struct export_options {
 
 export_options export_options_default(void);
 
-/* Writes the dense package of m (opened with weights) into out_dir (created when missing).
+/* Writes the package of m (opened with weights, or config only with o->config_only) into
+ * out_dir (created when missing), in o->layout.
  * Errors, all before the first file is written:
  *   PH_ERR_INVALID_ARGUMENT  out_dir non-empty without force, out_dir is the checkpoint
  *                            directory or not a directory, model opened without weights,
- *                            max_context negative or beyond max_position_embeddings;
- *   PH_ERR_UNSUPPORTED       dtype other than f32/f16/bf16, a family without a dense builder
- *                            (DeepSeek MLA), and whatever the builder rejects (MoE layers);
+ *                            max_context negative or beyond max_position_embeddings, a paged
+ *                            option on a dense export, a block size that is not a power of
+ *                            two >= 16 (or, for CUDA, not a multiple of 256), dynamic batching
+ *                            values out of range;
+ *   PH_ERR_UNSUPPORTED       dtype other than f32/f16/bf16, f32 activations for CUDA, a family
+ *                            without a builder (DeepSeek MLA), and whatever the builder rejects
+ *                            (MoE layers);
  *   PH_ERR_CONFIG_INVALID / PH_ERR_JSON  a malformed token id in config.json or
  *                            generation_config.json.
  * I/O errors while writing remove the partial model files. */
-ph_status model_export_dense(const ph_model *m, const char *out_dir, const export_options *o,
-                             diag *d);
+ph_status model_export(const ph_model *m, const char *out_dir, const export_options *o, diag *d);
 
 /* The tokenizer and generation files a package copies from the checkpoint, NULL-terminated. */
 extern const char *const EXPORT_TOKENIZER_FILES[];

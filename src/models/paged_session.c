@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "graph/prepare.h"
+#include "models/model.h"
+#include "models/qwen35.h"
 #include "tensor/dtype.h"
 
 typedef struct layer_bind {
@@ -63,6 +65,76 @@ void paged_binding_for_config(const hf_config *c, paged_binding *out) {
   out->n_layers = (int)c->n_layers;
   for (int i = 0; i < out->n_layers; i++)
     out->kind[i] = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION ? PAGED_LAYER_KV : PAGED_LAYER_FIXED;
+}
+
+ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, diag *d) {
+  memset(out, 0, sizeof *out);
+  RETURN_ERROR_IF(!gc->paged, d, PH_ERR_CONFIG_INVALID,
+                  "genai_config.json describes the dense layout (no engine.dynamic_batching)");
+  RETURN_ERROR_IF(gc->num_hidden_layers < 1 || gc->num_hidden_layers > HF_MAX_LAYERS, d,
+                  PH_ERR_CONFIG_INVALID, "genai_config.json: num_hidden_layers %lld",
+                  (long long)gc->num_hidden_layers);
+  const struct {
+    char *dst;
+    const char *src, *key;
+  } names[] = {
+      {out->input_ids, gc->input_ids, "inputs.input_ids"},
+      {out->position_ids, gc->position_ids, "inputs.position_ids"},
+      {out->block_table, gc->block_table, "inputs.block_table"},
+      {out->cu_seqlens, gc->cumulative_sequence_lengths, "inputs.cumulative_sequence_lengths"},
+      {out->past_seqlens, gc->past_sequence_lengths, "inputs.past_sequence_lengths"},
+      {out->metadata, gc->attention_metadata, "inputs.attention_metadata"},
+      {out->logits, gc->logits, "outputs.logits"},
+      {out->past_key_fmt, gc->past_key_names, "inputs.past_key_names"},
+      {out->past_value_fmt, gc->past_value_names, "inputs.past_value_names"},
+      {out->present_key_fmt, gc->present_key_names, "outputs.present_key_names"},
+      {out->present_value_fmt, gc->present_value_names, "outputs.present_value_names"},
+      {out->past_conv_fmt, gc->past_conv_names, NULL},
+      {out->past_recurrent_fmt, gc->past_recurrent_names, NULL},
+      {out->present_conv_fmt, gc->present_conv_names, NULL},
+      {out->present_recurrent_fmt, gc->present_recurrent_names, NULL},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    RETURN_ERROR_IF(names[i].key && !names[i].src[0], d, PH_ERR_CONFIG_INVALID,
+                    "genai_config.json: model.decoder.%s is missing", names[i].key);
+    snprintf(names[i].dst, PAGED_NAME, "%s", names[i].src);
+  }
+  out->n_layers = (int)gc->num_hidden_layers;
+  int conv[HF_MAX_LAYERS] = {0}, rec[HF_MAX_LAYERS] = {0};
+  if (gc->n_state_groups == 0) /* GenAI's legacy contract: every layer holds paged K/V */
+    for (int i = 0; i < out->n_layers; i++) out->kind[i] = PAGED_LAYER_KV;
+  for (int g = 0; g < gc->n_state_groups; g++) {
+    const genai_state_group *sg = &gc->state_groups[g];
+    for (int k = 0; k < sg->n_layer_ids; k++) {
+      const int32_t l = sg->layer_ids[k];
+      RETURN_ERROR_IF(l < 0 || l >= out->n_layers, d, PH_ERR_CONFIG_INVALID,
+                      "genai_config.json: state_groups[%d] names layer %d", g, l);
+      if (sg->kind == GENAI_STATE_PAGED_KV) {
+        RETURN_ERROR_IF(out->kind[l] != PAGED_LAYER_NONE || conv[l] || rec[l], d,
+                        PH_ERR_CONFIG_INVALID,
+                        "genai_config.json: layer %d is in a paged_kv group and another group", l);
+        out->kind[l] = PAGED_LAYER_KV;
+      } else {
+        RETURN_ERROR_IF(out->kind[l] == PAGED_LAYER_KV, d, PH_ERR_CONFIG_INVALID,
+                        "genai_config.json: layer %d is in a paged_kv group and a fixed group", l);
+        (sg->kind == GENAI_STATE_FIXED_CONV ? conv : rec)[l] = 1;
+        out->kind[l] = PAGED_LAYER_FIXED;
+      }
+    }
+  }
+  for (int l = 0; l < out->n_layers; l++) {
+    RETURN_ERROR_IF(conv[l] != rec[l], d, PH_ERR_UNSUPPORTED,
+                    "genai_config.json: layer %d has a %s state but no %s state; this runtime "
+                    "binds conv and recurrent state together (GatedDeltaNet layers)",
+                    l, conv[l] ? "fixed_conv" : "fixed_recurrent",
+                    conv[l] ? "fixed_recurrent" : "fixed_conv");
+    RETURN_ERROR_IF(conv[l] && (!out->past_conv_fmt[0] || !out->past_recurrent_fmt[0] ||
+                                !out->present_conv_fmt[0] || !out->present_recurrent_fmt[0]),
+                    d, PH_ERR_CONFIG_INVALID,
+                    "genai_config.json: fixed state groups need the conv and recurrent name "
+                    "templates");
+  }
+  return PH_OK;
 }
 
 /* ---- binding ------------------------------------------------------------------------------- */
@@ -459,3 +531,18 @@ kv_buffers *paged_session_kv(paged_session *s) { return s->kv; }
 executor *paged_session_executor(paged_session *s) { return s->e; }
 const paged_session_params *paged_session_params_of(const paged_session *s) { return &s->p; }
 paged_step_stats paged_session_last_stats(const paged_session *s) { return s->stats; }
+
+ph_status paged_session_create_model(const ph_model *m, const qwen35_options *o,
+                                     const paged_session_params *p, paged_session **out, diag *d) {
+  *out = NULL;
+  const hf_config *c = model_config(m);
+  const model_weights *w = model_weights_of(m);
+  RETURN_ERROR_IF(!c || !w, d, PH_ERR_INVALID_ARGUMENT, "the model was opened without weights");
+  qwen35_options opt = o ? *o : qwen35_options_default();
+  opt.paged = 1;
+  graph *g = NULL;
+  FORWARD_IF_ERROR(qwen35_build_dense(c, w, &opt, &g, d));
+  paged_binding bind;
+  paged_binding_for_config(c, &bind);
+  return paged_session_create(g, &bind, p, out, d);
+}

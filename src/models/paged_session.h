@@ -30,6 +30,8 @@
 #include "exec/exec.h"
 #include "graph/graph.h"
 #include "io/genai_config.h"
+#include "models/qwen35.h"
+#include "pagedhybrid.h"
 
 #define PAGED_NAME 96
 
@@ -78,6 +80,12 @@ typedef struct paged_session paged_session;
 ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_session_params *p,
                                paged_session **out, diag *d);
 void paged_session_free(paged_session *s); /* NULL-safe */
+
+/* Builds the paged graph of an opened checkpoint (models/qwen35 with o->paged forced on; the
+ * checkpoint must outlive the session: weights are views of its mapping) and binds it with
+ * paged_binding_for_config. */
+ph_status paged_session_create_model(const ph_model *m, const qwen35_options *o,
+                                     const paged_session_params *p, paged_session **out, diag *d);
 
 /* One sequence of a step. */
 typedef struct paged_seq {

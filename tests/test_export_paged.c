@@ -1,0 +1,286 @@
+/* The packed paged export (issue 5): the structure of a Qwen3.8-27B-shaped --config-only export
+ * counted from its config (PagedAttention per full-attention layer, GatedDeltaNet and
+ * VarlenCausalConvWithState per linear layer, no GroupQueryAttention, no attention mask, K/V
+ * inputs exactly for the full-attention layers, genai_config state groups with those ids);
+ * a CPU-target package of the golden model bound through its genai_config runs bit-identical to
+ * the graph built from the checkpoint; the dense export's bytes are what they were before the
+ * paged layout existed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx.pb-c.h"
+
+#include "base/fmap.h"
+#include "check.h"
+#include "io/genai_config.h"
+#include "io/onnx.h"
+#include "models/export.h"
+#include "models/model.h"
+#include "models/paged_session.h"
+
+/* FNV-1a 64 of the dense export of the golden f32 checkpoint with default options, taken from
+ * the build before issue 5 touched the builder (pagedhybrid at 1f7033b). */
+#define DENSE_ONNX_HASH  0xe522f21de0c10a21ull
+#define DENSE_DATA_HASH  0xa84d1ee5b90e0f88ull
+#define DENSE_GENAI_HASH 0x308b3060076a7e30ull
+
+static char g_tmp[512];
+
+static ph_model *open_dir(const char *dir, int weights) {
+  ph_model_params p = ph_model_params_default();
+  p.load_weights = weights;
+  ph_model *m = NULL;
+  CHECK_STATUS(ph_model_open(dir, &p, &m), PH_OK, ph_model_error(m));
+  return m;
+}
+
+static Onnx__ModelProto *load_proto(const char *dir) {
+  char path[1200], *bytes = NULL;
+  size_t n = 0;
+  diag d;
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  CHECK_STATUS(file_read_all(path, (size_t)1 << 30, &bytes, &n, &d), PH_OK, d.msg);
+  Onnx__ModelProto *m = bytes ? onnx__model_proto__unpack(NULL, n, (const uint8_t *)bytes) : NULL;
+  free(bytes);
+  CHECK(m && m->graph);
+  return m;
+}
+
+static int count_op(const Onnx__GraphProto *g, const char *op) {
+  int n = 0;
+  for (size_t i = 0; i < g->n_node; i++) n += strcmp(g->node[i]->op_type, op) == 0;
+  return n;
+}
+
+static const Onnx__ValueInfoProto *find_io(Onnx__ValueInfoProto **v, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(v[i]->name, name) == 0) return v[i];
+  return NULL;
+}
+
+static void test_config_only_27b(void) {
+  char src[600], dir[600], pkg[600], cmd[2300];
+  snprintf(src, sizeof src, "%s/fuzz/corpus/hf_config/qwen35_27b_vlm.json",
+           check_env("PH_SOURCE_DIR"));
+  snprintf(dir, sizeof dir, "%s/qwen38-27b", g_tmp);
+  snprintf(pkg, sizeof pkg, "%s/qwen38-27b-pkg", g_tmp);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/config.json'", dir, src, dir);
+  CHECK(system(cmd) == 0);
+  ph_model *m = open_dir(dir, 0);
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  int n_full = 0, n_lin = 0;
+  for (int i = 0; i < (int)c->n_layers; i++)
+    c->layer_kind[i] == PH_LAYER_FULL_ATTENTION ? n_full++ : n_lin++;
+  CHECK_EQ_INT(c->n_layers, 64);
+  CHECK_EQ_INT(n_full, 16);
+  export_options o = export_options_default();
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.config_only = 1;
+  diag d;
+  /* without config_only a weightless model is refused */
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+  o.config_only = 0;
+  o.force = 1;
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_ERR_INVALID_ARGUMENT, "weights");
+  char path[1100];
+  snprintf(path, sizeof path, "%s/model.onnx.data", pkg);
+  CHECK(!path_exists(path)); /* structure only */
+
+  Onnx__ModelProto *mp = load_proto(pkg);
+  if (mp && mp->graph) {
+    const Onnx__GraphProto *g = mp->graph;
+    CHECK_EQ_INT(count_op(g, "PagedAttention"), n_full);
+    CHECK_EQ_INT(count_op(g, "GatedDeltaNet"), n_lin);
+    CHECK_EQ_INT(count_op(g, "VarlenCausalConvWithState"), n_lin);
+    CHECK_EQ_INT(count_op(g, "GroupQueryAttention"), 0);
+    CHECK_EQ_INT(count_op(g, "LinearAttention"), 0);
+    CHECK_EQ_INT(count_op(g, "CausalConvWithState"), 0);
+    CHECK(!find_io(g->input, g->n_input, "attention_mask"));
+    static const char *const packed[] = {"input_ids",
+                                         "position_ids",
+                                         "block_table",
+                                         "cumulative_sequence_lengths",
+                                         "past_sequence_lengths",
+                                         "attention_metadata"};
+    for (size_t k = 0; k < sizeof packed / sizeof packed[0]; k++)
+      CHECK(find_io(g->input, g->n_input, packed[k]) != NULL);
+    int n_kv_inputs = 0, n_state_inputs = 0;
+    for (int i = 0; i < (int)c->n_layers; i++) {
+      const int full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
+      char name[96];
+      snprintf(name, sizeof name, "past_key_values.%d.key", i);
+      const Onnx__ValueInfoProto *k = find_io(g->input, g->n_input, name);
+      CHECK((k != NULL) == full);
+      n_kv_inputs += k != NULL;
+      if (k) { /* [num_blocks, 256, Hkv, D] in bf16 (the checkpoint's dtype; CUDA target) */
+        const Onnx__TypeProto__Tensor *t = k->type->tensor_type;
+        CHECK_EQ_INT(t->elem_type, 16);
+        CHECK_EQ_INT(t->shape->n_dim, 4);
+        CHECK_EQ_INT(t->shape->dim[1]->dim_value, 256);
+        CHECK_EQ_INT(t->shape->dim[2]->dim_value, c->n_kv_heads);
+        CHECK_EQ_INT(t->shape->dim[3]->dim_value, c->head_dim);
+      }
+      snprintf(name, sizeof name, "past_key_values.%d.recurrent_state", i);
+      const Onnx__ValueInfoProto *r = find_io(g->input, g->n_input, name);
+      CHECK((r != NULL) == !full);
+      if (r) CHECK_EQ_INT(r->type->tensor_type->elem_type, 1); /* f32 */
+      snprintf(name, sizeof name, "past_key_values.%d.conv_state", i);
+      n_state_inputs += (r != NULL) + (find_io(g->input, g->n_input, name) != NULL);
+    }
+    CHECK_EQ_INT(n_kv_inputs, n_full);
+    CHECK_EQ_INT(n_state_inputs, 2 * n_lin);
+    CHECK_EQ_INT(g->n_input, 6 + 2 * n_full + 2 * n_lin);
+    /* every big initializer points into model.onnx.data, which a real export would hold */
+    size_t external = 0;
+    for (size_t i = 0; i < g->n_initializer; i++)
+      if (g->initializer[i]->n_external_data) {
+        external++;
+        CHECK(strcmp(g->initializer[i]->external_data[0]->value, "model.onnx.data") == 0);
+      }
+    CHECK(external > 0);
+    printf("  27B config-only: %zu nodes, %d PagedAttention, %d GatedDeltaNet, %zu external "
+           "initializers\n",
+           g->n_node, count_op(g, "PagedAttention"), count_op(g, "GatedDeltaNet"), external);
+  }
+  if (mp) onnx__model_proto__free_unpacked(mp, NULL);
+
+  genai_config gc;
+  CHECK_STATUS(genai_config_read(pkg, &gc, &d), PH_OK, d.msg);
+  CHECK(gc.paged && gc.past_present_share_buffer && gc.cuda_graph_disabled);
+  CHECK_EQ_INT(gc.dynamic_batching.block_size, 256);
+  CHECK_EQ_INT(gc.n_state_groups, 3);
+  for (int k = 0; k < gc.n_state_groups && k < 3; k++) {
+    const genai_state_group *sg = &gc.state_groups[k];
+    const int want_full = sg->kind == GENAI_STATE_PAGED_KV;
+    CHECK_EQ_INT(sg->n_layer_ids, want_full ? n_full : n_lin);
+    for (int j = 0; j < sg->n_layer_ids; j++)
+      CHECK(((c->layer_kind[sg->layer_ids[j]] == PH_LAYER_FULL_ATTENTION) == want_full));
+  }
+  /* the binding the runtime derives from it agrees */
+  paged_binding b;
+  CHECK_STATUS(paged_binding_from_genai(&gc, &b, &d), PH_OK, d.msg);
+  for (int i = 0; i < (int)c->n_layers; i++)
+    CHECK((b.kind[i] == PAGED_LAYER_KV) == (c->layer_kind[i] == PH_LAYER_FULL_ATTENTION));
+  /* a structure-only package cannot be run: the reader says the data is missing */
+  graph *g = NULL;
+  CHECK(onnx_read_model(pkg, &g, &d) != PH_OK);
+  graph_free(g);
+  ph_model_free(m);
+}
+
+/* Logits of one packed step of two sequences through a session. */
+static int run_two(paged_session *s, float *out, int64_t V) {
+  static const int64_t a[5] = {1, 2, 3, 4, 5}, b[3] = {9, 8, 7};
+  diag d;
+  int32_t slot[2];
+  block_table bt[2];
+  int ok = 1;
+  for (int i = 0; i < 2; i++) {
+    block_table_init(&bt[i]);
+    ok &= state_pool_alloc(paged_session_states(s), &slot[i], &d) == PH_OK;
+    ok &= block_table_reserve(&bt[i], paged_session_blocks(s), 8, 16, &d) == PH_OK;
+  }
+  paged_seq seqs[2] = {{slot[0], &bt[0], 0, a, 5}, {slot[1], &bt[1], 0, b, 3}};
+  ok = ok && paged_session_run(s, seqs, 2, &d) == PH_OK;
+  int64_t rows = 0;
+  const float *l = ok ? paged_session_logits(s, &rows) : NULL;
+  if (l && rows == 8) memcpy(out, l, (size_t)(8 * V) * sizeof *out);
+  for (int i = 0; i < 2; i++) {
+    block_table_release(&bt[i], paged_session_blocks(s), &d);
+    state_pool_release(paged_session_states(s), slot[i], &d);
+  }
+  return ok && rows == 8;
+}
+
+static void test_cpu_package_runs(void) {
+  char ckpt[1024], pkg[1024];
+  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  snprintf(pkg, sizeof pkg, "%s/golden-paged-cpu", g_tmp);
+  ph_model *m = open_dir(ckpt, 1);
+  if (!m) return;
+  export_options o = export_options_default();
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.target = EXPORT_TARGET_CPU;
+  o.max_context = 512;
+  o.force = 1;
+  diag d;
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+  genai_config gc;
+  CHECK_STATUS(genai_config_read(pkg, &gc, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(gc.dynamic_batching.block_size, 16);
+  paged_binding b;
+  CHECK_STATUS(paged_binding_from_genai(&gc, &b, &d), PH_OK, d.msg);
+  graph *g = NULL;
+  CHECK_STATUS(onnx_read_model(pkg, &g, &d), PH_OK, d.msg);
+  paged_session_params p = paged_session_params_default();
+  p.n_blocks = 8;
+  p.n_threads = 2;
+  paged_session *from_pkg = NULL, *from_ckpt = NULL;
+  if (g) CHECK_STATUS(paged_session_create(g, &b, &p, &from_pkg, &d), PH_OK, d.msg);
+  qwen35_options qo = qwen35_options_default();
+  qo.max_context = 512;
+  CHECK_STATUS(paged_session_create_model(m, &qo, &p, &from_ckpt, &d), PH_OK, d.msg);
+  if (from_pkg && from_ckpt) {
+    const int64_t V = paged_session_vocab(from_ckpt);
+    float *x = calloc((size_t)(8 * V), sizeof *x), *y = calloc((size_t)(8 * V), sizeof *y);
+    CHECK(run_two(from_pkg, x, V) && run_two(from_ckpt, y, V));
+    CHECK(memcmp(x, y, (size_t)(8 * V) * sizeof *x) == 0);
+    free(x);
+    free(y);
+  }
+  paged_session_free(from_pkg);
+  paged_session_free(from_ckpt);
+  ph_model_free(m);
+}
+
+/* FNV-1a 64 of a file. */
+static uint64_t file_hash(const char *path) {
+  char *bytes = NULL;
+  size_t n = 0;
+  diag d;
+  if (file_read_all(path, (size_t)1 << 28, &bytes, &n, &d) != PH_OK) return 0;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)bytes[i]) * 1099511628211ull;
+  free(bytes);
+  return h;
+}
+
+/* The dense export is byte for byte what it was before the paged layout existed (hashes taken
+ * from the release before issue 5's builder changes, and checked equal with cmp then). A change
+ * here must be deliberate: update the hashes and say why in the commit. */
+static void test_dense_export_unchanged(void) {
+  char ckpt[1024], pkg[1024], path[1100];
+  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  snprintf(pkg, sizeof pkg, "%s/golden-dense", g_tmp);
+  ph_model *m = open_dir(ckpt, 1);
+  if (!m) return;
+  export_options o = export_options_default();
+  o.force = 1;
+  diag d;
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+  static const struct {
+    const char *file;
+    uint64_t hash;
+  } want[] = {{"model.onnx", DENSE_ONNX_HASH},
+              {"model.onnx.data", DENSE_DATA_HASH},
+              {"genai_config.json", DENSE_GENAI_HASH}};
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", pkg, want[i].file);
+    const uint64_t h = file_hash(path);
+    if (h != want[i].hash) printf("  %s: hash %016llx\n", want[i].file, (unsigned long long)h);
+    CHECK(h == want[i].hash);
+  }
+  ph_model_free(m);
+}
+
+int main(void) {
+  snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
+  diag d;
+  if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
+  RUN(test_config_only_27b);
+  RUN(test_cpu_package_runs);
+  RUN(test_dense_export_unchanged);
+  return check_finish();
+}
