@@ -1,6 +1,7 @@
 // run_ort.mjs — runs an exported package once with ONNX Runtime (onnxruntime-node 1.30.0, CPU EP).
 //
 //   node run_ort.mjs MODEL_DIR inputs.safetensors outputs.safetensors [cpu]
+//   node run_ort.mjs MODEL_DIR --load-only      (create the session, print "loaded", exit 0)
 //
 // Feeds every tensor of inputs.safetensors to MODEL_DIR/model.onnx by name, runs, and writes
 // every graph output to outputs.safetensors (in the session's output order). Exit 0 on success;
@@ -75,6 +76,14 @@ function writeSafetensors(file, names, tensors) {
 
 async function main() {
   const [modelDir, inFile, outFile, ep = 'cpu'] = process.argv.slice(2);
+  if (inFile === '--load-only') {
+    const s = await ort.InferenceSession.create(path.join(modelDir, 'model.onnx'), {
+      graphOptimizationLevel: 'disabled',
+    });
+    console.log('loaded');
+    await s.release();
+    return;
+  }
   if (!outFile) throw new Error('usage: node run_ort.mjs MODEL_DIR inputs.safetensors outputs.safetensors [cpu]');
   const feeds = readSafetensors(inFile);
   const session = await ort.InferenceSession.create(path.join(modelDir, 'model.onnx'), {
