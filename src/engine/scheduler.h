@@ -1,0 +1,182 @@
+/* scheduler — continuous batching: which requests run which tokens in the next engine step.
+ *
+ * Pure bookkeeping, in the manner of vLLM's v1 scheduler: there are no prefill and decode
+ * phases, only each request's `n_computed` catching up with its `n_total` within a per-step
+ * token budget. One call per step (sched_schedule) picks the step's batch; the engine runs it,
+ * calls sched_commit, samples, and grows n_total.
+ *
+ * The chunk rule (batch invariance): the tokens a request runs in one step depend only on the
+ * request, never on what else is scheduled. Prompt tokens [0, n_prompt) run in chunks whose
+ * boundaries are the multiples of prefill_chunk (the last one may be shorter); every token at
+ * index >= n_prompt runs alone, one per step. A request is never given part of its chunk: if
+ * the step's remaining budget cannot hold the whole chunk, it waits. The GatedDeltaNet layer's
+ * result depends on how a sequence is split across steps, every other kernel is batch
+ * invariant per token, so this is what makes a request's output bit-identical alone or among
+ * others, and after preemption (docs/scheduler.md).
+ *
+ * Owns: the waiting and running queues (intrusive links inside the caller's sched_req, no
+ * allocation per step), each linked request's KV block table and state slot (taken from and
+ * returned to the borrowed block_pool and state_pool), and the batch storage returned by
+ * sched_schedule (allocated once at sched_create).
+ * Must never: compute, touch KV or state memory (only block ids and slot numbers; slot moves
+ * are done by state_pool_compact), sample, or know about tokens' values.
+ * Not thread-safe: the engine loop is the only caller, and it calls sched_schedule and
+ * sched_finish only while no state_pool binding is active.
+ *
+ * Errors: PH_ERR_INVALID_ARGUMENT for bad params, a malformed request or a stale batch (the
+ * message names the field or the request id); PH_ERR_LIMIT for a request that can never fit the
+ * pools (sched_add); PH_ERR_NO_MEMORY. A failed call changes nothing unless it says otherwise.
+ */
+#ifndef PH_ENGINE_SCHEDULER_H
+#define PH_ENGINE_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "cache/block_pool.h"
+#include "cache/state_pool.h"
+
+typedef struct sched sched;
+
+typedef struct sched_params {
+  int32_t max_batch;     /* sequences per step, >= 1 */
+  int64_t max_tokens;    /* token budget per step (sum of the chunks), >= prefill_chunk */
+  int64_t prefill_chunk; /* prompt chunk length in tokens, >= 1; chunk boundaries are its
+                            multiples */
+  int32_t block_size;    /* tokens per KV block, >= 1; must match the KV buffers */
+} sched_params;
+
+/* max_batch 32, max_tokens 2048, prefill_chunk 512, block_size 16. block_size must be set to
+ * the KV buffers' page size by the engine. */
+sched_params sched_params_default(void);
+
+/* PH_OK when every field is in range; otherwise PH_ERR_INVALID_ARGUMENT naming the first bad
+ * field and its value (max_tokens < prefill_chunk is refused: a prompt chunk could never run). */
+ph_status sched_params_validate(const sched_params *p, diag *d);
+
+typedef enum sched_req_state {
+  SCHED_FINISHED = 0, /* not linked into a scheduler (never added, or sched_finish'ed) */
+  SCHED_WAITING = 1,  /* queued for admission; holds no slot and no blocks, n_computed 0 */
+  SCHED_RUNNING = 2,  /* admitted; holds a slot and the blocks for its computed tokens */
+} sched_req_state;
+
+/* One request. Storage is the caller's and must stay put while linked (state != FINISHED);
+ * the scheduler links it by pointer. Fields marked (caller) are written by the caller: id,
+ * n_prompt, max_total before sched_add (then fixed); n_total before sched_add and then only
+ * ever increased (by 1 per sampled token, never past max_total), between steps. All other
+ * fields are written by the scheduler and are read-only for the caller. */
+typedef struct sched_req {
+  int64_t id;        /* (caller) any value; named in messages */
+  int64_t n_prompt;  /* (caller) prompt tokens, >= 1 */
+  int64_t n_total;   /* (caller) known tokens: prompt + generated so far, in [n_prompt,
+                        max_total] */
+  int64_t max_total; /* (caller) prompt + max new tokens: the most tokens it can ever hold */
+
+  int64_t n_computed;    /* tokens whose KV and state are in cache, <= n_total */
+  block_table blocks;    /* KV block ids in token order; RUNNING: >= ceil(n_computed/block_size)
+                            blocks. ids storage is reserved for max_total at sched_add */
+  int32_t slot;          /* state_pool slot while RUNNING, -1 otherwise; may change at
+                            sched_schedule (slot compaction): read it from the batch */
+  sched_req_state state; /* see sched_req_state */
+  int64_t n_preemptions; /* times it was preempted (recomputed from token 0) */
+
+  struct sched_req *prev, *next; /* queue links (running or waiting), NULL at the ends */
+  struct sched *owner;           /* the scheduler it is linked into, NULL when FINISHED */
+} sched_req;
+
+/* Fills r for sched_add: the caller fields from the arguments (n_total = n_prompt, max_total =
+ * n_prompt + max_new), everything else empty (state FINISHED, slot -1, no blocks). Values are
+ * checked by sched_add, not here. Never call it on a linked request (it clears the links). */
+void sched_req_init(sched_req *r, int64_t id, int64_t n_prompt, int64_t max_new);
+
+/* The chunk a request at (n_prompt, n_total, n_computed) runs next, in tokens: while
+ * n_computed < n_prompt, up to the next multiple of prefill_chunk (capped at n_prompt); after
+ * that 1 while n_total > n_computed, else 0. A pure function: the whole chunk rule. Returns 0 for
+ * inconsistent arguments (n_computed < 0, n_computed >= n_total, prefill_chunk < 1). */
+int64_t sched_chunk_len(int64_t prefill_chunk, int64_t n_prompt, int64_t n_total,
+                        int64_t n_computed);
+
+/* One scheduled chunk: tokens [start, start + n_tokens) of req. */
+typedef struct sched_entry {
+  sched_req *req;
+  int64_t start;    /* == req->n_computed at schedule time */
+  int64_t n_tokens; /* == sched_chunk_len(...) of req at schedule time, >= 1 */
+  int32_t sample;   /* 1 when the chunk ends at req->n_total: its last logits give the next
+                       token. 0 for inner prompt chunks and for replayed tokens after a
+                       preemption (their logits are discarded). */
+} sched_entry;
+
+/* A step's batch. Arrays are owned by the scheduler (allocated at sched_create) and valid until
+ * the next sched_schedule, sched_free, or a sched_finish of a request in it. Entries are ordered
+ * by ascending slot (batch order never changes results: batch invariance), so slots[] is the
+ * state_pool_bind argument and, when slots_are_slice, the binding is zero-copy. */
+typedef struct sched_batch {
+  const sched_entry *entries; /* [n_entries] */
+  const int32_t *slots;       /* [n_entries] entries[b].req->slot, ascending */
+  const block_table **tables; /* [n_entries] &entries[b].req->blocks, for block_tables_pack */
+  int32_t n_entries;          /* <= max_batch; 0 when nothing can run */
+  int32_t slots_are_slice;    /* 1 when slots are consecutive and ascending (n_entries >= 1) */
+  int64_t n_tokens;           /* sum of entries' n_tokens, <= max_tokens */
+  int32_t n_preempted;        /* requests preempted (sent back to waiting) by this step */
+  int32_t n_admitted;         /* waiting requests admitted by this step */
+  uint64_t step;              /* step number, checked by sched_commit */
+} sched_batch;
+
+/* Creates a scheduler over kv (block ids) and states (slots); both are borrowed and must
+ * outlive it, and the scheduler must be their only user of ids/slots. *out owned by the caller
+ * (sched_free). PH_ERR_INVALID_ARGUMENT (params, NULL pools), PH_ERR_NO_MEMORY. */
+ph_status sched_create(const sched_params *p, block_pool *kv, state_pool *states, sched **out,
+                       diag *d);
+
+/* Finishes every linked request (pages and slots back to the pools, which must still exist)
+ * and frees the scheduler. NULL is a no-op. */
+void sched_free(sched *s);
+
+/* Queues r at the back of the waiting queue. Reads id, n_prompt, n_total, max_total; sets
+ * n_computed 0, slot -1, state WAITING, n_preemptions 0, and gives r->blocks storage for
+ * blocks_for(max_total) ids (so block tables never grow inside sched_schedule); r->blocks must
+ * not hold blocks (sched_req_init, or a finished request).
+ * PH_ERR_INVALID_ARGUMENT: n_prompt < 1, n_total < n_prompt, max_total < n_total, r already
+ * linked. PH_ERR_LIMIT: max_total tokens need more blocks than the pool has in all (it could
+ * never run to the end). PH_ERR_NO_MEMORY. r is untouched on failure. */
+ph_status sched_add(sched *s, sched_req *r, diag *d);
+
+/* Chooses the next step's batch into *out (zeroed first, also on failure) (see docs/scheduler.md
+ * for the order):
+ *  1. slot compaction (state_pool_compact; moved requests are re-pointed);
+ *  2. running requests, oldest admitted first: each gets its whole chunk if the batch and budget
+ *     have room, after reserving its KV blocks. When the pool is short, the most recently
+ *     admitted running request not yet scheduled this step (possibly this one) is preempted:
+ *     its blocks and slot go back, n_computed = 0, n_preemptions++, and it goes to the FRONT of
+ *     the waiting queue. Repeats until the reservation succeeds or this request was preempted;
+ *  3. only when nothing was preempted: waiting requests in FIFO order while batch, budget, a
+ *     free slot and the blocks of the first chunk allow; the first that does not fit stops
+ *     admission (no overtaking); it never preempts to admit;
+ *  4. slot compaction again, then entries sorted by slot.
+ * Allocates nothing. PH_ERR_INVALID_ARGUMENT when a linked request is inconsistent (n_total
+ * outside [max(n_prompt, n_computed), max_total], checked before anything changes) or a
+ * state_pool binding is active; other pool errors are forwarded. */
+ph_status sched_schedule(sched *s, sched_batch *out, diag *d);
+
+/* After the engine ran batch b: n_computed += n_tokens for every entry whose request is still
+ * RUNNING in s (one finished in between is skipped). PH_ERR_INVALID_ARGUMENT when b is not the
+ * latest batch of s or was already committed; nothing changes then. */
+ph_status sched_commit(sched *s, const sched_batch *b, diag *d);
+
+/* Removes r at any time and in any state: releases its slot and blocks (and their storage),
+ * unlinks it, state = FINISHED. A no-op for an already finished request.
+ * PH_ERR_INVALID_ARGUMENT when r is linked into another scheduler, or a pool refuses (a
+ * binding is active: nothing changes). */
+ph_status sched_finish(sched *s, sched_req *r, diag *d);
+
+int32_t sched_n_waiting(const sched *s);
+int32_t sched_n_running(const sched *s);
+
+/* The queues, for inspection: the oldest running (admission order) or the first waiting
+ * request (next to admit); follow ->next. NULL when empty. Do not relink. */
+sched_req *sched_running_first(const sched *s);
+sched_req *sched_waiting_first(const sched *s);
+
+const sched_params *sched_get_params(const sched *s);
+
+#endif /* PH_ENGINE_SCHEDULER_H */
