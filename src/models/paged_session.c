@@ -38,6 +38,7 @@ struct paged_session {
   int32_t *slots;                    /* [max_batch] */
   int64_t last_B, last_N;
   paged_step_stats stats;
+  int64_t bytes; /* pages + slots */
 };
 
 paged_session_params paged_session_params_default(void) {
@@ -230,6 +231,28 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
     }
   }
   s->block_size = n_full ? kd[1] : 16;
+  if (s->p.n_blocks == 0) { /* size the pages from the memory budget left after the slots */
+    kv_geometry one = {.n_full = n_full, .full_layers = full, .n_kv_heads = (int32_t)kd[2],
+                       .head_size = (int32_t)kd[3], .block_size = (int32_t)s->block_size,
+                       .n_blocks = 1, .dtype = n_full ? kv_dt : PH_DTYPE_F32};
+    state_geometry sg1 = {.n_linear = n_lin, .linear_layers = lin,
+                          .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
+                          .conv_kernel = (int32_t)(n_lin ? cd[2] + 1 : 2),
+                          .n_v_heads = (int32_t)(n_lin ? rd[1] : 1),
+                          .head_v = (int32_t)(n_lin ? rd[2] : 1),
+                          .head_k = (int32_t)(n_lin ? rd[3] : 1),
+                          .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32, .max_slots = 1};
+    const int64_t per_block = n_full ? kv_geometry_bytes_per_block(&one) : 1;
+    const int64_t per_slot = state_geometry_slot_bytes(&sg1);
+    const int64_t left = s->p.memory_bytes - per_slot * s->p.max_slots;
+    RETURN_ERROR_IF(per_block <= 0 || per_slot < 0 || left < 2 * per_block, d, PH_ERR_LIMIT,
+                    "a memory budget of %lld bytes holds %d state slots of %lld bytes but not "
+                    "two KV pages of %lld bytes",
+                    (long long)s->p.memory_bytes, s->p.max_slots, (long long)per_slot,
+                    (long long)per_block);
+    const int64_t n = left / per_block;
+    s->p.n_blocks = (int32_t)(n > INT32_MAX - 1 ? INT32_MAX - 1 : n);
+  }
   kv_geometry kg = {.n_full = n_full,
                     .full_layers = full,
                     .n_kv_heads = (int32_t)kd[2],
@@ -288,7 +311,7 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   s->g = g;
   s->p = p ? *p : paged_session_params_default();
   ph_status st = PH_OK;
-  if (s->p.n_blocks < 2 || s->p.max_slots < 1 || s->p.max_batch < 1 ||
+  if ((s->p.n_blocks < 2 && !(s->p.n_blocks == 0 && s->p.memory_bytes > 0)) || s->p.max_slots < 1 || s->p.max_batch < 1 ||
       s->p.max_batch > s->p.max_slots || s->p.max_tokens < 1) {
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT,
                   "paged session: n_blocks %d (>= 2), max_slots %d (>= 1), max_batch %d (1.."
@@ -304,6 +327,7 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   if ((st = exec_create(g, s->p.n_threads, &s->e, d)) != PH_OK) goto fail;
   if ((st = bind_io(s, bind, d)) != PH_OK) goto fail;
   if ((st = bind_layers(s, bind, d)) != PH_OK) goto fail;
+  s->bytes = kv_buffers_bytes(s->kv) + state_pool_bytes(s->states);
   int64_t mb = s->max_context < INT32_MAX ? (s->max_context + s->block_size - 1) / s->block_size
                                           : s->p.n_blocks - 1;
   if (mb > s->p.n_blocks - 1) mb = s->p.n_blocks - 1;
@@ -523,6 +547,7 @@ const float *paged_session_token_logits(const paged_session *s, int32_t b, int64
 }
 
 int64_t paged_session_vocab(const paged_session *s) { return s->vocab; }
+int64_t paged_session_cache_bytes(const paged_session *s) { return s->bytes; }
 int64_t paged_session_block_size(const paged_session *s) { return s->block_size; }
 int64_t paged_session_max_context(const paged_session *s) { return s->max_context; }
 block_pool *paged_session_blocks(paged_session *s) { return s->blocks; }

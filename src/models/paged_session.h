@@ -62,7 +62,9 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
 void paged_binding_for_config(const hf_config *c, paged_binding *out);
 
 typedef struct paged_session_params {
-  int32_t n_blocks;   /* KV pages including the null page 0 (>= 2) */
+  int32_t n_blocks;   /* KV pages including the null page 0 (>= 2); 0: as many as fit in
+                         memory_bytes after the state slots */
+  int64_t memory_bytes; /* the budget used when n_blocks is 0 */
   int32_t max_slots;  /* fixed-state slots = most sequences alive at once (>= 1) */
   int32_t max_batch;  /* most sequences in one step (>= 1; <= max_slots) */
   int64_t max_tokens; /* most tokens in one step (>= 1) */
@@ -111,6 +113,7 @@ const float *paged_session_last_logits(const paged_session *s, int32_t b);
 const float *paged_session_token_logits(const paged_session *s, int32_t b, int64_t j);
 
 int64_t paged_session_vocab(const paged_session *s);
+int64_t paged_session_cache_bytes(const paged_session *s); /* KV pages + state slots */
 int64_t paged_session_block_size(const paged_session *s);
 int64_t paged_session_max_context(const paged_session *s); /* rotary rows: positions < this */
 int paged_session_prunes_lm_head(const paged_session *s);

@@ -1,0 +1,618 @@
+/* engine — continuous batching over the packed paged graph. See engine.h.
+ *
+ * Locking: `mu` guards the request table, the inbox, and each request's generated tokens and
+ * finish state as seen by other threads. The stepping thread holds it only to drain the inbox
+ * and to publish a token or a finish; the model runs unlocked. Callbacks run unlocked.
+ */
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/fmap.h"
+#include "engine/scheduler.h"
+#include "io/genai_config.h"
+#include "io/onnx.h"
+#include "models/model.h"
+
+typedef struct request {
+  uint64_t id;
+  sched_req sr;     /* sr.n_total counts prompt + generated tokens */
+  int64_t *tokens;  /* [capacity]: prompt, then generated */
+  int64_t capacity; /* n_prompt + max_new_tokens */
+  int64_t n_prompt;
+  sampling_params sp;
+  engine_finish finish;
+  ph_status status;
+  char message[256];
+  int64_t n_generated, n_polled;
+  float *logits; /* capture_logits: [max_new, vocab] */
+  int admitted;  /* passed the admission checks and sched_add */
+  int remove_pending;
+  engine_finish finish_next;              /* decided during a step, published after it */
+  double t_add, t_sched, t_first, t_done; /* seconds, monotonic; 0 = not yet */
+} request;
+
+struct engine {
+  engine_params p;
+  paged_session *s;
+  ph_model *model; /* a checkpoint's mapping (the graph's weights point into it) */
+  sched *sch;
+  int64_t vocab, max_context;
+  int64_t eos[GENAI_MAX_EOS];
+  int n_eos;
+  engine_token_fn cb;
+  void *cb_user;
+
+  pthread_mutex_t mu;
+  request **reqs; /* every known request (unreleased), in id order */
+  int64_t n_reqs, cap_reqs;
+  request **inbox; /* queued by engine_add */
+  int64_t n_inbox, cap_inbox;
+  request **removals; /* queued by engine_remove */
+  int64_t n_removals, cap_removals;
+  /* the stepping thread's copies of both queues, grown (under mu) only when a queue outgrew
+   * them: after warm-up a step allocates nothing */
+  request **draining;
+  int64_t cap_draining;
+  request **finishing; /* [max_batch]: finishes decided while the batch is live */
+  uint64_t next_id;
+
+  /* step storage, sized at creation */
+  paged_seq *seqs; /* [max_batch] */
+  void *scratch;   /* sampler */
+  size_t scratch_bytes;
+  uint64_t steps;
+  int64_t n_live; /* admitted and not finished */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+engine_params engine_params_default(void) {
+  engine_params p;
+  memset(&p, 0, sizeof p);
+  p.io_dtype = PH_DTYPE_INVALID;
+  return p;
+}
+
+const char *engine_finish_name(engine_finish f) {
+  switch (f) {
+  case ENGINE_RUNNING:
+    return "running";
+  case ENGINE_FINISH_LENGTH:
+    return "length";
+  case ENGINE_FINISH_STOP:
+    return "stop";
+  case ENGINE_FINISH_ABORTED:
+    return "aborted";
+  case ENGINE_FINISH_ERROR:
+    return "error";
+  }
+  return "unknown";
+}
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+/* Fills the defaults a package's genai_config.json gives (or the built-in ones). */
+static void resolve_params(engine_params *p, const genai_config *gc) {
+  if (p->max_batch <= 0)
+    p->max_batch = gc && gc->dynamic_batching.present && gc->dynamic_batching.max_batch_size > 0
+                       ? (int32_t)(gc->dynamic_batching.max_batch_size < 64
+                                       ? gc->dynamic_batching.max_batch_size
+                                       : 64)
+                       : 16;
+  if (p->max_tokens <= 0)
+    p->max_tokens =
+        gc && gc->dynamic_batching.present && gc->dynamic_batching.max_scheduled_tokens > 0
+            ? gc->dynamic_batching.max_scheduled_tokens
+            : 2048;
+  if (p->prefill_chunk <= 0) p->prefill_chunk = p->max_tokens < 256 ? p->max_tokens : 256;
+  if (p->max_slots <= 0) p->max_slots = p->max_batch;
+  if (p->n_blocks <= 0 && p->memory_bytes <= 0) {
+    if (gc && gc->dynamic_batching.num_blocks > 0)
+      p->n_blocks = (int32_t)(gc->dynamic_batching.num_blocks + 1);
+    else
+      p->memory_bytes = (int64_t)1 << 30;
+  }
+}
+
+static ph_status check_params(const engine_params *p, diag *d) {
+  RETURN_ERROR_IF(p->max_batch < 1 || p->max_tokens < 1 || p->prefill_chunk < 1 ||
+                      p->prefill_chunk > p->max_tokens || p->max_slots < p->max_batch ||
+                      p->n_blocks < 0 || p->memory_bytes < 0,
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "engine params: max_batch %d, max_tokens %lld, prefill_chunk %lld (1.."
+                  "max_tokens), max_slots %d (>= max_batch), n_blocks %d, memory_bytes %lld",
+                  p->max_batch, (long long)p->max_tokens, (long long)p->prefill_chunk, p->max_slots,
+                  p->n_blocks, (long long)p->memory_bytes);
+  return PH_OK;
+}
+
+static paged_session_params session_params(const engine_params *p) {
+  paged_session_params sp = paged_session_params_default();
+  sp.n_blocks = p->n_blocks;
+  sp.memory_bytes = p->memory_bytes;
+  sp.max_slots = p->max_slots;
+  sp.max_batch = p->max_batch;
+  sp.max_tokens = p->max_tokens;
+  sp.n_threads = p->n_threads;
+  return sp;
+}
+
+static void set_eos(engine *e, const genai_config *gc) {
+  e->n_eos = 0;
+  if (!gc) return;
+  for (int i = 0; i < gc->n_eos_token_ids && i < GENAI_MAX_EOS; i++)
+    e->eos[e->n_eos++] = gc->eos_token_ids[i];
+  if (e->n_eos == 0 && gc->eos_token_id >= 0) e->eos[e->n_eos++] = gc->eos_token_id;
+}
+
+static ph_status finish_create(engine *e, diag *d) {
+  e->vocab = paged_session_vocab(e->s);
+  e->max_context = paged_session_max_context(e->s);
+  sched_params sp = sched_params_default();
+  sp.max_batch = e->p.max_batch;
+  sp.max_tokens = e->p.max_tokens;
+  sp.prefill_chunk = e->p.prefill_chunk;
+  sp.block_size = (int32_t)paged_session_block_size(e->s);
+  FORWARD_IF_ERROR(
+      sched_create(&sp, paged_session_blocks(e->s), paged_session_states(e->s), &e->sch, d));
+  e->seqs = calloc((size_t)e->p.max_batch, sizeof *e->seqs);
+  e->finishing = calloc((size_t)e->p.max_batch, sizeof *e->finishing);
+  e->scratch_bytes = sampler_scratch_bytes(e->vocab);
+  e->scratch = malloc(e->scratch_bytes ? e->scratch_bytes : 1);
+  RETURN_ERROR_IF(!e->seqs || !e->finishing || !e->scratch, d, PH_ERR_NO_MEMORY,
+                  "engine: out of memory");
+  return PH_OK;
+}
+
+static engine *engine_alloc(const engine_params *p) {
+  engine *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->p = p ? *p : engine_params_default();
+  e->next_id = 1;
+  pthread_mutex_init(&e->mu, NULL);
+  return e;
+}
+
+ph_status engine_create_session(paged_session *s, const engine_params *p, int64_t eos_id,
+                                engine **out, diag *d) {
+  *out = NULL;
+  engine *e = engine_alloc(p);
+  if (!e) {
+    paged_session_free(s);
+    return diag_set(d, PH_ERR_NO_MEMORY, "engine: out of memory");
+  }
+  e->s = s;
+  const paged_session_params *sp = paged_session_params_of(s);
+  e->p.max_batch = sp->max_batch;
+  e->p.max_tokens = sp->max_tokens;
+  e->p.max_slots = sp->max_slots;
+  if (e->p.prefill_chunk <= 0) e->p.prefill_chunk = sp->max_tokens < 256 ? sp->max_tokens : 256;
+  if (eos_id >= 0) e->eos[e->n_eos++] = eos_id;
+  ph_status st = check_params(&e->p, d);
+  if (st == PH_OK) st = finish_create(e, d);
+  if (st != PH_OK) {
+    engine_free(e);
+    return st;
+  }
+  *out = e;
+  return PH_OK;
+}
+
+ph_status engine_create(const char *dir, const engine_params *p, engine **out, diag *d) {
+  *out = NULL;
+  engine *e = engine_alloc(p);
+  RETURN_ERROR_IF(!e, d, PH_ERR_NO_MEMORY, "engine: out of memory");
+  ph_status st = PH_OK;
+  genai_config gc;
+  char onnx_path[4096];
+  snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
+  if (path_exists(onnx_path)) {
+    /* a package: its genai_config.json binds the graph and gives the batching defaults */
+    paged_binding bind;
+    graph *g = NULL;
+    if ((st = genai_config_read(dir, &gc, d)) != PH_OK) goto fail;
+    if (!gc.paged) {
+      st = diag_set(d, PH_ERR_UNSUPPORTED,
+                    "%s has the dense layout; the engine runs packed paged packages (export "
+                    "--layout paged)",
+                    dir);
+      goto fail;
+    }
+    if ((st = paged_binding_from_genai(&gc, &bind, d)) != PH_OK) goto fail;
+    resolve_params(&e->p, &gc);
+    if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
+    if ((st = onnx_read_model(dir, &g, d)) != PH_OK) goto fail;
+    paged_session_params sp = session_params(&e->p);
+    if ((st = paged_session_create(g, &bind, &sp, &e->s, d)) != PH_OK) goto fail;
+    set_eos(e, &gc);
+  } else {
+    if ((st = ph_model_open(dir, NULL, &e->model)) != PH_OK) {
+      diag_set(d, st, "%s", e->model ? ph_model_error(e->model) : ph_status_message(st));
+      goto fail;
+    }
+    const hf_config *c = model_config(e->model);
+    resolve_params(&e->p, NULL);
+    if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
+    qwen35_options qo = qwen35_options_default();
+    qo.block_size = e->p.block_size;
+    qo.max_context = e->p.max_context;
+    qo.io_dtype = e->p.io_dtype;
+    paged_session_params sp = session_params(&e->p);
+    if ((st = paged_session_create_model(e->model, &qo, &sp, &e->s, d)) != PH_OK) goto fail;
+    gc = genai_config_dense(c, 0);
+    if (genai_config_token_ids(&gc, dir, d) == PH_OK) set_eos(e, &gc);
+  }
+  if ((st = finish_create(e, d)) != PH_OK) goto fail;
+  *out = e;
+  return PH_OK;
+fail:
+  engine_free(e);
+  return st;
+}
+
+static void request_free(request *r) {
+  if (!r) return;
+  free(r->tokens);
+  free(r->logits);
+  free(r);
+}
+
+void engine_free(engine *e) {
+  if (!e) return;
+  sched_free(e->sch); /* gives every linked request's pages and slot back */
+  for (int64_t i = 0; i < e->n_reqs; i++) request_free(e->reqs[i]);
+  free(e->reqs); /* every request is in reqs (the inbox only points at some) */
+  free(e->inbox);
+  free(e->removals);
+  free(e->draining);
+  free(e->finishing);
+  free(e->seqs);
+  free(e->scratch);
+  paged_session_free(e->s);
+  ph_model_free(e->model);
+  pthread_mutex_destroy(&e->mu);
+  free(e);
+}
+
+void engine_set_callback(engine *e, engine_token_fn fn, void *user) {
+  e->cb = fn;
+  e->cb_user = user;
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+static request *find_locked(const engine *e, uint64_t id) {
+  /* ids ascend with the table order: binary search */
+  int64_t lo = 0, hi = e->n_reqs - 1;
+  while (lo <= hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (e->reqs[mid]->id == id) return e->reqs[mid];
+    if (e->reqs[mid]->id < id)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return NULL;
+}
+
+static int grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
+  if (need <= *cap) return 1;
+  int64_t n = *cap ? *cap * 2 : 16;
+  while (n < need) n *= 2;
+  void *p = realloc(*arr, (size_t)n * elem);
+  if (!p) return 0;
+  *arr = p;
+  *cap = n;
+  return 1;
+}
+
+ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const sampling_params *sp,
+                     uint64_t *out_id, diag *d) {
+  RETURN_ERROR_IF(!e || (!prompt && n_prompt > 0) || n_prompt < 0 || !out_id, d,
+                  PH_ERR_INVALID_ARGUMENT, "engine_add: NULL argument or negative length");
+  request *r = calloc(1, sizeof *r);
+  RETURN_ERROR_IF(!r, d, PH_ERR_NO_MEMORY, "engine_add: out of memory");
+  r->sp = sp ? *sp : sampling_params_default();
+  r->n_prompt = n_prompt;
+  const int64_t max_new = r->sp.max_new_tokens > 0 ? r->sp.max_new_tokens : 0;
+  /* storage for what it could ever hold; an absurd max_new is capped at the context here and
+   * refused or clipped at admission */
+  int64_t cap = n_prompt + (max_new < e->max_context ? max_new : e->max_context);
+  r->capacity = cap;
+  r->tokens = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *r->tokens);
+  if (r->tokens && n_prompt) memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+  if (r->tokens && e->p.capture_logits && cap > n_prompt)
+    r->logits = malloc((size_t)(cap - n_prompt) * (size_t)e->vocab * sizeof *r->logits);
+  r->sr.slot = -1;
+  r->t_add = now_s();
+  if (!r->tokens || (e->p.capture_logits && cap > n_prompt && !r->logits)) {
+    request_free(r);
+    return diag_set(d, PH_ERR_NO_MEMORY, "engine_add: out of memory for %lld tokens",
+                    (long long)cap);
+  }
+  pthread_mutex_lock(&e->mu);
+  int ok = grow((void **)&e->reqs, &e->cap_reqs, e->n_reqs + 1, sizeof *e->reqs) &&
+           grow((void **)&e->inbox, &e->cap_inbox, e->n_inbox + 1, sizeof *e->inbox);
+  if (ok) {
+    r->id = e->next_id++;
+    e->reqs[e->n_reqs++] = r;
+    e->inbox[e->n_inbox++] = r;
+    *out_id = r->id;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (!ok) {
+    request_free(r);
+    return diag_set(d, PH_ERR_NO_MEMORY, "engine_add: out of memory");
+  }
+  return PH_OK;
+}
+
+ph_status engine_remove(engine *e, uint64_t id, diag *d) {
+  pthread_mutex_lock(&e->mu);
+  request *r = find_locked(e, id);
+  int ok = 1;
+  if (r && r->finish == ENGINE_RUNNING && !r->remove_pending) {
+    ok = grow((void **)&e->removals, &e->cap_removals, e->n_removals + 1, sizeof *e->removals);
+    if (ok) {
+      r->remove_pending = 1;
+      e->removals[e->n_removals++] = r;
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+  RETURN_ERROR_IF(!r, d, PH_ERR_NOT_FOUND, "request %llu is not known", (unsigned long long)id);
+  RETURN_ERROR_IF(!ok, d, PH_ERR_NO_MEMORY, "engine_remove: out of memory");
+  return PH_OK;
+}
+
+/* Publishes a finish (stepping thread). The scheduler lets go of the request first. */
+static void finish(engine *e, request *r, engine_finish why, ph_status st, const char *msg) {
+  diag d;
+  if (r->admitted) {
+    sched_finish(e->sch, &r->sr, &d); /* only refuses while a binding is active: never here */
+    e->n_live--;
+  }
+  pthread_mutex_lock(&e->mu);
+  r->finish = why;
+  r->status = st;
+  if (msg) snprintf(r->message, sizeof r->message, "%s", msg);
+  r->t_done = now_s();
+  pthread_mutex_unlock(&e->mu);
+  if (e->cb) e->cb(e->cb_user, r->id, -1, why);
+}
+
+/* Admission checks that need the model; a refused request finishes with its error. */
+static void admit(engine *e, request *r) {
+  diag d;
+  diag_clear(&d);
+  ph_status st = PH_OK;
+  if (r->n_prompt < 1)
+    st = diag_set(&d, PH_ERR_INVALID_ARGUMENT, "request %llu: the prompt is empty",
+                  (unsigned long long)r->id);
+  for (int64_t j = 0; st == PH_OK && j < r->n_prompt; j++)
+    if (r->tokens[j] < 0 || r->tokens[j] >= e->vocab)
+      st = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
+                    "request %llu: prompt token %lld at %lld is outside the vocabulary [0, %lld)",
+                    (unsigned long long)r->id, (long long)r->tokens[j], (long long)j,
+                    (long long)e->vocab);
+  if (st == PH_OK && r->n_prompt >= e->max_context)
+    st = diag_set(&d, PH_ERR_LIMIT,
+                  "request %llu: a prompt of %lld tokens leaves no room in the context of %lld",
+                  (unsigned long long)r->id, (long long)r->n_prompt, (long long)e->max_context);
+  if (st == PH_OK) st = sampling_params_validate(&r->sp, e->vocab, &d);
+  if (st == PH_OK) {
+    /* the last token generated is never run, and positions stop at the context */
+    int64_t max_total = r->n_prompt + r->sp.max_new_tokens - 1;
+    if (max_total > e->max_context) max_total = e->max_context;
+    if (max_total < r->n_prompt) max_total = r->n_prompt;
+    sched_req_init(&r->sr, (int64_t)r->id, r->n_prompt, max_total - r->n_prompt);
+    st = sched_add(e->sch, &r->sr, &d);
+  }
+  if (st != PH_OK) {
+    finish(e, r, ENGINE_FINISH_ERROR, st, d.msg);
+    return;
+  }
+  r->admitted = 1;
+  e->n_live++;
+}
+
+/* ---- the step ------------------------------------------------------------------------------ */
+
+static int is_stop(const engine *e, const request *r, int64_t tok) {
+  for (int32_t i = 0; i < r->sp.n_stop_token_ids; i++)
+    if (r->sp.stop_token_ids[i] == tok) return 1;
+  if (!r->sp.ignore_eos)
+    for (int i = 0; i < e->n_eos; i++)
+      if (e->eos[i] == tok) return 1;
+  return 0;
+}
+
+/* Samples request r's next token from its last logits row and publishes it; returns the finish
+ * it causes (ENGINE_RUNNING: none; the caller finishes it once the batch is done with). */
+static engine_finish emit(engine *e, request *r, const float *row) {
+  const int64_t t = r->n_generated;
+  const int64_t tok = sampler_sample(row, e->vocab, &r->sp, t, e->scratch, e->scratch_bytes);
+  if (r->logits) memcpy(r->logits + t * e->vocab, row, (size_t)e->vocab * sizeof *row);
+  pthread_mutex_lock(&e->mu);
+  r->tokens[r->n_prompt + t] = tok;
+  r->n_generated = t + 1;
+  if (t == 0) r->t_first = now_s();
+  pthread_mutex_unlock(&e->mu);
+  if (e->cb) e->cb(e->cb_user, r->id, tok, ENGINE_RUNNING);
+  if (is_stop(e, r, tok)) return ENGINE_FINISH_STOP;
+  if (r->n_generated >= r->sp.max_new_tokens || r->n_prompt + r->n_generated > e->max_context)
+    return ENGINE_FINISH_LENGTH;
+  r->sr.n_total++; /* the new token is known; the scheduler runs it next */
+  return ENGINE_RUNNING;
+}
+
+ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
+  const double t0 = now_s();
+  engine_step_info si;
+  memset(&si, 0, sizeof si);
+  /* 1. drain the inbox, then the removals (a request added and removed before this step
+   * joins and is aborted at once) */
+  pthread_mutex_lock(&e->mu);
+  const int64_t n_fresh = e->n_inbox, n_gone = e->n_removals;
+  const int64_t need = n_fresh > n_gone ? n_fresh : n_gone;
+  int ok = grow((void **)&e->draining, &e->cap_draining, need, sizeof *e->draining);
+  if (ok) {
+    memcpy(e->draining, e->inbox, (size_t)n_fresh * sizeof *e->draining);
+    e->n_inbox = 0;
+  }
+  pthread_mutex_unlock(&e->mu);
+  RETURN_ERROR_IF(!ok, d, PH_ERR_NO_MEMORY, "engine_step: out of memory");
+  for (int64_t i = 0; i < n_fresh; i++) admit(e, e->draining[i]);
+  pthread_mutex_lock(&e->mu);
+  memcpy(e->draining, e->removals, (size_t)n_gone * sizeof *e->draining);
+  e->n_removals = 0;
+  pthread_mutex_unlock(&e->mu);
+  for (int64_t i = 0; i < n_gone; i++)
+    if (e->draining[i]->finish == ENGINE_RUNNING) {
+      finish(e, e->draining[i], ENGINE_FINISH_ABORTED, PH_OK, NULL);
+      si.n_finished++;
+    }
+  /* 2. schedule */
+  state_pool *states = paged_session_states(e->s);
+  const uint64_t moved0 = state_pool_bytes_moved(states);
+  sched_batch b;
+  FORWARD_IF_ERROR(sched_schedule(e->sch, &b, d));
+  si.n_preempted = b.n_preempted;
+  si.n_admitted = b.n_admitted;
+  if (b.n_entries > 0) {
+    /* 3. run */
+    for (int32_t k = 0; k < b.n_entries; k++) {
+      const sched_entry *en = &b.entries[k];
+      request *r = (request *)((char *)en->req - offsetof(request, sr));
+      if (r->t_sched == 0) r->t_sched = now_s();
+      e->seqs[k] = (paged_seq){en->req->slot, &en->req->blocks, en->start, r->tokens + en->start,
+                               en->n_tokens};
+    }
+    FORWARD_IF_ERROR(paged_session_run(e->s, e->seqs, b.n_entries, d));
+    FORWARD_IF_ERROR(sched_commit(e->sch, &b, d));
+    e->steps++;
+    /* 4. sample and commit tokens; finishes wait until the batch is no longer read */
+    int32_t n_done = 0;
+    for (int32_t k = 0; k < b.n_entries; k++) {
+      const sched_entry *en = &b.entries[k];
+      if (!en->sample) continue;
+      request *r = (request *)((char *)en->req - offsetof(request, sr));
+      const engine_finish f = emit(e, r, paged_session_last_logits(e->s, k));
+      si.n_sampled++;
+      if (f != ENGINE_RUNNING) {
+        e->finishing[n_done] = r;
+        r->finish_next = f;
+        n_done++;
+      }
+    }
+    si.n_seqs = b.n_entries;
+    si.n_tokens = b.n_tokens;
+    for (int32_t k = 0; k < n_done; k++)
+      finish(e, e->finishing[k], e->finishing[k]->finish_next, PH_OK, NULL);
+    si.n_finished += n_done;
+  }
+  si.step = e->steps;
+  si.n_running = sched_n_running(e->sch);
+  si.n_waiting = sched_n_waiting(e->sch);
+  si.pages_total = block_pool_n_blocks(paged_session_blocks(e->s)) - 1;
+  si.pages_used = block_pool_used_count(paged_session_blocks(e->s));
+  si.slots_total = state_pool_max_slots(states);
+  si.slots_used = state_pool_used_count(states);
+  si.state_bytes_moved = state_pool_bytes_moved(states) - moved0;
+  si.seconds = now_s() - t0;
+  if (info) *info = si;
+  return PH_OK;
+}
+
+int engine_busy(engine *e) {
+  pthread_mutex_lock(&e->mu);
+  const int busy = e->n_inbox > 0 || e->n_live > 0;
+  pthread_mutex_unlock(&e->mu);
+  return busy;
+}
+
+/* ---- reading results ----------------------------------------------------------------------- */
+
+ph_status engine_request_info_get(engine *e, uint64_t id, engine_request_info *out, diag *d) {
+  pthread_mutex_lock(&e->mu);
+  request *r = find_locked(e, id);
+  if (r) {
+    memset(out, 0, sizeof *out);
+    out->finish = r->finish;
+    out->status = r->status;
+    snprintf(out->message, sizeof out->message, "%s", r->message);
+    out->n_prompt = r->n_prompt;
+    out->n_generated = r->n_generated;
+    out->n_preemptions = r->sr.n_preemptions;
+    const double end = r->t_done > 0 ? r->t_done : now_s();
+    out->queue_ms = r->t_sched > 0 ? 1e3 * (r->t_sched - r->t_add) : -1;
+    out->ttft_ms = r->t_first > 0 ? 1e3 * (r->t_first - r->t_add) : -1;
+    out->total_ms = 1e3 * (end - r->t_add);
+  }
+  pthread_mutex_unlock(&e->mu);
+  RETURN_ERROR_IF(!r, d, PH_ERR_NOT_FOUND, "request %llu is not known", (unsigned long long)id);
+  return PH_OK;
+}
+
+int64_t engine_poll(engine *e, uint64_t id, int64_t *out, int64_t max) {
+  pthread_mutex_lock(&e->mu);
+  request *r = find_locked(e, id);
+  int64_t n = -1;
+  if (r) {
+    n = r->n_generated - r->n_polled;
+    if (n > max) n = max;
+    if (n > 0) memcpy(out, r->tokens + r->n_prompt + r->n_polled, (size_t)n * sizeof *out);
+    r->n_polled += n > 0 ? n : 0;
+  }
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
+const int64_t *engine_tokens(engine *e, uint64_t id, int64_t *n) {
+  pthread_mutex_lock(&e->mu);
+  request *r = find_locked(e, id);
+  if (n) *n = r ? r->n_generated : 0;
+  pthread_mutex_unlock(&e->mu);
+  return r ? r->tokens + r->n_prompt : NULL;
+}
+
+const float *engine_logits(engine *e, uint64_t id) {
+  pthread_mutex_lock(&e->mu);
+  request *r = find_locked(e, id);
+  pthread_mutex_unlock(&e->mu);
+  return r ? r->logits : NULL;
+}
+
+ph_status engine_release(engine *e, uint64_t id, diag *d) {
+  pthread_mutex_lock(&e->mu);
+  int64_t at = -1;
+  for (int64_t i = 0; i < e->n_reqs; i++)
+    if (e->reqs[i]->id == id) at = i;
+  ph_status st = PH_OK;
+  if (at < 0) {
+    st = diag_set(d, PH_ERR_NOT_FOUND, "request %llu is not known", (unsigned long long)id);
+  } else if (e->reqs[at]->finish == ENGINE_RUNNING) {
+    st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "request %llu has not finished",
+                  (unsigned long long)id);
+  } else {
+    request_free(e->reqs[at]);
+    memmove(e->reqs + at, e->reqs + at + 1, (size_t)(e->n_reqs - at - 1) * sizeof *e->reqs);
+    e->n_reqs--;
+  }
+  pthread_mutex_unlock(&e->mu);
+  return st;
+}
+
+int64_t engine_vocab(const engine *e) { return e->vocab; }
+int64_t engine_max_context(const engine *e) { return e->max_context; }
+paged_session *engine_session(engine *e) { return e->s; }
+const engine_params *engine_params_of(const engine *e) { return &e->p; }
