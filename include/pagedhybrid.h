@@ -189,6 +189,108 @@ PH_API int64_t ph_model_fixed_state_bytes(const ph_model *model, ph_dtype conv_d
 /* Bytes of KV cache one token occupies over all full-attention (or MLA) layers in kv_dtype. */
 PH_API int64_t ph_model_kv_bytes_per_token(const ph_model *model, ph_dtype kv_dtype);
 
+/* ---- the serving engine: continuous batching over the packed paged graph ---------------------
+ *
+ * Modelled on ONNX Runtime GenAI's Engine and Request. An engine runs one model (a Hugging Face
+ * checkpoint directory, or a package exported with `--layout paged`: its genai_config.json
+ * state_groups, names and engine.dynamic_batching bind the graph). Requests are added and
+ * removed from any thread; ph_engine_step() runs one packed step of every scheduled request.
+ * Each request's tokens are bit-identical to running it alone (docs/engine.md). */
+
+typedef struct ph_engine ph_engine;
+
+typedef struct ph_engine_params {
+  int32_t max_batch_size;       /* sequences per step; 0: the package's, capped at 64, else 16 */
+  int64_t max_scheduled_tokens; /* token budget per step; 0: the package's, else 2048 */
+  int64_t prefill_chunk;        /* prompt tokens per step per request; 0: min(256, budget) */
+  int32_t num_blocks;           /* KV pages; 0: from memory_bytes */
+  int64_t memory_bytes;         /* KV pages + fixed state budget when num_blocks is 0; 0: 1 GiB */
+  int32_t max_requests;         /* requests holding state at once; 0: max_batch_size */
+  int n_threads;                /* <= 0: all CPUs */
+  int64_t block_size;           /* checkpoints: tokens per page (0: 16) */
+  int64_t max_context;          /* checkpoints: context bound (0: min(max_position, 32768)) */
+  ph_dtype io_dtype;            /* checkpoints: activation dtype (PH_DTYPE_INVALID: f32) */
+} ph_engine_params;
+
+PH_API ph_engine_params ph_engine_params_default(void);
+
+#define PH_MAX_STOP_TOKENS 16
+
+typedef struct ph_sampling_params {
+  float temperature;      /* 0: greedy */
+  int32_t top_k;          /* 0: off */
+  float top_p;            /* 1: off */
+  float min_p;            /* 0: off */
+  uint64_t seed;          /* with the token index, the only randomness: reproducible */
+  int64_t max_new_tokens; /* >= 1 */
+  int32_t n_stop_token_ids;
+  int64_t stop_token_ids[PH_MAX_STOP_TOKENS];
+  int ignore_eos; /* 1: the model's end-of-sequence ids do not stop the request */
+} ph_sampling_params;
+
+PH_API ph_sampling_params ph_sampling_params_default(void); /* greedy, 16 new tokens */
+
+/* Opens dir. On failure returns the error and, when memory allowed, still sets *out to an
+ * object whose ph_engine_error() explains it; free it. params may be NULL. */
+PH_API ph_status ph_engine_create(const char *dir, const ph_engine_params *params, ph_engine **out);
+PH_API void ph_engine_free(ph_engine *engine);
+PH_API const char *ph_engine_error(const ph_engine *engine); /* last failure on this object */
+
+typedef enum ph_finish_reason {
+  PH_FINISH_NONE = 0,    /* still running */
+  PH_FINISH_LENGTH = 1,  /* max_new_tokens, or the context is full */
+  PH_FINISH_STOP = 2,    /* a stop token or end-of-sequence (included in the output) */
+  PH_FINISH_ABORTED = 3, /* removed */
+  PH_FINISH_ERROR = 4,   /* refused: ph_request_info.status and .message say why */
+} ph_finish_reason;
+
+/* Called on the stepping thread for each new token, and once with token -1 when the request
+ * finishes. Must not call ph_engine_step. */
+typedef void (*ph_token_fn)(void *user, uint64_t request_id, int64_t token,
+                            ph_finish_reason reason);
+PH_API void ph_engine_set_callback(ph_engine *engine, ph_token_fn fn, void *user);
+
+/* Thread-safe. Queues a request (prompt copied); *id receives its id. A request the model
+ * cannot serve (empty prompt, token outside the vocabulary, prompt beyond the context,
+ * impossible sampling parameters) is accepted here and finishes PH_FINISH_ERROR at the next
+ * step without disturbing others. */
+PH_API ph_status ph_engine_add_request(ph_engine *engine, const int64_t *prompt, int64_t n_prompt,
+                                       const ph_sampling_params *sampling, uint64_t *id);
+/* Thread-safe. Aborts the request at the next step (PH_FINISH_ABORTED). */
+PH_API ph_status ph_engine_remove_request(ph_engine *engine, uint64_t id);
+
+typedef struct ph_step_info {
+  uint64_t step;
+  int32_t batch_size;  /* sequences run this step; 0 when idle */
+  int64_t n_tokens;    /* tokens run */
+  int64_t n_generated; /* tokens sampled */
+  int32_t n_running, n_waiting, n_preempted, n_finished;
+  int32_t pages_used, pages_total, slots_used, slots_total;
+  uint64_t state_bytes_moved;
+  double seconds;
+} ph_step_info;
+
+/* One step: schedule, run, sample, commit. info may be NULL. */
+PH_API ph_status ph_engine_step(ph_engine *engine, ph_step_info *info);
+/* 1 while any request is queued or running. */
+PH_API int ph_engine_busy(ph_engine *engine);
+
+typedef struct ph_request_info {
+  ph_finish_reason finish;
+  ph_status status; /* PH_OK unless PH_FINISH_ERROR */
+  char message[256];
+  int64_t n_prompt, n_generated, n_preemptions;
+  double queue_ms, time_to_first_token_ms, total_ms; /* -1 when not reached */
+} ph_request_info;
+
+/* Thread-safe. */
+PH_API ph_status ph_engine_request_info(ph_engine *engine, uint64_t id, ph_request_info *out);
+/* Thread-safe: copies up to max tokens generated since the last call; returns the count, or -1
+ * for an unknown id. */
+PH_API int64_t ph_engine_read_tokens(ph_engine *engine, uint64_t id, int64_t *out, int64_t max);
+/* Forgets a finished request. */
+PH_API ph_status ph_engine_release_request(ph_engine *engine, uint64_t id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -127,7 +127,8 @@ void block_table_init(block_table *bt) { memset(bt, 0, sizeof *bt); }
 
 int32_t block_table_blocks_for(int64_t n_tokens, int32_t block_size) {
   if (n_tokens < 0 || block_size <= 0) return -1;
-  int64_t n = (n_tokens + block_size - 1) / block_size;
+  /* n_tokens / K rounded up without forming n_tokens + K - 1 (overflow near INT64_MAX) */
+  int64_t n = n_tokens / block_size + (n_tokens % block_size != 0);
   return n > INT32_MAX ? -1 : (int32_t)n;
 }
 

@@ -91,6 +91,8 @@ static void test_all_or_nothing(void) {
   CHECK_EQ_INT(block_table_blocks_for(0, 16), 0);
   CHECK_EQ_INT(block_table_blocks_for(1, 16), 1);
   CHECK_EQ_INT(block_table_blocks_for(-1, 16), -1);
+  CHECK_EQ_INT(block_table_blocks_for(INT64_MAX, 16), -1); /* no overflow to a small count */
+  CHECK_EQ_INT(block_table_blocks_for(INT64_MAX - 3, (int32_t)1 << 30), -1);
   CHECK_STATUS(block_table_reserve(&bt, p, 5, 0, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   block_pool_free(p);
 }
