@@ -462,20 +462,25 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
   /* 1. drain the inbox, then the removals (a request added and removed before this step
    * joins and is aborted at once) */
   pthread_mutex_lock(&e->mu);
-  const int64_t n_fresh = e->n_inbox, n_gone = e->n_removals;
-  const int64_t need = n_fresh > n_gone ? n_fresh : n_gone;
-  int ok = grow((void **)&e->draining, &e->cap_draining, need, sizeof *e->draining);
-  if (ok) {
+  const int64_t n_fresh = e->n_inbox;
+  int ok = grow((void **)&e->draining, &e->cap_draining, n_fresh, sizeof *e->draining);
+  if (ok && n_fresh) {
     memcpy(e->draining, e->inbox, (size_t)n_fresh * sizeof *e->draining);
     e->n_inbox = 0;
   }
   pthread_mutex_unlock(&e->mu);
   RETURN_ERROR_IF(!ok, d, PH_ERR_NO_MEMORY, "engine_step: out of memory");
   for (int64_t i = 0; i < n_fresh; i++) admit(e, e->draining[i]);
+  /* removals queued up to now, including any made while admitting */
   pthread_mutex_lock(&e->mu);
-  memcpy(e->draining, e->removals, (size_t)n_gone * sizeof *e->draining);
-  e->n_removals = 0;
+  const int64_t n_gone = e->n_removals;
+  ok = grow((void **)&e->draining, &e->cap_draining, n_gone, sizeof *e->draining);
+  if (ok && n_gone) {
+    memcpy(e->draining, e->removals, (size_t)n_gone * sizeof *e->draining);
+    e->n_removals = 0;
+  }
   pthread_mutex_unlock(&e->mu);
+  RETURN_ERROR_IF(!ok, d, PH_ERR_NO_MEMORY, "engine_step: out of memory");
   for (int64_t i = 0; i < n_gone; i++)
     if (e->draining[i]->finish == ENGINE_RUNNING) {
       finish(e, e->draining[i], ENGINE_FINISH_ABORTED, PH_OK, NULL);
