@@ -247,6 +247,9 @@ ph_status engine_create(const char *dir, const engine_params *p, engine **out, d
     qo.block_size = e->p.block_size;
     qo.max_context = e->p.max_context;
     qo.io_dtype = e->p.io_dtype;
+    /* sampling reads each sequence's last row only: a pruned LM head skips the vocab-wide
+     * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c) */
+    qo.prune_lm_head = 1;
     paged_session_params sp = session_params(&e->p);
     if ((st = paged_session_create_model(e->model, &qo, &sp, &e->s, d)) != PH_OK) goto fail;
     gc = genai_config_dense(c, 0);
