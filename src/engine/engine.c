@@ -385,6 +385,16 @@ static void finish(engine *e, request *r, engine_finish why, ph_status st, const
     e->n_live--;
   }
   pthread_mutex_lock(&e->mu);
+  /* a removal queued while it ran (from a callback or another thread) must not outlive it: the
+   * caller may release the request before the next step drains the removals */
+  if (r->remove_pending)
+    for (int64_t i = 0; i < e->n_removals; i++)
+      if (e->removals[i] == r) {
+        memmove(e->removals + i, e->removals + i + 1,
+                (size_t)(e->n_removals - i - 1) * sizeof *e->removals);
+        e->n_removals--;
+        break;
+      }
   r->finish = why;
   r->status = st;
   if (msg) snprintf(r->message, sizeof r->message, "%s", msg);
