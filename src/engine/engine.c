@@ -483,7 +483,10 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
   }
   pthread_mutex_unlock(&e->mu);
   RETURN_ERROR_IF(!ok, d, PH_ERR_NO_MEMORY, "engine_step: out of memory");
-  for (int64_t i = 0; i < n_fresh; i++) admit(e, e->draining[i]);
+  for (int64_t i = 0; i < n_fresh; i++) {
+    admit(e, e->draining[i]);
+    si.n_finished += e->draining[i]->finish != ENGINE_RUNNING; /* refused: finished here */
+  }
   /* removals queued up to now, including any made while admitting */
   pthread_mutex_lock(&e->mu);
   const int64_t n_gone = e->n_removals;
