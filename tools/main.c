@@ -13,8 +13,10 @@ typedef struct command {
 static const command COMMANDS[] = {
     {"inspect", cmd_inspect, "summarise a checkpoint: architecture, geometry, state and memory"},
     {"make-tiny", cmd_make_tiny, "write a deterministic random-weight checkpoint in HF layout"},
-    {"generate", cmd_generate, "greedy generation from token ids (dense graph, CPU)"},
+    {"generate", cmd_generate, "greedy generation from token ids; several prompts run packed (paged)"},
     {"export", cmd_export, "write an ONNX Runtime GenAI package (model.onnx + data + config)"},
+    {"run", cmd_run, "offline batch inference of a requests JSONL file through the engine"},
+    {"bench", cmd_bench, "prefill/decode throughput and TTFT next to this machine's limits"},
     {"demo", cmd_demo, "the main job on an embedded default model (make demo runs this)"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
