@@ -1,0 +1,67 @@
+/* fuzz_requests — libFuzzer target for the requests JSONL reader (engine/request_file.h).
+ *
+ * Feeds the raw input to request_list_parse. A failure must carry its status and a message and
+ * hand back an empty list. A parsed list must hold what the header promises: NUL-terminated,
+ * non-empty, unique ids; non-empty prompts of ids >= 0; sampling parameters that validate for an
+ * unknown vocabulary; arrive/remove steps in range; lines in increasing order. Each request's
+ * result line is then written and must parse back as a JSON object with the same id. Everything
+ * is freed (the sanitize build runs with leak detection). Seeds in fuzz/corpus/requests/.
+ */
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/request_file.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_request(const request_list *l, int64_t i) {
+  const request_spec *r = &l->items[i];
+  if (!memchr(r->id, 0, sizeof r->id) || r->id[0] == '\0') __builtin_trap();
+  for (int64_t j = 0; j < i; j++)
+    if (strcmp(l->items[j].id, r->id) == 0) __builtin_trap();
+  if (i > 0 && r->line <= l->items[i - 1].line) __builtin_trap();
+  if (r->n_prompt < 1 || !r->prompt) __builtin_trap();
+  for (int64_t j = 0; j < r->n_prompt; j++)
+    if (r->prompt[j] < 0) __builtin_trap();
+  if (sampling_params_validate(&r->sampling, 0, NULL) != PH_OK) __builtin_trap();
+  if (r->arrive_step < 0) __builtin_trap();
+  if (r->remove_step != -1 && r->remove_step < r->arrive_step) __builtin_trap();
+
+  /* the result writer on what was read: the prompt stands in for generated tokens */
+  int64_t n = r->n_prompt < 64 ? r->n_prompt : 64;
+  request_timing t = {0.5, -1.0, 2.0, r->n_prompt, n, 0};
+  char *line = NULL;
+  diag d;
+  ph_status st = request_result_to_json(r->id, r->prompt, n, "length", &t, NULL, &line, &d);
+  if (st != PH_OK) {
+    /* ids come from JSON, so they are valid UTF-8: only memory may run out */
+    if (st != PH_ERR_NO_MEMORY) __builtin_trap();
+    return;
+  }
+  json_error_t err;
+  json_t *o = json_loads(line, 0, &err);
+  if (!json_is_object(o)) __builtin_trap();
+  const char *id = json_string_value(json_object_get(o, "id"));
+  if (!id || strcmp(id, r->id) != 0) __builtin_trap();
+  if ((int64_t)json_array_size(json_object_get(o, "tokens")) != n) __builtin_trap();
+  json_decref(o);
+  free(line);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  request_list l = {NULL, 0};
+  diag d;
+  diag_clear(&d);
+  ph_status st = request_list_parse((const char *)data, size, "fuzz", &l, &d);
+  if (st != PH_OK) {
+    if (d.status != st || d.msg[0] == '\0' || l.items || l.n) __builtin_trap();
+    return 0;
+  }
+  if (l.n < 1 || !l.items) __builtin_trap();
+  for (int64_t i = 0; i < l.n && i < 256; i++) check_request(&l, i);
+  request_list_free(&l);
+  return 0;
+}

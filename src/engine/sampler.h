@@ -1,0 +1,71 @@
+/* sampler — picks the next token of one request from its logits row (docs/sampling.md).
+ *
+ * Owns: the sampling parameters of a request (sampling_params), their validation, and the rule
+ * that turns one logits row into one token id: temperature, then top-k, then top-p, then min-p,
+ * then an inverse-CDF draw. The random number behind a request's t-th generated token is a pure
+ * function of (seed, t): no stream is carried between calls, so the same request yields the same
+ * tokens whatever it was batched with and however often it was preempted and recomputed.
+ * Must never: allocate (the engine calls sampler_sample once per request per step and hands it
+ * scratch memory), keep state between calls, or exit/abort on bad input.
+ *
+ * Ids are int64_t; a vocabulary has at most SAMPLER_MAX_VOCAB entries (ids fit int32 internally).
+ */
+#ifndef PH_ENGINE_SAMPLER_H
+#define PH_ENGINE_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/diag.h"
+
+#define SAMPLING_MAX_STOP 16
+#define SAMPLER_MAX_VOCAB INT32_MAX
+
+typedef struct sampling_params {
+  float temperature;        /* >= 0, finite; 0 = greedy */
+  int32_t top_k;            /* >= 0; 0 = off; 1 = greedy */
+  float top_p;              /* (0, 1]; 1 = off */
+  float min_p;              /* [0, 1); 0 = off; relative to the most probable token */
+  uint64_t seed;            /* with the token index, the only source of randomness */
+  int64_t max_new_tokens;   /* >= 1; the engine stops the request after this many tokens */
+  int32_t n_stop_token_ids; /* [0, SAMPLING_MAX_STOP] */
+  int64_t stop_token_ids[SAMPLING_MAX_STOP]; /* first n_stop_token_ids used, each in [0, vocab) */
+  int ignore_eos;                            /* 1: the model's eos id does not stop the request */
+} sampling_params;
+
+/* Greedy (temperature 0, top_k 0, top_p 1, min_p 0), seed 0, max_new_tokens 16, no stop ids,
+ * ignore_eos 0. Start from this and change fields, so new fields never break callers. */
+sampling_params sampling_params_default(void);
+
+/* Checks every field of p. vocab > 0: stop ids must lie in [0, vocab) and vocab must be at most
+ * SAMPLER_MAX_VOCAB; vocab <= 0 means "not known yet" and skips those two checks (the request
+ * file reader validates before a model is loaded). Returns PH_OK, or PH_ERR_INVALID_ARGUMENT with
+ * a message naming the field, its value and the allowed range (p NULL is also an error). */
+ph_status sampling_params_validate(const sampling_params *p, int64_t vocab, diag *d);
+
+/* Bytes of scratch sampler_sample needs for a vocabulary of vocab entries (32 per entry: 7.6 MiB
+ * for 248,320); 0 when vocab is outside [1, SAMPLER_MAX_VOCAB]. Allocate once per engine and
+ * reuse for every call (calls on different threads need their own). */
+size_t sampler_scratch_bytes(int64_t vocab);
+
+/* The token for a request's token_index-th generated token (0 for the first generated token).
+ *   logits   f32 [vocab], read only; NaN entries are never chosen, -inf entries have probability 0
+ *   p        parameters that passed sampling_params_validate (vocab checks included)
+ *   scratch  >= sampler_scratch_bytes(vocab) bytes, 8-byte aligned, overwritten; may be NULL
+ *            when the call is greedy (temperature 0 or top_k 1), which touches no scratch
+ * Greedy: one pass, the highest logit, ties to the lowest id; all NaN returns 0.
+ * Otherwise: a draw from softmax(logits / temperature) restricted by top-k, top-p and min-p, with
+ * a double uniform in [0, 1) that depends only on (p->seed, token_index). Rows whose largest
+ * non-NaN logit is +inf or -inf have no usable distribution and return the greedy token.
+ * Result is a pure function of (logits, vocab, p, token_index). Uses about 24 KiB of stack
+ * (radix counts) and no heap memory. Returns an id in [0, vocab), or -1 when an argument breaks
+ * the contract above (NULL logits or p, vocab out of range, scratch too small or misaligned,
+ * invalid parameters): the caller validates, this is only a backstop. */
+int64_t sampler_sample(const float *logits, int64_t vocab, const sampling_params *p,
+                       int64_t token_index, void *scratch, size_t scratch_bytes);
+
+/* 1 when token ends the request: it is one of p's stop ids, or it equals eos_id (>= 0; -1 means
+ * the model has none) and p->ignore_eos is 0; else 0. p NULL reads as no stop ids. */
+int sampler_is_stop(const sampling_params *p, int64_t token, int64_t eos_id);
+
+#endif /* PH_ENGINE_SAMPLER_H */

@@ -1,0 +1,399 @@
+/* test_request_file — the requests JSONL reader (every field, every error with its line) and
+ * the result line writer (parsed back with jansson). */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fmap.h"
+#include "check.h"
+#include "engine/request_file.h"
+
+static ph_status parse(const char *text, request_list *l, diag *d) {
+  return request_list_parse(text, strlen(text), "req.jsonl", l, d);
+}
+
+/* text must fail with status, the message naming "req.jsonl:<line>:" and needle. */
+static void expect_error(const char *text, ph_status status, int line, const char *needle) {
+  request_list l = {(request_spec *)1, 99};
+  diag d;
+  diag_clear(&d);
+  CHECK_STATUS(parse(text, &l, &d), status, d.msg);
+  char where[64];
+  snprintf(where, sizeof where, "req.jsonl:%d:", line);
+  CHECK_CONTAINS(d.msg, where);
+  CHECK_CONTAINS(d.msg, needle);
+  CHECK(l.items == NULL && l.n == 0); /* nothing handed back */
+}
+
+static void test_all_fields(void) {
+  const char *text =
+      "{\"id\": \"r1\", \"prompt_tokens\": [1, 2, 3], \"max_new_tokens\": 32, \"arrive_step\": 4, "
+      "\"temperature\": 0.7, \"top_k\": 50, \"top_p\": 0.9, \"min_p\": 0.05, \"seed\": 42, "
+      "\"stop_token_ids\": [2, 7], \"ignore_eos\": true, \"remove_step\": 12}\n"
+      "\n"
+      "   \t\r\n"
+      "{\"id\": 17, \"prompt_tokens\": [0]}\r\n"
+      "{\"prompt_tokens\": [5, 6], \"id\": \"x\", \"temperature\": 1, \"top_p\": 1, \"seed\": 0, "
+      "\"remove_step\": null, \"stop_token_ids\": [], \"max_new_tokens\": null}";
+  request_list l;
+  diag d;
+  CHECK_STATUS(parse(text, &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 3);
+  if (l.n != 3) return;
+  const request_spec *a = &l.items[0], *b = &l.items[1], *c = &l.items[2];
+  CHECK_EQ_STR(a->id, "r1");
+  CHECK_EQ_INT(a->line, 1);
+  CHECK_EQ_INT(a->n_prompt, 3);
+  CHECK(a->prompt[0] == 1 && a->prompt[1] == 2 && a->prompt[2] == 3);
+  CHECK_EQ_INT(a->sampling.max_new_tokens, 32);
+  CHECK_EQ_INT(a->arrive_step, 4);
+  CHECK_NEAR(a->sampling.temperature, 0.7, 1e-7);
+  CHECK_EQ_INT(a->sampling.top_k, 50);
+  CHECK_NEAR(a->sampling.top_p, 0.9, 1e-7);
+  CHECK_NEAR(a->sampling.min_p, 0.05, 1e-7);
+  CHECK_EQ_INT(a->sampling.seed, 42);
+  CHECK_EQ_INT(a->sampling.n_stop_token_ids, 2);
+  CHECK(a->sampling.stop_token_ids[0] == 2 && a->sampling.stop_token_ids[1] == 7);
+  CHECK_EQ_INT(a->sampling.ignore_eos, 1);
+  CHECK_EQ_INT(a->remove_step, 12);
+
+  sampling_params def = sampling_params_default();
+  CHECK_EQ_STR(b->id, "17"); /* integer ids are kept as decimal strings */
+  CHECK_EQ_INT(b->line, 4);
+  CHECK_EQ_INT(b->n_prompt, 1);
+  CHECK_EQ_INT(b->prompt[0], 0);
+  CHECK(memcmp(&b->sampling, &def, sizeof def) == 0); /* every default */
+  CHECK_EQ_INT(b->arrive_step, 0);
+  CHECK_EQ_INT(b->remove_step, -1);
+
+  CHECK_EQ_STR(c->id, "x");
+  CHECK_EQ_INT(c->line, 5);
+  CHECK_EQ_INT(c->sampling.temperature, 1);
+  CHECK_EQ_INT(c->remove_step, -1);             /* null = never */
+  CHECK_EQ_INT(c->sampling.max_new_tokens, 16); /* null = default */
+  CHECK_EQ_INT(c->sampling.n_stop_token_ids, 0);
+  request_list_free(&l);
+  CHECK(l.items == NULL && l.n == 0);
+  request_list_free(&l); /* twice is fine */
+  request_list_free(NULL);
+}
+
+static void test_missing_and_duplicate(void) {
+  expect_error("{\"prompt_tokens\": [1]}", PH_ERR_CONFIG_MISSING_FIELD, 1, "id is missing");
+  expect_error("{\"id\": null, \"prompt_tokens\": [1]}", PH_ERR_CONFIG_MISSING_FIELD, 1,
+               "id is missing");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1]}\n{\"id\": \"b\"}",
+               PH_ERR_CONFIG_MISSING_FIELD, 2, "prompt_tokens is missing");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1]}\n\n{\"id\": \"a\", \"prompt_tokens\": [2]}",
+               PH_ERR_CONFIG_INVALID, 3, "id \"a\" repeats the id of line 1");
+  /* integer 5 and string "5" are the same id */
+  expect_error("{\"id\": 5, \"prompt_tokens\": [1]}\n{\"id\": \"5\", \"prompt_tokens\": [1]}",
+               PH_ERR_CONFIG_INVALID, 2, "repeats the id of line 1");
+  /* many ids: the hash set grows, a late duplicate still found */
+  size_t cap = 200 * 64 + 128, used = 0;
+  char *text = malloc(cap);
+  for (int i = 0; i < 200; i++)
+    used += (size_t)snprintf(text + used, cap - used,
+                             "{\"id\": \"q%d\", \"prompt_tokens\": [%d]}\n", i, i);
+  request_list l;
+  diag d;
+  CHECK_STATUS(request_list_parse(text, used, "req.jsonl", &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 200);
+  request_list_free(&l);
+  snprintf(text + used, cap - used, "{\"id\": \"q137\", \"prompt_tokens\": [1]}\n");
+  expect_error(text, PH_ERR_CONFIG_INVALID, 201, "id \"q137\" repeats the id of line 138");
+  free(text);
+}
+
+static void test_prompt_errors(void) {
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": []}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens is empty");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, -3]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens[1] = -3 is negative");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, 2.5]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens[1] is a real number, expected a non-negative integer");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, 2.0]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens[1] is a real number");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [\"7\"]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens[0] is a string");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": 7}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens is an integer, expected an array");
+}
+
+static void test_unknown_and_types(void) {
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"temprature\": 0.5}",
+               PH_ERR_CONFIG_INVALID, 1, "unknown key \"temprature\"");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"Top_k\": 5}", PH_ERR_CONFIG_INVALID, 1,
+               "unknown key \"Top_k\"");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"x\\ny\": 5}", PH_ERR_CONFIG_INVALID, 1,
+               "unknown key \"x?y\""); /* control bytes are not printed */
+  expect_error("{\"id\": true, \"prompt_tokens\": [1]}", PH_ERR_CONFIG_INVALID, 1,
+               "id is a boolean, expected a string or a non-negative integer");
+  expect_error("{\"id\": -4, \"prompt_tokens\": [1]}", PH_ERR_CONFIG_INVALID, 1,
+               "id = -4 is negative");
+  expect_error("{\"id\": \"\", \"prompt_tokens\": [1]}", PH_ERR_CONFIG_INVALID, 1, "id is empty");
+  expect_error("{\"id\": \"0123456789012345678901234567890123456789012345678901234567890123\", "
+               "\"prompt_tokens\": [1]}",
+               PH_ERR_CONFIG_INVALID, 1, "id is 64 bytes, at most 63");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"max_new_tokens\": \"8\"}",
+               PH_ERR_CONFIG_INVALID, 1, "max_new_tokens is a string, expected an integer");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"top_k\": 2.5}", PH_ERR_CONFIG_INVALID, 1,
+               "top_k is a real number, expected an integer");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"temperature\": \"hot\"}",
+               PH_ERR_CONFIG_INVALID, 1, "temperature is a string, expected a number");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"ignore_eos\": 1}", PH_ERR_CONFIG_INVALID,
+               1, "ignore_eos is an integer, expected true or false");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"stop_token_ids\": 2}",
+               PH_ERR_CONFIG_INVALID, 1, "stop_token_ids is an integer, expected an array");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"stop_token_ids\": [2, null]}",
+               PH_ERR_CONFIG_INVALID, 1, "stop_token_ids[1] is null");
+  expect_error("[1, 2]", PH_ERR_CONFIG_INVALID, 1, "the line is an array, expected a JSON object");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"seed\": -1}", PH_ERR_CONFIG_INVALID, 1,
+               "seed = -1 is outside [0, ");
+}
+
+static void test_bad_values(void) {
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"max_new_tokens\": 0}",
+               PH_ERR_CONFIG_INVALID, 1, "max_new_tokens = 0 is outside [1, ");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"arrive_step\": -1}",
+               PH_ERR_CONFIG_INVALID, 1, "arrive_step = -1 is outside [0, ");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"remove_step\": -2}",
+               PH_ERR_CONFIG_INVALID, 1, "remove_step = -2 is outside [-1, ");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"arrive_step\": 9, \"remove_step\": 3}",
+               PH_ERR_CONFIG_INVALID, 1, "remove_step = 3 is before arrive_step = 9");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"temperature\": -0.1}",
+               PH_ERR_CONFIG_INVALID, 1, "temperature = -0.1: must be finite and >= 0");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"temperature\": 1e300}",
+               PH_ERR_CONFIG_INVALID, 1, "temperature = inf");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"top_k\": -1}", PH_ERR_CONFIG_INVALID, 1,
+               "top_k = -1 is outside [0, 2147483647]");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"top_k\": 3000000000}",
+               PH_ERR_CONFIG_INVALID, 1, "top_k = 3000000000 is outside");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"top_p\": 0}", PH_ERR_CONFIG_INVALID, 1,
+               "top_p = 0: must be in (0, 1]");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"top_p\": 1.2}", PH_ERR_CONFIG_INVALID, 1,
+               "top_p = 1.2");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"min_p\": 1}", PH_ERR_CONFIG_INVALID, 1,
+               "min_p = 1: must be in [0, 1)");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"stop_token_ids\": [-2]}",
+               PH_ERR_CONFIG_INVALID, 1, "stop_token_ids[0] = -2 is negative");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"stop_token_ids\": "
+               "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}",
+               PH_ERR_CONFIG_INVALID, 1, "stop_token_ids lists 17 ids, at most 16");
+  /* the first error in file order wins; earlier good lines do not matter */
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1]}\n{\"id\": \"b\", \"prompt_tokens\": [1], "
+               "\"top_p\": 2}\n{\"id\": \"c\"}",
+               PH_ERR_CONFIG_INVALID, 2, "top_p = 2");
+  /* huge token ids are the engine's to check against the vocabulary */
+  request_list l;
+  diag d;
+  CHECK_STATUS(parse("{\"id\": \"a\", \"prompt_tokens\": [9223372036854775807]}", &l, &d), PH_OK,
+               d.msg);
+  CHECK_EQ_INT(l.n, 1);
+  if (l.n == 1) CHECK(l.items[0].prompt[0] == INT64_MAX);
+  request_list_free(&l);
+}
+
+static void test_malformed_json(void) {
+  expect_error(
+      "{\"id\": \"a\", \"prompt_tokens\": [1]}\n{\"id\": \"b\", \"prompt_tokens\": [1,]}\n",
+      PH_ERR_JSON, 2, "column");
+  expect_error("\n\n{\"id\": \"a\", \"prompt_tokens\": [1]", PH_ERR_JSON, 3, "req.jsonl:3:");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1]} {\"id\": \"b\", \"prompt_tokens\": [1]}",
+               PH_ERR_JSON, 1, "end of file expected");
+  expect_error("{\"id\": \"a\", \"id\": \"b\", \"prompt_tokens\": [1]}", PH_ERR_JSON, 1,
+               "duplicate");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [99999999999999999999]}", PH_ERR_JSON, 1,
+               "too big");
+  expect_error("{\"id\": \"a\\u0000b\", \"prompt_tokens\": [1]}", PH_ERR_JSON, 1, "req.jsonl:1:");
+  /* a NUL byte in the middle of a line */
+  const char nul[] = "{\"id\": \"a\", \"prompt_tokens\": [1]}\n{\"id\"\0: 1}\n";
+  request_list l;
+  diag d;
+  CHECK_STATUS(request_list_parse(nul, sizeof nul - 1, "req.jsonl", &l, &d), PH_ERR_JSON, d.msg);
+  CHECK_CONTAINS(d.msg, "req.jsonl:2:");
+}
+
+static void test_blank_and_empty(void) {
+  request_list l;
+  diag d;
+  CHECK_STATUS(parse("", &l, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK_CONTAINS(d.msg, "req.jsonl: no requests");
+  CHECK_STATUS(parse("\n \n\t\r\n", &l, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK_CONTAINS(d.msg, "no requests");
+  CHECK_STATUS(request_list_parse(NULL, 0, NULL, &l, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK_CONTAINS(d.msg, "requests: no requests"); /* default label */
+  CHECK_STATUS(request_list_parse(NULL, 5, "x", &l, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(request_list_parse("{}", 2, "x", NULL, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  /* no trailing newline, CRLF, leading blank lines: line numbers count every line */
+  CHECK_STATUS(parse("\r\n\n  {\"id\": \"z\", \"prompt_tokens\": [3]}  ", &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 1);
+  if (l.n == 1) CHECK_EQ_INT(l.items[0].line, 3);
+  request_list_free(&l);
+}
+
+static void test_long_line(void) {
+  enum { N = 300000 }; /* ~2.4 MB on one line */
+  size_t cap = (size_t)N * 8 + 128, used = 0;
+  char *text = malloc(cap);
+  used += (size_t)snprintf(text, cap, "{\"id\": \"long\", \"prompt_tokens\": [");
+  for (int i = 0; i < N; i++)
+    used += (size_t)snprintf(text + used, cap - used, i ? ",%d" : "%d",
+                             (int)(((int64_t)i * 7919) % 248320));
+  used += (size_t)snprintf(text + used, cap - used, "], \"max_new_tokens\": 4}\n");
+  request_list l;
+  diag d;
+  CHECK_STATUS(request_list_parse(text, used, "req.jsonl", &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 1);
+  if (l.n == 1) {
+    CHECK_EQ_INT(l.items[0].n_prompt, N);
+    CHECK_EQ_INT(l.items[0].prompt[N - 1], ((int64_t)(N - 1) * 7919) % 248320);
+  }
+  request_list_free(&l);
+  free(text);
+}
+
+static void test_read_file(void) {
+  const char *dir = check_env("PH_TMP_DIR");
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/requests.jsonl", dir);
+  const char *text = "{\"id\": \"f1\", \"prompt_tokens\": [1, 2]}\n{\"id\": \"f2\", "
+                     "\"prompt_tokens\": [3], \"top_p\": 7}\n";
+  CHECK_STATUS(file_write_all(path, text, strlen(text), &d), PH_OK, d.msg);
+  request_list l;
+  CHECK_STATUS(request_list_read(path, &l, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  char where[4200];
+  snprintf(where, sizeof where, "%s:2: top_p = 7", path);
+  CHECK_CONTAINS(d.msg, where); /* the label is the path */
+  size_t first_line = (size_t)(strchr(text, '\n') - text) + 1;
+  CHECK_STATUS(file_write_all(path, text, first_line, &d), PH_OK, d.msg);
+  CHECK_STATUS(request_list_read(path, &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 1);
+  request_list_free(&l);
+  snprintf(path, sizeof path, "%s/absent.jsonl", dir);
+  CHECK_STATUS(request_list_read(path, &l, &d), PH_ERR_NOT_FOUND, d.msg);
+  CHECK(l.items == NULL && l.n == 0);
+}
+
+/* ---- result lines ---------------------------------------------------------------------------- */
+
+static void test_result_round_trip(void) {
+  const int64_t toks[] = {5, 0, 248319, 2};
+  request_timing t = {12.25, 40.5, 1234.125, 3, 4, 2};
+  char *line = NULL;
+  diag d;
+  CHECK_STATUS(request_result_to_json("r1", toks, 4, "stop", &t, NULL, &line, &d), PH_OK, d.msg);
+  CHECK(line && !strchr(line, '\n'));
+  if (!line) return;
+  const char *head = "{\"id\":\"r1\",\"tokens\":[5,0,248319,2],\"finish_reason\":\"stop\",";
+  CHECK(strncmp(line, head, strlen(head)) == 0); /* key order as documented */
+  json_error_t err;
+  json_t *o = json_loads(line, 0, &err);
+  CHECK(json_is_object(o));
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "id")), "r1");
+  json_t *arr = json_object_get(o, "tokens");
+  CHECK_EQ_INT(json_array_size(arr), 4);
+  for (size_t i = 0; i < 4; i++) CHECK_EQ_INT(json_integer_value(json_array_get(arr, i)), toks[i]);
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "finish_reason")), "stop");
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "n_prompt_tokens")), 3);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "n_generated_tokens")), 4);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "n_preemptions")), 2);
+  CHECK_NEAR(json_real_value(json_object_get(o, "time_in_queue_ms")), 12.25, 0);
+  CHECK_NEAR(json_real_value(json_object_get(o, "time_to_first_token_ms")), 40.5, 0);
+  CHECK_NEAR(json_real_value(json_object_get(o, "total_ms")), 1234.125, 0);
+  CHECK(json_object_get(o, "error") == NULL);
+  CHECK_EQ_INT(json_object_size(o), 9);
+  json_decref(o);
+  free(line);
+
+  /* error with a message, no tokens, ttft never reached (negative -> null) */
+  request_timing e = {3.0, -1.0, 5.5, 7, 0, 0};
+  CHECK_STATUS(request_result_to_json("17", NULL, 0, "error", &e,
+                                      "token 300000 is outside the vocabulary \"x\"", &line, &d),
+               PH_OK, d.msg);
+  o = json_loads(line ? line : "", 0, &err);
+  CHECK(json_is_object(o));
+  CHECK_EQ_INT(json_array_size(json_object_get(o, "tokens")), 0);
+  CHECK(json_is_null(json_object_get(o, "time_to_first_token_ms")));
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "error")),
+               "token 300000 is outside the vocabulary \"x\"");
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "finish_reason")), "error");
+  json_decref(o);
+  free(line);
+
+  const char *reasons[] = {"length", "aborted"};
+  for (int i = 0; i < 2; i++) {
+    CHECK_STATUS(request_result_to_json("q", toks, 4, reasons[i], &t, NULL, &line, &d), PH_OK,
+                 d.msg);
+    free(line);
+  }
+}
+
+static void test_result_errors(void) {
+  const int64_t toks[] = {1, 2};
+  const int64_t neg[] = {1, -2};
+  request_timing t = {1.0, 2.0, 3.0, 5, 2, 0};
+  char *line = (char *)1;
+  diag d;
+  CHECK_STATUS(request_result_to_json("r", toks, 2, "done", &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "finish_reason \"done\"");
+  CHECK(line == NULL);
+  CHECK_STATUS(request_result_to_json("r", toks, 2, NULL, &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(request_result_to_json("r", toks, 2, "stop", &t, "oops", &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "needs finish_reason \"error\"");
+  const int64_t three[] = {1, 2, 3};
+  CHECK_STATUS(request_result_to_json("r", three, 3, "stop", &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "2 generated tokens, tokens has 3");
+  CHECK_STATUS(request_result_to_json("r", neg, 2, "stop", &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "tokens[1] = -2");
+  CHECK_STATUS(request_result_to_json("r", NULL, 2, "stop", &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(request_result_to_json(NULL, toks, 2, "stop", &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(request_result_to_json("r", toks, 2, "stop", NULL, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(request_result_to_json("r", toks, 2, "stop", &t, NULL, NULL, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  request_timing nan_t = t;
+  nan_t.total_ms = NAN;
+  CHECK_STATUS(request_result_to_json("r", toks, 2, "stop", &nan_t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "finite");
+  request_timing neg_t = t;
+  neg_t.n_preempted = -1;
+  CHECK_STATUS(request_result_to_json("r", toks, 2, "stop", &neg_t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "negative count");
+  CHECK_STATUS(request_result_to_json("r\xff", toks, 2, "stop", &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "UTF-8");
+  request_timing zero = {0, 0, 0, 1, 0, 0};
+  CHECK_STATUS(request_result_to_json("r", NULL, 0, "error", &zero, "bad \xc3", &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "error_message is not valid UTF-8");
+  CHECK(line == NULL);
+}
+
+int main(void) {
+  RUN(test_all_fields);
+  RUN(test_missing_and_duplicate);
+  RUN(test_prompt_errors);
+  RUN(test_unknown_and_types);
+  RUN(test_bad_values);
+  RUN(test_malformed_json);
+  RUN(test_blank_and_empty);
+  RUN(test_long_line);
+  RUN(test_read_file);
+  RUN(test_result_round_trip);
+  RUN(test_result_errors);
+  return check_finish();
+}
