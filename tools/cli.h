@@ -78,5 +78,7 @@ int cmd_make_tiny(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif /* PH_TOOLS_CLI_H */

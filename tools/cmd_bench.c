@@ -1,0 +1,638 @@
+/* pagedhybrid bench --model DIR|PKG [--json] — the engine's throughput on this machine next to
+ * this machine's limits, measured in the same run (docs/bench.md).
+ *
+ * Measures, through the continuous-batching engine (src/engine/engine.h):
+ *   prefill  one request with a --prompt N token prompt and max_new_tokens 1: prompt tokens per
+ *            second and time to first token (the engine's ttft_ms: add → first token)
+ *   decode   for each B of --batches: B requests with 16-token prompts decoding together; after
+ *            their prompts and one warm-up step, --decode-steps steps are timed one by one and
+ *            only steady ones count (B sequences, B tokens, B sampled, no preemption); the
+ *            median step gives B / step tokens per second
+ *   memory   peak resident set (getrusage ru_maxrss) after the model runs, and the engine's
+ *            KV pages + state slots (paged_session_cache_bytes)
+ *   machine  DRAM read bandwidth and fp32 FMA peak (bench/roofline.h), measured after the model
+ *            runs (so the probe's 1 GiB buffer stays out of the peak RSS)
+ * Every figure is the median over --repeats. Decode is compared with the bandwidth as bytes read
+ * per step (weights once + each sequence's state read and written + its KV pages) / step time;
+ * prefill with the FMA peak as 2 x parameters FLOPs per token. The weight bytes and parameters
+ * are the checkpoint's tensors as stored (ph_model_get_info) or the package's initializers.
+ *
+ * bench/roofline.h is written for bench/ programs built with -march=native; the CLI is built
+ * for the baseline ISA, so on x86-64 its functions are compiled here for AVX-512 + FMA (at -O3
+ * under GCC) and called only when the CPU has both. Elsewhere the limits are reported as not
+ * measured and the ratios as null.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "base/fmap.h"
+#include "cli.h"
+#include "engine/engine.h"
+#include "io/onnx.h"
+#include "models/model.h"
+
+#if defined(__x86_64__) && defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((no_sanitize("address", "undefined"))),                 \
+                             apply_to = function)
+#elif defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma")
+#pragma GCC optimize("O3")
+#endif
+#include "../bench/roofline.h"
+#if defined(__x86_64__) && defined(__clang__)
+#pragma clang attribute pop
+#pragma clang attribute pop
+#elif defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+static const cli_option OPTIONS[] = {
+    {"model", "DIR|PKG", "Hugging Face checkpoint directory, or a package exported --layout paged"},
+    {"prompt", "N", "prefill prompt length in tokens (default 512)"},
+    {"decode-steps", "N", "timed decode steps per batch size and repeat (default 16)"},
+    {"batches", "LIST", "decode batch sizes, comma-separated (default 1,4,16,64)"},
+    {"repeats", "N", "repeat every measurement N times and report medians (default 3)"},
+    {"threads", "N", "worker threads for the model and the roofline probes (default: all CPUs)"},
+    {"json", NULL, "print one JSON object instead of the table"},
+    {"max-batch", "N",
+     "engine sequences per step (default: the largest of --batches for a "
+     "checkpoint, the package's for a package)"},
+    {"max-tokens", "N", "engine token budget per step (default: the package's, else 2048)"},
+    {"prefill-chunk", "N", "prompt tokens per request per step (default min(256, max-tokens))"},
+    {"memory", "MiB",
+     "engine budget for KV pages + state slots (default: the pages the "
+     "measurements need)"},
+};
+#define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
+
+#define MAX_BATCHES   16
+#define DECODE_PROMPT 16      /* prompt tokens of each decoding request */
+#define MAX_LOOP      1000000 /* steps any one measurement may take before it is a bug */
+
+typedef struct bench_config {
+  int64_t prompt, decode_steps, repeats, threads;
+  int64_t batches[MAX_BATCHES];
+  int n_batches;
+  int json;
+} bench_config;
+
+/* What bench learns about the model and the engine over it. */
+typedef struct model_facts {
+  int is_package;
+  int64_t parameters, weight_bytes; /* tensors as stored (checkpoint) or initializers (package) */
+  int64_t state_bytes_per_seq;      /* one state slot: conv + recurrent, every linear layer */
+  int64_t kv_bytes_per_token;       /* K and V, every full-attention layer */
+  int64_t vocab, block_size, max_context, kv_pages, cache_bytes;
+  double load_s;
+} model_facts;
+
+typedef struct prefill_result {
+  double tok_s, ttft_ms;
+  int64_t steps;
+} prefill_result;
+
+typedef struct decode_result {
+  int64_t batch;
+  const char *skipped; /* NULL when measured */
+  char note[128];
+  double step_s, tok_s, context; /* median step, B / step, mean tokens in cache per sequence */
+  int64_t steady_steps;          /* of the last repeat */
+} decode_result;
+
+static int cmp_double(const void *x, const void *y) {
+  const double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int64_t n) {
+  if (n <= 0) return 0.0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* A fixed hash of (request, position) in [0, vocab): the same prompts every run. */
+static int64_t prompt_token(uint64_t request, uint64_t pos, int64_t vocab) {
+  uint64_t h = (request + 1) * 0x9E3779B97F4A7C15ull ^ (pos + 1) * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  return (int64_t)(h % (uint64_t)vocab);
+}
+
+static int parse_batches(cli_args *a, bench_config *c) {
+  const char *v = cli_get(a, "batches");
+  if (!v) return CLI_EXIT_OK;
+  c->n_batches = 0;
+  const char *p = v;
+  while (*p) {
+    char *end = NULL;
+    long long x = strtoll(p, &end, 10);
+    if (end == p || (*end != ',' && *end != '\0') || x < 1 || x > 4096 ||
+        c->n_batches == MAX_BATCHES)
+      return cli_usage_error(a,
+                             "--batches expects up to %d comma-separated sizes in [1, 4096], "
+                             "got \"%s\"",
+                             MAX_BATCHES, v);
+    c->batches[c->n_batches++] = x;
+    p = *end ? end + 1 : end;
+    if (*end == ',' && *p == '\0')
+      return cli_usage_error(a, "--batches has a trailing comma: \"%s\"", v);
+  }
+  if (c->n_batches == 0) return cli_usage_error(a, "--batches is empty");
+  return CLI_EXIT_OK;
+}
+
+/* Steps e until nothing is queued or running. */
+static ph_status drain(engine *e, diag *d) {
+  for (int64_t k = 0; engine_busy(e); k++) {
+    RETURN_ERROR_IF(k == MAX_LOOP, d, PH_ERR_INTERNAL, "the engine did not go idle");
+    FORWARD_IF_ERROR(engine_step(e, NULL, d));
+  }
+  return PH_OK;
+}
+
+static ph_status finish_ok(engine *e, uint64_t id, diag *d) {
+  engine_request_info in;
+  FORWARD_IF_ERROR(engine_request_info_get(e, id, &in, d));
+  if (in.finish == ENGINE_FINISH_ERROR)
+    return diag_set(d, in.status, "the engine refused a benchmark request: %s", in.message);
+  return PH_OK;
+}
+
+/* ---- prefill ------------------------------------------------------------------------------- */
+
+static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefill_result *out,
+                               diag *d) {
+  const int64_t V = engine_vocab(e);
+  int64_t *prompt = malloc((size_t)c->prompt * sizeof *prompt);
+  RETURN_ERROR_IF(!prompt, d, PH_ERR_NO_MEMORY, "out of memory for a %lld-token prompt",
+                  (long long)c->prompt);
+  /* a different prompt per repeat: nothing could be reused between them */
+  for (int64_t j = 0; j < c->prompt; j++) prompt[j] = prompt_token(1000 + (uint64_t)rep, j, V);
+  sampling_params sp = sampling_params_default();
+  sp.max_new_tokens = 1;
+  sp.ignore_eos = 1;
+  uint64_t id = 0;
+  ph_status s = engine_add(e, prompt, c->prompt, &sp, &id, d);
+  free(prompt);
+  FORWARD_IF_ERROR(s);
+  int64_t steps = 0;
+  for (; engine_busy(e); steps++) {
+    RETURN_ERROR_IF(steps == MAX_LOOP, d, PH_ERR_INTERNAL, "the prefill request never finished");
+    FORWARD_IF_ERROR(engine_step(e, NULL, d));
+  }
+  FORWARD_IF_ERROR(finish_ok(e, id, d));
+  engine_request_info in;
+  FORWARD_IF_ERROR(engine_request_info_get(e, id, &in, d));
+  FORWARD_IF_ERROR(engine_release(e, id, d));
+  out->ttft_ms = in.ttft_ms;
+  out->tok_s = in.ttft_ms > 0 ? (double)c->prompt / (in.ttft_ms * 1e-3) : 0.0;
+  out->steps = steps;
+  return PH_OK;
+}
+
+/* ---- decode -------------------------------------------------------------------------------- */
+
+static int steady(const engine_step_info *si, int64_t B) {
+  return si->n_seqs == B && si->n_tokens == B && si->n_sampled == B && si->n_preempted == 0;
+}
+
+/* One repeat at batch B: *step_s is the median steady step (0 when there was none). */
+static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, int rep,
+                                   double *step_s, int64_t *n_steady, diag *d) {
+  const int64_t V = engine_vocab(e), n_steps = c->decode_steps;
+  uint64_t *ids = calloc((size_t)B, sizeof *ids);
+  double *times = calloc((size_t)n_steps, sizeof *times);
+  ph_status s = ids && times ? PH_OK : diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
+  sampling_params sp = sampling_params_default();
+  sp.max_new_tokens = n_steps + 3; /* the prompt's token, a warm-up step, the timed steps, 1 */
+  sp.ignore_eos = 1;
+  for (int64_t b = 0; s == PH_OK && b < B; b++) {
+    int64_t prompt[DECODE_PROMPT];
+    for (int j = 0; j < DECODE_PROMPT; j++)
+      prompt[j] = prompt_token((uint64_t)(rep * 4096 + b), (uint64_t)j, V);
+    s = engine_add(e, prompt, DECODE_PROMPT, &sp, &ids[b], d);
+  }
+  /* prompts, until the first step where every sequence decodes one token: the warm-up */
+  engine_step_info si;
+  memset(&si, 0, sizeof si);
+  for (int64_t k = 0; s == PH_OK && !steady(&si, B); k++) {
+    if (k == MAX_LOOP || (k > 0 && !engine_busy(e))) {
+      s = diag_set(d, PH_ERR_INTERNAL, "batch %lld never reached a steady decode step",
+                   (long long)B);
+      break;
+    }
+    s = engine_step(e, &si, d);
+  }
+  *n_steady = 0;
+  for (int64_t k = 0; s == PH_OK && k < n_steps; k++) {
+    const double t0 = roofline_now();
+    s = engine_step(e, &si, d);
+    const double t = roofline_now() - t0;
+    if (s == PH_OK && steady(&si, B)) times[(*n_steady)++] = t;
+  }
+  *step_s = s == PH_OK ? median(times, *n_steady) : 0.0;
+  for (int64_t b = 0; s == PH_OK && b < B; b++) s = finish_ok(e, ids[b], d);
+  for (int64_t b = 0; s == PH_OK && b < B; b++) s = engine_remove(e, ids[b], d);
+  if (s == PH_OK) s = drain(e, d);
+  for (int64_t b = 0; s == PH_OK && b < B; b++) s = engine_release(e, ids[b], d);
+  free(ids);
+  free(times);
+  return s;
+}
+
+static ph_status bench_decode(engine *e, const bench_config *c, decode_result *r, diag *d) {
+  const engine_params *p = engine_params_of(e);
+  const int64_t B = r->batch;
+  if (B > p->max_batch) {
+    r->skipped = "above the engine's max_batch";
+    snprintf(r->note, sizeof r->note, "above the engine's max_batch (%d): --max-batch",
+             p->max_batch);
+    return PH_OK;
+  }
+  if (B > p->max_tokens) {
+    r->skipped = "above the engine's token budget";
+    snprintf(r->note, sizeof r->note, "above the engine's token budget (%lld): --max-tokens",
+             (long long)p->max_tokens);
+    return PH_OK;
+  }
+  double steps[64];
+  int64_t n_steady = 0;
+  int n = 0;
+  for (int rep = 0; rep < c->repeats; rep++) {
+    double step_s = 0;
+    FORWARD_IF_ERROR(bench_decode_once(e, c, B, rep, &step_s, &n_steady, d));
+    if (n_steady > 0) steps[n++] = step_s;
+  }
+  r->steady_steps = n_steady;
+  if (n == 0) {
+    r->skipped = "no steady decode step";
+    snprintf(r->note, sizeof r->note,
+             "no steady decode step (sequences were preempted: pages short, raise --memory)");
+    return PH_OK;
+  }
+  r->step_s = median(steps, n);
+  r->tok_s = r->step_s > 0 ? (double)B / r->step_s : 0.0;
+  /* tokens in each sequence's cache over the timed steps: prompt + first token + warm-up, then
+   * one more per step */
+  r->context = DECODE_PROMPT + 2 + 0.5 * (double)(c->decode_steps - 1);
+  return PH_OK;
+}
+
+/* Bytes a decode step at batch B reads (and writes, for the state): the weights once, each
+ * sequence's state slot read and written back, and its KV pages up to the context. */
+static double decode_bytes_per_step(const model_facts *m, const decode_result *r) {
+  return (double)m->weight_bytes + (double)r->batch * (2.0 * (double)m->state_bytes_per_seq +
+                                                       r->context * (double)m->kv_bytes_per_token);
+}
+
+/* ---- model facts --------------------------------------------------------------------------- */
+
+static void session_facts(engine *e, model_facts *m) {
+  paged_session *s = engine_session(e);
+  m->vocab = engine_vocab(e);
+  m->max_context = engine_max_context(e);
+  m->block_size = paged_session_block_size(s);
+  m->cache_bytes = paged_session_cache_bytes(s);
+  m->kv_pages = block_pool_n_blocks(paged_session_blocks(s)) - 1;
+  m->state_bytes_per_seq = state_pool_slot_bytes(paged_session_states(s));
+  m->kv_bytes_per_token =
+      m->block_size > 0 ? kv_buffers_bytes_per_block(paged_session_kv(s)) / m->block_size : 0;
+}
+
+/* Parameters and weight bytes: the checkpoint's tensors (ph_model_get_info), or the package's
+ * initializers (read again from model.onnx, not finalized). */
+static ph_status weight_facts(const char *dir, model_facts *m, diag *d) {
+  if (!m->is_package) {
+    ph_model *pm = NULL;
+    ph_status s = ph_model_open(dir, NULL, &pm);
+    if (s != PH_OK) {
+      diag_set(d, s, "%s", pm ? ph_model_error(pm) : ph_status_message(s));
+      ph_model_free(pm);
+      return s;
+    }
+    ph_model_info info;
+    s = ph_model_get_info(pm, &info);
+    if (s == PH_OK) {
+      m->parameters = info.parameters;
+      m->weight_bytes = info.weight_bytes;
+    } else {
+      diag_set(d, s, "%s", ph_model_error(pm));
+    }
+    ph_model_free(pm);
+    return s;
+  }
+  graph *g = NULL;
+  onnx_model_info oi;
+  FORWARD_IF_ERROR(onnx_read_model_ex(dir, 0, &g, &oi, d));
+  m->weight_bytes = oi.initializer_bytes;
+  m->parameters = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    const gvalue *val = &g->values[v];
+    if (val->kind != VALUE_INITIALIZER) continue;
+    int64_t n = 1;
+    for (int k = 0; k < val->type.rank; k++) n *= val->type.dims[k];
+    m->parameters += n;
+  }
+  graph_free(g);
+  return PH_OK;
+}
+
+/* ---- the machine ---------------------------------------------------------------------------- */
+
+static int roofline_available(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#else
+  return 1;
+#endif
+}
+
+typedef struct machine_limits {
+  int threads, measured;
+  double bandwidth_gbs, fma_gflops;
+} machine_limits;
+
+static void measure_machine(int64_t threads, machine_limits *ml) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  ml->threads = threads > 0 ? (int)threads : cpus > 0 ? (int)cpus : 1;
+  if (ml->threads > 16) ml->threads = 16; /* the probes' limit */
+  ml->measured = roofline_available();
+  if (!ml->measured) return;
+  ml->bandwidth_gbs = roofline_bandwidth(ml->threads);
+  ml->fma_gflops = roofline_fma(ml->threads);
+}
+
+/* ---- reporting ------------------------------------------------------------------------------ */
+
+typedef struct bench_report {
+  const char *model_dir;
+  const bench_config *c;
+  model_facts m;
+  engine_params p; /* as the engine resolved them */
+  machine_limits ml;
+  prefill_result pre;
+  int64_t prefill_steps;
+  decode_result dec[MAX_BATCHES];
+  int64_t peak_rss_bytes;
+  double total_s;
+} bench_report;
+
+static json_t *real_or_null(int ok, double x) { return ok ? json_real(x) : json_null(); }
+
+static void print_json(const bench_report *r) {
+  const model_facts *m = &r->m;
+  const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
+  json_t *o = json_object();
+  json_t *model = json_object(), *eng = json_object(), *mach = json_object(), *pre = json_object(),
+         *dec = json_array(), *mem = json_object(), *units = json_object();
+  json_object_set_new(model, "path", json_string(r->model_dir));
+  json_object_set_new(model, "kind", json_string(m->is_package ? "package" : "checkpoint"));
+  json_object_set_new(model, "parameters", json_integer(m->parameters));
+  json_object_set_new(model, "weight_bytes", json_integer(m->weight_bytes));
+  json_object_set_new(model, "state_bytes_per_sequence", json_integer(m->state_bytes_per_seq));
+  json_object_set_new(model, "kv_bytes_per_token", json_integer(m->kv_bytes_per_token));
+  json_object_set_new(model, "vocab", json_integer(m->vocab));
+  json_object_set_new(model, "max_context", json_integer(m->max_context));
+  json_object_set_new(eng, "max_batch", json_integer(r->p.max_batch));
+  json_object_set_new(eng, "max_tokens", json_integer(r->p.max_tokens));
+  json_object_set_new(eng, "prefill_chunk", json_integer(r->p.prefill_chunk));
+  json_object_set_new(eng, "block_size", json_integer(m->block_size));
+  json_object_set_new(eng, "kv_pages", json_integer(m->kv_pages));
+  json_object_set_new(eng, "threads", json_integer(r->c->threads));
+  json_object_set_new(eng, "load_s", json_real(m->load_s));
+  json_object_set_new(mach, "threads", json_integer(r->ml.threads));
+  json_object_set_new(mach, "measured", json_boolean(r->ml.measured));
+  json_object_set_new(mach, "bandwidth_gbs", real_or_null(r->ml.measured, r->ml.bandwidth_gbs));
+  json_object_set_new(mach, "fma_gflops", real_or_null(r->ml.measured, r->ml.fma_gflops));
+  json_object_set_new(pre, "tokens", json_integer(r->c->prompt));
+  json_object_set_new(pre, "tok_s", json_real(r->pre.tok_s));
+  json_object_set_new(pre, "ttft_ms", json_real(r->pre.ttft_ms));
+  json_object_set_new(pre, "steps", json_integer(r->prefill_steps));
+  json_object_set_new(pre, "flops_per_token", json_real(2.0 * (double)m->parameters));
+  json_object_set_new(pre, "gflops", json_real(pre_gflops));
+  json_object_set_new(
+      pre, "vs_fma",
+      real_or_null(r->ml.measured && r->ml.fma_gflops > 0, pre_gflops / r->ml.fma_gflops));
+  for (int i = 0; i < r->c->n_batches; i++) {
+    const decode_result *x = &r->dec[i];
+    json_t *e = json_object();
+    json_object_set_new(e, "batch", json_integer(x->batch));
+    if (x->skipped) {
+      json_object_set_new(e, "skipped", json_string(x->note));
+    } else {
+      const double bytes = decode_bytes_per_step(m, x), gbs = bytes / x->step_s / 1e9;
+      json_object_set_new(e, "tok_s", json_real(x->tok_s));
+      json_object_set_new(e, "step_ms", json_real(x->step_s * 1e3));
+      json_object_set_new(e, "steady_steps", json_integer(x->steady_steps));
+      json_object_set_new(e, "context_tokens", json_real(x->context));
+      json_object_set_new(e, "bytes_per_step", json_real(bytes));
+      json_object_set_new(e, "bytes_per_token", json_real(bytes / (double)x->batch));
+      json_object_set_new(e, "gbs", json_real(gbs));
+      json_object_set_new(
+          e, "vs_bandwidth",
+          real_or_null(r->ml.measured && r->ml.bandwidth_gbs > 0, gbs / r->ml.bandwidth_gbs));
+    }
+    json_array_append_new(dec, e);
+  }
+  json_object_set_new(mem, "peak_rss_bytes", json_integer(r->peak_rss_bytes));
+  json_object_set_new(mem, "cache_bytes", json_integer(m->cache_bytes));
+  json_object_set_new(units, "*_bytes", json_string("bytes"));
+  json_object_set_new(units, "*_s", json_string("seconds"));
+  json_object_set_new(units, "*_ms", json_string("milliseconds"));
+  json_object_set_new(units, "tok_s", json_string("tokens per second"));
+  json_object_set_new(units, "gbs", json_string("1e9 bytes per second"));
+  json_object_set_new(units, "gflops", json_string("1e9 floating-point operations per second"));
+  json_object_set_new(units, "vs_*",
+                      json_string("ratio to the machine limit measured in this run"));
+  json_object_set_new(o, "model", model);
+  json_object_set_new(o, "engine", eng);
+  json_object_set_new(o, "machine", mach);
+  json_object_set_new(o, "prefill", pre);
+  json_object_set_new(o, "decode", dec);
+  json_object_set_new(o, "memory", mem);
+  json_object_set_new(o, "repeats", json_integer(r->c->repeats));
+  json_object_set_new(o, "decode_steps", json_integer(r->c->decode_steps));
+  json_object_set_new(o, "total_s", json_real(r->total_s));
+  json_object_set_new(o, "units", units);
+  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
+  if (text) printf("%s\n", text);
+  free(text);
+  json_decref(o);
+}
+
+static void print_table(const bench_report *r) {
+  const model_facts *m = &r->m;
+  const double mib = 1024.0 * 1024.0;
+  const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
+  printf("model     %s (%s): %lld parameters, %.2f MB of weights; state %lld B/sequence, "
+         "KV %lld B/token\n",
+         r->model_dir, m->is_package ? "package" : "checkpoint", (long long)m->parameters,
+         (double)m->weight_bytes / 1e6, (long long)m->state_bytes_per_seq,
+         (long long)m->kv_bytes_per_token);
+  printf("engine    max_batch %d, max_tokens %lld, prefill_chunk %lld, %lld KV pages of %lld "
+         "tokens; loaded in %.2f s\n",
+         r->p.max_batch, (long long)r->p.max_tokens, (long long)r->p.prefill_chunk,
+         (long long)m->kv_pages, (long long)m->block_size, m->load_s);
+  if (r->ml.measured)
+    printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured in this "
+           "run)\n",
+           r->ml.threads, r->ml.bandwidth_gbs, r->ml.fma_gflops);
+  else
+    printf("machine   not measured: the roofline probes need AVX-512 and FMA\n");
+  printf("prefill   %lld tokens: %.1f tok/s = %.3f GFLOP/s", (long long)r->c->prompt, r->pre.tok_s,
+         pre_gflops);
+  if (r->ml.measured && r->ml.fma_gflops > 0)
+    printf(" = %.4f of the FMA peak", pre_gflops / r->ml.fma_gflops);
+  printf("; TTFT %.2f ms (%lld steps)\n", r->pre.ttft_ms, (long long)r->prefill_steps);
+  printf("decode    batch       tok/s    step ms    MB/step      GB/s  of bandwidth\n");
+  for (int i = 0; i < r->c->n_batches; i++) {
+    const decode_result *x = &r->dec[i];
+    if (x->skipped) {
+      printf("          %5lld  skipped: %s\n", (long long)x->batch, x->note);
+      continue;
+    }
+    const double bytes = decode_bytes_per_step(m, x), gbs = bytes / x->step_s / 1e9;
+    printf("          %5lld  %10.1f  %9.3f  %9.3f  %8.3f", (long long)x->batch, x->tok_s,
+           x->step_s * 1e3, bytes / 1e6, gbs);
+    if (r->ml.measured && r->ml.bandwidth_gbs > 0) printf("  %12.4f", gbs / r->ml.bandwidth_gbs);
+    printf("\n");
+  }
+  printf("memory    peak RSS %.1f MiB; engine cache (KV pages + state slots) %.1f MiB\n",
+         (double)r->peak_rss_bytes / mib, (double)m->cache_bytes / mib);
+  printf("(medians of %lld repeats; decode: the median of %lld timed steps per repeat; "
+         "%.1f s in all)\n",
+         (long long)r->c->repeats, (long long)r->c->decode_steps, r->total_s);
+}
+
+/* ---- the command ---------------------------------------------------------------------------- */
+
+/* KV pages the measurements need at most, with the smallest page (16 tokens; a package's larger
+ * pages need fewer), plus the null page: the prefill request alone, or the largest decode batch
+ * the engine takes. A default-sized cache (1 GiB) would only add its zeroing to the load time
+ * and to the peak RSS. */
+static int32_t pages_needed(const bench_config *c, const engine_params *p) {
+  const int64_t K = 16;
+  int64_t largest = 0;
+  for (int i = 0; i < c->n_batches; i++)
+    if (c->batches[i] > largest && (p->max_batch == 0 || c->batches[i] <= p->max_batch))
+      largest = c->batches[i];
+  if (p->max_batch == 0 && largest > 64) largest = 64; /* a package's cap */
+  const int64_t prefill = (c->prompt + K - 1) / K;
+  const int64_t decode = largest * ((DECODE_PROMPT + c->decode_steps + 3 + K - 1) / K);
+  const int64_t need = 1 + (prefill > decode ? prefill : decode);
+  return need < INT32_MAX ? (int32_t)need : INT32_MAX;
+}
+
+static ph_status run_bench(const char *dir, const engine_params *p0, bench_report *r, diag *d) {
+  const bench_config *c = r->c;
+  const double t_start = roofline_now();
+  char onnx_path[4096];
+  snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
+  r->m.is_package = path_exists(onnx_path);
+  engine_params p = *p0;
+  if (!r->m.is_package && p.max_batch == 0)
+    for (int i = 0; i < c->n_batches; i++)
+      if (c->batches[i] > p.max_batch) p.max_batch = (int32_t)c->batches[i];
+  if (p.n_blocks == 0 && p.memory_bytes == 0) p.n_blocks = pages_needed(c, &p);
+  engine *e = NULL;
+  const double t0 = roofline_now();
+  FORWARD_IF_ERROR(engine_create(dir, &p, &e, d));
+  r->m.load_s = roofline_now() - t0;
+  r->p = *engine_params_of(e);
+  session_facts(e, &r->m);
+  ph_status s = PH_OK;
+  if (c->prompt >= r->m.max_context)
+    s = diag_set(d, PH_ERR_LIMIT, "--prompt %lld does not fit the context of %lld",
+                 (long long)c->prompt, (long long)r->m.max_context);
+  double tok_s[64], ttft[64];
+  for (int rep = 0; s == PH_OK && rep < c->repeats; rep++) {
+    prefill_result one = {0, 0, 0};
+    s = bench_prefill(e, c, rep, &one, d);
+    tok_s[rep] = one.tok_s;
+    ttft[rep] = one.ttft_ms;
+    r->prefill_steps = one.steps;
+  }
+  if (s == PH_OK) {
+    r->pre.tok_s = median(tok_s, c->repeats);
+    r->pre.ttft_ms = median(ttft, c->repeats);
+  }
+  for (int i = 0; s == PH_OK && i < c->n_batches; i++) {
+    r->dec[i].batch = c->batches[i];
+    s = bench_decode(e, c, &r->dec[i], d);
+  }
+  struct rusage ru;
+  if (s == PH_OK && getrusage(RUSAGE_SELF, &ru) == 0)
+    r->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024; /* KiB on Linux */
+  engine_free(e);
+  if (s == PH_OK) s = weight_facts(dir, &r->m, d);
+  if (s == PH_OK) measure_machine(c->threads, &r->ml);
+  r->total_s = roofline_now() - t_start;
+  return s;
+}
+
+int cmd_bench(int argc, char **argv) {
+  cli_args a;
+  int rc = cli_parse(&a, "bench", OPTIONS, N_OPTIONS, argc, argv);
+  if (rc) return rc;
+  if (a.help) {
+    cli_print_help(
+        &a, "--model DIR|PKG [--json] [options]",
+        "Prefill and decode throughput, time to first token and peak memory of the engine\n"
+        "on this machine, next to the machine's DRAM bandwidth and fp32 FMA peak measured\n"
+        "in the same run; medians over --repeats (docs/bench.md).");
+    return CLI_EXIT_OK;
+  }
+  if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
+  const char *dir = cli_get(&a, "model");
+  if (!dir) return cli_usage_error(&a, "--model DIR|PKG is required");
+  bench_config c = {.prompt = 512,
+                    .decode_steps = 16,
+                    .repeats = 3,
+                    .threads = 0,
+                    .batches = {1, 4, 16, 64},
+                    .n_batches = 4};
+  c.json = cli_flag(&a, "json");
+  int64_t max_batch = 0, max_tokens = 0, chunk = 0, mib = 0;
+  if ((rc = cli_get_int(&a, "prompt", 1, (int64_t)1 << 24, &c.prompt)) ||
+      (rc = cli_get_int(&a, "decode-steps", 1, 1 << 20, &c.decode_steps)) ||
+      (rc = cli_get_int(&a, "repeats", 1, 64, &c.repeats)) ||
+      (rc = cli_get_int(&a, "threads", 0, 1024, &c.threads)) || (rc = parse_batches(&a, &c)) ||
+      (rc = cli_get_int(&a, "max-batch", 1, 4096, &max_batch)) ||
+      (rc = cli_get_int(&a, "max-tokens", 1, (int64_t)1 << 24, &max_tokens)) ||
+      (rc = cli_get_int(&a, "prefill-chunk", 1, (int64_t)1 << 24, &chunk)) ||
+      (rc = cli_get_int(&a, "memory", 1, (int64_t)1 << 30, &mib)))
+    return rc;
+  if (chunk && max_tokens && chunk > max_tokens)
+    return cli_usage_error(&a, "--prefill-chunk %lld is above --max-tokens %lld", (long long)chunk,
+                           (long long)max_tokens);
+  engine_params p = engine_params_default();
+  p.max_batch = (int32_t)max_batch;
+  p.max_tokens = max_tokens;
+  p.prefill_chunk = chunk;
+  p.memory_bytes = mib << 20;
+  p.n_threads = (int)c.threads;
+
+  bench_report r;
+  memset(&r, 0, sizeof r);
+  r.model_dir = dir;
+  r.c = &c;
+  diag d;
+  diag_clear(&d);
+  if (!c.json) fprintf(stderr, "bench: measuring %s ...\n", dir);
+  ph_status s = run_bench(dir, &p, &r, &d);
+  if (s != PH_OK) return cli_lib_error(s, d.msg);
+  if (c.json)
+    print_json(&r);
+  else
+    print_table(&r);
+  return CLI_EXIT_OK;
+}
