@@ -1,0 +1,1116 @@
+/* test_engine — the continuous-batching engine (src/engine/engine.h) end to end on the golden
+ * tiny checkpoint (4 layers: 3 GatedDeltaNet + 1 full attention, vocab 256):
+ *  - acceptance: unequal prompts around the page size (16) and the GatedDeltaNet chunk (64)
+ *    overlapping, a request admitted while others decode, one removed mid-decode, preemption and
+ *    resume under a small page pool, greedy and sampled requests;
+ *  - identical concurrent prompts (seeded sampling) give one distinct output;
+ *  - bad requests finish with typed errors without disturbing good ones; API misuse is refused;
+ *  - a randomized schedule (arrivals, removals in any state, random budgets and pools) with the
+ *    pools checked after every step (3,000+ steps; fewer in Debug and sanitizer builds);
+ *  - max_new_tokens past the context is clipped there ("length"); a request removed from its own
+ *    token callback and released right after is not touched again;
+ *  - engine_step allocates nothing after warm-up (glibc's malloc family interposed and counted;
+ *    skipped under ASan, which replaces malloc itself).
+ * Run one test: test_engine <part of its name>.
+ * Every finished request's tokens and captured logits are compared bit for bit (memcmp) with the
+ * same request run alone in an engine with the same params (its isolated run); an aborted
+ * request must have produced a prefix of it. Requests run one after another in one engine are
+ * alone too, which is how the randomized test gets its references cheaply.
+ * What the engine API cannot show: block tables (the scheduler's requests are hidden), so page
+ * accounting is checked through the pools — used == sum of refcounts, every refcount 0 or 1
+ * (no page held twice), slots used == requests running, nothing held when nothing runs. */
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/rng.h"
+#include "cache/block_pool.h"
+#include "cache/state_pool.h"
+#include "check.h"
+#include "engine/engine.h"
+#include "exec/exec.h"
+#include "models/paged_session.h"
+
+/* ---- allocation counter ------------------------------------------------------------------------
+ * The test binary defines malloc, calloc, realloc, aligned_alloc, posix_memalign and free on top
+ * of glibc's __libc_* entry points, so every allocation of the process (library, jansson, worker
+ * threads) passes here; while `alloc_counting` is set each one is counted. ASan (and MSan/TSan)
+ * replace the allocator themselves: there the counter is compiled out and the check says so. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOC_COUNTING 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) ||                         \
+    __has_feature(thread_sanitizer)
+#define ALLOC_COUNTING 0
+#endif
+#endif
+#ifndef ALLOC_COUNTING
+#define ALLOC_COUNTING 1
+#endif
+
+static atomic_int alloc_counting;
+static atomic_long alloc_count;
+
+#if ALLOC_COUNTING
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+extern void __libc_free(void *p);
+
+static void count_alloc(void) {
+  if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+    atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+}
+
+void *malloc(size_t n) {
+  count_alloc();
+  return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size) {
+  count_alloc();
+  return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n) {
+  count_alloc();
+  return __libc_realloc(p, n);
+}
+
+void *aligned_alloc(size_t align, size_t n) {
+  count_alloc();
+  return __libc_memalign(align, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n) {
+  count_alloc();
+  void *p = __libc_memalign(align, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+void free(void *p) { __libc_free(p); }
+#endif
+
+/* ---- fixtures -------------------------------------------------------------------------------- */
+
+#define MAX_PROMPT 640 /* longest prompt sent (an over-long one included) */
+#define MAX_STEPS  20000
+
+/* One request as the test describes it. */
+typedef struct req_spec {
+  int64_t prompt[MAX_PROMPT];
+  int64_t n_prompt;
+  sampling_params sp;
+} req_spec;
+
+/* What a request produced, copied out of the engine. */
+typedef struct outcome {
+  engine_finish finish;
+  ph_status status;
+  int64_t n_generated, n_preemptions;
+  int64_t *tokens; /* [n_generated] */
+  float *logits;   /* [n_generated, vocab] */
+} outcome;
+
+static void outcome_free(outcome *o) {
+  free(o->tokens);
+  free(o->logits);
+  memset(o, 0, sizeof *o);
+}
+
+static engine_params small_params(int32_t max_batch, int64_t max_tokens, int64_t chunk,
+                                  int32_t n_blocks) {
+  engine_params p = engine_params_default();
+  p.max_batch = max_batch;
+  p.max_tokens = max_tokens;
+  p.prefill_chunk = chunk;
+  p.n_blocks = n_blocks;
+  p.n_threads = 2;
+  p.block_size = 16;
+  p.max_context = 512;
+  p.capture_logits = 1;
+  return p;
+}
+
+static const char *golden_dir(void) {
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  return path;
+}
+
+static engine *open_engine(const engine_params *p) {
+  engine *e = NULL;
+  diag d;
+  CHECK_STATUS(engine_create(golden_dir(), p, &e, &d), PH_OK, d.msg);
+  return e;
+}
+
+static sampling_params greedy(int64_t max_new) {
+  sampling_params sp = sampling_params_default();
+  sp.max_new_tokens = max_new;
+  return sp;
+}
+
+static sampling_params sampled(int64_t max_new, float temperature, int32_t top_k, float top_p,
+                               uint64_t seed) {
+  sampling_params sp = greedy(max_new);
+  sp.temperature = temperature;
+  sp.top_k = top_k;
+  sp.top_p = top_p;
+  sp.seed = seed;
+  return sp;
+}
+
+static void fill_prompt(rng *r, req_spec *q, int64_t n, int64_t vocab) {
+  q->n_prompt = n;
+  for (int64_t j = 0; j < n; j++) q->prompt[j] = (int64_t)rng_below(r, (uint64_t)vocab);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+/* Copies request id's results out of e (between steps) and releases it. */
+static void take_outcome(engine *e, uint64_t id, outcome *o) {
+  diag d;
+  engine_request_info info;
+  memset(o, 0, sizeof *o);
+  CHECK_STATUS(engine_request_info_get(e, id, &info, &d), PH_OK, d.msg);
+  o->finish = info.finish;
+  o->status = info.status;
+  o->n_preemptions = info.n_preemptions;
+  int64_t n = -1;
+  const int64_t *t = engine_tokens(e, id, &n);
+  CHECK(t != NULL);
+  CHECK_EQ_INT(n, info.n_generated);
+  o->n_generated = n > 0 ? n : 0;
+  const int64_t V = engine_vocab(e);
+  if (t && o->n_generated > 0) {
+    const float *l = engine_logits(e, id);
+    CHECK(l != NULL);
+    o->tokens = malloc((size_t)o->n_generated * sizeof *o->tokens);
+    o->logits = malloc((size_t)(o->n_generated * V) * sizeof *o->logits);
+    memcpy(o->tokens, t, (size_t)o->n_generated * sizeof *o->tokens);
+    if (l) memcpy(o->logits, l, (size_t)(o->n_generated * V) * sizeof *o->logits);
+  }
+  CHECK_STATUS(engine_release(e, id, &d), PH_OK, d.msg);
+}
+
+/* The pools after a step, as far as the engine shows them. Returns 1 when consistent; otherwise
+ * writes the first broken rule into why. */
+static int pools_consistent(engine *e, const engine_step_info *si, char *why, size_t why_bytes) {
+  paged_session *s = engine_session(e);
+  block_pool *kv = paged_session_blocks(s);
+  state_pool *st = paged_session_states(s);
+  const engine_params *p = engine_params_of(e);
+  const int32_t n_ids = block_pool_n_blocks(kv);
+  int64_t sum = 0;
+  int32_t shared = -1;
+  for (int32_t id = 1; id < n_ids; id++) {
+    const int32_t rc = block_pool_refcount(kv, id);
+    sum += rc;
+    if ((rc < 0 || rc > 1) && shared < 0) shared = id;
+  }
+#define RULE(cond, ...)                                                                            \
+  if (!(cond)) {                                                                                   \
+    snprintf(why, why_bytes, __VA_ARGS__);                                                         \
+    return 0;                                                                                      \
+  }
+  RULE(si->pages_total == n_ids - 1, "pages_total %d, pool has %d", si->pages_total, n_ids - 1);
+  RULE(si->pages_used == block_pool_used_count(kv), "pages_used %d, pool says %d", si->pages_used,
+       block_pool_used_count(kv));
+  RULE(si->pages_used <= si->pages_total, "pages_used %d > total %d", si->pages_used,
+       si->pages_total);
+  RULE(shared < 0, "page %d has refcount %d (held twice)", shared, block_pool_refcount(kv, shared));
+  RULE(sum == si->pages_used, "refcounts sum to %lld, used %d", (long long)sum, si->pages_used);
+  RULE(block_pool_refcount(kv, BLOCK_POOL_NULL_ID) == 0, "the null page is held");
+  RULE(si->slots_used == state_pool_used_count(st), "slots_used %d, pool says %d", si->slots_used,
+       state_pool_used_count(st));
+  RULE(si->slots_used == si->n_running, "slots_used %d, running %d", si->slots_used, si->n_running);
+  RULE(si->n_running > 0 || si->pages_used == 0, "%d pages held with nothing running",
+       si->pages_used);
+  RULE(si->n_seqs <= p->max_batch, "batch of %d > max_batch %d", si->n_seqs, p->max_batch);
+  RULE(si->n_tokens <= p->max_tokens, "%lld tokens > budget %lld", (long long)si->n_tokens,
+       (long long)p->max_tokens);
+  RULE(si->n_sampled <= si->n_seqs, "%lld sampled from %d sequences", (long long)si->n_sampled,
+       si->n_seqs);
+  RULE(si->n_running + si->n_waiting > 0 || !engine_busy(e), "busy with nothing queued");
+#undef RULE
+  return 1;
+}
+
+/* Step statistics of one run. */
+typedef struct run_stats {
+  int64_t steps, bad_steps, preemptions, sampled;
+  double worst_ms;
+  char first_bad[256];
+} run_stats;
+
+/* One step with the pool checks; returns the step's status. */
+static ph_status checked_step(engine *e, engine_step_info *si, run_stats *rs) {
+  diag d;
+  const ph_status st = engine_step(e, si, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st != PH_OK) return st;
+  char why[200];
+  if (!pools_consistent(e, si, why, sizeof why) && rs->bad_steps++ == 0)
+    snprintf(rs->first_bad, sizeof rs->first_bad, "step %llu: %s", (unsigned long long)si->step,
+             why);
+  rs->steps++;
+  rs->preemptions += si->n_preempted;
+  rs->sampled += si->n_sampled;
+  if (1e3 * si->seconds > rs->worst_ms) rs->worst_ms = 1e3 * si->seconds;
+  return st;
+}
+
+/* Steps until e is idle. */
+static void drain(engine *e, run_stats *rs) {
+  engine_step_info si;
+  for (int k = 0; k < MAX_STEPS && engine_busy(e); k++)
+    if (checked_step(e, &si, rs) != PH_OK) return;
+  CHECK(!engine_busy(e));
+}
+
+static void check_idle_pools(engine *e) {
+  paged_session *s = engine_session(e);
+  CHECK_EQ_INT(block_pool_used_count(paged_session_blocks(s)), 0);
+  CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), 0);
+}
+
+/* Runs q alone in e (idle) to its end. */
+static void run_alone_in(engine *e, const req_spec *q, outcome *o) {
+  diag d;
+  uint64_t id = 0;
+  CHECK_STATUS(engine_add(e, q->prompt, q->n_prompt, &q->sp, &id, &d), PH_OK, d.msg);
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  drain(e, &rs);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  take_outcome(e, id, o);
+}
+
+/* Runs q alone in a fresh engine with params p. */
+static void run_alone(const engine_params *p, const req_spec *q, outcome *o) {
+  memset(o, 0, sizeof *o);
+  engine *e = open_engine(p);
+  if (!e) return;
+  run_alone_in(e, q, o);
+  engine_free(e);
+}
+
+/* got (among others) against alone: the same finish, tokens and logits bit for bit; an aborted
+ * request produced a prefix of its isolated run. Prints what differs. */
+static int same_as_alone(const outcome *got, const outcome *alone, int64_t V, const char *label) {
+  int ok = got->finish == ENGINE_FINISH_ABORTED
+               ? got->n_generated <= alone->n_generated
+               : got->finish == alone->finish && got->n_generated == alone->n_generated;
+  const int64_t n = got->n_generated < alone->n_generated ? got->n_generated : alone->n_generated;
+  int64_t first_token = -1, first_row = -1;
+  for (int64_t j = 0; j < n; j++) {
+    if (first_token < 0 && got->tokens[j] != alone->tokens[j]) first_token = j;
+    if (first_row < 0 &&
+        memcmp(got->logits + j * V, alone->logits + j * V, (size_t)V * sizeof *got->logits) != 0)
+      first_row = j;
+  }
+  ok = ok && first_token < 0 && first_row < 0;
+  if (!ok)
+    printf("  %s differs from its run alone: finish %s vs %s, %lld vs %lld tokens, first token "
+           "difference at %lld, first logits row difference at %lld\n",
+           label, engine_finish_name(got->finish), engine_finish_name(alone->finish),
+           (long long)got->n_generated, (long long)alone->n_generated, (long long)first_token,
+           (long long)first_row);
+  return ok;
+}
+
+/* ---- 1. acceptance -------------------------------------------------------------------------- */
+
+#define N_ACC 9
+
+static void test_acceptance(void) {
+  /* 17 pages incl. the null one: 256 tokens for 6 running requests that need up to 230 together
+   * at their ends, so some are preempted */
+  const engine_params p = small_params(6, 128, 64, 17);
+  engine *e = open_engine(&p);
+  if (!e) return;
+  const int64_t V = engine_vocab(e);
+  static const int64_t lens[N_ACC] = {1, 15, 16, 17, 63, 64, 65, 130, 40};
+  static const int64_t news[N_ACC] = {20, 16, 17, 12, 24, 16, 9, 20, 14};
+  req_spec *q = calloc(N_ACC, sizeof *q);
+  rng r = rng_seed(61);
+  for (int i = 0; i < N_ACC; i++) {
+    fill_prompt(&r, &q[i], lens[i], V);
+    q[i].sp = i % 2 ? sampled(news[i], 0.6f + 0.1f * (float)i, i == 3 ? 0 : 20,
+                              i == 5 ? 1.0f : 0.9f, 1000 + (uint64_t)i)
+                    : greedy(news[i]);
+  }
+  const int late = 8;   /* added while the others decode */
+  const int victim = 4; /* the 63-token prompt: removed mid-decode */
+  uint64_t ids[N_ACC] = {0};
+  diag d;
+  for (int i = 0; i < late; i++)
+    CHECK_STATUS(engine_add(e, q[i].prompt, q[i].n_prompt, &q[i].sp, &ids[i], &d), PH_OK, d.msg);
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  int64_t removed_with = -1, decoding_at_late = -1;
+  int removal_seen = 0;
+  engine_step_info si;
+  for (int k = 0; k < MAX_STEPS && engine_busy(e); k++) {
+    engine_request_info info;
+    if (k == 6) {
+      decoding_at_late = 0;
+      for (int i = 0; i < late; i++) {
+        CHECK_STATUS(engine_request_info_get(e, ids[i], &info, &d), PH_OK, d.msg);
+        decoding_at_late += info.finish == ENGINE_RUNNING && info.n_generated > 0;
+      }
+      CHECK_STATUS(engine_add(e, q[late].prompt, q[late].n_prompt, &q[late].sp, &ids[late], &d),
+                   PH_OK, d.msg);
+    }
+    int removing = 0;
+    if (removed_with < 0) {
+      CHECK_STATUS(engine_request_info_get(e, ids[victim], &info, &d), PH_OK, d.msg);
+      if (info.n_generated >= 5) {
+        CHECK_STATUS(engine_remove(e, ids[victim], &d), PH_OK, d.msg);
+        CHECK_STATUS(engine_remove(e, ids[victim], &d), PH_OK, d.msg); /* twice: once queued */
+        removed_with = info.n_generated;
+        removing = 1;
+      }
+    }
+    if (checked_step(e, &si, &rs) != PH_OK) break;
+    if (removing) {
+      /* effective before the step scheduled anything: no token after the removal */
+      CHECK_STATUS(engine_request_info_get(e, ids[victim], &info, &d), PH_OK, d.msg);
+      CHECK_EQ_INT(info.finish, ENGINE_FINISH_ABORTED);
+      CHECK_EQ_INT(info.n_generated, removed_with);
+      CHECK(si.n_finished >= 1);
+      removal_seen = 1;
+    }
+  }
+  CHECK(!engine_busy(e));
+  CHECK(removal_seen && removed_with >= 5 && removed_with < news[victim]);
+  CHECK(decoding_at_late >= 1); /* the late request joined running decodes */
+  if (rs.bad_steps)
+    printf("  pools inconsistent at %lld steps, first: %s\n", (long long)rs.bad_steps,
+           rs.first_bad);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+
+  outcome got[N_ACC];
+  int64_t preempted = 0;
+  for (int i = 0; i < N_ACC; i++) {
+    take_outcome(e, ids[i], &got[i]);
+    preempted += got[i].n_preemptions;
+    CHECK_EQ_INT(got[i].status, PH_OK);
+    if (i == victim) {
+      CHECK_EQ_INT(got[i].finish, ENGINE_FINISH_ABORTED);
+      CHECK_EQ_INT(got[i].n_generated, removed_with);
+    } else {
+      CHECK_EQ_INT(got[i].finish, ENGINE_FINISH_LENGTH); /* no eos in the golden config */
+      CHECK_EQ_INT(got[i].n_generated, news[i]);
+    }
+  }
+  CHECK(preempted >= 1);
+  printf("  %lld steps, %lld tokens sampled, %lld preemptions, victim aborted after %lld tokens, "
+         "worst step %.2f ms\n",
+         (long long)rs.steps, (long long)rs.sampled, (long long)preempted, (long long)removed_with,
+         rs.worst_ms);
+  engine_free(e);
+
+  int n_same = 0;
+  for (int i = 0; i < N_ACC; i++) {
+    outcome alone;
+    run_alone(&p, &q[i], &alone);
+    char label[64];
+    snprintf(label, sizeof label, "request %d (prompt %lld)", i, (long long)lens[i]);
+    const int same = same_as_alone(&got[i], &alone, V, label);
+    CHECK(same);
+    n_same += same;
+    CHECK_EQ_INT(alone.n_preemptions, 0);
+    outcome_free(&alone);
+    outcome_free(&got[i]);
+  }
+  printf("  %d/%d requests bit-identical to their isolated runs (tokens and logits)\n", n_same,
+         N_ACC);
+  free(q);
+}
+
+/* ---- 2. identical prompts ------------------------------------------------------------------- */
+
+#define N_SAME 8
+
+static void test_identical_prompts(void) {
+  /* 8 copies of 37 + 20 tokens need 32 pages at their ends; 20 make them preempt */
+  const engine_params p = small_params(8, 128, 32, 21);
+  engine *e = open_engine(&p);
+  if (!e) return;
+  const int64_t V = engine_vocab(e);
+  req_spec *q = calloc(1, sizeof *q);
+  rng r = rng_seed(7);
+  fill_prompt(&r, q, 37, V);
+  q->sp = sampled(20, 0.9f, 0, 0.95f, 4242);
+  q->sp.min_p = 0.01f;
+  uint64_t ids[N_SAME];
+  diag d;
+  for (int i = 0; i < N_SAME; i++)
+    CHECK_STATUS(engine_add(e, q->prompt, q->n_prompt, &q->sp, &ids[i], &d), PH_OK, d.msg);
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  drain(e, &rs);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+  outcome got[N_SAME];
+  int64_t preempted = 0;
+  for (int i = 0; i < N_SAME; i++) {
+    take_outcome(e, ids[i], &got[i]);
+    preempted += got[i].n_preemptions;
+  }
+  int distinct = 1;
+  for (int i = 1; i < N_SAME; i++) {
+    int same = 0;
+    for (int j = 0; j < i && !same; j++)
+      same = got[i].n_generated == got[j].n_generated && got[i].finish == got[j].finish &&
+             memcmp(got[i].tokens, got[j].tokens,
+                    (size_t)got[i].n_generated * sizeof *got[i].tokens) == 0 &&
+             memcmp(got[i].logits, got[j].logits,
+                    (size_t)(got[i].n_generated * V) * sizeof *got[i].logits) == 0;
+    distinct += !same;
+  }
+  CHECK_EQ_INT(distinct, 1);
+  CHECK_EQ_INT(got[0].n_generated, 20);
+  /* a sampled output, not a constant one */
+  int varied = 0;
+  for (int64_t j = 1; j < got[0].n_generated; j++) varied |= got[0].tokens[j] != got[0].tokens[0];
+  CHECK(varied);
+  outcome alone;
+  run_alone(&p, q, &alone);
+  CHECK(same_as_alone(&got[0], &alone, V, "copy 0"));
+  outcome_free(&alone);
+  printf("  %d copies, %d distinct output(s), %lld preemptions, %lld steps\n", N_SAME, distinct,
+         (long long)preempted, (long long)rs.steps);
+  CHECK(preempted >= 1);
+  for (int i = 0; i < N_SAME; i++) outcome_free(&got[i]);
+  engine_free(e);
+  free(q);
+}
+
+/* ---- 3. bad requests ------------------------------------------------------------------------ */
+
+typedef struct bad_case {
+  const char *name;
+  int64_t n_prompt;
+  int64_t bad_token; /* written at index 3 when != 0 */
+  int what;          /* which sampling field to break */
+  ph_status status;
+  const char *message;
+} bad_case;
+
+enum {
+  BREAK_NONE,
+  BREAK_TEMP,
+  BREAK_TEMP_NAN,
+  BREAK_TOP_P,
+  BREAK_TOP_K,
+  BREAK_MAX_NEW,
+  BREAK_STOP
+};
+
+static const bad_case BAD[] = {
+    {"empty prompt", 0, 0, BREAK_NONE, PH_ERR_INVALID_ARGUMENT, "empty"},
+    {"token -1", 10, -1, BREAK_NONE, PH_ERR_INVALID_ARGUMENT, "outside the vocabulary"},
+    {"token = vocab", 10, 256, BREAK_NONE, PH_ERR_INVALID_ARGUMENT, "outside the vocabulary"},
+    {"prompt beyond the context", 600, 0, BREAK_NONE, PH_ERR_LIMIT, "context"},
+    {"prompt = the context", 512, 0, BREAK_NONE, PH_ERR_LIMIT, "no room"},
+    {"temperature -1", 10, 0, BREAK_TEMP, PH_ERR_INVALID_ARGUMENT, "temperature"},
+    {"temperature NaN", 10, 0, BREAK_TEMP_NAN, PH_ERR_INVALID_ARGUMENT, "temperature"},
+    {"top_p 0", 10, 0, BREAK_TOP_P, PH_ERR_INVALID_ARGUMENT, "top_p"},
+    {"top_k -3", 10, 0, BREAK_TOP_K, PH_ERR_INVALID_ARGUMENT, "top_k"},
+    {"max_new_tokens 0", 10, 0, BREAK_MAX_NEW, PH_ERR_INVALID_ARGUMENT, "max_new_tokens"},
+    {"stop token = vocab", 10, 0, BREAK_STOP, PH_ERR_INVALID_ARGUMENT, "stop_token_ids"},
+    /* 300 + 40 tokens need 22 pages of 16; the pool has 19 */
+    {"never fits the pages", 300, 0, BREAK_NONE, PH_ERR_LIMIT, "can never fit"},
+};
+#define N_BAD  ((int)(sizeof BAD / sizeof BAD[0]))
+#define N_GOOD 3
+
+static void make_bad(rng *r, const bad_case *b, req_spec *q) {
+  fill_prompt(r, q, b->n_prompt, 256);
+  if (b->bad_token) q->prompt[3] = b->bad_token;
+  q->sp = sampled(b->n_prompt == 300 ? 40 : 8, 0.8f, 0, 1.0f, 5);
+  switch (b->what) {
+  case BREAK_TEMP:
+    q->sp.temperature = -1.0f;
+    break;
+  case BREAK_TEMP_NAN:
+    q->sp.temperature = NAN;
+    break;
+  case BREAK_TOP_P:
+    q->sp.top_p = 0.0f;
+    break;
+  case BREAK_TOP_K:
+    q->sp.top_k = -3;
+    break;
+  case BREAK_MAX_NEW:
+    q->sp.max_new_tokens = 0;
+    break;
+  case BREAK_STOP:
+    q->sp.n_stop_token_ids = 2;
+    q->sp.stop_token_ids[0] = 7;
+    q->sp.stop_token_ids[1] = 256;
+    break;
+  default:
+    break;
+  }
+}
+
+static void check_refused(engine *e, uint64_t id, const bad_case *b) {
+  diag d;
+  engine_request_info info;
+  CHECK_STATUS(engine_request_info_get(e, id, &info, &d), PH_OK, d.msg);
+  const int ok = info.finish == ENGINE_FINISH_ERROR && info.status == b->status &&
+                 strstr(info.message, b->message) != NULL && info.n_generated == 0;
+  if (!ok)
+    printf("  bad request \"%s\": finish %s, status %s, message \"%s\"\n", b->name,
+           engine_finish_name(info.finish), ph_status_name(info.status), info.message);
+  CHECK_EQ_INT(info.finish, ENGINE_FINISH_ERROR);
+  CHECK_STATUS(info.status, b->status, info.message);
+  CHECK_CONTAINS(info.message, b->message);
+  CHECK_EQ_INT(info.n_generated, 0);
+}
+
+static void test_bad_requests(void) {
+  const engine_params p = small_params(4, 128, 64, 20); /* 19 pages: 304 tokens */
+  diag d;
+  {
+    engine_params bp = p;
+    bp.prefill_chunk = 256; /* more than the step budget: a chunk could never run */
+    engine *none = NULL;
+    CHECK_STATUS(engine_create(golden_dir(), &bp, &none, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_CONTAINS(d.msg, "prefill_chunk");
+    CHECK(none == NULL);
+  }
+  engine *e = open_engine(&p);
+  if (!e) return;
+  const int64_t V = engine_vocab(e);
+  rng r = rng_seed(99);
+  req_spec *good = calloc(N_GOOD, sizeof *good), *bad = calloc(N_BAD, sizeof *bad);
+  fill_prompt(&r, &good[0], 20, V);
+  good[0].sp = greedy(10);
+  fill_prompt(&r, &good[1], 70, V);
+  good[1].sp = sampled(12, 1.1f, 30, 0.8f, 31337);
+  fill_prompt(&r, &good[2], 5, V);
+  good[2].sp = sampled(8, 0.5f, 0, 1.0f, 8);
+  good[2].sp.n_stop_token_ids = 1;
+  good[2].sp.stop_token_ids[0] = 255;
+  for (int i = 0; i < N_BAD; i++) make_bad(&r, &BAD[i], &bad[i]);
+
+  /* API misuse: refused at the call */
+  uint64_t id = 0;
+  CHECK_STATUS(engine_add(e, NULL, 3, &good[0].sp, &id, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(engine_add(e, good[0].prompt, -1, &good[0].sp, &id, &d), PH_ERR_INVALID_ARGUMENT,
+               d.msg);
+  CHECK_STATUS(engine_remove(e, 12345, &d), PH_ERR_NOT_FOUND, d.msg);
+  CHECK_CONTAINS(d.msg, "12345");
+  CHECK_STATUS(engine_release(e, 12345, &d), PH_ERR_NOT_FOUND, d.msg);
+  engine_request_info info;
+  CHECK_STATUS(engine_request_info_get(e, 12345, &info, &d), PH_ERR_NOT_FOUND, d.msg);
+  int64_t buf[4];
+  CHECK_EQ_INT(engine_poll(e, 12345, buf, 4), -1);
+  int64_t n = 7;
+  CHECK(engine_tokens(e, 12345, &n) == NULL && n == 0);
+  CHECK(engine_logits(e, 12345) == NULL);
+
+  /* good and bad requests interleaved in one step */
+  uint64_t gid[N_GOOD], bid[N_BAD];
+  const int half = N_BAD / 2;
+  CHECK_STATUS(engine_add(e, good[0].prompt, good[0].n_prompt, &good[0].sp, &gid[0], &d), PH_OK,
+               d.msg);
+  for (int i = 0; i < half; i++)
+    CHECK_STATUS(engine_add(e, BAD[i].n_prompt ? bad[i].prompt : NULL, bad[i].n_prompt, &bad[i].sp,
+                            &bid[i], &d),
+                 PH_OK, d.msg);
+  CHECK_STATUS(engine_add(e, good[1].prompt, good[1].n_prompt, &good[1].sp, &gid[1], &d), PH_OK,
+               d.msg);
+  CHECK_STATUS(engine_release(e, gid[1], &d), PH_ERR_INVALID_ARGUMENT, d.msg); /* queued */
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  engine_step_info si;
+  checked_step(e, &si, &rs);
+  CHECK_EQ_INT(si.n_finished, half);
+  for (int i = 0; i < half; i++) check_refused(e, bid[i], &BAD[i]);
+  /* a refused request is finished: removing it is a no-op, releasing it works */
+  CHECK_STATUS(engine_remove(e, bid[0], &d), PH_OK, d.msg);
+  CHECK_STATUS(engine_release(e, gid[1], &d), PH_ERR_INVALID_ARGUMENT, d.msg); /* running */
+  CHECK_CONTAINS(d.msg, "has not finished");
+  checked_step(e, &si, &rs);
+  /* the rest while the good ones decode, with a third good one */
+  for (int i = half; i < N_BAD; i++)
+    CHECK_STATUS(engine_add(e, bad[i].prompt, bad[i].n_prompt, &bad[i].sp, &bid[i], &d), PH_OK,
+                 d.msg);
+  CHECK_STATUS(engine_add(e, good[2].prompt, good[2].n_prompt, &good[2].sp, &gid[2], &d), PH_OK,
+               d.msg);
+  checked_step(e, &si, &rs);
+  for (int i = half; i < N_BAD; i++) check_refused(e, bid[i], &BAD[i]);
+  drain(e, &rs);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+  for (int i = 0; i < N_BAD; i++) {
+    n = -1;
+    CHECK(engine_tokens(e, bid[i], &n) != NULL && n == 0);
+    CHECK_STATUS(engine_release(e, bid[i], &d), PH_OK, d.msg);
+    CHECK_STATUS(engine_request_info_get(e, bid[i], &info, &d), PH_ERR_NOT_FOUND, d.msg);
+    CHECK_STATUS(engine_release(e, bid[i], &d), PH_ERR_NOT_FOUND, d.msg);
+  }
+  outcome got[N_GOOD];
+  for (int i = 0; i < N_GOOD; i++) {
+    CHECK_STATUS(engine_request_info_get(e, gid[i], &info, &d), PH_OK, d.msg);
+    /* polling hands out every token once */
+    int64_t polled[16];
+    CHECK_EQ_INT(engine_poll(e, gid[i], polled, 16), info.n_generated);
+    CHECK_EQ_INT(engine_poll(e, gid[i], polled, 16), 0);
+    take_outcome(e, gid[i], &got[i]);
+    CHECK_EQ_INT(got[i].status, PH_OK);
+    CHECK(got[i].finish == ENGINE_FINISH_LENGTH || got[i].finish == ENGINE_FINISH_STOP);
+  }
+  engine_free(e);
+  int n_same = 0;
+  for (int i = 0; i < N_GOOD; i++) {
+    outcome alone;
+    run_alone(&p, &good[i], &alone);
+    char label[32];
+    snprintf(label, sizeof label, "good request %d", i);
+    const int same = same_as_alone(&got[i], &alone, V, label);
+    CHECK(same);
+    n_same += same;
+    outcome_free(&alone);
+    outcome_free(&got[i]);
+  }
+  printf("  %d bad requests refused with typed errors; %d/%d good ones bit-identical alone\n",
+         N_BAD, n_same, N_GOOD);
+  free(good);
+  free(bad);
+}
+
+/* ---- 4. randomized schedule ----------------------------------------------------------------- */
+
+#define RAND_MAX_REQ 600
+/* Arrival steps per seed. Debug and sanitizer builds run the model tens of times slower: fewer
+ * steps there (the release build runs the full 3,000+ over four seeds). */
+#if !ALLOC_COUNTING || !defined(__OPTIMIZE__)
+#define RAND_ARRIVAL_STEPS 50
+#else
+#define RAND_ARRIVAL_STEPS 800
+#endif
+#define RAND_MAX_NEW 24
+
+typedef struct rand_req {
+  req_spec spec;
+  uint64_t id;
+  int removed;                     /* engine_remove called while it was unfinished */
+  int64_t cb_tokens[RAND_MAX_NEW]; /* what the callback saw */
+  int64_t n_cb;
+  int n_cb_finish, cb_late; /* finish callbacks; tokens after the finish */
+  engine_finish cb_reason;
+  outcome got;
+} rand_req;
+
+typedef struct rand_run {
+  rand_req *reqs; /* [RAND_MAX_REQ]; request id k is reqs[k - 1] */
+  int n;
+} rand_run;
+
+static void on_token(void *user, uint64_t id, int64_t token, engine_finish reason) {
+  rand_run *rr = user;
+  if (id < 1 || id > (uint64_t)rr->n) return;
+  rand_req *q = &rr->reqs[id - 1];
+  if (token >= 0) {
+    if (q->n_cb < RAND_MAX_NEW) q->cb_tokens[q->n_cb] = token;
+    q->n_cb++;
+    q->cb_late += q->n_cb_finish > 0;
+  } else {
+    q->n_cb_finish++;
+    q->cb_reason = reason;
+  }
+}
+
+static void random_sampling(rng *r, sampling_params *sp) {
+  *sp = greedy(1 + (int64_t)rng_below(r, RAND_MAX_NEW));
+  if (rng_below(r, 10) >= 4) {
+    static const int32_t ks[] = {0, 1, 5, 50};
+    static const float ps[] = {1.0f, 0.9f, 0.5f};
+    sp->temperature = rng_range(r, 0.3f, 1.5f);
+    sp->top_k = ks[rng_below(r, 4)];
+    sp->top_p = ps[rng_below(r, 3)];
+    sp->min_p = rng_below(r, 4) == 0 ? 0.05f : 0.0f;
+    sp->seed = rng_next(r);
+  }
+  if (rng_below(r, 5) == 0) {
+    sp->n_stop_token_ids = 1 + (int32_t)rng_below(r, 3);
+    for (int32_t i = 0; i < sp->n_stop_token_ids; i++)
+      sp->stop_token_ids[i] = (int64_t)rng_below(r, 256);
+  }
+  sp->ignore_eos = (int)rng_below(r, 2);
+}
+
+static int is_stop_id(const sampling_params *sp, int64_t tok) {
+  for (int32_t i = 0; i < sp->n_stop_token_ids; i++)
+    if (sp->stop_token_ids[i] == tok) return 1;
+  return 0;
+}
+
+typedef struct rand_totals {
+  int64_t steps, requests, removed, preemptions, compared, identical;
+  double worst_ms;
+} rand_totals;
+
+/* One seed: arrival_steps steps of random arrivals and removals, then until idle. tight forces a
+ * page pool that holds barely one long request. */
+static void random_run(uint64_t seed, int arrival_steps, int tight, rand_totals *tot) {
+  rng r = rng_seed(seed);
+  /* random budgets and pool (drawn one per statement: argument order is unspecified); tight:
+   * 11 pages, which the longest request (150 + 24 tokens) fills alone, and 6 requests a step */
+  static const int64_t chunks[] = {16, 32, 64};
+  const int64_t chunk = chunks[rng_below(&r, 3)];
+  const int64_t budget = chunk * (1 + (int64_t)rng_below(&r, 4));
+  const int32_t batch = 1 + (int32_t)rng_below(&r, 8);
+  const int32_t pages = 12 + (int32_t)rng_below(&r, 60);
+  engine_params p =
+      tight ? small_params(6, 128, 64, 12) : small_params(batch, budget, chunk, pages);
+  /* thousands of steps of a tiny model: one thread (the other tests run two; kernels are
+   * independent of the thread count by design), which is also much faster on a busy machine */
+  p.n_threads = 1;
+  engine *e = open_engine(&p);
+  if (!e) return;
+  const int64_t V = engine_vocab(e);
+  rand_run rr = {calloc(RAND_MAX_REQ, sizeof(rand_req)), 0};
+  engine_set_callback(e, on_token, &rr);
+  const int active_cap = 2 * p.max_batch + 3;
+  diag d;
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  engine_step_info si;
+  memset(&si, 0, sizeof si);
+  int k = 0;
+  for (; k < MAX_STEPS && (k < arrival_steps || engine_busy(e)); k++) {
+    int active = si.n_running + si.n_waiting;
+    const int arrivals = k >= arrival_steps || rng_below(&r, 100) >= 15 ? 0
+                         : rng_below(&r, 20) == 0                       ? 3
+                                                                        : 1;
+    for (int a = 0; a < arrivals && active < active_cap && rr.n < RAND_MAX_REQ; a++, active++) {
+      rand_req *q = &rr.reqs[rr.n];
+      fill_prompt(&r, &q->spec, 1 + (int64_t)rng_below(&r, 150), V);
+      random_sampling(&r, &q->spec.sp);
+      ph_status st = engine_add(e, q->spec.prompt, q->spec.n_prompt, &q->spec.sp, &q->id, &d);
+      CHECK_STATUS(st, PH_OK, d.msg);
+      if (st != PH_OK) break;
+      rr.n++;
+      CHECK_EQ_INT(q->id, rr.n);
+    }
+    /* removals in any state: queued (maybe just added), waiting, running, or finished (no-op) */
+    if (rr.n > 0 && rng_below(&r, 100) < 4) {
+      rand_req *q =
+          &rr.reqs[rng_below(&r, 5) == 0 ? (uint64_t)rr.n - 1 : rng_below(&r, (uint64_t)rr.n)];
+      engine_request_info info;
+      CHECK_STATUS(engine_request_info_get(e, q->id, &info, &d), PH_OK, d.msg);
+      CHECK_STATUS(engine_remove(e, q->id, &d), PH_OK, d.msg);
+      if (info.finish == ENGINE_RUNNING) q->removed = 1;
+    }
+    if (checked_step(e, &si, &rs) != PH_OK) break;
+  }
+  CHECK(!engine_busy(e));
+  if (rs.bad_steps)
+    printf("  seed %llu: pools inconsistent at %lld steps, first: %s\n", (unsigned long long)seed,
+           (long long)rs.bad_steps, rs.first_bad);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+
+  int64_t preempted = 0;
+  int n_removed = 0, bad_finish = 0, bad_cb = 0;
+  for (int i = 0; i < rr.n; i++) {
+    rand_req *q = &rr.reqs[i];
+    take_outcome(e, q->id, &q->got);
+    const outcome *o = &q->got;
+    const sampling_params *sp = &q->spec.sp;
+    preempted += o->n_preemptions;
+    n_removed += o->finish == ENGINE_FINISH_ABORTED;
+    /* finish reasons follow from the tokens; only removed requests abort */
+    int ok = o->status == PH_OK && o->n_generated <= sp->max_new_tokens;
+    for (int64_t j = 0; ok && j + 1 < o->n_generated; j++) ok = !is_stop_id(sp, o->tokens[j]);
+    const int last_stops = o->n_generated > 0 && is_stop_id(sp, o->tokens[o->n_generated - 1]);
+    if (o->finish == ENGINE_FINISH_ABORTED)
+      ok = ok && q->removed && !(o->n_generated == sp->max_new_tokens || last_stops);
+    else if (o->finish == ENGINE_FINISH_STOP)
+      ok = ok && last_stops;
+    else
+      ok = ok && o->finish == ENGINE_FINISH_LENGTH && !last_stops &&
+           o->n_generated == sp->max_new_tokens;
+    if (!ok && bad_finish++ == 0)
+      printf("  seed %llu request %d: finish %s after %lld of %lld tokens (removed %d)\n",
+             (unsigned long long)seed, i, engine_finish_name(o->finish), (long long)o->n_generated,
+             (long long)sp->max_new_tokens, q->removed);
+    /* the callback saw every token once, in order, then one finish */
+    int cb_ok = q->n_cb == o->n_generated && q->n_cb_finish == 1 && q->cb_late == 0 &&
+                q->cb_reason == o->finish;
+    for (int64_t j = 0; cb_ok && j < o->n_generated; j++) cb_ok = q->cb_tokens[j] == o->tokens[j];
+    bad_cb += !cb_ok;
+  }
+  CHECK_EQ_INT(bad_finish, 0);
+  CHECK_EQ_INT(bad_cb, 0);
+  if (tight) CHECK(preempted >= 1);
+  engine_free(e);
+
+  /* references: each request alone, one after another in a fresh engine with the same params */
+  engine *alone_e = open_engine(&p);
+  int identical = 0;
+  if (alone_e) {
+    for (int i = 0; i < rr.n; i++) {
+      outcome alone;
+      run_alone_in(alone_e, &rr.reqs[i].spec, &alone);
+      char label[64];
+      snprintf(label, sizeof label, "seed %llu request %d", (unsigned long long)seed, i);
+      identical += same_as_alone(&rr.reqs[i].got, &alone, V, label);
+      outcome_free(&alone);
+    }
+    check_idle_pools(alone_e);
+    engine_free(alone_e);
+  }
+  CHECK_EQ_INT(identical, rr.n);
+  printf("  seed %llu: max_batch %d, max_tokens %lld, chunk %lld, %d pages: %lld steps, %d "
+         "requests (%d removed), %lld preemptions, worst step %.2f ms, %d/%d identical alone\n",
+         (unsigned long long)seed, p.max_batch, (long long)p.max_tokens, (long long)p.prefill_chunk,
+         p.n_blocks - 1, (long long)rs.steps, rr.n, n_removed, (long long)preempted, rs.worst_ms,
+         identical, rr.n);
+  tot->steps += rs.steps;
+  tot->requests += rr.n;
+  tot->removed += n_removed;
+  tot->preemptions += preempted;
+  tot->compared += rr.n;
+  tot->identical += identical;
+  if (rs.worst_ms > tot->worst_ms) tot->worst_ms = rs.worst_ms;
+  for (int i = 0; i < rr.n; i++) outcome_free(&rr.reqs[i].got);
+  free(rr.reqs);
+}
+
+static void test_randomized(void) {
+  rand_totals tot;
+  memset(&tot, 0, sizeof tot);
+  const double t0 = now_ms();
+  random_run(1, RAND_ARRIVAL_STEPS, 1, &tot);
+  random_run(2, RAND_ARRIVAL_STEPS, 0, &tot);
+  random_run(3, RAND_ARRIVAL_STEPS, 0, &tot);
+  random_run(4, RAND_ARRIVAL_STEPS, 0, &tot);
+  printf("  total: %lld steps, %lld requests (%lld removed), %lld preemptions, worst step %.2f "
+         "ms, %.1f s with the isolated runs\n",
+         (long long)tot.steps, (long long)tot.requests, (long long)tot.removed,
+         (long long)tot.preemptions, tot.worst_ms, 1e-3 * (now_ms() - t0));
+  CHECK(tot.steps >= 4 * RAND_ARRIVAL_STEPS);
+  CHECK(tot.removed >= 1);
+}
+
+/* ---- the context's end, and removal from a callback ------------------------------------------ */
+
+/* A request whose max_new_tokens reaches past the context is clipped, not refused: it finishes
+ * "length" when the context is full (positions stop at max_context - 1, and the token sampled
+ * from the last position is the last one), beside others and bit-identical alone. */
+static void test_context_full(void) {
+  const engine_params p = small_params(3, 128, 64, 70); /* 69 pages: two full contexts */
+  engine *e = open_engine(&p);
+  if (!e) return;
+  const int64_t V = engine_vocab(e), C = engine_max_context(e);
+  CHECK_EQ_INT(C, 512);
+  req_spec *q = calloc(3, sizeof *q);
+  rng r = rng_seed(512);
+  fill_prompt(&r, &q[0], C - 12, V); /* 12 positions left: 13 tokens */
+  q[0].sp = greedy(30);
+  fill_prompt(&r, &q[1], C - 1, V); /* 1 position left: 2 tokens */
+  q[1].sp = sampled(5, 1.0f, 0, 1.0f, 3);
+  fill_prompt(&r, &q[2], 9, V);
+  q[2].sp = greedy(6);
+  static const int64_t expect[3] = {13, 2, 6};
+  uint64_t ids[3];
+  diag d;
+  for (int i = 0; i < 3; i++)
+    CHECK_STATUS(engine_add(e, q[i].prompt, q[i].n_prompt, &q[i].sp, &ids[i], &d), PH_OK, d.msg);
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  drain(e, &rs);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+  outcome got[3];
+  for (int i = 0; i < 3; i++) {
+    take_outcome(e, ids[i], &got[i]);
+    CHECK_EQ_INT(got[i].finish, ENGINE_FINISH_LENGTH);
+    CHECK_EQ_INT(got[i].n_generated, expect[i]);
+  }
+  engine_free(e);
+  for (int i = 0; i < 3; i++) {
+    outcome alone;
+    run_alone(&p, &q[i], &alone);
+    CHECK(same_as_alone(&got[i], &alone, V, i ? "short prompt" : "prompt at the context's end"));
+    outcome_free(&alone);
+    outcome_free(&got[i]);
+  }
+  free(q);
+}
+
+typedef struct remover {
+  engine *e;
+  uint64_t id;
+  int calls;
+} remover;
+
+static void remove_on_token(void *user, uint64_t id, int64_t token, engine_finish reason) {
+  remover *m = user;
+  (void)reason;
+  if (id != m->id || token < 0) return;
+  diag d;
+  m->calls++;
+  CHECK_STATUS(engine_remove(m->e, id, &d), PH_OK, d.msg);
+}
+
+/* The callback removes the request on its last token: the step still finishes it "length", and
+ * once released, the next steps must not touch it (the removal was queued while it ran). */
+static void test_remove_from_callback(void) {
+  const engine_params p = small_params(2, 64, 32, 10);
+  engine *e = open_engine(&p);
+  if (!e) return;
+  req_spec *q = calloc(2, sizeof *q);
+  rng r = rng_seed(11);
+  fill_prompt(&r, &q[0], 7, engine_vocab(e));
+  q[0].sp = greedy(1);
+  fill_prompt(&r, &q[1], 20, engine_vocab(e));
+  q[1].sp = greedy(5);
+  remover m = {e, 0, 0};
+  diag d;
+  uint64_t other = 0;
+  CHECK_STATUS(engine_add(e, q[0].prompt, q[0].n_prompt, &q[0].sp, &m.id, &d), PH_OK, d.msg);
+  CHECK_STATUS(engine_add(e, q[1].prompt, q[1].n_prompt, &q[1].sp, &other, &d), PH_OK, d.msg);
+  engine_set_callback(e, remove_on_token, &m);
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  engine_step_info si;
+  checked_step(e, &si, &rs);
+  CHECK_EQ_INT(m.calls, 1);
+  engine_request_info info;
+  CHECK_STATUS(engine_request_info_get(e, m.id, &info, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(info.finish, ENGINE_FINISH_LENGTH);
+  CHECK_STATUS(engine_release(e, m.id, &d), PH_OK, d.msg);
+  /* reuse the freed memory with requests of the same size, then step */
+  uint64_t more[4];
+  for (int i = 0; i < 4; i++)
+    CHECK_STATUS(engine_add(e, q[0].prompt, q[0].n_prompt, &q[1].sp, &more[i], &d), PH_OK, d.msg);
+  drain(e, &rs);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+  CHECK_STATUS(engine_request_info_get(e, other, &info, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(info.finish, ENGINE_FINISH_LENGTH);
+  for (int i = 0; i < 4; i++) {
+    CHECK_STATUS(engine_request_info_get(e, more[i], &info, &d), PH_OK, d.msg);
+    CHECK_EQ_INT(info.finish, ENGINE_FINISH_LENGTH);
+    CHECK_EQ_INT(info.n_generated, 5);
+  }
+  engine_free(e);
+  free(q);
+}
+
+/* ---- 5. no allocation in engine_step after warm-up ---------------------------------------- */
+
+#define N_WORK 6
+
+/* Adds the workload (outside the counted region) and steps it to the end, counting allocations
+ * inside engine_step only. */
+static void work_round(engine *e, const req_spec *q, int count, outcome *got, long *allocs,
+                       long *allocs_admit, int64_t *steps) {
+  diag d;
+  uint64_t ids[N_WORK];
+  for (int i = 0; i < N_WORK; i++)
+    CHECK_STATUS(engine_add(e, q[i].prompt, q[i].n_prompt, &q[i].sp, &ids[i], &d), PH_OK, d.msg);
+  *allocs = *allocs_admit = 0;
+  *steps = 0;
+  engine_step_info si;
+  for (int k = 0; k < MAX_STEPS && engine_busy(e); k++) {
+    atomic_store(&alloc_count, 0);
+    atomic_store(&alloc_counting, count);
+    const ph_status st = engine_step(e, &si, &d);
+    atomic_store(&alloc_counting, 0);
+    const long n = atomic_load(&alloc_count);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (st != PH_OK) break;
+    *allocs += n;
+    if (si.n_admitted > 0) *allocs_admit += n;
+    (*steps)++;
+  }
+  for (int i = 0; i < N_WORK; i++) take_outcome(e, ids[i], &got[i]);
+}
+
+static void test_no_alloc_in_step(void) {
+  const engine_params p = small_params(4, 96, 32, 14); /* 13 pages: preempts */
+  engine *e = open_engine(&p);
+  if (!e) return;
+  const int64_t V = engine_vocab(e);
+  static const int64_t lens[N_WORK] = {5, 33, 64, 90, 17, 120};
+  static const int64_t news[N_WORK] = {8, 12, 6, 10, 16, 7};
+  req_spec *q = calloc(N_WORK, sizeof *q);
+  rng r = rng_seed(5);
+  for (int i = 0; i < N_WORK; i++) {
+    fill_prompt(&r, &q[i], lens[i], V);
+    q[i].sp = i % 2 ? sampled(news[i], 0.8f, 40, 0.9f, 77 + (uint64_t)i) : greedy(news[i]);
+  }
+  outcome warm[N_WORK], again[N_WORK];
+  long allocs = 0, allocs_admit = 0;
+  int64_t steps = 0;
+  executor *x = paged_session_executor(engine_session(e));
+  work_round(e, q, 0, warm, &allocs, &allocs_admit, &steps);
+  const size_t exec_before = exec_alloc_count(x);
+  work_round(e, q, 1, again, &allocs, &allocs_admit, &steps);
+  CHECK_EQ_INT(exec_alloc_count(x), exec_before);
+  check_idle_pools(e);
+  int64_t preempted = 0;
+  for (int i = 0; i < N_WORK; i++) {
+    preempted += again[i].n_preemptions;
+    CHECK(same_as_alone(&again[i], &warm[i], V, "the second round"));
+    outcome_free(&warm[i]);
+    outcome_free(&again[i]);
+  }
+  CHECK(preempted >= 1);
+#if ALLOC_COUNTING
+  printf("  after warm-up: %ld allocations in %lld engine_step calls (%ld in steps that admitted "
+         "requests), %lld preemptions\n",
+         allocs, (long long)steps, allocs_admit, (long long)preempted);
+  CHECK_EQ_INT(allocs, 0);
+#else
+  printf("  allocation count skipped: built with a sanitizer that replaces malloc (the release "
+         "build counts); %lld steps, %lld preemptions\n",
+         (long long)steps, (long long)preempted);
+#endif
+  engine_free(e);
+  free(q);
+}
+
+/* With an argument, runs only the tests whose names contain it (test_engine randomized). */
+static const char *only;
+#define RUN_SELECTED(fn)                                                                           \
+  do {                                                                                             \
+    if (!only || strstr(#fn, only)) RUN(fn);                                                       \
+  } while (0)
+
+int main(int argc, char **argv) {
+  only = argc > 1 ? argv[1] : NULL;
+  RUN_SELECTED(test_acceptance);
+  RUN_SELECTED(test_identical_prompts);
+  RUN_SELECTED(test_bad_requests);
+  RUN_SELECTED(test_randomized);
+  RUN_SELECTED(test_context_full);
+  RUN_SELECTED(test_remove_from_callback);
+  RUN_SELECTED(test_no_alloc_in_step);
+  return check_finish();
+}
