@@ -267,6 +267,7 @@ static void request_free(request *r) {
   if (!r) return;
   free(r->tokens);
   free(r->logits);
+  free(r->sr.blocks.ids); /* NULL once the scheduler took it over and released it */
   free(r);
 }
 
@@ -337,8 +338,13 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const s
   if (r->tokens && e->p.capture_logits && cap > n_prompt)
     r->logits = malloc((size_t)(cap - n_prompt) * (size_t)e->vocab * sizeof *r->logits);
   r->sr.slot = -1;
+  /* the block table's storage for everything it could ever hold, so admission inside a step
+   * does not allocate (the scheduler takes it over) */
+  const int32_t n_ids = block_table_blocks_for(cap, (int32_t)paged_session_block_size(e->s));
+  r->sr.blocks.ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *r->sr.blocks.ids);
+  r->sr.blocks.capacity = n_ids > 0 ? n_ids : 1;
   r->t_add = now_s();
-  if (!r->tokens || (e->p.capture_logits && cap > n_prompt && !r->logits)) {
+  if (!r->tokens || !r->sr.blocks.ids || (e->p.capture_logits && cap > n_prompt && !r->logits)) {
     request_free(r);
     return diag_set(d, PH_ERR_NO_MEMORY, "engine_add: out of memory for %lld tokens",
                     (long long)cap);
@@ -380,11 +386,11 @@ ph_status engine_remove(engine *e, uint64_t id, diag *d) {
 /* Publishes a finish (stepping thread). The scheduler lets go of the request first. */
 static void finish(engine *e, request *r, engine_finish why, ph_status st, const char *msg) {
   diag d;
+  pthread_mutex_lock(&e->mu); /* the scheduler writes fields other threads read (preemptions) */
   if (r->admitted) {
     sched_finish(e->sch, &r->sr, &d); /* only refuses while a binding is active: never here */
     e->n_live--;
   }
-  pthread_mutex_lock(&e->mu);
   /* a removal queued while it ran (from a callback or another thread) must not outlive it: the
    * caller may release the request before the next step drains the removals */
   if (r->remove_pending)
@@ -427,15 +433,21 @@ static void admit(engine *e, request *r) {
     int64_t max_total = r->n_prompt + r->sp.max_new_tokens - 1;
     if (max_total > e->max_context) max_total = e->max_context;
     if (max_total < r->n_prompt) max_total = r->n_prompt;
+    const block_table storage = r->sr.blocks; /* kept across the re-initialisation */
     sched_req_init(&r->sr, (int64_t)r->id, r->n_prompt, max_total - r->n_prompt);
+    r->sr.blocks = storage;
+    pthread_mutex_lock(&e->mu);
     st = sched_add(e->sch, &r->sr, &d);
+    pthread_mutex_unlock(&e->mu);
   }
   if (st != PH_OK) {
     finish(e, r, ENGINE_FINISH_ERROR, st, d.msg);
     return;
   }
   r->admitted = 1;
+  pthread_mutex_lock(&e->mu);
   e->n_live++;
+  pthread_mutex_unlock(&e->mu);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
@@ -506,7 +518,12 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
   state_pool *states = paged_session_states(e->s);
   const uint64_t moved0 = state_pool_bytes_moved(states);
   sched_batch b;
-  FORWARD_IF_ERROR(sched_schedule(e->sch, &b, d));
+  /* under the lock: the scheduler updates requests' preemption counts, which
+   * engine_request_info_get reads from other threads (it allocates nothing; microseconds) */
+  pthread_mutex_lock(&e->mu);
+  ph_status sst = sched_schedule(e->sch, &b, d);
+  pthread_mutex_unlock(&e->mu);
+  FORWARD_IF_ERROR(sst);
   si.n_preempted = b.n_preempted;
   si.n_admitted = b.n_admitted;
   if (b.n_entries > 0) {

@@ -9,9 +9,10 @@
  *   (append tokens, finish on a stop token or max_new_tokens, release pages and slot).
  * Requests are added and removed from any thread (a mutex-guarded inbox drained at the start
  * of a step); new tokens are read by polling (engine_poll) or a callback run on the stepping
- * thread. A bad request (empty prompt, token outside the vocabulary, prompt or max_new beyond
- * the context, impossible sampling parameters, a request that can never fit the pages) finishes
- * with ENGINE_FINISH_ERROR and its typed status without touching the others.
+ * thread. A bad request (empty prompt, token outside the vocabulary, a prompt that fills the
+ * context, impossible sampling parameters, a request that can never fit the pages) finishes
+ * with ENGINE_FINISH_ERROR and its typed status without touching the others; a max_new that
+ * runs past the context is clipped there (finish "length").
  *
  * Batch invariance: each request's tokens and logits are bit-identical to running it alone
  * (the chunk rule in scheduler.h, batch-invariant kernels, sampling a pure function of

@@ -192,13 +192,18 @@ ph_status sched_add(sched *s, sched_req *r, diag *d) {
                   (long long)r->id, (long long)r->max_total, (long long)need, (int)s->p.block_size,
                   (int)usable);
   /* The table's ids storage is sized for max_total now so that block_table_reserve never grows
-   * it inside sched_schedule (block_table storage is plain heap: see block_pool.h). */
-  int32_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
-  RETURN_ERROR_IF(!ids, d, PH_ERR_NO_MEMORY, "sched_add: request %lld: table of %d blocks",
-                  (long long)r->id, (int)need);
-  r->blocks.ids = ids;
+   * it inside sched_schedule (block_table storage is plain heap: see block_pool.h).
+   * Storage the caller put there already (large enough, holding no blocks) is taken over
+   * instead, so an engine can allocate it outside its step loop. */
+  if (!(r->blocks.ids && r->blocks.n_blocks == 0 && r->blocks.capacity >= need)) {
+    int32_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
+    RETURN_ERROR_IF(!ids, d, PH_ERR_NO_MEMORY, "sched_add: request %lld: table of %d blocks",
+                    (long long)r->id, (int)need);
+    free(r->blocks.ids); /* too small: replaced (r holds no blocks) */
+    r->blocks.ids = ids;
+    r->blocks.capacity = need > 0 ? (int32_t)need : 1;
+  }
   r->blocks.n_blocks = 0;
-  r->blocks.capacity = need > 0 ? (int32_t)need : 1;
   r->n_computed = 0;
   r->slot = -1;
   r->n_preemptions = 0;

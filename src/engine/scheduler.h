@@ -135,7 +135,9 @@ void sched_free(sched *s);
 /* Queues r at the back of the waiting queue. Reads id, n_prompt, n_total, max_total; sets
  * n_computed 0, slot -1, state WAITING, n_preemptions 0, and gives r->blocks storage for
  * blocks_for(max_total) ids (so block tables never grow inside sched_schedule); r->blocks must
- * not hold blocks (sched_req_init, or a finished request).
+ * not hold blocks (sched_req_init, or a finished request). Storage already in r->blocks (ids
+ * with capacity >= blocks_for(max_total), n_blocks 0) is taken over instead of allocating: the
+ * scheduler frees it when the request finishes.
  * PH_ERR_INVALID_ARGUMENT: n_prompt < 1, n_total < n_prompt, max_total < n_total, r already
  * linked. PH_ERR_LIMIT: max_total tokens need more blocks than the pool has in all (it could
  * never run to the end). PH_ERR_NO_MEMORY. r is untouched on failure. */

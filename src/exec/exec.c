@@ -267,6 +267,39 @@ static int by_begin(const void *a, const void *b) {
   return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
+/* Heap sort in place: glibc's qsort allocates a merge buffer for arrays over 1 KiB, and a replan
+ * runs inside steps that must not allocate (docs/engine.md). Elements up to 32 bytes. Not
+ * stable; both comparators above are total orders, so the result is unique anyway. */
+static void swap_elems(char *a, char *b, size_t size) {
+  char t[32];
+  memcpy(t, a, size);
+  memcpy(a, b, size);
+  memcpy(b, t, size);
+}
+
+static void sift_down(char *base, size_t root, size_t n, size_t size,
+                      int (*cmp)(const void *, const void *)) {
+  for (;;) {
+    size_t child = 2 * root + 1;
+    if (child >= n) return;
+    if (child + 1 < n && cmp(base + child * size, base + (child + 1) * size) < 0) child++;
+    if (cmp(base + root * size, base + child * size) >= 0) return;
+    swap_elems(base + root * size, base + child * size, size);
+    root = child;
+  }
+}
+
+static void sort_in_place(void *arr, size_t n, size_t size,
+                          int (*cmp)(const void *, const void *)) {
+  char *base = arr;
+  if (n < 2 || size > 32) return;
+  for (size_t i = n / 2; i-- > 0;) sift_down(base, i, n, size, cmp);
+  for (size_t end = n - 1; end > 0; end--) {
+    swap_elems(base, base + end * size, size);
+    sift_down(base, 0, end, size, cmp);
+  }
+}
+
 static int is_bound_output(const executor *e, int v) {
   for (int i = 0; i < e->g->n_outputs; i++)
     if (e->g->outputs[i] == v && e->out_bound[i]) return i + 1;
@@ -285,7 +318,8 @@ static ph_status place_all(executor *e, diag *d) {
     e->order[n].value = v;
     n++;
   }
-  qsort(e->order, (size_t)n, sizeof *e->order, by_size_desc);
+  _Static_assert(sizeof *e->order <= 32 && sizeof *e->busy <= 32, "sort_in_place: 32 bytes");
+  sort_in_place(e->order, (size_t)n, sizeof *e->order, by_size_desc);
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
     int v = e->order[i].value;
@@ -298,7 +332,7 @@ static ph_status place_all(executor *e, diag *d) {
       e->busy[nb].end = e->offset[u] + e->order[j].size;
       nb++;
     }
-    qsort(e->busy, (size_t)nb, sizeof *e->busy, by_begin);
+    sort_in_place(e->busy, (size_t)nb, sizeof *e->busy, by_begin);
     int64_t at = 0;
     for (int j = 0; j < nb; j++) {
       if (e->busy[j].begin >= at + size) break;
