@@ -1,11 +1,12 @@
 /* kv_buffers — the KV page memory of the full-attention layers, in the ABI's packed layout.
  *
- * Owns: one 64-byte-aligned allocation per full-attention layer per K/V, each
- * [n_blocks, block_size, Hkv, D] in the cache dtype (f32, f16 or bf16), zeroed at creation
- * (abi.md §8.1 past_key_values.{i}.key/.value). A block id from src/cache/block_pool.h indexes
- * dim 0 of every layer's buffer. The executor binds the views in place: past_key_values.{i}.key
- * and present.{i}.key are the same buffer (the cache output aliases the cache input).
- * Must never: decide which blocks are used (block_pool does), compute, or see requests.
+ * Owns: one page-aligned anonymous mapping (reads as zero, committed when first written) per
+ * full-attention layer per K/V, each [n_blocks, block_size, Hkv, D] in the cache dtype (f32, f16 or
+ * bf16), zeroed at creation (abi.md §8.1 past_key_values.{i}.key/.value). A block id from
+ * src/cache/block_pool.h indexes dim 0 of every layer's buffer. The executor binds the views in
+ * place: past_key_values.{i}.key and present.{i}.key are the same buffer (the cache output aliases
+ * the cache input). Must never: decide which blocks are used (block_pool does), compute, or see
+ * requests.
  */
 #ifndef PH_CACHE_KV_BUFFERS_H
 #define PH_CACHE_KV_BUFFERS_H
