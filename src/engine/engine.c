@@ -528,13 +528,16 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
   si.n_admitted = b.n_admitted;
   if (b.n_entries > 0) {
     /* 3. run */
+    const double t_now = now_s();
+    pthread_mutex_lock(&e->mu); /* t_sched is read by engine_request_info_get */
     for (int32_t k = 0; k < b.n_entries; k++) {
       const sched_entry *en = &b.entries[k];
       request *r = (request *)((char *)en->req - offsetof(request, sr));
-      if (r->t_sched == 0) r->t_sched = now_s();
+      if (r->t_sched == 0) r->t_sched = t_now;
       e->seqs[k] = (paged_seq){en->req->slot, &en->req->blocks, en->start, r->tokens + en->start,
                                en->n_tokens};
     }
+    pthread_mutex_unlock(&e->mu);
     FORWARD_IF_ERROR(paged_session_run(e->s, e->seqs, b.n_entries, d));
     FORWARD_IF_ERROR(sched_commit(e->sch, &b, d));
     e->steps++;
