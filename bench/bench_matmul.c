@@ -1,0 +1,248 @@
+/* bench_matmul — kernel lab for MatMulWT (y [M, N] = A [M, K] W[N, K]^T): every kernel variant
+ * this CPU runs (op_matmul.h: scalar reference, avx2, avx512), each validated against float64
+ * and timed on the shapes that dominate a Qwen3.5-0.8B-shaped model, next to this machine's
+ * DRAM bandwidth and fp32 FMA peak measured in the same run (roofline.h).
+ *
+ *   bench_matmul [--threads N] [--repeats N] [--variant scalar|avx2|avx512] [--case NAME]
+ *
+ * Cases: decode-like (M = 1: bandwidth-bound, reported as weight GB/s vs bandwidth) and
+ * prefill-like (M = 64, 512: compute-bound, GFLOP/s vs the fp32 FMA peak). Decode shapes small
+ * enough to stay in the last-level cache rotate over copies of W totalling >= 256 MB, as the
+ * layers of a model do, so every call reads W from DRAM. Weights live in anonymous memory
+ * advised for huge pages (the best case; a plain file mapping reads slower, machine.md). The
+ * op is called through its registry entry, exactly as the executor calls it (A staged to f32,
+ * bias, output rounding included). Each figure is the median of --repeats samples; the VM is
+ * shared, so compare ratios to the limits measured in the same run, not raw numbers.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pool.h"
+#include "base/rng.h"
+#include "ops/op.h"
+#include "ops/op_matmul.h"
+#include "ops/op_util.h"
+#include "roofline.h"
+#include "tensor/dtype.h"
+
+typedef struct bench_case {
+  const char *name;
+  int64_t M, K, N;
+  ph_dtype w_dtype;
+  int decode; /* 1: report bandwidth, 0: report FLOP rate */
+} bench_case;
+
+static const bench_case CASES[] = {
+    {"decode-mlp-up", 1, 1024, 3584, PH_DTYPE_BF16, 1},
+    {"decode-mlp-down", 1, 3584, 1024, PH_DTYPE_BF16, 1},
+    {"decode-lm-head", 1, 1024, 248320, PH_DTYPE_BF16, 1},
+    {"decode-f16", 1, 1024, 3584, PH_DTYPE_F16, 1},
+    {"decode-f32", 1, 1024, 3584, PH_DTYPE_F32, 1},
+    {"prefill-64", 64, 1024, 3584, PH_DTYPE_BF16, 0},
+    {"prefill-64-down", 64, 3584, 1024, PH_DTYPE_BF16, 0},
+    {"prefill-512", 512, 1024, 3584, PH_DTYPE_BF16, 0},
+};
+#define N_CASES (sizeof CASES / sizeof CASES[0])
+
+#define ROTATE_BYTES ((size_t)256 << 20)
+
+static const char *arg_value(int argc, char **argv, const char *name, const char *def) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], name) == 0) return argv[i + 1];
+  return def;
+}
+
+static void *huge_alloc(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+/* One prepared case: n_w copies of W (same values), A, y, the op and its scratch. */
+typedef struct bench_setup {
+  const bench_case *c;
+  int n_w;
+  size_t w_bytes; /* one copy */
+  unsigned char *w_all;
+  tensor a, w, y;
+  const op_def *op;
+  gnode node;
+  op_ctx ctx;
+} bench_setup;
+
+static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
+  memset(s, 0, sizeof *s);
+  s->c = c;
+  s->w_bytes = (size_t)(c->N * c->K) * dtype_size(c->w_dtype);
+  s->n_w = c->decode && s->w_bytes < ROTATE_BYTES ? (int)(ROTATE_BYTES / s->w_bytes) + 1 : 1;
+  s->w_all = huge_alloc(s->w_bytes * (size_t)s->n_w);
+  s->a.data = malloc((size_t)(c->M * c->K) * sizeof(float));
+  s->y.data = malloc((size_t)(c->M * c->N) * sizeof(float));
+  if (!s->w_all || !s->a.data || !s->y.data) return 0;
+  rng r = rng_seed(7);
+  s->w.dtype = c->w_dtype;
+  s->w.rank = 2;
+  s->w.dims[0] = c->N;
+  s->w.dims[1] = c->K;
+  s->w.data = s->w_all;
+  for (int64_t i = 0; i < c->N * c->K; i++) tensor_set_f32(&s->w, i, rng_range(&r, -1, 1));
+  for (int i = 1; i < s->n_w; i++) memcpy(s->w_all + (size_t)i * s->w_bytes, s->w_all, s->w_bytes);
+  s->a.dtype = PH_DTYPE_F32;
+  s->a.rank = 2;
+  s->a.dims[0] = c->M;
+  s->a.dims[1] = c->K;
+  for (int64_t i = 0; i < c->M * c->K; i++) ((float *)s->a.data)[i] = rng_range(&r, -1, 1);
+  s->y.dtype = PH_DTYPE_F32;
+  s->y.rank = 2;
+  s->y.dims[0] = c->M;
+  s->y.dims[1] = c->N;
+  s->op = op_lookup("pagedhybrid.internal", "MatMulWT");
+  if (!s->op) return 0;
+  s->node.name = "bench";
+  s->node.op_type = "MatMulWT";
+  s->node.domain = "pagedhybrid.internal";
+  s->node.n_inputs = 2;
+  s->node.n_outputs = 1;
+  s->node.op = s->op;
+  tinfo ti[2];
+  memset(ti, 0, sizeof ti);
+  ti[0] = op_tinfo_of(&s->a);
+  ti[1] = op_tinfo_of(&s->w);
+  s->ctx.pool = p;
+  s->ctx.scratch_bytes = s->op->scratch_bytes(&s->node, ti, threads);
+  s->ctx.scratch = aligned_alloc(64, (s->ctx.scratch_bytes + 63) / 64 * 64 + 64);
+  return s->ctx.scratch != NULL;
+}
+
+static void teardown(bench_setup *s) {
+  if (s->w_all) munmap(s->w_all, s->w_bytes * (size_t)s->n_w);
+  free(s->a.data);
+  free(s->y.data);
+  free(s->ctx.scratch);
+}
+
+/* Runs the op once on W copy i. */
+static int run_once(bench_setup *s, int i) {
+  s->w.data = s->w_all + (size_t)(i % s->n_w) * s->w_bytes;
+  const tensor *in[2] = {&s->a, &s->w};
+  tensor *out[1] = {&s->y};
+  diag d;
+  ph_status st = s->op->run(&s->node, in, out, &s->ctx, &d);
+  if (st != PH_OK) fprintf(stderr, "bench_matmul: %s: %s\n", ph_status_name(st), d.msg);
+  return st == PH_OK;
+}
+
+/* Largest error of 256 sampled outputs against float64, in units of u * sum |a w|. */
+static double validate(bench_setup *s) {
+  const bench_case *c = s->c;
+  rng r = rng_seed(9);
+  double worst = 0;
+  const float *a = s->a.data, *y = s->y.data;
+  for (int i = 0; i < 256; i++) {
+    int64_t m = (int64_t)rng_below(&r, (uint64_t)c->M), n = (int64_t)rng_below(&r, (uint64_t)c->N);
+    double sum = 0, mag = 0;
+    for (int64_t k = 0; k < c->K; k++) {
+      double p = (double)a[m * c->K + k] * (double)tensor_get_f32(&s->w, n * c->K + k);
+      sum += p;
+      mag += fabs(p);
+    }
+    double e = fabs((double)y[m * c->N + n] - sum) / (ldexp(1.0, -24) * (mag > 0 ? mag : 1e-30));
+    if (e > worst) worst = e;
+  }
+  return worst;
+}
+
+/* Median seconds per call over `repeats` samples; each sample runs at least 0.05 s and passes
+ * over every W copy at least once. */
+static double time_case(bench_setup *s, int repeats) {
+  double t[31];
+  int calls = s->n_w;
+  double t0 = roofline_now();
+  for (int i = 0; i < calls; i++) run_once(s, i); /* warm-up, and sizes a sample */
+  double one = (roofline_now() - t0) / calls;
+  while (calls * one < 0.05) calls *= 2;
+  for (int rep = 0; rep < repeats; rep++) {
+    double a = roofline_now();
+    for (int i = 0; i < calls; i++) run_once(s, i);
+    t[rep] = (roofline_now() - a) / calls;
+  }
+  return roofline_median(t, repeats);
+}
+
+int main(int argc, char **argv) {
+  int threads = atoi(arg_value(argc, argv, "--threads", "2"));
+  int repeats = atoi(arg_value(argc, argv, "--repeats", "7"));
+  const char *only_variant = arg_value(argc, argv, "--variant", NULL);
+  const char *only_case = arg_value(argc, argv, "--case", NULL);
+  if (threads < 1 || threads > 16 || repeats < 1 || repeats > 31) {
+    fprintf(stderr, "usage: bench_matmul [--threads 1..16] [--repeats 1..31] "
+                    "[--variant scalar|avx2|avx512] [--case NAME]\n");
+    return 2;
+  }
+  matmul_wt_variant vars[MATMUL_WT_N_VARIANTS];
+  int nv = 0;
+  for (int v = 0; v < MATMUL_WT_N_VARIANTS; v++) {
+    const char *name = matmul_wt_variant_name((matmul_wt_variant)v);
+    if (only_variant && strcmp(only_variant, name) != 0) continue;
+    if (matmul_wt_variant_available((matmul_wt_variant)v))
+      vars[nv++] = (matmul_wt_variant)v;
+    else
+      printf("%-16s %-7s not available on this CPU\n", "", name);
+  }
+  pool *p = NULL;
+  diag d;
+  if (pool_create(threads, &p, &d) != PH_OK) {
+    fprintf(stderr, "bench_matmul: %s\n", d.msg);
+    return 1;
+  }
+  fprintf(stderr, "bench_matmul: measuring this machine's limits ...\n");
+  double bw = roofline_bandwidth(threads), fma = roofline_fma(threads);
+  printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured now; "
+         "the VM is shared: medians of %d)\n",
+         threads, bw, fma, repeats);
+  printf("%-16s %-7s %8s %8s %9s %7s %9s %7s %7s %8s\n", "case", "variant", "M", "K x N", "us/call",
+         "GB/s", "of bw", "GFLOP/s", "of FMA", "err (u)");
+  int failed = 0;
+  for (size_t ci = 0; ci < N_CASES; ci++) {
+    const bench_case *c = &CASES[ci];
+    if (only_case && strcmp(only_case, c->name) != 0) continue;
+    bench_setup s;
+    if (!setup(&s, c, p, threads)) {
+      fprintf(stderr, "bench_matmul: %s: out of memory\n", c->name);
+      teardown(&s);
+      failed = 1;
+      continue;
+    }
+    double base = 0;
+    for (int vi = 0; vi < nv; vi++) {
+      if (matmul_wt_force_variant(vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
+        failed = 1;
+        continue;
+      }
+      double err = validate(&s);
+      double sec = time_case(&s, repeats);
+      double bytes = (double)s.w_bytes + 4.0 * (double)(c->M * c->K + c->M * c->N);
+      double gbs = bytes / sec / 1e9, gflops = 2.0 * c->M * c->N * c->K / sec / 1e9;
+      if (vi == 0) base = sec;
+      char dims[32];
+      snprintf(dims, sizeof dims, "%lldx%lld", (long long)c->K, (long long)c->N);
+      printf("%-16s %-7s %8lld %8s %9.1f %7.1f %9.3f %7.1f %7.3f %8.2f", c->name,
+             matmul_wt_variant_name(vars[vi]), (long long)c->M, dims, sec * 1e6, gbs, gbs / bw,
+             gflops, gflops / fma, err);
+      if (vi > 0) printf("  x%.1f", base / sec);
+      printf("%s\n", c->decode ? "  (bandwidth-bound)" : "  (compute-bound)");
+      /* a loose sanity check; test_matmul_wt holds the exact bounds */
+      if (!(err <= 64.0 + c->K / 16)) failed = 1;
+    }
+    teardown(&s);
+  }
+  printf("x N: speedup over the first variant listed. err: max |y - float64| over 256 sampled "
+         "outputs, in u * sum |a w| (u = 2^-24).\n");
+  pool_free(p);
+  return failed;
+}
