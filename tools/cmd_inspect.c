@@ -267,37 +267,7 @@ static json_t *values_json(const graph *g, const int *ids, int n) {
   return a;
 }
 
-/* The state_groups the paged layout writes (model.decoder.state_groups), copied as they are
- * when well formed ({kind: string, layer_ids: [int]}); genai_config_read does not keep them. */
-static json_t *state_groups(const char *dir) {
-  char path[4096];
-  if (path_join(path, sizeof path, dir, "genai_config.json", NULL) != PH_OK) return NULL;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
-  json_t *dec = json_object_get(json_object_get(root, "model"), "decoder");
-  json_t *groups = json_object_get(dec, "state_groups"), *out = NULL;
-  if (json_is_array(groups)) {
-    out = json_array();
-    size_t i;
-    json_t *gr;
-    json_array_foreach(groups, i, gr) {
-      json_t *kind = json_object_get(gr, "kind"), *ids = json_object_get(gr, "layer_ids");
-      if (!json_is_string(kind) || !json_is_array(ids)) continue;
-      json_t *o = json_object(), *list = json_array();
-      size_t k;
-      json_t *id;
-      json_array_foreach(ids, k, id) {
-        if (json_is_integer(id)) json_array_append(list, id);
-      }
-      json_object_set(o, "kind", kind);
-      json_object_set_new(o, "layer_ids", list);
-      json_array_append_new(out, o);
-    }
-  }
-  json_decref(root);
-  return out;
-}
-
-static json_t *genai_json(const genai_config *c, const char *dir) {
+static json_t *genai_json(const genai_config *c) {
   json_t *o = json_object();
   json_object_set_new(o, "type", json_string(c->model_type));
   json_object_set_new(o, "filename", json_string(c->filename));
@@ -317,8 +287,30 @@ static json_t *genai_json(const genai_config *c, const char *dir) {
   json_object_set_new(o, "pad_token_id",
                       c->pad_token_id >= 0 ? json_integer(c->pad_token_id) : json_null());
   json_object_set_new(o, "past_present_share_buffer", json_boolean(c->past_present_share_buffer));
-  json_t *groups = state_groups(dir);
-  if (groups) json_object_set_new(o, "state_groups", groups);
+  if (c->n_state_groups) {
+    json_t *groups = json_array();
+    for (int k = 0; k < c->n_state_groups; k++) {
+      const genai_state_group *sg = &c->state_groups[k];
+      json_t *g = json_object(), *ids = json_array();
+      for (int j = 0; j < sg->n_layer_ids; j++)
+        json_array_append_new(ids, json_integer(sg->layer_ids[j]));
+      json_object_set_new(g, "kind", json_string(genai_state_kind_name(sg->kind)));
+      json_object_set_new(g, "layer_ids", ids);
+      json_array_append_new(groups, g);
+    }
+    json_object_set_new(o, "state_groups", groups);
+  }
+  if (c->dynamic_batching.present) {
+    const genai_dynamic_batching *db = &c->dynamic_batching;
+    json_t *b = json_object();
+    json_object_set_new(b, "block_size", json_integer(db->block_size));
+    json_object_set_new(b, "max_batch_size", json_integer(db->max_batch_size));
+    if (db->num_blocks > 0) json_object_set_new(b, "num_blocks", json_integer(db->num_blocks));
+    if (db->gpu_utilization_factor > 0)
+      json_object_set_new(b, "gpu_utilization_factor", json_real(db->gpu_utilization_factor));
+    json_object_set_new(b, "max_scheduled_tokens", json_integer(db->max_scheduled_tokens));
+    json_object_set_new(o, "dynamic_batching", b);
+  }
   return o;
 }
 
@@ -418,6 +410,19 @@ static void print_package_text(const json_t *o, const char *dir) {
     print_ids(json_object_get(v, "layer_ids"));
     printf("\n");
   }
+  const json_t *db = json_object_get(gc, "dynamic_batching");
+  if (db) {
+    printf("  dynamic batching: block_size %lld, max_batch_size %lld, ",
+           (long long)json_integer_value(json_object_get(db, "block_size")),
+           (long long)json_integer_value(json_object_get(db, "max_batch_size")));
+    if (json_object_get(db, "num_blocks"))
+      printf("num_blocks %lld, ", (long long)json_integer_value(json_object_get(db, "num_blocks")));
+    if (json_object_get(db, "gpu_utilization_factor"))
+      printf("gpu_utilization_factor %g, ",
+             json_real_value(json_object_get(db, "gpu_utilization_factor")));
+    printf("max_scheduled_tokens %lld\n",
+           (long long)json_integer_value(json_object_get(db, "max_scheduled_tokens")));
+  }
 }
 
 static int inspect_package(const cli_args *a, const char *dir) {
@@ -464,7 +469,7 @@ static int inspect_package(const cli_args *a, const char *dir) {
       json_decref(o);
       return cli_lib_error(s, d.msg);
     }
-    json_object_set_new(o, "genai_config", genai_json(&gc, dir));
+    json_object_set_new(o, "genai_config", genai_json(&gc));
   }
   if (cli_flag(a, "json")) {
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
