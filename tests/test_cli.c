@@ -9,26 +9,12 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "cli_testing.h"
 #include "io/safetensors.h"
 
 static char g_tmp[512];
-static char g_out[1024], g_err[1024];
-static char *g_stdout, *g_stderr;
 
-/* Runs "PH_CLI args" with stdout/stderr captured into g_stdout/g_stderr; returns the exit code. */
-static int run(const char *args) {
-  char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", check_env("PH_CLI"), args, g_out, g_err);
-  int st = system(cmd);
-  free(g_stdout);
-  free(g_stderr);
-  size_t n;
-  diag d;
-  g_stdout = g_stderr = NULL;
-  file_read_all(g_out, 64 << 20, &g_stdout, &n, &d);
-  file_read_all(g_err, 1 << 20, &g_stderr, &n, &d);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+static int run(const char *args) { return cli_run(args); }
 
 static void test_help(void) {
   const char *cmds[] = {"inspect", "make-tiny", "generate", "demo", "export"};
@@ -426,8 +412,7 @@ int main(void) {
   if (system(rm) != 0) return 1;
   diag d;
   if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
-  snprintf(g_out, sizeof g_out, "%s/stdout.txt", g_tmp);
-  snprintf(g_err, sizeof g_err, "%s/stderr.txt", g_tmp);
+  cli_testing_init(g_tmp);
   RUN(test_help);
   RUN(test_usage_errors);
   RUN(test_library_errors);
@@ -437,7 +422,6 @@ int main(void) {
   RUN(test_generate_golden_logits);
   RUN(test_export);
   RUN(test_demo);
-  free(g_stdout);
-  free(g_stderr);
+  cli_testing_done();
   return check_finish();
 }

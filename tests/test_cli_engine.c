@@ -12,26 +12,12 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "cli_testing.h"
 
 static char g_tmp[512];
-static char g_out[1024], g_err[1024];
-static char *g_stdout, *g_stderr;
 static char g_ckpt[1024];
 
-/* Runs "PH_CLI args" with stdout/stderr captured into g_stdout/g_stderr; returns the exit code. */
-static int run(const char *args) {
-  char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", check_env("PH_CLI"), args, g_out, g_err);
-  int st = system(cmd);
-  free(g_stdout);
-  free(g_stderr);
-  size_t n;
-  diag d;
-  g_stdout = g_stderr = NULL;
-  file_read_all(g_out, 64 << 20, &g_stdout, &n, &d);
-  file_read_all(g_err, 1 << 20, &g_stderr, &n, &d);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+static int run(const char *args) { return cli_run(args); }
 
 static void write_text(const char *path, const char *text) {
   diag d;
@@ -461,15 +447,13 @@ int main(void) {
   if (system(rm) != 0) return 1;
   diag d;
   if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
-  snprintf(g_out, sizeof g_out, "%s/stdout.txt", g_tmp);
-  snprintf(g_err, sizeof g_err, "%s/stderr.txt", g_tmp);
+  cli_testing_init(g_tmp);
   RUN(test_run_golden);
   RUN(test_run_package);
   RUN(test_run_usage);
   RUN(test_run_bad_files);
   RUN(test_bench_json);
   RUN(test_bench_table_and_usage);
-  free(g_stdout);
-  free(g_stderr);
+  cli_testing_done();
   return check_finish();
 }

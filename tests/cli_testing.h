@@ -1,0 +1,48 @@
+/* cli_testing — run the built `pagedhybrid` binary (PH_CLI) from a test and capture its output.
+ *
+ *   cli_testing_init(tmp_dir);        // stdout/stderr land in tmp_dir/stdout.txt, stderr.txt
+ *   int rc = cli_run("inspect DIR");  // exit code (-1 if it did not exit normally)
+ *   ... g_stdout / g_stderr hold the captured text (NULL if unreadable) ...
+ *   cli_testing_done();
+ *
+ * One header for tests/test_cli.c and tests/test_cli_engine.c. */
+#ifndef PH_TESTS_CLI_TESTING_H
+#define PH_TESTS_CLI_TESTING_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "base/fmap.h"
+#include "check.h"
+
+static char g_out[1024], g_err[1024];
+static char *g_stdout, *g_stderr;
+
+static inline void cli_testing_init(const char *tmp_dir) {
+  snprintf(g_out, sizeof g_out, "%s/stdout.txt", tmp_dir);
+  snprintf(g_err, sizeof g_err, "%s/stderr.txt", tmp_dir);
+}
+
+/* Runs "PH_CLI args" with stdout/stderr captured into g_stdout/g_stderr; returns the exit code. */
+static inline int cli_run(const char *args) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", check_env("PH_CLI"), args, g_out, g_err);
+  int st = system(cmd);
+  free(g_stdout);
+  free(g_stderr);
+  size_t n;
+  diag d;
+  g_stdout = g_stderr = NULL;
+  file_read_all(g_out, 64 << 20, &g_stdout, &n, &d);
+  file_read_all(g_err, 1 << 20, &g_stderr, &n, &d);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static inline void cli_testing_done(void) {
+  free(g_stdout);
+  free(g_stderr);
+  g_stdout = g_stderr = NULL;
+}
+
+#endif /* PH_TESTS_CLI_TESTING_H */
