@@ -401,6 +401,8 @@ static void test_bench_json(void) {
     CHECK(num(x, "bytes_per_token") > 0);
     CHECK(num(x, "gbs") > 0);
     CHECK(num(x, "vs_bandwidth") > 0);
+    CHECK(num(x, "gflops") > 0);
+    CHECK(num(x, "vs_fma_peak") > 0);
   }
   CHECK(num(mem, "peak_rss_bytes") > 0);
   CHECK(num(mem, "cache_bytes") > 0);

@@ -15,9 +15,9 @@
 #include "models/model.h"
 #include "models/qwen35.h"
 
-#define BLOCK 16
-#define MAX_SEQ 3
-#define MAX_TOK 256
+#define BLOCK      16
+#define MAX_SEQ    3
+#define MAX_TOK    256
 #define MAX_BLOCKS 16 /* per sequence */
 
 typedef struct seq_state {
@@ -46,7 +46,9 @@ static tensor tens(ph_dtype dt, int rank, const int64_t *dims, void *data) {
   return t;
 }
 
-static int64_t conv_elems(const hf_config *c) { return c->geom.conv_dim * (c->lin.conv_kernel - 1); }
+static int64_t conv_elems(const hf_config *c) {
+  return c->geom.conv_dim * (c->lin.conv_kernel - 1);
+}
 static int64_t rec_elems(const hf_config *c) {
   return c->lin.n_value_heads * c->lin.value_head_dim * c->lin.key_head_dim;
 }
@@ -84,7 +86,7 @@ static ph_status step(paged_model *pm, seq_state **seqs, const int64_t *n, int B
 #define BIND(name, tt)                                                                             \
   do {                                                                                             \
     t = tt;                                                                                        \
-    FORWARD_IF_ERROR(exec_bind_input(e, exec_input_index(e, name), &t, d));                       \
+    FORWARD_IF_ERROR(exec_bind_input(e, exec_input_index(e, name), &t, d));                        \
   } while (0)
   BIND("input_ids", tens(PH_DTYPE_I64, 1, (int64_t[]){N}, ids));
   BIND("position_ids", tens(PH_DTYPE_I64, 2, (int64_t[]){3, N}, pos));
@@ -110,9 +112,11 @@ static ph_status step(paged_model *pm, seq_state **seqs, const int64_t *n, int B
         memcpy(cs + b * conv_elems(c), seqs[b]->conv[i], (size_t)conv_elems(c) * sizeof(float));
         memcpy(rs + b * rec_elems(c), seqs[b]->rec[i], (size_t)rec_elems(c) * sizeof(float));
       }
-      tensor tc = tens(PH_DTYPE_F32, 3, (int64_t[]){B, c->geom.conv_dim, c->lin.conv_kernel - 1}, cs);
-      tensor tr = tens(PH_DTYPE_F32, 4,
-                       (int64_t[]){B, c->lin.n_value_heads, c->lin.value_head_dim, c->lin.key_head_dim}, rs);
+      tensor tc =
+          tens(PH_DTYPE_F32, 3, (int64_t[]){B, c->geom.conv_dim, c->lin.conv_kernel - 1}, cs);
+      tensor tr = tens(
+          PH_DTYPE_F32, 4,
+          (int64_t[]){B, c->lin.n_value_heads, c->lin.value_head_dim, c->lin.key_head_dim}, rs);
       snprintf(name, sizeof name, "past_key_values.%d.conv_state", i);
       FORWARD_IF_ERROR(exec_bind_input(e, exec_input_index(e, name), &tc, d));
       snprintf(name, sizeof name, "present.%d.conv_state", i);
@@ -221,7 +225,8 @@ static void check_set(const char *set) {
   for (int s = 0; s < S && s < MAX_SEQ; s++) {
     json_t *t = json_object_get(json_array_get(seqs_j, (size_t)s), "tokens");
     lens[s] = (int64_t)json_array_size(t);
-    for (int64_t k = 0; k < lens[s]; k++) toks[s][k] = json_integer_value(json_array_get(t, (size_t)k));
+    for (int64_t k = 0; k < lens[s]; k++)
+      toks[s][k] = json_integer_value(json_array_get(t, (size_t)k));
   }
   /* schedules: (a) everything in one packed prefill; (b) chunks of 64 per sequence per step,
    * packed; (c) each sequence alone with the same chunks (batch invariance reference) */
@@ -272,7 +277,8 @@ static void check_set(const char *set) {
       if (err / scale > worst) worst = err / scale;
       /* batch invariance: chunked packed == chunked alone, bit for bit */
       if (mode == 2)
-        CHECK(memcmp(packed[s].logits, alone[s].logits, (size_t)(lens[s] * pm.V) * sizeof(float)) == 0);
+        CHECK(memcmp(packed[s].logits, alone[s].logits, (size_t)(lens[s] * pm.V) * sizeof(float)) ==
+              0);
     }
     if (mode == 0)
       for (int s = 0; s < S; s++) seq_free(&packed[s], &pm);

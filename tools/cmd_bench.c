@@ -440,6 +440,12 @@ static void print_json(const bench_report *r) {
       json_object_set_new(
           e, "vs_bandwidth",
           real_or_null(r->ml.measured && r->ml.bandwidth_gbs > 0, gbs / r->ml.bandwidth_gbs));
+      /* a batch of B tokens does 2 x parameters FLOP each: large batches are compute-bound */
+      const double gflops = x->tok_s * 2.0 * (double)m->parameters / 1e9;
+      json_object_set_new(e, "gflops", json_real(gflops));
+      json_object_set_new(
+          e, "vs_fma_peak",
+          real_or_null(r->ml.measured && r->ml.fma_gflops > 0, gflops / r->ml.fma_gflops));
     }
     json_array_append_new(dec, e);
   }
@@ -493,7 +499,8 @@ static void print_table(const bench_report *r) {
   if (r->ml.measured && r->ml.fma_gflops > 0)
     printf(" = %.4f of the FMA peak", pre_gflops / r->ml.fma_gflops);
   printf("; TTFT %.2f ms (%lld steps)\n", r->pre.ttft_ms, (long long)r->prefill_steps);
-  printf("decode    batch       tok/s    step ms    MB/step      GB/s  of bandwidth\n");
+  printf("decode    batch       tok/s    step ms    MB/step      GB/s  of bandwidth   GFLOP/s  "
+         "of FMA peak\n");
   for (int i = 0; i < r->c->n_batches; i++) {
     const decode_result *x = &r->dec[i];
     if (x->skipped) {
@@ -503,7 +510,10 @@ static void print_table(const bench_report *r) {
     const double bytes = decode_bytes_per_step(m, x), gbs = bytes / x->step_s / 1e9;
     printf("          %5lld  %10.1f  %9.3f  %9.3f  %8.3f", (long long)x->batch, x->tok_s,
            x->step_s * 1e3, bytes / 1e6, gbs);
-    if (r->ml.measured && r->ml.bandwidth_gbs > 0) printf("  %12.4f", gbs / r->ml.bandwidth_gbs);
+    const double gflops = x->tok_s * 2.0 * (double)m->parameters / 1e9;
+    if (r->ml.measured && r->ml.bandwidth_gbs > 0 && r->ml.fma_gflops > 0)
+      printf("  %12.4f  %8.2f  %11.4f", gbs / r->ml.bandwidth_gbs, gflops,
+             gflops / r->ml.fma_gflops);
     printf("\n");
   }
   printf("memory    peak RSS %.1f MiB; engine cache (KV pages + state slots) %.1f MiB\n",

@@ -13,7 +13,8 @@ typedef struct command {
 static const command COMMANDS[] = {
     {"inspect", cmd_inspect, "summarise a checkpoint: architecture, geometry, state and memory"},
     {"make-tiny", cmd_make_tiny, "write a deterministic random-weight checkpoint in HF layout"},
-    {"generate", cmd_generate, "greedy generation from token ids; several prompts run packed (paged)"},
+    {"generate", cmd_generate,
+     "greedy generation from token ids; several prompts run packed (paged)"},
     {"export", cmd_export, "write an ONNX Runtime GenAI package (model.onnx + data + config)"},
     {"run", cmd_run, "offline batch inference of a requests JSONL file through the engine"},
     {"bench", cmd_bench, "prefill/decode throughput and TTFT next to this machine's limits"},

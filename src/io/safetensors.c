@@ -164,12 +164,11 @@ static ph_status parse_entry(const char *label, const char *name, const json_t *
   const json_t *offs_j = json_object_get(entry, "data_offsets");
   RETURN_ERROR_IF(!offs_j, d, PH_ERR_SAFETENSORS_HEADER,
                   "%s: tensor \"%s\": missing \"data_offsets\"", label, name);
-  RETURN_ERROR_IF(!json_is_array(offs_j) || json_array_size(offs_j) != 2, d,
-                  PH_ERR_SAFETENSORS_HEADER,
-                  "%s: tensor \"%s\": \"data_offsets\" is %s of %zu elements, expected an array of "
-                  "2 integers",
-                  label, name, json_kind(offs_j),
-                  json_is_array(offs_j) ? json_array_size(offs_j) : (size_t)0);
+  RETURN_ERROR_IF(
+      !json_is_array(offs_j) || json_array_size(offs_j) != 2, d, PH_ERR_SAFETENSORS_HEADER,
+      "%s: tensor \"%s\": \"data_offsets\" is %s of %zu elements, expected an array of "
+      "2 integers",
+      label, name, json_kind(offs_j), json_is_array(offs_j) ? json_array_size(offs_j) : (size_t)0);
   uint64_t begin, end;
   FORWARD_IF_ERROR(json_index_uint(offs_j, 0, label, name, "data_offsets", &begin, d));
   FORWARD_IF_ERROR(json_index_uint(offs_j, 1, label, name, "data_offsets", &end, d));

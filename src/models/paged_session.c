@@ -232,16 +232,22 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
   }
   s->block_size = n_full ? kd[1] : 16;
   if (s->p.n_blocks == 0) { /* size the pages from the memory budget left after the slots */
-    kv_geometry one = {.n_full = n_full, .full_layers = full, .n_kv_heads = (int32_t)kd[2],
-                       .head_size = (int32_t)kd[3], .block_size = (int32_t)s->block_size,
-                       .n_blocks = 1, .dtype = n_full ? kv_dt : PH_DTYPE_F32};
-    state_geometry sg1 = {.n_linear = n_lin, .linear_layers = lin,
+    kv_geometry one = {.n_full = n_full,
+                       .full_layers = full,
+                       .n_kv_heads = (int32_t)kd[2],
+                       .head_size = (int32_t)kd[3],
+                       .block_size = (int32_t)s->block_size,
+                       .n_blocks = 1,
+                       .dtype = n_full ? kv_dt : PH_DTYPE_F32};
+    state_geometry sg1 = {.n_linear = n_lin,
+                          .linear_layers = lin,
                           .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
                           .conv_kernel = (int32_t)(n_lin ? cd[2] + 1 : 2),
                           .n_v_heads = (int32_t)(n_lin ? rd[1] : 1),
                           .head_v = (int32_t)(n_lin ? rd[2] : 1),
                           .head_k = (int32_t)(n_lin ? rd[3] : 1),
-                          .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32, .max_slots = 1};
+                          .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32,
+                          .max_slots = 1};
     const int64_t per_block = n_full ? kv_geometry_bytes_per_block(&one) : 1;
     const int64_t per_slot = state_geometry_slot_bytes(&sg1);
     const int64_t left = s->p.memory_bytes - per_slot * s->p.max_slots;
@@ -311,8 +317,8 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   s->g = g;
   s->p = p ? *p : paged_session_params_default();
   ph_status st = PH_OK;
-  if ((s->p.n_blocks < 2 && !(s->p.n_blocks == 0 && s->p.memory_bytes > 0)) || s->p.max_slots < 1 || s->p.max_batch < 1 ||
-      s->p.max_batch > s->p.max_slots || s->p.max_tokens < 1) {
+  if ((s->p.n_blocks < 2 && !(s->p.n_blocks == 0 && s->p.memory_bytes > 0)) || s->p.max_slots < 1 ||
+      s->p.max_batch < 1 || s->p.max_batch > s->p.max_slots || s->p.max_tokens < 1) {
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT,
                   "paged session: n_blocks %d (>= 2), max_slots %d (>= 1), max_batch %d (1.."
                   "max_slots), max_tokens %lld (>= 1)",

@@ -62,13 +62,13 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
 void paged_binding_for_config(const hf_config *c, paged_binding *out);
 
 typedef struct paged_session_params {
-  int32_t n_blocks;   /* KV pages including the null page 0 (>= 2); 0: as many as fit in
-                         memory_bytes after the state slots */
+  int32_t n_blocks;     /* KV pages including the null page 0 (>= 2); 0: as many as fit in
+                           memory_bytes after the state slots */
   int64_t memory_bytes; /* the budget used when n_blocks is 0 */
-  int32_t max_slots;  /* fixed-state slots = most sequences alive at once (>= 1) */
-  int32_t max_batch;  /* most sequences in one step (>= 1; <= max_slots) */
-  int64_t max_tokens; /* most tokens in one step (>= 1) */
-  int n_threads;      /* <= 0: all CPUs */
+  int32_t max_slots;    /* fixed-state slots = most sequences alive at once (>= 1) */
+  int32_t max_batch;    /* most sequences in one step (>= 1; <= max_slots) */
+  int64_t max_tokens;   /* most tokens in one step (>= 1) */
+  int n_threads;        /* <= 0: all CPUs */
 } paged_session_params;
 
 paged_session_params paged_session_params_default(void); /* 257 pages, 8 slots, 8, 2048 */
