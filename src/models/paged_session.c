@@ -231,44 +231,13 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
     }
   }
   s->block_size = n_full ? kd[1] : 16;
-  if (s->p.n_blocks == 0) { /* size the pages from the memory budget left after the slots */
-    kv_geometry one = {.n_full = n_full,
-                       .full_layers = full,
-                       .n_kv_heads = (int32_t)kd[2],
-                       .head_size = (int32_t)kd[3],
-                       .block_size = (int32_t)s->block_size,
-                       .n_blocks = 1,
-                       .dtype = n_full ? kv_dt : PH_DTYPE_F32};
-    state_geometry sg1 = {.n_linear = n_lin,
-                          .linear_layers = lin,
-                          .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
-                          .conv_kernel = (int32_t)(n_lin ? cd[2] + 1 : 2),
-                          .n_v_heads = (int32_t)(n_lin ? rd[1] : 1),
-                          .head_v = (int32_t)(n_lin ? rd[2] : 1),
-                          .head_k = (int32_t)(n_lin ? rd[3] : 1),
-                          .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32,
-                          .max_slots = 1};
-    const int64_t per_block = n_full ? kv_geometry_bytes_per_block(&one) : 1;
-    const int64_t per_slot = state_geometry_slot_bytes(&sg1);
-    const int64_t left = s->p.memory_bytes - per_slot * s->p.max_slots;
-    RETURN_ERROR_IF(per_block <= 0 || per_slot < 0 || left < 2 * per_block, d, PH_ERR_LIMIT,
-                    "a memory budget of %lld bytes holds %d state slots of %lld bytes but not "
-                    "two KV pages of %lld bytes",
-                    (long long)s->p.memory_bytes, s->p.max_slots, (long long)per_slot,
-                    (long long)per_block);
-    const int64_t n = left / per_block;
-    s->p.n_blocks = (int32_t)(n > INT32_MAX - 1 ? INT32_MAX - 1 : n);
-  }
   kv_geometry kg = {.n_full = n_full,
                     .full_layers = full,
-                    .n_kv_heads = (int32_t)kd[2],
-                    .head_size = (int32_t)kd[3],
+                    .n_kv_heads = n_full ? (int32_t)kd[2] : 1,
+                    .head_size = n_full ? (int32_t)kd[3] : 1,
                     .block_size = (int32_t)s->block_size,
                     .n_blocks = s->p.n_blocks,
                     .dtype = n_full ? kv_dt : PH_DTYPE_F32};
-  if (n_full == 0) kg.n_kv_heads = kg.head_size = 1;
-  FORWARD_IF_ERROR(kv_buffers_create(&kg, &s->kv, d));
-  FORWARD_IF_ERROR(block_pool_create(s->p.n_blocks, &s->blocks, d));
   state_geometry sg = {.n_linear = n_lin,
                        .linear_layers = lin,
                        .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
@@ -278,6 +247,22 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
                        .head_k = (int32_t)(n_lin ? rd[3] : 1),
                        .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32,
                        .max_slots = s->p.max_slots};
+  if (s->p.n_blocks == 0) { /* size the pages from the memory budget left after the slots */
+    kg.n_blocks = 1;        /* a block's and a slot's bytes do not depend on the counts */
+    const int64_t per_block = n_full ? kv_geometry_bytes_per_block(&kg) : 1;
+    const int64_t per_slot = state_geometry_slot_bytes(&sg);
+    const int64_t left = s->p.memory_bytes - per_slot * s->p.max_slots;
+    RETURN_ERROR_IF(per_block <= 0 || per_slot < 0 || left < 2 * per_block, d, PH_ERR_LIMIT,
+                    "a memory budget of %lld bytes holds %d state slots of %lld bytes but not "
+                    "two KV pages of %lld bytes",
+                    (long long)s->p.memory_bytes, s->p.max_slots, (long long)per_slot,
+                    (long long)per_block);
+    const int64_t n = left / per_block;
+    s->p.n_blocks = (int32_t)(n > INT32_MAX - 1 ? INT32_MAX - 1 : n);
+    kg.n_blocks = s->p.n_blocks;
+  }
+  FORWARD_IF_ERROR(kv_buffers_create(&kg, &s->kv, d));
+  FORWARD_IF_ERROR(block_pool_create(s->p.n_blocks, &s->blocks, d));
   return state_pool_create(&sg, &s->states, d);
 }
 
