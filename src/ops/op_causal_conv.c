@@ -40,13 +40,7 @@ static ph_status cc_resolve(const gnode *n, const tinfo *in_, cc_geom *g, diag *
                   "CausalConvWithState: takes 2 to 4 inputs, got %d", n->n_inputs);
   RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 2, d, PH_ERR_INVALID_ARGUMENT,
                   "CausalConvWithState: has 1 or 2 outputs, got %d", n->n_outputs);
-  const char *act = NULL;
-  FORWARD_IF_ERROR(op_attr_string(n, "activation", "none", &act, d));
-  if (strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0)
-    g->silu = 1;
-  else
-    RETURN_ERROR_IF(strcmp(act, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
-                    "CausalConvWithState: activation \"%s\" is not none, silu or swish", act);
+  FORWARD_IF_ERROR(op_attr_conv_activation(n, &g->silu, d));
   int64_t ndim = 1, cl = 0, window = 0;
   FORWARD_IF_ERROR(op_attr_int(n, "ndim", 1, &ndim, d));
   RETURN_ERROR_IF(ndim < 1 || ndim > 3, d, PH_ERR_INVALID_ARGUMENT,

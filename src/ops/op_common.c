@@ -124,6 +124,33 @@ ph_status op_attr_string(const gnode *n, const char *name, const char *def, cons
   return PH_OK;
 }
 
+ph_status op_attr_update_rule(const gnode *n, const char **name, int *gated, int *delta, diag *d) {
+  const char *rs = "gated_delta";
+  *gated = *delta = 0;
+  *name = rs;
+  FORWARD_IF_ERROR(op_attr_string(n, "update_rule", "gated_delta", &rs, d));
+  *name = rs;
+  if (strcmp(rs, "gated") == 0 || strcmp(rs, "gated_delta") == 0) *gated = 1;
+  if (strcmp(rs, "delta") == 0 || strcmp(rs, "gated_delta") == 0) *delta = 1;
+  RETURN_ERROR_IF(!*gated && !*delta && strcmp(rs, "linear") != 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: update_rule \"%s\" is not linear, gated, delta or gated_delta", n->op_type,
+                  rs);
+  return PH_OK;
+}
+
+ph_status op_attr_conv_activation(const gnode *n, int *silu, diag *d) {
+  const char *act = NULL;
+  *silu = 0;
+  FORWARD_IF_ERROR(op_attr_string(n, "activation", "none", &act, d));
+  if (strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0) {
+    *silu = 1;
+    return PH_OK;
+  }
+  RETURN_ERROR_IF(strcmp(act, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: activation \"%s\" is not none, silu or swish", n->op_type, act);
+  return PH_OK;
+}
+
 ph_status op_attr_ints(const gnode *n, const char *name, const int64_t **v, int *count, diag *d) {
   const gattr *a;
   *v = NULL;

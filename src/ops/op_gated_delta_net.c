@@ -98,20 +98,8 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
   RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 3, d, PH_ERR_INVALID_ARGUMENT,
                   "GatedDeltaNet: has 1 to 3 outputs, got %d", n->n_outputs);
 
-  const char *rs = "gated_delta";
-  FORWARD_IF_ERROR(op_attr_string(n, "update_rule", "gated_delta", &rs, d));
-  if (strcmp(rs, "linear") == 0) {
-  } else if (strcmp(rs, "gated") == 0) {
-    g->gated = 1;
-  } else if (strcmp(rs, "delta") == 0) {
-    g->delta = 1;
-  } else if (strcmp(rs, "gated_delta") == 0) {
-    g->gated = g->delta = 1;
-  } else {
-    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
-                    "GatedDeltaNet: update_rule \"%s\" is not linear, gated, delta or gated_delta",
-                    rs);
-  }
+  const char *rs = NULL;
+  FORWARD_IF_ERROR(op_attr_update_rule(n, &rs, &g->gated, &g->delta, d));
   float scale_attr = 0.0f;
   FORWARD_IF_ERROR(op_attr_float(n, "scale", 0.0f, &scale_attr, d));
   RETURN_ERROR_IF(!isfinite(scale_attr), d, PH_ERR_INVALID_ARGUMENT,

@@ -60,21 +60,8 @@ static ph_status la_resolve(const gnode *n, const tinfo *in_, la_geom *g, diag *
   RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 2, d, PH_ERR_INVALID_ARGUMENT,
                   "LinearAttention: has 1 or 2 outputs, got %d", n->n_outputs);
 
-  const char *rs = "gated_delta";
-  FORWARD_IF_ERROR(op_attr_string(n, "update_rule", "gated_delta", &rs, d));
-  if (strcmp(rs, "linear") == 0) {
-  } else if (strcmp(rs, "gated") == 0) {
-    g->gated = 1;
-  } else if (strcmp(rs, "delta") == 0) {
-    g->delta = 1;
-  } else if (strcmp(rs, "gated_delta") == 0) {
-    g->gated = g->delta = 1;
-  } else {
-    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
-                    "LinearAttention: update_rule \"%s\" is not linear, gated, delta or "
-                    "gated_delta",
-                    rs);
-  }
+  const char *rs = NULL;
+  FORWARD_IF_ERROR(op_attr_update_rule(n, &rs, &g->gated, &g->delta, d));
   /* absent reads as 0, which the >= 1 check rejects */
   FORWARD_IF_ERROR(op_attr_int(n, "q_num_heads", 0, &g->Hq, d));
   RETURN_ERROR_IF(g->Hq < 1, d, PH_ERR_INVALID_ARGUMENT,

@@ -31,6 +31,13 @@ ph_status op_attr_string(const gnode *n, const char *name, const char *def, cons
 /* A list of ints: *v and *count elements. Absent: *v = NULL and *count = -1, so that "absent"
  * (often a default) differs from "empty". */
 ph_status op_attr_ints(const gnode *n, const char *name, const int64_t **v, int *count, diag *d);
+/* update_rule of the recurrent-state ops (LinearAttention, GatedDeltaNet): "linear", "gated",
+ * "delta" or "gated_delta" (the default); *name gets the value for messages. Another value is
+ * PH_ERR_INVALID_ARGUMENT, "<op>: update_rule "x" is not linear, gated, delta or gated_delta". */
+ph_status op_attr_update_rule(const gnode *n, const char **name, int *gated, int *delta, diag *d);
+/* activation of the causal convolutions: "none" (the default, *silu = 0), "silu" or "swish"
+ * (*silu = 1); another value is PH_ERR_INVALID_ARGUMENT naming it. */
+ph_status op_attr_conv_activation(const gnode *n, int *silu, diag *d);
 
 /* ---- inputs and outputs -------------------------------------------------------------------- */
 

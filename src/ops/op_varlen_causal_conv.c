@@ -64,13 +64,7 @@ static ph_status vc_resolve(const gnode *n, const tinfo *in_, vc_geom *g, diag *
                   "VarlenCausalConvWithState: takes 5 or 6 inputs, got %d", n->n_inputs);
   RETURN_ERROR_IF(n->n_outputs < 2 || n->n_outputs > 3, d, PH_ERR_INVALID_ARGUMENT,
                   "VarlenCausalConvWithState: has 2 or 3 outputs, got %d", n->n_outputs);
-  const char *act = NULL;
-  FORWARD_IF_ERROR(op_attr_string(n, "activation", "none", &act, d));
-  if (strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0)
-    g->silu = 1;
-  else
-    RETURN_ERROR_IF(strcmp(act, "none") != 0, d, PH_ERR_INVALID_ARGUMENT,
-                    "VarlenCausalConvWithState: activation \"%s\" is not none, silu or swish", act);
+  FORWARD_IF_ERROR(op_attr_conv_activation(n, &g->silu, d));
   FORWARD_IF_ERROR(op_attr_int(n, "dilation", 1, &g->dil, d));
   RETURN_ERROR_IF(g->dil < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "VarlenCausalConvWithState: dilation must be >= 1, got %lld", (long long)g->dil);
