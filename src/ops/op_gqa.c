@@ -438,6 +438,16 @@ static void gqa_present_task(void *ctx, size_t task, int thread) {
   }
 }
 
+/* Key row t of one kv head in present [B, Hkv, T, D]: row 0's offset plus t rows. */
+typedef struct gqa_rows {
+  int64_t base, D;
+} gqa_rows;
+
+static int64_t gqa_row(const void *ctx, int64_t t) {
+  const gqa_rows *r = ctx;
+  return r->base + t * r->D;
+}
+
 /* Phase 2, task (b, query head): all S queries of this head against present. */
 static void gqa_attend_task(void *ctx, size_t task, int thread) {
   const gqa_job *j = ctx;
@@ -445,7 +455,7 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
   const int64_t b = (int64_t)task / g->Hq, h = (int64_t)task % g->Hq, D = g->D;
   const int64_t kvh = h / (g->Hq / g->Hkv);
   const int64_t L = (int64_t)j->seqlens[b] + 1, Pb = L - g->S;
-  const int64_t base = (b * g->Hkv + kvh) * g->T * D; /* present row 0 of this kv head */
+  const gqa_rows rows = {(b * g->Hkv + kvh) * g->T * D, D}; /* present row 0 of this kv head */
   /* slice: scores [T], q [D], k or v row [D], acc [D], cos [rot/2], sin [rot/2] */
   float *scores = j->scratch + (size_t)thread * gqa_slice_floats(g);
   float *q = scores + g->T, *kv = q + D, *acc = kv + D, *c = acc + D;
@@ -456,27 +466,8 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
     const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
     tensor_load_f32(j->q, gqa_q_off(j, b, s, h), D, q);
     if (g->rotary) gqa_rotate(j, q, gqa_pos(j, b, s), c, sn);
-    float m = -INFINITY;
-    for (int64_t t = lo; t <= p; t++) {
-      tensor_load_f32(j->present_k, base + t * D, D, kv);
-      float dot = 0.0f;
-      for (int64_t e = 0; e < D; e++) dot += q[e] * kv[e];
-      float sc = dot * g->scale;
-      if (g->softcap > 0.0f) sc = g->softcap * tanhf(sc / g->softcap);
-      scores[t - lo] = sc;
-      if (sc > m) m = sc;
-    }
-    if (j->sink && sink > m) m = sink;
-    float sum = 0.0f;
-    for (int64_t e = 0; e < D; e++) acc[e] = 0.0f;
-    for (int64_t t = lo; t <= p; t++) {
-      const float w = expf(scores[t - lo] - m);
-      sum += w;
-      tensor_load_f32(j->present_v, base + t * D, D, kv);
-      for (int64_t e = 0; e < D; e++) acc[e] += w * kv[e];
-    }
-    if (j->sink) sum += expf(sink - m);
-    for (int64_t e = 0; e < D; e++) acc[e] = acc[e] / sum;
+    op_attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, j->present_k,
+                  j->present_v, gqa_row, &rows, scores, kv, acc);
     tensor_store_f32(j->out, (b * g->S + s) * g->Hq * D + h * D, D, acc);
   }
 }

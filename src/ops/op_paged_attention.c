@@ -469,12 +469,24 @@ static void pa_write_task(void *ctx, size_t task, int thread) {
     }
 }
 
+/* Key row t of sequence b, kv head kvh, in the pages: its slot's row. */
+typedef struct pa_rows {
+  const pa_job *j;
+  int64_t b, kvh;
+} pa_rows;
+
+static int64_t pa_row(const void *ctx, int64_t t) {
+  const pa_rows *r = ctx;
+  return (pa_slot(r->j, r->b, t) * r->j->g->Hkv + r->kvh) * r->j->g->D;
+}
+
 /* Phase 2, task (sequence, query head). */
 static void pa_attend_task(void *ctx, size_t task, int thread) {
   const pa_job *j = ctx;
   const pa_geom *g = j->g;
   const int64_t b = (int64_t)task / g->Hq, h = (int64_t)task % g->Hq, D = g->D;
   const int64_t kvh = h / (g->Hq / g->Hkv);
+  const pa_rows rows = {j, b, kvh};
   float *scores = j->scratch + (size_t)thread * pa_slice_floats(g);
   float *q = scores + g->MB * g->BS, *kv = q + D, *acc = kv + D, *c = acc + D;
   float *sn = c + g->rot / 2;
@@ -484,27 +496,8 @@ static void pa_attend_task(void *ctx, size_t task, int thread) {
     const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
     tensor_load_f32(j->q, pa_q_off(g, r, h), D, q);
     pa_prep(j, q, j->qn, p, c, sn);
-    float m = -INFINITY;
-    for (int64_t t = lo; t <= p; t++) {
-      tensor_load_f32(j->kc, (pa_slot(j, b, t) * g->Hkv + kvh) * D, D, kv);
-      float dot = 0.0f;
-      for (int64_t e = 0; e < D; e++) dot += q[e] * kv[e];
-      float sc = dot * g->scale;
-      if (g->softcap > 0.0f) sc = g->softcap * tanhf(sc / g->softcap);
-      scores[t - lo] = sc;
-      if (sc > m) m = sc;
-    }
-    if (j->sink && sink > m) m = sink;
-    float sum = 0.0f;
-    for (int64_t e = 0; e < D; e++) acc[e] = 0.0f;
-    for (int64_t t = lo; t <= p; t++) {
-      const float w = expf(scores[t - lo] - m);
-      sum += w;
-      tensor_load_f32(j->vc, (pa_slot(j, b, t) * g->Hkv + kvh) * D, D, kv);
-      for (int64_t e = 0; e < D; e++) acc[e] += w * kv[e];
-    }
-    if (j->sink) sum += expf(sink - m);
-    for (int64_t e = 0; e < D; e++) acc[e] = acc[e] / sum;
+    op_attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, j->kc, j->vc, pa_row,
+                  &rows, scores, kv, acc);
     tensor_store_f32(j->out, r * g->Hq * D + h * D, D, acc);
   }
 }
