@@ -30,7 +30,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "base/fmap.h"
 #include "cli.h"
 #include "engine/engine.h"
 #include "io/onnx.h"
@@ -545,9 +544,7 @@ static int32_t pages_needed(const bench_config *c, const engine_params *p) {
 static ph_status run_bench(const char *dir, const engine_params *p0, bench_report *r, diag *d) {
   const bench_config *c = r->c;
   const double t_start = roofline_now();
-  char onnx_path[4096];
-  snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
-  r->m.is_package = path_exists(onnx_path);
+  r->m.is_package = onnx_is_package(dir);
   engine_params p = *p0;
   if (!r->m.is_package && p.max_batch == 0)
     for (int i = 0; i < c->n_batches; i++)

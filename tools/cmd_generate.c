@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fmap.h"
 #include "cli.h"
 #include "io/genai_config.h"
 #include "io/onnx.h"
@@ -205,9 +204,7 @@ int cmd_generate(int argc, char **argv) {
 
   /* A package directory (model.onnx) runs its graph, in the layout it was exported with;
    * anything else is a checkpoint. */
-  char onnx_path[4096];
-  snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
-  const int is_package = path_exists(onnx_path);
+  const int is_package = onnx_is_package(dir);
   ph_model *m = NULL;
   ph_status s = PH_OK;
   diag d;
@@ -245,15 +242,8 @@ int cmd_generate(int argc, char **argv) {
     }
   } else if (s == PH_OK) {
     if (is_package) {
-      graph *g = NULL;
-      paged_binding bind;
-      s = paged_binding_from_genai(&gc, &bind, &d);
-      if (s == PH_OK) s = onnx_read_model(dir, &g, &d);
-      if (s == PH_OK) {
-        block = gc.dynamic_batching.block_size;
-        paged_session_params p = paged_params(q, n, threads, block);
-        s = paged_session_create(g, &bind, &p, &ps, &d);
-      }
+      paged_session_params p = paged_params(q, n, threads, gc.dynamic_batching.block_size);
+      s = paged_session_create_package(dir, &gc, &p, &ps, &d);
     } else {
       qwen35_options o = qwen35_options_default();
       o.block_size = block;

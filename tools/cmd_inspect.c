@@ -508,10 +508,7 @@ int cmd_inspect(int argc, char **argv) {
   if (block & (block - 1))
     return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
 
-  char model_path[4096];
-  if (path_join(model_path, sizeof model_path, a.positional[0], ONNX_MODEL_FILE, NULL) == PH_OK &&
-      path_exists(model_path))
-    return inspect_package(&a, a.positional[0]);
+  if (onnx_is_package(a.positional[0])) return inspect_package(&a, a.positional[0]);
 
   ph_model_params params = ph_model_params_default();
   params.load_weights = !cli_flag(&a, "no-weights");

@@ -22,7 +22,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/fmap.h"
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine/request_file.h"
@@ -315,10 +314,8 @@ int cmd_run(int argc, char **argv) {
   FILE *out = NULL;
   run_totals t;
   memset(&t, 0, sizeof t);
-  char onnx_path[4096];
-  snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
   ph_status s = request_list_read(req_path, &reqs, &d);
-  if (s == PH_OK && checkpoint_only && path_exists(onnx_path))
+  if (s == PH_OK && checkpoint_only && onnx_is_package(dir))
     s = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
                  "--block-size, --max-context and --io-dtype apply to a checkpoint; the package "
                  "%s fixes them in its graph",

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/fmap.h"
 #include "engine/scheduler.h"
 #include "io/genai_config.h"
 #include "io/onnx.h"
@@ -214,12 +213,8 @@ ph_status engine_create(const char *dir, const engine_params *p, engine **out, d
   RETURN_ERROR_IF(!e, d, PH_ERR_NO_MEMORY, "engine: out of memory");
   ph_status st = PH_OK;
   genai_config gc;
-  char onnx_path[4096];
-  snprintf(onnx_path, sizeof onnx_path, "%s/%s", dir, ONNX_MODEL_FILE);
-  if (path_exists(onnx_path)) {
+  if (onnx_is_package(dir)) {
     /* a package: its genai_config.json binds the graph and gives the batching defaults */
-    paged_binding bind;
-    graph *g = NULL;
     if ((st = genai_config_read(dir, &gc, d)) != PH_OK) goto fail;
     if (!gc.paged) {
       st = diag_set(d, PH_ERR_UNSUPPORTED,
@@ -228,12 +223,10 @@ ph_status engine_create(const char *dir, const engine_params *p, engine **out, d
                     dir);
       goto fail;
     }
-    if ((st = paged_binding_from_genai(&gc, &bind, d)) != PH_OK) goto fail;
     resolve_params(&e->p, &gc);
     if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
-    if ((st = onnx_read_model(dir, &g, d)) != PH_OK) goto fail;
     paged_session_params sp = session_params(&e->p);
-    if ((st = paged_session_create(g, &bind, &sp, &e->s, d)) != PH_OK) goto fail;
+    if ((st = paged_session_create_package(dir, &gc, &sp, &e->s, d)) != PH_OK) goto fail;
     set_eos(e, &gc);
   } else {
     if ((st = ph_model_open(dir, NULL, &e->model)) != PH_OK) {

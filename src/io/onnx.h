@@ -60,6 +60,10 @@ ph_status onnx_write_model_structure(graph *g, const char *dir, const char *prod
  * for their dtype are views of the mapping, others are copied. docs/import.md has every rule. */
 ph_status onnx_read_model(const char *dir, graph **out, diag *d);
 
+/* 1 when dir holds model.onnx: a package (the CLI and the engine then read it instead of
+ * treating dir as a Hugging Face checkpoint). */
+int onnx_is_package(const char *dir);
+
 /* Parses a ModelProto held in memory (no external data allowed unless data/data_size give the
  * bytes of model.onnx.data; those bytes are copied, so the buffers need not outlive the graph).
  * The fuzzer drives this. */

@@ -899,3 +899,8 @@ ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_mo
 ph_status onnx_read_model(const char *dir, graph **out, diag *d) {
   return onnx_read_model_ex(dir, 1, out, NULL, d);
 }
+
+int onnx_is_package(const char *dir) {
+  char path[4096];
+  return path_join(path, sizeof path, dir, ONNX_MODEL_FILE, NULL) == PH_OK && path_exists(path);
+}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graph/prepare.h"
+#include "io/onnx.h"
 #include "models/model.h"
 #include "models/qwen35.h"
 #include "tensor/dtype.h"
@@ -560,5 +561,16 @@ ph_status paged_session_create_model(const ph_model *m, const qwen35_options *o,
   FORWARD_IF_ERROR(qwen35_build_dense(c, w, &opt, &g, d));
   paged_binding bind;
   paged_binding_for_config(c, &bind);
+  return paged_session_create(g, &bind, p, out, d);
+}
+
+ph_status paged_session_create_package(const char *dir, const genai_config *gc,
+                                       const paged_session_params *p, paged_session **out,
+                                       diag *d) {
+  *out = NULL;
+  paged_binding bind;
+  FORWARD_IF_ERROR(paged_binding_from_genai(gc, &bind, d));
+  graph *g = NULL;
+  FORWARD_IF_ERROR(onnx_read_model(dir, &g, d));
   return paged_session_create(g, &bind, p, out, d);
 }
