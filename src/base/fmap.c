@@ -129,3 +129,13 @@ ph_status path_mkdirs(const char *path, diag *d) {
   RETURN_ERROR_IF(!path_is_dir(path), d, PH_ERR_IO, "%s: exists and is not a directory", path);
   return PH_OK;
 }
+
+void *pages_alloc_zeroed(size_t bytes) {
+  void *p =
+      mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void pages_free(void *p, size_t bytes) {
+  if (p) munmap(p, bytes ? bytes : 1);
+}

@@ -3,8 +3,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "base/fmap.h"
 #include "tensor/dtype.h"
 
 struct kv_buffers {
@@ -69,15 +69,6 @@ int64_t kv_geometry_total_bytes(const kv_geometry *g) {
   return r * 2 * g->n_full;
 }
 
-/* Anonymous pages read as zero and are committed only when first written: a budget of many
- * GiB costs nothing until pages are used (memset-zeroing 1 GiB took seconds on the development
- * VM). Page-aligned, so KV_BUFFERS_ALIGN holds. NULL on failure. */
-static void *zeroed_pages(size_t bytes) {
-  void *p =
-      mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
-
 ph_status kv_buffers_create(const kv_geometry *g, kv_buffers **out, diag *d) {
   RETURN_ERROR_IF(!out, d, PH_ERR_INVALID_ARGUMENT, "kv_buffers_create: out is NULL");
   *out = NULL;
@@ -97,8 +88,8 @@ ph_status kv_buffers_create(const kv_geometry *g, kv_buffers **out, diag *d) {
   if (!kv->layers || !kv->keys || !kv->values) goto fail_mem;
   if (g->n_full > 0) memcpy(kv->layers, g->full_layers, (size_t)g->n_full * sizeof *kv->layers);
   for (int32_t i = 0; i < g->n_full; i++) {
-    kv->keys[i] = zeroed_pages((size_t)kv->buffer_bytes);
-    kv->values[i] = zeroed_pages((size_t)kv->buffer_bytes);
+    kv->keys[i] = pages_alloc_zeroed((size_t)kv->buffer_bytes);
+    kv->values[i] = pages_alloc_zeroed((size_t)kv->buffer_bytes);
     if (!kv->keys[i] || !kv->values[i]) goto fail_mem;
   }
   *out = kv;
@@ -112,10 +103,8 @@ fail_mem:
 void kv_buffers_free(kv_buffers *kv) {
   if (!kv) return;
   for (int32_t i = 0; i < kv->g.n_full; i++) {
-    if (kv->keys && kv->keys[i])
-      munmap(kv->keys[i], kv->buffer_bytes ? (size_t)kv->buffer_bytes : 1);
-    if (kv->values && kv->values[i])
-      munmap(kv->values[i], kv->buffer_bytes ? (size_t)kv->buffer_bytes : 1);
+    if (kv->keys) pages_free(kv->keys[i], (size_t)kv->buffer_bytes);
+    if (kv->values) pages_free(kv->values[i], (size_t)kv->buffer_bytes);
   }
   free(kv->keys);
   free(kv->values);

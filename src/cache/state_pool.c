@@ -4,16 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fmap.h"
 #include "tensor/dtype.h"
 
 struct state_pool {
-  state_geometry g; /* g.linear_layers -> layers */
-  int32_t *layers;  /* [n_linear] model layer indices */
-  uint8_t **conv;   /* [n_linear] each [max_slots, conv_dim, K-1] io dtype */
-  float **rec;      /* [n_linear] each [max_slots, Hv, Dv, Dk] f32 */
-  int64_t conv_row; /* bytes of one slot's conv rows in one layer */
-  int64_t rec_row;  /* bytes of one slot's recurrent rows in one layer */
-  uint8_t *used;    /* [max_slots] 1 = allocated */
+  state_geometry g;             /* g.linear_layers -> layers */
+  int32_t *layers;              /* [n_linear] model layer indices */
+  uint8_t **conv;               /* [n_linear] each [max_slots, conv_dim, K-1] io dtype */
+  float **rec;                  /* [n_linear] each [max_slots, Hv, Dv, Dk] f32 */
+  int64_t conv_row;             /* bytes of one slot's conv rows in one layer */
+  int64_t rec_row;              /* bytes of one slot's recurrent rows in one layer */
+  size_t conv_bytes, rec_bytes; /* of each layer's conv / rec mapping */
+  uint8_t *used;                /* [max_slots] 1 = allocated */
   int32_t n_used;
   /* active binding */
   int bound; /* 0 none, 1 slice, 2 gathered */
@@ -101,12 +103,12 @@ ph_status state_pool_create(const state_geometry *g, state_pool **out, diag *d) 
     goto fail_mem;
   if (g->n_linear > 0) memcpy(p->layers, g->linear_layers, (size_t)g->n_linear * sizeof *p->layers);
   size_t cb = (size_t)round_up(c * g->max_slots), rb = (size_t)round_up(r * g->max_slots);
+  p->conv_bytes = cb;
+  p->rec_bytes = rb;
   for (int32_t i = 0; i < g->n_linear; i++) {
-    p->conv[i] = aligned_alloc(STATE_POOL_ALIGN, cb);
-    p->rec[i] = aligned_alloc(STATE_POOL_ALIGN, rb);
+    p->conv[i] = pages_alloc_zeroed(cb); /* zero, committed as slots are first used */
+    p->rec[i] = pages_alloc_zeroed(rb);
     if (!p->conv[i] || !p->rec[i]) goto fail_mem;
-    memset(p->conv[i], 0, cb);
-    memset(p->rec[i], 0, rb);
   }
   *out = p;
   return PH_OK;
@@ -129,8 +131,8 @@ static void free_stage(state_pool *p) {
 void state_pool_free(state_pool *p) {
   if (!p) return;
   for (int32_t i = 0; i < p->g.n_linear; i++) {
-    if (p->conv) free(p->conv[i]);
-    if (p->rec) free(p->rec[i]);
+    if (p->conv) pages_free(p->conv[i], p->conv_bytes);
+    if (p->rec) pages_free(p->rec[i], p->rec_bytes);
   }
   if (p->conv_stage && p->rec_stage) free_stage(p);
   free(p->conv);

@@ -1,9 +1,10 @@
 /* state_pool — fixed-state slots for the linear-attention (GatedDeltaNet) layers.
  *
  * Owns: per linear layer one conv buffer [max_slots, conv_dim, K-1] in the io dtype and one
- * recurrent buffer f32 [max_slots, Hv, Dv, Dk] (V-major), 64-byte aligned; which slots are in
- * use; and the binding of a step's B sequences to the ABI's [B, ...] state inputs
- * (abi.md §8.1 past_key_values.{i}.conv_state / .recurrent_state, aliased by present.{i}.*).
+ * recurrent buffer f32 [max_slots, Hv, Dv, Dk] (V-major), page-aligned and committed as slots
+ * are first used; which slots are in use; and the binding of a step's B sequences to the ABI's
+ * [B, ...] state inputs (abi.md §8.1 past_key_values.{i}.conv_state / .recurrent_state, aliased
+ * by present.{i}.*).
  *
  * A step must not copy state proportional to its size (docs/cache.md): when the step's slots
  * are consecutive and ascending, the bound views are slices of the slot buffers (0 bytes
@@ -49,8 +50,9 @@ typedef struct state_move {
 /* Bytes of one slot across every linear layer (conv + recurrent); -1 if invalid/overflow. */
 int64_t state_geometry_slot_bytes(const state_geometry *g);
 
-/* Allocates and zeroes the slot buffers. *out owned by the caller (state_pool_free).
- * PH_ERR_INVALID_ARGUMENT (names the field), PH_ERR_LIMIT (overflow), PH_ERR_NO_MEMORY. */
+/* Maps the slot buffers (zero, committed when first written: base/fmap.h pages_alloc_zeroed). *out
+ * owned by the caller (state_pool_free). PH_ERR_INVALID_ARGUMENT (names the field), PH_ERR_LIMIT
+ * (overflow), PH_ERR_NO_MEMORY. */
 ph_status state_pool_create(const state_geometry *g, state_pool **out, diag *d);
 
 /* NULL is a no-op. */
