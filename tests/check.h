@@ -15,9 +15,12 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <unistd.h>
 
 #include "pagedhybrid.h"
 
@@ -109,6 +112,33 @@ static inline const char *check_env(const char *name) {
     exit(1);
   }
   return v;
+}
+
+/* A path under the test data the project ships (tests/data, PH_DATA_DIR set by ctest), checked to
+ * exist: a test whose data is missing stops at once with one line naming the file, instead of a
+ * cascade of failures. fmt is relative to tests/data ("golden/%s/checkpoint"). Returns buf. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline const char *
+check_data(char *buf, size_t n, const char *fmt, ...) {
+  const char *root = check_env("PH_DATA_DIR");
+  char rel[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(rel, sizeof rel, fmt, ap);
+  va_end(ap);
+  int m = k >= 0 && (size_t)k < sizeof rel ? snprintf(buf, n, "%s/%s", root, rel) : -1;
+  if (m < 0 || (size_t)m >= n) {
+    fprintf(stderr, "  FAIL: test data path too long: %s/%s\n", root, rel);
+    exit(1);
+  }
+  if (access(buf, R_OK) != 0) {
+    fprintf(stderr, "  FAIL: test data missing: %s (tests/data/README.md says where it comes from)\n",
+            buf);
+    exit(1);
+  }
+  return buf;
 }
 
 #endif /* PH_TESTS_CHECK_H */

@@ -58,7 +58,7 @@ static void *add_requests(void *arg) {
 
 static void test_threads_callback_poll(void) {
   char dir[1024];
-  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-f32/checkpoint");
   ph_engine_params p = ph_engine_params_default();
   p.max_context = 256;
   p.num_blocks = 40;
@@ -128,7 +128,7 @@ static void test_threads_callback_poll(void) {
 
 static void test_refusals(void) {
   char dir[1024];
-  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-f32/checkpoint");
   ph_engine *e = NULL;
   CHECK(ph_engine_create("/nonexistent/model", NULL, &e) != PH_OK);
   CHECK(e && ph_engine_error(e)[0]);

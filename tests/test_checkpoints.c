@@ -14,7 +14,7 @@
 static char g_tmp[512];
 
 static const char *golden(const char *name, char *buf, size_t n) {
-  snprintf(buf, n, "%s/golden/%s/checkpoint", check_env("PH_SHARED_DIR"), name);
+  check_data(buf, n, "golden/%s/checkpoint", name);
   return buf;
 }
 

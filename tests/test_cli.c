@@ -107,8 +107,7 @@ static void check_ids(json_t *arr, const int *ids, size_t n) {
 
 static void test_inspect_json_golden(void) {
   char dir[1024];
-  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-bf16-vlm/checkpoint",
-           check_env("PH_SHARED_DIR"));
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-bf16-vlm/checkpoint");
   json_t *o = inspect_json(dir, "--max-seqs 4 --max-tokens 1000 --block-size 16");
   if (!o) return;
   CHECK_EQ_STR(json_string_value(json_object_get(o, "model_type")), "qwen3_5");
@@ -208,9 +207,8 @@ static void test_inspect_27b_config_only(void) {
 /* generate on the golden f32 checkpoint reproduces the golden prompt logits via --logits-out */
 static void test_generate_golden_logits(void) {
   char args[4096], ckpt[1024], ref_path[1024], out[1024];
-  const char *shared = check_env("PH_SHARED_DIR");
-  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", shared);
-  snprintf(ref_path, sizeof ref_path, "%s/golden/qwen35-tiny-f32/reference.safetensors", shared);
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  check_data(ref_path, sizeof ref_path, "golden/qwen35-tiny-f32/reference.safetensors");
   snprintf(out, sizeof out, "%s/gen-logits.safetensors", g_tmp);
   /* sequence 0 of the manifest */
   static const char *tokens = "241,160,175,229,148,198,213";
@@ -272,7 +270,7 @@ static void test_generate_golden_logits(void) {
  * non-empty directory without --force; the package's contents are tested in test_onnx_write. */
 static void test_export(void) {
   char args[4096], ckpt[1024], out[1024], path[1100];
-  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   snprintf(out, sizeof out, "%s/pkg", g_tmp);
   CHECK_EQ_INT(run("export"), 2);
   CHECK_CONTAINS(g_stderr, "exactly one checkpoint directory");

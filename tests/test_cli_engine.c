@@ -3,7 +3,7 @@
  * that leaves the others alone, greedy tokens equal to `generate`'s paged run, the same output
  * twice apart from timings, a package and its checkpoint agreeing) and its exit codes; and
  * `pagedhybrid bench --json` with the keys docs/bench.md lists. Runs the built binary (PH_CLI)
- * on the golden f32 checkpoint (PH_SHARED_DIR). */
+ * on the golden f32 checkpoint (tests/data). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -442,8 +442,7 @@ static void test_bench_table_and_usage(void) {
 
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
-  snprintf(g_ckpt, sizeof g_ckpt, "%s/golden/qwen35-tiny-f32/checkpoint",
-           check_env("PH_SHARED_DIR"));
+  check_data(g_ckpt, sizeof g_ckpt, "golden/qwen35-tiny-f32/checkpoint");
   char rm[600];
   snprintf(rm, sizeof rm, "rm -rf '%s'", g_tmp); /* start clean: export needs a fresh dir */
   if (system(rm) != 0) return 1;

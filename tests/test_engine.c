@@ -143,7 +143,7 @@ static engine_params small_params(int32_t max_batch, int64_t max_tokens, int64_t
 
 static const char *golden_dir(void) {
   static char path[1024];
-  snprintf(path, sizeof path, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(path, sizeof path, "golden/qwen35-tiny-f32/checkpoint");
   return path;
 }
 

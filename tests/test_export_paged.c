@@ -197,7 +197,7 @@ static int run_two(paged_session *s, float *out, int64_t V) {
 
 static void test_cpu_package_runs(void) {
   char ckpt[1024], pkg[1024];
-  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   snprintf(pkg, sizeof pkg, "%s/golden-paged-cpu", g_tmp);
   ph_model *m = open_dir(ckpt, 1);
   if (!m) return;
@@ -253,7 +253,7 @@ static uint64_t file_hash(const char *path) {
  * here must be deliberate: update the hashes and say why in the commit. */
 static void test_dense_export_unchanged(void) {
   char ckpt[1024], pkg[1024], path[1100];
-  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   snprintf(pkg, sizeof pkg, "%s/golden-dense", g_tmp);
   ph_model *m = open_dir(ckpt, 1);
   if (!m) return;

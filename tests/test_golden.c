@@ -31,16 +31,15 @@ typedef struct golden {
 static int load_golden(golden *g, const char *name) {
   memset(g, 0, sizeof *g);
   g->name = name;
-  char dir[1024], path[1100];
-  snprintf(dir, sizeof dir, "%s/golden/%s", check_env("PH_SHARED_DIR"), name);
-  snprintf(path, sizeof path, "%s/checkpoint", dir);
+  char path[1100];
+  check_data(path, sizeof path, "golden/%s/checkpoint", name);
   ph_status s = ph_model_open(path, NULL, &g->model);
   CHECK_STATUS(s, PH_OK, ph_model_error(g->model));
   if (s != PH_OK) return 0;
   diag d;
-  snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+  check_data(path, sizeof path, "golden/%s/reference.safetensors", name);
   CHECK_STATUS(st_open_file(path, &g->ref, &d), PH_OK, d.msg);
-  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  check_data(path, sizeof path, "golden/%s/manifest.json", name);
   json_error_t e;
   json_t *m = json_load_file(path, 0, &e);
   CHECK(m != NULL);

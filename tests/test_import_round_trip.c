@@ -51,7 +51,7 @@ static int run_session(dense_session *s, const int64_t *tokens, int n, int n_pre
 
 static void round_trip(const char *golden, const char *tag, ph_dtype dtype) {
   char ckpt[1024], pkg[1024], again[1024];
-  snprintf(ckpt, sizeof ckpt, "%s/golden/%s/checkpoint", check_env("PH_SHARED_DIR"), golden);
+  check_data(ckpt, sizeof ckpt, "golden/%s/checkpoint", golden);
   snprintf(pkg, sizeof pkg, "%s/%s/pkg", g_tmp, tag);
   snprintf(again, sizeof again, "%s/%s/again", g_tmp, tag);
   diag d;

@@ -291,17 +291,16 @@ typedef struct golden {
 static int load_golden(golden *g, const char *name) {
   memset(g, 0, sizeof *g);
   g->name = name;
-  char dir[1100], path[1200];
-  snprintf(dir, sizeof dir, "%s/golden/%s", check_env("PH_SHARED_DIR"), name);
-  snprintf(path, sizeof path, "%s/checkpoint", dir);
+  char path[1200];
+  check_data(path, sizeof path, "golden/%s/checkpoint", name);
   ph_status s = ph_model_open(path, NULL, &g->model);
   CHECK_STATUS(s, PH_OK, ph_model_error(g->model));
   if (s != PH_OK) return 0;
   diag d;
-  snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+  check_data(path, sizeof path, "golden/%s/reference.safetensors", name);
   s = st_open_file(path, &g->ref, &d);
   CHECK_STATUS(s, PH_OK, d.msg);
-  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  check_data(path, sizeof path, "golden/%s/manifest.json", name);
   json_error_t e;
   json_t *m = json_load_file(path, 0, &e);
   CHECK(m != NULL);
@@ -486,7 +485,7 @@ static int ort_load(const char *pkg, char *err, size_t n) {
 
 static void test_ort_paged_schema(void) {
   char ckpt[1024], pkg[1100], err[4096];
-  snprintf(ckpt, sizeof ckpt, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   ph_model *m = NULL;
   CHECK_STATUS(ph_model_open(ckpt, NULL, &m), PH_OK, ph_model_error(m));
   diag d;

@@ -185,9 +185,8 @@ static void reset_caches(paged_model *pm) {
 }
 
 static void check_set(const char *set) {
-  char dir[1024], path[1200];
-  snprintf(dir, sizeof dir, "%s/golden/%s", check_env("PH_SHARED_DIR"), set);
-  snprintf(path, sizeof path, "%s/checkpoint", dir);
+  char path[1200];
+  check_data(path, sizeof path, "golden/%s/checkpoint", set);
   ph_model *m = NULL;
   CHECK_STATUS(ph_model_open(path, NULL, &m), PH_OK, ph_model_error(m));
   diag d;
@@ -213,10 +212,10 @@ static void check_set(const char *set) {
       pm.kcache[i] = calloc(n, sizeof(float));
       pm.vcache[i] = calloc(n, sizeof(float));
     }
-  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  check_data(path, sizeof path, "golden/%s/manifest.json", set);
   json_error_t je;
   json_t *man = json_load_file(path, 0, &je);
-  snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+  check_data(path, sizeof path, "golden/%s/reference.safetensors", set);
   st_set *ref = NULL;
   CHECK_STATUS(st_open_file(path, &ref, &d), PH_OK, d.msg);
   json_t *seqs_j = json_object_get(man, "sequences");

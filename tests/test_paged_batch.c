@@ -58,7 +58,7 @@ static const step_plan PLAN[] = {
 
 static ph_model *open_golden(void) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(path, sizeof path, "golden/qwen35-tiny-f32/checkpoint");
   ph_model *m = NULL;
   CHECK_STATUS(ph_model_open(path, NULL, &m), PH_OK, ph_model_error(m));
   return m;

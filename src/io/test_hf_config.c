@@ -151,7 +151,7 @@ static void check_qwen_common(const hf_config *c, const qwen_row *r) {
 
 static void load_golden(const char *name, hf_config *c, diag *d) {
   char dir[1024];
-  snprintf(dir, sizeof dir, "%s/golden/%s/checkpoint", check_env("PH_SHARED_DIR"), name);
+  check_data(dir, sizeof dir, "golden/%s/checkpoint", name);
   diag_clear(d);
   CHECK_STATUS(hf_config_load(dir, c, d), PH_OK, d->msg);
 }

@@ -253,7 +253,7 @@ static void dims_string(const Onnx__ValueInfoProto *v, char *buf, size_t n) {
 
 static ph_model *open_golden(const char *name) {
   char dir[1024];
-  snprintf(dir, sizeof dir, "%s/golden/%s/checkpoint", check_env("PH_SHARED_DIR"), name);
+  check_data(dir, sizeof dir, "golden/%s/checkpoint", name);
   ph_model *m = NULL;
   ph_status s = ph_model_open(dir, NULL, &m);
   CHECK_STATUS(s, PH_OK, ph_model_error(m));
@@ -593,8 +593,7 @@ static void write_text(const char *dir, const char *name, const char *text) {
 static void test_tokenizer_and_token_ids(void) {
   char golden[1024], ckpt[1024], out[1024], a[1100], b[1100];
   diag d;
-  snprintf(golden, sizeof golden, "%s/golden/qwen35-tiny-bf16-vlm/checkpoint",
-           check_env("PH_SHARED_DIR"));
+  check_data(golden, sizeof golden, "golden/qwen35-tiny-bf16-vlm/checkpoint");
   snprintf(ckpt, sizeof ckpt, "%s/ckpt-with-tokenizer", g_tmp);
   CHECK_STATUS(path_mkdirs(ckpt, &d), PH_OK, d.msg);
   copy_into(golden, ckpt, "config.json");
@@ -686,7 +685,7 @@ static void test_refusals(void) {
   ph_model_free(m);
   /* a model opened without weights */
   char ck[1024];
-  snprintf(ck, sizeof ck, "%s/golden/qwen35-tiny-f32/checkpoint", check_env("PH_SHARED_DIR"));
+  check_data(ck, sizeof ck, "golden/qwen35-tiny-f32/checkpoint");
   ph_model_params mp = ph_model_params_default();
   mp.load_weights = 0;
   CHECK_STATUS(ph_model_open(ck, &mp, &m), PH_OK, ph_model_error(m));

@@ -573,11 +573,10 @@ static void test_index_errors(void) {
 /* ---- golden checkpoints ---------------------------------------------------------------------- */
 
 static void test_golden_checkpoints(void) {
-  const char *shared = check_env("PH_SHARED_DIR");
   char dir[4096];
   diag d;
   st_set *s = NULL;
-  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-f32/checkpoint", shared);
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-f32/checkpoint");
   CHECK_STATUS(st_open_dir(dir, &s, &d), PH_OK, d.msg);
   if (s) {
     CHECK_EQ_INT(st_count(s), 56); /* 55 model tensors + lm_head.weight */
@@ -592,7 +591,7 @@ static void test_golden_checkpoints(void) {
   st_close(s);
 
   s = NULL;
-  snprintf(dir, sizeof dir, "%s/golden/qwen35-tiny-bf16-vlm/checkpoint", shared);
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-bf16-vlm/checkpoint");
   CHECK_STATUS(st_open_dir(dir, &s, &d), PH_OK, d.msg);
   if (s) {
     CHECK(st_count(s) > 0);
