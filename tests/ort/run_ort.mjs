@@ -1,6 +1,6 @@
 // run_ort.mjs — runs an exported package once with ONNX Runtime (onnxruntime-node 1.30.0, CPU EP).
 //
-//   node run_ort.mjs MODEL_DIR inputs.safetensors outputs.safetensors [cpu]
+//   PH_ORT_DIR=build/ort node run_ort.mjs MODEL_DIR inputs.safetensors outputs.safetensors [cpu]
 //   node run_ort.mjs MODEL_DIR --load-only      (create the session, print "loaded", exit 0)
 //
 // Feeds every tensor of inputs.safetensors to MODEL_DIR/model.onnx by name, runs, and writes
@@ -15,8 +15,15 @@
 // run without (Cast insertion around float-only kernels, EP assignment); those are part of what
 // "ORT can run this" means. PH_ORT_OPT=basic|extended|all overrides, for experiments by hand.
 import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
 import * as path from 'node:path';
-import * as ort from 'onnxruntime-node';
+import { fileURLToPath } from 'node:url';
+
+// onnxruntime-node lives where scripts/install-ort.sh put it (PH_ORT_DIR, default build/ort), not
+// beside this script: nothing is installed into the source tree.
+const ORT_DIR = process.env.PH_ORT_DIR ||
+    path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'build', 'ort');
+const ort = createRequire(path.join(path.resolve(ORT_DIR), 'package.json'))('onnxruntime-node');
 
 // safetensors dtype <-> ORT tensor type and typed array. F16 travels as its raw bits
 // (Uint16Array), which ORT accepts for 'float16' tensors.
