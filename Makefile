@@ -16,7 +16,9 @@ ORT_DIR    ?= build/ort
 ORT_FLAGS  := -DPH_ORT_DIR=$(abspath $(ORT_DIR))
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps ort build demo test bench test-sanitize fuzz format clean
+PREFIX     ?= /usr/local
+
+.PHONY: all deps ort build demo test bench install test-sanitize fuzz format clean
 
 all: build
 
@@ -43,6 +45,11 @@ test: build ort
 bench: build
 	@$(BUILD)/bench_threads
 	@$(BUILD)/bench_dense
+
+# The header, libpagedhybrid.so (the ph_* API only), libpagedhybrid.a, pagedhybrid.pc and the CLI
+# under PREFIX (DESTDIR honoured); docs/embedding.md.
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 # ASan + UBSan build of every test, with clang; the libFuzzer targets run FUZZ_SECONDS each.
 test-sanitize: deps ort

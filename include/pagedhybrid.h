@@ -244,6 +244,9 @@ typedef enum ph_finish_reason {
   PH_FINISH_ERROR = 4,   /* refused: ph_request_info.status and .message say why */
 } ph_finish_reason;
 
+/* "running", "length", "stop", "aborted", "error"; "unknown" for a value not listed. Static. */
+PH_API const char *ph_finish_reason_name(ph_finish_reason reason);
+
 /* Called on the stepping thread for each new token, and once with token -1 when the request
  * finishes. Must not call ph_engine_step. */
 typedef void (*ph_token_fn)(void *user, uint64_t request_id, int64_t token,

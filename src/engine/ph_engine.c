@@ -24,6 +24,18 @@ _Static_assert((int)PH_FINISH_NONE == (int)ENGINE_RUNNING &&
                    (int)PH_FINISH_ERROR == (int)ENGINE_FINISH_ERROR,
                "finish reasons differ");
 
+const char *ph_finish_reason_name(ph_finish_reason reason) {
+  switch (reason) {
+  case PH_FINISH_NONE:
+  case PH_FINISH_LENGTH:
+  case PH_FINISH_STOP:
+  case PH_FINISH_ABORTED:
+  case PH_FINISH_ERROR:
+    return engine_finish_name((engine_finish)reason);
+  }
+  return "unknown";
+}
+
 ph_engine_params ph_engine_params_default(void) {
   ph_engine_params p;
   memset(&p, 0, sizeof p);
