@@ -1,10 +1,14 @@
 # Thin wrapper over CMake. The two commands the README starts with:
 #   make demo   build, then run the main job on an embedded default
 #   make test   build, then run every test (ctest)
-# Others: make build | bench | test-sanitize | fuzz | format | clean   (docs/building.md)
+# Others: make build | bench | install | test-sanitize | fuzz | format | clean   (docs/building.md)
 #
 # Every target first runs scripts/install-deps.sh, which installs missing Debian packages
-# (and says which) so a fresh Debian 12 machine needs nothing done before.
+# (and says which; nothing when none is missing) so a fresh Debian 12 machine needs nothing
+# done before.
+#
+# Builds are quiet: one line, the compiler's output kept in BUILD_DIR/build.log and shown
+# (progress lines dropped) only when the build fails. VERBOSE=1 shows everything as it happens.
 
 BUILD      ?= build/release
 SAN_BUILD  ?= build/sanitize
@@ -20,6 +24,17 @@ PREFIX     ?= /usr/local
 
 .PHONY: all deps ort build demo test bench install test-sanitize fuzz format clean
 
+# $(call build_in,DIR): cmake --build DIR, quiet unless VERBOSE=1 (see above).
+build_in = if [ "$(VERBOSE)" = 1 ]; then cmake --build $(1) -j $(JOBS); else \
+	  printf 'building %s ... ' '$(1)'; \
+	  if cmake --build $(1) -j $(JOBS) >'$(1)/build.log' 2>&1; then echo ok; else \
+	    echo FAILED; \
+	    grep -v -E '^\[ *[0-9]+%\]|make\[[0-9]+\]: (Entering|Leaving) directory' '$(1)/build.log'; \
+	    echo "(the whole log: $(1)/build.log; VERBOSE=1 shows it as it happens)"; exit 1; \
+	  fi; \
+	fi
+CONFIGURE_OUT = $(if $(filter 1,$(VERBOSE)),,>/dev/null)
+
 all: build
 
 deps:
@@ -32,8 +47,8 @@ ort:
 	@scripts/install-ort.sh $(ORT_DIR)
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CI_FLAGS) $(ORT_FLAGS) >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS)
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CI_FLAGS) $(ORT_FLAGS) $(CONFIGURE_OUT)
+	@$(call build_in,$(BUILD))
 
 demo: build
 	@$(BUILD)/pagedhybrid demo --work-dir $(BUILD)/demo
@@ -54,8 +69,8 @@ install: build
 # ASan + UBSan build of every test, with clang; the libFuzzer targets run FUZZ_SECONDS each.
 test-sanitize: deps ort
 	@CC=clang cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPH_SANITIZE=ON -DPH_FUZZ=ON \
-	  -DPH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CI_FLAGS) $(ORT_FLAGS) >/dev/null
-	@cmake --build $(SAN_BUILD) -j $(JOBS)
+	  -DPH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CI_FLAGS) $(ORT_FLAGS) $(CONFIGURE_OUT)
+	@$(call build_in,$(SAN_BUILD))
 	@ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS)
 
 # Longer fuzzing session: make fuzz FUZZ_SECONDS=600

@@ -3,6 +3,7 @@
  *   cli_testing_init(tmp_dir);        // stdout/stderr land in tmp_dir/stdout.txt, stderr.txt
  *   int rc = cli_run("inspect DIR");  // exit code (-1 if it did not exit normally)
  *   ... g_stdout / g_stderr hold the captured text (NULL if unreadable) ...
+ *   rc = cli_run_ex(dir, "demo", "/dev/full");  // in dir, stdout sent to /dev/full (g_stdout NULL)
  *   cli_testing_done();
  *
  * One header for tests/test_cli.c and tests/test_cli_engine.c. */
@@ -24,10 +25,13 @@ static inline void cli_testing_init(const char *tmp_dir) {
   snprintf(g_err, sizeof g_err, "%s/stderr.txt", tmp_dir);
 }
 
-/* Runs "PH_CLI args" with stdout/stderr captured into g_stdout/g_stderr; returns the exit code. */
-static inline int cli_run(const char *args) {
+/* Runs "PH_CLI args" in directory cwd (NULL: this one) with stdout sent to stdout_to (NULL:
+ * captured into g_stdout) and stderr captured into g_stderr; returns the exit code. */
+static inline int cli_run_ex(const char *cwd, const char *args, const char *stdout_to) {
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", check_env("PH_CLI"), args, g_out, g_err);
+  snprintf(cmd, sizeof cmd, "%s%s%s'%s' %s >'%s' 2>'%s'", cwd ? "cd '" : "", cwd ? cwd : "",
+           cwd ? "' && " : "", check_env("PH_CLI"), args, stdout_to ? stdout_to : g_out, g_err);
+  if (stdout_to) remove(g_out);
   int st = system(cmd);
   free(g_stdout);
   free(g_stderr);
@@ -38,6 +42,9 @@ static inline int cli_run(const char *args) {
   file_read_all(g_err, 1 << 20, &g_stderr, &n, &d);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* Runs "PH_CLI args" with stdout/stderr captured into g_stdout/g_stderr; returns the exit code. */
+static inline int cli_run(const char *args) { return cli_run_ex(NULL, args, NULL); }
 
 static inline void cli_testing_done(void) {
   free(g_stdout);

@@ -1,6 +1,9 @@
 /* The pagedhybrid CLI as a user meets it: --help everywhere, exit code 2 with a clear message
- * for unknown flags and bad values, exit code 1 with the status name for library errors, and
- * inspect --json readable by scripts. Runs the built binary (PH_CLI). */
+ * for unknown flags and bad values (the same value the same code in every command, numbers
+ * strict, the closest option suggested), exit code 1 with the status name for library errors
+ * (a full stdout included), inspect --json readable by scripts, inspect --check-weights,
+ * generate stopping at the context, and output that fits 80 columns. Runs the built binary
+ * (PH_CLI). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include "check.h"
 #include "cli_testing.h"
 #include "io/safetensors.h"
+#include "tensor/dtype.h"
 
 static char g_tmp[512];
 
@@ -108,7 +112,8 @@ static void check_ids(json_t *arr, const int *ids, size_t n) {
 static void test_inspect_json_golden(void) {
   char dir[1024];
   check_data(dir, sizeof dir, "golden/qwen35-tiny-bf16-vlm/checkpoint");
-  json_t *o = inspect_json(dir, "--max-seqs 4 --max-tokens 1000 --block-size 16");
+  json_t *o =
+      inspect_json(dir, "--max-seqs 4 --max-tokens 1000 --block-size 16 --cache-dtype bf16");
   if (!o) return;
   CHECK_EQ_STR(json_string_value(json_object_get(o, "model_type")), "qwen3_5");
   CHECK_EQ_INT(json_integer_value(json_object_get(o, "num_layers")), 8);
@@ -126,7 +131,37 @@ static void test_inspect_json_golden(void) {
   CHECK_EQ_INT(json_integer_value(json_object_get(mp, "kv_bytes")), 68 * 16 * 512);
   CHECK_EQ_INT(json_integer_value(json_object_get(mp, "state_bytes")),
                4 * json_integer_value(json_object_get(o, "fixed_state_bytes_per_sequence")));
+  CHECK_EQ_STR(json_string_value(json_object_get(mp, "runtime")), "cpu");
+  /* next to it the CUDA package's: 256-token pages, caches in the checkpoint's bf16 */
+  json_t *cu = json_object_get(o, "memory_plan_cuda");
+  CHECK_EQ_STR(json_string_value(json_object_get(cu, "runtime")), "cuda");
+  CHECK_EQ_STR(json_string_value(json_object_get(cu, "cache_dtype")), "bf16");
+  CHECK_EQ_INT(json_integer_value(json_object_get(cu, "block_size")), 256);
+  CHECK_EQ_INT(json_integer_value(json_object_get(cu, "kv_pages")), 4 + 4 + 1);
+  CHECK_EQ_INT(json_integer_value(json_object_get(cu, "kv_bytes")), 9 * 256 * 512);
   json_decref(o);
+  /* without options: the plan run uses (16-token f32 pages, run's defaults) */
+  o = inspect_json(dir, "");
+  if (!o) return;
+  mp = json_object_get(o, "memory_plan");
+  CHECK_EQ_STR(json_string_value(json_object_get(o, "cache_dtype")), "f32");
+  CHECK_EQ_STR(json_string_value(json_object_get(mp, "cache_dtype")), "f32");
+  CHECK_EQ_INT(json_integer_value(json_object_get(mp, "block_size")), 16);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "kv_bytes_per_token")), 2 * 2 * 2 * 32 * 4);
+  CHECK_EQ_INT(json_integer_value(json_object_get(mp, "kv_pages")), 32768 / 16 + 16 + 1);
+  CHECK_EQ_INT(
+      json_integer_value(json_object_get(json_object_get(o, "memory_plan_cuda"), "block_size")),
+      256);
+  json_decref(o);
+  /* the text shows both, with the run flags that give the first */
+  char args[1200];
+  snprintf(args, sizeof args, "inspect '%s' --max-seqs 4 --max-tokens 1000", dir);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "pagedhybrid run (this CPU)");
+  CHECK_CONTAINS(g_stdout, "CUDA package (GenAI)");
+  CHECK_CONTAINS(g_stdout, "16 tokens, f32");
+  CHECK_CONTAINS(g_stdout, "256 tokens, bf16");
+  CHECK_CONTAINS(g_stdout, "run with       --max-batch 4 --num-blocks 68");
 }
 
 static void test_make_tiny_then_inspect(void) {
@@ -192,7 +227,10 @@ static void test_inspect_27b_config_only(void) {
   check_ids(json_object_get(o, "linear_attention_layers"), lin, 48);
   CHECK_EQ_INT(json_integer_value(json_object_get(o, "parameters")), 26895998464LL);
   CHECK(json_is_false(json_object_get(o, "weights_loaded")));
-  CHECK_EQ_INT(json_integer_value(json_object_get(o, "kv_bytes_per_token")), 65536);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "kv_bytes_per_token")), 2 * 65536); /* f32 */
+  CHECK_EQ_INT(json_integer_value(
+                   json_object_get(json_object_get(o, "memory_plan_cuda"), "kv_bytes_per_token")),
+               65536); /* bf16 */
   json_decref(o);
   /* the model-math table's figure counts the conv state in f32: 149.6 MiB */
   snprintf(args, sizeof args, "inspect '%s' --no-weights --json --cache-dtype f32", dir);
@@ -283,16 +321,22 @@ static void test_export(void) {
   snprintf(args, sizeof args, "export '%s' -o '%s' --block-size 256", ckpt, out);
   CHECK_EQ_INT(run(args), 2);
   CHECK_CONTAINS(g_stderr, "--block-size applies to --layout paged only");
+  /* values wrong on their own are usage errors, found before the library sees them */
   snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged --block-size 64", ckpt, out);
-  CHECK_EQ_INT(run(args), 1);
+  CHECK_EQ_INT(run(args), 2);
   CHECK_CONTAINS(g_stderr, "multiple of 256");
   snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged --io-dtype f32", ckpt, out);
-  CHECK_EQ_INT(run(args), 1);
-  CHECK_CONTAINS(g_stderr, "PH_ERR_UNSUPPORTED");
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--io-dtype f32");
   snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged --target cpu --block-size 24",
            ckpt, out);
-  CHECK_EQ_INT(run(args), 1);
+  CHECK_EQ_INT(run(args), 2);
   CHECK_CONTAINS(g_stderr, "power of two");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --block-size 8", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --layout dense --target cpu", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--target applies to --layout paged only");
   snprintf(args, sizeof args,
            "export '%s' -o '%s' --layout paged --num-blocks 9 --gpu-utilization-factor 0.5", ckpt,
            out);
@@ -322,6 +366,12 @@ static void test_export(void) {
   CHECK_EQ_INT(run(args), 0);
   CHECK_CONTAINS(g_stdout, "exported");
   CHECK_CONTAINS(g_stdout, "model.onnx.data");
+  CHECK_CONTAINS(g_stdout, " KiB\n"); /* cli_bytes' units */
+  CHECK(!strstr(g_stdout ? g_stdout : "", "bytes\n"));
+  /* the golden checkpoint has no tokenizer: said once, as a note; no progress when stderr is not
+   * a terminal */
+  CHECK_CONTAINS(g_stderr, "note: the checkpoint has no tokenizer files");
+  CHECK(g_stderr && !strchr(g_stderr, '\r') && !strstr(g_stderr, "tensors,"));
   static const char *files[] = {"model.onnx", "model.onnx.data", "genai_config.json"};
   for (int i = 0; i < 3; i++) {
     snprintf(path, sizeof path, "%s/%s", out, files[i]);
@@ -335,10 +385,10 @@ static void test_export(void) {
   snprintf(args, sizeof args, "export '%s' --out='%s/pkg2' --layout dense", ckpt, g_tmp);
   CHECK_EQ_INT(run(args), 0);
 
-  /* the paged layout for our CPU runtime: generate from the package packs several prompts and
-   * matches the checkpoint run bit for bit; a CUDA-target (bf16) package runs here too */
-  snprintf(args, sizeof args, "export '%s' -o '%s/paged-cpu' --layout paged --target cpu", ckpt,
-           g_tmp);
+  /* the paged layout for our CPU runtime (--target implies --layout paged): generate from the
+   * package packs several prompts and matches the checkpoint run bit for bit; a CUDA-target
+   * (bf16) package runs here too */
+  snprintf(args, sizeof args, "export '%s' -o '%s/paged-cpu' --target cpu", ckpt, g_tmp);
   CHECK_EQ_INT(run(args), 0);
   CHECK_CONTAINS(g_stdout, "paged layout for cpu");
   char a1[1200], a2[1200];
@@ -381,8 +431,12 @@ static void test_export(void) {
   CHECK_CONTAINS(g_stderr, "prunes its LM head");
   snprintf(args, sizeof args, "generate --model '%s/paged-cuda' --tokens 1,2,3 --layout dense",
            g_tmp);
-  CHECK_EQ_INT(run(args), 1);
+  CHECK_EQ_INT(run(args), 2);
   CHECK_CONTAINS(g_stderr, "--layout applies to a checkpoint");
+  snprintf(args, sizeof args, "generate --model '%s/paged-cuda' --tokens 1,2,3 --block-size 32",
+           g_tmp);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--block-size applies to a checkpoint");
 
   CHECK_EQ_INT(run("export /nonexistent/model -o /nonexistent/pkg"), 1);
   CHECK_CONTAINS(g_stderr, "error: PH_ERR_NOT_FOUND");
@@ -393,6 +447,351 @@ static void test_export(void) {
   CHECK_EQ_INT(run(args), 1);
   CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED");
   CHECK_CONTAINS(g_stderr, "deepseek_v2");
+}
+
+/* The longest line of text, in bytes (the CLI prints ASCII). */
+static size_t max_line_width(const char *text) {
+  size_t best = 0, cur = 0;
+  for (const char *p = text ? text : ""; *p; p++) {
+    if (*p == '\n') {
+      if (cur > best) best = cur;
+      cur = 0;
+    } else {
+      cur++;
+    }
+  }
+  return cur > best ? cur : best;
+}
+
+/* Defect 8: a command whose stdout cannot be written (a full device) exits 1 with the reason,
+ * never 0; every command but run (tested with run's own tests). */
+static void test_stdout_full(void) {
+  char args[2048], ckpt[1024];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  const char *const cmds[] = {"--help",        "--version",   "inspect --help",   "generate --help",
+                              "export --help", "demo --help", "make-tiny --help", "bench --help"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    CHECK_EQ_INT(cli_run_ex(NULL, cmds[i], "/dev/full"), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO: writing stdout failed: No space left on device");
+  }
+  snprintf(args, sizeof args, "inspect '%s'", ckpt);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO: writing stdout failed: No space left on device");
+  CHECK_EQ_INT(run(args), 0); /* the same command with a writable stdout */
+  snprintf(args, sizeof args, "inspect '%s' --json", ckpt);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO: writing stdout failed: No space left on device");
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2,3 --max-new 2", ckpt);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO: writing stdout failed: No space left on device");
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --tokens 3 --max-new 2", ckpt);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  snprintf(args, sizeof args, "export '%s' -o '%s/full-pkg'", ckpt, g_tmp);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO: writing stdout failed: No space left on device");
+  snprintf(args, sizeof args, "make-tiny --out '%s/full-tiny'", g_tmp);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  CHECK_CONTAINS(g_stderr, "writing stdout failed");
+  snprintf(args, sizeof args, "demo --work-dir '%s/full-demo'", g_tmp);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO: writing stdout failed: No space left on device");
+  snprintf(args, sizeof args,
+           "bench --model '%s' --prompt 4 --decode-steps 1 --repeats 1 --batches 1 --threads 1",
+           ckpt);
+  CHECK_EQ_INT(cli_run_ex(NULL, args, "/dev/full"), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO: writing stdout failed: No space left on device");
+  /* a usage error keeps its exit code */
+  CHECK_EQ_INT(cli_run_ex(NULL, "inspect --bogus", "/dev/full"), 2);
+}
+
+/* Defect 9: --max-new past the context stops at the context, finish "length", and prints what
+ * was generated: the same tokens as a run asking for exactly that many. */
+static void test_generate_context(void) {
+  char args[2048], ckpt[1024], want[512];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  const char *const layouts[] = {"dense", "paged"};
+  for (int l = 0; l < 2; l++) {
+    snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 6 --layout %s", ckpt,
+             layouts[l]);
+    CHECK_EQ_INT(run(args), 0);
+    const char *gen = g_stdout ? strstr(g_stdout, "generated:") : NULL;
+    CHECK(gen != NULL);
+    snprintf(want, sizeof want, "%.*s", gen ? (int)strcspn(gen, "\n") : 0, gen ? gen : "");
+    snprintf(args, sizeof args,
+             "generate --model '%s' --tokens 1,2 --max-new 10 --max-context 8 --layout %s "
+             "--logits-out '%s/ctx-%s.logits'",
+             ckpt, layouts[l], g_tmp, layouts[l]);
+    CHECK_EQ_INT(run(args), 0);
+    CHECK_CONTAINS(g_stdout, want); /* the 6 tokens that fit */
+    CHECK_CONTAINS(g_stdout, "finish: length (the context of 8 tokens is full)");
+    CHECK_CONTAINS(g_stderr, "stopped at the context: 6 of --max-new 10 tokens generated");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ctx-%s.logits", g_tmp, layouts[l]);
+    diag d;
+    st_set *st = NULL;
+    CHECK_STATUS(st_open_file(path, &st, &d), PH_OK, d.msg);
+    const st_tensor *t = st ? st_find(st, "logits") : NULL;
+    CHECK(t && t->shape.dims[0] == 8); /* prompt + generated rows: the context */
+    st_close(st);
+  }
+  /* packed: one sequence stops at the context, the other runs to --max-new */
+  snprintf(args, sizeof args,
+           "generate --model '%s' --tokens 1,2 --tokens 3,4,5,6 --max-new 5 --max-context 8", ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "seq0 finish: length\n");
+  CHECK_CONTAINS(g_stdout, "seq1 finish: length (the context of 8 tokens is full)");
+  CHECK_CONTAINS(g_stderr, "seq1 stopped at the context: 4 of --max-new 5");
+  /* a prompt that fills the context: nothing generated; one beyond it: a typed error */
+  snprintf(args, sizeof args,
+           "generate --model '%s' --tokens 1,2,3,4,5,6,7,8 --max-new 3 --max-context 8", ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "generated:\n");
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2,3,4,5,6,7,8,9 --max-context 8",
+           ckpt);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr,
+                 "error: PH_ERR_LIMIT: a prompt of 9 tokens does not fit the context of 8");
+  /* a package's context is its rotary rows (export --max-context) */
+  snprintf(args, sizeof args, "export '%s' -o '%s/ctx8-pkg' --max-context 8 --force", ckpt, g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "generate --model '%s/ctx8-pkg' --tokens 1,2 --max-new 10", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, want);
+  CHECK_CONTAINS(g_stdout, "finish: length (the context of 8 tokens is full)");
+}
+
+/* Defect 11 (CLI): a bad option value is exit 2 in every command; numbers are strict; an
+ * unknown option names the closest; GGUF and --prompt say what to use instead. */
+static void test_option_values(void) {
+  char args[2048], ckpt[1024], path[1200];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  /* the same bad page size is a usage error in every command that takes one */
+  const char *const block17[] = {
+      "generate --model '%s' --tokens 1,2 --block-size 17",
+      "generate --model '%s' --tokens 1,2 --layout paged --block-size 17",
+      "run --model '%s' --requests /nonexistent.jsonl --block-size 17",
+      "inspect '%s' --block-size 17",
+      "export '%s' -o /nonexistent/out --layout paged --target cpu --block-size 17",
+  };
+  for (size_t i = 0; i < sizeof block17 / sizeof block17[0]; i++) {
+    snprintf(args, sizeof args, block17[i], ckpt);
+    CHECK_EQ_INT(run(args), 2);
+    CHECK_CONTAINS(g_stderr, "power of two");
+  }
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --layout dense --block-size 32",
+           ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  /* numbers: digits with an optional sign, nothing around them */
+  const char *const bad_numbers[] = {
+      "inspect '%s' --max-seqs ' 5'",
+      "inspect '%s' --max-seqs '5 '",
+      "inspect '%s' --max-seqs 1e3",
+      "inspect '%s' --max-seqs 0x10",
+      "inspect '%s' --max-seqs ''",
+      "generate --model '%s' --tokens ' 1,2'",
+      "generate --model '%s' --tokens '1, 2'",
+      "generate --model '%s' --tokens '1,2 '",
+      "generate --model '%s' --tokens 1 --max-new ' 3'",
+  };
+  for (size_t i = 0; i < sizeof bad_numbers / sizeof bad_numbers[0]; i++) {
+    snprintf(args, sizeof args, bad_numbers[i], ckpt);
+    CHECK_EQ_INT(run(args), 2);
+  }
+  const char *const bad_tiny[] = {
+      "--layers ' 2'",
+      "--layers 1e1",
+      "--seed ' 5'",
+      "--seed -1",
+      "--seed +5",
+      "--rope-theta ' 1e6'",
+      "--rope-theta 0x10",
+      "--rope-theta inf",
+      "--rope-theta nan",
+      "--mrope-section '2, 1, 1'",
+      "--shard-bytes '4096 '",
+  };
+  for (size_t i = 0; i < sizeof bad_tiny / sizeof bad_tiny[0]; i++) {
+    snprintf(args, sizeof args, "make-tiny --out '%s/never' %s", g_tmp, bad_tiny[i]);
+    CHECK_EQ_INT(run(args), 2);
+  }
+  snprintf(args, sizeof args, "bench --model '%s' --batches ' 4'", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  snprintf(path, sizeof path, "%s/never", g_tmp);
+  CHECK(!path_exists(path));
+  /* what still parses: a sign, an exponent for a real number */
+  snprintf(args, sizeof args, "make-tiny --out '%s/num-ok' --rope-theta 1e6 --layers +4", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  /* an unknown option names the closest one of the command */
+  snprintf(args, sizeof args, "inspect '%s' --max-tokns 5", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "unknown option \"--max-tokns\"; did you mean --max-tokens?");
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1 --max-nwe=3", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "did you mean --max-new?");
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1 -max-new 3", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "unknown option \"-max-new\"; did you mean --max-new?");
+  CHECK_EQ_INT(run("export x -o y --layot paged"), 2);
+  CHECK_CONTAINS(g_stderr, "did you mean --layout?");
+  CHECK_EQ_INT(run("inspect x --check"), 2);
+  CHECK_CONTAINS(g_stderr, "did you mean --check-weights?"); /* the only option it begins */
+  CHECK_EQ_INT(run("inspect x --bogus"), 2);
+  CHECK(g_stderr && !strstr(g_stderr, "did you mean"));
+  CHECK_EQ_INT(run("inspct x"), 2);
+  CHECK_CONTAINS(g_stderr, "unknown command \"inspct\"; did you mean inspect?");
+  /* GGUF: said so, with what is read instead; a file or a directory of them */
+  diag d;
+  snprintf(path, sizeof path, "%s/model.gguf", g_tmp);
+  CHECK_STATUS(file_write_all(path, "GGUF", 4, &d), PH_OK, d.msg);
+  const char *const gguf_cmds[] = {"inspect '%s'", "generate --model '%s' --tokens 1",
+                                   "export '%s' -o /nonexistent/out", "bench --model '%s'"};
+  for (size_t i = 0; i < sizeof gguf_cmds / sizeof gguf_cmds[0]; i++) {
+    snprintf(args, sizeof args, gguf_cmds[i], path);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED");
+    CHECK_CONTAINS(g_stderr, "GGUF is not read");
+    CHECK_CONTAINS(g_stderr, "Hugging Face checkpoint directory");
+    CHECK_CONTAINS(g_stderr, "model.onnx");
+  }
+  snprintf(args, sizeof args, "inspect '%s'", g_tmp); /* a directory holding a .gguf */
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "GGUF is not read");
+  /* text prompts wait for a tokenizer */
+  snprintf(args, sizeof args, "generate --model '%s' --prompt 'Hello there'", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "text input is not supported yet");
+  CHECK_CONTAINS(g_stderr, "--tokens 1,2,3");
+}
+
+/* Writes a copy of the checkpoint in src (config.json + model.safetensors) into g_tmp/name with
+ * element `index` of tensor `tensor` set to the raw bits `bits` (of the element's size). */
+static const char *poisoned_copy(const char *src, const char *name, const char *tensor,
+                                 int64_t index, uint32_t bits, char *dir, size_t dir_n) {
+  char path[1200];
+  diag d;
+  st_set *g = NULL;
+  CHECK_STATUS(st_open_dir(src, &g, &d), PH_OK, d.msg);
+  if (!g) return NULL;
+  const size_t n = st_count(g);
+  st_write_entry *e = calloc(n, sizeof *e);
+  void *copy = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const st_tensor *t = st_at(g, i);
+    e[i] = (st_write_entry){t->name, t->dtype, t->shape, t->data};
+    if (strcmp(t->name, tensor) == 0) {
+      const size_t bytes = (size_t)(t->data_end - t->data_begin), es = dtype_size(t->dtype);
+      copy = malloc(bytes);
+      memcpy(copy, t->data, bytes);
+      memcpy((char *)copy + (size_t)index * es, &bits, es); /* little-endian: the low bytes */
+      e[i].data = copy;
+    }
+  }
+  CHECK(copy != NULL);
+  snprintf(dir, dir_n, "%s/%s", g_tmp, name);
+  path_mkdirs(dir, &d);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK_STATUS(st_write_file(path, e, n, NULL, NULL, &d), PH_OK, d.msg);
+  char cfg_src[1200], *cfg = NULL;
+  size_t cfg_n = 0;
+  snprintf(cfg_src, sizeof cfg_src, "%s/config.json", src);
+  file_read_all(cfg_src, 1 << 20, &cfg, &cfg_n, &d);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  file_write_all(path, cfg, cfg_n, &d);
+  free(cfg);
+  free(copy);
+  free(e);
+  st_close(g);
+  return dir;
+}
+
+/* Defect 7 (inspect): --check-weights names the tensor, flat index and count of NaN/Inf in
+ * f32, bf16 and f16 weights, checkpoints and packages; exit 0 with "all N tensors finite". */
+static void test_check_weights(void) {
+  char args[2048], ckpt[1024], ckpt_bf16[1024], dir[1024];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  check_data(ckpt_bf16, sizeof ckpt_bf16, "golden/qwen35-tiny-bf16-vlm/checkpoint");
+  snprintf(args, sizeof args, "inspect '%s' --check-weights", ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "weights       all 56 tensors finite");
+  snprintf(args, sizeof args, "inspect '%s' --check-weights --json", ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "\"tensors_checked_finite\": 56");
+  snprintf(args, sizeof args, "inspect '%s' --check-weights --no-weights", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  /* f32: a NaN at [19, 18] of q_proj [256, 64]; the run itself is not refused by open */
+  if (poisoned_copy(ckpt, "nan-f32", "model.layers.3.self_attn.q_proj.weight", 19 * 64 + 18,
+                    0x7fc00000u, dir, sizeof dir)) {
+    snprintf(args, sizeof args, "inspect '%s'", dir);
+    CHECK_EQ_INT(run(args), 0);
+    snprintf(args, sizeof args, "inspect '%s' --check-weights", dir);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_NON_FINITE: tensor "
+                             "model.layers.3.self_attn.q_proj.weight [256, 64] f32: 1 non-finite "
+                             "value, the first (nan) at flat index 1234 [19, 18]; 1 of 56 tensors");
+    CHECK(!g_stdout || !strstr(g_stdout, "finite"));
+    /* exported as stored, the package's initializer carries it too */
+    snprintf(args, sizeof args, "export '%s' -o '%s/nan-pkg' --force", dir, g_tmp);
+    CHECK_EQ_INT(run(args), 0);
+    snprintf(args, sizeof args, "inspect '%s/nan-pkg' --check-weights", g_tmp);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_NON_FINITE: tensor ");
+    CHECK_CONTAINS(g_stderr, "q_proj");
+  }
+  /* bf16 (+inf) and f16 (-inf) */
+  if (poisoned_copy(ckpt_bf16, "inf-bf16", "model.language_model.norm.weight", 7, 0x7f80u, dir,
+                    sizeof dir)) {
+    snprintf(args, sizeof args, "inspect '%s' --check-weights", dir);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "tensor model.language_model.norm.weight [96] bf16: 1 non-finite "
+                             "value, the first (+inf) at flat index 7 [7]");
+  }
+  char tiny[1024];
+  snprintf(tiny, sizeof tiny, "%s/tiny-f16", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --dtype f16 --force", tiny);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "inspect '%s' --check-weights", tiny);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "tensors finite");
+  /* two -inf in the embedding [vocab 256, hidden 64] and a NaN in a later tensor: the first
+   * tensor in bind order is named, with its count; the totals count all three */
+  if (poisoned_copy(tiny, "inf-f16", "model.embed_tokens.weight", 300, 0xfc00u, dir, sizeof dir)) {
+    char again[1024];
+    snprintf(again, sizeof again, "%s", dir);
+    if (poisoned_copy(again, "inf-f16-2", "model.embed_tokens.weight", 5000, 0xfc00u, dir,
+                      sizeof dir) &&
+        poisoned_copy(dir, "inf-f16-3", "model.layers.0.mlp.down_proj.weight", 0, 0x7e00u, again,
+                      sizeof again)) {
+      snprintf(args, sizeof args, "inspect '%s' --check-weights", again);
+      CHECK_EQ_INT(run(args), 1);
+      CHECK_CONTAINS(g_stderr, "tensor model.embed_tokens.weight [256, 64] f16: 2 non-finite "
+                               "values, the first (-inf) at flat index 300 [4, 44]; 2 of ");
+      CHECK_CONTAINS(g_stderr, "tensors hold NaN or infinity (3 values)");
+    }
+  }
+}
+
+/* The demo and inspect fit an 80-column terminal; the demo shows what was served. */
+static void test_80_columns(void) {
+  char args[2048], ckpt[1024];
+  CHECK_EQ_INT(cli_run_ex(g_tmp, "demo --work-dir demo80", NULL), 0);
+  CHECK(max_line_width(g_stdout) <= 80);
+  CHECK_CONTAINS(g_stdout, "What two of them were served");
+  CHECK_CONTAINS(g_stdout, "generated (24):");
+  const char *const golden[] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm"};
+  for (int i = 0; i < 2; i++) {
+    check_data(ckpt, sizeof ckpt, "golden/%s/checkpoint", golden[i]);
+    snprintf(args, sizeof args, "inspect '%s' --check-weights", ckpt);
+    CHECK_EQ_INT(run(args), 0);
+    /* the path line aside: it is printed whole */
+    const char *after = g_stdout ? strchr(g_stdout, '\n') : NULL;
+    CHECK(max_line_width(after) <= 80);
+  }
+  snprintf(args, sizeof args, "inspect '%s/qwen35-27b-config' --no-weights", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  const char *after = g_stdout ? strchr(g_stdout, '\n') : NULL;
+  CHECK(max_line_width(after) <= 80);
+  CHECK_CONTAINS(g_stdout, "linear ids    0, 1, 2, 4,");
 }
 
 static void test_demo(void) {
@@ -420,6 +819,11 @@ int main(void) {
   RUN(test_generate_golden_logits);
   RUN(test_export);
   RUN(test_demo);
+  RUN(test_stdout_full);
+  RUN(test_generate_context);
+  RUN(test_option_values);
+  RUN(test_check_weights);
+  RUN(test_80_columns);
   cli_testing_done();
   return check_finish();
 }

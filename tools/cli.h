@@ -1,15 +1,22 @@
 /* cli — the pagedhybrid command line: a table-driven option parser shared by every command,
  * the exit-code policy, and the command entry points.
  *
- * Exit codes: 0 success; 1 a library error (prints "error: PH_ERR_NAME: detail"); 2 a usage
- * error (unknown flag, missing or bad value; prints what was wrong and how to get help).
+ * Exit codes: 0 success; 1 a library error (prints "error: PH_ERR_NAME: detail"), including a
+ * failed write to stdout; 2 a usage error (unknown flag, missing or bad value; prints what was
+ * wrong and how to get help). A value that is wrong on its own (not a number, out of range, a
+ * page size that is not a power of two, an option the command or layout does not take) is a
+ * usage error, found here before the library sees it; what can only be judged against the
+ * model or a file (a context beyond the checkpoint's, a missing tensor) is the library's.
  * Every command accepts --help. Options are "--name value" or "--name=value"; flags take no
  * value; "-o DIR" is the one short option, an alias of --out where a command has --out.
- * Positional arguments are collected in order.
+ * Positional arguments are collected in order. An unknown option names the closest one.
+ * Numbers are strict: digits with an optional sign, nothing around them (" 5", "5 ", "1e3" for
+ * an integer, "0x10" are refused).
  */
 #ifndef PH_TOOLS_CLI_H
 #define PH_TOOLS_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pagedhybrid.h"
@@ -44,7 +51,7 @@ typedef struct cli_args {
 } cli_args;
 
 /* Parses argv (after the command name). Returns CLI_EXIT_OK or CLI_EXIT_USAGE (message
- * printed). */
+ * printed; an unknown option says "did you mean --x?" when one of the table is close). */
 int cli_parse(cli_args *a, const char *command, const cli_option *options, int n_options, int argc,
               char **argv);
 
@@ -72,6 +79,39 @@ int cli_usage_error(const cli_args *a, const char *fmt, ...)
 
 /* Prints "error: PH_ERR_NAME: detail" (detail may be NULL or ""); returns CLI_EXIT_ERROR. */
 int cli_lib_error(ph_status s, const char *detail);
+
+/* Strict integer at s: [+-]?[0-9]+ (no leading space, no exponent), within int64. Returns 1 with
+ * *out and *end (the first character after the digits), 0 when s does not start with one. */
+int cli_parse_i64(const char *s, const char **end, int64_t *out);
+
+/* The candidate closest to word[0, len) by edit distance (insertions, deletions, substitutions,
+ * adjacent swaps), or a candidate word is the only prefix of; NULL when none is close enough to
+ * be a likely typo. */
+const char *cli_closest(const char *word, size_t len, const char *const *candidates, int n);
+
+/* ---- stdout: every write checked ----
+ * Output goes through stdio's buffer, so a write error (a full disk, a closed pipe) can surface
+ * at any later printf, at fflush or at fclose; the stream's error flag keeps it. These check it
+ * and print "error: PH_ERR_IO: writing stdout failed: <reason>" once. */
+/* Flushes stdout; CLI_EXIT_OK, or CLI_EXIT_ERROR (reported) when any write so far failed. For a
+ * command that must report a stdout failure before something else (say, a later error). */
+int cli_flush_stdout(void);
+/* The end of every command (main calls it): flushes and closes stdout, checking both. Returns
+ * rc, or CLI_EXIT_ERROR when rc was CLI_EXIT_OK and stdout failed. A second call returns rc. */
+int cli_finish_stdout(int rc);
+
+/* ---- model paths ---- */
+/* Refuses a model path we cannot read for a reason the library would hide behind "config.json
+ * not found": a .gguf file, or a directory of .gguf files without config.json or model.onnx.
+ * Prints "error: PH_ERR_UNSUPPORTED: ... GGUF is not read ..." naming what is read and returns
+ * CLI_EXIT_ERROR; CLI_EXIT_OK for anything else (the library judges it). */
+int cli_check_model_path(const char *path);
+
+/* ---- sizes: one style everywhere ----
+ * Binary units with one decimal: "512 B", "47.2 KiB", "2.6 MiB", "1.5 GiB", "1.2 TiB". Every
+ * size a command prints for people goes through this (JSON keeps exact byte counts). */
+#define CLI_BYTES_BUF 32
+const char *cli_bytes(uint64_t bytes, char *buf, size_t n);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_make_tiny(int argc, char **argv);

@@ -131,9 +131,9 @@ static int parse_batches(cli_args *a, bench_config *c) {
   c->n_batches = 0;
   const char *p = v;
   while (*p) {
-    char *end = NULL;
-    long long x = strtoll(p, &end, 10);
-    if (end == p || (*end != ',' && *end != '\0') || x < 1 || x > 4096 ||
+    const char *end = p;
+    int64_t x = 0;
+    if (!cli_parse_i64(p, &end, &x) || (*end != ',' && *end != '\0') || x < 1 || x > 4096 ||
         c->n_batches == MAX_BATCHES)
       return cli_usage_error(a,
                              "--batches expects up to %d comma-separated sizes in [1, 4096], "
@@ -476,13 +476,15 @@ static void print_json(const bench_report *r) {
 
 static void print_table(const bench_report *r) {
   const model_facts *m = &r->m;
-  const double mib = 1024.0 * 1024.0;
+  /* sizes in cli_bytes' binary units; bandwidth, and the traffic per step it is computed from,
+   * in decimal GB/s and MB as memory bandwidth is quoted */
+  char b1[CLI_BYTES_BUF], b2[CLI_BYTES_BUF], b3[CLI_BYTES_BUF];
   const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
-  printf("model     %s (%s): %lld parameters, %.2f MB of weights; state %lld B/sequence, "
-         "KV %lld B/token\n",
+  printf("model     %s (%s): %lld parameters, %s of weights; state %s/sequence, KV %s/token\n",
          r->model_dir, m->is_package ? "package" : "checkpoint", (long long)m->parameters,
-         (double)m->weight_bytes / 1e6, (long long)m->state_bytes_per_seq,
-         (long long)m->kv_bytes_per_token);
+         cli_bytes((uint64_t)m->weight_bytes, b1, sizeof b1),
+         cli_bytes((uint64_t)m->state_bytes_per_seq, b2, sizeof b2),
+         cli_bytes((uint64_t)m->kv_bytes_per_token, b3, sizeof b3));
   printf("engine    max_batch %d, max_tokens %lld, prefill_chunk %lld, %lld KV pages of %lld "
          "tokens; loaded in %.2f s\n",
          r->p.max_batch, (long long)r->p.max_tokens, (long long)r->p.prefill_chunk,
@@ -515,8 +517,9 @@ static void print_table(const bench_report *r) {
              gflops / r->ml.fma_gflops);
     printf("\n");
   }
-  printf("memory    peak RSS %.1f MiB; engine cache (KV pages + state slots) %.1f MiB\n",
-         (double)r->peak_rss_bytes / mib, (double)m->cache_bytes / mib);
+  printf("memory    peak RSS %s; engine cache (KV pages + state slots) %s\n",
+         cli_bytes((uint64_t)r->peak_rss_bytes, b1, sizeof b1),
+         cli_bytes((uint64_t)m->cache_bytes, b2, sizeof b2));
   printf("(medians of %lld repeats; decode: the median of %lld timed steps per repeat; "
          "%.1f s in all)\n",
          (long long)r->c->repeats, (long long)r->c->decode_steps, r->total_s);
@@ -628,6 +631,7 @@ int cmd_bench(int argc, char **argv) {
   p.memory_bytes = mib << 20;
   p.n_threads = (int)c.threads;
 
+  if ((rc = cli_check_model_path(dir))) return rc;
   bench_report r;
   memset(&r, 0, sizeof r);
   r.model_dir = dir;

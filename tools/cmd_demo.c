@@ -9,8 +9,10 @@
  *    and the scheduler preempts. One line per step shows the batch and the pools;
  * 4. every request runs again alone on a fresh engine with the same parameters; its tokens and
  *    logits must be bit-identical to the batched run (memcmp), or the demo exits 1;
- * 5. a summary table and totals.
- * Deterministic apart from the timings: the script counts steps, not seconds.
+ * 5. a summary table and totals, and the tokens two of the requests were served.
+ * Deterministic apart from the timings: the script counts steps, not seconds. Every line fits an
+ * 80-column terminal (the work directory's path aside); tests/test_cli.c checks it. When stdout
+ * cannot be written the demo stops at the next section with exit 1.
  */
 #include <stdio.h>
 #include <string.h>
@@ -66,15 +68,16 @@ static double seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* "0 B", "42.6 KiB", "1.5 MiB" */
-static const char *bytes_str(uint64_t b, char *buf, size_t n) {
-  if (b < 1024)
-    snprintf(buf, n, "%llu B", (unsigned long long)b);
-  else if (b < (uint64_t)1 << 20)
-    snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
-  else
-    snprintf(buf, n, "%.1f MiB", (double)b / (1024.0 * 1024.0));
-  return buf;
+/* Prints label then the ids, wrapped at 80 columns with continuation lines indented by `indent`. */
+static void print_ids(const char *label, const int64_t *ids, int64_t n, int indent) {
+  int col = printf("%s", label);
+  for (int64_t i = 0; i < n; i++) {
+    char id[24];
+    const int w = snprintf(id, sizeof id, " %lld", (long long)ids[i]);
+    if (col + w > 80) col = printf("\n%*s", indent, "") - 1;
+    col += printf("%s", id);
+  }
+  printf("\n");
 }
 
 static const char *sampling_str(const sampling_params *sp, char *buf, size_t n) {
@@ -148,10 +151,11 @@ static int make_model(const char *dir) {
   int64_t n = p.n_layers < 63 ? p.n_layers : 63;
   for (int64_t i = 0; i < n; i++) pattern[i] = (i + 1) % p.full_attention_interval == 0 ? 'F' : 'L';
   pattern[n] = '\0';
-  printf("1. make-tiny wrote a Qwen3.8-shaped checkpoint (VLM layout, bf16) to %s:\n"
-         "   %lld layers %s (L GatedDeltaNet linear attention, F full attention), hidden %lld,\n"
-         "   vocab %lld. The weights are RANDOM: the tokens are meaningless; this demo shows the\n"
-         "   serving machinery.\n\n",
+  printf("1. make-tiny wrote a Qwen3.8-shaped checkpoint (VLM layout, bf16) to\n"
+         "   %s\n"
+         "   %lld layers %s (L GatedDeltaNet linear attention, F full attention),\n"
+         "   hidden %lld, vocab %lld. The weights are RANDOM: the tokens are meaningless;\n"
+         "   this demo shows the serving machinery.\n\n",
          dir, (long long)p.n_layers, pattern, (long long)p.hidden_size, (long long)p.vocab_size);
   return CLI_EXIT_OK;
 }
@@ -164,9 +168,9 @@ static int inspect(const char *dir, int32_t pages) {
   snprintf(block, sizeof block, "%d", BLOCK_SIZE);
   char *argv[] = {(char *)dir, "--max-seqs",    seqs, "--max-tokens", tokens, "--block-size",
                   block,       "--cache-dtype", "f32"};
-  printf("2. inspect loads it back (config parsed, every tensor checked by name, shape, dtype);\n"
-         "   its memory plan is the engine's below: %d state slots, %d KV pages of %d tokens and\n"
-         "   the null page, f32 as the engine runs:\n\n",
+  printf("2. inspect loads it back (config parsed, every tensor checked by name, shape\n"
+         "   and dtype). Its memory plan's run column is the engine's pools below:\n"
+         "   %d state slots, %d KV pages of %d tokens and the null page, f32 as run uses:\n\n",
          MAX_BATCH, pages, BLOCK_SIZE);
   fflush(stdout);
   return cmd_inspect((int)(sizeof argv / sizeof argv[0]), argv);
@@ -202,8 +206,8 @@ static void print_events(engine *e, demo_req *reqs, const engine_step_info *si) 
     if (in.n_preemptions > r->n_preempted_seen) {
       r->n_preempted_seen = in.n_preemptions;
       r->readmit_pending = 1;
-      printf("         ! request %llu preempted: pages short; its pages and slot go back, and it "
-             "will recompute\n           its %lld tokens (prompt %lld + %lld generated)\n",
+      printf("         ! request %llu preempted, pages short: its pages and slot go back;\n"
+             "           it will recompute its %lld tokens (prompt %lld + %lld generated)\n",
              (unsigned long long)r->id, (long long)(in.n_prompt + in.n_generated),
              (long long)in.n_prompt, (long long)in.n_generated);
     }
@@ -236,11 +240,17 @@ static void print_events(engine *e, demo_req *reqs, const engine_step_info *si) 
   }
 }
 
+/* One line per step, under a header: the state after the step, the batch it ran, its speed, the
+ * pools in use, the state bytes its binding moved. */
+#define STEP_HEAD "  step  run wait | seqs tokens   tok/s | pages slots | moved\n"
+#define STEP_ROW  "  %4d %4d %4d | %4d %6lld %7.0f | %5s %5s | %s\n"
+
 /* Runs the script on e; one line per step. */
 static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
   memset(t, 0, sizeof *t);
   int n_added = 0;
   const double t0 = seconds();
+  printf(STEP_HEAD);
   for (int step = 0; n_added < N_REQ || engine_busy(e); step++) {
     for (int i = 0; i < N_REQ; i++)
       if (SCRIPT[i].arrive_step == step) {
@@ -265,12 +275,13 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
                     "the engine still has work after %d steps", MAX_STEPS);
     engine_step_info si;
     FORWARD_IF_ERROR(engine_step(e, &si, d));
-    char moved[32];
-    printf("step %3d | running %d waiting %d | batch %d seqs %3lld tok | %6.0f tok/s | "
-           "pages %2d/%d | slots %d/%d | moved %s\n",
-           step, si.n_running, si.n_waiting, si.n_seqs, (long long)si.n_tokens,
-           si.seconds > 0 ? (double)si.n_tokens / si.seconds : 0.0, si.pages_used, si.pages_total,
-           si.slots_used, si.slots_total, bytes_str(si.state_bytes_moved, moved, sizeof moved));
+    char moved[CLI_BYTES_BUF], pages[24], slots[24];
+    snprintf(pages, sizeof pages, "%d/%d", si.pages_used, si.pages_total);
+    snprintf(slots, sizeof slots, "%d/%d", si.slots_used, si.slots_total);
+    printf(STEP_ROW, step, si.n_running, si.n_waiting, si.n_seqs, (long long)si.n_tokens,
+           si.seconds > 0 ? (double)si.n_tokens / si.seconds : 0.0, pages, slots,
+           cli_bytes(si.state_bytes_moved, moved, sizeof moved));
+    if (ferror(stdout)) return diag_set(d, PH_ERR_IO, "writing stdout failed");
     print_events(e, reqs, &si);
     t->steps = step + 1;
     t->tokens_run += si.n_tokens;
@@ -344,13 +355,11 @@ static ph_status prove_one(const char *dir, const engine_params *p, engine *e, d
   r->identical = why == NULL;
   char note[96] = "";
   if (prefix)
-    snprintf(note, sizeof note, " (the alone run's first %lld: removed mid-decode)",
-             (long long)n_batched);
+    snprintf(note, sizeof note, " (removed: first %lld alone)", (long long)n_batched);
   else if (r->info.n_preemptions > 0)
-    snprintf(note, sizeof note, " (preempted %lld time(s) and recomputed)",
-             (long long)r->info.n_preemptions);
+    snprintf(note, sizeof note, " (preempted %lldx, recomputed)", (long long)r->info.n_preemptions);
   if (r->identical)
-    printf("   request %llu: %2lld tokens and %2lld x %lld logits identical%s\n",
+    printf("   request %llu: %2lld tokens, %2lld x %lld logits identical%s\n",
            (unsigned long long)r->id, (long long)n_batched, (long long)n_batched, (long long)V,
            note);
   else
@@ -361,23 +370,37 @@ static ph_status prove_one(const char *dir, const engine_params *p, engine *e, d
 
 /* ---- 4. the summary -------------------------------------------------------------------------- */
 
-static void summary(const demo_req *reqs, const totals *t) {
+static void summary(engine *e, const demo_req *reqs, const totals *t) {
   printf("\n5. summary\n\n"
-         "   id  prompt  arrive  generated  finish   preempted  TTFT ms  total ms  alone\n");
+         "   id prompt arrive generated finish  preempted  TTFT ms  total ms  alone\n");
   for (int i = 0; i < N_REQ; i++) {
     const demo_req *r = &reqs[i];
-    printf("   %2llu  %6lld  %6d  %9lld  %-7s  %9lld  %7.1f  %8.1f  %s\n",
-           (unsigned long long)r->id, (long long)r->spec->n_prompt, r->spec->arrive_step,
-           (long long)r->info.n_generated, engine_finish_name(r->info.finish),
-           (long long)r->info.n_preemptions, r->info.ttft_ms, r->info.total_ms,
-           r->identical ? "identical" : "DIFFERENT");
+    printf("   %2llu %6lld %6d %9lld %-7s %9lld  %7.1f  %8.1f  %s\n", (unsigned long long)r->id,
+           (long long)r->spec->n_prompt, r->spec->arrive_step, (long long)r->info.n_generated,
+           engine_finish_name(r->info.finish), (long long)r->info.n_preemptions, r->info.ttft_ms,
+           r->info.total_ms, r->identical ? "identical" : "DIFFERENT");
   }
-  printf("\n   %lld steps, %lld tokens run (prompts, decodes and recomputation), %lld generated, "
-         "%lld preemption(s)\n   in %.2f s: %.0f tokens/s run, %.0f tokens/s generated\n",
+  printf("\n   %lld steps, %lld tokens run (prompts, decodes and recomputation),\n"
+         "   %lld generated, %lld preemption(s), in %.2f s: %.0f tokens/s run,\n"
+         "   %.0f tokens/s generated\n",
          (long long)t->steps, (long long)t->tokens_run, (long long)t->tokens_generated,
          (long long)t->preemptions, t->wall_s,
          t->wall_s > 0 ? (double)t->tokens_run / t->wall_s : 0.0,
          t->wall_s > 0 ? (double)t->tokens_generated / t->wall_s : 0.0);
+  /* what was served: a greedy request and a sampled one, as token ids */
+  printf("\n   What two of them were served (token ids; random weights, so no text):\n");
+  for (int i = 0; i < 2 && i < N_REQ; i++) {
+    const demo_req *r = &reqs[i];
+    int64_t n = 0;
+    const int64_t *gen = engine_tokens(e, r->id, &n);
+    char label[96];
+    printf("\n   request %llu, %s:\n", (unsigned long long)r->id,
+           sampling_str(&r->sp, (char[64]){0}, 64));
+    snprintf(label, sizeof label, "     prompt (%lld):", (long long)r->spec->n_prompt);
+    print_ids(label, r->prompt, r->spec->n_prompt, 6);
+    snprintf(label, sizeof label, "     generated (%lld):", (long long)n);
+    print_ids(label, gen ? gen : r->prompt, gen ? n : 0, 6);
+  }
 }
 
 /* ---- the command ----------------------------------------------------------------------------- */
@@ -414,6 +437,7 @@ int cmd_demo(int argc, char **argv) {
   if ((rc = make_model(dir))) return rc;
   const int32_t pages = pool_pages();
   if ((rc = inspect(dir, pages))) return rc;
+  if (ferror(stdout)) return cli_flush_stdout(); /* no one reads what follows */
 
   engine_params p = engine_params_default();
   p.max_batch = MAX_BATCH;
@@ -431,25 +455,28 @@ int cmd_demo(int argc, char **argv) {
   if (s != PH_OK) return cli_lib_error(s, d.msg);
   demo_req reqs[N_REQ];
   init_requests(reqs, engine_vocab(e));
-  char cache[32];
+  char cache[CLI_BYTES_BUF];
   printf("\n3. serve: %d requests through one engine: %d KV pages of %d tokens and %d state\n"
-         "   slots (%s, as planned above); at most %d sequences and %d tokens a step; prompts\n"
-         "   in chunks of %d. The pool holds the largest request but not all of them at once,\n"
-         "   so the scheduler has to preempt.\n"
-         "   Events: > arrives and x removed by the caller (before the step line that follows);\n"
-         "   + admitted, ! preempted, - finished (by the step line above them).\n\n",
+         "   slots (%s, as planned above); at most %d sequences and %d tokens a\n"
+         "   step; prompts in chunks of %d. The pool holds the largest request but not\n"
+         "   all of them at once, so the scheduler has to preempt.\n"
+         "   Each step line: requests running and waiting after it; the sequences and\n"
+         "   tokens it ran; its speed; pages and slots in use; state bytes moved.\n"
+         "   Events: > arrives and x removed by the caller (before the step line that\n"
+         "   follows); + admitted, ! preempted, - finished (by the step line above).\n\n",
          N_REQ, pages, BLOCK_SIZE, MAX_BATCH,
-         bytes_str((uint64_t)paged_session_cache_bytes(engine_session(e)), cache, sizeof cache),
+         cli_bytes((uint64_t)paged_session_cache_bytes(engine_session(e)), cache, sizeof cache),
          MAX_BATCH, MAX_TOKENS, PREFILL_CHUNK);
   totals t;
   s = serve(e, reqs, &t, &d);
   if (s != PH_OK) {
     engine_free(e);
-    return cli_lib_error(s, d.msg);
+    return ferror(stdout) ? cli_flush_stdout() : cli_lib_error(s, d.msg);
   }
   int n_removed = 0;
   for (int i = 0; i < N_REQ; i++) n_removed += reqs[i].info.finish == ENGINE_FINISH_ABORTED;
-  printf("\n   preemption check: %lld preemption(s) %s; removal check: %d request(s) aborted.\n",
+  printf("\n   preemption check: %lld preemption(s) %s;\n"
+         "   removal check: %d request(s) aborted.\n",
          (long long)t.preemptions,
          t.preemptions > 0 ? "happened (the pool ran short)" : "did NOT happen this time",
          n_removed);
@@ -466,7 +493,7 @@ int cmd_demo(int argc, char **argv) {
     engine_free(e);
     return cli_lib_error(s, d.msg);
   }
-  summary(reqs, &t);
+  summary(e, reqs, &t);
   engine_free(e);
   if (n_bad) {
     char msg[128];
@@ -475,7 +502,8 @@ int cmd_demo(int argc, char **argv) {
     fflush(stdout);
     return cli_lib_error(PH_ERR_INTERNAL, msg);
   }
-  printf("\nEvery request matched its alone run bit for bit, preempted ones included. The weights\n"
-         "are RANDOM, so the tokens mean nothing; what is shown is the serving machinery.\n");
+  printf("\nEvery request matched its alone run bit for bit, preempted ones included.\n"
+         "The weights are RANDOM, so the tokens mean nothing; what is shown is the\n"
+         "serving machinery.\n");
   return CLI_EXIT_OK;
 }

@@ -3,14 +3,20 @@
  * Writes model.onnx, model.onnx.data, genai_config.json and the checkpoint's tokenizer files
  * (models/export.h, docs/export.md). --dtype picks the weights' storage dtype; without it each
  * weight keeps its checkpoint dtype. --layout dense (f32 activations, what ONNX Runtime's CPU EP
- * runs) or paged (the packed paged ABI for GenAI's Engine on CUDA, or --target cpu for ours).
- * --config-only needs only config.json and writes the structure without weights. Prints one
- * summary line per file written.
+ * runs; the default) or paged (the packed paged ABI for GenAI's Engine on CUDA, or --target
+ * cpu for ours; naming a --target implies it). --config-only needs only config.json and writes the
+ * structure without weights. Prints one summary line per file written, sizes in cli_bytes' units;
+ * says on stderr when the checkpoint has no tokenizer files (the package then takes token ids
+ * only). On a terminal, stderr shows the data file's progress (tensors, bytes, rate) on one line
+ * rewritten in place; redirected (logs, tests), nothing. Option values wrong on their own (a page
+ * size that is not a power of two >= 16, or not a multiple of 256 for CUDA; f32 activations for
+ * CUDA) are usage errors, exit 2; what needs the checkpoint to judge is the library's, exit 1.
  */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/fmap.h"
 #include "cli.h"
@@ -19,8 +25,7 @@
 
 static const cli_option OPTIONS[] = {
     {"out", "DIR", "package directory to write (also -o; created; must be empty unless --force)"},
-    {"layout", "L",
-     "graph layout: dense (default) or paged (packed, PagedAttention + GatedDeltaNet)"},
+    {"layout", "L", "graph layout: dense (default) or paged (packed; implied by --target)"},
     {"dtype", "DT", "weight storage dtype f32|f16|bf16 (default: as stored in the checkpoint)"},
     {"target", "T", "paged: cuda (default; ONNX Runtime GenAI) or cpu (pagedhybrid's runtime)"},
     {"io-dtype", "DT",
@@ -50,14 +55,44 @@ static double now_s(void) {
 }
 
 static void print_file(const char *dir, const char *name) {
-  char path[4096];
+  char path[4096], size[CLI_BYTES_BUF];
   struct stat st;
   if (path_join(path, sizeof path, dir, name, NULL) != PH_OK || stat(path, &st) != 0) return;
-  double b = (double)st.st_size;
-  if (b >= (double)(1 << 20))
-    printf("  %-24s %.1f MiB\n", name, b / (double)(1 << 20));
-  else
-    printf("  %-24s %lld bytes\n", name, (long long)st.st_size);
+  printf("  %-24s %s\n", name, cli_bytes((uint64_t)st.st_size, size, sizeof size));
+}
+
+/* The terminal progress line: rewritten in place at most every 0.1 s, and once at the end. */
+typedef struct progress_line {
+  double t0, last;
+  int width; /* of the line last printed, to blank what a shorter one leaves */
+} progress_line;
+
+static void on_progress(void *user, int64_t tensors_done, int64_t tensors_total, int64_t bytes_done,
+                        int64_t bytes_total) {
+  progress_line *p = user;
+  const double now = now_s();
+  const int last = tensors_done == tensors_total && bytes_done == bytes_total;
+  if (!last && now - p->last < 0.1) return;
+  p->last = now;
+  char done[CLI_BYTES_BUF], total[CLI_BYTES_BUF], rate[CLI_BYTES_BUF];
+  const double dt = now - p->t0 > 1e-3 ? now - p->t0 : 1e-3;
+  int n = fprintf(stderr, "\rexport: %lld/%lld tensors, %s of %s, %s/s", (long long)tensors_done,
+                  (long long)tensors_total, cli_bytes((uint64_t)bytes_done, done, sizeof done),
+                  cli_bytes((uint64_t)bytes_total, total, sizeof total),
+                  cli_bytes((uint64_t)((double)bytes_done / dt), rate, sizeof rate));
+  if (n > 0 && n < p->width) fprintf(stderr, "%*s", p->width - n, "");
+  if (n > p->width) p->width = n;
+  fflush(stderr);
+}
+
+/* 1 when dir has a tokenizer a runtime could use (tokenizer.json, or vocab.json + merges.txt). */
+static int has_tokenizer(const char *dir) {
+  static const char *const files[] = {"tokenizer.json", "vocab.json", "merges.txt",
+                                      "tokenizer_config.json"};
+  char path[4096];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+    if (path_join(path, sizeof path, dir, files[i], NULL) == PH_OK && path_exists(path)) return 1;
+  return 0;
 }
 
 int cmd_export(int argc, char **argv) {
@@ -85,7 +120,9 @@ int cmd_export(int argc, char **argv) {
     return cli_usage_error(&a, "--layout must be dense or paged, got \"%s\"", layout);
   if (target && strcmp(target, "cuda") != 0 && strcmp(target, "cpu") != 0)
     return cli_usage_error(&a, "--target must be cuda or cpu, got \"%s\"", target);
-  o.layout = layout && strcmp(layout, "paged") == 0 ? EXPORT_LAYOUT_PAGED : EXPORT_LAYOUT_DENSE;
+  /* a target is who runs a paged package: naming one asks for the paged layout */
+  o.layout = (layout && strcmp(layout, "paged") == 0) || (!layout && target) ? EXPORT_LAYOUT_PAGED
+                                                                             : EXPORT_LAYOUT_DENSE;
   o.target = target && strcmp(target, "cpu") == 0 ? EXPORT_TARGET_CPU : EXPORT_TARGET_CUDA;
   o.force = cli_flag(&a, "force");
   o.prune_lm_head = cli_flag(&a, "prune-lm-head");
@@ -93,7 +130,7 @@ int cmd_export(int argc, char **argv) {
   if ((rc = cli_get_dtype(&a, "dtype", &o.dtype)) ||
       (rc = cli_get_dtype(&a, "io-dtype", &o.io_dtype)) ||
       (rc = cli_get_int(&a, "max-context", 1, (int64_t)1 << 31, &o.max_context)) ||
-      (rc = cli_get_int(&a, "block-size", 1, (int64_t)1 << 20, &o.block_size)) ||
+      (rc = cli_get_int(&a, "block-size", 16, (int64_t)1 << 20, &o.block_size)) ||
       (rc = cli_get_int(&a, "max-batch-size", 1, 256, &o.max_batch_size)) ||
       (rc = cli_get_double(&a, "gpu-utilization-factor", 1e-9, 1.0, &o.gpu_utilization_factor)) ||
       (rc = cli_get_int(&a, "num-blocks", 1, INT32_MAX, &o.num_blocks)) ||
@@ -108,8 +145,21 @@ int cmd_export(int argc, char **argv) {
       if (cli_get(&a, paged_only[i]))
         return cli_usage_error(&a, "--%s applies to --layout paged only", paged_only[i]);
   }
+  if (o.block_size & (o.block_size - 1))
+    return cli_usage_error(&a, "--block-size must be a power of two, got %lld",
+                           (long long)o.block_size);
+  if (o.target == EXPORT_TARGET_CUDA && o.block_size % 256 != 0)
+    return cli_usage_error(&a,
+                           "--block-size %lld: ONNX Runtime GenAI on CUDA needs a multiple of 256 "
+                           "(--target cpu takes any power of two >= 16)",
+                           (long long)o.block_size);
+  if (o.target == EXPORT_TARGET_CUDA && o.io_dtype == PH_DTYPE_F32)
+    return cli_usage_error(&a, "--io-dtype f32: ONNX Runtime's PagedAttention on CUDA takes f16 or "
+                               "bf16 (--target cpu runs f32)");
   if (cli_get(&a, "num-blocks") && cli_get(&a, "gpu-utilization-factor"))
     return cli_usage_error(&a, "give --num-blocks or --gpu-utilization-factor, not both");
+
+  if ((rc = cli_check_model_path(a.positional[0]))) return rc;
 
   ph_model *m = NULL;
   ph_model_params mp = ph_model_params_default();
@@ -123,9 +173,12 @@ int cmd_export(int argc, char **argv) {
   diag d;
   diag_clear(&d);
   double t0 = now_s();
+  progress_line pl = {t0, 0.0, 0};
+  if (!o.config_only && isatty(STDERR_FILENO)) o.progress = (onnx_progress){on_progress, &pl};
   s = model_export(m, out, &o, &d);
   double t1 = now_s();
   ph_model_free(m);
+  if (pl.width) fprintf(stderr, "\n"); /* below the progress line */
   if (s != PH_OK) return cli_lib_error(s, d.msg);
   printf("exported %s -> %s (%s layout%s%s, weights %s%s) in %.2f s\n", a.positional[0], out,
          export_layout_name(o.layout), o.layout == EXPORT_LAYOUT_PAGED ? " for " : "",
@@ -136,5 +189,8 @@ int cmd_export(int argc, char **argv) {
   if (!o.config_only) print_file(out, "model.onnx.data");
   print_file(out, "genai_config.json");
   for (int i = 0; EXPORT_TOKENIZER_FILES[i]; i++) print_file(out, EXPORT_TOKENIZER_FILES[i]);
+  if (!has_tokenizer(a.positional[0]))
+    fprintf(stderr,
+            "note: the checkpoint has no tokenizer files; the package takes token ids only\n");
   return CLI_EXIT_OK;
 }

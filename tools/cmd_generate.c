@@ -6,12 +6,17 @@
  * slots come from the session's pools and the state bytes moved per step are reported. On the
  * dense layout the sequences run one after another.
  *
- * Prints each prompt and its generated token ids. --logits-out FILE writes an F32 safetensors
- * file with one tensor per sequence "seq{i}.logits" [T_i, vocab] (and, for a single sequence,
- * the same rows as "logits", the format of the dense-only releases): row t holds the logits
- * computed at position t of prompt + generated tokens (row t predicts token t+1). Every
- * generated token is run once too, so T_i = prompt length + max-new. This format is stable:
- * others check us with it.
+ * Prints each prompt, its generated token ids and its finish reason. A sequence stops at
+ * --max-new tokens or when it fills the context (every position the model has rotary rows for),
+ * whichever comes first; both are finish "length", as in `run`, and stopping at the context is
+ * said on stderr. --logits-out FILE writes an F32 safetensors file with one tensor per sequence
+ * "seq{i}.logits" [T_i, vocab] (and, for a single sequence, the same rows as "logits", the
+ * format of the dense-only releases): row t holds the logits computed at position t of prompt +
+ * generated tokens (row t predicts token t+1). Every generated token is run once too, so T_i =
+ * prompt length + generated (max-new unless the context stopped it first; so one token fewer
+ * than `run`, whose last token is never run). This format is stable: others check us with it.
+ *
+ * Text prompts (--prompt) wait for a tokenizer: the option is refused with what to use instead.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,10 +35,12 @@ static const cli_option OPTIONS[] = {
     {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
     {"tokens", "LIST...",
      "prompt token ids, comma-separated (e.g. 1,2,3); repeat for more sequences"},
+    {"prompt", "TEXT", "not supported yet (no tokenizer): give token ids with --tokens"},
     {"layout", "dense|paged",
      "for a checkpoint: the graph to run (default: dense for one prompt, paged for several)"},
-    {"block-size", "N", "paged checkpoint: tokens per KV page (power of two >= 16, default 16)"},
-    {"max-new", "N", "tokens to generate greedily (default 16)"},
+    {"block-size", "N",
+     "checkpoint: tokens per KV page, power of two >= 16 (default 16; implies paged)"},
+    {"max-new", "N", "tokens to generate greedily (default 16; fewer when the context is full)"},
     {"logits-out", "FILE",
      "write every position's logits: F32 safetensors \"seq{i}.logits\" [T_i, vocab]"},
     {"threads", "N", "worker threads (default: all CPUs)"},
@@ -48,10 +55,9 @@ static int parse_tokens(cli_args *a, const char *s, int64_t **out, int64_t *n_ou
   if (!t) return cli_lib_error(PH_ERR_NO_MEMORY, "out of memory");
   const char *p = s;
   for (int64_t i = 0; i < n; i++) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (errno || end == p || (*end != ',' && *end != '\0') || v < 0) {
+    const char *end = NULL;
+    int64_t v = 0;
+    if (!cli_parse_i64(p, &end, &v) || (*end != ',' && *end != '\0') || v < 0) {
       free(t);
       return cli_usage_error(
           a, "--tokens expects non-negative integers separated by commas, got \"%s\"", s);
@@ -82,13 +88,12 @@ typedef struct gen_seq {
 } gen_seq;
 
 /* Dense: each sequence alone, one after another. */
-static ph_status run_dense(dense_session *sess, gen_seq *q, int n, int64_t max_new, diag *d) {
+static ph_status run_dense(dense_session *sess, gen_seq *q, int n, diag *d) {
   const int64_t V = dense_session_vocab(sess);
   for (int i = 0; i < n; i++) {
     dense_session_reset(sess);
     FORWARD_IF_ERROR(dense_session_step(sess, q[i].tokens, q[i].n_prompt, q[i].logits, d));
-    for (int64_t k = 0; k < max_new; k++) {
-      const int64_t pos = q[i].n_prompt + k;
+    for (int64_t pos = q[i].n_prompt; pos < q[i].T; pos++) {
       q[i].tokens[pos] = argmax(q[i].logits + (pos - 1) * V, V);
       FORWARD_IF_ERROR(dense_session_step(sess, &q[i].tokens[pos], 1, q[i].logits + pos * V, d));
     }
@@ -96,53 +101,68 @@ static ph_status run_dense(dense_session *sess, gen_seq *q, int n, int64_t max_n
   return PH_OK;
 }
 
-/* Paged: every sequence packed in each step. */
-static ph_status run_paged(paged_session *s, gen_seq *q, int n, int64_t max_new, int all_rows,
-                           diag *d) {
+/* Paged: every sequence packed in each step; a sequence whose context is full leaves the batch
+ * (step k runs the prompts for k == 0, else each sequence's k-th generated token). */
+static ph_status run_paged(paged_session *s, gen_seq *q, int n, int all_rows, diag *d) {
   const int64_t V = paged_session_vocab(s), K = paged_session_block_size(s);
   paged_seq batch[MAX_SEQS];
+  int who[MAX_SEQS];
+  int64_t max_gen = 0;
   for (int i = 0; i < n; i++) {
     FORWARD_IF_ERROR(state_pool_alloc(paged_session_states(s), &q[i].slot, d));
     FORWARD_IF_ERROR(block_table_reserve(&q[i].bt, paged_session_blocks(s), q[i].T, (int32_t)K, d));
+    if (q[i].T - q[i].n_prompt > max_gen) max_gen = q[i].T - q[i].n_prompt;
   }
   uint64_t moved = 0;
   int64_t steps = 0;
-  for (int64_t k = 0; k <= max_new; k++) {
+  for (int64_t k = 0; k <= max_gen; k++) {
+    int nb = 0;
     for (int i = 0; i < n; i++) {
+      if (k > 0 && q[i].n_prompt + k > q[i].T) continue; /* done */
       const int64_t past = k == 0 ? 0 : q[i].n_prompt + k - 1, len = k == 0 ? q[i].n_prompt : 1;
       if (k > 0) q[i].tokens[past] = argmax(q[i].logits + (past - 1) * V, V);
-      batch[i] = (paged_seq){q[i].slot, &q[i].bt, past, q[i].tokens + past, len};
+      who[nb] = i;
+      batch[nb++] = (paged_seq){q[i].slot, &q[i].bt, past, q[i].tokens + past, len};
     }
-    FORWARD_IF_ERROR(paged_session_run(s, batch, n, d));
-    for (int i = 0; i < n; i++)
-      for (int64_t j = 0; j < batch[i].n; j++) {
-        const float *row = paged_session_token_logits(s, i, j);
+    FORWARD_IF_ERROR(paged_session_run(s, batch, nb, d));
+    for (int b = 0; b < nb; b++)
+      for (int64_t j = 0; j < batch[b].n; j++) {
+        const float *row = paged_session_token_logits(s, b, j);
         if (!row && !all_rows) continue; /* a pruned LM head: greedy needs only the last row */
         RETURN_ERROR_IF(!row, d, PH_ERR_UNSUPPORTED,
                         "the package prunes its LM head to the last row per sequence; "
                         "--logits-out and prompt rows need the full logits");
-        memcpy(q[i].logits + (batch[i].past + j) * V, row, (size_t)V * sizeof(float));
+        memcpy(q[who[b]].logits + (batch[b].past + j) * V, row, (size_t)V * sizeof(float));
       }
     moved += paged_session_last_stats(s).state_bytes_moved;
     steps++;
   }
+  char moved_s[CLI_BYTES_BUF], per_step[CLI_BYTES_BUF];
   fprintf(stderr,
           "paged: %d sequences packed, %lld steps, %d pages of %lld tokens in use, "
-          "state bytes moved %llu (%.1f per step)\n",
+          "state bytes moved %s (%s per step)\n",
           n, (long long)steps, block_pool_used_count(paged_session_blocks(s)), (long long)K,
-          (unsigned long long)moved, steps ? (double)moved / (double)steps : 0.0);
+          cli_bytes(moved, moved_s, sizeof moved_s),
+          cli_bytes(steps ? moved / (uint64_t)steps : 0, per_step, sizeof per_step));
   return PH_OK;
 }
 
-/* The pool sizes a packed run of these sequences needs. */
-static paged_session_params paged_params(const gen_seq *q, int n, int64_t threads, int64_t K) {
+/* Rows of sequence q (prompt + generated) when generation stops at max_new or at the context. */
+static int64_t rows_within(const gen_seq *q, int64_t max_new, int64_t context) {
+  const int64_t room = context - q->n_prompt;
+  return q->n_prompt + (room < max_new ? (room > 0 ? room : 0) : max_new);
+}
+
+/* The pool sizes a packed run of these sequences needs, each at most `context` tokens. */
+static paged_session_params paged_params(const gen_seq *q, int n, int64_t threads, int64_t K,
+                                         int64_t max_new, int64_t context) {
   paged_session_params p = paged_session_params_default();
   int64_t pages = 1, tokens = 0;
   for (int i = 0; i < n; i++) {
-    pages += (q[i].T + K - 1) / K;
+    pages += (rows_within(&q[i], max_new, context) + K - 1) / K;
     tokens += q[i].n_prompt > 1 ? q[i].n_prompt : 1;
   }
-  p.n_blocks = (int32_t)pages;
+  p.n_blocks = (int32_t)(pages < INT32_MAX ? pages : INT32_MAX);
   p.max_slots = p.max_batch = n;
   p.max_tokens = tokens;
   p.n_threads = (int)threads;
@@ -161,6 +181,27 @@ static ph_status write_logits(const char *path, const gen_seq *q, int n, int64_t
   return st_write_file(path, e, (size_t)k, NULL, NULL, d);
 }
 
+static void print_seq(const gen_seq *q, int i, int n, int64_t max_new, int64_t context) {
+  char tag[16] = "";
+  if (n > 1) snprintf(tag, sizeof tag, "seq%d ", i);
+  printf("%sprompt:", tag);
+  for (int64_t k = 0; k < q->n_prompt; k++)
+    printf("%s%lld", k ? "," : " ", (long long)q->tokens[k]);
+  printf("\n%sgenerated:", tag);
+  for (int64_t k = q->n_prompt; k < q->T; k++)
+    printf("%s%lld", k > q->n_prompt ? "," : " ", (long long)q->tokens[k]);
+  const int64_t n_gen = q->T - q->n_prompt;
+  if (n_gen < max_new) {
+    printf("\n%sfinish: length (the context of %lld tokens is full)\n", tag, (long long)context);
+    fprintf(stderr,
+            "%sstopped at the context: %lld of --max-new %lld tokens generated (prompt %lld, "
+            "context %lld)\n",
+            tag, (long long)n_gen, (long long)max_new, (long long)q->n_prompt, (long long)context);
+  } else {
+    printf("\n%sfinish: length\n", tag);
+  }
+}
+
 int cmd_generate(int argc, char **argv) {
   cli_args a;
   int rc = cli_parse(&a, "generate", OPTIONS, N_OPTIONS, argc, argv);
@@ -168,11 +209,15 @@ int cmd_generate(int argc, char **argv) {
   if (a.help) {
     cli_print_help(
         &a, "--model DIR --tokens LIST [--tokens LIST ...] [options]",
-        "Greedy generation from token ids (no tokenizer yet), printing each prompt and its\n"
-        "generated ids. Several prompts run packed in one batch on the paged layout.");
+        "Greedy generation from token ids (no tokenizer yet), printing each prompt, its\n"
+        "generated ids and its finish reason. Several prompts run packed in one batch on\n"
+        "the paged layout. Generation stops at --max-new tokens or at the context.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
+  if (cli_get(&a, "prompt"))
+    return cli_usage_error(&a, "--prompt: text input is not supported yet (there is no tokenizer); "
+                               "give the prompt's token ids with --tokens 1,2,3");
   const char *dir = cli_get(&a, "model"), *lists[MAX_SEQS + 1];
   const int n = cli_get_all(&a, "tokens", lists, MAX_SEQS + 1);
   if (!dir) return cli_usage_error(&a, "--model DIR is required");
@@ -184,27 +229,39 @@ int cmd_generate(int argc, char **argv) {
       (rc = cli_get_int(&a, "max-context", 0, (int64_t)1 << 24, &max_ctx)) ||
       (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)))
     return rc;
+  if (block & (block - 1))
+    return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
   const char *layout = cli_get(&a, "layout");
   if (layout && strcmp(layout, "dense") != 0 && strcmp(layout, "paged") != 0)
     return cli_usage_error(&a, "--layout is dense or paged, got \"%s\"", layout);
-  int paged = layout ? strcmp(layout, "paged") == 0 : n > 1;
-
+  if (cli_get(&a, "block-size") && layout && strcmp(layout, "dense") == 0)
+    return cli_usage_error(&a, "--block-size applies to --layout paged only");
   gen_seq q[MAX_SEQS];
   memset(q, 0, sizeof q);
   for (int i = 0; i < n; i++) {
-    int64_t *prompt = NULL;
-    if ((rc = parse_tokens(&a, lists[i], &prompt, &q[i].n_prompt))) {
+    if ((rc = parse_tokens(&a, lists[i], &q[i].tokens, &q[i].n_prompt))) {
       for (int k = 0; k < i; k++) free(q[k].tokens);
       return rc;
     }
-    q[i].tokens = prompt;
-    q[i].T = q[i].n_prompt + max_new;
     block_table_init(&q[i].bt);
   }
-
-  /* A package directory (model.onnx) runs its graph, in the layout it was exported with;
-   * anything else is a checkpoint. */
+  /* A package directory (model.onnx) runs its graph, in the layout and page size it was
+   * exported with; anything else is a checkpoint. */
   const int is_package = onnx_is_package(dir);
+  if (is_package && (layout || cli_get(&a, "block-size"))) {
+    for (int i = 0; i < n; i++) free(q[i].tokens);
+    return cli_usage_error(&a, layout ? "--layout applies to a checkpoint; a package runs its own "
+                                        "layout"
+                                      : "--block-size applies to a checkpoint; a package has its "
+                                        "own page size");
+  }
+  /* default: paged for several prompts, or when a page size is asked for */
+  int paged = layout ? strcmp(layout, "paged") == 0 : n > 1 || cli_get(&a, "block-size") != NULL;
+  if (!is_package && (rc = cli_check_model_path(dir))) {
+    for (int i = 0; i < n; i++) free(q[i].tokens);
+    return rc;
+  }
+
   ph_model *m = NULL;
   ph_status s = PH_OK;
   diag d;
@@ -212,25 +269,20 @@ int cmd_generate(int argc, char **argv) {
   dense_session *dense = NULL;
   paged_session *ps = NULL;
   genai_config gc;
+  /* the context: what the caller bounds it to, else what the model was built or exported for
+   * (the builder's rule: min(max_position_embeddings, 32768)); the session's own rows cap it */
+  int64_t context = max_ctx > 0 ? max_ctx : INT64_MAX;
   if (is_package) {
-    if (layout)
-      s = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
-                   "--layout applies to a checkpoint; a package runs its own layout");
-    if (s == PH_OK) s = genai_config_read(dir, &gc, &d);
+    s = genai_config_read(dir, &gc, &d);
     if (s == PH_OK) paged = gc.paged;
-    if (s == PH_OK && !paged && cli_get(&a, "block-size"))
-      s = diag_set(&d, PH_ERR_INVALID_ARGUMENT, "--block-size: the package has the dense layout");
+    if (s == PH_OK && max_ctx <= 0 && gc.context_length > 0) context = gc.context_length;
   } else {
     s = ph_model_open(dir, NULL, &m);
     if (s != PH_OK) diag_set(&d, s, "%s", m ? ph_model_error(m) : ph_status_message(s));
-  }
-  /* resize every sequence's rows now that the dense/paged choice is known */
-  for (int i = 0; s == PH_OK && i < n; i++) {
-    int64_t *t = realloc(q[i].tokens, (size_t)q[i].T * sizeof *t);
-    if (!t)
-      s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory");
-    else
-      q[i].tokens = t;
+    if (s == PH_OK && max_ctx <= 0) {
+      const int64_t mpe = model_config(m)->max_position_embeddings;
+      context = mpe > 0 && mpe < 32768 ? mpe : 32768;
+    }
   }
   if (s == PH_OK && !paged) {
     if (is_package) {
@@ -241,16 +293,35 @@ int cmd_generate(int argc, char **argv) {
       s = dense_session_create(m, max_ctx, (int)threads, &dense, &d);
     }
   } else if (s == PH_OK) {
+    const int64_t K = is_package ? gc.dynamic_batching.block_size : block;
+    paged_session_params p = paged_params(q, n, threads, K, max_new, context);
     if (is_package) {
-      paged_session_params p = paged_params(q, n, threads, gc.dynamic_batching.block_size);
       s = paged_session_create_package(dir, &gc, &p, &ps, &d);
     } else {
       qwen35_options o = qwen35_options_default();
       o.block_size = block;
       o.max_context = max_ctx;
-      paged_session_params p = paged_params(q, n, threads, block);
       s = paged_session_create_model(m, &o, &p, &ps, &d);
     }
+  }
+  if (s == PH_OK) {
+    const int64_t rows = dense ? dense_session_max_context(dense) : paged_session_max_context(ps);
+    if (rows < context) context = rows;
+  }
+  for (int i = 0; s == PH_OK && i < n; i++) {
+    if (q[i].n_prompt > context) {
+      char tag[16] = "";
+      if (n > 1) snprintf(tag, sizeof tag, "seq%d: ", i);
+      s = diag_set(&d, PH_ERR_LIMIT, "%sa prompt of %lld tokens does not fit the context of %lld",
+                   tag, (long long)q[i].n_prompt, (long long)context);
+      break;
+    }
+    q[i].T = rows_within(&q[i], max_new, context);
+    int64_t *t = realloc(q[i].tokens, (size_t)q[i].T * sizeof *t);
+    if (!t)
+      s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory");
+    else
+      q[i].tokens = t;
   }
   const int64_t V = dense ? dense_session_vocab(dense) : ps ? paged_session_vocab(ps) : 0;
   for (int i = 0; s == PH_OK && i < n; i++) {
@@ -259,19 +330,9 @@ int cmd_generate(int argc, char **argv) {
       s = diag_set(&d, PH_ERR_NO_MEMORY, "out of memory for %lld logits rows", (long long)q[i].T);
   }
   if (s == PH_OK)
-    s = dense ? run_dense(dense, q, n, max_new, &d)
-              : run_paged(ps, q, n, max_new, cli_get(&a, "logits-out") != NULL, &d);
-  for (int i = 0; s == PH_OK && i < n; i++) {
-    char tag[16] = "";
-    if (n > 1) snprintf(tag, sizeof tag, "seq%d ", i);
-    printf("%sprompt:", tag);
-    for (int64_t k = 0; k < q[i].n_prompt; k++)
-      printf("%s%lld", k ? "," : " ", (long long)q[i].tokens[k]);
-    printf("\n%sgenerated:", tag);
-    for (int64_t k = q[i].n_prompt; k < q[i].T; k++)
-      printf("%s%lld", k > q[i].n_prompt ? "," : " ", (long long)q[i].tokens[k]);
-    printf("\n");
-  }
+    s = dense ? run_dense(dense, q, n, &d)
+              : run_paged(ps, q, n, cli_get(&a, "logits-out") != NULL, &d);
+  for (int i = 0; s == PH_OK && i < n; i++) print_seq(&q[i], i, n, max_new, context);
   const char *out = cli_get(&a, "logits-out");
   if (s == PH_OK && out) s = write_logits(out, q, n, V, &d);
   rc = s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);

@@ -1,10 +1,19 @@
 /* pagedhybrid inspect DIR — what a checkpoint or an exported package is, and what serving a
  * checkpoint costs.
  *
- * Text for people, --json (one object) for scripts. The memory plan sizes the three pools a
- * server needs for --max-seqs sequences sharing --max-tokens tokens of KV: weights as stored,
- * KV pages (ceil(T/B) pages plus one partial page per sequence plus the null block), and one
- * fixed-state slot per sequence. docs/cli.md has the formulas.
+ * Text for people (every line fits 80 columns, long lists wrap; a long path is left whole),
+ * --json (one object) for scripts. The memory plan sizes the three pools a server needs for
+ * --max-seqs sequences sharing --max-tokens tokens of KV — weights as stored, KV pages (ceil(T/B)
+ * pages plus one partial page per sequence plus the null block), and one fixed-state slot per
+ * sequence — twice, side by side: as `pagedhybrid run` will hold it on this CPU runtime (pages of
+ * --block-size tokens, default 16, caches in --cache-dtype, default f32: run's defaults; printed
+ * with the run flags that give exactly these pools), and as a package exported for ONNX Runtime
+ * GenAI on CUDA would (pages of 256 tokens, caches in the checkpoint's half dtype or bf16: export
+ * --layout paged's defaults). docs/cli.md has the formulas.
+ *
+ * --check-weights scans every weight the model computes with (or every initializer of a
+ * package) for NaN and infinities: exit 1 naming the first bad tensor, its flat index and how
+ * many, else "all N tensors finite" in the report.
  *
  * A directory holding model.onnx is a package: the reader validates it without finalizing (so a
  * package whose operators this build lacks is still described), the report is built once as a
@@ -12,6 +21,7 @@
  * here. docs/import.md has the package keys.
  */
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +36,64 @@
 static const cli_option OPTIONS[] = {
     {"json", NULL, "print one JSON object instead of text"},
     {"no-weights", NULL, "read config.json only (no safetensors needed)"},
+    {"check-weights", NULL, "scan every weight for NaN/Inf; exit 1 naming the first one found"},
     {"max-seqs", "N", "memory plan: concurrent sequences (default 16)"},
     {"max-tokens", "T", "memory plan: KV tokens shared by all sequences (default 32768)"},
-    {"block-size", "B", "memory plan: tokens per KV page, a power of two >= 16 (default 256)"},
-    {"cache-dtype", "DT", "KV and conv-state dtype: f32|f16|bf16 (default: checkpoint dtype)"},
+    {"block-size", "B", "run's plan: tokens per KV page, a power of two >= 16 (default 16)"},
+    {"cache-dtype", "DT", "run's plan: KV and conv-state dtype f32|f16|bf16 (default f32)"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
+#define WIDTH 80 /* text lines fit a terminal of this many columns */
+#define LABEL 14 /* "geometry      " */
+
+/* Prints "label text", wrapping text at spaces so every line fits WIDTH columns; continuation
+ * lines are indented by LABEL. A word longer than a line is printed whole. */
+static void field(const char *label, const char *text) {
+  printf("%-*s", LABEL, label);
+  const size_t room = WIDTH - LABEL;
+  const char *p = text;
+  for (;;) {
+    size_t n = strlen(p);
+    if (n <= room) {
+      printf("%s\n", p);
+      return;
+    }
+    size_t cut = room;
+    while (cut > 0 && p[cut] != ' ') cut--;
+    if (cut == 0) { /* one long word: keep it whole */
+      cut = room;
+      while (p[cut] && p[cut] != ' ') cut++;
+      if (!p[cut]) {
+        printf("%s\n", p);
+        return;
+      }
+    }
+    printf("%.*s\n%*s", (int)cut, p, LABEL, "");
+    p += cut + 1;
+  }
+}
+
+/* field() with a printf format. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+fieldf(const char *label, const char *fmt, ...) {
+  char buf[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  field(label, buf);
+}
+
+/* One runtime's pools for max_seqs sequences sharing max_tokens tokens of KV. */
 typedef struct plan {
+  const char *runtime; /* "cpu" (pagedhybrid run) or "cuda" (ONNX Runtime GenAI) */
+  ph_dtype cache_dtype;
   int64_t max_seqs, max_tokens, block_size, pages;
+  int64_t kv_per_token, fixed_state, conv_state, recurrent_state; /* bytes */
   int64_t weight_bytes, kv_bytes, state_bytes, total_bytes;
 } plan;
 
@@ -42,10 +101,32 @@ typedef struct report {
   ph_model_info info;
   const hf_config *c;
   const model_weights *w;
-  ph_dtype cache_dtype;
-  int64_t fixed_state, conv_state, recurrent_state, kv_per_token;
-  plan plan;
+  plan run, cuda;
+  int checked;       /* --check-weights ran (and found everything finite) */
+  int64_t n_checked; /* tensors it scanned */
 } report;
+
+static plan make_plan(const ph_model *m, const hf_config *c, const char *runtime, ph_dtype dt,
+                      int64_t max_seqs, int64_t max_tokens, int64_t block, int64_t weight_bytes) {
+  plan p;
+  memset(&p, 0, sizeof p);
+  p.runtime = runtime;
+  p.cache_dtype = dt;
+  p.max_seqs = max_seqs;
+  p.max_tokens = max_tokens;
+  p.block_size = block;
+  p.kv_per_token = ph_model_kv_bytes_per_token(m, dt);
+  p.fixed_state = ph_model_fixed_state_bytes(m, dt);
+  p.recurrent_state =
+      c->geom.n_linear * c->lin.n_value_heads * c->lin.value_head_dim * c->lin.key_head_dim * 4;
+  p.conv_state = p.fixed_state - p.recurrent_state;
+  p.pages = (max_tokens + block - 1) / block + max_seqs + 1;
+  p.weight_bytes = weight_bytes;
+  p.kv_bytes = p.pages * block * p.kv_per_token;
+  p.state_bytes = max_seqs * p.fixed_state;
+  p.total_bytes = p.weight_bytes + p.kv_bytes + p.state_bytes;
+  return p;
+}
 
 static void layer_list(const hf_config *c, int full, char *buf, size_t n) {
   size_t pos = 0;
@@ -66,27 +147,68 @@ static json_t *layer_array(const hf_config *c, int kind) {
   return a;
 }
 
-static const char *mib(int64_t bytes, char *buf, size_t n) {
-  if (bytes >= ((int64_t)1 << 30))
-    snprintf(buf, n, "%.2f GiB", (double)bytes / (double)((int64_t)1 << 30));
-  else
-    snprintf(buf, n, "%.1f MiB", (double)bytes / (double)(1 << 20));
+/* The run flags that give exactly this plan's pools. */
+static const char *run_flags(const plan *p, char *buf, size_t n) {
+  int k = snprintf(buf, n, "--max-batch %lld --num-blocks %lld", (long long)p->max_seqs,
+                   (long long)p->pages);
+  if (p->block_size != 16 && k > 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, " --block-size %lld", (long long)p->block_size);
+  if (p->cache_dtype != PH_DTYPE_F32 && k > 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, " --io-dtype %s", ph_dtype_name(p->cache_dtype));
   return buf;
+}
+
+/* "  label         left                            right" */
+static void plan_row(const char *label, const char *left, const char *right) {
+  printf("  %-14s %-31s %s\n", label, left, right);
+}
+
+static void print_plans(const plan *a, const plan *b) {
+  char l[64], r[64], x[CLI_BYTES_BUF], y[CLI_BYTES_BUF];
+  fieldf("memory plan", "%lld sequences sharing %lld KV tokens (--max-seqs, --max-tokens)",
+         (long long)a->max_seqs, (long long)a->max_tokens);
+  plan_row("", "pagedhybrid run (this CPU)", "CUDA package (GenAI)");
+  snprintf(l, sizeof l, "%lld tokens, %s", (long long)a->block_size, ph_dtype_name(a->cache_dtype));
+  snprintf(r, sizeof r, "%lld tokens, %s", (long long)b->block_size, ph_dtype_name(b->cache_dtype));
+  plan_row("page", l, r);
+  plan_row("kv per token", cli_bytes((uint64_t)a->kv_per_token, x, sizeof x),
+           cli_bytes((uint64_t)b->kv_per_token, y, sizeof y));
+  plan_row("state per seq", cli_bytes((uint64_t)a->fixed_state, x, sizeof x),
+           cli_bytes((uint64_t)b->fixed_state, y, sizeof y));
+  plan_row("weights", cli_bytes((uint64_t)a->weight_bytes, x, sizeof x),
+           cli_bytes((uint64_t)b->weight_bytes, y, sizeof y));
+  snprintf(l, sizeof l, "%s (%lld pages)", cli_bytes((uint64_t)a->kv_bytes, x, sizeof x),
+           (long long)a->pages);
+  snprintf(r, sizeof r, "%s (%lld pages)", cli_bytes((uint64_t)b->kv_bytes, y, sizeof y),
+           (long long)b->pages);
+  plan_row("kv pages", l, r);
+  snprintf(l, sizeof l, "%s (%lld slots)", cli_bytes((uint64_t)a->state_bytes, x, sizeof x),
+           (long long)a->max_seqs);
+  snprintf(r, sizeof r, "%s (%lld slots)", cli_bytes((uint64_t)b->state_bytes, y, sizeof y),
+           (long long)b->max_seqs);
+  plan_row("state slots", l, r);
+  plan_row("total", cli_bytes((uint64_t)a->total_bytes, x, sizeof x),
+           cli_bytes((uint64_t)b->total_bytes, y, sizeof y));
+  char flags[160];
+  printf("  %-14s %s\n", "run with", run_flags(a, flags, sizeof flags));
+  if (b->max_seqs <= 256) /* export's --max-batch-size range */
+    printf("  %-14s --layout paged --max-batch-size %lld --num-blocks %lld\n", "export with",
+           (long long)b->max_seqs, (long long)b->pages);
 }
 
 static void print_text(const report *r, const char *dir) {
   const hf_config *c = r->c;
   const ph_model_info *in = &r->info;
-  char buf[4096], m1[32], m2[32], m3[32], m4[32];
-  printf("checkpoint    %s\n", dir);
-  printf("model_type    %s", in->model_type);
+  char buf[4096], m1[CLI_BYTES_BUF];
+  printf("%-*s%s\n", LABEL, "checkpoint", dir);
+  char tm[128] = "";
   if (strcmp(in->model_type, in->text_model_type) != 0)
-    printf(" (text model %s)", in->text_model_type);
-  printf(", family %s%s\n", model_family_name(c->family),
-         c->is_vlm ? ", VLM wrapper (vision part ignored)" : "");
-  printf("architecture  %s, dtype %s\n", in->architecture[0] ? in->architecture : "(none)",
+    snprintf(tm, sizeof tm, " (text model %s)", in->text_model_type);
+  fieldf("model_type", "%s%s, family %s%s", in->model_type, tm, model_family_name(c->family),
+         c->is_vlm ? "; a VLM wrapper: the vision part is ignored" : "");
+  fieldf("architecture", "%s, dtype %s", in->architecture[0] ? in->architecture : "(none)",
          ph_dtype_name(in->dtype));
-  printf("layers        %d: %d linear attention (GatedDeltaNet), %d %s\n", in->n_layers,
+  fieldf("layers", "%d: %d linear attention (GatedDeltaNet), %d %s", in->n_layers,
          in->n_linear_attention_layers, in->n_full_attention_layers,
          c->family == FAMILY_DEEPSEEK ? "multi-head latent attention" : "full attention");
   char pattern[HF_MAX_LAYERS + 1];
@@ -95,59 +217,69 @@ static void print_text(const report *r, const char *dir) {
                  : c->layer_kind[i] == PH_LAYER_MLA            ? 'M'
                                                                : 'F';
   pattern[in->n_layers] = '\0';
-  printf("pattern       %s  (L linear, F full, M MLA)\n", pattern);
+  fieldf("pattern", "%s  (L linear, F full, M MLA)", pattern);
   layer_list(c, 1, buf, sizeof buf);
-  printf("full/MLA ids  %s\n", buf[0] ? buf : "-");
+  field("full/MLA ids", buf[0] ? buf : "-");
   layer_list(c, 0, buf, sizeof buf);
-  printf("linear ids    %s\n", buf[0] ? buf : "-");
-  printf("geometry      hidden %lld, vocab %lld, attention heads %lld/%lld x %lld, rms eps %g%s\n",
+  field("linear ids", buf[0] ? buf : "-");
+  fieldf("geometry", "hidden %lld, vocab %lld, attention heads %lld/%lld x %lld, rms eps %g%s",
          (long long)c->hidden_size, (long long)c->vocab_size, (long long)c->n_heads,
          (long long)c->n_kv_heads, (long long)c->head_dim, c->rms_norm_eps,
          c->tie_word_embeddings ? ", tied embeddings" : "");
-  printf("rope          theta %g, rotary dims %lld", c->rope.theta, (long long)c->rope.rotary_dim);
-  if (c->rope.has_mrope)
-    printf(", mrope [%lld, %lld, %lld]%s", (long long)c->rope.mrope_section[0],
-           (long long)c->rope.mrope_section[1], (long long)c->rope.mrope_section[2],
-           c->rope.mrope_interleaved ? " interleaved" : "");
-  if (c->rope.scaling == ROPE_SCALING_YARN) printf(", YaRN factor %g", c->rope.factor);
-  printf("\n");
+  int k = snprintf(buf, sizeof buf, "theta %g, rotary dims %lld", c->rope.theta,
+                   (long long)c->rope.rotary_dim);
+  if (c->rope.has_mrope && k > 0 && (size_t)k < sizeof buf)
+    k += snprintf(buf + k, sizeof buf - (size_t)k, ", mrope [%lld, %lld, %lld]%s",
+                  (long long)c->rope.mrope_section[0], (long long)c->rope.mrope_section[1],
+                  (long long)c->rope.mrope_section[2],
+                  c->rope.mrope_interleaved ? " interleaved" : "");
+  if (c->rope.scaling == ROPE_SCALING_YARN && k > 0 && (size_t)k < sizeof buf)
+    snprintf(buf + k, sizeof buf - (size_t)k, ", YaRN factor %g", c->rope.factor);
+  field("rope", buf);
   if (c->geom.n_linear)
-    printf("gateddeltanet Hk %lld x Dk %lld, Hv %lld x Dv %lld, conv kernel %lld, conv_dim %lld\n",
+    fieldf("gateddeltanet", "Hk %lld x Dk %lld, Hv %lld x Dv %lld, conv kernel %lld, conv_dim %lld",
            (long long)c->lin.n_key_heads, (long long)c->lin.key_head_dim,
            (long long)c->lin.n_value_heads, (long long)c->lin.value_head_dim,
            (long long)c->lin.conv_kernel, (long long)c->geom.conv_dim);
   if (c->family == FAMILY_DEEPSEEK)
-    printf(
-        "mla           q_lora %lld, kv_lora %lld, nope/rope/v %lld/%lld/%lld, softmax scale %.6f\n",
-        (long long)c->mla.q_lora_rank, (long long)c->mla.kv_lora_rank,
-        (long long)c->mla.qk_nope_head_dim, (long long)c->mla.qk_rope_head_dim,
-        (long long)c->mla.v_head_dim, c->mla.softmax_scale);
+    fieldf("mla", "q_lora %lld, kv_lora %lld, nope/rope/v %lld/%lld/%lld, softmax scale %.6f",
+           (long long)c->mla.q_lora_rank, (long long)c->mla.kv_lora_rank,
+           (long long)c->mla.qk_nope_head_dim, (long long)c->mla.qk_rope_head_dim,
+           (long long)c->mla.v_head_dim, c->mla.softmax_scale);
   if (c->moe.n_experts)
-    printf("moe           %lld experts, top-%lld, expert width %lld\n", (long long)c->moe.n_experts,
+    fieldf("moe", "%lld experts, top-%lld, expert width %lld", (long long)c->moe.n_experts,
            (long long)c->moe.n_experts_per_tok, (long long)c->moe.moe_intermediate_size);
   else
-    printf("mlp           dense SwiGLU, intermediate %lld\n", (long long)c->intermediate_size);
-  printf("parameters    %lld (%s as stored)%s\n", (long long)in->parameters,
-         mib(in->weight_bytes, m1, sizeof m1),
+    fieldf("mlp", "dense SwiGLU, intermediate %lld", (long long)c->intermediate_size);
+  fieldf("parameters", "%lld (%s as stored)%s", (long long)in->parameters,
+         cli_bytes((uint64_t)in->weight_bytes, m1, sizeof m1),
          in->weights_loaded ? "" : ", predicted from config.json");
-  if (r->w)
-    printf("tensors       %s layout, every expected tensor found; %zu unused (vision, MTP)\n",
-           r->w->layout == LAYOUT_VLM ? "VLM (model.language_model.)" : "causal LM (model.)",
-           r->w->n_unused);
-  printf("fixed state   %lld bytes per sequence (conv %lld in %s + recurrent %lld in f32)\n",
-         (long long)r->fixed_state, (long long)r->conv_state, ph_dtype_name(r->cache_dtype),
-         (long long)r->recurrent_state);
-  printf("kv cache      %lld bytes per token (%s)\n", (long long)r->kv_per_token,
-         ph_dtype_name(r->cache_dtype));
-  const plan *p = &r->plan;
-  printf("memory plan   --max-seqs %lld --max-tokens %lld --block-size %lld\n",
-         (long long)p->max_seqs, (long long)p->max_tokens, (long long)p->block_size);
-  printf("  weights     %s\n", mib(p->weight_bytes, m1, sizeof m1));
-  printf("  kv pages    %s (%lld pages of %lld tokens)\n", mib(p->kv_bytes, m2, sizeof m2),
-         (long long)p->pages, (long long)p->block_size);
-  printf("  state slots %s (%lld slots)\n", mib(p->state_bytes, m3, sizeof m3),
-         (long long)p->max_seqs);
-  printf("  total       %s\n", mib(p->total_bytes, m4, sizeof m4));
+  if (r->w) {
+    fieldf("tensors", "every expected tensor found, %s layout (%s)",
+           r->w->layout == LAYOUT_VLM ? "VLM" : "causal LM",
+           r->w->layout == LAYOUT_VLM ? "model.language_model." : "model.");
+    fieldf("unused", "%zu tensors (vision tower, MTP layers)", r->w->n_unused);
+  }
+  if (r->checked)
+    fieldf("weights", "all %lld tensors finite (no NaN, no Inf)", (long long)r->n_checked);
+  print_plans(&r->run, &r->cuda);
+}
+
+static json_t *plan_json(const plan *p) {
+  json_t *mp = json_object();
+  json_object_set_new(mp, "runtime", json_string(p->runtime));
+  json_object_set_new(mp, "cache_dtype", json_string(ph_dtype_name(p->cache_dtype)));
+  json_object_set_new(mp, "max_seqs", json_integer(p->max_seqs));
+  json_object_set_new(mp, "max_tokens", json_integer(p->max_tokens));
+  json_object_set_new(mp, "block_size", json_integer(p->block_size));
+  json_object_set_new(mp, "kv_pages", json_integer(p->pages));
+  json_object_set_new(mp, "kv_bytes_per_token", json_integer(p->kv_per_token));
+  json_object_set_new(mp, "fixed_state_bytes_per_sequence", json_integer(p->fixed_state));
+  json_object_set_new(mp, "weight_bytes", json_integer(p->weight_bytes));
+  json_object_set_new(mp, "kv_bytes", json_integer(p->kv_bytes));
+  json_object_set_new(mp, "state_bytes", json_integer(p->state_bytes));
+  json_object_set_new(mp, "total_bytes", json_integer(p->total_bytes));
+  return mp;
 }
 
 static void print_json(const report *r) {
@@ -185,22 +317,16 @@ static void print_json(const report *r) {
   json_object_set_new(o, "weight_bytes", json_integer(in->weight_bytes));
   json_object_set_new(o, "weights_loaded", json_boolean(in->weights_loaded));
   if (r->w) json_object_set_new(o, "tensors_unused", json_integer((json_int_t)r->w->n_unused));
-  json_object_set_new(o, "cache_dtype", json_string(ph_dtype_name(r->cache_dtype)));
-  json_object_set_new(o, "fixed_state_bytes_per_sequence", json_integer(r->fixed_state));
-  json_object_set_new(o, "conv_state_bytes_per_sequence", json_integer(r->conv_state));
-  json_object_set_new(o, "recurrent_state_bytes_per_sequence", json_integer(r->recurrent_state));
-  json_object_set_new(o, "kv_bytes_per_token", json_integer(r->kv_per_token));
-  const plan *p = &r->plan;
-  json_t *mp = json_object();
-  json_object_set_new(mp, "max_seqs", json_integer(p->max_seqs));
-  json_object_set_new(mp, "max_tokens", json_integer(p->max_tokens));
-  json_object_set_new(mp, "block_size", json_integer(p->block_size));
-  json_object_set_new(mp, "kv_pages", json_integer(p->pages));
-  json_object_set_new(mp, "weight_bytes", json_integer(p->weight_bytes));
-  json_object_set_new(mp, "kv_bytes", json_integer(p->kv_bytes));
-  json_object_set_new(mp, "state_bytes", json_integer(p->state_bytes));
-  json_object_set_new(mp, "total_bytes", json_integer(p->total_bytes));
-  json_object_set_new(o, "memory_plan", mp);
+  if (r->checked) json_object_set_new(o, "tensors_checked_finite", json_integer(r->n_checked));
+  /* per-sequence and per-token figures of run's plan (the cache dtype it runs in) */
+  const plan *p = &r->run;
+  json_object_set_new(o, "cache_dtype", json_string(ph_dtype_name(p->cache_dtype)));
+  json_object_set_new(o, "fixed_state_bytes_per_sequence", json_integer(p->fixed_state));
+  json_object_set_new(o, "conv_state_bytes_per_sequence", json_integer(p->conv_state));
+  json_object_set_new(o, "recurrent_state_bytes_per_sequence", json_integer(p->recurrent_state));
+  json_object_set_new(o, "kv_bytes_per_token", json_integer(p->kv_per_token));
+  json_object_set_new(o, "memory_plan", plan_json(&r->run));
+  json_object_set_new(o, "memory_plan_cuda", plan_json(&r->cuda));
   char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   if (s) puts(s);
   free(s);
@@ -358,7 +484,7 @@ static void print_ids(const json_t *ids) {
 }
 
 static void print_package_text(const json_t *o, const char *dir) {
-  char m1[32], m2[32];
+  char m1[CLI_BYTES_BUF], m2[CLI_BYTES_BUF];
   const json_t *opsets = json_object_get(o, "opsets");
   printf("package       %s\n", dir);
   printf("format        ONNX, IR version %lld, opsets",
@@ -382,8 +508,14 @@ static void print_package_text(const json_t *o, const char *dir) {
   print_values_text("outputs", json_object_get(o, "outputs"));
   printf("initializers  %lld (%s; %s external data)\n",
          (long long)json_integer_value(json_object_get(o, "initializers")),
-         mib(json_integer_value(json_object_get(o, "initializer_bytes")), m1, sizeof m1),
-         mib(json_integer_value(json_object_get(o, "external_data_bytes")), m2, sizeof m2));
+         cli_bytes((uint64_t)json_integer_value(json_object_get(o, "initializer_bytes")), m1,
+                   sizeof m1),
+         cli_bytes((uint64_t)json_integer_value(json_object_get(o, "external_data_bytes")), m2,
+                   sizeof m2));
+  const json_t *checked = json_object_get(o, "tensors_checked_finite");
+  if (checked)
+    fieldf("weights", "all %lld initializers finite (no NaN, no Inf)",
+           (long long)json_integer_value(checked));
   if (json_is_true(json_object_get(o, "runnable")))
     printf("runs here     yes (every operator and contract checked)\n");
   else
@@ -393,8 +525,9 @@ static void print_package_text(const json_t *o, const char *dir) {
     printf("genai_config  (none)\n");
     return;
   }
-  printf("genai_config  %s, %lld layers, heads %lld/%lld x %lld, hidden %lld, vocab %lld, context "
-         "%lld\n",
+  fieldf("genai_config",
+         "%s, %lld layers, heads %lld/%lld x %lld, hidden %lld, vocab %lld, context "
+         "%lld",
          json_string_value(json_object_get(gc, "type")),
          (long long)json_integer_value(json_object_get(gc, "num_hidden_layers")),
          (long long)json_integer_value(json_object_get(gc, "num_attention_heads")),
@@ -425,12 +558,31 @@ static void print_package_text(const json_t *o, const char *dir) {
   }
 }
 
+/* Every initializer with data, in value order (tensor.h nonfinite_report). */
+static ph_status check_initializers(const graph *g, int64_t *n_checked, diag *d) {
+  nonfinite_report r;
+  nonfinite_report_init(&r);
+  for (int i = 0; i < g->n_values; i++) {
+    const gvalue *v = &g->values[i];
+    if (v->kind != VALUE_INITIALIZER || !v->type.data || v->type.rank < 0) continue;
+    const shape sh = shape_make(v->type.rank, v->type.dims);
+    nonfinite_scan(&r, v->name, v->type.dtype, &sh, v->type.data);
+  }
+  *n_checked = r.n_tensors;
+  return nonfinite_status(&r, d);
+}
+
 static int inspect_package(const cli_args *a, const char *dir) {
   graph *g = NULL;
   onnx_model_info info;
   diag d;
   ph_status s = onnx_read_model_ex(dir, 0, &g, &info, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
+  int64_t n_checked = -1;
+  if (cli_flag(a, "check-weights") && (s = check_initializers(g, &n_checked, &d)) != PH_OK) {
+    graph_free(g);
+    return cli_lib_error(s, d.msg);
+  }
   json_t *o = json_object();
   json_object_set_new(o, "format", json_string("onnx"));
   json_object_set_new(o, "ir_version", json_integer(info.ir_version));
@@ -448,6 +600,7 @@ static int inspect_package(const cli_args *a, const char *dir) {
   json_object_set_new(o, "initializers", json_integer(info.n_initializers));
   json_object_set_new(o, "initializer_bytes", json_integer(info.initializer_bytes));
   json_object_set_new(o, "external_data_bytes", json_integer(info.external_data_bytes));
+  if (n_checked >= 0) json_object_set_new(o, "tensors_checked_finite", json_integer(n_checked));
   /* after the declared types are in the report: finalizing replaces them with inferred ones */
   s = graph_finalize(g, &d);
   json_object_set_new(o, "runnable", json_boolean(s == PH_OK));
@@ -490,16 +643,18 @@ int cmd_inspect(int argc, char **argv) {
     cli_print_help(
         &a, "DIR [options]",
         "Summarise a Hugging Face checkpoint directory: architecture, which layers are full\n"
-        "attention, geometry, parameter count, fixed state per sequence, KV bytes per\n"
-        "token, and a memory plan for serving it.\n"
+        "attention, geometry, parameter count, and a memory plan for serving it, twice:\n"
+        "as `pagedhybrid run` holds it here (16-token f32 pages: run's defaults) and as a\n"
+        "package exported for ONNX Runtime GenAI on CUDA (256-token pages, bf16/f16).\n"
         "A directory with model.onnx is an exported package: operator counts, graph inputs\n"
         "and outputs with their dims, initializers and external data, whether it runs\n"
-        "here, and its genai_config.json (the memory-plan options do not apply).");
+        "here, and its genai_config.json (the memory-plan options do not apply).\n"
+        "--check-weights also scans every weight for NaN and infinities.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional != 1) return cli_usage_error(&a, "expects exactly one checkpoint directory");
-  int64_t max_seqs = 16, max_tokens = 32768, block = 256;
-  ph_dtype cache_dtype = PH_DTYPE_INVALID;
+  int64_t max_seqs = 16, max_tokens = 32768, block = 16;
+  ph_dtype cache_dtype = PH_DTYPE_F32;
   if ((rc = cli_get_int(&a, "max-seqs", 1, 1 << 20, &max_seqs)) ||
       (rc = cli_get_int(&a, "max-tokens", 1, (int64_t)1 << 40, &max_tokens)) ||
       (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)) ||
@@ -507,6 +662,9 @@ int cmd_inspect(int argc, char **argv) {
     return rc;
   if (block & (block - 1))
     return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
+  if (cli_flag(&a, "check-weights") && cli_flag(&a, "no-weights"))
+    return cli_usage_error(&a, "--check-weights needs the weights: drop --no-weights");
+  if ((rc = cli_check_model_path(a.positional[0]))) return rc;
 
   if (onnx_is_package(a.positional[0])) return inspect_package(&a, a.positional[0]);
 
@@ -521,28 +679,28 @@ int cmd_inspect(int argc, char **argv) {
   }
   report r;
   memset(&r, 0, sizeof r);
+  if (cli_flag(&a, "check-weights")) {
+    nonfinite_report nf;
+    diag d;
+    diag_clear(&d);
+    if ((s = model_check_finite(m, &nf, &d)) != PH_OK) {
+      ph_model_free(m);
+      return cli_lib_error(s, d.msg);
+    }
+    r.checked = 1;
+    r.n_checked = nf.n_tensors;
+  }
   ph_model_get_info(m, &r.info);
   r.c = model_config(m);
   r.w = model_weights_of(m);
-  r.cache_dtype = cache_dtype != PH_DTYPE_INVALID ? cache_dtype
-                  : (r.info.dtype == PH_DTYPE_F32 || r.info.dtype == PH_DTYPE_F16 ||
-                     r.info.dtype == PH_DTYPE_BF16)
-                      ? r.info.dtype
-                      : PH_DTYPE_BF16;
-  r.fixed_state = ph_model_fixed_state_bytes(m, r.cache_dtype);
-  r.recurrent_state = r.c->geom.n_linear * r.c->lin.n_value_heads * r.c->lin.value_head_dim *
-                      r.c->lin.key_head_dim * 4;
-  r.conv_state = r.fixed_state - r.recurrent_state;
-  r.kv_per_token = ph_model_kv_bytes_per_token(m, r.cache_dtype);
-  plan *p = &r.plan;
-  p->max_seqs = max_seqs;
-  p->max_tokens = max_tokens;
-  p->block_size = block;
-  p->pages = (max_tokens + block - 1) / block + max_seqs + 1;
-  p->weight_bytes = r.info.weight_bytes;
-  p->kv_bytes = p->pages * block * r.kv_per_token;
-  p->state_bytes = max_seqs * r.fixed_state;
-  p->total_bytes = p->weight_bytes + p->kv_bytes + p->state_bytes;
+  /* a CUDA-target export keeps activations and caches in the checkpoint's half dtype (bf16 for
+   * f32 checkpoints) and, without --dtype, stores the weights in it too */
+  const ph_dtype half =
+      r.info.dtype == PH_DTYPE_F16 || r.info.dtype == PH_DTYPE_BF16 ? r.info.dtype : PH_DTYPE_BF16;
+  const int64_t cuda_weights =
+      r.info.dtype == half ? r.info.weight_bytes : r.info.parameters * (int64_t)dtype_size(half);
+  r.run = make_plan(m, r.c, "cpu", cache_dtype, max_seqs, max_tokens, block, r.info.weight_bytes);
+  r.cuda = make_plan(m, r.c, "cuda", half, max_seqs, max_tokens, 256, cuda_weights);
   if (cli_flag(&a, "json"))
     print_json(&r);
   else

@@ -1,4 +1,6 @@
-/* pagedhybrid — the command-line tool. Dispatches to one function per command (cmd_*.c). */
+/* pagedhybrid — the command-line tool. Dispatches to one function per command (cmd_*.c), then
+ * closes stdout with every write checked (cli_finish_stdout): output that did not reach its
+ * file is exit 1, whatever the command. */
 #include <stdio.h>
 #include <string.h>
 
@@ -37,15 +39,22 @@ int main(int argc, char **argv) {
   const char *name = argv[1];
   if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
     usage(stdout);
-    return CLI_EXIT_OK;
+    return cli_finish_stdout(CLI_EXIT_OK);
   }
   if (strcmp(name, "--version") == 0) {
     printf("pagedhybrid %s\n", ph_version_string());
-    return CLI_EXIT_OK;
+    return cli_finish_stdout(CLI_EXIT_OK);
   }
   for (size_t i = 0; i < N_COMMANDS; i++)
-    if (strcmp(COMMANDS[i].name, name) == 0) return COMMANDS[i].run(argc - 2, argv + 2);
-  fprintf(stderr, "pagedhybrid: unknown command \"%s\"\n", name);
+    if (strcmp(COMMANDS[i].name, name) == 0)
+      return cli_finish_stdout(COMMANDS[i].run(argc - 2, argv + 2));
+  const char *names[N_COMMANDS];
+  for (size_t i = 0; i < N_COMMANDS; i++) names[i] = COMMANDS[i].name;
+  const char *close = cli_closest(name, strlen(name), names, (int)N_COMMANDS);
+  if (close)
+    fprintf(stderr, "pagedhybrid: unknown command \"%s\"; did you mean %s?\n", name, close);
+  else
+    fprintf(stderr, "pagedhybrid: unknown command \"%s\"\n", name);
   usage(stderr);
   return CLI_EXIT_USAGE;
 }

@@ -47,6 +47,21 @@
  * exist. producer names the tool in ModelProto.producer_name. */
 ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d);
 
+/* Progress of writing model.onnx.data: fn is called after every slice written (at most 32 MiB)
+ * and after each external initializer, with the external initializers finished so far and in
+ * all, and the data file's bytes written so far and in all (alignment padding included). On the
+ * writing thread; it must not fail or call back into the writer. */
+typedef void (*onnx_progress_fn)(void *user, int64_t tensors_done, int64_t tensors_total,
+                                 int64_t bytes_done, int64_t bytes_total);
+typedef struct onnx_progress {
+  onnx_progress_fn fn; /* NULL: no progress */
+  void *user;
+} onnx_progress;
+
+/* onnx_write_model reporting progress to p (NULL: none). */
+ph_status onnx_write_model_progress(graph *g, const char *dir, const char *producer,
+                                    const onnx_progress *p, diag *d);
+
 /* The same model.onnx with every external initializer's location, offset and length laid out as
  * onnx_write_model would, but no model.onnx.data: a structure-only package (export
  * --config-only) for checking the graph of a model too big to materialize. It cannot be run;

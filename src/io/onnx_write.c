@@ -48,7 +48,16 @@ typedef struct writer {
   int64_t offset;     /* bytes written to model.onnx.data so far */
   unsigned char *buf; /* WRITE_CHUNK_BYTES staging buffer */
   int structure_only; /* lay out offsets as if writing, but write no data file */
+
+  const onnx_progress *progress;                    /* NULL: none */
+  int64_t tensors_done, tensors_total, bytes_total; /* what progress reports */
 } writer;
+
+static void report_progress(const writer *w) {
+  if (w->progress && w->progress->fn)
+    w->progress->fn(w->progress->user, w->tensors_done, w->tensors_total, w->offset,
+                    w->bytes_total);
+}
 
 /* ---- proto construction (arena-backed) ---------------------------------------------------- */
 
@@ -263,6 +272,7 @@ static ph_status put(writer *w, const void *data, size_t n) {
     p += k;
     n -= (size_t)k;
     w->offset += k;
+    report_progress(w);
   }
   return PH_OK;
 }
@@ -476,6 +486,13 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
     RETURN_ERROR_IF(w->fd < 0, w->d, PH_ERR_IO, "%s: cannot create: %s", w->data_path,
                     strerror(errno));
   }
+  for (int i = 0; i < g->n_values; i++) { /* the totals progress reports against */
+    const int64_t bytes = (int64_t)tinfo_bytes(&g->values[i].type);
+    if (!used[i] || bytes < ONNX_INLINE_MAX_BYTES) continue;
+    w->tensors_total++;
+    w->bytes_total =
+        (w->bytes_total + ONNX_DATA_ALIGN - 1) / ONNX_DATA_ALIGN * ONNX_DATA_ALIGN + bytes;
+  }
   for (int i = 0; i < g->n_values; i++) {
     if (!used[i]) continue;
     Onnx__TensorProto *t = NULL;
@@ -489,6 +506,8 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
       else
         FORWARD_IF_ERROR(write_initializer(w, i));
       if (!(t = make_tensor_external(w, i, start, w->offset - start))) return oom(w);
+      w->tensors_done++;
+      if (!w->structure_only) report_progress(w);
     }
     gp->initializer[gp->n_initializer++] = t;
   }
@@ -508,7 +527,7 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
 }
 
 static ph_status write_model(graph *g, const char *dir, const char *producer, int structure_only,
-                             diag *d) {
+                             const onnx_progress *progress, diag *d) {
   RETURN_ERROR_IF(!g || !dir, d, PH_ERR_INVALID_ARGUMENT, "onnx_write_model: NULL graph or dir");
   RETURN_ERROR_IF(graph_status(g) != PH_OK, d, graph_status(g), "graph has an error: %s",
                   g->err.msg);
@@ -521,6 +540,7 @@ static ph_status write_model(graph *g, const char *dir, const char *producer, in
   w.d = d;
   w.fd = -1;
   w.structure_only = structure_only;
+  w.progress = progress;
   arena_init(&w.a, 1 << 20);
   unsigned char *used = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
   char model_path[4096] = "";
@@ -551,9 +571,14 @@ fail:
 }
 
 ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d) {
-  return write_model(g, dir, producer, 0, d);
+  return write_model(g, dir, producer, 0, NULL, d);
+}
+
+ph_status onnx_write_model_progress(graph *g, const char *dir, const char *producer,
+                                    const onnx_progress *p, diag *d) {
+  return write_model(g, dir, producer, 0, p, d);
 }
 
 ph_status onnx_write_model_structure(graph *g, const char *dir, const char *producer, diag *d) {
-  return write_model(g, dir, producer, 1, d);
+  return write_model(g, dir, producer, 1, NULL, d);
 }

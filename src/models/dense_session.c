@@ -197,6 +197,7 @@ void dense_session_reset(dense_session *s) {
 
 int64_t dense_session_length(const dense_session *s) { return s->len; }
 int64_t dense_session_vocab(const dense_session *s) { return s->vocab; }
+int64_t dense_session_max_context(const dense_session *s) { return s->max_context; }
 executor *dense_session_executor(dense_session *s) { return s->e; }
 
 static tensor make_tensor(ph_dtype dt, int rank, const int64_t *dims, void *data) {

@@ -41,6 +41,8 @@ void dense_session_reset(dense_session *s);
 
 int64_t dense_session_length(const dense_session *s);
 int64_t dense_session_vocab(const dense_session *s);
+/* Most tokens the sequence may hold (positions < this): the rotary cache rows. */
+int64_t dense_session_max_context(const dense_session *s);
 
 /* The present state of layer `layer` after the last step, or NULL:
  * which 0: conv_state [conv_dim, K-1] or key [Hkv, P, D]; which 1: recurrent_state

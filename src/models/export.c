@@ -346,7 +346,7 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
   if ((s = path_mkdirs(out_dir, d)) != PH_OK) goto done;
   if (opt.force && (s = remove_package_files(out_dir, d)) != PH_OK) goto done;
   s = opt.config_only ? onnx_write_model_structure(g, out_dir, EXPORT_PRODUCER, d)
-                      : onnx_write_model(g, out_dir, EXPORT_PRODUCER, d);
+                      : onnx_write_model_progress(g, out_dir, EXPORT_PRODUCER, &opt.progress, d);
   if (s != PH_OK) goto done;
   if ((s = genai_config_write(&gc, out_dir, d)) != PH_OK) goto done;
   s = copy_tokenizer_files(model_dir(m), out_dir, d);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/diag.h"
+#include "io/onnx.h"
 #include "pagedhybrid.h"
 
 #define EXPORT_PRODUCER "pagedhybrid"
@@ -53,6 +54,8 @@ typedef struct export_options {
   int64_t max_context; /* tokens of rotary cache = genai context_length; 0: the builder's default
                           min(max_position_embeddings, 32768); above max_position_embeddings is
                           refused */
+
+  onnx_progress progress; /* told while model.onnx.data is written (fn NULL: nothing) */
 } export_options;
 
 export_options export_options_default(void);

@@ -113,3 +113,21 @@ const hf_config *model_config(const ph_model *m) { return m->has_config ? &m->co
 const model_weights *model_weights_of(const ph_model *m) { return m->tensors ? &m->weights : NULL; }
 const st_set *model_tensors(const ph_model *m) { return m->tensors; }
 const char *model_dir(const ph_model *m) { return m->dir; }
+
+static void scan_one(nonfinite_report *r, const st_tensor *t) {
+  if (t) nonfinite_scan(r, t->name, t->dtype, &t->shape, t->data);
+}
+
+ph_status model_check_finite(const ph_model *m, nonfinite_report *r, diag *d) {
+  nonfinite_report_init(r);
+  RETURN_ERROR_IF(!m || !m->tensors, d, PH_ERR_INVALID_ARGUMENT,
+                  "the model was opened without weights: nothing to check");
+  const model_weights *w = &m->weights;
+  for (int k = 0; k < W_ROLE_COUNT; k++) scan_one(r, w->global[k]);
+  for (size_t i = 0; w->layer && i < (size_t)w->n_layers * W_ROLE_COUNT; i++)
+    scan_one(r, w->layer[i]);
+  for (size_t i = 0; w->expert && i < (size_t)w->n_layers * 3 * (size_t)w->n_experts; i++)
+    scan_one(r, w->expert[i]);
+  FORWARD_IF_ERROR(nonfinite_status(r, d));
+  return PH_OK;
+}

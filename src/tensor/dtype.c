@@ -221,3 +221,39 @@ ph_status dtype_convert(void *dst, ph_dtype t, const void *src, ph_dtype s, size
   }
   return PH_OK;
 }
+
+/* Counts elements whose exponent bits (mask) are all set, first index in *first. */
+#define COUNT_ALL_ONES(T, mask)                                                                    \
+  do {                                                                                             \
+    const unsigned char *p_ = data;                                                                \
+    for (int64_t i_ = 0; i_ < n; i_++) {                                                           \
+      T u_;                                                                                        \
+      memcpy(&u_, p_ + (size_t)i_ * sizeof u_, sizeof u_);                                         \
+      if ((u_ & (mask)) == (mask)) {                                                               \
+        if (count == 0 && first) *first = i_;                                                      \
+        count++;                                                                                   \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
+
+int64_t dtype_count_nonfinite(ph_dtype dt, const void *data, int64_t n, int64_t *first) {
+  int64_t count = 0;
+  if (!data || n <= 0) return 0;
+  switch (dt) {
+  case PH_DTYPE_F32:
+    COUNT_ALL_ONES(uint32_t, 0x7f800000u);
+    break;
+  case PH_DTYPE_F16:
+    COUNT_ALL_ONES(uint16_t, 0x7c00u);
+    break;
+  case PH_DTYPE_BF16:
+    COUNT_ALL_ONES(uint16_t, 0x7f80u);
+    break;
+  case PH_DTYPE_F8E4M3:
+    COUNT_ALL_ONES(uint8_t, 0x7fu);
+    break;
+  default:
+    break;
+  }
+  return count;
+}

@@ -44,6 +44,13 @@ float f16_to_f32(uint16_t h);   /* exact, subnormals included */
 uint16_t f32_to_f16(float f);   /* round to nearest even; overflow -> inf */
 float f8e4m3_to_f32(uint8_t v); /* e4m3fn: no infinities, 0x7f/0xff are NaN */
 
+/* Non-finite elements (NaN, +inf, -inf) among n elements of a float dtype at data (read with
+ * memcpy: no alignment needed). Returns their count and, when there is one, the flat index of
+ * the first in *first (untouched otherwise). f8e4m3 has no infinities: its NaN (0x7f/0xff)
+ * counts. Integer dtypes have none: 0. Bit tests only, so a scan of a 50 GB checkpoint runs at
+ * memory speed and never traps. */
+int64_t dtype_count_nonfinite(ph_dtype dt, const void *data, int64_t n, int64_t *first);
+
 /* Converts n elements from src (dtype s) to dst (dtype t). Supported: identical-type copy; any
  * float type (f32, f16, bf16, f8e4m3) or integer type to f32; any float type to f16 or bf16
  * (through f32, exactly, then rounded to nearest even). Anything else (to an integer or to

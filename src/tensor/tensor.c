@@ -103,3 +103,62 @@ tensor_view tensor_view_slice0(const tensor_view *v, int64_t begin, int64_t end)
   r.data = (char *)v->data + begin * v->strides[0] * (int64_t)dtype_size(v->dtype);
   return r;
 }
+
+/* ---- finiteness ----------------------------------------------------------------------------- */
+
+void nonfinite_report_init(nonfinite_report *r) {
+  memset(r, 0, sizeof *r);
+  r->first_index = -1;
+}
+
+void nonfinite_scan(nonfinite_report *r, const char *name, ph_dtype dt, const shape *s,
+                    const void *data) {
+  r->n_tensors++;
+  const int64_t n = shape_numel(s);
+  int64_t first = -1;
+  const int64_t bad = n > 0 ? dtype_count_nonfinite(dt, data, n, &first) : 0;
+  if (!bad) return;
+  if (!r->n_bad_tensors) {
+    snprintf(r->first_name, sizeof r->first_name, "%s", name ? name : "?");
+    r->first_dtype = dt;
+    r->first_shape = *s;
+    r->first_index = first;
+    r->first_count = bad;
+    float v = 0.0f;
+    const size_t es = dtype_size(dt);
+    dtype_convert(&v, PH_DTYPE_F32, (const unsigned char *)data + (size_t)first * es, dt, 1, NULL);
+    r->first_value = v;
+  }
+  r->n_bad_tensors++;
+  r->n_bad_values += bad;
+}
+
+ph_status nonfinite_status(const nonfinite_report *r, diag *d) {
+  if (!r->n_bad_tensors) return PH_OK;
+  char sh[128], at[160];
+  size_t pos = 0;
+  int64_t rest = r->first_index;
+  at[0] = '\0';
+  /* the multi-index, last dim fastest */
+  int64_t idx[TENSOR_MAX_DIMS];
+  for (int k = r->first_shape.n_dims - 1; k >= 0; k--) {
+    const int64_t dim = r->first_shape.dims[k] > 0 ? r->first_shape.dims[k] : 1;
+    idx[k] = rest % dim;
+    rest /= dim;
+  }
+  for (int k = 0; k < r->first_shape.n_dims && pos < sizeof at; k++) {
+    int w = snprintf(at + pos, sizeof at - pos, "%s%lld", k ? ", " : " [", (long long)idx[k]);
+    if (w < 0) break;
+    pos += (size_t)w;
+  }
+  if (r->first_shape.n_dims && pos < sizeof at) snprintf(at + pos, sizeof at - pos, "]");
+  const float v = r->first_value;
+  const char *what = v != v ? "nan" : v > 0 ? "+inf" : "-inf";
+  return diag_set(d, PH_ERR_NON_FINITE,
+                  "tensor %s %s %s: %lld non-finite value%s, the first (%s) at flat index %lld%s; "
+                  "%lld of %lld tensors hold NaN or infinity (%lld values)",
+                  r->first_name, shape_format(&r->first_shape, sh, sizeof sh),
+                  ph_dtype_name(r->first_dtype), (long long)r->first_count,
+                  r->first_count == 1 ? "" : "s", what, (long long)r->first_index, at,
+                  (long long)r->n_bad_tensors, (long long)r->n_tensors, (long long)r->n_bad_values);
+}

@@ -55,4 +55,31 @@ tensor_view tensor_view_index0(const tensor_view *v, int64_t i);
 /* View of rows [begin, end) along dim 0. */
 tensor_view tensor_view_slice0(const tensor_view *v, int64_t begin, int64_t end);
 
+/* ---- finiteness: NaN and infinities in weights ----
+ * A checkpoint or package can carry NaN/Inf in a weight (a bad conversion, a corrupted file);
+ * the model then runs and produces garbage silently. nonfinite_scan() folds one contiguous
+ * tensor into a report; nonfinite_status() turns the report into PH_OK or a PH_ERR_NON_FINITE
+ * naming the first bad tensor, its flat index (and multi-index) and its count. */
+typedef struct nonfinite_report {
+  int64_t n_tensors;     /* tensors scanned */
+  int64_t n_bad_tensors; /* of them holding a NaN or an infinity */
+  int64_t n_bad_values;  /* such elements, all tensors together */
+  /* the first bad tensor in scan order */
+  char first_name[192];
+  ph_dtype first_dtype;
+  shape first_shape;
+  int64_t first_index; /* flat (row-major) index of its first non-finite element */
+  int64_t first_count; /* its non-finite elements */
+  float first_value;   /* that element: NaN, +inf or -inf */
+} nonfinite_report;
+
+void nonfinite_report_init(nonfinite_report *r);
+/* Scans numel(s) contiguous elements of dt at data (integer dtypes count as finite). */
+void nonfinite_scan(nonfinite_report *r, const char *name, ph_dtype dt, const shape *s,
+                    const void *data);
+/* PH_OK when nothing non-finite was found; else PH_ERR_NON_FINITE with "tensor NAME [shape]
+ * dtype: C non-finite values, the first (nan) at flat index I [i, j]; T of N tensors hold NaN or
+ * infinity (V values)". */
+ph_status nonfinite_status(const nonfinite_report *r, diag *d);
+
 #endif /* PH_TENSOR_TENSOR_H */

@@ -486,6 +486,37 @@ static void test_convert_edges(void) {
   CHECK_CONTAINS(d.msg, "f8e4m3");
 }
 
+/* NaN and infinities found by bits in every float dtype, at any alignment; finite extremes,
+ * subnormals and integers are not counted. */
+static void test_count_nonfinite(void) {
+  unsigned char buf[1 + 8 * 4];
+  const float f[8] = {1.0f, -0.0f, 3.4e38f, 1e-45f, 0.0f, 0.0f, 0.0f, 2.0f};
+  const uint32_t inf = 0x7f800000u, ninf = 0xff800000u, nan = 0x7fc00001u;
+  memcpy(buf + 1, f, sizeof f); /* unaligned on purpose */
+  int64_t first = -7;
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_F32, buf + 1, 8, &first), 0);
+  CHECK_EQ_INT(first, -7); /* untouched */
+  memcpy(buf + 1 + 4 * 4, &nan, 4);
+  memcpy(buf + 1 + 5 * 4, &inf, 4);
+  memcpy(buf + 1 + 6 * 4, &ninf, 4);
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_F32, buf + 1, 8, &first), 3);
+  CHECK_EQ_INT(first, 4);
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_F32, buf + 1, 4, NULL), 0);
+  const uint16_t h[6] = {0x7bff /* f16 max */, 0x0001, 0x7c00, 0xfc00, 0x7e00, 0x3c00};
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_F16, h, 6, &first), 3);
+  CHECK_EQ_INT(first, 2);
+  const uint16_t b[5] = {0x7f7f /* bf16 max */, 0x0001, 0x3f80, 0xff80, 0x7fc1};
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_BF16, b, 5, &first), 2);
+  CHECK_EQ_INT(first, 3);
+  const uint8_t e4[4] = {0x7e /* 448 */, 0x7f, 0xff, 0x00};
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_F8E4M3, e4, 4, &first), 2);
+  CHECK_EQ_INT(first, 1);
+  const int32_t ints[2] = {0x7f800000, -1};
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_I32, ints, 2, &first), 0);
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_F32, NULL, 8, &first), 0);
+  CHECK_EQ_INT(dtype_count_nonfinite(PH_DTYPE_F32, buf + 1, 0, &first), 0);
+}
+
 int main(void) {
   build_tables();
   RUN(test_rounding_random_every_exponent);
@@ -497,5 +528,6 @@ int main(void) {
   RUN(test_dtype_table);
   RUN(test_convert_pairs);
   RUN(test_convert_edges);
+  RUN(test_count_nonfinite);
   return check_finish();
 }
