@@ -104,6 +104,19 @@ static inline int check_finish(void) {
   return check_n_tests_failed ? 1 : 0;
 }
 
+/* One element of a comparison against a reference: raises *err to |got - want| and *scale to
+ * |want|. NaN counts as infinite error: a non-finite got or want makes *err infinite (fmax, the
+ * obvious way to write this, silently drops a NaN, so an all-NaN output would pass). */
+static inline void check_err_acc(double got, double want, double *err, double *scale) {
+  if (!isfinite(got) || !isfinite(want)) {
+    *err = INFINITY;
+    return;
+  }
+  const double e = fabs(got - want), a = fabs(want);
+  if (e > *err) *err = e;
+  if (a > *scale) *scale = a;
+}
+
 /* Environment helpers for tests run by ctest (CMakeLists sets these). */
 static inline const char *check_env(const char *name) {
   const char *v = getenv(name);
@@ -134,8 +147,8 @@ check_data(char *buf, size_t n, const char *fmt, ...) {
     exit(1);
   }
   if (access(buf, R_OK) != 0) {
-    fprintf(stderr, "  FAIL: test data missing: %s (tests/data/README.md says where it comes from)\n",
-            buf);
+    fprintf(stderr,
+            "  FAIL: test data missing: %s (tests/data/README.md says where it comes from)\n", buf);
     exit(1);
   }
   return buf;

@@ -215,15 +215,26 @@ static void check_set(const char *set) {
   check_data(path, sizeof path, "golden/%s/manifest.json", set);
   json_error_t je;
   json_t *man = json_load_file(path, 0, &je);
+  if (!check_report(man != NULL, __FILE__, __LINE__, "manifest.json parses"))
+    fprintf(stderr, "       %s:%d: %s\n", path, je.line, je.text);
   check_data(path, sizeof path, "golden/%s/reference.safetensors", set);
   st_set *ref = NULL;
   CHECK_STATUS(st_open_file(path, &ref, &d), PH_OK, d.msg);
   json_t *seqs_j = json_object_get(man, "sequences");
   int S = (int)json_array_size(seqs_j);
+  /* the golden sets hold 3 sequences each; an empty or oversized list must not pass quietly */
+  if (!check_report(S >= 1 && S <= MAX_SEQ, __FILE__, __LINE__, "1 <= sequences <= MAX_SEQ"))
+    fprintf(stderr, "       %s: %d sequences in the manifest\n", set, S);
+  if (S > MAX_SEQ) S = MAX_SEQ;
   int64_t toks[MAX_SEQ][MAX_TOK], lens[MAX_SEQ];
   for (int s = 0; s < S && s < MAX_SEQ; s++) {
     json_t *t = json_object_get(json_array_get(seqs_j, (size_t)s), "tokens");
     lens[s] = (int64_t)json_array_size(t);
+    if (!check_report(lens[s] >= 1 && lens[s] <= MAX_TOK, __FILE__, __LINE__,
+                      "1 <= tokens <= MAX_TOK")) {
+      fprintf(stderr, "       %s: sequence %d has %lld tokens\n", set, s, (long long)lens[s]);
+      lens[s] = lens[s] > MAX_TOK ? MAX_TOK : lens[s];
+    }
     for (int64_t k = 0; k < lens[s]; k++)
       toks[s][k] = json_integer_value(json_array_get(t, (size_t)k));
   }
@@ -265,13 +276,16 @@ static void check_set(const char *set) {
       char name[64];
       snprintf(name, sizeof name, "seq%d.logits", s);
       const st_tensor *rt = st_find(ref, name);
-      if (!rt) continue;
+      if (!check_report(rt && rt->dtype == PH_DTYPE_F32 &&
+                            shape_numel(&rt->shape) == lens[s] * pm.V,
+                        __FILE__, __LINE__, "reference logits present, f32 [T, V]")) {
+        fprintf(stderr, "       %s: %s in %s\n", set, name, rt ? "misshapen" : "missing");
+        continue;
+      }
       const float *rv = (const float *)rt->data;
       double scale = 0, err = 0;
-      for (int64_t k = 0; k < lens[s] * pm.V; k++) {
-        scale = fmax(scale, fabs(rv[k]));
-        err = fmax(err, fabs((double)st[s].logits[k] - rv[k]));
-      }
+      for (int64_t k = 0; k < lens[s] * pm.V; k++)
+        check_err_acc(st[s].logits[k], rv[k], &err, &scale);
       CHECK(err <= 2e-4 * scale);
       if (err / scale > worst) worst = err / scale;
       /* batch invariance: chunked packed == chunked alone, bit for bit */

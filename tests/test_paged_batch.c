@@ -143,8 +143,7 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
           for (int64_t h = 0; h < Hkv; h++)
             for (int64_t k = 0; k < D; k++) {
               const float r = ref[(h * dims[1] + t) * D + k];
-              scale = fmax(scale, fabs(r));
-              err = fmax(err, fabs((double)row[h * D + k] - r));
+              check_err_acc(row[h * D + k], r, &err, &scale);
             }
         }
         w->kv = fmax(w->kv, rel(err, scale));
@@ -160,10 +159,7 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
       float *pc = malloc((size_t)nc * sizeof *pc);
       load_f32(&cv, 0, nc, pc);
       double err = 0, scale = 0;
-      for (int64_t k = 0; k < nc; k++) {
-        scale = fmax(scale, fabs(rc[k]));
-        err = fmax(err, fabs((double)pc[k] - rc[k]));
-      }
+      for (int64_t k = 0; k < nc; k++) check_err_acc(pc[k], rc[k], &err, &scale);
       free(pc);
       w->conv = fmax(w->conv, rel(err, scale));
       const float *rr = dense_session_state(q->dense, i, 1, &rank, dims); /* [Hv, Dk, Dv] */
@@ -174,8 +170,7 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
         for (int64_t a = 0; a < Dk; a++)
           for (int64_t b = 0; b < Dv; b++) {
             const float r = rr[(h * Dk + a) * Dv + b];
-            scale = fmax(scale, fabs(r));
-            err = fmax(err, fabs((double)pr[(h * Dv + b) * Dk + a] - r));
+            check_err_acc(pr[(h * Dv + b) * Dk + a], r, &err, &scale);
           }
       w->rec = fmax(w->rec, rel(err, scale));
     }
@@ -231,10 +226,8 @@ static void run_plan(paged_session *s, ph_model *m, seq *seqs, int with_dense, w
         CHECK_STATUS(dense_session_step(q->dense, q->tokens + q->done, p->len[b], ref, &d), PH_OK,
                      d.msg);
         double err = 0, scale = 0;
-        for (int64_t e = 0; e < p->len[b] * V; e++) {
-          scale = fmax(scale, fabs(ref[e]));
-          err = fmax(err, fabs((double)q->logits[q->done * V + e] - ref[e]));
-        }
+        for (int64_t e = 0; e < p->len[b] * V; e++)
+          check_err_acc(q->logits[q->done * V + e], ref[e], &err, &scale);
         w->logits = fmax(w->logits, rel(err, scale));
         free(ref);
       }
@@ -368,10 +361,8 @@ static void io_dtype_case(ph_dtype io, double bound) {
     run_plan(s16, m, b, 0, &w, &moved, &zc);
     double err = 0, scale = 0;
     for (int i = 0; i < N_SEQ; i++)
-      for (int64_t e = 0; e < a[i].n_total * c->vocab_size; e++) {
-        scale = fmax(scale, fabs(a[i].logits[e]));
-        err = fmax(err, fabs((double)b[i].logits[e] - a[i].logits[e]));
-      }
+      for (int64_t e = 0; e < a[i].n_total * c->vocab_size; e++)
+        check_err_acc(b[i].logits[e], a[i].logits[e], &err, &scale);
     printf("  %s activations vs f32: worst logits difference %.2e of scale (bound %.0e)\n",
            ph_dtype_name(io), err / scale, bound);
     CHECK(err <= bound * scale);
