@@ -19,13 +19,16 @@
 
 static double g_worst_logits, g_worst_state; /* reported per set */
 
+#define MAX_SEQS   4
+#define MAX_TOKENS 256
+
 typedef struct golden {
   const char *name;
   ph_model *model;
   st_set *ref;
   int n_seqs;
-  int64_t tokens[4][256];
-  int64_t n_tokens[4];
+  int64_t tokens[MAX_SEQS][MAX_TOKENS];
+  int64_t n_tokens[MAX_SEQS];
 } golden;
 
 static int load_golden(golden *g, const char *name) {
@@ -46,11 +49,23 @@ static int load_golden(golden *g, const char *name) {
   if (!m || !g->ref) return 0;
   json_t *seqs = json_object_get(m, "sequences");
   g->n_seqs = (int)json_array_size(seqs);
-  for (int i = 0; i < g->n_seqs && i < 4; i++) {
+  /* the sets hold 3 sequences of up to 130 tokens; anything else is a broken manifest */
+  const int n_ok = g->n_seqs >= 1 && g->n_seqs <= MAX_SEQS;
+  if (!check_report(n_ok, __FILE__, __LINE__, "1 <= sequences <= MAX_SEQS"))
+    fprintf(stderr, "       %s: %d sequences in the manifest\n", name, g->n_seqs);
+  if (g->n_seqs > MAX_SEQS) g->n_seqs = MAX_SEQS;
+  for (int i = 0; i < g->n_seqs; i++) {
     json_t *toks = json_object_get(json_array_get(seqs, (size_t)i), "tokens");
     g->n_tokens[i] = (int64_t)json_array_size(toks);
-    for (size_t k = 0; k < json_array_size(toks) && k < 256; k++)
-      g->tokens[i][k] = json_integer_value(json_array_get(toks, k));
+    if (!check_report(g->n_tokens[i] >= 1 && g->n_tokens[i] <= MAX_TOKENS, __FILE__, __LINE__,
+                      "1 <= tokens <= MAX_TOKENS")) {
+      fprintf(stderr, "       %s: sequence %d has %lld tokens\n", name, i,
+              (long long)g->n_tokens[i]);
+      json_decref(m);
+      return 0;
+    }
+    for (int64_t k = 0; k < g->n_tokens[i]; k++)
+      g->tokens[i][k] = json_integer_value(json_array_get(toks, (size_t)k));
   }
   json_decref(m);
   return 1;
