@@ -20,7 +20,8 @@
  * (gnode.internal) and dead nodes are never written; exporting such a graph is an error.
  * Writing is deterministic: the same graph gives the same bytes (round trips are byte-exact).
  *
- * Reading validates everything it hands to the graph: malformed protobuf, a missing or
+ * Reading validates everything it hands to the graph: malformed protobuf, messages nested deeper
+ * than ONNX_MAX_NESTING (checked before decoding, without recursion), a missing or
  * unreadable data file, external data outside the data file (offset/length beyond its size,
  * overflow), a location that is not a plain file name in the package directory, raw_data whose
  * size does not match dtype x shape, unsupported dtypes — each a typed error naming the tensor.
@@ -42,6 +43,11 @@
 #define ONNX_INLINE_MAX_BYTES 1024 /* initializers below this many bytes are written inline */
 #define ONNX_MODEL_FILE       "model.onnx"
 #define ONNX_DATA_FILE        "model.onnx.data"
+/* Messages nested below ModelProto that a read accepts: protobuf's default recursion limit, the
+ * one protobuf's C++ parser applies. Our own models nest 6 deep (ModelProto > GraphProto >
+ * ValueInfoProto > TypeProto > Tensor > TensorShapeProto > Dimension); a deeper file is
+ * PH_ERR_LIMIT before protobuf-c, which recurses once per level without a bound, decodes it. */
+#define ONNX_MAX_NESTING      100
 
 /* Writes dir/model.onnx and dir/model.onnx.data from a finalized, unprepared graph. dir must
  * exist. producer names the tool in ModelProto.producer_name. */
