@@ -39,6 +39,24 @@ static inline int cli_run(const char *args) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* cli_run under `timeout seconds`: a command that blocks (a FIFO it should have refused) fails
+ * the test with exit code 124 instead of hanging ctest. */
+static inline int cli_run_timeout(unsigned seconds, const char *args) {
+  char cmd[16384];
+  if (snprintf(cmd, sizeof cmd, "timeout %u '%s' %s >'%s' 2>'%s'", seconds, check_env("PH_CLI"),
+               args, g_out, g_err) >= (int)sizeof cmd)
+    return -1;
+  int st = system(cmd);
+  free(g_stdout);
+  free(g_stderr);
+  size_t n;
+  diag d;
+  g_stdout = g_stderr = NULL;
+  file_read_all(g_out, 64 << 20, &g_stdout, &n, &d);
+  file_read_all(g_err, 1 << 20, &g_stderr, &n, &d);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static inline void cli_testing_done(void) {
   free(g_stdout);
   free(g_stderr);

@@ -12,6 +12,7 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "file_testing.h"
 #include "io/genai_config.h"
 
 static char g_tmp[512];
@@ -941,6 +942,20 @@ static void test_paged_errors(void) {
   CHECK_CONTAINS(d.msg, "gpu_utilization_factor inf is outside (0, 1]");
 }
 
+/* Issue 10 defect 6: a FIFO given as genai_config.json blocked open() forever. */
+static void test_fifo_genai_config(void) {
+  char dir[1024], path[4096];
+  snprintf(dir, sizeof dir, "%s/fifo", g_tmp);
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK(ft_fifo(path, dir, "genai_config.json"));
+  genai_config g;
+  ft_watchdog(10);
+  CHECK_STATUS(genai_config_read(dir, &g, &d), PH_ERR_IO, d.msg);
+  ft_watchdog(0);
+  CHECK_CONTAINS(d.msg, "genai_config.json: is a FIFO, not a regular file");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -954,5 +969,6 @@ int main(void) {
   RUN(test_dense_unchanged);
   RUN(test_paged_read);
   RUN(test_paged_errors);
+  RUN(test_fifo_genai_config);
   return check_finish();
 }

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "exec/exec.h"
+#include "file_testing.h"
 #include "onnx_testing.h"
 
 static char g_tmp[512];
@@ -975,6 +976,38 @@ static void test_deep_nesting(void) {
   CHECK_CONTAINS(d.msg, "protobuf decoding failed");
 }
 
+/* Issue 10 defect 6: a FIFO given as model.onnx (or its data file) blocked open() forever. */
+static void test_fifo_model(void) {
+  char dir[1024], path[4096];
+  dir_for(dir, sizeof dir, "fifo");
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK(ft_fifo(path, dir, "model.onnx"));
+  CHECK(onnx_is_package(dir));
+  graph *g = NULL;
+  ft_watchdog(10);
+  CHECK_STATUS(onnx_read_model(dir, &g, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "model.onnx: is a FIFO, not a regular file");
+  /* a real model whose external data file is a FIFO */
+  graph *t = test_graph();
+  if (t) {
+    ot_buf ext = {0};
+    Onnx__ModelProto *m = ot_model(t, &ext);
+    dir_for(dir, sizeof dir, "fifo_data");
+    snprintf(path, sizeof path, "%s/model.onnx.data", dir);
+    unlink(path); /* a FIFO left by an earlier run */
+    CHECK_STATUS(ot_write_dir(m, &ext, dir, &d), PH_OK, d.msg);
+    CHECK(ft_fifo(path, dir, "model.onnx.data"));
+    CHECK_STATUS(onnx_read_model(dir, &g, &d), PH_ERR_IO, d.msg);
+    CHECK_CONTAINS(d.msg, "model.onnx.data: is a FIFO");
+    ot_free(m);
+    free(ext.p);
+    graph_free(t);
+  }
+  ft_watchdog(0);
+  CHECK(g == NULL);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -995,5 +1028,6 @@ int main(void) {
   RUN(test_node_errors);
   RUN(test_header_and_output_errors);
   RUN(test_deep_nesting);
+  RUN(test_fifo_model);
   return check_finish();
 }
