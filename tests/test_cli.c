@@ -468,7 +468,10 @@ static void test_writes_stay_inside(void) {
   CHECK_EQ_INT(cli_run_timeout(10, args), 1);
   CHECK_CONTAINS(g_stderr, "/dev/full: exists and is a character device");
   CHECK(path_exists("/dev/full"));
-  /* a FIFO as an input file: config.json */
+  /* a FIFO as an input file: the requests file, config.json */
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s/logits.fifo'", dir, g_tmp);
+  CHECK_EQ_INT(cli_run_timeout(10, args), 1);
+  CHECK_CONTAINS(g_stderr, "logits.fifo: is a FIFO");
   CHECK(ft_fifo(fifo, dir, "config.json"));
   snprintf(args, sizeof args, "inspect '%s'", dir);
   CHECK_EQ_INT(cli_run_timeout(10, args), 1);
