@@ -24,6 +24,7 @@
 #include "io/safetensors.h"
 #include "models/dense_session.h"
 #include "models/model.h"
+#include "models/package.h"
 #include "models/paged_session.h"
 
 static const cli_option OPTIONS[] = {
@@ -235,7 +236,7 @@ int cmd_generate(int argc, char **argv) {
   if (s == PH_OK && !paged) {
     if (is_package) {
       graph *g = NULL;
-      s = onnx_read_model(dir, &g, &d);
+      s = package_read_graph(dir, &gc, PACKAGE_FINALIZE | PACKAGE_CHECK, &g, NULL, &d);
       if (s == PH_OK) s = dense_session_create_graph(g, max_ctx, (int)threads, &dense, &d);
     } else {
       s = dense_session_create(m, max_ctx, (int)threads, &dense, &d);

@@ -163,6 +163,19 @@ int path_is_dir(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+int path_resolves_inside(const char *dir, const char *path) {
+  char *rd = realpath(dir, NULL), *rp = realpath(path, NULL);
+  int ok = 0;
+  if (rd && rp) {
+    size_t n = strlen(rd);
+    if (n && rd[n - 1] == '/') n--; /* dir is "/" */
+    ok = strncmp(rp, rd, n) == 0 && rp[n] == '/' && rp[n + 1] && !strchr(rp + n + 1, '/');
+  }
+  free(rd);
+  free(rp);
+  return ok;
+}
+
 ph_status path_join(char *buf, size_t buf_bytes, const char *dir, const char *name, diag *d) {
   size_t dl = strlen(dir);
   int slash = dl > 0 && dir[dl - 1] != '/';

@@ -63,6 +63,11 @@ void pages_free(void *p, size_t bytes); /* NULL-safe */
 /* 1 if path is a directory. */
 int path_is_dir(const char *path);
 
+/* 1 if path, every symlink resolved (realpath), is an entry directly inside dir (also resolved):
+ * for file names a package may give (external data, decoder.filename) that must not lead out of
+ * the package directory. 0 when either does not resolve. */
+int path_resolves_inside(const char *dir, const char *path);
+
 /* Joins dir and name with one '/', into buf. Returns PH_ERR_LIMIT if it does not fit. */
 ph_status path_join(char *buf, size_t buf_bytes, const char *dir, const char *name, diag *d);
 

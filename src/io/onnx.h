@@ -66,8 +66,9 @@ ph_status onnx_write_model_structure(graph *g, const char *dir, const char *prod
  * for their dtype are views of the mapping, others are copied. docs/import.md has every rule. */
 ph_status onnx_read_model(const char *dir, graph **out, diag *d);
 
-/* 1 when dir holds model.onnx: a package (the CLI and the engine then read it instead of
- * treating dir as a Hugging Face checkpoint). */
+/* 1 when dir holds model.onnx or genai_config.json (whose decoder.filename may name another
+ * graph file): a package (the CLI and the engine then read it, through models/package.h, instead
+ * of treating dir as a Hugging Face checkpoint). */
 int onnx_is_package(const char *dir);
 
 /* Parses a ModelProto held in memory (no external data allowed unless data/data_size give the
@@ -95,5 +96,11 @@ typedef struct onnx_model_info {
  * cannot run. info (may be NULL) receives the header fields and data totals. */
 ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_model_info *info,
                              diag *d);
+
+/* onnx_read_model_ex for dir/filename: filename a plain file name (no '/', no ".."; else
+ * PH_ERR_INVALID_ARGUMENT). External data still resolves in dir. models/package.h reads the file
+ * a genai_config.json names this way. */
+ph_status onnx_read_model_file(const char *dir, const char *filename, int finalize, graph **out,
+                               onnx_model_info *info, diag *d);
 
 #endif /* PH_IO_ONNX_H */

@@ -236,21 +236,6 @@ static ph_status check_location(const char *loc, const char *tensor, diag *d) {
   return PH_OK;
 }
 
-/* 1 if path resolves to a file directly inside dir (ONNX Runtime refuses data files that
- * resolve elsewhere, e.g. through a symlink; so do we, to accept exactly what it accepts). */
-static int resolves_inside(const char *dir, const char *path) {
-  char *rd = realpath(dir, NULL), *rp = realpath(path, NULL);
-  int ok = 0;
-  if (rd && rp) {
-    size_t n = strlen(rd);
-    if (n && rd[n - 1] == '/') n--; /* dir is "/" */
-    ok = strncmp(rp, rd, n) == 0 && rp[n] == '/' && rp[n + 1] && !strchr(rp + n + 1, '/');
-  }
-  free(rd);
-  free(rp);
-  return ok;
-}
-
 static ph_status open_data_file(reader *r, const char *location, const char *tensor,
                                 const data_file **out, diag *d) {
   for (int i = 0; i < r->n_files; i++)
@@ -276,7 +261,9 @@ static ph_status open_data_file(reader *r, const char *location, const char *ten
     FORWARD_IF_ERROR(path_join(path, sizeof path, r->dir, location, d));
     fmap m;
     if (fmap_open(path, &m, d) != PH_OK) return diag_prefix(d, "initializer \"%s\"", tensor);
-    if (!resolves_inside(r->dir, path)) {
+    /* ONNX Runtime refuses data files that resolve elsewhere (a symlink); so do we, to accept
+     * exactly what it accepts */
+    if (!path_resolves_inside(r->dir, path)) {
       fmap_close(&m);
       return diag_set(d, PH_ERR_ONNX,
                       "initializer \"%s\": external data file %s resolves outside the package "
@@ -970,12 +957,20 @@ ph_status onnx_parse_model(const uint8_t *bytes, size_t size, const uint8_t *dat
 
 ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_model_info *info,
                              diag *d) {
+  return onnx_read_model_file(dir, ONNX_MODEL_FILE, finalize, out, info, d);
+}
+
+ph_status onnx_read_model_file(const char *dir, const char *filename, int finalize, graph **out,
+                               onnx_model_info *info, diag *d) {
   *out = NULL;
   if (info) memset(info, 0, sizeof *info);
   diag local; /* diag_prefix needs a diag to report the status through */
   if (!d) d = &local;
+  RETURN_ERROR_IF(!filename || check_location(filename, "(model)", NULL) != PH_OK, d,
+                  PH_ERR_INVALID_ARGUMENT, "model file \"%s\": not a plain file name in %s",
+                  filename ? filename : "(null)", dir);
   char path[4096];
-  FORWARD_IF_ERROR(path_join(path, sizeof path, dir, ONNX_MODEL_FILE, d));
+  FORWARD_IF_ERROR(path_join(path, sizeof path, dir, filename, d));
   fmap mf;
   FORWARD_IF_ERROR(fmap_open(path, &mf, d));
   reader r;
@@ -993,5 +988,7 @@ ph_status onnx_read_model(const char *dir, graph **out, diag *d) {
 
 int onnx_is_package(const char *dir) {
   char path[4096];
-  return path_join(path, sizeof path, dir, ONNX_MODEL_FILE, NULL) == PH_OK && path_exists(path);
+  return (path_join(path, sizeof path, dir, ONNX_MODEL_FILE, NULL) == PH_OK && path_exists(path)) ||
+         (path_join(path, sizeof path, dir, "genai_config.json", NULL) == PH_OK &&
+          path_exists(path));
 }
