@@ -438,6 +438,29 @@ static void test_genai_against_graph(void) {
   CHECK_EQ_STR(g_stdout ? g_stdout : "", base_out); /* the same model, either layout */
 }
 
+/* Issue 10 defect 1 at the command line: the 3,000-deep model (the fuzz seed) crashed inspect,
+ * generate and run with a stack overflow; each now exits 1 with PH_ERR_LIMIT. Runs after
+ * test_genai_against_graph, whose package supplies a genai_config.json. */
+static void test_deep_model(void) {
+  char seed[1024], args[4096];
+  snprintf(seed, sizeof seed, "%s/fuzz/corpus/onnx/deep_subgraphs_3000_crasher",
+           check_env("PH_SOURCE_DIR"));
+  const char *dir = variant("deep_model", NULL, NULL, NULL);
+  char *bytes = NULL;
+  size_t n = 0;
+  diag d;
+  CHECK_STATUS(file_read_all(seed, 1 << 20, &bytes, &n, &d), PH_OK, d.msg);
+  char path[1200];
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  CHECK_STATUS(file_write_all(path, bytes, n, &d), PH_OK, d.msg);
+  free(bytes);
+  snprintf(args, sizeof args, "inspect '%s'", dir);
+  CHECK_EQ_INT(run_cli(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_LIMIT");
+  CHECK_CONTAINS(g_stderr, "nest more than 100 deep");
+  expect_refused(dir, "error: PH_ERR_LIMIT", "nest more than 100 deep");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -448,6 +471,7 @@ int main(void) {
   RUN(test_package_without_config);
   RUN(test_package_unsupported_op);
   RUN(test_genai_against_graph);
+  RUN(test_deep_model);
   RUN(test_package_errors);
   free(g_stdout);
   free(g_stderr);
