@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/wfile.h"
 #include "cli.h"
 #include "io/genai_config.h"
 #include "io/onnx.h"
@@ -179,6 +180,9 @@ int cmd_generate(int argc, char **argv) {
   if (!dir) return cli_usage_error(&a, "--model DIR is required");
   if (n == 0) return cli_usage_error(&a, "--tokens LIST is required");
   if (n > MAX_SEQS) return cli_usage_error(&a, "at most %d --tokens sequences", MAX_SEQS);
+  diag out_d; /* a --logits-out that cannot be replaced (a FIFO, a device) before any work */
+  if (cli_get(&a, "logits-out") && wfile_check_target(cli_get(&a, "logits-out"), &out_d) != PH_OK)
+    return cli_lib_error(out_d.status, out_d.msg);
   int64_t max_new = 16, threads = 0, max_ctx = 0, block = 16;
   if ((rc = cli_get_int(&a, "max-new", 0, 1 << 20, &max_new)) ||
       (rc = cli_get_int(&a, "threads", 0, 1024, &threads)) ||
