@@ -5,9 +5,8 @@
  * temporary file beside the target, renamed over it only when everything was written, so an I/O
  * or fill() failure leaves what was at the target untouched and removes only the temporary file
  * (a sharded checkpoint's shards and index are all written before any is renamed). Data is
- * streamed: entries with
- * data are written straight from the caller's memory, and filled entries go through one buffer
- * sized to the largest filled tensor. Offsets are packed in entry order, which is also the
+ * streamed: entries with data are written straight from the caller's memory, and filled entries
+ * go through one buffer sized to the largest filled tensor. Offsets are packed in entry order, which is also the
  * header's key order (JSON_PRESERVE_ORDER), so the file reads top to bottom like the list.
  */
 #include <errno.h>
