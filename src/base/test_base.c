@@ -791,6 +791,12 @@ static void test_wfile_replaces_whole(void) {
   CHECK(ft_file_is(path, "old contents", 12));
   CHECK_EQ_INT(ft_count_tmp(dir), 0);
 
+  /* a replaced file keeps its permissions */
+  CHECK(chmod(path, 0600) == 0);
+  CHECK_STATUS(file_write_all(path, "old contents", 12, &d), PH_OK, d.msg);
+  struct stat st;
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+
   /* committed through a stream: replaced in one step */
   CHECK_STATUS(wfile_open(&w, path, &d), PH_OK, d.msg);
   FILE *f = wfile_stream(&w, &d);

@@ -56,6 +56,8 @@ static uint64_t mix(uint64_t *s) {
 ph_status wfile_open(wfile *w, const char *path, diag *d) {
   wfile_clear(w);
   FORWARD_IF_ERROR(wfile_check_target(path, d));
+  struct stat old;
+  const int replaces_file = lstat(path, &old) == 0 && S_ISREG(old.st_mode);
   const char *slash = strrchr(path, '/');
   const char *name = slash ? slash + 1 : path;
   const size_t dir_len = (size_t)(name - path), name_len = strlen(name);
@@ -93,6 +95,8 @@ ph_status wfile_open(wfile *w, const char *path, diag *d) {
     return diag_set(d, PH_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
                     strerror(err));
   }
+  /* a replaced file keeps its permissions (a private file stays private) */
+  if (replaces_file) (void)fchmod(w->fd, old.st_mode & 07777);
   return PH_OK;
 }
 
