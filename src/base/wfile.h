@@ -18,9 +18,9 @@
  *   or socket) is refused with PH_ERR_IO naming the path and what it is, before anything is
  *   created and without opening it, so a FIFO never blocks and /dev/full is never touched.
  * A file that replaces a regular file keeps that file's permission bits; a new one gets 0666 less
- * the umask, as fopen() gives. Data are not fsync'ed: a machine
- * crash may lose the new contents, never the old file's name. A process killed between open and
- * commit leaves its hidden temporary file behind.
+ * the umask, as fopen() gives. Data are not fsync'ed: a machine crash may lose the new contents,
+ * never the old file's name. A process killed between open and commit leaves its hidden
+ * temporary file behind.
  *
  * Several files that belong together (a sharded checkpoint and its index, model.onnx and its
  * data) are all written and finished first, then committed in order, so a failure in any of
