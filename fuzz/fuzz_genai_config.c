@@ -3,7 +3,9 @@
  * Feeds the raw input to genai_config_parse. Every failure must carry a message; a parsed config
  * must hold NUL-terminated names within their buffers, templates that format one index without
  * reading past their bytes (snprintf with an index checks the "exactly one %d" rule under ASan
- * and UBSan), and at most GENAI_MAX_EOS eos ids. Seeds in fuzz/corpus/genai_config/.
+ * and UBSan), at most GENAI_MAX_EOS eos ids, a paged block size that is a power of two >= 16, a
+ * decoder filename that is a plain file name, and eos ids inside the vocabulary. Seeds in
+ * fuzz/corpus/genai_config/.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -45,5 +47,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (size_t i = 0; i < sizeof templates / sizeof templates[0]; i++) check_template(templates[i]);
   if (g.n_eos_token_ids < 0 || g.n_eos_token_ids > GENAI_MAX_EOS) __builtin_trap();
   if (g.n_eos_token_ids && g.eos_token_id != g.eos_token_ids[0]) __builtin_trap();
+  /* the file's own rules (issue 10): a page size PagedAttention takes, a graph file name that
+   * cannot leave the package directory, token ids inside the vocabulary */
+  const int64_t K = g.dynamic_batching.block_size;
+  if (g.paged && (K < 16 || (K & (K - 1)))) __builtin_trap();
+  if (!g.filename[0] || strchr(g.filename, '/') || strchr(g.filename, '\\') ||
+      strcmp(g.filename, "..") == 0 || strcmp(g.filename, ".") == 0)
+    __builtin_trap();
+  for (int i = 0; g.vocab_size > 0 && i < g.n_eos_token_ids; i++)
+    if (g.eos_token_ids[i] >= g.vocab_size) __builtin_trap();
   return 0;
 }

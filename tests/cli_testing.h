@@ -4,6 +4,7 @@
  *   int rc = cli_run("inspect DIR");  // exit code (-1 if it did not exit normally)
  *   ... g_stdout / g_stderr hold the captured text (NULL if unreadable) ...
  *   rc = cli_run_ex(dir, "demo", "/dev/full");  // in dir, stdout sent to /dev/full (g_stdout NULL)
+ *   rc = cli_run_timeout(10, "generate ...");   // exit code 124 if it ran past 10 s
  *   cli_testing_done();
  *
  * One header for tests/test_cli.c and tests/test_cli_engine.c. */
@@ -26,11 +27,17 @@ static inline void cli_testing_init(const char *tmp_dir) {
 }
 
 /* Runs "PH_CLI args" in directory cwd (NULL: this one) with stdout sent to stdout_to (NULL:
- * captured into g_stdout) and stderr captured into g_stderr; returns the exit code. */
-static inline int cli_run_ex(const char *cwd, const char *args, const char *stdout_to) {
-  char cmd[8192];
-  snprintf(cmd, sizeof cmd, "%s%s%s'%s' %s >'%s' 2>'%s'", cwd ? "cd '" : "", cwd ? cwd : "",
-           cwd ? "' && " : "", check_env("PH_CLI"), args, stdout_to ? stdout_to : g_out, g_err);
+ * captured into g_stdout) and stderr captured into g_stderr, under `timeout seconds` when seconds
+ * > 0 (a command that blocks, on a FIFO it should have refused, then fails the test with exit
+ * code 124 instead of hanging ctest); returns the exit code. */
+static inline int cli_run_full(const char *cwd, const char *args, const char *stdout_to,
+                               unsigned seconds) {
+  char cmd[16384], limit[32] = "";
+  if (seconds) snprintf(limit, sizeof limit, "timeout %u ", seconds);
+  if (snprintf(cmd, sizeof cmd, "%s%s%s%s'%s' %s >'%s' 2>'%s'", cwd ? "cd '" : "", cwd ? cwd : "",
+               cwd ? "' && " : "", limit, check_env("PH_CLI"), args,
+               stdout_to ? stdout_to : g_out, g_err) >= (int)sizeof cmd)
+    return -1;
   if (stdout_to) remove(g_out);
   int st = system(cmd);
   free(g_stdout);
@@ -43,8 +50,16 @@ static inline int cli_run_ex(const char *cwd, const char *args, const char *stdo
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static inline int cli_run_ex(const char *cwd, const char *args, const char *stdout_to) {
+  return cli_run_full(cwd, args, stdout_to, 0);
+}
+
 /* Runs "PH_CLI args" with stdout/stderr captured into g_stdout/g_stderr; returns the exit code. */
-static inline int cli_run(const char *args) { return cli_run_ex(NULL, args, NULL); }
+static inline int cli_run(const char *args) { return cli_run_full(NULL, args, NULL, 0); }
+
+static inline int cli_run_timeout(unsigned seconds, const char *args) {
+  return cli_run_full(NULL, args, NULL, seconds);
+}
 
 static inline void cli_testing_done(void) {
   free(g_stdout);

@@ -13,6 +13,7 @@
 #include "base/fmap.h"
 #include "check.h"
 #include "cli_testing.h"
+#include "file_testing.h"
 #include "io/safetensors.h"
 #include "tensor/dtype.h"
 
@@ -794,6 +795,89 @@ static void test_80_columns(void) {
   CHECK_CONTAINS(g_stdout, "linear ids    0, 1, 2, 4,");
 }
 
+/* Issue 10 defects 2, 3 and 6 at the command line: make-tiny --force and export --force replace
+ * symlinks planted in the output directory instead of writing through them (the files they
+ * point to stay byte-identical), and `generate --logits-out` refuses a FIFO or a device at once
+ * (it blocked on the FIFO; on /dev/full the failed write then removed the device node). */
+static void plant_link(const char *dir, const char *name, const char *target) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  unlink(path);
+  CHECK(symlink(target, path) == 0);
+}
+
+static void test_writes_stay_inside(void) {
+  static const char KEEP[] = "outside the output directory: never written\n";
+  char args[4096], dir[1024], pkg[1024], outside[1024], path[1200];
+  diag d;
+  snprintf(outside, sizeof outside, "%s/outside.txt", g_tmp);
+  CHECK_STATUS(file_write_all(outside, KEEP, strlen(KEEP), &d), PH_OK, d.msg);
+
+  snprintf(dir, sizeof dir, "%s/tiny-links", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force", dir);
+  CHECK_EQ_INT(run(args), 0);
+  plant_link(dir, "config.json", outside);
+  plant_link(dir, "model.safetensors", outside);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK(ft_file_is(outside, KEEP, strlen(KEEP)));
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK(!ft_is_symlink(path) && path_exists(path));
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(!ft_is_symlink(path) && path_exists(path));
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force --shard-bytes 20000", dir);
+  plant_link(dir, "model.safetensors.index.json", outside);
+  plant_link(dir, "model-00001-of-00003.safetensors", outside);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK(ft_file_is(outside, KEEP, strlen(KEEP)));
+
+  snprintf(pkg, sizeof pkg, "%s/pkg-links", g_tmp);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --force", dir, pkg);
+  CHECK_EQ_INT(run(args), 0);
+  plant_link(pkg, "model.onnx", outside);
+  plant_link(pkg, "model.onnx.data", outside);
+  plant_link(pkg, "genai_config.json", outside);
+  plant_link(pkg, "tokenizer.json", outside);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK(ft_file_is(outside, KEEP, strlen(KEEP)));
+  snprintf(path, sizeof path, "%s/genai_config.json", pkg);
+  CHECK(!ft_is_symlink(path) && path_exists(path));
+  snprintf(path, sizeof path, "%s/tokenizer.json", pkg); /* stale: the checkpoint has none */
+  CHECK(!ft_is_symlink(path) && !path_exists(path));
+  CHECK_EQ_INT(ft_count_tmp(pkg), 0);
+  /* a FIFO among a package's file names is refused, and left there */
+  char fifo[4096];
+  CHECK(ft_fifo(fifo, pkg, "genai_config.json"));
+  CHECK_EQ_INT(cli_run_timeout(10, args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO");
+  CHECK_CONTAINS(g_stderr, "genai_config.json: exists and is a FIFO");
+  CHECK(ft_is_fifo(fifo));
+  unlink(fifo);
+
+  CHECK(ft_fifo(fifo, g_tmp, "logits.fifo"));
+  snprintf(args, sizeof args,
+           "generate --model '%s' --tokens 1,2 --max-new 1 --logits-out '%s/logits.fifo'", dir,
+           g_tmp);
+  CHECK_EQ_INT(cli_run_timeout(10, args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_IO");
+  CHECK_CONTAINS(g_stderr, "logits.fifo: exists and is a FIFO");
+  CHECK(ft_is_fifo(fifo));
+  snprintf(args, sizeof args,
+           "generate --model '%s' --tokens 1,2 --max-new 1 --logits-out /dev/full", dir);
+  CHECK_EQ_INT(cli_run_timeout(10, args), 1);
+  CHECK_CONTAINS(g_stderr, "/dev/full: exists and is a character device");
+  CHECK(path_exists("/dev/full"));
+  /* a FIFO as an input file: the requests file, config.json */
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s/logits.fifo'", dir, g_tmp);
+  CHECK_EQ_INT(cli_run_timeout(10, args), 1);
+  CHECK_CONTAINS(g_stderr, "logits.fifo: is a FIFO");
+  CHECK(ft_fifo(fifo, dir, "config.json"));
+  snprintf(args, sizeof args, "inspect '%s'", dir);
+  CHECK_EQ_INT(cli_run_timeout(10, args), 1);
+  CHECK_CONTAINS(g_stderr, "config.json: is a FIFO");
+  unlink(fifo);
+}
+
 static void test_demo(void) {
   char args[2048];
   snprintf(args, sizeof args, "demo --work-dir '%s/demo'", g_tmp);
@@ -818,6 +902,7 @@ int main(void) {
   RUN(test_inspect_27b_config_only);
   RUN(test_generate_golden_logits);
   RUN(test_export);
+  RUN(test_writes_stay_inside);
   RUN(test_demo);
   RUN(test_stdout_full);
   RUN(test_generate_context);

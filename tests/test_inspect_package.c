@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "models/package.h"
 #include "onnx_testing.h"
 
 static char g_tmp[512];
@@ -135,7 +136,11 @@ static void test_package_json(void) {
   CHECK_EQ_INT(json_integer_value(json_array_get(dims, 1)), 3);
   CHECK_EQ_INT(JINT(o, "initializers"), 3);
   CHECK_EQ_INT(JINT(o, "external_data_bytes"), 48 + 12 + 12);
-  CHECK(json_is_true(json_object_get(o, "runnable")));
+  /* the graph runs, but this genai_config.json does not describe it (no input_ids, no logits):
+   * the package as a whole does not run, and says why (models/package.h) */
+  CHECK(json_is_false(json_object_get(o, "runnable")));
+  CHECK_CONTAINS(JSTR(o, "runnable_error"), "PH_ERR_CONFIG_INCONSISTENT");
+  CHECK_CONTAINS(JSTR(o, "runnable_error"), "model.decoder.inputs.input_ids");
   json_t *gc = json_object_get(o, "genai_config");
   CHECK_EQ_STR(JSTR(gc, "type"), "qwen3_5_text");
   CHECK_EQ_INT(JINT(gc, "num_hidden_layers"), 4);
@@ -154,9 +159,22 @@ static void test_package_json(void) {
   CHECK_CONTAINS(g_stdout, "com.microsoft.SkipSimplifiedLayerNormalization");
   CHECK_CONTAINS(g_stdout, "f32[batch, 4]");
   CHECK_CONTAINS(g_stdout, "f32[?, 3]");
-  CHECK_CONTAINS(g_stdout, "runs here     yes");
+  CHECK_CONTAINS(g_stdout, "runs here     no: PH_ERR_CONFIG_INCONSISTENT");
   CHECK_CONTAINS(g_stdout, "qwen3_5_text, 4 layers");
   CHECK_CONTAINS(g_stdout, "state group paged_kv");
+}
+
+static void test_package_without_config(void) {
+  write_package("pkg_nocfg", NULL, NULL);
+  json_t *o = inspect_json("pkg_nocfg");
+  if (!o) return;
+  CHECK(json_is_true(json_object_get(o, "runnable")));
+  CHECK(json_is_null(json_object_get(o, "genai_config")));
+  json_decref(o);
+  char args[1200];
+  snprintf(args, sizeof args, "inspect '%s/pkg_nocfg'", g_tmp);
+  CHECK_EQ_INT(run_cli(args), 0);
+  CHECK_CONTAINS(g_stdout, "runs here     yes");
 }
 
 static void test_package_unsupported_op(void) {
@@ -190,6 +208,259 @@ static void test_package_errors(void) {
   CHECK_CONTAINS(g_stderr, "model.onnx");
 }
 
+/* ---- genai_config.json against its graph (issue 10 defect 10) -----------------------------------
+ * A real package (make-tiny, export --layout paged --target cpu), copied with one key of its
+ * genai_config.json changed. Before, every case below was accepted: block sizes PagedAttention
+ * cannot take, a decoder.filename naming a file outside the package (or ignored: model.onnx was
+ * always read), and sizes that disagree with the graph; a missing decoder was reported as
+ * "num_hidden_layers 0". Now: the file's own errors and a filename that cannot be read fail every
+ * command (exit 1); a config that contradicts the graph fails generate and run (exit 1) and
+ * inspect describes the package with runnable false and the reason. */
+
+static char g_base[1024], g_requests[1024];
+
+static int copy_into(const char *from_dir, const char *to_dir, const char *name, const char *as) {
+  char a[1200], b[1200];
+  snprintf(a, sizeof a, "%s/%s", from_dir, name);
+  snprintf(b, sizeof b, "%s/%s", to_dir, as ? as : name);
+  char *text = NULL;
+  size_t n = 0;
+  diag d;
+  ph_status s = file_read_all(a, 64 << 20, &text, &n, &d);
+  if (s == PH_OK) s = file_write_all(b, text, n, &d);
+  free(text);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  return s == PH_OK;
+}
+
+/* root's value at a dotted path set to v (stolen), or removed when v is NULL. */
+static void jset(json_t *root, const char *path, json_t *v) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", path);
+  json_t *o = root;
+  char *key = buf, *dot;
+  while ((dot = strchr(key, '.')) != NULL) {
+    *dot = '\0';
+    o = json_object_get(o, key);
+    key = dot + 1;
+  }
+  if (v)
+    json_object_set_new(o, key, v);
+  else
+    json_object_del(o, key);
+}
+
+/* g_tmp/name: the package in base with path set to v (NULL: removed); model as model_name. */
+static const char *variant_of(const char *base, const char *name, const char *path, json_t *v,
+                              const char *model_name) {
+  static char dir[1024];
+  snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  copy_into(base, dir, "model.onnx", model_name);
+  copy_into(base, dir, "model.onnx.data", NULL);
+  char cfg[1200];
+  snprintf(cfg, sizeof cfg, "%s/genai_config.json", base);
+  json_error_t e;
+  json_t *root = json_load_file(cfg, 0, &e);
+  CHECK(root != NULL);
+  if (!root) return dir;
+  if (path) jset(root, path, v);
+  snprintf(cfg, sizeof cfg, "%s/genai_config.json", dir);
+  char *text = json_dumps(root, JSON_INDENT(2));
+  CHECK_STATUS(file_write_all(cfg, text, strlen(text), &d), PH_OK, d.msg);
+  free(text);
+  json_decref(root);
+  return dir;
+}
+
+static const char *variant(const char *name, const char *path, json_t *v, const char *model_name) {
+  return variant_of(g_base, name, path, v, model_name);
+}
+
+/* generate and run both refuse dir with status (its name) and needle in the message. */
+static void expect_refused(const char *dir, const char *status, const char *needle) {
+  char args[4096];
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 1", dir);
+  CHECK_EQ_INT(run_cli(args), 1);
+  CHECK_CONTAINS(g_stderr, status);
+  CHECK_CONTAINS(g_stderr, needle);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s'", dir, g_requests);
+  CHECK_EQ_INT(run_cli(args), 1);
+  CHECK_CONTAINS(g_stderr, status);
+  CHECK_CONTAINS(g_stderr, needle);
+}
+
+/* A file error: inspect refuses too. */
+static void expect_file_error(const char *dir, const char *status, const char *needle) {
+  char args[4096];
+  snprintf(args, sizeof args, "inspect '%s'", dir);
+  CHECK_EQ_INT(run_cli(args), 1);
+  CHECK_CONTAINS(g_stderr, status);
+  CHECK_CONTAINS(g_stderr, needle);
+  expect_refused(dir, status, needle);
+}
+
+/* A contradiction with the graph: inspect describes the package, not runnable, and says why. */
+static void expect_mismatch(const char *dir, const char *status, const char *needle) {
+  char args[4096];
+  snprintf(args, sizeof args, "inspect '%s' --json", dir);
+  CHECK_EQ_INT(run_cli(args), 0);
+  json_error_t e;
+  json_t *o = g_stdout ? json_loads(g_stdout, 0, &e) : NULL;
+  CHECK(o && json_is_false(json_object_get(o, "runnable")));
+  CHECK_CONTAINS(o ? JSTR(o, "runnable_error") : "", status);
+  CHECK_CONTAINS(o ? JSTR(o, "runnable_error") : "", needle);
+  json_decref(o);
+  expect_refused(dir, status, needle);
+  /* the library call every command goes through */
+  graph *g = NULL;
+  diag d;
+  CHECK(package_read(dir, PACKAGE_FINALIZE | PACKAGE_CHECK, NULL, NULL, &g, NULL, &d) != PH_OK);
+  CHECK_CONTAINS(d.msg, needle);
+  CHECK(g == NULL);
+}
+
+static void test_genai_against_graph(void) {
+  char args[4096], ckpt[1024];
+  snprintf(ckpt, sizeof ckpt, "%s/tiny-ckpt", g_tmp);
+  snprintf(g_base, sizeof g_base, "%s/tiny-pkg", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force", ckpt);
+  CHECK_EQ_INT(run_cli(args), 0);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged --target cpu --force", ckpt,
+           g_base);
+  CHECK_EQ_INT(run_cli(args), 0);
+  snprintf(g_requests, sizeof g_requests, "%s/requests.jsonl", g_tmp);
+  diag d;
+  const char *req = "{\"id\": \"a\", \"prompt_tokens\": [1, 2], \"max_new_tokens\": 1}\n";
+  CHECK_STATUS(file_write_all(g_requests, req, strlen(req), &d), PH_OK, d.msg);
+  /* the base package is consistent: every command accepts it */
+  const char *dir = variant("gc_same", NULL, NULL, NULL);
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 2", dir);
+  CHECK_EQ_INT(run_cli(args), 0);
+  char base_out[256];
+  snprintf(base_out, sizeof base_out, "%s", g_stdout ? g_stdout : "");
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s'", dir, g_requests);
+  CHECK_EQ_INT(run_cli(args), 0);
+  json_t *o = inspect_json("gc_same");
+  CHECK(o && json_is_true(json_object_get(o, "runnable")));
+  json_decref(o);
+
+  /* page sizes PagedAttention cannot take */
+  static const int bad_blocks[] = {1, 8, 15, 17, 100};
+  for (size_t i = 0; i < sizeof bad_blocks / sizeof bad_blocks[0]; i++) {
+    char name[32], needle[64];
+    snprintf(name, sizeof name, "gc_block_%d", bad_blocks[i]);
+    snprintf(needle, sizeof needle, "block_size = %d: expected a power of two", bad_blocks[i]);
+    dir = variant(name, "engine.dynamic_batching.block_size", json_integer(bad_blocks[i]), NULL);
+    expect_file_error(dir, "error: PH_ERR_CONFIG_INVALID", needle);
+  }
+  /* decoder.filename: confined to the package, and honoured */
+  dir = variant("gc_file_dotdot", "model.decoder.filename", json_string("../../etc/passwd"), NULL);
+  expect_file_error(dir, "error: PH_ERR_CONFIG_INVALID", "filename = \"../../etc/passwd\"");
+  dir = variant("gc_file_abs", "model.decoder.filename", json_string("/etc/passwd"), NULL);
+  expect_file_error(dir, "error: PH_ERR_CONFIG_INVALID", "filename = \"/etc/passwd\"");
+  dir = variant("gc_file_missing", "model.decoder.filename", json_string("missing.onnx"), NULL);
+  expect_file_error(dir, "error: PH_ERR_NOT_FOUND", "missing.onnx");
+  dir = variant("gc_file_link", "model.decoder.filename", json_string("escape.onnx"), NULL);
+  char link[1200], target[1200];
+  snprintf(link, sizeof link, "%s/escape.onnx", dir);
+  snprintf(target, sizeof target, "%s/model.onnx", g_base);
+  unlink(link);
+  CHECK(symlink(target, link) == 0);
+  expect_file_error(dir, "error: PH_ERR_CONFIG_INVALID", "resolves outside the package");
+  dir = variant("gc_file_other", "model.decoder.filename", json_string("decoder.onnx"),
+                "decoder.onnx");
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 2", dir);
+  CHECK_EQ_INT(run_cli(args), 0);
+  CHECK_EQ_STR(g_stdout ? g_stdout : "", base_out);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s'", dir, g_requests);
+  CHECK_EQ_INT(run_cli(args), 0);
+  o = inspect_json("gc_file_other");
+  CHECK(o && json_is_true(json_object_get(o, "runnable")));
+  json_decref(o);
+
+  /* sizes that disagree with the graph */
+  static const struct {
+    const char *name, *path;
+    int64_t value;
+    const char *needle;
+  } sizes[] = {
+      {"gc_vocab", "model.vocab_size", 257, "model.vocab_size = 257, but the graph has 256"},
+      {"gc_layers", "model.decoder.num_hidden_layers", 5,
+       "num_hidden_layers = 5, but the graph has state inputs for 4 layers"},
+      {"gc_heads", "model.decoder.num_attention_heads", 2,
+       "num_attention_heads = 2, but the graph has 4"},
+      {"gc_kv_heads", "model.decoder.num_key_value_heads", 1,
+       "num_key_value_heads = 1, but the graph has 2"},
+      {"gc_head_size", "model.decoder.head_size", 16, "head_size = 16, but the graph has 32"},
+      {"gc_hidden", "model.decoder.hidden_size", 32, "hidden_size = 32, but the graph has 64"},
+      {"gc_block_32", "engine.dynamic_batching.block_size", 32,
+       "block_size = 32, but the graph has 16"},
+      {"gc_context", "model.context_length", 40000,
+       "context_length = 40000, but the graph's rotary cache (cos_cache) has 32768"},
+  };
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    dir = variant(sizes[i].name, sizes[i].path, json_integer(sizes[i].value), NULL);
+    expect_mismatch(dir, "PH_ERR_CONFIG_INCONSISTENT", sizes[i].needle);
+  }
+  /* a missing decoder says so (it read "num_hidden_layers 0") */
+  dir = variant("gc_no_decoder", "model.decoder", NULL, NULL);
+  expect_mismatch(dir, "PH_ERR_CONFIG_MISSING_FIELD", "model.decoder is missing");
+
+  /* the dense layout is checked the same way by generate (run takes paged packages only) */
+  char dense[1024];
+  snprintf(dense, sizeof dense, "%s/tiny-dense", g_tmp);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --force", ckpt, dense);
+  CHECK_EQ_INT(run_cli(args), 0);
+  static const struct {
+    const char *name, *path;
+    int64_t value;
+    const char *needle;
+  } dense_sizes[] = {
+      {"gcd_vocab", "model.vocab_size", 300, "model.vocab_size = 300, but the graph has 256"},
+      {"gcd_layers", "model.decoder.num_hidden_layers", 3,
+       "num_hidden_layers = 3, but the graph has state inputs for 4 layers"},
+      {"gcd_kv_heads", "model.decoder.num_key_value_heads", 4,
+       "num_key_value_heads = 4, but the graph has 2"},
+  };
+  for (size_t i = 0; i < sizeof dense_sizes / sizeof dense_sizes[0]; i++) {
+    dir = variant_of(dense, dense_sizes[i].name, dense_sizes[i].path,
+                     json_integer(dense_sizes[i].value), NULL);
+    snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 1", dir);
+    CHECK_EQ_INT(run_cli(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_CONFIG_INCONSISTENT");
+    CHECK_CONTAINS(g_stderr, dense_sizes[i].needle);
+  }
+  dir = variant_of(dense, "gcd_same", NULL, NULL, NULL);
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 2", dir);
+  CHECK_EQ_INT(run_cli(args), 0);
+  CHECK_EQ_STR(g_stdout ? g_stdout : "", base_out); /* the same model, either layout */
+}
+
+/* Issue 10 defect 1 at the command line: the 3,000-deep model (the fuzz seed) crashed inspect,
+ * generate and run with a stack overflow; each now exits 1 with PH_ERR_LIMIT. Runs after
+ * test_genai_against_graph, whose package supplies a genai_config.json. */
+static void test_deep_model(void) {
+  char seed[1024], args[4096];
+  snprintf(seed, sizeof seed, "%s/fuzz/corpus/onnx/deep_subgraphs_3000_crasher",
+           check_env("PH_SOURCE_DIR"));
+  const char *dir = variant("deep_model", NULL, NULL, NULL);
+  char *bytes = NULL;
+  size_t n = 0;
+  diag d;
+  CHECK_STATUS(file_read_all(seed, 1 << 20, &bytes, &n, &d), PH_OK, d.msg);
+  char path[1200];
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  CHECK_STATUS(file_write_all(path, bytes, n, &d), PH_OK, d.msg);
+  free(bytes);
+  snprintf(args, sizeof args, "inspect '%s'", dir);
+  CHECK_EQ_INT(run_cli(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_LIMIT");
+  CHECK_CONTAINS(g_stderr, "nest more than 100 deep");
+  expect_refused(dir, "error: PH_ERR_LIMIT", "nest more than 100 deep");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -197,7 +468,10 @@ int main(void) {
   snprintf(g_out, sizeof g_out, "%s/stdout.txt", g_tmp);
   snprintf(g_err, sizeof g_err, "%s/stderr.txt", g_tmp);
   RUN(test_package_json);
+  RUN(test_package_without_config);
   RUN(test_package_unsupported_op);
+  RUN(test_genai_against_graph);
+  RUN(test_deep_model);
   RUN(test_package_errors);
   free(g_stdout);
   free(g_stderr);

@@ -34,6 +34,7 @@
 #include "engine/engine.h"
 #include "io/onnx.h"
 #include "models/model.h"
+#include "models/package.h"
 
 #if defined(__x86_64__) && defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,fma"))), apply_to = function)
@@ -330,7 +331,7 @@ static ph_status weight_facts(const char *dir, model_facts *m, diag *d) {
   }
   graph *g = NULL;
   onnx_model_info oi;
-  FORWARD_IF_ERROR(onnx_read_model_ex(dir, 0, &g, &oi, d));
+  FORWARD_IF_ERROR(package_read(dir, PACKAGE_CHECK, NULL, NULL, &g, &oi, d));
   m->weight_bytes = oi.initializer_bytes;
   m->parameters = 0;
   for (int v = 0; v < g->n_values; v++) {

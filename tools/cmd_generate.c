@@ -23,12 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/wfile.h"
 #include "cli.h"
 #include "io/genai_config.h"
 #include "io/onnx.h"
 #include "io/safetensors.h"
 #include "models/dense_session.h"
 #include "models/model.h"
+#include "models/package.h"
 #include "models/paged_session.h"
 
 static const cli_option OPTIONS[] = {
@@ -223,6 +225,9 @@ int cmd_generate(int argc, char **argv) {
   if (!dir) return cli_usage_error(&a, "--model DIR is required");
   if (n == 0) return cli_usage_error(&a, "--tokens LIST is required");
   if (n > MAX_SEQS) return cli_usage_error(&a, "at most %d --tokens sequences", MAX_SEQS);
+  diag out_d; /* a --logits-out that cannot be replaced (a FIFO, a device) before any work */
+  if (cli_get(&a, "logits-out") && wfile_check_target(cli_get(&a, "logits-out"), &out_d) != PH_OK)
+    return cli_lib_error(out_d.status, out_d.msg);
   int64_t max_new = 16, threads = 0, max_ctx = 0, block = 16;
   if ((rc = cli_get_int(&a, "max-new", 0, 1 << 20, &max_new)) ||
       (rc = cli_get_int(&a, "threads", 0, 1024, &threads)) ||
@@ -287,7 +292,7 @@ int cmd_generate(int argc, char **argv) {
   if (s == PH_OK && !paged) {
     if (is_package) {
       graph *g = NULL;
-      s = onnx_read_model(dir, &g, &d);
+      s = package_read_graph(dir, &gc, PACKAGE_FINALIZE | PACKAGE_CHECK, &g, NULL, &d);
       if (s == PH_OK) s = dense_session_create_graph(g, max_ctx, (int)threads, &dense, &d);
     } else {
       s = dense_session_create(m, max_ctx, (int)threads, &dense, &d);

@@ -31,6 +31,7 @@
 #include "io/genai_config.h"
 #include "io/onnx.h"
 #include "models/model.h"
+#include "models/package.h"
 #include "tensor/dtype.h"
 
 static const cli_option OPTIONS[] = {
@@ -576,7 +577,11 @@ static int inspect_package(const cli_args *a, const char *dir) {
   graph *g = NULL;
   onnx_model_info info;
   diag d;
-  ph_status s = onnx_read_model_ex(dir, 0, &g, &info, &d);
+  /* genai_config.json first: it names the graph file; a config that does not describe the graph
+   * is reported below as what keeps the package from running */
+  genai_config gc;
+  int has_config = 0;
+  ph_status s = package_read(dir, 0, &gc, &has_config, &g, &info, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
   int64_t n_checked = -1;
   if (cli_flag(a, "check-weights") && (s = check_initializers(g, &n_checked, &d)) != PH_OK) {
@@ -603,6 +608,7 @@ static int inspect_package(const cli_args *a, const char *dir) {
   if (n_checked >= 0) json_object_set_new(o, "tensors_checked_finite", json_integer(n_checked));
   /* after the declared types are in the report: finalizing replaces them with inferred ones */
   s = graph_finalize(g, &d);
+  if (s == PH_OK && has_config) s = package_check_graph(&gc, g, &d);
   json_object_set_new(o, "runnable", json_boolean(s == PH_OK));
   if (s != PH_OK) {
     char why[DIAG_MSG_BYTES + 64];
@@ -611,19 +617,8 @@ static int inspect_package(const cli_args *a, const char *dir) {
   }
   graph_free(g);
 
-  char path[4096];
   int rc = CLI_EXIT_OK;
-  if (path_join(path, sizeof path, dir, "genai_config.json", &d) != PH_OK || !path_exists(path)) {
-    json_object_set_new(o, "genai_config", json_null());
-  } else {
-    genai_config gc;
-    s = genai_config_read(dir, &gc, &d);
-    if (s != PH_OK) {
-      json_decref(o);
-      return cli_lib_error(s, d.msg);
-    }
-    json_object_set_new(o, "genai_config", genai_json(&gc));
-  }
+  json_object_set_new(o, "genai_config", has_config ? genai_json(&gc) : json_null());
   if (cli_flag(a, "json")) {
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (text) puts(text);
@@ -646,9 +641,10 @@ int cmd_inspect(int argc, char **argv) {
         "attention, geometry, parameter count, and a memory plan for serving it, twice:\n"
         "as `pagedhybrid run` holds it here (16-token f32 pages: run's defaults) and as a\n"
         "package exported for ONNX Runtime GenAI on CUDA (256-token pages, bf16/f16).\n"
-        "A directory with model.onnx is an exported package: operator counts, graph inputs\n"
-        "and outputs with their dims, initializers and external data, whether it runs\n"
-        "here, and its genai_config.json (the memory-plan options do not apply).\n"
+        "A directory with model.onnx or genai_config.json is an exported package: operator\n"
+        "counts, graph inputs and outputs with their dims, initializers and external data,\n"
+        "whether it runs here (its operators, and its genai_config.json against the graph),\n"
+        "and its genai_config.json (the memory-plan options do not apply).\n"
         "--check-weights also scans every weight for NaN and infinities.");
     return CLI_EXIT_OK;
   }

@@ -10,36 +10,88 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/wfile.h"
+
 static ph_status open_error(const char *path, int err, diag *d) {
   ph_status s = (err == ENOENT || err == ENOTDIR) ? PH_ERR_NOT_FOUND : PH_ERR_IO;
   return diag_set(d, s, "%s: %s", path, strerror(err));
 }
 
-ph_status fmap_open(const char *path, fmap *out, diag *d) {
-  out->data = NULL;
-  out->size = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return open_error(path, errno, d);
+const char *file_type_name(unsigned mode) {
+  return S_ISREG(mode)    ? "a regular file"
+         : S_ISDIR(mode)  ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+         : S_ISLNK(mode)  ? "a symbolic link"
+                          : "not a regular file";
+}
+
+static ph_status not_regular(const char *path, unsigned mode, diag *d) {
+  return diag_set(d, PH_ERR_IO, "%s: is %s, not a regular file", path, file_type_name(mode));
+}
+
+ph_status file_open_read(const char *path, int *fd_out, uint64_t *size, diag *d) {
+  *fd_out = -1;
+  if (size) *size = 0;
   struct stat st;
-  if (fstat(fd, &st) != 0) {
+  /* refuse before opening: opening a device can have effects, a FIFO can block */
+  if (stat(path, &st) != 0) return open_error(path, errno, d);
+  if (!S_ISREG(st.st_mode)) return not_regular(path, st.st_mode, d);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return open_error(path, errno, d);
+  int flags;
+  if (fstat(fd, &st) != 0 || (flags = fcntl(fd, F_GETFL)) < 0 ||
+      (S_ISREG(st.st_mode) && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)) {
     int err = errno;
     close(fd);
     return open_error(path, err, d);
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (!S_ISREG(st.st_mode)) { /* replaced since the stat */
     close(fd);
-    return diag_set(d, PH_ERR_IO, "%s: not a regular file", path);
+    return not_regular(path, st.st_mode, d);
   }
-  if (st.st_size == 0) {
+  *fd_out = fd;
+  if (size) *size = (uint64_t)st.st_size;
+  return PH_OK;
+}
+
+ph_status file_open_read_stream(const char *path, FILE **out, uint64_t *size, diag *d) {
+  *out = NULL;
+  int fd;
+  FORWARD_IF_ERROR(file_open_read(path, &fd, size, d));
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    int err = errno;
+    close(fd);
+    return diag_set(d, PH_ERR_NO_MEMORY, "%s: cannot open a stream: %s", path, strerror(err));
+  }
+  *out = f;
+  return PH_OK;
+}
+
+ph_status fmap_open(const char *path, fmap *out, diag *d) {
+  out->data = NULL;
+  out->size = 0;
+  int fd;
+  uint64_t size;
+  FORWARD_IF_ERROR(file_open_read(path, &fd, &size, d));
+  if (size == 0) {
     close(fd);
     return PH_OK;
   }
-  void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (size > (uint64_t)SIZE_MAX) {
+    close(fd);
+    return diag_set(d, PH_ERR_LIMIT, "%s: %llu bytes do not fit in the address space", path,
+                    (unsigned long long)size);
+  }
+  void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
   close(fd);
   if (p == MAP_FAILED) return diag_set(d, PH_ERR_IO, "%s: mmap failed: %s", path, strerror(err));
   out->data = p;
-  out->size = (size_t)st.st_size;
+  out->size = (size_t)size;
   return PH_OK;
 }
 
@@ -53,30 +105,36 @@ void fmap_close(fmap *m) {
 ph_status file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_len, diag *d) {
   *out = NULL;
   *out_len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return open_error(path, errno, d);
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return diag_set(d, PH_ERR_IO, "%s: not a regular file", path);
+  int fd;
+  uint64_t size;
+  FORWARD_IF_ERROR(file_open_read(path, &fd, &size, d));
+  if (size > (uint64_t)max_bytes) {
+    close(fd);
+    return diag_set(d, PH_ERR_LIMIT, "%s: %llu bytes, more than the %zu allowed", path,
+                    (unsigned long long)size, max_bytes);
   }
-  if ((uint64_t)st.st_size > (uint64_t)max_bytes) {
-    fclose(f);
-    return diag_set(d, PH_ERR_LIMIT, "%s: %lld bytes, more than the %zu allowed", path,
-                    (long long)st.st_size, max_bytes);
-  }
-  size_t n = (size_t)st.st_size;
+  size_t n = (size_t)size;
   char *buf = malloc(n + 1);
   if (!buf) {
-    fclose(f);
+    close(fd);
     return diag_set(d, PH_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes", path, n + 1);
   }
-  size_t got = fread(buf, 1, n, f);
-  int err = ferror(f);
-  fclose(f);
-  if (err || got != n) {
+  size_t got = 0;
+  int err = 0;
+  while (got < n) {
+    ssize_t k = read(fd, buf + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      err = k < 0 ? errno : 0;
+      break;
+    }
+    got += (size_t)k;
+  }
+  close(fd);
+  if (got != n) {
     free(buf);
-    return diag_set(d, PH_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, n);
+    return diag_set(d, PH_ERR_IO, "%s: short read (%zu of %zu bytes)%s%s", path, got, n,
+                    err ? ": " : "", err ? strerror(err) : "");
   }
   buf[n] = '\0';
   *out = buf;
@@ -85,13 +143,14 @@ ph_status file_read_all(const char *path, size_t max_bytes, char **out, size_t *
 }
 
 ph_status file_write_all(const char *path, const void *data, size_t len, diag *d) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return diag_set(d, PH_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-  size_t put = len ? fwrite(data, 1, len, f) : 0;
-  int bad = put != len || fflush(f) != 0;
-  bad |= fclose(f) != 0;
-  if (bad) return diag_set(d, PH_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-  return PH_OK;
+  wfile w;
+  FORWARD_IF_ERROR(wfile_open(&w, path, d));
+  ph_status s = wfile_write(&w, data, len, d);
+  if (s != PH_OK) {
+    wfile_abort(&w);
+    return s;
+  }
+  return wfile_commit(&w, d);
 }
 
 int path_exists(const char *path) {
@@ -102,6 +161,19 @@ int path_exists(const char *path) {
 int path_is_dir(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int path_resolves_inside(const char *dir, const char *path) {
+  char *rd = realpath(dir, NULL), *rp = realpath(path, NULL);
+  int ok = 0;
+  if (rd && rp) {
+    size_t n = strlen(rd);
+    if (n && rd[n - 1] == '/') n--; /* dir is "/" */
+    ok = strncmp(rp, rd, n) == 0 && rp[n] == '/' && rp[n + 1] && !strchr(rp + n + 1, '/');
+  }
+  free(rd);
+  free(rp);
+  return ok;
 }
 
 ph_status path_join(char *buf, size_t buf_bytes, const char *dir, const char *name, diag *d) {

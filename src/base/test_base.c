@@ -20,6 +20,8 @@
 #include "base/fmap.h"
 #include "base/log.h"
 #include "base/pool.h"
+#include "base/wfile.h"
+#include "file_testing.h"
 
 /* ---- status table ------------------------------------------------------------------------ */
 
@@ -725,6 +727,161 @@ static void test_fmap(void) {
   CHECK_EQ_STR(small, "ab/cd");
 }
 
+/* ---- reading only regular files, writing by replacing ---------------------------------------
+ * Issue 10 defects 2, 3 and 6: a failed write removed its target (even a device or a file that
+ * existed before), writes followed symlinks out of their directory, and a FIFO hung every
+ * reader and writer. */
+
+static void test_read_refuses_non_regular(void) {
+  const char *tmp = check_env("PH_TMP_DIR");
+  diag d;
+  char fifo[4096];
+  CHECK_STATUS(path_mkdirs(tmp, &d), PH_OK, d.msg);
+  CHECK(ft_fifo(fifo, tmp, "fifo.json"));
+  ft_watchdog(10); /* before the fix each call below blocked in open() forever */
+  fmap m;
+  CHECK_STATUS(fmap_open(fifo, &m, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "fifo.json: is a FIFO, not a regular file");
+  char *text = NULL;
+  size_t len = 0;
+  CHECK_STATUS(file_read_all(fifo, 1000, &text, &len, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "is a FIFO");
+  int fd = -1;
+  CHECK_STATUS(file_open_read(fifo, &fd, NULL, &d), PH_ERR_IO, d.msg);
+  CHECK(fd == -1);
+  FILE *f = NULL;
+  CHECK_STATUS(file_open_read_stream(fifo, &f, NULL, &d), PH_ERR_IO, d.msg);
+  CHECK(f == NULL);
+  CHECK_STATUS(file_read_all("/dev/zero", 1000, &text, &len, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "a character device");
+  CHECK_STATUS(file_read_all(tmp, 1000, &text, &len, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "a directory");
+  ft_watchdog(0);
+  CHECK(ft_is_fifo(fifo));
+  /* a regular file through the stream */
+  char path[4096];
+  CHECK_STATUS(path_join(path, sizeof path, tmp, "stream.txt", &d), PH_OK, d.msg);
+  CHECK_STATUS(file_write_all(path, "abc", 3, &d), PH_OK, d.msg);
+  uint64_t size = 0;
+  CHECK_STATUS(file_open_read_stream(path, &f, &size, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(size, 3);
+  char buf[8] = {0};
+  CHECK(f && fread(buf, 1, 8, f) == 3 && strcmp(buf, "abc") == 0);
+  if (f) fclose(f);
+}
+
+static void test_wfile_replaces_whole(void) {
+  char dir[2048], path[4096], other[4096];
+  diag d;
+  snprintf(dir, sizeof dir, "%s/wfile", check_env("PH_TMP_DIR"));
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK_STATUS(path_join(path, sizeof path, dir, "out.bin", &d), PH_OK, d.msg);
+  CHECK_STATUS(file_write_all(path, "old contents", 12, &d), PH_OK, d.msg);
+
+  /* aborted after writing: the old file stays, the temporary file goes */
+  wfile w;
+  CHECK_STATUS(wfile_open(&w, path, &d), PH_OK, d.msg);
+  CHECK(w.tmp && strstr(w.tmp, "/.out.bin.tmp-") != NULL);
+  CHECK_STATUS(wfile_write(&w, "new", 3, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(ft_count_tmp(dir), 1);
+  CHECK(ft_file_is(path, "old contents", 12));
+  wfile_abort(&w);
+  wfile_abort(&w); /* idempotent */
+  wfile_abort(NULL);
+  CHECK(ft_file_is(path, "old contents", 12));
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+
+  /* a replaced file keeps its permissions */
+  CHECK(chmod(path, 0600) == 0);
+  CHECK_STATUS(file_write_all(path, "old contents", 12, &d), PH_OK, d.msg);
+  struct stat st;
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+
+  /* committed through a stream: replaced in one step */
+  CHECK_STATUS(wfile_open(&w, path, &d), PH_OK, d.msg);
+  FILE *f = wfile_stream(&w, &d);
+  CHECK(f != NULL);
+  if (f) fprintf(f, "line %d\n", 1);
+  CHECK_STATUS(wfile_commit(&w, &d), PH_OK, d.msg);
+  CHECK(ft_file_is(path, "line 1\n", 7));
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+  CHECK(w.path == NULL && w.tmp == NULL);
+
+  /* a symlink at the target is replaced, the file it points to is never written */
+  CHECK_STATUS(path_join(other, sizeof other, dir, "outside.txt", &d), PH_OK, d.msg);
+  CHECK_STATUS(file_write_all(other, "precious", 8, &d), PH_OK, d.msg);
+  CHECK_STATUS(path_join(path, sizeof path, dir, "link.bin", &d), PH_OK, d.msg);
+  unlink(path);
+  CHECK(symlink(other, path) == 0);
+  CHECK_STATUS(file_write_all(path, "mine", 4, &d), PH_OK, d.msg);
+  CHECK(ft_file_is(other, "precious", 8));
+  CHECK(ft_file_is(path, "mine", 4)); /* lstat: a regular file now, not the link */
+
+  /* a dangling symlink too: its target is not created */
+  CHECK_STATUS(path_join(other, sizeof other, dir, "never-created", &d), PH_OK, d.msg);
+  unlink(path);
+  CHECK(symlink(other, path) == 0);
+  CHECK_STATUS(file_write_all(path, "x", 1, &d), PH_OK, d.msg);
+  CHECK(!path_exists(other));
+  CHECK(ft_file_is(path, "x", 1));
+
+  /* a missing directory: typed error, nothing created */
+  CHECK_STATUS(path_join(path, sizeof path, dir, "no/such/dir/out.bin", &d), PH_OK, d.msg);
+  CHECK_STATUS(file_write_all(path, "x", 1, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "out.bin");
+  CHECK_STATUS(wfile_open(&w, dir, &d), PH_ERR_IO, d.msg); /* the directory itself */
+  CHECK_CONTAINS(d.msg, "a directory");
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+}
+
+static void test_wfile_refuses_non_regular(void) {
+  char dir[2048], fifo[4096];
+  diag d;
+  snprintf(dir, sizeof dir, "%s/wfile_fifo", check_env("PH_TMP_DIR"));
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK(ft_fifo(fifo, dir, "out.fifo"));
+  ft_watchdog(10);
+  /* before the fix: fopen("wb") blocked on the FIFO; /dev/full failed the write and then
+   * remove()d the device node */
+  CHECK_STATUS(file_write_all(fifo, "x", 1, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "out.fifo: exists and is a FIFO");
+  CHECK(ft_is_fifo(fifo));
+  CHECK_STATUS(file_write_all("/dev/full", "x", 1, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "/dev/full: exists and is a character device");
+  CHECK(path_exists("/dev/full"));
+  wfile w;
+  CHECK_STATUS(wfile_open(&w, "/dev/null", &d), PH_ERR_IO, d.msg);
+  CHECK(w.path == NULL && w.fd == -1);
+  CHECK_STATUS(wfile_check_target(fifo, &d), PH_ERR_IO, d.msg);
+  char path[4096];
+  CHECK_STATUS(path_join(path, sizeof path, dir, "fresh", &d), PH_OK, d.msg);
+  unlink(path); /* from an earlier run */
+  CHECK_STATUS(wfile_check_target(path, &d), PH_OK, d.msg);
+
+  /* the in-place stream: the same refusals, and never through a symlink */
+  FILE *f = NULL;
+  CHECK_STATUS(file_open_output_stream(fifo, &f, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "a FIFO");
+  CHECK_STATUS(file_open_output_stream("/dev/full", &f, &d), PH_ERR_IO, d.msg);
+  CHECK(f == NULL);
+  ft_watchdog(0);
+  char link[4096];
+  CHECK_STATUS(path_join(link, sizeof link, dir, "link.jsonl", &d), PH_OK, d.msg);
+  unlink(link);
+  CHECK(symlink(path, link) == 0);
+  CHECK_STATUS(file_open_output_stream(link, &f, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "symbolic link");
+  CHECK(!path_exists(path));
+  CHECK_STATUS(file_write_all(path, "0123456789", 10, &d), PH_OK, d.msg);
+  CHECK_STATUS(file_open_output_stream(path, &f, &d), PH_OK, d.msg);
+  if (f) {
+    fputs("ab", f);
+    CHECK(fclose(f) == 0);
+  }
+  CHECK(ft_file_is(path, "ab", 2)); /* truncated, then written */
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+}
+
 int main(void) {
   RUN(test_status_table);
   RUN(test_diag);
@@ -739,5 +896,8 @@ int main(void) {
   RUN(test_cpu_features_string);
   RUN(test_log);
   RUN(test_fmap);
+  RUN(test_read_refuses_non_regular);
+  RUN(test_wfile_replaces_whole);
+  RUN(test_wfile_refuses_non_regular);
   return check_finish();
 }

@@ -32,6 +32,7 @@ void graph_free(graph *g) {
   free(g->nodes);
   free(g->inputs);
   free(g->outputs);
+  free(g->name_slots);
   free(g);
 }
 
@@ -53,10 +54,51 @@ static int grow(void **p, int *cap, int need, size_t elem) {
   return 1;
 }
 
+/* ---- the name index (graph.name_slots) ---------------------------------------------------- */
+
+#define SLOT_EMPTY   (-1)
+#define SLOT_RENAMED (-2)
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+/* The slot holding name's id, or the empty slot ending its probe; -1 without an index. */
+static int find_slot(const graph *g, const char *name) {
+  if (!g->name_cap) return -1;
+  const unsigned mask = (unsigned)g->name_cap - 1;
+  for (unsigned i = (unsigned)hash_name(name) & mask;; i = (i + 1) & mask) {
+    const int id = g->name_slots[i];
+    if (id == SLOT_EMPTY || (id >= 0 && strcmp(g->values[id].name, name) == 0)) return (int)i;
+  }
+}
+
 int graph_find_value(const graph *g, const char *name) {
-  for (int i = 0; i < g->n_values; i++)
-    if (strcmp(g->values[i].name, name) == 0) return i;
-  return -1;
+  const int slot = find_slot(g, name);
+  return slot < 0 ? -1 : g->name_slots[slot];
+}
+
+/* Indexes value id under its current name (not in the index yet); grows to keep the load of
+ * ids and tombstones at most 1/2. 0 on out of memory. */
+static int index_value(graph *g, int id) {
+  if ((g->name_used + 1) * 2 > g->name_cap) {
+    int cap = g->name_cap ? g->name_cap : 256;
+    while ((g->n_values + 1) * 2 > cap) cap *= 2; /* tombstones are dropped by the rebuild */
+    int *slots = malloc((size_t)cap * sizeof *slots);
+    if (!slots) return 0;
+    for (int i = 0; i < cap; i++) slots[i] = SLOT_EMPTY;
+    free(g->name_slots);
+    g->name_slots = slots;
+    g->name_cap = cap;
+    g->name_used = 0;
+    for (int v = 0; v < g->n_values; v++)
+      if (v != id) g->name_slots[find_slot(g, g->values[v].name)] = v, g->name_used++;
+  }
+  g->name_slots[find_slot(g, g->values[id].name)] = id;
+  g->name_used++;
+  return 1;
 }
 
 static int new_value(graph *g, const char *name, value_kind kind) {
@@ -68,6 +110,9 @@ static int new_value(graph *g, const char *name, value_kind kind) {
     return fail(g, PH_ERR_NO_MEMORY, "out of memory adding value %s%s", name, "");
   char *nm = arena_strdup(&g->arena, name);
   if (!nm) return fail(g, PH_ERR_NO_MEMORY, "out of memory adding value %s%s", name, "");
+  g->values[g->n_values].name = nm;
+  if (!index_value(g, g->n_values))
+    return fail(g, PH_ERR_NO_MEMORY, "out of memory adding value %s%s", name, "");
   int id = g->n_values++;
   gvalue *v = &g->values[id];
   memset(v, 0, sizeof *v);
@@ -378,7 +423,10 @@ int graph_rename_value(graph *g, int value, const char *name) {
     return fail(g, PH_ERR_INVALID_ARGUMENT, "value \"%s\" is defined twice%s", name, "");
   char *nm = arena_strdup(&g->arena, name);
   if (!nm) return fail(g, PH_ERR_NO_MEMORY, "out of memory renaming to %s%s", name, "");
+  g->name_slots[find_slot(g, g->values[value].name)] = SLOT_RENAMED; /* probes go past it */
   g->values[value].name = nm;
+  if (!index_value(g, value))
+    return fail(g, PH_ERR_NO_MEMORY, "out of memory renaming to %s%s", name, "");
   return value;
 }
 

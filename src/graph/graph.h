@@ -111,7 +111,12 @@ typedef struct graph {
   int n_outputs, cap_outputs;
   char symbols[GRAPH_MAX_SYMBOLS][32];
   int n_symbols;
-  diag err; /* sticky: first builder error */
+  /* value ids by name: open addressing, linear probing, load <= 1/2; -1 empty, -2 a name
+   * renamed away. Keeps graph_find_value, and with it every graph_add_* (which refuses a name
+   * defined twice), O(1): a linear scan made reading a 1.8 MB model of 80,000 nodes take 9 s. */
+  int *name_slots;
+  int name_cap, name_used; /* slots; slots holding an id or a tombstone */
+  diag err;                /* sticky: first builder error */
   int finalized;
   struct fmap *mappings; /* adopted file mappings, unmapped by graph_free */
   int n_mappings;

@@ -57,6 +57,11 @@ typedef struct genai_dynamic_batching {
 
 typedef struct genai_config {
   char model_type[64];
+  /* 1 when the file has model.decoder (the writers set it): without it nothing names the graph or
+   * its sizes, and a package cannot be bound (models/package.h says so by name). */
+  int has_decoder;
+  /* model.decoder.filename: the graph file, a plain file name in the package directory (read
+   * refuses a path, "." or ".."); "model.onnx" when absent. */
   char filename[GENAI_MAX_NAME];
   int64_t head_size, hidden_size, num_attention_heads, num_hidden_layers, num_key_value_heads;
   int64_t vocab_size, context_length;
@@ -123,8 +128,12 @@ ph_status genai_config_write(const genai_config *g, const char *dir, diag *d);
 /* Reads dir/genai_config.json; missing keys take ORT GenAI's defaults; the *_names templates must
  * contain exactly one %d (PH_ERR_CONFIG_INVALID otherwise); state groups and dynamic batching
  * are validated (PH_ERR_CONFIG_INVALID naming the key path, PH_ERR_LIMIT past the array sizes
- * above); state_update_capacity > 0 is PH_ERR_UNSUPPORTED. The older "paged_kv" / "fixed" +
- * "bindings" form of state_groups is accepted. docs/import.md lists every key. */
+ * above; engine.dynamic_batching.block_size must be a power of two >= 16, PagedAttention's
+ * rule); decoder.filename must be a plain file name (no '/', '\', "." or ".."); token ids at or
+ * beyond vocab_size and query heads that are not a multiple of key/value heads are
+ * PH_ERR_CONFIG_INCONSISTENT; state_update_capacity > 0 is PH_ERR_UNSUPPORTED. The older
+ * "paged_kv" / "fixed" + "bindings" form of state_groups is accepted. This checks the file alone;
+ * models/package.h checks it against the graph it names. docs/import.md lists every key. */
 ph_status genai_config_read(const char *dir, genai_config *out, diag *d);
 
 /* The same from JSON text held in memory (len bytes, need not be NUL-terminated); label names

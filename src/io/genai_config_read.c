@@ -104,6 +104,20 @@ static ph_status get_string(const scope *s, const char *key, const char *def, ch
   return PH_OK;
 }
 
+/* decoder.filename: the graph file, a plain name in the package directory (no directory part,
+ * no "." or ".."; jansson refuses NUL bytes), so no value can name a file elsewhere;
+ * models/package.c also checks that it does not resolve outside the directory through a symlink. */
+static ph_status get_filename(const scope *dec, char *buf, diag *d) {
+  FORWARD_IF_ERROR(get_string(dec, "filename", ONNX_MODEL_FILE, buf, GENAI_MAX_NAME, d));
+  RETURN_ERROR_IF(!buf[0] || strchr(buf, '/') || strchr(buf, '\\') || strcmp(buf, ".") == 0 ||
+                      strcmp(buf, "..") == 0,
+                  d, PH_ERR_CONFIG_INVALID,
+                  "%s: %sfilename = \"%s\": expected a plain file name in the package directory "
+                  "(no path, no \"..\")",
+                  dec->file, dec->path, buf);
+  return PH_OK;
+}
+
 /* A per-layer name template: exactly one %d and no other conversion ("%%" is a literal '%'), so
  * formatting it with a layer index is safe. */
 static ph_status get_template(const scope *s, const char *key, const char *def, char *buf,
@@ -179,6 +193,13 @@ static ph_status read_engine(const scope *top, genai_config *g, diag *d) {
   b->present = 1;
   g->paged = 1;
   FORWARD_IF_ERROR(get_int_min(&db, "block_size", 256, 1, &b->block_size, d));
+  /* PagedAttention's own rule (abi.md §1.6), which every runtime of the ABI enforces; GenAI's
+   * CUDA builder further wants a multiple of 256, our CPU export writes 16 */
+  const int64_t K = b->block_size;
+  RETURN_ERROR_IF(K < 16 || (K & (K - 1)), d, PH_ERR_CONFIG_INVALID,
+                  "%s: engine.dynamic_batching.block_size = %" PRId64
+                  ": expected a power of two >= 16 (PagedAttention's page size rule)",
+                  top->file, K);
   FORWARD_IF_ERROR(get_int_min(&db, "max_batch_size", 16, 1, &b->max_batch_size, d));
   FORWARD_IF_ERROR(get_int_min(&db, "num_blocks", 0, 0, &b->num_blocks, d));
   FORWARD_IF_ERROR(get_int_min(&db, "max_scheduled_tokens", 2048, 1, &b->max_scheduled_tokens, d));
@@ -440,6 +461,30 @@ static ph_status read_state_groups(const scope *dec, genai_config *g, diag *d) {
 
 /* ---- the whole file ----------------------------------------------------------------------- */
 
+/* Sizes that contradict each other within the file (the graph is checked in models/package.c):
+ * token ids inside the vocabulary, query heads a multiple of key/value heads. */
+static ph_status check_sizes(const char *file, const genai_config *g, diag *d) {
+  const struct {
+    const char *key;
+    int64_t id;
+  } ids[] = {{"bos_token_id", g->bos_token_id}, {"pad_token_id", g->pad_token_id}};
+  for (size_t i = 0; g->vocab_size > 0 && i < sizeof ids / sizeof ids[0]; i++)
+    RETURN_ERROR_IF(ids[i].id >= g->vocab_size, d, PH_ERR_CONFIG_INCONSISTENT,
+                    "%s: model.%s = %" PRId64 " is outside model.vocab_size = %" PRId64, file,
+                    ids[i].key, ids[i].id, g->vocab_size);
+  for (int i = 0; g->vocab_size > 0 && i < g->n_eos_token_ids; i++)
+    RETURN_ERROR_IF(g->eos_token_ids[i] >= g->vocab_size, d, PH_ERR_CONFIG_INCONSISTENT,
+                    "%s: model.eos_token_id %" PRId64 " is outside model.vocab_size = %" PRId64,
+                    file, g->eos_token_ids[i], g->vocab_size);
+  RETURN_ERROR_IF(g->num_attention_heads > 0 && g->num_key_value_heads > 0 &&
+                      g->num_attention_heads % g->num_key_value_heads != 0,
+                  d, PH_ERR_CONFIG_INCONSISTENT,
+                  "%s: model.decoder.num_attention_heads = %" PRId64
+                  " is not a multiple of num_key_value_heads = %" PRId64,
+                  file, g->num_attention_heads, g->num_key_value_heads);
+  return PH_OK;
+}
+
 static ph_status read_root(const json_t *root, const char *file, genai_config *g, diag *d) {
   RETURN_ERROR_IF(!json_is_object(root), d, PH_ERR_CONFIG_INVALID,
                   "%s: the top level is %s, expected an object", file, json_kind(root));
@@ -457,7 +502,8 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
   FORWARD_IF_ERROR(read_engine(&top, g, d)); /* first: the layout sets the inputs' defaults */
 
   FORWARD_IF_ERROR(get_object(&model, "decoder", "model.decoder.", &dec, d));
-  FORWARD_IF_ERROR(get_string(&dec, "filename", ONNX_MODEL_FILE, g->filename, GENAI_MAX_NAME, d));
+  g->has_decoder = dec.obj != NULL;
+  FORWARD_IF_ERROR(get_filename(&dec, g->filename, d));
   FORWARD_IF_ERROR(read_provider_options(&dec, g, d));
   FORWARD_IF_ERROR(get_int(&dec, "head_size", 0, &g->head_size, d));
   FORWARD_IF_ERROR(get_int(&dec, "hidden_size", 0, &g->hidden_size, d));
@@ -510,6 +556,7 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
     FORWARD_IF_ERROR(check_bindings(file, g, d));
   }
 
+  FORWARD_IF_ERROR(check_sizes(file, g, d));
   FORWARD_IF_ERROR(get_object(&top, "search", "search.", &search, d));
   return get_bool(&search, "past_present_share_buffer", 0, &g->past_present_share_buffer, d);
 }

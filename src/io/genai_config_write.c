@@ -45,6 +45,7 @@ genai_config genai_config_dense(const hf_config *c, int64_t context_length) {
   genai_config g;
   memset(&g, 0, sizeof g);
   SET_NAME(g.model_type, c->text_model_type[0] ? c->text_model_type : c->model_type);
+  g.has_decoder = 1;
   SET_NAME(g.filename, ONNX_MODEL_FILE);
   g.head_size = c->head_dim;
   g.hidden_size = c->hidden_size;

@@ -20,7 +20,8 @@
  * (gnode.internal) and dead nodes are never written; exporting such a graph is an error.
  * Writing is deterministic: the same graph gives the same bytes (round trips are byte-exact).
  *
- * Reading validates everything it hands to the graph: malformed protobuf, a missing or
+ * Reading validates everything it hands to the graph: malformed protobuf, messages nested deeper
+ * than ONNX_MAX_NESTING (checked before decoding, without recursion), a missing or
  * unreadable data file, external data outside the data file (offset/length beyond its size,
  * overflow), a location that is not a plain file name in the package directory, raw_data whose
  * size does not match dtype x shape, unsupported dtypes — each a typed error naming the tensor.
@@ -42,6 +43,11 @@
 #define ONNX_INLINE_MAX_BYTES 1024 /* initializers below this many bytes are written inline */
 #define ONNX_MODEL_FILE       "model.onnx"
 #define ONNX_DATA_FILE        "model.onnx.data"
+/* Messages nested below ModelProto that a read accepts: protobuf's default recursion limit, the
+ * one protobuf's C++ parser applies. Our own models nest 6 deep (ModelProto > GraphProto >
+ * ValueInfoProto > TypeProto > Tensor > TensorShapeProto > Dimension); a deeper file is
+ * PH_ERR_LIMIT before protobuf-c, which recurses once per level without a bound, decodes it. */
+#define ONNX_MAX_NESTING      100
 
 /* Writes dir/model.onnx and dir/model.onnx.data from a finalized, unprepared graph. dir must
  * exist. producer names the tool in ModelProto.producer_name. */
@@ -75,8 +81,9 @@ ph_status onnx_write_model_structure(graph *g, const char *dir, const char *prod
  * for their dtype are views of the mapping, others are copied. docs/import.md has every rule. */
 ph_status onnx_read_model(const char *dir, graph **out, diag *d);
 
-/* 1 when dir holds model.onnx: a package (the CLI and the engine then read it instead of
- * treating dir as a Hugging Face checkpoint). */
+/* 1 when dir holds model.onnx or genai_config.json (whose decoder.filename may name another
+ * graph file): a package (the CLI and the engine then read it, through models/package.h, instead
+ * of treating dir as a Hugging Face checkpoint). */
 int onnx_is_package(const char *dir);
 
 /* Parses a ModelProto held in memory (no external data allowed unless data/data_size give the
@@ -104,5 +111,11 @@ typedef struct onnx_model_info {
  * cannot run. info (may be NULL) receives the header fields and data totals. */
 ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_model_info *info,
                              diag *d);
+
+/* onnx_read_model_ex for dir/filename: filename a plain file name (no '/', no ".."; else
+ * PH_ERR_INVALID_ARGUMENT). External data still resolves in dir. models/package.h reads the file
+ * a genai_config.json names this way. */
+ph_status onnx_read_model_file(const char *dir, const char *filename, int finalize, graph **out,
+                               onnx_model_info *info, diag *d);
 
 #endif /* PH_IO_ONNX_H */

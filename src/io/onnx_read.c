@@ -236,21 +236,6 @@ static ph_status check_location(const char *loc, const char *tensor, diag *d) {
   return PH_OK;
 }
 
-/* 1 if path resolves to a file directly inside dir (ONNX Runtime refuses data files that
- * resolve elsewhere, e.g. through a symlink; so do we, to accept exactly what it accepts). */
-static int resolves_inside(const char *dir, const char *path) {
-  char *rd = realpath(dir, NULL), *rp = realpath(path, NULL);
-  int ok = 0;
-  if (rd && rp) {
-    size_t n = strlen(rd);
-    if (n && rd[n - 1] == '/') n--; /* dir is "/" */
-    ok = strncmp(rp, rd, n) == 0 && rp[n] == '/' && rp[n + 1] && !strchr(rp + n + 1, '/');
-  }
-  free(rd);
-  free(rp);
-  return ok;
-}
-
 static ph_status open_data_file(reader *r, const char *location, const char *tensor,
                                 const data_file **out, diag *d) {
   for (int i = 0; i < r->n_files; i++)
@@ -276,7 +261,9 @@ static ph_status open_data_file(reader *r, const char *location, const char *ten
     FORWARD_IF_ERROR(path_join(path, sizeof path, r->dir, location, d));
     fmap m;
     if (fmap_open(path, &m, d) != PH_OK) return diag_prefix(d, "initializer \"%s\"", tensor);
-    if (!resolves_inside(r->dir, path)) {
+    /* ONNX Runtime refuses data files that resolve elsewhere (a symlink); so do we, to accept
+     * exactly what it accepts */
+    if (!path_resolves_inside(r->dir, path)) {
       fmap_close(&m);
       return diag_set(d, PH_ERR_ONNX,
                       "initializer \"%s\": external data file %s resolves outside the package "
@@ -832,6 +819,96 @@ static void reader_init(reader *r, const char *dir, const uint8_t *data, size_t 
   arena_init(&r->tmp, 0);
 }
 
+/* ---- nesting -------------------------------------------------------------------------------
+ * protobuf-c decodes a nested message by recursing, one C stack frame per level and no limit, so
+ * a GraphProto inside an AttributeProto inside a NodeProto inside a GraphProto ... a few
+ * thousand deep (a 50 KB file) overflows the stack. Before protobuf-c sees the bytes, this walk
+ * follows exactly the fields protobuf-c would recurse into (the message-typed fields of the
+ * descriptors it decodes with) with an explicit stack of ONNX_MAX_NESTING levels: one pass,
+ * each byte read once, no recursion. It is as strict as protobuf-c's scan or stricter, so every
+ * input protobuf-c goes on to decode has had every nested message's extent walked here with the
+ * same boundaries: tags of at most 5 bytes and never field 0, lengths of at most 5 bytes and
+ * within their enclosing message, no group wire types (protobuf-c refuses those too). */
+
+typedef struct nest_level {
+  const ProtobufCMessageDescriptor *desc;
+  size_t end; /* one past the message's last byte */
+} nest_level;
+
+/* A varint of at most max_bytes at p[*pos..end); 0 if it does not end in time. */
+static int read_varint(const uint8_t *p, size_t end, size_t *pos, unsigned max_bytes,
+                       uint64_t *out) {
+  uint64_t v = 0;
+  for (unsigned i = 0; i < max_bytes && *pos < end; i++) {
+    uint8_t b = p[(*pos)++];
+    v |= (uint64_t)(b & 0x7f) << (7 * i);
+    if (!(b & 0x80)) {
+      *out = v;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static ph_status malformed_at(size_t at, size_t size, const char *why, diag *d) {
+  return diag_set(d, PH_ERR_ONNX,
+                  "not an ONNX ModelProto: protobuf decoding failed at byte %zu: %s (%zu bytes; "
+                  "garbage or truncated file?)",
+                  at, why, size);
+}
+
+static ph_status check_nesting(const uint8_t *p, size_t size, diag *d) {
+  nest_level stack[ONNX_MAX_NESTING + 1];
+  int depth = 0;
+  stack[0] = (nest_level){&onnx__model_proto__descriptor, size};
+  size_t pos = 0;
+  for (;;) {
+    while (depth > 0 && pos == stack[depth].end) depth--;
+    const size_t end = stack[depth].end;
+    if (pos == end) return PH_OK; /* depth 0: the whole model */
+    const size_t at = pos;
+    uint64_t tag, v;
+    if (!read_varint(p, end, &pos, 5, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+      return malformed_at(at, size, "bad field tag", d);
+    switch (tag & 7) {
+    case 0: /* varint */
+      if (!read_varint(p, end, &pos, 10, &v))
+        return malformed_at(at, size, "unterminated varint", d);
+      break;
+    case 1: /* 64-bit */
+      if (end - pos < 8) return malformed_at(at, size, "truncated 64-bit field", d);
+      pos += 8;
+      break;
+    case 5: /* 32-bit */
+      if (end - pos < 4) return malformed_at(at, size, "truncated 32-bit field", d);
+      pos += 4;
+      break;
+    case 2: { /* length-delimited: a string, bytes, packed scalars or a message */
+      if (!read_varint(p, end, &pos, 5, &v) || v > end - pos)
+        return malformed_at(at, size, "length-delimited field runs past the end of its message", d);
+      const ProtobufCFieldDescriptor *f =
+          protobuf_c_message_descriptor_get_field(stack[depth].desc, (unsigned)(tag >> 3));
+      if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE) {
+        pos += (size_t)v;
+        break;
+      }
+      if (depth == ONNX_MAX_NESTING) {
+        const ProtobufCMessageDescriptor *sub = f->descriptor;
+        return diag_set(d, PH_ERR_LIMIT,
+                        "messages nest more than %d deep (a %s in field %s of a %s at byte %zu); "
+                        "%d is protobuf's default recursion limit",
+                        ONNX_MAX_NESTING, sub->short_name, f->name, stack[depth].desc->short_name,
+                        at, ONNX_MAX_NESTING);
+      }
+      stack[++depth] = (nest_level){f->descriptor, pos + (size_t)v};
+      break;
+    }
+    default:
+      return malformed_at(at, size, "group or unknown wire type (ONNX uses none)", d);
+    }
+  }
+}
+
 /* Decodes and builds; on success hands the graph to *out, else frees it. */
 static ph_status read_bytes(reader *r, const uint8_t *bytes, size_t size, int finalize, graph **out,
                             diag *d) {
@@ -842,6 +919,7 @@ static ph_status read_bytes(reader *r, const uint8_t *bytes, size_t size, int fi
     s = diag_set(d, PH_ERR_LIMIT, "model is %zu bytes, above protobuf's 2 GiB limit", size);
     goto done;
   }
+  if ((s = check_nesting(bytes ? bytes : EMPTY, size, d)) != PH_OK) goto done;
   m = onnx__model_proto__unpack(NULL, size, bytes ? bytes : EMPTY);
   if (!m) {
     s = diag_set(d, PH_ERR_ONNX,
@@ -879,12 +957,20 @@ ph_status onnx_parse_model(const uint8_t *bytes, size_t size, const uint8_t *dat
 
 ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_model_info *info,
                              diag *d) {
+  return onnx_read_model_file(dir, ONNX_MODEL_FILE, finalize, out, info, d);
+}
+
+ph_status onnx_read_model_file(const char *dir, const char *filename, int finalize, graph **out,
+                               onnx_model_info *info, diag *d) {
   *out = NULL;
   if (info) memset(info, 0, sizeof *info);
   diag local; /* diag_prefix needs a diag to report the status through */
   if (!d) d = &local;
+  RETURN_ERROR_IF(!filename || check_location(filename, "(model)", NULL) != PH_OK, d,
+                  PH_ERR_INVALID_ARGUMENT, "model file \"%s\": not a plain file name in %s",
+                  filename ? filename : "(null)", dir);
   char path[4096];
-  FORWARD_IF_ERROR(path_join(path, sizeof path, dir, ONNX_MODEL_FILE, d));
+  FORWARD_IF_ERROR(path_join(path, sizeof path, dir, filename, d));
   fmap mf;
   FORWARD_IF_ERROR(fmap_open(path, &mf, d));
   reader r;
@@ -902,5 +988,7 @@ ph_status onnx_read_model(const char *dir, graph **out, diag *d) {
 
 int onnx_is_package(const char *dir) {
   char path[4096];
-  return path_join(path, sizeof path, dir, ONNX_MODEL_FILE, NULL) == PH_OK && path_exists(path);
+  return (path_join(path, sizeof path, dir, ONNX_MODEL_FILE, NULL) == PH_OK && path_exists(path)) ||
+         (path_join(path, sizeof path, dir, "genai_config.json", NULL) == PH_OK &&
+          path_exists(path));
 }

@@ -4,9 +4,10 @@
  * file is touched; build the ModelProto in an arena (every string copied, so the proto never
  * points into the graph); stream the initializers' bytes into model.onnx.data, recording each
  * one's offset and length in its TensorProto (initializers under ONNX_INLINE_MAX_BYTES go into
- * raw_data instead: onnx.h says why); pack the proto last and write model.onnx. A
- * failure after the first byte removes both files, so a package directory never holds a
- * model.onnx whose data file is short.
+ * raw_data instead: onnx.h says why); pack the proto last and write model.onnx. Both files
+ * are written through base/wfile.h into temporary files beside them, and renamed into place
+ * (data first) only when both are complete: a failure leaves the directory as it was (an older
+ * package in it untouched), so it never holds a model.onnx whose data file is short.
  *
  * Streaming, bounded by WRITE_CHUNK_BYTES of buffer whatever the model size:
  *   - bytes the graph already holds (checkpoint views, owned constants) go straight from memory
@@ -32,6 +33,7 @@
 
 #include "base/arena.h"
 #include "base/fmap.h"
+#include "base/wfile.h"
 #include "io/onnx.h"
 #include "onnx.pb-c.h"
 #include "tensor/dtype.h"
@@ -42,9 +44,9 @@
 typedef struct writer {
   graph *g;
   diag *d;
-  arena a; /* every proto struct and string; freed at the end */
-  int fd;  /* model.onnx.data */
-  char data_path[4096];
+  arena a;            /* every proto struct and string; freed at the end */
+  wfile data;         /* model.onnx.data, until committed */
+  wfile model;        /* model.onnx, until committed */
   int64_t offset;     /* bytes written to model.onnx.data so far */
   unsigned char *buf; /* WRITE_CHUNK_BYTES staging buffer */
   int structure_only; /* lay out offsets as if writing, but write no data file */
@@ -261,17 +263,13 @@ static ph_status put(writer *w, const void *data, size_t n) {
     w->offset += (int64_t)n;
     return PH_OK;
   }
-  while (n > 0) {
-    /* bounded slices: a single write() of several GB is not portable (Linux caps at ~2 GB) */
-    size_t want = n < WRITE_CHUNK_BYTES ? n : WRITE_CHUNK_BYTES;
-    ssize_t k = write(w->fd, p, want);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0)
-      return diag_set(w->d, PH_ERR_IO, "%s: write failed at byte %" PRId64 ": %s", w->data_path,
-                      w->offset, k < 0 ? strerror(errno) : "no progress");
-    p += k;
-    n -= (size_t)k;
-    w->offset += k;
+  const uint8_t *b = p;
+  while (n > 0) { /* in slices, so a terminal sees progress within a large tensor */
+    const size_t k = n < WRITE_CHUNK_BYTES ? n : WRITE_CHUNK_BYTES;
+    FORWARD_IF_ERROR(wfile_write(&w->data, b, k, w->d));
+    b += k;
+    n -= k;
+    w->offset += (int64_t)k;
     report_progress(w);
   }
   return PH_OK;
@@ -430,7 +428,7 @@ static ph_status validate(writer *w, unsigned char *used) {
 /* ---- the whole package ------------------------------------------------------------------ */
 
 static ph_status build_and_write(writer *w, const char *dir, const char *producer,
-                                 unsigned char *used, char *model_path, size_t model_path_bytes) {
+                                 unsigned char *used) {
   graph *g = w->g;
   Onnx__ModelProto *m;
   Onnx__GraphProto *gp;
@@ -477,15 +475,12 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
   for (int i = 0; i < g->n_outputs; i++)
     if (!(gp->output[i] = make_value_info(w, g->outputs[i]))) return oom(w);
 
-  FORWARD_IF_ERROR(path_join(w->data_path, sizeof w->data_path, dir, ONNX_DATA_FILE, w->d));
-  FORWARD_IF_ERROR(path_join(model_path, model_path_bytes, dir, ONNX_MODEL_FILE, w->d));
-  if (w->structure_only) {
-    w->data_path[0] = '\0'; /* nothing to remove on failure */
-  } else {
-    w->fd = open(w->data_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    RETURN_ERROR_IF(w->fd < 0, w->d, PH_ERR_IO, "%s: cannot create: %s", w->data_path,
-                    strerror(errno));
-  }
+  char data_path[4096], model_path[4096];
+  FORWARD_IF_ERROR(path_join(data_path, sizeof data_path, dir, ONNX_DATA_FILE, w->d));
+  FORWARD_IF_ERROR(path_join(model_path, sizeof model_path, dir, ONNX_MODEL_FILE, w->d));
+  /* both targets are checked before the data, which may take minutes, is written */
+  FORWARD_IF_ERROR(wfile_check_target(model_path, w->d));
+  if (!w->structure_only) FORWARD_IF_ERROR(wfile_open(&w->data, data_path, w->d));
   for (int i = 0; i < g->n_values; i++) { /* the totals progress reports against */
     const int64_t bytes = (int64_t)tinfo_bytes(&g->values[i].type);
     if (!used[i] || bytes < ONNX_INLINE_MAX_BYTES) continue;
@@ -511,18 +506,21 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
     }
     gp->initializer[gp->n_initializer++] = t;
   }
-  int rc = w->fd >= 0 ? close(w->fd) : 0;
-  w->fd = -1;
-  RETURN_ERROR_IF(rc != 0, w->d, PH_ERR_IO, "%s: close failed: %s", w->data_path, strerror(errno));
+  if (!w->structure_only) FORWARD_IF_ERROR(wfile_finish(&w->data, w->d));
 
   size_t size = onnx__model_proto__get_packed_size(m);
   uint8_t *bytes = malloc(size ? size : 1);
   RETURN_ERROR_IF(!bytes, w->d, PH_ERR_NO_MEMORY, "out of memory packing %zu bytes of model.onnx",
                   size);
   size_t packed = onnx__model_proto__pack(m, bytes);
-  ph_status s = packed == size ? file_write_all(model_path, bytes, size, w->d)
+  ph_status s = packed == size ? wfile_open(&w->model, model_path, w->d)
                                : diag_set(w->d, PH_ERR_INTERNAL, "protobuf packing size mismatch");
+  if (s == PH_OK) s = wfile_write(&w->model, bytes, size, w->d);
+  if (s == PH_OK) s = wfile_finish(&w->model, w->d);
   free(bytes);
+  /* the data first: a model.onnx in place always has its data */
+  if (s == PH_OK && !w->structure_only) s = wfile_commit(&w->data, w->d);
+  if (s == PH_OK) s = wfile_commit(&w->model, w->d);
   return s;
 }
 
@@ -538,12 +536,11 @@ static ph_status write_model(graph *g, const char *dir, const char *producer, in
   memset(&w, 0, sizeof w);
   w.g = g;
   w.d = d;
-  w.fd = -1;
+  w.data.fd = w.model.fd = -1;
   w.structure_only = structure_only;
   w.progress = progress;
   arena_init(&w.a, 1 << 20);
   unsigned char *used = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
-  char model_path[4096] = "";
   ph_status s = PH_OK;
   if (!used) {
     s = diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
@@ -556,14 +553,12 @@ static ph_status write_model(graph *g, const char *dir, const char *producer, in
                  WRITE_CHUNK_BYTES);
     goto fail;
   }
-  s = build_and_write(&w, dir, producer, used, model_path, sizeof model_path);
+  s = build_and_write(&w, dir, producer, used);
 fail:
-  if (w.fd >= 0) close(w.fd);
-  if (s != PH_OK) {
-    /* never leave a package that looks complete but is not */
-    if (w.data_path[0]) unlink(w.data_path);
-    if (model_path[0]) unlink(model_path);
-  }
+  /* on failure only the temporary files go: never leave a package that looks complete but is
+   * not, never remove what was there */
+  wfile_abort(&w.data);
+  wfile_abort(&w.model);
   free(w.buf);
   free(used);
   arena_free(&w.a);

@@ -1,10 +1,12 @@
 /* safetensors writer — one file, or shards plus model.safetensors.index.json.
  *
  * Every entry is validated (name, dtype, shape, byte count) and the whole header is built with
- * jansson before the first byte is written, so bad arguments never leave a half-written file;
- * an I/O or fill() failure afterwards removes the partial file. Data is streamed: entries with
- * data are written straight from the caller's memory, and filled entries go through one buffer
- * sized to the largest filled tensor. Offsets are packed in entry order, which is also the
+ * jansson before the first byte is written. Files are written through base/wfile.h: into a
+ * temporary file beside the target, renamed over it only when everything was written, so an I/O
+ * or fill() failure leaves what was at the target untouched and removes only the temporary file
+ * (a sharded checkpoint's shards and index are all written before any is renamed). Data is
+ * streamed: entries with data are written straight from the caller's memory, and filled entries
+ * go through one buffer sized to the largest filled tensor. Offsets are packed in entry order, which is also the
  * header's key order (JSON_PRESERVE_ORDER), so the file reads top to bottom like the list.
  */
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "base/wfile.h"
 #include "io/safetensors.h"
 #include "tensor/dtype.h"
 
@@ -106,9 +109,14 @@ static ph_status write_bytes(FILE *f, const void *p, size_t n, const char *path,
   return PH_OK;
 }
 
-/* Writes entries[0..n) to path; fill sees index_base + i so shards keep the caller's indices. */
+/* Writes entries[0..n) for path into *w, finished but not committed (the caller commits or
+ * aborts it; on failure it holds nothing); fill sees index_base + i so shards keep the caller's
+ * indices. */
 static ph_status write_file(const char *path, const st_write_entry *entries, size_t n,
-                            size_t index_base, st_fill_fn fill, void *user, diag *d) {
+                            size_t index_base, st_fill_fn fill, void *user, wfile *w, diag *d) {
+  w->path = w->tmp = NULL;
+  w->fd = -1;
+  w->f = NULL;
   json_t *header;
   size_t max_fill_bytes;
   FORWARD_IF_ERROR(build_header(entries, n, fill != NULL, &header, &max_fill_bytes, d));
@@ -118,10 +126,13 @@ static ph_status write_file(const char *path, const st_write_entry *entries, siz
 
   ph_status st = PH_OK;
   uint8_t *buf = NULL;
-  FILE *f = fopen(path, "wb");
-  if (!f) {
+  FILE *f = NULL;
+  st = wfile_open(w, path, d);
+  if (st == PH_OK && !(f = wfile_stream(w, d))) st = PH_ERR_NO_MEMORY;
+  if (st != PH_OK) {
     free(text);
-    return diag_set(d, PH_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    wfile_abort(w);
+    return st;
   }
   /* (8 + header) % 8 == 0 keeps the data section 8-aligned, as the reference writer does */
   size_t text_len = strlen(text);
@@ -160,19 +171,12 @@ static ph_status write_file(const char *path, const st_write_entry *entries, siz
   }
   free(buf);
   buf = NULL;
-  int bad = fflush(f) != 0;
-  bad |= fclose(f) != 0;
-  f = NULL;
-  if (bad) {
-    st = diag_set(d, PH_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    goto fail;
-  }
+  if ((st = wfile_finish(w, d)) != PH_OK) goto fail;
   return PH_OK;
 
 fail:
   free(buf);
-  if (f) fclose(f);
-  remove(path);
+  wfile_abort(w); /* the temporary file only: what is at path stays */
   return st;
 }
 
@@ -180,7 +184,9 @@ ph_status st_write_file(const char *path, const st_write_entry *entries, size_t 
                         void *user, diag *d) {
   RETURN_ERROR_IF(!path || (n && !entries), d, PH_ERR_INVALID_ARGUMENT,
                   "st_write_file: NULL path or entries");
-  return write_file(path, entries, n, 0, fill, user, d);
+  wfile w;
+  FORWARD_IF_ERROR(write_file(path, entries, n, 0, fill, user, &w, d));
+  return wfile_commit(&w, d);
 }
 
 static void shard_name(char *buf, size_t i, size_t n_shards) {
@@ -199,6 +205,7 @@ ph_status st_write_sharded(const char *dir, const st_write_entry *entries, size_
   ph_status st = PH_OK;
   json_t *index = NULL;
   char *text = NULL;
+  wfile *files = NULL; /* [n_shards + 1]: the shards, then the index */
   for (size_t i = 0; i < n; i++) {
     uint64_t bytes;
     st = entry_bytes(&entries[i], i, fill != NULL, &bytes, d);
@@ -249,21 +256,35 @@ ph_status st_write_sharded(const char *dir, const st_write_entry *entries, size_
     goto done;
   }
 
+  /* every shard and the index are written before any replaces what is in dir */
+  files = calloc(n_shards + 1, sizeof *files);
+  if (!files) {
+    st = diag_set(d, PH_ERR_NO_MEMORY, "%s: cannot plan %zu shards", dir, n_shards);
+    goto done;
+  }
+  for (size_t k = 0; k <= n_shards; k++) files[k].fd = -1;
   st = path_mkdirs(dir, d);
   for (size_t k = 0; st == PH_OK && k < n_shards; k++) {
     char name[ST_SHARD_NAME_BYTES], path[4096];
     shard_name(name, k, n_shards);
     st = path_join(path, sizeof path, dir, name, d);
     if (st == PH_OK)
-      st = write_file(path, entries + first[k], first[k + 1] - first[k], first[k], fill, user, d);
+      st = write_file(path, entries + first[k], first[k + 1] - first[k], first[k], fill, user,
+                      &files[k], d);
   }
   if (st == PH_OK) {
     char path[4096];
+    wfile *w = &files[n_shards];
     st = path_join(path, sizeof path, dir, ST_INDEX_NAME, d);
-    if (st == PH_OK) st = file_write_all(path, text, strlen(text), d);
+    if (st == PH_OK) st = wfile_open(w, path, d);
+    if (st == PH_OK) st = wfile_write(w, text, strlen(text), d);
+    if (st == PH_OK) st = wfile_finish(w, d);
   }
+  for (size_t k = 0; st == PH_OK && k <= n_shards; k++) st = wfile_commit(&files[k], d);
 
 done:
+  for (size_t k = 0; files && k <= n_shards; k++) wfile_abort(&files[k]);
+  free(files);
   free(text);
   json_decref(index);
   free(first);

@@ -12,6 +12,7 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "file_testing.h"
 #include "io/genai_config.h"
 
 static char g_tmp[512];
@@ -941,6 +942,71 @@ static void test_paged_errors(void) {
   CHECK_CONTAINS(d.msg, "gpu_utilization_factor inf is outside (0, 1]");
 }
 
+/* Issue 10 defect 10, the file alone (models/package.h checks it against the graph): page sizes
+ * PagedAttention cannot take, decoder.filename values that name a file outside the package, and
+ * sizes that contradict each other were all accepted. */
+static void test_validation(void) {
+  static const int bad_blocks[] = {1, 8, 15, 17, 100, 24, 768};
+  for (size_t i = 0; i < sizeof bad_blocks / sizeof bad_blocks[0]; i++) {
+    char db[64], name[32], needle[96];
+    snprintf(db, sizeof db, "{\"block_size\": %d}", bad_blocks[i]);
+    snprintf(name, sizeof name, "block-%d", bad_blocks[i]);
+    snprintf(needle, sizeof needle,
+             "engine.dynamic_batching.block_size = %d: expected a power of two >= 16",
+             bad_blocks[i]);
+    expect(name, engine_doc(db), PH_ERR_CONFIG_INVALID, needle);
+  }
+  expect("block-16", engine_doc("{\"block_size\": 16}"), PH_OK, NULL);
+  expect("block-1024", engine_doc("{\"block_size\": 1024}"), PH_OK, NULL);
+
+  static const char *const bad_names[] = {
+      "../../etc/passwd", "/etc/passwd", "sub/model.onnx", "..", ".", "", "a\\\\b.onnx"};
+  for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+    char doc[512], name[32];
+    snprintf(doc, sizeof doc, "{\"model\": {\"type\": \"t\", \"decoder\": {\"filename\": \"%s\"}}}",
+             bad_names[i]);
+    snprintf(name, sizeof name, "filename-%zu", i);
+    expect(name, doc, PH_ERR_CONFIG_INVALID, "model.decoder.filename");
+  }
+  genai_config g;
+  diag d;
+  CHECK_STATUS(genai_config_read(put("filename-ok", "{\"model\": {\"type\": \"t\", \"decoder\": "
+                                                    "{\"filename\": \"decoder.onnx\"}}}"),
+                                 &g, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_STR(g.filename, "decoder.onnx");
+  CHECK_EQ_INT(g.has_decoder, 1);
+  CHECK_STATUS(genai_config_read(put("no-decoder", "{\"model\": {\"type\": \"t\"}}"), &g, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_INT(g.has_decoder, 0); /* the binding says so by name (models/package.h) */
+  CHECK_EQ_STR(g.filename, "model.onnx");
+
+  expect("eos-past-vocab",
+         "{\"model\": {\"type\": \"t\", \"vocab_size\": 100, \"eos_token_id\": [5, 100]}}",
+         PH_ERR_CONFIG_INCONSISTENT, "model.eos_token_id 100 is outside model.vocab_size = 100");
+  expect("bos-past-vocab",
+         "{\"model\": {\"type\": \"t\", \"vocab_size\": 10, \"bos_token_id\": 10}}",
+         PH_ERR_CONFIG_INCONSISTENT, "model.bos_token_id = 10 is outside model.vocab_size = 10");
+  expect("heads-not-multiple",
+         "{\"model\": {\"type\": \"t\", \"decoder\": {\"num_attention_heads\": 6, "
+         "\"num_key_value_heads\": 4}}}",
+         PH_ERR_CONFIG_INCONSISTENT, "num_attention_heads = 6 is not a multiple of");
+}
+
+/* Issue 10 defect 6: a FIFO given as genai_config.json blocked open() forever. */
+static void test_fifo_genai_config(void) {
+  char dir[1024], path[4096];
+  snprintf(dir, sizeof dir, "%s/fifo", g_tmp);
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK(ft_fifo(path, dir, "genai_config.json"));
+  genai_config g;
+  ft_watchdog(10);
+  CHECK_STATUS(genai_config_read(dir, &g, &d), PH_ERR_IO, d.msg);
+  ft_watchdog(0);
+  CHECK_CONTAINS(d.msg, "genai_config.json: is a FIFO, not a regular file");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -954,5 +1020,7 @@ int main(void) {
   RUN(test_dense_unchanged);
   RUN(test_paged_read);
   RUN(test_paged_errors);
+  RUN(test_validation);
+  RUN(test_fifo_genai_config);
   return check_finish();
 }

@@ -7,7 +7,9 @@
  */
 #include <stdarg.h>
 
+#include "base/fmap.h"
 #include "check.h"
+#include "file_testing.h"
 #include "io/hf_config.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -743,6 +745,20 @@ static void test_err_other_inconsistencies(void) {
                PH_ERR_UNSUPPORTED, "output_gate_type");
 }
 
+/* Issue 10 defect 6: a FIFO given as config.json blocked open() forever. */
+static void test_fifo_config(void) {
+  char dir[2048], path[4096];
+  snprintf(dir, sizeof dir, "%s/fifo_config", check_env("PH_TMP_DIR"));
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK(ft_fifo(path, dir, "config.json"));
+  hf_config c;
+  ft_watchdog(10);
+  CHECK_STATUS(hf_config_load(dir, &c, &d), PH_ERR_IO, d.msg);
+  ft_watchdog(0);
+  CHECK_CONTAINS(d.msg, "config.json: is a FIFO, not a regular file");
+}
+
 int main(void) {
   RUN(test_golden_f32);
   RUN(test_golden_bf16_vlm);
@@ -771,5 +787,6 @@ int main(void) {
   RUN(test_err_negative_size);
   RUN(test_err_limits);
   RUN(test_err_other_inconsistencies);
+  RUN(test_fifo_config);
   return check_finish();
 }

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "exec/exec.h"
+#include "file_testing.h"
 #include "onnx_testing.h"
 
 static char g_tmp[512];
@@ -875,6 +876,138 @@ static void test_header_and_output_errors(void) {
   graph_free(g);
 }
 
+/* ---- nesting ----------------------------------------------------------------------------------
+ * A ModelProto whose graph holds a node whose attribute holds a graph that holds a node ...
+ * `levels` times: 1 + 3 * levels messages nested below the ModelProto. Written by hand, back to
+ * front (each message's length is known once its contents are written), because protobuf-c's own
+ * packer recurses as deeply as its unpacker. Caller frees. */
+typedef struct rev_buf {
+  uint8_t *p;
+  size_t pos; /* bytes are p[pos..cap) */
+} rev_buf;
+
+static void rev_varint(rev_buf *r, uint64_t v) {
+  uint8_t t[10];
+  int n = 0;
+  do {
+    t[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  r->pos -= (size_t)n;
+  memcpy(r->p + r->pos, t, (size_t)n);
+}
+
+/* Makes p[pos..end) the contents of length-delimited field `field`. */
+static void rev_wrap(rev_buf *r, size_t end, unsigned field) {
+  rev_varint(r, end - r->pos);
+  rev_varint(r, (uint64_t)field << 3 | 2);
+}
+
+static uint8_t *nested_model(int levels, size_t *size) {
+  const size_t cap = (size_t)levels * 40 + 64;
+  rev_buf r = {malloc(cap), cap};
+  if (!r.p) return NULL;
+  /* each message's nested one is its last field, so every message ends at cap */
+  for (int i = 0; i < levels; i++) {
+    rev_wrap(&r, cap, 6);     /* AttributeProto.g */
+    rev_varint(&r, 5);        /* AttributeProto.type = GRAPH ... */
+    rev_varint(&r, 20u << 3); /* ... (field 20, varint) */
+    rev_wrap(&r, cap, 5);     /* NodeProto.attribute */
+    rev_wrap(&r, cap, 1);     /* GraphProto.node */
+  }
+  rev_wrap(&r, cap, 7); /* ModelProto.graph */
+  size_t end = r.pos;
+  rev_varint(&r, 17); /* OperatorSetIdProto.version */
+  rev_varint(&r, 2u << 3);
+  rev_wrap(&r, end, 8); /* ModelProto.opset_import */
+  rev_varint(&r, 8);    /* ModelProto.ir_version */
+  rev_varint(&r, 1u << 3);
+  *size = cap - r.pos;
+  memmove(r.p, r.p + r.pos, *size);
+  return r.p;
+}
+
+static ph_status parse_nested(int levels, diag *d) {
+  size_t n = 0;
+  uint8_t *bytes = nested_model(levels, &n);
+  if (!bytes) return diag_set(d, PH_ERR_NO_MEMORY, "test: out of memory");
+  graph *g = NULL;
+  ph_status s = onnx_parse_model(bytes, n, NULL, 0, &g, d);
+  graph_free(g);
+  free(bytes);
+  return s;
+}
+
+/* Defect: 3,000 nested subgraphs (a 50 KB file) overflowed the stack inside protobuf-c. */
+static void test_deep_nesting(void) {
+  diag d;
+  /* 33 levels nest 1 + 99 messages: within the limit, so the model decodes and the reader then
+   * refuses it for what it is (a graph without outputs) */
+  CHECK_STATUS(parse_nested(33, &d), PH_ERR_ONNX, d.msg);
+  CHECK_CONTAINS(d.msg, "no outputs");
+  /* 34 levels nest 103: refused before decoding */
+  CHECK_STATUS(parse_nested(34, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "nest more than 100 deep");
+  CHECK_CONTAINS(d.msg, "GraphProto");
+  size_t n = 0;
+  uint8_t *bytes = nested_model(3000, &n);
+  CHECK(bytes && n < 60000);
+  free(bytes);
+  CHECK_STATUS(parse_nested(3000, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_STATUS(parse_nested(200000, &d), PH_ERR_LIMIT, d.msg);
+  /* read from a package it names the file */
+  char dir[1024], path[1200];
+  dir_for(dir, sizeof dir, "deep");
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  bytes = nested_model(3000, &n);
+  CHECK_STATUS(file_write_all(path, bytes, n, &d), PH_OK, d.msg);
+  free(bytes);
+  graph *g = NULL;
+  CHECK_STATUS(onnx_read_model(dir, &g, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, path);
+  CHECK(g == NULL);
+  /* malformed wire data the walk cannot follow is PH_ERR_ONNX, as protobuf-c would say */
+  const uint8_t group[] = {0x0b, 0x0c}; /* field 1 as a start/end group */
+  CHECK_STATUS(onnx_parse_model(group, sizeof group, NULL, 0, &g, &d), PH_ERR_ONNX, d.msg);
+  CHECK_CONTAINS(d.msg, "protobuf decoding failed");
+  const uint8_t past_end[] = {0x3a, 0x05, 0x0a, 0x01}; /* graph of 5 bytes, 2 present */
+  CHECK_STATUS(onnx_parse_model(past_end, sizeof past_end, NULL, 0, &g, &d), PH_ERR_ONNX, d.msg);
+  CHECK_CONTAINS(d.msg, "protobuf decoding failed");
+}
+
+/* Issue 10 defect 6: a FIFO given as model.onnx (or its data file) blocked open() forever. */
+static void test_fifo_model(void) {
+  char dir[1024], path[4096];
+  dir_for(dir, sizeof dir, "fifo");
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK(ft_fifo(path, dir, "model.onnx"));
+  CHECK(onnx_is_package(dir));
+  graph *g = NULL;
+  ft_watchdog(10);
+  CHECK_STATUS(onnx_read_model(dir, &g, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "model.onnx: is a FIFO, not a regular file");
+  /* a real model whose external data file is a FIFO */
+  graph *t = test_graph();
+  if (t) {
+    ot_buf ext = {0};
+    Onnx__ModelProto *m = ot_model(t, &ext);
+    dir_for(dir, sizeof dir, "fifo_data");
+    snprintf(path, sizeof path, "%s/model.onnx.data", dir);
+    unlink(path); /* a FIFO left by an earlier run */
+    CHECK_STATUS(ot_write_dir(m, &ext, dir, &d), PH_OK, d.msg);
+    CHECK(ft_fifo(path, dir, "model.onnx.data"));
+    CHECK_STATUS(onnx_read_model(dir, &g, &d), PH_ERR_IO, d.msg);
+    CHECK_CONTAINS(d.msg, "model.onnx.data: is a FIFO");
+    ot_free(m);
+    free(ext.p);
+    graph_free(t);
+  }
+  ft_watchdog(0);
+  CHECK(g == NULL);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -894,5 +1027,7 @@ int main(void) {
   RUN(test_initializer_errors);
   RUN(test_node_errors);
   RUN(test_header_and_output_errors);
+  RUN(test_deep_nesting);
+  RUN(test_fifo_model);
   return check_finish();
 }

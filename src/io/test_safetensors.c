@@ -9,6 +9,7 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "file_testing.h"
 #include "io/safetensors.h"
 #include "tensor/dtype.h"
 
@@ -451,6 +452,78 @@ static void test_sharded_round_trip(void) {
   st_close(s);
 }
 
+/* Issue 10 defect 2: a failed write removed its target, even a file that was there before (or a
+ * device node). Now only the temporary file goes; a FIFO or device target is refused at once. */
+static void test_failed_write_keeps_target(void) {
+  static const float x[2] = {1, 2};
+  diag d;
+  char dir[4096], path[4096];
+  make_dir(dir, sizeof dir, "keep_target");
+  st_write_entry one[] = {{"x", PH_DTYPE_F32, {1, {2}}, x}};
+  CHECK_STATUS(path_join(path, sizeof path, dir, "model.safetensors", &d), PH_OK, d.msg);
+  CHECK_STATUS(st_write_file(path, one, 1, NULL, NULL, &d), PH_OK, d.msg);
+  char *before = NULL;
+  size_t before_len = 0;
+  CHECK_STATUS(file_read_all(path, 1 << 20, &before, &before_len, &d), PH_OK, d.msg);
+  /* the fill fails after the header and the first tensor were written */
+  st_write_entry two[] = {{"a", PH_DTYPE_F32, {1, {256}}, NULL},
+                          {"b", PH_DTYPE_F32, {1, {2}}, NULL}};
+  fill_ctx ctx = {0, 1, two};
+  CHECK_STATUS(st_write_file(path, two, 2, fill_pattern, &ctx, &d), PH_ERR_INTERNAL, d.msg);
+  CHECK(before && ft_file_is(path, before, before_len));
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+  free(before);
+
+  /* sharded: a failure in the last shard replaces none of the earlier checkpoint's files */
+  st_write_entry es[] = {{"a", PH_DTYPE_F32, {1, {16}}, NULL},
+                         {"b", PH_DTYPE_F32, {1, {16}}, NULL},
+                         {"c", PH_DTYPE_F32, {1, {16}}, NULL}};
+  fill_ctx ok = {0, SIZE_MAX, es};
+  CHECK_STATUS(st_write_sharded(dir, es, 3, 64, fill_pattern, &ok, &d), PH_OK, d.msg);
+  char shard[4096], index[4096];
+  CHECK_STATUS(path_join(shard, sizeof shard, dir, "model-00001-of-00003.safetensors", &d), PH_OK,
+               d.msg);
+  CHECK_STATUS(path_join(index, sizeof index, dir, "model.safetensors.index.json", &d), PH_OK,
+               d.msg);
+  char *shard_before = NULL, *index_before = NULL;
+  size_t shard_len = 0, index_len = 0;
+  CHECK_STATUS(file_read_all(shard, 1 << 20, &shard_before, &shard_len, &d), PH_OK, d.msg);
+  CHECK_STATUS(file_read_all(index, 1 << 20, &index_before, &index_len, &d), PH_OK, d.msg);
+  st_write_entry es2[] = {{"a", PH_DTYPE_F32, {1, {16}}, x},
+                          {"b", PH_DTYPE_F32, {1, {16}}, NULL},
+                          {"z", PH_DTYPE_F32, {1, {16}}, NULL}};
+  fill_ctx fail = {0, 2, es2};
+  es2[0].data = NULL;
+  CHECK_STATUS(st_write_sharded(dir, es2, 3, 64, fill_pattern, &fail, &d), PH_ERR_INTERNAL, d.msg);
+  CHECK(shard_before && ft_file_is(shard, shard_before, shard_len));
+  CHECK(index_before && ft_file_is(index, index_before, index_len));
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+  free(shard_before);
+  free(index_before);
+
+  /* a FIFO (the write used to block) or a device (the write used to remove it) is refused */
+  char fifo[4096];
+  CHECK(ft_fifo(fifo, dir, "fifo.safetensors"));
+  ft_watchdog(10);
+  CHECK_STATUS(st_write_file(fifo, one, 1, NULL, NULL, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "a FIFO");
+  CHECK(ft_is_fifo(fifo));
+  CHECK_STATUS(st_write_file("/dev/full", one, 1, NULL, NULL, &d), PH_ERR_IO, d.msg);
+  CHECK(path_exists("/dev/full"));
+  /* and reading one fails at once instead of blocking in open() */
+  st_set *s = NULL;
+  CHECK_STATUS(st_open_file(fifo, &s, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "fifo.safetensors: is a FIFO");
+  char fdir[4096];
+  make_dir(fdir, sizeof fdir, "fifo_weights");
+  CHECK(ft_fifo(fifo, fdir, "model.safetensors"));
+  CHECK_STATUS(st_open_dir(fdir, &s, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "model.safetensors: is a FIFO");
+  ft_watchdog(0);
+  CHECK(s == NULL);
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+}
+
 static void test_single_file_dir(void) {
   static const float x[2] = {1, 2};
   st_write_entry es[] = {{"x", PH_DTYPE_F32, {1, {2}}, x}};
@@ -623,6 +696,7 @@ int main(void) {
   RUN(test_size_and_range_errors);
   RUN(test_overlap);
   RUN(test_sharded_round_trip);
+  RUN(test_failed_write_keeps_target);
   RUN(test_single_file_dir);
   RUN(test_index_errors);
   RUN(test_golden_checkpoints);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/fmap.h"
+#include "base/wfile.h"
 #include "io/genai_config.h"
 #include "io/onnx.h"
 #include "models/model.h"
@@ -89,51 +90,58 @@ static ph_status check_out_dir(const char *out_dir, const char *ckpt_dir, int fo
   return PH_OK;
 }
 
-/* With force, every file a package may hold is removed first, so a tokenizer file from an
- * earlier export of another checkpoint cannot survive next to this model. Other files stay. */
-static ph_status remove_package_files(const char *out_dir, diag *d) {
+/* Every file a package may hold must, if it exists, be a regular file or a symlink (base/
+ * wfile.h's rule; checked before anything is written). */
+static ph_status check_package_files(const char *out_dir, diag *d) {
   static const char *const model_files[] = {ONNX_MODEL_FILE, ONNX_DATA_FILE, GENAI_CONFIG_FILE};
+  const size_t n_model = sizeof model_files / sizeof model_files[0];
   char path[4096];
-  for (size_t i = 0; i < sizeof model_files / sizeof model_files[0]; i++) {
-    FORWARD_IF_ERROR(path_join(path, sizeof path, out_dir, model_files[i], d));
-    RETURN_ERROR_IF(unlink(path) != 0 && errno != ENOENT, d, PH_ERR_IO, "%s: cannot remove: %s",
-                    path, strerror(errno));
+  for (size_t i = 0; i < n_model || EXPORT_TOKENIZER_FILES[i - n_model]; i++) {
+    const char *name = i < n_model ? model_files[i] : EXPORT_TOKENIZER_FILES[i - n_model];
+    FORWARD_IF_ERROR(path_join(path, sizeof path, out_dir, name, d));
+    FORWARD_IF_ERROR(wfile_check_target(path, d));
   }
-  for (int i = 0; EXPORT_TOKENIZER_FILES[i]; i++) {
-    FORWARD_IF_ERROR(path_join(path, sizeof path, out_dir, EXPORT_TOKENIZER_FILES[i], d));
+  return PH_OK;
+}
+
+/* With force, after the new package is in place: a tokenizer file this checkpoint does not have
+ * (left by an earlier export of another checkpoint) and, for a structure-only package, the old
+ * model.onnx.data are removed, so nothing stale sits next to this model. Done last, so a failed
+ * export leaves the earlier package whole. unlink() removes a symlink itself, never what it
+ * points to. Other files stay. */
+static ph_status remove_stale_files(const char *ckpt_dir, const char *out_dir, int config_only,
+                                    diag *d) {
+  char src[4096], path[4096];
+  for (int i = -1; i < 0 || EXPORT_TOKENIZER_FILES[i]; i++) {
+    if (i < 0 && !config_only) continue;
+    const char *name = i < 0 ? ONNX_DATA_FILE : EXPORT_TOKENIZER_FILES[i];
+    FORWARD_IF_ERROR(path_join(src, sizeof src, ckpt_dir, name, d));
+    if (i >= 0 && path_exists(src)) continue; /* just copied */
+    FORWARD_IF_ERROR(path_join(path, sizeof path, out_dir, name, d));
     RETURN_ERROR_IF(unlink(path) != 0 && errno != ENOENT, d, PH_ERR_IO, "%s: cannot remove: %s",
                     path, strerror(errno));
   }
   return PH_OK;
 }
 
+/* src (a regular file; a FIFO or device is refused without blocking) to dst via base/wfile.h. */
 static ph_status copy_file(const char *src, const char *dst, diag *d) {
-  FILE *in = fopen(src, "rb");
-  RETURN_ERROR_IF(!in, d, PH_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
-  FILE *out = fopen(dst, "wb");
-  if (!out) {
-    fclose(in);
-    return diag_set(d, PH_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
-  }
-  ph_status s = PH_OK;
-  char *buf = malloc(COPY_CHUNK_BYTES);
-  if (!buf) {
-    s = diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying %s", src);
-    goto done;
-  }
-  for (;;) {
+  FILE *in = NULL;
+  FORWARD_IF_ERROR(file_open_read_stream(src, &in, NULL, d));
+  wfile out;
+  ph_status s = wfile_open(&out, dst, d);
+  char *buf = s == PH_OK ? malloc(COPY_CHUNK_BYTES) : NULL;
+  if (s == PH_OK && !buf) s = diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying %s", src);
+  while (s == PH_OK) {
     size_t n = fread(buf, 1, COPY_CHUNK_BYTES, in);
-    if (n && fwrite(buf, 1, n, out) != n) {
-      s = diag_set(d, PH_ERR_IO, "%s: write failed: %s", dst, strerror(errno));
-      goto done;
-    }
+    if (n) s = wfile_write(&out, buf, n, d);
     if (n < COPY_CHUNK_BYTES) break;
   }
-  if (ferror(in)) s = diag_set(d, PH_ERR_IO, "%s: read failed", src);
-done:
+  if (s == PH_OK && ferror(in)) s = diag_set(d, PH_ERR_IO, "%s: read failed", src);
   free(buf);
   fclose(in);
-  if (fclose(out) != 0 && s == PH_OK) s = diag_set(d, PH_ERR_IO, "%s: write failed", dst);
+  if (s == PH_OK) return wfile_commit(&out, d);
+  wfile_abort(&out);
   return s;
 }
 
@@ -344,12 +352,13 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
   }
   if ((s = check_genai_names(g, &gc, c, d)) != PH_OK) goto done;
   if ((s = path_mkdirs(out_dir, d)) != PH_OK) goto done;
-  if (opt.force && (s = remove_package_files(out_dir, d)) != PH_OK) goto done;
+  if ((s = check_package_files(out_dir, d)) != PH_OK) goto done;
   s = opt.config_only ? onnx_write_model_structure(g, out_dir, EXPORT_PRODUCER, d)
                       : onnx_write_model_progress(g, out_dir, EXPORT_PRODUCER, &opt.progress, d);
   if (s != PH_OK) goto done;
   if ((s = genai_config_write(&gc, out_dir, d)) != PH_OK) goto done;
-  s = copy_tokenizer_files(model_dir(m), out_dir, d);
+  if ((s = copy_tokenizer_files(model_dir(m), out_dir, d)) != PH_OK) goto done;
+  if (opt.force) s = remove_stale_files(model_dir(m), out_dir, opt.config_only, d);
 done:
   graph_free(g);
   placeholder_weights_free(ph);

@@ -74,7 +74,11 @@ export_options export_options_default(void);
  *                            (MoE layers);
  *   PH_ERR_CONFIG_INVALID / PH_ERR_JSON  a malformed token id in config.json or
  *                            generation_config.json.
- * I/O errors while writing remove the partial model files. */
+ *   PH_ERR_IO                a package file name in out_dir that is a FIFO, device or
+ *                            directory.
+ * Files are written through base/wfile.h: an I/O error while writing leaves out_dir's earlier
+ * files as they were and removes only the temporary files; symlinks there are replaced, never
+ * followed. With force, stale tokenizer files are removed once the package is complete. */
 ph_status model_export(const ph_model *m, const char *out_dir, const export_options *o, diag *d);
 
 /* The tokenizer and generation files a package copies from the checkpoint, NULL-terminated. */

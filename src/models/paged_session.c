@@ -10,6 +10,7 @@
 #include "graph/prepare.h"
 #include "io/onnx.h"
 #include "models/model.h"
+#include "models/package.h"
 #include "models/qwen35.h"
 #include "tensor/dtype.h"
 
@@ -73,6 +74,9 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
   memset(out, 0, sizeof *out);
   RETURN_ERROR_IF(!gc->paged, d, PH_ERR_CONFIG_INVALID,
                   "genai_config.json describes the dense layout (no engine.dynamic_batching)");
+  RETURN_ERROR_IF(!gc->has_decoder, d, PH_ERR_CONFIG_MISSING_FIELD,
+                  "genai_config.json: model.decoder is missing (it names the graph and its "
+                  "sizes)");
   RETURN_ERROR_IF(gc->num_hidden_layers < 1 || gc->num_hidden_layers > HF_MAX_LAYERS, d,
                   PH_ERR_CONFIG_INVALID, "genai_config.json: num_hidden_layers %lld",
                   (long long)gc->num_hidden_layers);
@@ -569,8 +573,13 @@ ph_status paged_session_create_package(const char *dir, const genai_config *gc,
                                        diag *d) {
   *out = NULL;
   paged_binding bind;
-  FORWARD_IF_ERROR(paged_binding_from_genai(gc, &bind, d));
   graph *g = NULL;
-  FORWARD_IF_ERROR(onnx_read_model(dir, &g, d));
+  /* the graph gc names, checked against gc (models/package.h), then bound by it */
+  FORWARD_IF_ERROR(package_read_graph(dir, gc, PACKAGE_FINALIZE | PACKAGE_CHECK, &g, NULL, d));
+  ph_status s = paged_binding_from_genai(gc, &bind, d);
+  if (s != PH_OK) {
+    graph_free(g);
+    return s;
+  }
   return paged_session_create(g, &bind, p, out, d);
 }
