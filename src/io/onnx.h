@@ -48,6 +48,13 @@
  * ValueInfoProto > TypeProto > Tensor > TensorShapeProto > Dimension); a deeper file is
  * PH_ERR_LIMIT before protobuf-c, which recurses once per level without a bound, decodes it. */
 #define ONNX_MAX_NESTING      100
+/* Fields (every tag: messages, strings, scalars) in the whole model.onnx that a read accepts.
+ * protobuf-c allocates per message and per repeated string, about 150 bytes for an empty node
+ * (measured: 2-byte empty NodeProtos decode at 75x their size), so a file of many tiny fields
+ * costs far more memory than its size: 2^23 fields bound that at about 1.3 GB whatever the file.
+ * Our 27B export holds about 10^5 fields; a DeepSeek-V3 graph with every expert's MatMul
+ * unfused, about 3 x 10^6. */
+#define ONNX_MAX_FIELDS       ((size_t)1 << 23)
 
 /* Writes dir/model.onnx and dir/model.onnx.data from a finalized, unprepared graph. dir must
  * exist. producer names the tool in ModelProto.producer_name. */

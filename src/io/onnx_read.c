@@ -822,7 +822,8 @@ static void reader_init(reader *r, const char *dir, const uint8_t *data, size_t 
 /* ---- nesting -------------------------------------------------------------------------------
  * protobuf-c decodes a nested message by recursing, one C stack frame per level and no limit, so
  * a GraphProto inside an AttributeProto inside a NodeProto inside a GraphProto ... a few
- * thousand deep (a 50 KB file) overflows the stack. Before protobuf-c sees the bytes, this walk
+ * thousand deep (a 50 KB file) overflows the stack, and many tiny fields cost ~75x their bytes
+ * (ONNX_MAX_FIELDS). Before protobuf-c sees the bytes, this walk
  * follows exactly the fields protobuf-c would recurse into (the message-typed fields of the
  * descriptors it decodes with) with an explicit stack of ONNX_MAX_NESTING levels: one pass,
  * each byte read once, no recursion. It is as strict as protobuf-c's scan or stricter, so every
@@ -861,12 +862,17 @@ static ph_status check_nesting(const uint8_t *p, size_t size, diag *d) {
   nest_level stack[ONNX_MAX_NESTING + 1];
   int depth = 0;
   stack[0] = (nest_level){&onnx__model_proto__descriptor, size};
-  size_t pos = 0;
+  size_t pos = 0, n_fields = 0;
   for (;;) {
     while (depth > 0 && pos == stack[depth].end) depth--;
     const size_t end = stack[depth].end;
     if (pos == end) return PH_OK; /* depth 0: the whole model */
     const size_t at = pos;
+    if (++n_fields > ONNX_MAX_FIELDS)
+      return diag_set(d, PH_ERR_LIMIT,
+                      "more than %zu protobuf fields (at byte %zu of %zu): decoding that many "
+                      "tiny fields would take far more memory than the file's size",
+                      ONNX_MAX_FIELDS, at, size);
     uint64_t tag, v;
     if (!read_varint(p, end, &pos, 5, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
       return malformed_at(at, size, "bad field tag", d);
