@@ -63,7 +63,8 @@ extern "C" {
   X(22, ERR_DUPLICATE_TENSOR, "tensor is defined more than once")                                  \
   X(23, ERR_LIMIT, "a size or count exceeds a supported limit")                                    \
   X(24, ERR_INTERNAL, "internal error")                                                            \
-  X(25, ERR_ONNX, "malformed ONNX model")
+  X(25, ERR_ONNX, "malformed ONNX model")                                                          \
+  X(26, ERR_NON_FINITE, "a value that must be finite is NaN or infinite")
 
 typedef enum ph_status {
 #define PH_STATUS_ENUM_(value, name, message) PH_##name = value,
