@@ -242,7 +242,8 @@ typedef enum ph_finish_reason {
   PH_FINISH_LENGTH = 1,  /* max_new_tokens, or the context is full */
   PH_FINISH_STOP = 2,    /* a stop token or end-of-sequence (included in the output) */
   PH_FINISH_ABORTED = 3, /* removed */
-  PH_FINISH_ERROR = 4,   /* refused: ph_request_info.status and .message say why */
+  PH_FINISH_ERROR = 4,   /* refused, or its logits were not finite (PH_ERR_NON_FINITE):
+                            ph_request_info.status and .message say why */
 } ph_finish_reason;
 
 /* Called on the stepping thread for each new token, and once with token -1 when the request
