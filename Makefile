@@ -14,7 +14,7 @@ BUILD      ?= build/release
 SAN_BUILD  ?= build/sanitize
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 # CI sets CI=true: warnings become errors there, and test_ort may not be skipped.
-CI_FLAGS   := $(if $(CI),-DPH_WERROR=ON -DPH_REQUIRE_ORT=ON,-DPH_REQUIRE_ORT=OFF)
+CI_FLAGS   := $(if $(CI),-DPH_WERROR=ON -DPH_REQUIRE_ORT=ON,-DPH_WERROR=OFF -DPH_REQUIRE_ORT=OFF)
 # onnxruntime-node for test_ort, shared by both build configurations (never in the source tree)
 ORT_DIR    ?= build/ort
 ORT_FLAGS  := -DPH_ORT_DIR=$(abspath $(ORT_DIR))

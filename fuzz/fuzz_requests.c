@@ -1,11 +1,13 @@
 /* fuzz_requests — libFuzzer target for the requests JSONL reader (engine/request_file.h).
  *
- * Feeds the raw input to request_list_parse. A failure must carry its status and a message and
- * hand back an empty list. A parsed list must hold what the header promises: NUL-terminated,
- * non-empty, unique ids; non-empty prompts of ids >= 0; sampling parameters that validate for an
- * unknown vocabulary; arrive/remove steps in range; lines in increasing order. Each request's
- * result line is then written and must parse back as a JSON object with the same id. Everything
- * is freed (the sanitize build runs with leak detection). Seeds in fuzz/corpus/requests/.
+ * Feeds the raw input to request_file_open_text (the index: every line parsed and checked, the
+ * prompt_tokens scanner included). A failure must carry its status and a message and hand back
+ * no file. An indexed file must hold what the header promises: entries in increasing line
+ * order, inside the input, each parsed again by request_file_get into NUL-terminated, non-empty,
+ * unique ids; non-empty prompts of ids >= 0; sampling parameters that validate for an unknown
+ * vocabulary; arrive/remove steps in range and equal to the entry's. Each request's result line
+ * is then written and must parse back as a JSON object with the same id. Everything is freed
+ * (the sanitize build runs with leak detection). Seeds in fuzz/corpus/requests/.
  */
 #include <jansson.h>
 #include <stddef.h>
@@ -17,12 +19,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check_request(const request_list *l, int64_t i) {
-  const request_spec *r = &l->items[i];
+#define CHECKED 256 /* requests parsed again per input */
+
+static void check_request(const request_spec *items, int64_t i, const request_entry *e,
+                          size_t size) {
+  const request_spec *r = &items[i];
   if (!memchr(r->id, 0, sizeof r->id) || r->id[0] == '\0') __builtin_trap();
   for (int64_t j = 0; j < i; j++)
-    if (strcmp(l->items[j].id, r->id) == 0) __builtin_trap();
-  if (i > 0 && r->line <= l->items[i - 1].line) __builtin_trap();
+    if (strcmp(items[j].id, r->id) == 0) __builtin_trap();
+  if (i > 0 && r->line <= items[i - 1].line) __builtin_trap();
+  if (r->line != e->line || r->arrive_step != e->arrive_step || r->remove_step != e->remove_step)
+    __builtin_trap();
+  if ((size_t)e->offset + e->length > size) __builtin_trap();
   if (r->n_prompt < 1 || !r->prompt) __builtin_trap();
   for (int64_t j = 0; j < r->n_prompt; j++)
     if (r->prompt[j] < 0) __builtin_trap();
@@ -52,16 +60,24 @@ static void check_request(const request_list *l, int64_t i) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  request_list l = {NULL, 0};
+  request_file *f = NULL;
   diag d;
   diag_clear(&d);
-  ph_status st = request_list_parse((const char *)data, size, "fuzz", &l, &d);
+  ph_status st = request_file_open_text((const char *)data, size, "fuzz", &f, &d);
   if (st != PH_OK) {
-    if (d.status != st || d.msg[0] == '\0' || l.items || l.n) __builtin_trap();
+    if (d.status != st || d.msg[0] == '\0' || f) __builtin_trap();
     return 0;
   }
-  if (l.n < 1 || !l.items) __builtin_trap();
-  for (int64_t i = 0; i < l.n && i < 256; i++) check_request(&l, i);
-  request_list_free(&l);
+  const int64_t n = request_file_count(f);
+  if (n < 1) __builtin_trap();
+  request_spec items[CHECKED];
+  int64_t got = 0;
+  for (; got < n && got < CHECKED; got++) {
+    /* indexed lines parse again, and the same way */
+    if (request_file_get(f, got, &items[got], &d) != PH_OK) __builtin_trap();
+    check_request(items, got, request_file_entry(f, got), size);
+  }
+  for (int64_t i = 0; i < got; i++) request_spec_free(&items[i]);
+  request_file_close(f);
   return 0;
 }

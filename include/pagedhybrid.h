@@ -64,7 +64,7 @@ extern "C" {
   X(23, ERR_LIMIT, "a size or count exceeds a supported limit")                                    \
   X(24, ERR_INTERNAL, "internal error")                                                            \
   X(25, ERR_ONNX, "malformed ONNX model")                                                          \
-  X(26, ERR_NON_FINITE, "a value is NaN or infinite")
+  X(26, ERR_NON_FINITE, "a value that must be finite is NaN or infinite")
 
 typedef enum ph_status {
 #define PH_STATUS_ENUM_(value, name, message) PH_##name = value,
@@ -242,7 +242,8 @@ typedef enum ph_finish_reason {
   PH_FINISH_LENGTH = 1,  /* max_new_tokens, or the context is full */
   PH_FINISH_STOP = 2,    /* a stop token or end-of-sequence (included in the output) */
   PH_FINISH_ABORTED = 3, /* removed */
-  PH_FINISH_ERROR = 4,   /* refused: ph_request_info.status and .message say why */
+  PH_FINISH_ERROR = 4,   /* refused, or its logits were not finite (PH_ERR_NON_FINITE):
+                            ph_request_info.status and .message say why */
 } ph_finish_reason;
 
 /* "running", "length", "stop", "aborted", "error"; "unknown" for a value not listed. Static. */

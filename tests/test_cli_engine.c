@@ -5,6 +5,7 @@
  * `pagedhybrid bench --json` with the keys docs/bench.md lists. Runs the built binary (PH_CLI)
  * on the golden f32 checkpoint (tests/data). */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "base/fmap.h"
 #include "check.h"
 #include "cli_testing.h"
+#include "file_testing.h"
 
 static char g_tmp[512];
 static char g_ckpt[1024];
@@ -171,6 +173,25 @@ static json_t *check_run_output(const char *text, const int64_t *greedy) {
   return lines;
 }
 
+/* Every timing value in the raw text has at most 3 decimals (microseconds of ms). */
+static void check_timing_text(const char *text) {
+  static const char *const keys[3] = {
+      "\"time_in_queue_ms\":", "\"time_to_first_token_ms\":", "\"total_ms\":"};
+  int n_seen = 0;
+  for (int k = 0; k < 3; k++)
+    for (const char *p = text ? strstr(text, keys[k]) : NULL; p; p = strstr(p + 1, keys[k])) {
+      const char *v = p + strlen(keys[k]);
+      if (strncmp(v, "null", 4) == 0) continue;
+      const size_t len = strspn(v, "0123456789.-e+");
+      const char *dot = memchr(v, '.', len);
+      const size_t decimals = dot ? len - (size_t)(dot - v) - 1 : 0;
+      if (decimals > 3) printf("       %.*s has %zu decimals\n", (int)len, v, decimals);
+      CHECK(decimals <= 3 && !memchr(v, 'e', len));
+      n_seen++;
+    }
+  CHECK(n_seen >= 3);
+}
+
 static void test_run_golden(void) {
   int64_t greedy[GREEDY_NEW];
   CHECK_EQ_INT(generate_tokens(g_ckpt, GREEDY_PROMPT, GREEDY_NEW, greedy), GREEDY_NEW);
@@ -188,6 +209,7 @@ static void test_run_golden(void) {
   CHECK_EQ_STR(g_stdout, "");
   char *first = read_text(out);
   json_t *a = check_run_output(first, greedy);
+  check_timing_text(first);
 
   /* again, to stdout, on a small page pool with a small batch and chunk: the same tokens */
   snprintf(args, sizeof args,
@@ -349,6 +371,138 @@ static void test_run_bad_files(void) {
   CHECK_CONTAINS(g_stderr, "PH_ERR_IO");
 }
 
+/* An --out that cannot be written is the first and only thing reported: before the requests
+ * file is read or the model opened (before, a bad requests file or model hid it, and a good run
+ * did all its work first). */
+static void test_run_out_first(void) {
+  char args[4096], req[1024];
+  snprintf(req, sizeof req, "%s/out-first.jsonl", g_tmp);
+  write_text(req, "{\"id\": 1, \"prompt_tokens\": [1}\n"); /* malformed */
+  snprintf(args, sizeof args,
+           "run --model '%s/nonexistent' --requests '%s' --out '%s/no/such/dir/out.jsonl' "
+           "--progress 1",
+           g_tmp, req, g_tmp);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK(strncmp(g_stderr, "error: PH_ERR_IO: ", 18) == 0);
+  CHECK_CONTAINS(g_stderr, "no/such/dir/out.jsonl: cannot create");
+  CHECK(strchr(g_stderr, '\n') == g_stderr + strlen(g_stderr) - 1); /* one line */
+  CHECK_EQ_STR(g_stdout, "");
+}
+
+/* --out is replaced whole (base/wfile.h): a FIFO is refused at once instead of blocking, a
+ * symlink planted at the target is replaced and the file it points to is left alone, a failed
+ * run leaves an existing output as it was and no temporary file, and a good run's lines land. */
+static void test_run_out_replaced(void) {
+  char args[4096], req[1100], out[1100], outside[1100], dir[1000];
+  snprintf(dir, sizeof dir, "%s/out-replaced", g_tmp);
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  snprintf(req, sizeof req, "%s/good.jsonl", dir);
+  write_text(req, "{\"id\": \"a\", \"prompt_tokens\": [1, 2], \"max_new_tokens\": 2}\n");
+  /* a FIFO as --out */
+  char fifo[1200];
+  CHECK(ft_fifo(fifo, dir, "out.fifo"));
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --out '%s'", g_ckpt, req, fifo);
+  CHECK_EQ_INT(cli_run_timeout(10, args), 1);
+  CHECK_CONTAINS(g_stderr, "out.fifo: exists and is a FIFO");
+  CHECK(ft_is_fifo(fifo));
+  /* a symlink at the target, pointing outside: replaced, the outside file untouched */
+  snprintf(outside, sizeof outside, "%s/outside.txt", dir);
+  write_text(outside, "keep me\n");
+  snprintf(out, sizeof out, "%s/out.jsonl", dir);
+  unlink(out);
+  CHECK(symlink(outside, out) == 0);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --out '%s'", g_ckpt, req, out);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK(ft_file_is(outside, "keep me\n", 8));
+  CHECK(!ft_is_symlink(out));
+  char *text = NULL;
+  size_t n = 0;
+  CHECK_STATUS(file_read_all(out, 1 << 20, &text, &n, &d), PH_OK, d.msg);
+  CHECK_CONTAINS(text, "\"id\":\"a\"");
+  /* a run that fails (a malformed line) keeps that output byte for byte */
+  snprintf(req, sizeof req, "%s/bad.jsonl", dir);
+  write_text(req, "{\"id\": \"b\", \"prompt_tokens\": [1}\n");
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --out '%s'", g_ckpt, req, out);
+  CHECK_EQ_INT(run(args), 1);
+  if (text) CHECK(ft_file_is(out, text, n));
+  CHECK_EQ_INT(ft_count_tmp(dir), 0);
+  free(text);
+  unlink(fifo);
+}
+
+/* A copy of the golden checkpoint whose final norm holds a NaN: every logits row is NaN. */
+static const char *nan_checkpoint(char *dir, size_t dir_n) {
+  diag d;
+  char src[1200], dst[1200];
+  snprintf(dir, dir_n, "%s/nan-norm", g_tmp);
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  static const char *const files[2] = {"config.json", "model.safetensors"};
+  for (int f = 0; f < 2; f++) {
+    snprintf(src, sizeof src, "%s/%s", g_ckpt, files[f]);
+    snprintf(dst, sizeof dst, "%s/%s", dir, files[f]);
+    char *bytes = NULL;
+    size_t n = 0;
+    CHECK_STATUS(file_read_all(src, 1 << 24, &bytes, &n, &d), PH_OK, d.msg);
+    if (!bytes) return NULL;
+    if (f == 1) {
+      uint64_t hn = 0;
+      memcpy(&hn, bytes, sizeof hn);
+      json_error_t err;
+      json_t *h = n > 8 + hn ? json_loadb(bytes + 8, (size_t)hn, 0, &err) : NULL;
+      const json_t *off = json_object_get(json_object_get(h, "model.norm.weight"), "data_offsets");
+      const size_t at =
+          (size_t)(8 + hn + (uint64_t)json_integer_value(json_array_get(off, 0))) + 3 * 4;
+      CHECK(off && at + 4 <= n);
+      const float nan = NAN;
+      if (off && at + 4 <= n) memcpy(bytes + at, &nan, sizeof nan);
+      json_decref(h);
+    }
+    CHECK_STATUS(file_write_all(dst, bytes, n, &d), PH_OK, d.msg);
+    free(bytes);
+  }
+  return dir;
+}
+
+/* Non-finite weights: every request ends with an error line naming PH_ERR_NON_FINITE, the run
+ * itself succeeds (exit 0) unless --strict; --strict also fails a run with a refused request
+ * and passes a clean one. */
+static void test_run_strict_and_nonfinite(void) {
+  char args[4096], req[1024], dir[1024];
+  snprintf(req, sizeof req, "%s/strict.jsonl", g_tmp);
+  write_text(req, "{\"id\": \"a\", \"prompt_tokens\": [1, 2, 3], \"max_new_tokens\": 4}\n"
+                  "{\"id\": \"b\", \"prompt_tokens\": [4, 5], \"max_new_tokens\": 4, "
+                  "\"temperature\": 0.7}\n");
+  if (!nan_checkpoint(dir, sizeof dir)) return;
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 16", dir, req);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *lines = parse_lines(g_stdout);
+  CHECK(lines && json_array_size(lines) == 2);
+  for (size_t i = 0; lines && i < json_array_size(lines); i++) {
+    json_t *l = json_array_get(lines, i);
+    CHECK_EQ_STR(field(l, "finish_reason"), "error");
+    CHECK_EQ_INT(n_tokens(l), 0);
+    CHECK_CONTAINS(field(l, "error"), "PH_ERR_NON_FINITE");
+    CHECK_CONTAINS(field(l, "error"), "are not finite: logits[0] = nan");
+  }
+  json_decref(lines);
+  CHECK_CONTAINS(g_stderr, "run: 2 requests (0 length, 0 stop, 0 aborted, 2 error)");
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 16 --strict", dir, req);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_NON_FINITE: --strict: 2 of 2 requests finished with an "
+                           "error (the first: line 1: PH_ERR_NON_FINITE: ");
+  CHECK_CONTAINS(g_stdout, "\"id\":\"b\""); /* the lines are still written */
+  /* the clean checkpoint: --strict changes nothing */
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 16 --strict", g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr, "run: 2 requests (2 length, 0 stop, 0 aborted, 0 error)");
+  /* a refused request fails a strict run */
+  write_text(req, "{\"id\": 1, \"prompt_tokens\": [1]}\n{\"id\": 2, \"prompt_tokens\": [999]}\n");
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT: --strict: 1 of 2 requests finished "
+                           "with an error (the first: line 2: ");
+}
+
 static double num(json_t *o, const char *key) {
   json_t *v = json_object_get(o, key);
   CHECK(json_is_number(v));
@@ -453,6 +607,9 @@ int main(void) {
   RUN(test_run_package);
   RUN(test_run_usage);
   RUN(test_run_bad_files);
+  RUN(test_run_out_first);
+  RUN(test_run_out_replaced);
+  RUN(test_run_strict_and_nonfinite);
   RUN(test_bench_json);
   RUN(test_bench_table_and_usage);
   cli_testing_done();

@@ -20,6 +20,7 @@
  * accounting is checked through the pools — used == sum of refcounts, every refcount 0 or 1
  * (no page held twice), slots used == requests running, nothing held when nothing runs. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/fmap.h"
 #include "base/rng.h"
 #include "cache/block_pool.h"
 #include "cache/state_pool.h"
@@ -56,6 +58,7 @@
 
 static atomic_int alloc_counting;
 static atomic_long alloc_count;
+static atomic_long alloc_bytes; /* bytes asked for while counting (realloc: the new size) */
 
 #if ALLOC_COUNTING
 extern void *__libc_malloc(size_t n);
@@ -64,33 +67,35 @@ extern void *__libc_realloc(void *p, size_t n);
 extern void *__libc_memalign(size_t align, size_t n);
 extern void __libc_free(void *p);
 
-static void count_alloc(void) {
-  if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+static void count_alloc(size_t bytes) {
+  if (atomic_load_explicit(&alloc_counting, memory_order_relaxed)) {
     atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&alloc_bytes, (long)bytes, memory_order_relaxed);
+  }
 }
 
 void *malloc(size_t n) {
-  count_alloc();
+  count_alloc(n);
   return __libc_malloc(n);
 }
 
 void *calloc(size_t n, size_t size) {
-  count_alloc();
+  count_alloc(n * size);
   return __libc_calloc(n, size);
 }
 
 void *realloc(void *p, size_t n) {
-  count_alloc();
+  count_alloc(n);
   return __libc_realloc(p, n);
 }
 
 void *aligned_alloc(size_t align, size_t n) {
-  count_alloc();
+  count_alloc(n);
   return __libc_memalign(align, n);
 }
 
 int posix_memalign(void **out, size_t align, size_t n) {
-  count_alloc();
+  count_alloc(n);
   void *p = __libc_memalign(align, n);
   if (!p) return ENOMEM;
   *out = p;
@@ -1096,6 +1101,198 @@ static void test_no_alloc_in_step(void) {
   free(q);
 }
 
+/* ---- 6. non-finite logits end that request only ----------------------------------------- */
+
+#define POISON 7 /* the token whose embedding row gets a NaN */
+
+/* A copy of the golden checkpoint in PH_TMP_DIR whose embedding row POISON holds a NaN: every
+ * position from that token on computes NaN, every other sequence stays finite. */
+static const char *poisoned_checkpoint(char *dir, size_t dir_n) {
+  diag d;
+  char src[1200], dst[1200];
+  snprintf(dir, dir_n, "%s/poisoned-embedding", check_env("PH_TMP_DIR"));
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  static const char *const files[2] = {"config.json", "model.safetensors"};
+  int ok = 1;
+  for (int f = 0; f < 2 && ok; f++) {
+    char *bytes = NULL;
+    size_t n = 0;
+    snprintf(src, sizeof src, "%s/%s", golden_dir(), files[f]);
+    snprintf(dst, sizeof dst, "%s/%s", dir, files[f]);
+    CHECK_STATUS(file_read_all(src, 1 << 24, &bytes, &n, &d), PH_OK, d.msg);
+    if (!bytes) return NULL;
+    if (f == 1) { /* safetensors: u64 header length, JSON header, data */
+      uint64_t hn = 0;
+      memcpy(&hn, bytes, sizeof hn);
+      json_error_t err;
+      json_t *h = n > 8 + hn ? json_loadb(bytes + 8, (size_t)hn, 0, &err) : NULL;
+      const json_t *off =
+          json_object_get(json_object_get(h, "model.embed_tokens.weight"), "data_offsets");
+      const size_t at = (size_t)(8 + hn + (uint64_t)json_integer_value(json_array_get(off, 0))) +
+                        ((size_t)POISON * 64 + 5) * sizeof(float);
+      ok = off && at + sizeof(float) <= n;
+      CHECK(ok);
+      const float nan = NAN;
+      if (ok) memcpy(bytes + at, &nan, sizeof nan);
+      json_decref(h);
+    }
+    if (ok) CHECK_STATUS(file_write_all(dst, bytes, n, &d), PH_OK, d.msg);
+    free(bytes);
+  }
+  return ok ? dir : NULL;
+}
+
+/* Requests with the poisoned token in their prompt end with PH_ERR_NON_FINITE at their first
+ * sample, one that generates it ends when that token's logits come; the others in the same
+ * batches give their tokens and logits bit for bit as on the clean checkpoint alone. */
+static void test_nonfinite_logits(void) {
+  char dir[1024];
+  if (!poisoned_checkpoint(dir, sizeof dir)) return;
+  const engine_params p = small_params(8, 128, 64, 40);
+  engine *e = NULL;
+  diag d;
+  CHECK_STATUS(engine_create(dir, &p, &e, &d), PH_OK, d.msg);
+  if (!e) return;
+  enum { N = 8 };
+  const int64_t V = engine_vocab(e);
+  static const int64_t lens[N] = {12, 30, 9, 70, 17, 5, 40, 23};
+  static const int64_t poison_at[N] = {0, 29, -1, 35, -1, -1, 8, -1}; /* -1: none */
+  req_spec *q = calloc(N, sizeof *q);
+  rng r = rng_seed(1234);
+  uint64_t ids[N];
+  for (int i = 0; i < N; i++) {
+    fill_prompt(&r, &q[i], lens[i], V);
+    for (int64_t j = 0; j < q[i].n_prompt; j++)
+      if (q[i].prompt[j] == POISON) q[i].prompt[j] = POISON + 1;
+    if (poison_at[i] >= 0) q[i].prompt[poison_at[i]] = POISON;
+    q[i].sp = i % 2 ? sampled(10, 0.9f, 0, 1.0f, 50 + (uint64_t)i) : greedy(10);
+    CHECK_STATUS(engine_add(e, q[i].prompt, q[i].n_prompt, &q[i].sp, &ids[i], &d), PH_OK, d.msg);
+  }
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  drain(e, &rs);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+  int n_errors = 0, n_same = 0;
+  for (int i = 0; i < N; i++) {
+    engine_request_info info;
+    CHECK_STATUS(engine_request_info_get(e, ids[i], &info, &d), PH_OK, d.msg);
+    outcome got, alone;
+    take_outcome(e, ids[i], &got);
+    run_alone(&p, &q[i], &alone); /* the clean checkpoint */
+    /* where the poisoned token first runs: in the prompt, or as a generated token (the last
+     * generated one is never run) */
+    int64_t gen_err = -1; /* the generated token whose logits are NaN */
+    if (poison_at[i] >= 0) gen_err = 0;
+    for (int64_t j = 0; gen_err < 0 && j + 1 < alone.n_generated; j++)
+      if (alone.tokens[j] == POISON) gen_err = j + 1;
+    char label[32];
+    snprintf(label, sizeof label, "request %d", i);
+    if (gen_err < 0) {
+      const int same = same_as_alone(&got, &alone, V, label);
+      CHECK(same);
+      CHECK_EQ_INT(info.status, PH_OK);
+      n_same += same;
+    } else {
+      n_errors++;
+      CHECK_EQ_INT(got.finish, ENGINE_FINISH_ERROR);
+      CHECK_STATUS(got.status, PH_ERR_NON_FINITE, info.message);
+      CHECK_EQ_INT(got.n_generated, gen_err);
+      char want[96];
+      snprintf(want, sizeof want, "logits for generated token %lld (position %lld,",
+               (long long)gen_err, (long long)(q[i].n_prompt + gen_err - 1));
+      CHECK_CONTAINS(info.message, want);
+      CHECK_CONTAINS(info.message, "are not finite: logits[");
+      for (int64_t j = 0; j < got.n_generated && j < alone.n_generated; j++)
+        CHECK_EQ_INT(got.tokens[j], alone.tokens[j]);
+    }
+    outcome_free(&got);
+    outcome_free(&alone);
+  }
+  printf("  %d requests ended with PH_ERR_NON_FINITE, %d bit-identical to the clean model\n",
+         n_errors, n_same);
+  CHECK(n_errors >= 4 && n_same >= 1);
+  engine_free(e);
+  free(q);
+}
+
+/* ---- 7. cost per request: no scans of every request, a queued request costs its tokens ---- */
+
+#define N_MANY 8192
+
+/* Counts the work (request records visited by the engine's table and queues and by the
+ * scheduler: engine_work) and the bytes engine_add allocates, for many small requests queued
+ * at once, some removed while queued, released in an order unlike their ids. Linear work has a
+ * bound per request and per step; the scans this replaced (release searched and memmoved the
+ * whole table, every step checked the whole waiting queue) cost ~N^2/2 = 33 M visits here. */
+static void test_cost_per_request(void) {
+  engine_params p = small_params(16, 256, 64, 64);
+  p.capture_logits = 0;
+  engine *e = open_engine(&p);
+  if (!e) return;
+  diag d;
+  const int64_t V = engine_vocab(e);
+  uint64_t *ids = calloc(N_MANY, sizeof *ids);
+  rng r = rng_seed(404);
+  const uint64_t work0 = engine_work(e);
+  atomic_store(&alloc_bytes, 0);
+  atomic_store(&alloc_counting, 1);
+  for (int i = 0; i < N_MANY; i++) {
+    const int64_t prompt[2] = {(int64_t)rng_below(&r, (uint64_t)V),
+                               (int64_t)rng_below(&r, (uint64_t)V)};
+    const sampling_params sp = greedy(1 + i % 3);
+    CHECK_STATUS(engine_add(e, prompt, 1 + i % 2, &sp, &ids[i], &d), PH_OK, d.msg);
+  }
+  atomic_store(&alloc_counting, 0);
+  const long per_request = atomic_load(&alloc_bytes) / N_MANY;
+  for (int i = 0; i < N_MANY; i += 5) CHECK_STATUS(engine_remove(e, ids[i], &d), PH_OK, d.msg);
+  run_stats rs;
+  memset(&rs, 0, sizeof rs);
+  drain(e, &rs);
+  CHECK_EQ_INT(rs.bad_steps, 0);
+  check_idle_pools(e);
+  /* release odd positions first, then even ones backwards */
+  for (int i = 1; i < N_MANY; i += 2) CHECK_STATUS(engine_release(e, ids[i], &d), PH_OK, d.msg);
+  for (int i = N_MANY - 2 + N_MANY % 2; i >= 0; i -= 2)
+    CHECK_STATUS(engine_release(e, ids[i], &d), PH_OK, d.msg);
+  const uint64_t work = engine_work(e) - work0;
+  /* per request: a few probes to add, remove, release, look up (hash map at most half full),
+   * amortized rehashing; per step: the running requests and the head of the waiting queue */
+  const uint64_t bound = 32u * N_MANY + 4u * (uint64_t)rs.steps * (uint64_t)p.max_batch;
+  printf("  %d requests, %lld steps: %llu records visited (bound %llu); engine_add allocated "
+         "%ld bytes per request\n",
+         N_MANY, (long long)rs.steps, (unsigned long long)work, (unsigned long long)bound,
+         per_request);
+  CHECK(work <= bound);
+#if ALLOC_COUNTING
+  /* the record (~450 bytes), 2-4 tokens, a block id, the table and inbox growth */
+  CHECK(per_request <= 640);
+  /* a prompt the context cannot hold is refused without a copy of it */
+  enum { LONG = 4096 }; /* 8 x the context of 512 */
+  int64_t *big = calloc(LONG, sizeof *big);
+  uint64_t id = 0;
+  const sampling_params sp = greedy(1000000);
+  atomic_store(&alloc_bytes, 0);
+  atomic_store(&alloc_counting, 1);
+  CHECK_STATUS(engine_add(e, big, LONG, &sp, &id, &d), PH_OK, d.msg);
+  atomic_store(&alloc_counting, 0);
+  printf("  a refused %d-token prompt: %ld bytes\n", LONG, atomic_load(&alloc_bytes));
+  CHECK(atomic_load(&alloc_bytes) < 2048);
+  free(big);
+  engine_step_info si;
+  CHECK_STATUS(engine_step(e, &si, &d), PH_OK, d.msg);
+  engine_request_info info;
+  CHECK_STATUS(engine_request_info_get(e, id, &info, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(info.finish, ENGINE_FINISH_ERROR);
+  CHECK_STATUS(info.status, PH_ERR_LIMIT, info.message);
+  CHECK_CONTAINS(info.message, "leaves no room in the context of 512");
+  int64_t n = -1;
+  CHECK(engine_tokens(e, id, &n) != NULL && n == 0);
+#endif
+  engine_free(e);
+  free(ids);
+}
+
 /* With an argument, runs only the tests whose names contain it (test_engine randomized). */
 static const char *only;
 #define RUN_SELECTED(fn)                                                                           \
@@ -1112,5 +1309,7 @@ int main(int argc, char **argv) {
   RUN_SELECTED(test_context_full);
   RUN_SELECTED(test_remove_from_callback);
   RUN_SELECTED(test_no_alloc_in_step);
+  RUN_SELECTED(test_nonfinite_logits);
+  RUN_SELECTED(test_cost_per_request);
   return check_finish();
 }

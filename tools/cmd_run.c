@@ -1,14 +1,19 @@
 /* pagedhybrid run --model DIR|PKG --requests FILE.jsonl [--out FILE.jsonl] — offline batch
  * inference through the continuous-batching engine (docs/run.md).
  *
- * Reads every request of the JSONL file first (src/engine/request_file.h: a file that cannot be
- * read or parsed is exit 1 with the parser's typed error and line), then opens the engine and
- * drives it: a request joins when the engine has run arrive_step steps, is aborted at
- * remove_step, and the loop steps until every request has arrived and finished. Each finished
- * request becomes one JSON line (request_result_to_json) written to --out or stdout in input
- * order, as soon as every earlier line is out. A request the engine refuses (token outside the
- * vocabulary, prompt beyond the context, ...) is such a line with finish_reason "error": the run
- * still succeeds. Progress goes to stderr (every --progress N steps, and a summary at the end).
+ * Opens --out first (an unwritable path is the first thing reported), then indexes and checks
+ * every line of the JSONL file (src/engine/request_file.h: a file that cannot be read or parsed
+ * is exit 1 with the parser's typed error and line; only 32 bytes a line are kept), then opens
+ * the engine and drives it: a request's line is parsed again when the engine has run
+ * arrive_step steps, added (the engine copies the prompt; the parsed copy is freed at once), is
+ * aborted at remove_step, and the loop steps until every request has arrived and finished. Each
+ * finished request becomes one JSON line (request_result_to_json) written to --out or stdout in
+ * input order, as soon as every earlier line is out. A request the engine refuses (token outside
+ * the vocabulary, prompt beyond the context, non-finite logits, ...) is such a line with
+ * finish_reason "error": the run still succeeds unless --strict is given. Progress goes to
+ * stderr (every --progress N steps, and a summary at the end).
+ * Memory: the index (32 bytes a line), ~24 bytes a line here, what the engine holds for the
+ * requests that arrived and are not finished, and result lines waiting for an earlier one.
  *
  * Step counting: "the engine has run k steps" counts the engine_step calls made here. While
  * nothing is queued or running the counter jumps to the next arrival (an idle step would change
@@ -16,12 +21,14 @@
  * Output is a function of the file and the engine parameters, except the timing fields
  * (time_in_queue_ms, time_to_first_token_ms, total_ms).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/wfile.h"
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine/request_file.h"
@@ -43,6 +50,7 @@ static const cli_option OPTIONS[] = {
     {"max-context", "N", "checkpoint only: context bound (default min(max_position, 32768))"},
     {"io-dtype", "f32|f16|bf16", "checkpoint only: activation/KV dtype of the graph (default f32)"},
     {"progress", "N", "a progress line on stderr every N steps (default 0: the summary only)"},
+    {"strict", NULL, "exit 1 when any request finished with an error"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -98,37 +106,60 @@ static int cmp_keyed(const void *x, const void *y) {
   return a->index < b->index ? -1 : a->index > b->index;
 }
 
+#define EID_DONE ((uint64_t)1 << 63) /* set in eid[i] once request i's line is made */
+
 typedef struct run_state {
-  const request_list *reqs;
+  request_file *file;
+  int64_t n; /* requests in the file */
   FILE *out;
-  keyed *arrivals; /* [n] (arrive_step, input index), ascending */
-  keyed *removals; /* [n_removals] (remove_step, input index), ascending */
+  uint32_t *order; /* [n] file index of the k-th arrival, by (arrive_step, file order); NULL when
+                      the file is in that order already */
+  keyed *removals; /* [n_removals] (remove_step, file index), ascending */
   int64_t n_removals;
-  uint64_t *ids;     /* [n_added] engine ids in add order (ascending) */
-  int64_t *id_index; /* [n_added] the input index of ids[k] */
-  int64_t n_added;
-  uint64_t *id_of;    /* [n] engine id of input request i, 0 until added */
-  int *done;          /* [n] 1 once the result line is made and the request released */
-  char **lines;       /* [n] result lines waiting for every earlier one */
-  int64_t next_write; /* lines[0, next_write) are written */
-  uint64_t *finished; /* [n] engine ids the callback saw finish, not yet collected */
-  int64_t n_finished;
+  int64_t n_added;    /* arrivals added so far */
+  uint64_t *eid;      /* [n] engine id of request i (0 until added; ascending in arrival order),
+                         | EID_DONE once its line is made */
+  char **text;        /* [n] while it runs: its id; finished: its result line until written */
+  int64_t next_write; /* lines [0, next_write) are written */
+  uint64_t *finished; /* engine ids the callback saw finish, not yet collected */
+  int64_t n_finished, cap_finished;
+  int out_of_memory; /* the callback could not record a finish */
   int64_t n_by_reason[ENGINE_FINISH_ERROR + 1];
+  char first_error[320]; /* the first error line's message and status, for --strict */
+  ph_status first_status;
 } run_state;
+
+static int64_t arrival(const run_state *rs, int64_t k) {
+  return rs->order ? (int64_t)rs->order[k] : k;
+}
 
 /* The engine calls this on the stepping thread; results are read after the step returns. */
 static void on_token(void *user, uint64_t id, int64_t token, engine_finish reason) {
   run_state *rs = user;
   (void)reason;
-  if (token < 0 && rs->n_finished < rs->reqs->n) rs->finished[rs->n_finished++] = id;
+  if (token >= 0) return;
+  if (rs->n_finished == rs->cap_finished) {
+    const int64_t cap = rs->cap_finished ? 2 * rs->cap_finished : 256;
+    uint64_t *f = realloc(rs->finished, (size_t)cap * sizeof *f);
+    if (!f) {
+      rs->out_of_memory = 1;
+      return;
+    }
+    rs->finished = f;
+    rs->cap_finished = cap;
+  }
+  rs->finished[rs->n_finished++] = id;
 }
 
+/* The file index of engine request id: ids ascend with the arrival order. */
 static int64_t index_of_id(const run_state *rs, uint64_t id) {
   int64_t lo = 0, hi = rs->n_added - 1;
   while (lo <= hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (rs->ids[mid] == id) return rs->id_index[mid];
-    if (rs->ids[mid] < id)
+    const int64_t i = arrival(rs, mid);
+    const uint64_t at = rs->eid[i] & ~EID_DONE;
+    if (at == id) return i;
+    if (at < id)
       lo = mid + 1;
     else
       hi = mid - 1;
@@ -139,10 +170,11 @@ static int64_t index_of_id(const run_state *rs, uint64_t id) {
 /* Turns every request finished in the last step into its line, releases it, and writes the
  * lines that are next in input order. */
 static ph_status collect(run_state *rs, engine *e, diag *d) {
+  RETURN_ERROR_IF(rs->out_of_memory, d, PH_ERR_NO_MEMORY, "out of memory recording finishes");
   for (int64_t k = 0; k < rs->n_finished; k++) {
     const uint64_t id = rs->finished[k];
     const int64_t i = index_of_id(rs, id);
-    RETURN_ERROR_IF(i < 0 || rs->done[i], d, PH_ERR_INTERNAL,
+    RETURN_ERROR_IF(i < 0 || (rs->eid[i] & EID_DONE), d, PH_ERR_INTERNAL,
                     "engine request %llu finished but is not a pending request of the file",
                     (unsigned long long)id);
     engine_request_info info;
@@ -154,25 +186,50 @@ static ph_status collect(run_state *rs, engine *e, diag *d) {
     /* the engine names requests by its own ids: say which line of the file it was */
     char msg[sizeof info.message + 64];
     const int is_error = info.finish == ENGINE_FINISH_ERROR;
-    if (is_error)
-      snprintf(msg, sizeof msg, "line %d: %s: %s", rs->reqs->items[i].line,
+    if (is_error) {
+      snprintf(msg, sizeof msg, "line %d: %s: %s", request_file_entry(rs->file, i)->line,
                ph_status_name(info.status), info.message);
-    FORWARD_IF_ERROR(request_result_to_json(rs->reqs->items[i].id, tokens, n_tokens,
+      if (!rs->first_error[0]) {
+        snprintf(rs->first_error, sizeof rs->first_error, "%s", msg);
+        rs->first_status = info.status;
+      }
+    }
+    char *line = NULL;
+    FORWARD_IF_ERROR(request_result_to_json(rs->text[i], tokens, n_tokens,
                                             engine_finish_name(info.finish), &t,
-                                            is_error ? msg : NULL, &rs->lines[i], d));
+                                            is_error ? msg : NULL, &line, d));
+    free(rs->text[i]); /* the id */
+    rs->text[i] = line;
     FORWARD_IF_ERROR(engine_release(e, id, d));
-    rs->done[i] = 1;
+    rs->eid[i] |= EID_DONE;
     if (info.finish >= ENGINE_FINISH_LENGTH && info.finish <= ENGINE_FINISH_ERROR)
       rs->n_by_reason[info.finish]++;
   }
   rs->n_finished = 0;
-  while (rs->next_write < rs->reqs->n && rs->lines[rs->next_write]) {
-    char *line = rs->lines[rs->next_write];
+  while (rs->next_write < rs->n && (rs->eid[rs->next_write] & EID_DONE)) {
+    char *line = rs->text[rs->next_write];
     const int bad = fputs(line, rs->out) < 0 || fputc('\n', rs->out) == EOF;
     free(line);
-    rs->lines[rs->next_write++] = NULL;
+    rs->text[rs->next_write++] = NULL;
     RETURN_ERROR_IF(bad, d, PH_ERR_IO, "writing the result lines failed");
   }
+  return PH_OK;
+}
+
+/* Parses request i's line again and adds it; the engine copies the prompt, the parse is freed. */
+static ph_status add_request(run_state *rs, engine *e, int64_t i, diag *d) {
+  request_spec r;
+  FORWARD_IF_ERROR(request_file_get(rs->file, i, &r, d));
+  uint64_t id = 0;
+  ph_status st = engine_add(e, r.prompt, r.n_prompt, &r.sampling, &id, d);
+  request_spec_free(&r);
+  FORWARD_IF_ERROR(st);
+  const size_t n = strlen(r.id) + 1;
+  rs->text[i] = malloc(n);
+  RETURN_ERROR_IF(!rs->text[i], d, PH_ERR_NO_MEMORY, "out of memory");
+  memcpy(rs->text[i], r.id, n);
+  rs->eid[i] = id;
+  rs->n_added++;
   return PH_OK;
 }
 
@@ -189,35 +246,32 @@ static void print_progress(const run_state *rs, const run_totals *t, const engin
   fprintf(stderr,
           "run: step %" PRIu64 ": %lld/%lld requests done, %d running, %d waiting, %lld tokens "
           "generated (%.1f tok/s), %lld preemptions\n",
-          step, (long long)done, (long long)rs->reqs->n, si->n_running, si->n_waiting,
+          step, (long long)done, (long long)rs->n, si->n_running, si->n_waiting,
           (long long)t->n_generated, t->seconds > 0 ? (double)t->n_generated / t->seconds : 0.0,
           (long long)t->n_preempted);
+}
+
+static int64_t arrive_step_of(const run_state *rs, int64_t k) {
+  return request_file_entry(rs->file, arrival(rs, k))->arrive_step;
 }
 
 /* The loop: arrivals and removals at their steps, one engine step at a time, results collected
  * after every step. */
 static ph_status drive(run_state *rs, engine *e, int64_t progress, run_totals *t, diag *d) {
-  const request_list *reqs = rs->reqs;
-  const int64_t n = reqs->n;
-  int64_t next_arrival = 0, next_removal = 0, idle_busy = 0;
+  const int64_t n = rs->n;
+  int64_t next_removal = 0, idle_busy = 0;
   uint64_t step = 0;
   const double t0 = now_s();
-  while (next_arrival < n || engine_busy(e)) {
-    if (!engine_busy(e) && next_arrival < n && (uint64_t)rs->arrivals[next_arrival].key > step)
-      step = (uint64_t)rs->arrivals[next_arrival].key; /* nothing to run until then */
-    for (; next_arrival < n && (uint64_t)rs->arrivals[next_arrival].key <= step; next_arrival++) {
-      const request_spec *r = &reqs->items[rs->arrivals[next_arrival].index];
-      uint64_t id = 0;
-      FORWARD_IF_ERROR(engine_add(e, r->prompt, r->n_prompt, &r->sampling, &id, d));
-      rs->id_of[rs->arrivals[next_arrival].index] = id;
-      rs->ids[rs->n_added] = id;
-      rs->id_index[rs->n_added++] = rs->arrivals[next_arrival].index;
-    }
+  while (rs->n_added < n || engine_busy(e)) {
+    if (!engine_busy(e) && rs->n_added < n && (uint64_t)arrive_step_of(rs, rs->n_added) > step)
+      step = (uint64_t)arrive_step_of(rs, rs->n_added); /* nothing to run until then */
+    while (rs->n_added < n && (uint64_t)arrive_step_of(rs, rs->n_added) <= step)
+      FORWARD_IF_ERROR(add_request(rs, e, arrival(rs, rs->n_added), d));
     for (; next_removal < rs->n_removals && (uint64_t)rs->removals[next_removal].key <= step;
          next_removal++) {
       const int64_t i = rs->removals[next_removal].index;
-      if (!rs->done[i]) /* else it finished before its removal step */
-        FORWARD_IF_ERROR(engine_remove(e, rs->id_of[i], d));
+      if (!(rs->eid[i] & EID_DONE)) /* else it finished before its removal step */
+        FORWARD_IF_ERROR(engine_remove(e, rs->eid[i], d));
     }
     engine_step_info si;
     FORWARD_IF_ERROR(engine_step(e, &si, d));
@@ -243,40 +297,51 @@ static ph_status drive(run_state *rs, engine *e, int64_t progress, run_totals *t
   return PH_OK;
 }
 
-static ph_status run_state_init(run_state *rs, const request_list *reqs, diag *d) {
-  const int64_t n = reqs->n;
+static ph_status run_state_init(run_state *rs, request_file *f, diag *d) {
+  const int64_t n = request_file_count(f);
   memset(rs, 0, sizeof *rs);
-  rs->reqs = reqs;
-  rs->arrivals = calloc((size_t)n, sizeof *rs->arrivals);
-  rs->removals = calloc((size_t)n, sizeof *rs->removals);
-  rs->ids = calloc((size_t)n, sizeof *rs->ids);
-  rs->id_index = calloc((size_t)n, sizeof *rs->id_index);
-  rs->id_of = calloc((size_t)n, sizeof *rs->id_of);
-  rs->done = calloc((size_t)n, sizeof *rs->done);
-  rs->lines = calloc((size_t)n, sizeof *rs->lines);
-  rs->finished = calloc((size_t)n, sizeof *rs->finished);
-  RETURN_ERROR_IF(!rs->arrivals || !rs->removals || !rs->ids || !rs->id_index || !rs->id_of ||
-                      !rs->done || !rs->lines || !rs->finished,
-                  d, PH_ERR_NO_MEMORY, "out of memory for %lld requests", (long long)n);
+  rs->file = f;
+  rs->n = n;
+  rs->eid = calloc((size_t)n, sizeof *rs->eid);
+  rs->text = calloc((size_t)n, sizeof *rs->text);
+  RETURN_ERROR_IF(!rs->eid || !rs->text, d, PH_ERR_NO_MEMORY, "out of memory for %lld requests",
+                  (long long)n);
+  int sorted = 1;
+  int64_t n_removals = 0;
   for (int64_t i = 0; i < n; i++) {
-    rs->arrivals[i] = (keyed){reqs->items[i].arrive_step, i};
-    if (reqs->items[i].remove_step >= 0)
-      rs->removals[rs->n_removals++] = (keyed){reqs->items[i].remove_step, i};
+    const request_entry *en = request_file_entry(f, i);
+    sorted &= i == 0 || en->arrive_step >= request_file_entry(f, i - 1)->arrive_step;
+    n_removals += en->remove_step >= 0;
   }
-  qsort(rs->arrivals, (size_t)n, sizeof *rs->arrivals, cmp_keyed);
+  if (!sorted) { /* (arrive_step, file order): the key array is transient */
+    keyed *arrivals = malloc((size_t)n * sizeof *arrivals);
+    rs->order = malloc((size_t)n * sizeof *rs->order);
+    if (!arrivals || !rs->order) {
+      free(arrivals);
+      return diag_set(d, PH_ERR_NO_MEMORY, "out of memory for %lld requests", (long long)n);
+    }
+    for (int64_t i = 0; i < n; i++) arrivals[i] = (keyed){request_file_entry(f, i)->arrive_step, i};
+    qsort(arrivals, (size_t)n, sizeof *arrivals, cmp_keyed);
+    for (int64_t k = 0; k < n; k++) rs->order[k] = (uint32_t)arrivals[k].index;
+    free(arrivals);
+  }
+  rs->removals = malloc((size_t)(n_removals ? n_removals : 1) * sizeof *rs->removals);
+  RETURN_ERROR_IF(!rs->removals, d, PH_ERR_NO_MEMORY, "out of memory for %lld removals",
+                  (long long)n_removals);
+  for (int64_t i = 0; i < n; i++) {
+    const request_entry *en = request_file_entry(f, i);
+    if (en->remove_step >= 0) rs->removals[rs->n_removals++] = (keyed){en->remove_step, i};
+  }
   qsort(rs->removals, (size_t)rs->n_removals, sizeof *rs->removals, cmp_keyed);
   return PH_OK;
 }
 
 static void run_state_free(run_state *rs) {
-  for (int64_t i = 0; rs->lines && i < rs->reqs->n; i++) free(rs->lines[i]);
-  free(rs->arrivals);
+  for (int64_t i = 0; rs->text && i < rs->n; i++) free(rs->text[i]);
+  free(rs->order);
   free(rs->removals);
-  free(rs->ids);
-  free(rs->id_index);
-  free(rs->id_of);
-  free(rs->done);
-  free(rs->lines);
+  free(rs->eid);
+  free(rs->text);
   free(rs->finished);
 }
 
@@ -290,7 +355,9 @@ int cmd_run(int argc, char **argv) {
         "Offline batch inference: every request of the JSONL file goes through the\n"
         "continuous-batching engine (arriving and aborted at the steps the file names), and\n"
         "one JSON result line per request is written in input order (docs/run.md).\n"
-        "Only the timing fields differ between two runs of the same file.");
+        "Only the timing fields differ between two runs of the same file. A request that\n"
+        "fails is a line with \"finish_reason\": \"error\" and the run exits 0 (1 with\n"
+        "--strict).");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
@@ -304,28 +371,34 @@ int cmd_run(int argc, char **argv) {
   if ((rc = parse_params(&a, &p, &checkpoint_only)) ||
       (rc = cli_get_int(&a, "progress", 0, INT64_MAX, &progress)))
     return rc;
+  const int strict = cli_flag(&a, "strict");
 
   diag d;
   diag_clear(&d);
-  request_list reqs = {NULL, 0};
+  request_file *file = NULL;
   run_state rs;
   memset(&rs, 0, sizeof rs);
   engine *e = NULL;
-  FILE *out = NULL;
   run_totals t;
   memset(&t, 0, sizeof t);
-  ph_status s = request_list_read(req_path, &reqs, &d);
+  /* The output first: an unwritable --out is reported before any work. --out is written like
+   * every whole file (base/wfile.h): the lines go to a temporary file beside it, which replaces
+   * the target only when the run succeeded; a failed run leaves an existing file as it was, and
+   * a FIFO, device or directory is refused at once. stdout streams as lines are made. */
+  wfile wout = {NULL, NULL, -1, NULL};
+  FILE *out = stdout;
+  ph_status s = PH_OK;
+  if (out_path && (s = wfile_open(&wout, out_path, &d)) == PH_OK &&
+      !(out = wfile_stream(&wout, &d)))
+    s = d.status;
+  if (s == PH_OK) s = request_file_open(req_path, &file, &d);
   if (s == PH_OK && checkpoint_only && onnx_is_package(dir))
     s = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
                  "--block-size, --max-context and --io-dtype apply to a checkpoint; the package "
                  "%s fixes them in its graph",
                  dir);
-  if (s == PH_OK) s = run_state_init(&rs, &reqs, &d);
+  if (s == PH_OK) s = run_state_init(&rs, file, &d);
   if (s == PH_OK) s = engine_create(dir, &p, &e, &d);
-  if (s == PH_OK) {
-    out = out_path ? fopen(out_path, "w") : stdout;
-    if (!out) s = diag_set(&d, PH_ERR_IO, "cannot open %s for writing", out_path);
-  }
   if (s == PH_OK) {
     rs.out = out;
     engine_set_callback(e, on_token, &rs);
@@ -336,20 +409,28 @@ int cmd_run(int argc, char **argv) {
             "run: %lld requests (%lld length, %lld stop, %lld aborted, %lld error) in %" PRIu64
             " engine steps, %.3f s: %lld tokens run, %lld generated = %.1f tok/s, %lld "
             "preemptions\n",
-            (long long)reqs.n, (long long)rs.n_by_reason[ENGINE_FINISH_LENGTH],
+            (long long)rs.n, (long long)rs.n_by_reason[ENGINE_FINISH_LENGTH],
             (long long)rs.n_by_reason[ENGINE_FINISH_STOP],
             (long long)rs.n_by_reason[ENGINE_FINISH_ABORTED],
             (long long)rs.n_by_reason[ENGINE_FINISH_ERROR], t.steps, t.seconds, (long long)t.n_run,
             (long long)t.n_generated, t.seconds > 0 ? (double)t.n_generated / t.seconds : 0.0,
             (long long)t.n_preempted);
   }
-  if (out && fflush(out) != 0 && s == PH_OK)
-    s = diag_set(&d, PH_ERR_IO, "writing %s failed", out_path ? out_path : "stdout");
-  if (out && out != stdout && fclose(out) != 0 && s == PH_OK)
-    s = diag_set(&d, PH_ERR_IO, "closing %s failed", out_path);
+  if (!out_path && fflush(stdout) != 0 && s == PH_OK)
+    s = diag_set(&d, PH_ERR_IO, "writing stdout failed");
+  if (out_path) {
+    if (s == PH_OK)
+      s = wfile_commit(&wout, &d);
+    else
+      wfile_abort(&wout);
+  }
+  if (s == PH_OK && strict && rs.n_by_reason[ENGINE_FINISH_ERROR] > 0)
+    s = diag_set(&d, rs.first_status,
+                 "--strict: %lld of %lld requests finished with an error (the first: %s)",
+                 (long long)rs.n_by_reason[ENGINE_FINISH_ERROR], (long long)rs.n, rs.first_error);
   rc = s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);
   engine_free(e);
-  if (rs.reqs) run_state_free(&rs);
-  request_list_free(&reqs);
+  if (rs.file) run_state_free(&rs);
+  request_file_close(file);
   return rc;
 }

@@ -172,39 +172,3 @@ void wfile_abort(wfile *w) {
   free(w->path);
   wfile_clear(w);
 }
-
-ph_status file_open_output_stream(const char *path, FILE **out, diag *d) {
-  *out = NULL;
-  RETURN_ERROR_IF(!path || !path[0], d, PH_ERR_INVALID_ARGUMENT, "empty output path");
-  struct stat st;
-  if (lstat(path, &st) == 0) {
-    RETURN_ERROR_IF(S_ISLNK(st.st_mode), d, PH_ERR_IO,
-                    "%s: is a symbolic link; output is not written through links", path);
-    FORWARD_IF_ERROR(refuse_kind(path, &st, d));
-  }
-  /* O_NONBLOCK: should a FIFO appear after the check, opening it neither blocks nor succeeds */
-  int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    int err = errno;
-    return diag_set(d, PH_ERR_IO, "%s: cannot create: %s", path,
-                    err == ELOOP ? "is a symbolic link" : strerror(err));
-  }
-  int err = 0;
-  if (fstat(fd, &st) != 0)
-    err = errno;
-  else if (!S_ISREG(st.st_mode))
-    err = -1;
-  else if (ftruncate(fd, 0) != 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
-    err = errno;
-  FILE *f = err ? NULL : fdopen(fd, "w");
-  if (!f) {
-    close(fd);
-    if (err == -1)
-      return diag_set(d, PH_ERR_IO, "%s: is %s, not a regular file", path,
-                      file_type_name(st.st_mode));
-    return diag_set(d, PH_ERR_IO, "%s: cannot open for writing: %s", path,
-                    strerror(err ? err : errno));
-  }
-  *out = f;
-  return PH_OK;
-}

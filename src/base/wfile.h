@@ -2,7 +2,8 @@
  *
  * Every whole-file write of the library and the CLI goes through here: safetensors files, shards
  * and their index, model.onnx and model.onnx.data, genai_config.json, the tokenizer files export
- * copies, make-tiny's config.json, `generate --logits-out` (and file_write_all in fmap.h).
+ * copies, make-tiny's config.json, `generate --logits-out`, `run --out` (and file_write_all in
+ * fmap.h).
  *
  * The rules:
  * - The bytes go to a temporary file beside the target, in the same directory, named
@@ -26,8 +27,8 @@
  * data) are all written and finished first, then committed in order, so a failure in any of
  * them replaces none.
  *
- * Streams that are written as they go rather than replaced whole (`run --out`) use
- * file_open_output_stream(), which keeps the refusals but writes the target in place.
+ * Output written as it is made (`run --out`'s result lines) streams into the temporary file
+ * through wfile_stream() and is committed when the run succeeds.
  */
 #ifndef PH_BASE_WFILE_H
 #define PH_BASE_WFILE_H
@@ -73,12 +74,5 @@ ph_status wfile_commit(wfile *w, diag *d);
 
 /* Closes and removes the temporary file; the target is untouched. NULL-safe, idempotent. */
 void wfile_abort(wfile *w);
-
-/* Opens path for writing in place, as a stream that is written while the program runs (lines of
- * results): creates it (mode 0666 less the umask) or truncates it. Refused with PH_ERR_IO, without
- * blocking and without truncating anything: an existing target that is not a regular file (FIFO,
- * device, directory, socket), and a symlink (O_NOFOLLOW: never write through a link someone may
- * have planted). The caller fcloses the stream and checks its result. */
-ph_status file_open_output_stream(const char *path, FILE **out, diag *d);
 
 #endif /* PH_BASE_WFILE_H */

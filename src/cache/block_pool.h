@@ -4,8 +4,9 @@
  * a prefix can later be shared between sequences). One id indexes every full-attention layer's
  * page buffer (src/cache/kv_buffers.h), so the pool never sees layers, bytes or dtypes.
  * Block 0 is the NULL block: it is never handed out, and padded entries of a step's packed
- * `block_table int32 [B, max_blocks]` point at it. Free ids sit in a FIFO queue (freed ids go to
- * the back, allocations take from the front), so every sequence of calls gives the same ids.
+ * `block_table int32 [B, max_blocks]` point at it. Free ids sit on a LIFO stack (the most
+ * recently freed id is handed out first, so lazily committed KV pages are reused rather than a
+ * new page touched per allocation), and every sequence of calls gives the same ids.
  * Must never: touch KV memory, compute, or know about requests beyond a block_table of ids.
  * Not thread-safe: the engine loop is the only caller.
  *
@@ -43,7 +44,7 @@ int32_t block_pool_used_count(const block_pool *pool);
 /* Reference count of id (0 when free); -1 for an out-of-range id. The null block reads 0. */
 int32_t block_pool_refcount(const block_pool *pool, int32_t id);
 
-/* Allocates n ids (n >= 0) from the front of the free queue into out_ids[n], each with
+/* Allocates n ids (n >= 0) from the top of the free stack into out_ids[n], each with
  * refcount 1. All or nothing: PH_ERR_LIMIT (and out_ids untouched) when fewer than n are free. */
 ph_status block_pool_alloc_n(block_pool *pool, int32_t n, int32_t *out_ids, diag *d);
 
@@ -51,10 +52,10 @@ ph_status block_pool_alloc_n(block_pool *pool, int32_t n, int32_t *out_ids, diag
  * otherwise PH_ERR_INVALID_ARGUMENT naming the id and nothing changes. */
 ph_status block_pool_incref_n(block_pool *pool, int32_t n, const int32_t *ids, diag *d);
 
-/* Drops one holder from each of ids[n] (an id may repeat); an id reaching refcount 0 goes to
- * the back of the free queue, in first-occurrence order. All or nothing: a bad id, the null block,
- * or more drops than holders (double free) is PH_ERR_INVALID_ARGUMENT naming the id, and nothing
- * changes. */
+/* Drops one holder from each of ids[n] (an id may repeat); the ids reaching refcount 0 go on
+ * the free stack so that the next allocation returns them in their order in ids. All or nothing: a
+ * bad id, the null block, or more drops than holders (double free) is PH_ERR_INVALID_ARGUMENT
+ * naming the id, and nothing changes. */
 ph_status block_pool_decref_n(block_pool *pool, int32_t n, const int32_t *ids, diag *d);
 
 /* ---- block tables: the ids of one sequence, in token order ---------------------------------- */

@@ -3,6 +3,13 @@
  * Locking: `mu` guards the request table, the inbox, and each request's generated tokens and
  * finish state as seen by other threads. The stepping thread holds it only to drain the inbox
  * and to publish a token or a finish; the model runs unlocked. Callbacks run unlocked.
+ *
+ * Cost per request, whatever else is queued: the table is a hash map from id to record (add,
+ * lookup and release are O(1) amortized), removals are queued by id (a finish never searches
+ * them), and the scheduler's step touches only running requests and the head of its waiting
+ * queue. A queued request holds its record (~450 bytes), its prompt and room for what it may
+ * still generate (8 bytes a token, capped by the context) and its block-table storage;
+ * a request refused when added holds only its record and message.
  */
 #include "engine/engine.h"
 
@@ -21,20 +28,34 @@
 typedef struct request {
   uint64_t id;
   sched_req sr;     /* sr.n_total counts prompt + generated tokens */
-  int64_t *tokens;  /* [capacity]: prompt, then generated */
-  int64_t capacity; /* n_prompt + max_new_tokens */
+  int64_t *tokens;  /* [capacity]: prompt, then generated; NULL when refused at add */
+  int64_t capacity; /* min(n_prompt + max_new_tokens, max_context + 1) */
   int64_t n_prompt;
   sampling_params sp;
   engine_finish finish;
   ph_status status;
-  char message[256];
+  ph_status refusal; /* decided by engine_add, reported at the next step; PH_OK: admissible */
+  char *message;     /* heap, the refusal's message (NULL otherwise) */
   int64_t n_generated, n_polled;
-  float *logits; /* capture_logits: [max_new, vocab] */
-  int admitted;  /* passed the admission checks and sched_add */
+  float *logits; /* capture_logits: [capacity - n_prompt, vocab] */
+  int admitted;  /* passed sched_add */
   int remove_pending;
-  engine_finish finish_next;              /* decided during a step, published after it */
+  engine_finish finish_next; /* decided during a step, published after it */
+  /* non-finite logits (status PH_ERR_NON_FINITE): what the message names, formatted when read
+   * so that a step never allocates */
+  uint64_t bad_step;
+  int64_t bad_index;
+  float bad_value;
   double t_add, t_sched, t_first, t_done; /* seconds, monotonic; 0 = not yet */
 } request;
+
+/* id -> request: open addressing, linear probing, a power-of-two table at most half full;
+ * removal shifts the entries behind back (no tombstones). Ids are consecutive and id * odd
+ * constant is a bijection modulo the table size, so live ids rarely collide. */
+typedef struct req_map {
+  request **slot; /* [cap], NULL = empty */
+  uint64_t cap, n;
+} req_map;
 
 struct engine {
   engine_params p;
@@ -48,16 +69,18 @@ struct engine {
   void *cb_user;
 
   pthread_mutex_t mu;
-  request **reqs; /* every known request (unreleased), in id order */
-  int64_t n_reqs, cap_reqs;
+  req_map reqs;    /* every known request (unreleased) */
   request **inbox; /* queued by engine_add */
   int64_t n_inbox, cap_inbox;
-  request **removals; /* queued by engine_remove */
+  uint64_t *removals; /* ids queued by engine_remove (a finished or released one is skipped) */
   int64_t n_removals, cap_removals;
   /* the stepping thread's copies of both queues, grown (under mu) only when a queue outgrew
    * them: after warm-up a step allocates nothing */
   request **draining;
   int64_t cap_draining;
+  uint64_t *draining_ids;
+  int64_t cap_draining_ids;
+  uint64_t work;       /* request records visited by the table and the queues (engine_work) */
   request **finishing; /* [max_batch]: finishes decided while the batch is live */
   uint64_t next_id;
 
@@ -260,18 +283,84 @@ static void request_free(request *r) {
   if (!r) return;
   free(r->tokens);
   free(r->logits);
+  free(r->message);
   free(r->sr.blocks.ids); /* NULL once the scheduler took it over and released it */
   free(r);
 }
 
+/* ---- the request table --------------------------------------------------------------------- */
+
+static uint64_t map_home(const req_map *m, uint64_t id) {
+  return (id * 0x9E3779B97F4A7C15ull) & (m->cap - 1);
+}
+
+/* The slot holding id, or -1. Counts each probe in *work. */
+static int64_t map_index(const req_map *m, uint64_t id, uint64_t *work) {
+  if (m->cap == 0) return -1;
+  for (uint64_t i = map_home(m, id);; i = (i + 1) & (m->cap - 1)) {
+    (*work)++;
+    if (!m->slot[i]) return -1;
+    if (m->slot[i]->id == id) return (int64_t)i;
+  }
+}
+
+static void map_place(req_map *m, request *r, uint64_t *work) {
+  uint64_t i = map_home(m, r->id);
+  for (; m->slot[i]; i = (i + 1) & (m->cap - 1)) (*work)++;
+  m->slot[i] = r;
+  m->n++;
+}
+
+/* Inserts r (its id not present); 0 when out of memory (nothing changed). */
+static int map_put(req_map *m, request *r, uint64_t *work) {
+  if ((m->n + 1) * 2 > m->cap) {
+    const uint64_t cap = m->cap ? m->cap * 2 : 64;
+    request **slot = calloc((size_t)cap, sizeof *slot);
+    if (!slot) return 0;
+    req_map grown = {slot, cap, 0};
+    for (uint64_t i = 0; i < m->cap; i++)
+      if (m->slot[i]) map_place(&grown, m->slot[i], work);
+    *work += m->cap;
+    free(m->slot);
+    *m = grown;
+  }
+  map_place(m, r, work);
+  return 1;
+}
+
+/* Removes the entry at slot i, shifting back the entries whose probe ran through it. */
+static void map_remove_at(req_map *m, uint64_t i, uint64_t *work) {
+  const uint64_t mask = m->cap - 1;
+  m->slot[i] = NULL;
+  m->n--;
+  for (uint64_t j = (i + 1) & mask; m->slot[j]; j = (j + 1) & mask) {
+    (*work)++;
+    const uint64_t home = map_home(m, m->slot[j]->id);
+    /* the entry at j may move to the hole at i unless its home lies in (i, j] */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      m->slot[i] = m->slot[j];
+      m->slot[j] = NULL;
+      i = j;
+    }
+  }
+}
+
+static request *find_locked(engine *e, uint64_t id) {
+  const int64_t i = map_index(&e->reqs, id, &e->work);
+  return i < 0 ? NULL : e->reqs.slot[i];
+}
+
+/* ------------------------------------------------------------------------------------------- */
+
 void engine_free(engine *e) {
   if (!e) return;
   sched_free(e->sch); /* gives every linked request's pages and slot back */
-  for (int64_t i = 0; i < e->n_reqs; i++) request_free(e->reqs[i]);
-  free(e->reqs); /* every request is in reqs (the inbox only points at some) */
+  for (uint64_t i = 0; i < e->reqs.cap; i++) request_free(e->reqs.slot[i]);
+  free(e->reqs.slot); /* every request is in reqs (the inbox only points at some) */
   free(e->inbox);
   free(e->removals);
   free(e->draining);
+  free(e->draining_ids);
   free(e->finishing);
   free(e->seqs);
   free(e->scratch);
@@ -288,20 +377,6 @@ void engine_set_callback(engine *e, engine_token_fn fn, void *user) {
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
-static request *find_locked(const engine *e, uint64_t id) {
-  /* ids ascend with the table order: binary search */
-  int64_t lo = 0, hi = e->n_reqs - 1;
-  while (lo <= hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (e->reqs[mid]->id == id) return e->reqs[mid];
-    if (e->reqs[mid]->id < id)
-      lo = mid + 1;
-    else
-      hi = mid - 1;
-  }
-  return NULL;
-}
-
 static int grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
   if (need <= *cap) return 1;
   int64_t n = *cap ? *cap * 2 : 16;
@@ -313,6 +388,33 @@ static int grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
   return 1;
 }
 
+/* The most tokens a request's KV and state ever hold: the last generated token is never run,
+ * and positions stop at the context. For validated sampling (max_new >= 1) and
+ * n_prompt < max_context; no overflow for any max_new. */
+static int64_t max_total_of(const engine *e, int64_t n_prompt, const sampling_params *sp) {
+  return sp->max_new_tokens - 1 < e->max_context - n_prompt ? n_prompt + sp->max_new_tokens - 1
+                                                            : e->max_context;
+}
+
+/* The checks that need the model, made when the request is added (so that a request that will
+ * be refused costs no prompt copy), in this order: empty prompt, a prompt that fills the
+ * context, a token outside the vocabulary, sampling parameters, pages. PH_OK or the refusal. */
+static ph_status refusal_of(const engine *e, uint64_t id, const int64_t *prompt, int64_t n_prompt,
+                            const sampling_params *sp, diag *d) {
+  RETURN_ERROR_IF(n_prompt < 1, d, PH_ERR_INVALID_ARGUMENT, "request %llu: the prompt is empty",
+                  (unsigned long long)id);
+  RETURN_ERROR_IF(n_prompt >= e->max_context, d, PH_ERR_LIMIT,
+                  "request %llu: a prompt of %lld tokens leaves no room in the context of %lld",
+                  (unsigned long long)id, (long long)n_prompt, (long long)e->max_context);
+  for (int64_t j = 0; j < n_prompt; j++)
+    RETURN_ERROR_IF(prompt[j] < 0 || prompt[j] >= e->vocab, d, PH_ERR_INVALID_ARGUMENT,
+                    "request %llu: prompt token %lld at %lld is outside the vocabulary [0, %lld)",
+                    (unsigned long long)id, (long long)prompt[j], (long long)j,
+                    (long long)e->vocab);
+  FORWARD_IF_ERROR(sampling_params_validate(sp, e->vocab, d));
+  return sched_check_fits(e->sch, (int64_t)id, max_total_of(e, n_prompt, sp), d);
+}
+
 ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const sampling_params *sp,
                      uint64_t *out_id, diag *d) {
   RETURN_ERROR_IF(!e || (!prompt && n_prompt > 0) || n_prompt < 0 || !out_id, d,
@@ -321,40 +423,54 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const s
   RETURN_ERROR_IF(!r, d, PH_ERR_NO_MEMORY, "engine_add: out of memory");
   r->sp = sp ? *sp : sampling_params_default();
   r->n_prompt = n_prompt;
-  const int64_t max_new = r->sp.max_new_tokens > 0 ? r->sp.max_new_tokens : 0;
-  /* storage for what it could ever hold; an absurd max_new is capped at the context here and
-   * refused or clipped at admission */
-  int64_t cap = n_prompt + (max_new < e->max_context ? max_new : e->max_context);
-  r->capacity = cap;
-  r->tokens = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *r->tokens);
-  if (r->tokens && n_prompt) memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
-  if (r->tokens && e->p.capture_logits && cap > n_prompt)
-    r->logits = malloc((size_t)(cap - n_prompt) * (size_t)e->vocab * sizeof *r->logits);
   r->sr.slot = -1;
-  /* the block table's storage for everything it could ever hold, so admission inside a step
-   * does not allocate (the scheduler takes it over) */
-  const int32_t n_ids = block_table_blocks_for(cap, (int32_t)paged_session_block_size(e->s));
-  r->sr.blocks.ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *r->sr.blocks.ids);
-  r->sr.blocks.capacity = n_ids > 0 ? n_ids : 1;
   r->t_add = now_s();
-  if (!r->tokens || !r->sr.blocks.ids || (e->p.capture_logits && cap > n_prompt && !r->logits)) {
+  /* the id first: refusal messages name it (two adds racing may queue in either order) */
+  pthread_mutex_lock(&e->mu);
+  r->id = e->next_id++;
+  pthread_mutex_unlock(&e->mu);
+  diag why;
+  diag_clear(&why);
+  r->refusal = refusal_of(e, r->id, prompt, n_prompt, &r->sp, &why);
+  int ok = 1;
+  int64_t cap = 0;
+  if (r->refusal != PH_OK) {
+    r->message = malloc(strlen(why.msg) + 1);
+    ok = r->message != NULL;
+    if (ok) memcpy(r->message, why.msg, strlen(why.msg) + 1);
+  } else {
+    /* storage for what it can ever hold, allocated here so that a step never allocates: the
+     * prompt, then at most max_new tokens, and never more than the context + 1 (the last
+     * generated token is never run) */
+    const int64_t room = e->max_context + 1 - n_prompt;
+    cap = n_prompt + (r->sp.max_new_tokens < room ? r->sp.max_new_tokens : room);
+    r->capacity = cap;
+    r->tokens = malloc((size_t)cap * sizeof *r->tokens);
+    if (r->tokens) memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    if (e->p.capture_logits)
+      r->logits = malloc((size_t)(cap - n_prompt) * (size_t)e->vocab * sizeof *r->logits);
+    /* the block table's storage for everything it can ever hold, so admission inside a step
+     * does not allocate (the scheduler takes it over) */
+    const int32_t n_ids = block_table_blocks_for(max_total_of(e, n_prompt, &r->sp),
+                                                 (int32_t)paged_session_block_size(e->s));
+    r->sr.blocks.ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *r->sr.blocks.ids);
+    r->sr.blocks.capacity = n_ids > 0 ? n_ids : 1;
+    ok = r->tokens && r->sr.blocks.ids && (!e->p.capture_logits || r->logits);
+  }
+  if (ok) {
+    pthread_mutex_lock(&e->mu);
+    ok = grow((void **)&e->inbox, &e->cap_inbox, e->n_inbox + 1, sizeof *e->inbox) &&
+         map_put(&e->reqs, r, &e->work);
+    if (ok) {
+      e->inbox[e->n_inbox++] = r;
+      *out_id = r->id;
+    }
+    pthread_mutex_unlock(&e->mu);
+  }
+  if (!ok) {
     request_free(r);
     return diag_set(d, PH_ERR_NO_MEMORY, "engine_add: out of memory for %lld tokens",
                     (long long)cap);
-  }
-  pthread_mutex_lock(&e->mu);
-  int ok = grow((void **)&e->reqs, &e->cap_reqs, e->n_reqs + 1, sizeof *e->reqs) &&
-           grow((void **)&e->inbox, &e->cap_inbox, e->n_inbox + 1, sizeof *e->inbox);
-  if (ok) {
-    r->id = e->next_id++;
-    e->reqs[e->n_reqs++] = r;
-    e->inbox[e->n_inbox++] = r;
-    *out_id = r->id;
-  }
-  pthread_mutex_unlock(&e->mu);
-  if (!ok) {
-    request_free(r);
-    return diag_set(d, PH_ERR_NO_MEMORY, "engine_add: out of memory");
   }
   return PH_OK;
 }
@@ -367,7 +483,7 @@ ph_status engine_remove(engine *e, uint64_t id, diag *d) {
     ok = grow((void **)&e->removals, &e->cap_removals, e->n_removals + 1, sizeof *e->removals);
     if (ok) {
       r->remove_pending = 1;
-      e->removals[e->n_removals++] = r;
+      e->removals[e->n_removals++] = id;
     }
   }
   pthread_mutex_unlock(&e->mu);
@@ -376,71 +492,42 @@ ph_status engine_remove(engine *e, uint64_t id, diag *d) {
   return PH_OK;
 }
 
-/* Publishes a finish (stepping thread). The scheduler lets go of the request first. */
-static void finish(engine *e, request *r, engine_finish why, ph_status st, const char *msg) {
+/* Publishes a finish (stepping thread). The scheduler lets go of the request first. A removal
+ * still queued for it is skipped when drained (it is looked up by id then). */
+static void finish(engine *e, request *r, engine_finish why, ph_status st) {
   diag d;
   pthread_mutex_lock(&e->mu); /* the scheduler writes fields other threads read (preemptions) */
   if (r->admitted) {
     sched_finish(e->sch, &r->sr, &d); /* only refuses while a binding is active: never here */
     e->n_live--;
   }
-  /* a removal queued while it ran (from a callback or another thread) must not outlive it: the
-   * caller may release the request before the next step drains the removals */
-  if (r->remove_pending)
-    for (int64_t i = 0; i < e->n_removals; i++)
-      if (e->removals[i] == r) {
-        memmove(e->removals + i, e->removals + i + 1,
-                (size_t)(e->n_removals - i - 1) * sizeof *e->removals);
-        e->n_removals--;
-        break;
-      }
   r->finish = why;
   r->status = st;
-  if (msg) snprintf(r->message, sizeof r->message, "%s", msg);
   r->t_done = now_s();
   pthread_mutex_unlock(&e->mu);
   if (e->cb) e->cb(e->cb_user, r->id, -1, why);
 }
 
-/* Admission checks that need the model; a refused request finishes with its error. */
+/* Joins the scheduler, or finishes with the refusal engine_add decided. */
 static void admit(engine *e, request *r) {
-  diag d;
-  diag_clear(&d);
-  ph_status st = PH_OK;
-  if (r->n_prompt < 1)
-    st = diag_set(&d, PH_ERR_INVALID_ARGUMENT, "request %llu: the prompt is empty",
-                  (unsigned long long)r->id);
-  for (int64_t j = 0; st == PH_OK && j < r->n_prompt; j++)
-    if (r->tokens[j] < 0 || r->tokens[j] >= e->vocab)
-      st = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
-                    "request %llu: prompt token %lld at %lld is outside the vocabulary [0, %lld)",
-                    (unsigned long long)r->id, (long long)r->tokens[j], (long long)j,
-                    (long long)e->vocab);
-  if (st == PH_OK && r->n_prompt >= e->max_context)
-    st = diag_set(&d, PH_ERR_LIMIT,
-                  "request %llu: a prompt of %lld tokens leaves no room in the context of %lld",
-                  (unsigned long long)r->id, (long long)r->n_prompt, (long long)e->max_context);
-  if (st == PH_OK) st = sampling_params_validate(&r->sp, e->vocab, &d);
-  if (st == PH_OK) {
-    /* the last token generated is never run, and positions stop at the context */
-    int64_t max_total = r->n_prompt + r->sp.max_new_tokens - 1;
-    if (max_total > e->max_context) max_total = e->max_context;
-    if (max_total < r->n_prompt) max_total = r->n_prompt;
-    const block_table storage = r->sr.blocks; /* kept across the re-initialisation */
-    sched_req_init(&r->sr, (int64_t)r->id, r->n_prompt, max_total - r->n_prompt);
-    r->sr.blocks = storage;
-    pthread_mutex_lock(&e->mu);
-    st = sched_add(e->sch, &r->sr, &d);
-    pthread_mutex_unlock(&e->mu);
-  }
-  if (st != PH_OK) {
-    finish(e, r, ENGINE_FINISH_ERROR, st, d.msg);
+  if (r->refusal != PH_OK) {
+    finish(e, r, ENGINE_FINISH_ERROR, r->refusal);
     return;
   }
-  r->admitted = 1;
+  const int64_t max_total = max_total_of(e, r->n_prompt, &r->sp);
+  const block_table storage = r->sr.blocks; /* kept across the re-initialisation */
+  sched_req_init(&r->sr, (int64_t)r->id, r->n_prompt, max_total - r->n_prompt);
+  r->sr.blocks = storage;
+  diag d;
   pthread_mutex_lock(&e->mu);
-  e->n_live++;
+  /* cannot fail: refusal_of checked the pages and the storage is there */
+  const ph_status st = sched_add(e->sch, &r->sr, &d);
+  if (st == PH_OK) {
+    r->admitted = 1;
+    e->n_live++;
+  }
   pthread_mutex_unlock(&e->mu);
+  if (st != PH_OK) finish(e, r, ENGINE_FINISH_ERROR, st);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
@@ -455,9 +542,18 @@ static int is_stop(const engine *e, const request *r, int64_t tok) {
 }
 
 /* Samples request r's next token from its last logits row and publishes it; returns the finish
- * it causes (ENGINE_RUNNING: none; the caller finishes it once the batch is done with). */
+ * it causes (ENGINE_RUNNING: none; the caller finishes it once the batch is done with). A row
+ * holding NaN or an infinity is no distribution: the request ends with PH_ERR_NON_FINITE and
+ * nothing is published (the others in the batch go on). */
 static engine_finish emit(engine *e, request *r, const float *row) {
   const int64_t t = r->n_generated;
+  const int64_t bad = sampler_first_nonfinite(row, e->vocab);
+  if (bad >= 0) {
+    r->bad_step = e->steps;
+    r->bad_index = bad;
+    r->bad_value = row[bad];
+    return ENGINE_FINISH_ERROR;
+  }
   const int64_t tok = sampler_sample(row, e->vocab, &r->sp, t, e->scratch, e->scratch_bytes);
   if (r->logits) memcpy(r->logits + t * e->vocab, row, (size_t)e->vocab * sizeof *row);
   pthread_mutex_lock(&e->mu);
@@ -492,21 +588,26 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
     admit(e, e->draining[i]);
     si.n_finished += e->draining[i]->finish != ENGINE_RUNNING; /* refused: finished here */
   }
-  /* removals queued up to now, including any made while admitting */
+  /* removals queued up to now, including any made while admitting; an id finished (and maybe
+   * released) since it was queued is skipped */
   pthread_mutex_lock(&e->mu);
   const int64_t n_gone = e->n_removals;
-  ok = grow((void **)&e->draining, &e->cap_draining, n_gone, sizeof *e->draining);
+  ok = grow((void **)&e->draining_ids, &e->cap_draining_ids, n_gone, sizeof *e->draining_ids);
   if (ok && n_gone) {
-    memcpy(e->draining, e->removals, (size_t)n_gone * sizeof *e->draining);
+    memcpy(e->draining_ids, e->removals, (size_t)n_gone * sizeof *e->draining_ids);
     e->n_removals = 0;
   }
   pthread_mutex_unlock(&e->mu);
   RETURN_ERROR_IF(!ok, d, PH_ERR_NO_MEMORY, "engine_step: out of memory");
-  for (int64_t i = 0; i < n_gone; i++)
-    if (e->draining[i]->finish == ENGINE_RUNNING) {
-      finish(e, e->draining[i], ENGINE_FINISH_ABORTED, PH_OK, NULL);
+  for (int64_t i = 0; i < n_gone; i++) {
+    pthread_mutex_lock(&e->mu);
+    request *r = find_locked(e, e->draining_ids[i]);
+    pthread_mutex_unlock(&e->mu);
+    if (r && r->finish == ENGINE_RUNNING) {
+      finish(e, r, ENGINE_FINISH_ABORTED, PH_OK);
       si.n_finished++;
     }
+  }
   /* 2. schedule */
   state_pool *states = paged_session_states(e->s);
   const uint64_t moved0 = state_pool_bytes_moved(states);
@@ -541,7 +642,7 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
       if (!en->sample) continue;
       request *r = (request *)((char *)en->req - offsetof(request, sr));
       const engine_finish f = emit(e, r, paged_session_last_logits(e->s, k));
-      si.n_sampled++;
+      si.n_sampled += f != ENGINE_FINISH_ERROR;
       if (f != ENGINE_RUNNING) {
         e->finishing[n_done] = r;
         r->finish_next = f;
@@ -550,8 +651,11 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
     }
     si.n_seqs = b.n_entries;
     si.n_tokens = b.n_tokens;
-    for (int32_t k = 0; k < n_done; k++)
-      finish(e, e->finishing[k], e->finishing[k]->finish_next, PH_OK, NULL);
+    for (int32_t k = 0; k < n_done; k++) {
+      request *r = e->finishing[k];
+      finish(e, r, r->finish_next,
+             r->finish_next == ENGINE_FINISH_ERROR ? PH_ERR_NON_FINITE : PH_OK);
+    }
     si.n_finished += n_done;
   }
   si.step = e->steps;
@@ -576,14 +680,33 @@ int engine_busy(engine *e) {
 
 /* ---- reading results ----------------------------------------------------------------------- */
 
+/* The error message of a finished request (under mu). */
+static void format_message(const request *r, char *out, size_t size) {
+  if (r->message)
+    snprintf(out, size, "%s", r->message);
+  else if (r->status == PH_ERR_NON_FINITE)
+    snprintf(out, size,
+             "request %llu: the logits for generated token %lld (position %lld, engine step "
+             "%llu) are not finite: logits[%lld] = %g; the weights or the computation hold NaN "
+             "or infinity",
+             (unsigned long long)r->id, (long long)r->n_generated,
+             (long long)(r->n_prompt + r->n_generated - 1), (unsigned long long)r->bad_step,
+             (long long)r->bad_index, (double)r->bad_value);
+  else if (r->status != PH_OK)
+    snprintf(out, size, "request %llu: %s", (unsigned long long)r->id,
+             ph_status_message(r->status));
+  else
+    out[0] = '\0';
+}
+
 ph_status engine_request_info_get(engine *e, uint64_t id, engine_request_info *out, diag *d) {
   pthread_mutex_lock(&e->mu);
   request *r = find_locked(e, id);
   if (r) {
     memset(out, 0, sizeof *out);
     out->finish = r->finish;
-    out->status = r->status;
-    snprintf(out->message, sizeof out->message, "%s", r->message);
+    out->status = r->finish == ENGINE_RUNNING ? PH_OK : r->status;
+    if (r->finish == ENGINE_FINISH_ERROR) format_message(r, out->message, sizeof out->message);
     out->n_prompt = r->n_prompt;
     out->n_generated = r->n_generated;
     out->n_preemptions = r->sr.n_preemptions;
@@ -612,11 +735,13 @@ int64_t engine_poll(engine *e, uint64_t id, int64_t *out, int64_t max) {
 }
 
 const int64_t *engine_tokens(engine *e, uint64_t id, int64_t *n) {
+  static const int64_t none[1] = {0}; /* a request refused at add has no token storage */
   pthread_mutex_lock(&e->mu);
   request *r = find_locked(e, id);
   if (n) *n = r ? r->n_generated : 0;
+  const int64_t *toks = !r ? NULL : r->tokens ? r->tokens + r->n_prompt : none;
   pthread_mutex_unlock(&e->mu);
-  return r ? r->tokens + r->n_prompt : NULL;
+  return toks;
 }
 
 const float *engine_logits(engine *e, uint64_t id) {
@@ -628,22 +753,27 @@ const float *engine_logits(engine *e, uint64_t id) {
 
 ph_status engine_release(engine *e, uint64_t id, diag *d) {
   pthread_mutex_lock(&e->mu);
-  int64_t at = -1;
-  for (int64_t i = 0; i < e->n_reqs; i++)
-    if (e->reqs[i]->id == id) at = i;
+  const int64_t at = map_index(&e->reqs, id, &e->work);
+  request *r = at < 0 ? NULL : e->reqs.slot[at];
   ph_status st = PH_OK;
-  if (at < 0) {
+  if (!r) {
     st = diag_set(d, PH_ERR_NOT_FOUND, "request %llu is not known", (unsigned long long)id);
-  } else if (e->reqs[at]->finish == ENGINE_RUNNING) {
+  } else if (r->finish == ENGINE_RUNNING) {
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "request %llu has not finished",
                   (unsigned long long)id);
   } else {
-    request_free(e->reqs[at]);
-    memmove(e->reqs + at, e->reqs + at + 1, (size_t)(e->n_reqs - at - 1) * sizeof *e->reqs);
-    e->n_reqs--;
+    map_remove_at(&e->reqs, (uint64_t)at, &e->work);
+    request_free(r);
   }
   pthread_mutex_unlock(&e->mu);
   return st;
+}
+
+uint64_t engine_work(engine *e) {
+  pthread_mutex_lock(&e->mu);
+  const uint64_t w = e->work + sched_work(e->sch);
+  pthread_mutex_unlock(&e->mu);
+  return w;
 }
 
 int64_t engine_vocab(const engine *e) { return e->vocab; }

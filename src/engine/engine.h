@@ -12,7 +12,15 @@
  * thread. A bad request (empty prompt, token outside the vocabulary, a prompt that fills the
  * context, impossible sampling parameters, a request that can never fit the pages) finishes
  * with ENGINE_FINISH_ERROR and its typed status without touching the others; a max_new that
- * runs past the context is clipped there (finish "length").
+ * runs past the context is clipped there (finish "length"). A logits row holding NaN or an
+ * infinity (non-finite weights) ends that request with PH_ERR_NON_FINITE, the others go on.
+ *
+ * Cost: adding, looking up, removing and releasing a request are O(1) amortized, and a step
+ * costs O(running + max_batch) bookkeeping whatever the number of queued requests (a hash map
+ * by id; the scheduler looks only at the head of its queue). A queued request holds its record
+ * (~450 bytes), its prompt plus room for the tokens it may generate (8 bytes each, capped by
+ * the context) and its block-table storage; one refused when added holds its record and
+ * message only.
  *
  * Batch invariance: each request's tokens and logits are bit-identical to running it alone
  * (the chunk rule in scheduler.h, batch-invariant kernels, sampling a pure function of
@@ -76,9 +84,12 @@ typedef void (*engine_token_fn)(void *user, uint64_t request_id, int64_t token,
 void engine_set_callback(engine *e, engine_token_fn fn, void *user);
 
 /* Queues a request (thread-safe; it joins at the next step). The prompt is copied. Returns its
- * id (>= 1, increasing) in *out_id. Refusals that need no model knowledge (NULL prompt, n < 0)
- * are PH_ERR_INVALID_ARGUMENT here; everything else is checked at admission and reported as the
- * request's ENGINE_FINISH_ERROR. PH_ERR_NO_MEMORY. */
+ * id (>= 1, unique, increasing from one thread) in *out_id. API misuse (NULL prompt, n < 0) is
+ * PH_ERR_INVALID_ARGUMENT here; a request the model cannot serve (empty prompt, a prompt that
+ * fills the context, a token outside the vocabulary, bad sampling parameters, more pages than
+ * the pool has, checked here in this order) is accepted, keeps no copy of its prompt, and
+ * finishes ENGINE_FINISH_ERROR with the status and message at the next step. Everything the
+ * request will need is allocated here, so that a step allocates nothing. PH_ERR_NO_MEMORY. */
 ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const sampling_params *sp,
                      uint64_t *out_id, diag *d);
 /* Aborts a request at any time (thread-safe; effective at the next step). Unknown or finished
@@ -106,7 +117,7 @@ int engine_busy(engine *e);
 typedef struct engine_request_info {
   engine_finish finish;
   ph_status status;  /* PH_OK unless finish == ENGINE_FINISH_ERROR */
-  char message[256]; /* the error, for ENGINE_FINISH_ERROR */
+  char message[256]; /* the error, for ENGINE_FINISH_ERROR; "" otherwise */
   int64_t n_prompt, n_generated, n_preemptions;
   double queue_ms; /* add → first scheduled */
   double ttft_ms;  /* add → first token */
@@ -126,6 +137,11 @@ const float *engine_logits(engine *e, uint64_t id);
 /* Forgets a finished request (its record and buffers). PH_ERR_INVALID_ARGUMENT if it has not
  * finished, PH_ERR_NOT_FOUND if unknown. */
 ph_status engine_release(engine *e, uint64_t id, diag *d);
+
+/* Request records visited so far by the engine's table and queues and by its scheduler
+ * (sched_work): a work counter for tests, which bound it by a constant per request and per
+ * step to catch a return to scans of every request (thread-safe). */
+uint64_t engine_work(engine *e);
 
 int64_t engine_vocab(const engine *e);
 int64_t engine_max_context(const engine *e);

@@ -3,11 +3,15 @@
  * The input is untrusted: each non-blank line goes through jansson (duplicate keys rejected),
  * then every key is looked up in one table (unknown keys are errors, so a typo such as
  * "temprature" cannot silently fall back to a default) and read by a typed getter whose message
- * names "<label>:<line>: <key>" and what was found instead. Ids are kept unique with a small
- * open-addressing hash set over the list built so far, so errors come in file order.
+ * names "<label>:<line>: <key>" and what was found instead. A plain integer prompt_tokens array
+ * is read by a scanner instead (see "prompt_tokens without a JSON tree"). The file is read once
+ * to index and check it (ids kept unique with a hash set of id hashes, so errors come in file
+ * order), then each line is read again when its request is asked for.
  */
 #include "engine/request_file.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <jansson.h>
 #include <limits.h>
@@ -15,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/fmap.h"
 #include "io/json_util.h"
@@ -73,10 +79,13 @@ static ph_status get_float(const at *a, const json_t *obj, const char *key, floa
   if (!v) return PH_OK;
   RETURN_ERROR_IF(!json_is_number(v), d, PH_ERR_CONFIG_INVALID,
                   "%s:%d: %s is %s, expected a number", a->label, a->line, key, json_kind(v));
-  double x = json_number_value(v);
-  /* beyond the float range reads as +-inf (explicitly: the conversion would be undefined), which
-   * validation then names */
-  *out = x > FLT_MAX ? INFINITY : x < -FLT_MAX ? -INFINITY : (float)x;
+  const double x = json_number_value(v);
+  /* named with the value given: converted, it would read as inf (and the conversion of a
+   * double beyond the float range is undefined) */
+  RETURN_ERROR_IF(!(x >= -FLT_MAX && x <= FLT_MAX), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: %s = %g is outside the range of a float (magnitude at most %g)", a->label,
+                  a->line, key, x, (double)FLT_MAX);
+  *out = (float)x;
   return PH_OK;
 }
 
@@ -217,29 +226,333 @@ static ph_status read_fields(const at *a, const json_t *obj, request_spec *r, di
   return PH_OK;
 }
 
-/* Parses one non-blank line into *r (zeroed first). On failure nothing is left allocated. */
-static ph_status parse_line(const at *a, const char *s, size_t n, request_spec *r, diag *d) {
+/* ---- prompt_tokens without a JSON tree ---------------------------------------------------------
+ * jansson builds a node per array element (~50 bytes a token with its table), so the prompt is
+ * read here when it is a plain array of integers, and its bytes are blanked to "[   ...   ]"
+ * before jansson parses the rest of the line: the line keeps its length (columns in messages
+ * do not move), jansson still sees an array under the key (duplicate keys and every other rule
+ * are its to check), and the values come from here. Anything else in the array (a string, a
+ * real, an integer beyond int64, a syntax error) leaves the line to jansson whole, so every
+ * message stays jansson's. Locating the key is a loose walk over the top-level object: a line
+ * it does not understand is simply left to jansson. */
+
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static size_t skip_ws(const char *s, size_t i, size_t n) {
+  while (i < n && is_ws(s[i])) i++;
+  return i;
+}
+
+/* s[*i] == '"': past the closing quote; 0 when unterminated. */
+static int skip_string(const char *s, size_t *i, size_t n) {
+  for (size_t j = *i + 1; j < n; j++) {
+    if (s[j] == '\\') {
+      j++;
+    } else if (s[j] == '"') {
+      *i = j + 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Past one value (loosely: strings, brackets, or a scalar's bytes); 0 when it runs off the end. */
+static int skip_value(const char *s, size_t *i, size_t n) {
+  size_t j = *i;
+  if (j >= n) return 0;
+  if (s[j] == '"') return skip_string(s, i, n);
+  if (s[j] == '[' || s[j] == '{') {
+    int64_t depth = 0;
+    while (j < n) {
+      const char c = s[j];
+      if (c == '"') {
+        if (!skip_string(s, &j, n)) return 0;
+        continue;
+      }
+      depth += (c == '[' || c == '{') - (c == ']' || c == '}');
+      j++;
+      if (depth == 0) {
+        *i = j;
+        return 1;
+      }
+    }
+    return 0;
+  }
+  const size_t start = j;
+  while (j < n && !is_ws(s[j]) && s[j] != ',' && s[j] != '}' && s[j] != ']') j++;
+  *i = j;
+  return j > start;
+}
+
+/* The position of the '[' of the top-level member "prompt_tokens" (spelled without escapes);
+ * 0 when there is none or the walk gets lost. */
+static int find_prompt_array(const char *s, size_t n, size_t *open) {
+  static const char key[] = "\"prompt_tokens\"";
+  size_t i = skip_ws(s, 0, n);
+  if (i >= n || s[i] != '{') return 0;
+  for (i = skip_ws(s, i + 1, n); i < n && s[i] == '"';) {
+    const size_t k0 = i;
+    if (!skip_string(s, &i, n)) return 0;
+    const int is_key = i - k0 == sizeof key - 1 && memcmp(s + k0, key, sizeof key - 1) == 0;
+    i = skip_ws(s, i, n);
+    if (i >= n || s[i] != ':') return 0;
+    i = skip_ws(s, i + 1, n);
+    if (is_key) {
+      *open = i;
+      return i < n && s[i] == '[';
+    }
+    if (!skip_value(s, &i, n)) return 0;
+    i = skip_ws(s, i, n);
+    if (i >= n || s[i] != ',') return 0;
+    i = skip_ws(s, i + 1, n);
+  }
+  return 0;
+}
+
+/* One JSON integer at s[*i] as jansson reads it (-?(0|[1-9][0-9]*), no fraction or exponent,
+ * within int64); 0 otherwise. */
+static int scan_int(const char *s, size_t *i, size_t n, int64_t *out) {
+  size_t j = *i;
+  const int neg = j < n && s[j] == '-';
+  j += (size_t)neg;
+  if (j >= n || s[j] < '0' || s[j] > '9') return 0;
+  uint64_t v = 0;
+  const uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  if (s[j] == '0') {
+    j++;
+  } else {
+    for (; j < n && s[j] >= '0' && s[j] <= '9'; j++) {
+      const uint64_t digit = (uint64_t)(s[j] - '0');
+      if (v > (limit - digit) / 10) return 0;
+      v = v * 10 + digit;
+    }
+  }
+  if (j < n && (s[j] == '.' || s[j] == 'e' || s[j] == 'E' || (s[j] >= '0' && s[j] <= '9')))
+    return 0;
+  *out = neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v) : (int64_t)v;
+  *i = j;
+  return 1;
+}
+
+typedef struct prompt_scan {
+  int found;              /* a plain integer array, blanked */
+  int64_t n;              /* its elements */
+  int64_t first_negative; /* index of the first element < 0, or -1 */
+  int64_t negative_value; /* that element */
+} prompt_scan;
+
+/* Reads the array at s[open] == '[' into out[] (NULL: counts only); 0 when it is not a plain
+ * integer array. *close: the position of its ']'. */
+static int scan_int_array(const char *s, size_t n, size_t open, int64_t *out, prompt_scan *ps,
+                          size_t *close) {
+  size_t i = skip_ws(s, open + 1, n);
+  ps->n = 0;
+  ps->first_negative = -1;
+  if (i < n && s[i] == ']') {
+    *close = i;
+    return 1;
+  }
+  for (;;) {
+    int64_t v;
+    if (!scan_int(s, &i, n, &v)) return 0;
+    if (v < 0 && ps->first_negative < 0) {
+      ps->first_negative = ps->n;
+      ps->negative_value = v;
+    }
+    if (out) out[ps->n] = v;
+    ps->n++;
+    i = skip_ws(s, i, n);
+    if (i < n && s[i] == ']') {
+      *close = i;
+      return 1;
+    }
+    if (i >= n || s[i] != ',') return 0;
+    i = skip_ws(s, i + 1, n);
+  }
+}
+
+/* The fast path: when the line's prompt_tokens is a plain integer array, its values (only when
+ * want is set: *prompt malloc'd) and the blanked line. PH_OK also when not found (ps->found 0). */
+static ph_status scan_prompt(const at *a, char *s, size_t n, int want, prompt_scan *ps,
+                             int64_t **prompt, diag *d) {
+  memset(ps, 0, sizeof *ps);
+  *prompt = NULL;
+  size_t open = 0, close = 0;
+  if (!find_prompt_array(s, n, &open) || !scan_int_array(s, n, open, NULL, ps, &close))
+    return PH_OK;
+  if (want && ps->n > 0 && ps->first_negative < 0) {
+    *prompt = malloc((size_t)ps->n * sizeof **prompt);
+    RETURN_ERROR_IF(!*prompt, d, PH_ERR_NO_MEMORY, "%s:%d: %lld prompt tokens", a->label, a->line,
+                    (long long)ps->n);
+    scan_int_array(s, n, open, *prompt, ps, &close);
+  }
+  memset(s + open + 1, ' ', close - open - 1);
+  ps->found = 1;
+  return PH_OK;
+}
+
+/* ---- one line -------------------------------------------------------------------------------- */
+
+/* Parses one non-blank line s[n] into *r (zeroed first); s is overwritten (the prompt array is
+ * blanked). want_prompt 0: the prompt is checked and counted but not kept (r->prompt NULL). On
+ * failure nothing is left allocated. */
+static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, request_spec *r,
+                            diag *d) {
   memset(r, 0, sizeof *r);
   r->line = a->line;
+  prompt_scan ps;
+  int64_t *prompt = NULL;
+  FORWARD_IF_ERROR(scan_prompt(a, s, n, want_prompt, &ps, &prompt, d));
+  size_t other = 0; /* what jansson will see, but whitespace (which costs it no memory) */
+  for (size_t i = 0; i < n; i++) other += !is_ws(s[i]);
+  if (other > REQUEST_LINE_MAX_OTHER) {
+    free(prompt);
+    return diag_set(d, PH_ERR_LIMIT,
+                    "%s:%d: %zu bytes of the line are neither whitespace nor a prompt_tokens "
+                    "array of integer ids; at most %u (the other fields are short)",
+                    a->label, a->line, other, REQUEST_LINE_MAX_OTHER);
+  }
   json_error_t err;
   json_t *root = json_loadb(s, n, JSON_REJECT_DUPLICATES, &err);
-  RETURN_ERROR_IF(!root, d, PH_ERR_JSON, "%s:%d: malformed JSON at column %d: %s", a->label,
-                  a->line, err.column, err.text);
+  if (!root) {
+    free(prompt);
+    return diag_set(d, PH_ERR_JSON, "%s:%d: malformed JSON at column %d: %s", a->label, a->line,
+                    err.column, err.text);
+  }
   ph_status st = PH_OK;
   if (!json_is_object(root))
     st = diag_set(d, PH_ERR_CONFIG_INVALID, "%s:%d: the line is %s, expected a JSON object",
                   a->label, a->line, json_kind(root));
   if (st == PH_OK) st = read_fields(a, root, r, d);
-  if (st == PH_OK) st = read_prompt(a, root, r, d);
+  if (st == PH_OK && ps.found) {
+    if (ps.n == 0)
+      st = diag_set(d, PH_ERR_CONFIG_INVALID,
+                    "%s:%d: prompt_tokens is empty, a request needs at least one token", a->label,
+                    a->line);
+    else if (ps.first_negative >= 0)
+      st = diag_set(d, PH_ERR_CONFIG_INVALID, "%s:%d: prompt_tokens[%lld] = %lld is negative",
+                    a->label, a->line, (long long)ps.first_negative, (long long)ps.negative_value);
+    r->prompt = prompt;
+    r->n_prompt = ps.n;
+    prompt = NULL;
+  } else if (st == PH_OK) {
+    st = read_prompt(a, root, r, d);
+    if (st == PH_OK && !want_prompt) {
+      free(r->prompt);
+      r->prompt = NULL;
+    }
+  }
   json_decref(root);
+  free(prompt);
+  if (st != PH_OK) request_spec_free(r);
   return st;
 }
 
-/* ---- unique ids: open addressing over indices into the list ---------------------------------- */
+void request_spec_free(request_spec *r) {
+  if (!r) return;
+  free(r->prompt);
+  r->prompt = NULL;
+  r->n_prompt = 0;
+}
+
+/* ---- the indexed file --------------------------------------------------------------------------
+ */
+
+struct request_file {
+  char *label;      /* the path, or the caller's label */
+  int fd;           /* -1 over text */
+  const char *text; /* borrowed, over text */
+  size_t size;      /* bytes of the input */
+  int64_t mtime_s, mtime_ns;
+  request_entry *entries; /* [n] */
+  int64_t n, cap;
+  char *buf; /* [buf_cap] one line for request_file_get */
+  size_t buf_cap;
+};
+
+#define READ_BLOCK   ((size_t)1 << 20) /* bytes read at a time while indexing */
+#define BUF_KEEP_MAX ((size_t)1 << 20) /* a longer line's buffer is freed after use */
+
+/* The one place the requests file is opened: through file_open_read (base/fmap.h: regular files
+ * only, refused at once otherwise, never blocking on a FIFO), and bounded in size. */
+static ph_status open_input(const char *path, int *fd_out, struct stat *st, diag *d) {
+  *fd_out = -1;
+  int fd = -1;
+  FORWARD_IF_ERROR(file_open_read(path, &fd, NULL, d)); /* regular files only, never blocks */
+  if (fstat(fd, st) != 0) {
+    const int e = errno;
+    close(fd);
+    return diag_set(d, PH_ERR_IO, "%s: %s", path, strerror(e));
+  }
+  if ((uint64_t)st->st_size > REQUEST_FILE_MAX_BYTES) {
+    close(fd);
+    return diag_set(d, PH_ERR_LIMIT, "%s: %lld bytes, more than the %llu allowed", path,
+                    (long long)st->st_size, (unsigned long long)REQUEST_FILE_MAX_BYTES);
+  }
+  *fd_out = fd;
+  return PH_OK;
+}
+
+static int buf_reserve(request_file *f, size_t n) {
+  if (n <= f->buf_cap && f->buf) return 1;
+  char *b = malloc(n ? n : 1);
+  if (!b) return 0;
+  free(f->buf);
+  f->buf = b;
+  f->buf_cap = n ? n : 1;
+  return 1;
+}
+
+/* Copies the bytes of entry e into f->buf (not NUL-terminated). */
+static ph_status load_line(request_file *f, const request_entry *e, diag *d) {
+  RETURN_ERROR_IF(!buf_reserve(f, e->length), d, PH_ERR_NO_MEMORY, "%s:%d: a line of %u bytes",
+                  f->label, e->line, e->length);
+  if (f->fd < 0) {
+    memcpy(f->buf, f->text + e->offset, e->length);
+    return PH_OK;
+  }
+  struct stat st;
+  RETURN_ERROR_IF(
+      fstat(f->fd, &st) != 0 || (size_t)st.st_size != f->size ||
+          (int64_t)st.st_mtim.tv_sec != f->mtime_s || (int64_t)st.st_mtim.tv_nsec != f->mtime_ns,
+      d, PH_ERR_IO, "%s: the file changed since it was read (line %d)", f->label, e->line);
+  for (size_t got = 0; got < e->length;) {
+    const ssize_t r = pread(f->fd, f->buf + got, e->length - got, (off_t)(e->offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    RETURN_ERROR_IF(r <= 0, d, PH_ERR_IO, "%s:%d: read failed: %s", f->label, e->line,
+                    r < 0 ? strerror(errno) : "end of file");
+    got += (size_t)r;
+  }
+  return PH_OK;
+}
+
+static void shrink_buf(request_file *f) {
+  if (f->buf_cap <= BUF_KEEP_MAX) return;
+  free(f->buf);
+  f->buf = NULL;
+  f->buf_cap = 0;
+}
+
+static ph_status parse_entry(request_file *f, int64_t i, int want_prompt, request_spec *out,
+                             diag *d) {
+  const request_entry *e = &f->entries[i];
+  FORWARD_IF_ERROR(load_line(f, e, d));
+  const at a = {f->label, e->line};
+  const ph_status st = parse_line(&a, f->buf, e->length, want_prompt, out, d);
+  shrink_buf(f);
+  return st;
+}
+
+/* ---- unique ids: open addressing over (hash, index) ------------------------------------------ */
+
+typedef struct id_slot {
+  uint64_t hash;
+  int64_t index; /* into the entries, -1 empty */
+} id_slot;
 
 typedef struct id_set {
-  int64_t *slot; /* [cap] index into the items, -1 empty; cap a power of two, >= 2 * count */
-  size_t cap;
+  id_slot *slot; /* [cap], cap a power of two >= 2 * count */
+  size_t cap, count;
 } id_set;
 
 static uint64_t hash_id(const char *s) { /* FNV-1a */
@@ -248,44 +561,239 @@ static uint64_t hash_id(const char *s) { /* FNV-1a */
   return h;
 }
 
-static void id_set_place(id_set *set, const request_spec *items, int64_t idx) {
-  size_t mask = set->cap - 1, i = (size_t)hash_id(items[idx].id) & mask;
-  while (set->slot[i] >= 0) i = (i + 1) & mask;
-  set->slot[i] = idx;
+static void id_set_place(id_set *set, id_slot x) {
+  size_t mask = set->cap - 1, i = (size_t)x.hash & mask;
+  while (set->slot[i].index >= 0) i = (i + 1) & mask;
+  set->slot[i] = x;
+  set->count++;
 }
 
-/* Adds items[idx] (items[0..idx) are in the set). *dup: the index with the same id, or -1. */
-static ph_status id_set_add(id_set *set, const request_spec *items, int64_t idx, int64_t *dup,
+/* Adds (id of entry idx); *dup: the entry with the same id, or -1. An equal hash is confirmed
+ * by parsing that entry's line again (ids are not kept: 16 bytes a line while indexing). */
+static ph_status id_set_add(request_file *f, id_set *set, const char *id, int64_t idx, int64_t *dup,
                             diag *d) {
   *dup = -1;
-  if ((size_t)(idx + 1) * 2 > set->cap) {
-    size_t cap = set->cap ? set->cap * 2 : 64;
-    int64_t *slot = malloc(cap * sizeof *slot);
-    RETURN_ERROR_IF(!slot, d, PH_ERR_NO_MEMORY, "request id table of %zu entries", cap);
-    for (size_t i = 0; i < cap; i++) slot[i] = -1;
+  if ((set->count + 1) * 2 > set->cap) {
+    id_set grown = {NULL, set->cap ? set->cap * 2 : 64, 0};
+    grown.slot = malloc(grown.cap * sizeof *grown.slot);
+    RETURN_ERROR_IF(!grown.slot, d, PH_ERR_NO_MEMORY, "request id table of %zu entries", grown.cap);
+    for (size_t i = 0; i < grown.cap; i++) grown.slot[i].index = -1;
+    for (size_t i = 0; i < set->cap; i++)
+      if (set->slot[i].index >= 0) id_set_place(&grown, set->slot[i]);
     free(set->slot);
-    set->slot = slot;
-    set->cap = cap;
-    for (int64_t j = 0; j < idx; j++) id_set_place(set, items, j);
+    *set = grown;
   }
-  size_t mask = set->cap - 1, i = (size_t)hash_id(items[idx].id) & mask;
-  for (; set->slot[i] >= 0; i = (i + 1) & mask) {
-    if (strcmp(items[set->slot[i]].id, items[idx].id) == 0) {
-      *dup = set->slot[i];
+  const uint64_t h = hash_id(id);
+  size_t mask = set->cap - 1, i = (size_t)h & mask;
+  for (; set->slot[i].index >= 0; i = (i + 1) & mask) {
+    if (set->slot[i].hash != h) continue;
+    request_spec other;
+    FORWARD_IF_ERROR(parse_entry(f, set->slot[i].index, 0, &other, d));
+    if (strcmp(other.id, id) == 0) {
+      *dup = set->slot[i].index;
       return PH_OK;
     }
   }
-  set->slot[i] = idx;
+  id_set_place(set, (id_slot){h, idx});
   return PH_OK;
 }
 
-/* ---- the file -------------------------------------------------------------------------------- */
+/* ---- indexing ----------------------------------------------------------------------------------
+ */
 
 static int is_blank(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
   return 1;
 }
+
+/* One line s[n] at offset off (s is scratch: the parse blanks it). */
+static ph_status index_line(request_file *f, id_set *ids, int *line, char *s, size_t n, size_t off,
+                            diag *d) {
+  RETURN_ERROR_IF(*line == INT32_MAX, d, PH_ERR_LIMIT, "%s: more than %d lines", f->label,
+                  INT32_MAX);
+  ++*line;
+  if (is_blank(s, n)) return PH_OK;
+  if (f->n == f->cap) {
+    const int64_t cap = f->cap ? f->cap * 2 : 64;
+    request_entry *e = realloc(f->entries, (size_t)cap * sizeof *e);
+    RETURN_ERROR_IF(!e, d, PH_ERR_NO_MEMORY, "%s:%d: index of %lld requests", f->label, *line,
+                    (long long)cap);
+    f->entries = e;
+    f->cap = cap;
+  }
+  const at a = {f->label, *line};
+  request_spec r;
+  FORWARD_IF_ERROR(parse_line(&a, s, n, 0, &r, d));
+  f->entries[f->n] =
+      (request_entry){r.arrive_step, r.remove_step, (uint32_t)off, (uint32_t)n, *line};
+  int64_t dup;
+  FORWARD_IF_ERROR(id_set_add(f, ids, r.id, f->n, &dup, d));
+  if (dup >= 0) {
+    char buf[KEY_SHOWN + 4];
+    return diag_set(d, PH_ERR_CONFIG_INVALID, "%s:%d: id \"%s\" repeats the id of line %d",
+                    f->label, *line, shown(r.id, buf), f->entries[dup].line);
+  }
+  f->n++;
+  return PH_OK;
+}
+
+static ph_status index_text(request_file *f, id_set *ids, diag *d) {
+  int line = 0;
+  for (size_t pos = 0; pos < f->size;) {
+    const char *s = f->text + pos;
+    const char *nl = memchr(s, '\n', f->size - pos);
+    const size_t n = nl ? (size_t)(nl - s) : f->size - pos;
+    RETURN_ERROR_IF(!buf_reserve(f, n), d, PH_ERR_NO_MEMORY, "%s:%d: a line of %zu bytes", f->label,
+                    line + 1, n);
+    memcpy(f->buf, s, n);
+    FORWARD_IF_ERROR(index_line(f, ids, &line, f->buf, n, pos, d));
+    shrink_buf(f);
+    pos += n + (nl ? 1 : 0);
+  }
+  return PH_OK;
+}
+
+/* Reads the file once in blocks; a line longer than the buffer grows it (to the line). */
+static ph_status index_fd(request_file *f, id_set *ids, diag *d) {
+  size_t cap = READ_BLOCK, len = 0, start = 0, scan = 0, base = 0; /* base: offset of blk[0] */
+  char *blk = malloc(cap);
+  RETURN_ERROR_IF(!blk, d, PH_ERR_NO_MEMORY, "%s: read buffer", f->label);
+  ph_status st = PH_OK;
+  int line = 0, eof = 0;
+  while (st == PH_OK) {
+    char *nl = memchr(blk + scan, '\n', len - scan);
+    if (nl) {
+      const size_t end = (size_t)(nl - blk);
+      st = index_line(f, ids, &line, blk + start, end - start, base + start, d);
+      start = scan = end + 1;
+      continue;
+    }
+    if (eof) {
+      if (start < len) st = index_line(f, ids, &line, blk + start, len - start, base + start, d);
+      break;
+    }
+    if (start > 0) { /* keep the partial line, drop what was indexed */
+      memmove(blk, blk + start, len - start);
+      base += start;
+      len -= start;
+      start = 0;
+    }
+    if (len == cap) {
+      char *grown = cap < REQUEST_FILE_MAX_BYTES + 1 ? realloc(blk, cap * 2) : NULL;
+      if (!grown) {
+        st = diag_set(d, PH_ERR_NO_MEMORY, "%s: a line of more than %zu bytes", f->label, cap);
+        break;
+      }
+      blk = grown;
+      cap *= 2;
+    }
+    scan = len;
+    const ssize_t r = read(f->fd, blk + len, cap - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      st = diag_set(d, PH_ERR_IO, "%s: read failed: %s", f->label, strerror(errno));
+    } else if (r == 0) {
+      eof = 1;
+    } else {
+      len += (size_t)r;
+      if (base + len > REQUEST_FILE_MAX_BYTES || base + len > f->size)
+        st = diag_set(d, PH_ERR_IO, "%s: the file grew while it was read", f->label);
+    }
+  }
+  if (st == PH_OK && base + len != f->size)
+    st = diag_set(d, PH_ERR_IO, "%s: read %zu of %zu bytes (the file changed)", f->label,
+                  base + len, f->size);
+  free(blk);
+  return st;
+}
+
+static ph_status finish_open(request_file *f, request_file **out, diag *d) {
+  id_set ids = {NULL, 0, 0};
+  ph_status st = f->fd >= 0 ? index_fd(f, &ids, d) : index_text(f, &ids, d);
+  free(ids.slot);
+  if (st == PH_OK && f->n == 0)
+    st = diag_set(d, PH_ERR_CONFIG_INVALID, "%s: no requests (every line is blank)", f->label);
+  if (st != PH_OK) {
+    request_file_close(f);
+    return st;
+  }
+  shrink_buf(f);
+  *out = f;
+  return PH_OK;
+}
+
+static request_file *file_alloc(const char *label) {
+  request_file *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  f->fd = -1;
+  f->label = malloc(strlen(label) + 1);
+  if (!f->label) {
+    free(f);
+    return NULL;
+  }
+  memcpy(f->label, label, strlen(label) + 1);
+  return f;
+}
+
+ph_status request_file_open(const char *path, request_file **out, diag *d) {
+  RETURN_ERROR_IF(!out || !path, d, PH_ERR_INVALID_ARGUMENT, "request_file_open: NULL argument");
+  *out = NULL;
+  int fd;
+  struct stat st;
+  FORWARD_IF_ERROR(open_input(path, &fd, &st, d));
+  request_file *f = file_alloc(path);
+  if (!f) {
+    close(fd);
+    return diag_set(d, PH_ERR_NO_MEMORY, "%s: out of memory", path);
+  }
+  f->fd = fd;
+  f->size = (size_t)st.st_size;
+  f->mtime_s = (int64_t)st.st_mtim.tv_sec;
+  f->mtime_ns = (int64_t)st.st_mtim.tv_nsec;
+  return finish_open(f, out, d);
+}
+
+ph_status request_file_open_text(const char *text, size_t len, const char *label,
+                                 request_file **out, diag *d) {
+  RETURN_ERROR_IF(!out, d, PH_ERR_INVALID_ARGUMENT, "request_file_open_text: out is NULL");
+  *out = NULL;
+  if (!label) label = DEFAULT_LABEL;
+  RETURN_ERROR_IF(!text && len, d, PH_ERR_INVALID_ARGUMENT, "%s: text is NULL", label);
+  RETURN_ERROR_IF(len > REQUEST_FILE_MAX_BYTES, d, PH_ERR_LIMIT,
+                  "%s: %zu bytes, more than the %llu allowed", label, len,
+                  (unsigned long long)REQUEST_FILE_MAX_BYTES);
+  request_file *f = file_alloc(label);
+  RETURN_ERROR_IF(!f, d, PH_ERR_NO_MEMORY, "%s: out of memory", label);
+  f->text = text;
+  f->size = len;
+  return finish_open(f, out, d);
+}
+
+int64_t request_file_count(const request_file *f) { return f ? f->n : 0; }
+
+const request_entry *request_file_entry(const request_file *f, int64_t i) {
+  return f && i >= 0 && i < f->n ? &f->entries[i] : NULL;
+}
+
+ph_status request_file_get(request_file *f, int64_t i, request_spec *out, diag *d) {
+  RETURN_ERROR_IF(!f || !out || i < 0 || i >= f->n, d, PH_ERR_INVALID_ARGUMENT,
+                  "request_file_get: NULL argument or index %lld outside [0, %lld)", (long long)i,
+                  (long long)(f ? f->n : 0));
+  return parse_entry(f, i, 1, out, d);
+}
+
+void request_file_close(request_file *f) {
+  if (!f) return;
+  if (f->fd >= 0) close(f->fd);
+  free(f->entries);
+  free(f->buf);
+  free(f->label);
+  free(f);
+}
+
+/* ---- the whole list ----------------------------------------------------------------------------
+ */
 
 void request_list_free(request_list *l) {
   if (!l) return;
@@ -300,78 +808,35 @@ ph_status request_list_parse(const char *text, size_t len, const char *label, re
   RETURN_ERROR_IF(!out, d, PH_ERR_INVALID_ARGUMENT, "request_list_parse: out is NULL");
   out->items = NULL;
   out->n = 0;
-  if (!label) label = DEFAULT_LABEL;
-  RETURN_ERROR_IF(!text && len, d, PH_ERR_INVALID_ARGUMENT, "%s: text is NULL", label);
-  request_list l = {NULL, 0};
-  size_t cap = 0;
-  id_set ids = {NULL, 0};
-  ph_status st = PH_OK;
-  at a = {label, 0};
-  for (size_t pos = 0; pos < len;) {
-    const char *s = text + pos;
-    const char *nl = memchr(s, '\n', len - pos);
-    size_t n = nl ? (size_t)(nl - s) : len - pos;
-    pos += n + (nl ? 1 : 0);
-    if (a.line == INT_MAX) {
-      st = diag_set(d, PH_ERR_LIMIT, "%s: more than %d lines", label, INT_MAX);
-      goto fail;
-    }
-    a.line++;
-    if (is_blank(s, n)) continue;
-    if ((size_t)l.n == cap) {
-      size_t new_cap = cap ? cap * 2 : 16;
-      request_spec *items = realloc(l.items, new_cap * sizeof *items);
-      if (!items) {
-        st = diag_set(d, PH_ERR_NO_MEMORY, "%s:%d: list of %zu requests", label, a.line, new_cap);
-        goto fail;
-      }
-      l.items = items;
-      cap = new_cap;
-    }
-    st = parse_line(&a, s, n, &l.items[l.n], d);
-    if (st != PH_OK) goto fail;
-    l.n++;
-    int64_t dup;
-    st = id_set_add(&ids, l.items, l.n - 1, &dup, d);
-    if (st != PH_OK) goto fail;
-    if (dup >= 0) {
-      char buf[KEY_SHOWN + 4];
-      st = diag_set(d, PH_ERR_CONFIG_INVALID, "%s:%d: id \"%s\" repeats the id of line %d", label,
-                    a.line, shown(l.items[l.n - 1].id, buf), l.items[dup].line);
-      goto fail;
-    }
+  request_file *f = NULL;
+  FORWARD_IF_ERROR(request_file_open_text(text, len, label, &f, d));
+  request_list l = {calloc((size_t)f->n, sizeof *l.items), 0};
+  ph_status st = l.items ? PH_OK
+                         : diag_set(d, PH_ERR_NO_MEMORY, "%s: list of %lld requests", f->label,
+                                    (long long)f->n);
+  for (; st == PH_OK && l.n < f->n; l.n++) {
+    st = request_file_get(f, l.n, &l.items[l.n], d);
+    if (st != PH_OK) break;
   }
-  if (l.n == 0) {
-    st = diag_set(d, PH_ERR_CONFIG_INVALID, "%s: no requests (every line is blank)", label);
-    goto fail;
+  request_file_close(f);
+  if (st != PH_OK) {
+    request_list_free(&l);
+    return st;
   }
-  free(ids.slot);
   *out = l;
   return PH_OK;
-fail:
-  free(ids.slot);
-  request_list_free(&l);
-  return st;
-}
-
-ph_status request_list_read(const char *path, request_list *out, diag *d) {
-  RETURN_ERROR_IF(!out || !path, d, PH_ERR_INVALID_ARGUMENT, "request_list_read: NULL argument");
-  out->items = NULL;
-  out->n = 0;
-  char *text = NULL;
-  size_t len = 0;
-  FORWARD_IF_ERROR(file_read_all(path, (size_t)REQUEST_FILE_MAX_BYTES, &text, &len, d));
-  ph_status s = request_list_parse(text, len, path, out, d);
-  free(text);
-  return s;
 }
 
 /* ---- the result line ------------------------------------------------------------------------- */
 
 static const char *const finish_reasons[] = {"length", "stop", "aborted", "error"};
 
-/* A time in ms: null when negative ("never reached"); NaN and inf are refused by the caller. */
-static json_t *time_value(double ms) { return ms < 0.0 ? json_null() : json_real(ms); }
+/* A time in ms rounded to the microsecond: null when negative ("never reached"); NaN and inf
+ * are refused by the caller. Printed with 15 significant digits, which show every value of at
+ * most 15 digits exactly (3 decimals up to ~30 years), and no binary noise. */
+static json_t *time_value(double ms) {
+  return ms < 0.0 ? json_null() : json_real(round(ms * 1e3) / 1e3);
+}
 
 static ph_status check_result_args(const char *id, const int64_t *tokens, int64_t n_tokens,
                                    const char *finish_reason, const request_timing *t,
@@ -472,8 +937,7 @@ ph_status request_result_to_json(const char *id, const int64_t *tokens, int64_t 
       goto done;
     }
   }
-  /* 10 significant digits: microseconds for anything under ~3 hours */
-  *out_line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+  *out_line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
   if (!*out_line) st = diag_set(d, PH_ERR_NO_MEMORY, "request result %s", id);
 done:
   json_decref(o);

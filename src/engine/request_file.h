@@ -1,13 +1,23 @@
 /* request_file — the requests JSONL file of `pagedhybrid run --requests FILE.jsonl`, and the
  * JSON line written for each finished request (docs/requests-jsonl.md).
  *
- * Owns: reading untrusted text into a request_list (one request_spec per non-blank line: id,
- * prompt token ids, sampling parameters, arrival and removal steps), and formatting one result
- * line. Every key is checked: unknown keys, wrong types, out-of-range values and duplicate ids
- * are errors that name the file, the line and the key. Token ids are checked against 0 only:
- * the vocabulary is the engine's to check, per request, so one bad request does not stop the
- * others. Must never: exit or abort on bad input, keep pointers into the caller's text, or hand
- * back a partly filled list (on failure *out is empty).
+ * Owns: reading untrusted text as requests (one request_spec per non-blank line: id, prompt
+ * token ids, sampling parameters, arrival and removal steps), and formatting one result line.
+ * Every key is checked: unknown keys, wrong types, out-of-range values and duplicate ids are
+ * errors that name the file, the line and the key. Token ids are checked against 0 only: the
+ * vocabulary is the engine's to check, per request, so one bad request does not stop the others.
+ *
+ * Streaming: request_file_open reads the file once, in blocks, parsing and checking every line
+ * (transiently) so that every error is reported before anything runs, and keeps per line only a
+ * request_entry (where the line is, when it arrives: 32 bytes). request_file_get parses one
+ * line again, when its request is needed. Memory is the index plus the longest line plus what
+ * the caller keeps, never the whole file. A line's prompt_tokens array of plain integers is read
+ * by a small scanner (8 bytes a token, no JSON tree) and blanked before jansson parses the rest
+ * of the line (jansson's tree costs ~50 bytes a token: a 50 MB line took 1.2 GB); the rest of a
+ * line may hold at most REQUEST_LINE_MAX_OTHER bytes that are not whitespace.
+ *
+ * Must never: exit or abort on bad input, keep pointers into the caller's text beyond what is
+ * documented, or hand back a partly filled result (on failure the out parameter is empty).
  */
 #ifndef PH_ENGINE_REQUEST_FILE_H
 #define PH_ENGINE_REQUEST_FILE_H
@@ -19,11 +29,14 @@
 #include "engine/sampler.h"
 
 #define REQUEST_ID_BYTES       64           /* ids are at most 63 bytes */
-#define REQUEST_FILE_MAX_BYTES (1ull << 30) /* request_list_read refuses larger files */
+#define REQUEST_FILE_MAX_BYTES (1ull << 30) /* larger files are refused (offsets fit 32 bits) */
+#define REQUEST_LINE_MAX_OTHER                                                                     \
+  (1u << 20) /* non-whitespace bytes of a line outside a plain                                     \
+                integer prompt_tokens array */
 
 typedef struct request_spec {
   char id[REQUEST_ID_BYTES]; /* NUL-terminated, unique within the file; integer ids in decimal */
-  int64_t *prompt;           /* [n_prompt] token ids >= 0, owned by the list */
+  int64_t *prompt;           /* [n_prompt] token ids >= 0, owned by the spec (or its list) */
   int64_t n_prompt;          /* >= 1 */
   sampling_params sampling;  /* valid for an unknown vocabulary (sampling_params_validate, 0) */
   int64_t arrive_step;       /* >= 0: the engine step at which the request becomes visible */
@@ -31,30 +44,74 @@ typedef struct request_spec {
   int line;                  /* 1-based line of the file it came from (for the engine's errors) */
 } request_spec;
 
+/* Frees r's prompt; leaves r->prompt NULL and n_prompt 0. NULL is a no-op. */
+void request_spec_free(request_spec *r);
+
+/* ---- a requests file, indexed ---------------------------------------------------------------- */
+
+typedef struct request_file request_file;
+
+/* What the index keeps of one request (a non-blank line), in file order. */
+typedef struct request_entry {
+  int64_t arrive_step; /* as request_spec */
+  int64_t remove_step; /* as request_spec */
+  uint32_t offset;     /* of the line's first byte in the input */
+  uint32_t length;     /* bytes of the line, without its '\n' */
+  int32_t line;        /* 1-based line number */
+} request_entry;
+
+/* Opens path (a regular file of at most REQUEST_FILE_MAX_BYTES, else PH_ERR_LIMIT; refused
+ * without blocking if it is not a regular file) and indexes it: every line is parsed and
+ * checked, ids are kept unique, so *out holds at least one request and each is known valid.
+ * Errors: PH_ERR_NOT_FOUND / PH_ERR_IO for the file, then (the first in file order, labelled
+ * "<path>:<line>:")
+ *   PH_ERR_JSON                  a line that is not valid JSON (message has line and column)
+ *   PH_ERR_CONFIG_MISSING_FIELD  a line without "id" or "prompt_tokens"
+ *   PH_ERR_CONFIG_INVALID        a line that is not an object, an unknown key, a wrong type, a
+ *                                value out of range, a duplicate id, a file with no requests
+ *   PH_ERR_LIMIT                 more than REQUEST_LINE_MAX_OTHER bytes of a line outside a
+ *                                plain integer prompt_tokens array
+ *   PH_ERR_NO_MEMORY
+ * The file stays open until request_file_close. *out is NULL on failure. */
+ph_status request_file_open(const char *path, request_file **out, diag *d);
+
+/* The same over text[len] in memory (need not be NUL-terminated; any bytes), labelled label
+ * (NULL reads as "requests"). text is borrowed: it must outlive *out. */
+ph_status request_file_open_text(const char *text, size_t len, const char *label,
+                                 request_file **out, diag *d);
+
+int64_t request_file_count(const request_file *f); /* >= 1 */
+
+/* Entry i in [0, count) in file order; NULL outside. */
+const request_entry *request_file_entry(const request_file *f, int64_t i);
+
+/* Parses request i into *out (zeroed first; its prompt is allocated: request_spec_free).
+ * The line was checked when the file was opened; errors now are PH_ERR_IO (the file can no
+ * longer be read, or changed size or time since it was opened: named), PH_ERR_NO_MEMORY, or
+ * the parser's error if the bytes changed. Not thread-safe (one read buffer per file). */
+ph_status request_file_get(request_file *f, int64_t i, request_spec *out, diag *d);
+
+/* Closes the file and frees the index. NULL is a no-op. */
+void request_file_close(request_file *f);
+
+/* ---- the whole list in memory (small inputs, tests, fuzzing) -----------------------------------
+ */
+
 typedef struct request_list {
   request_spec *items; /* [n], in file order; NULL when n == 0 */
   int64_t n;
 } request_list;
 
-/* Parses text[len] (need not be NUL-terminated; may hold any bytes). Each line holding anything
- * but spaces, tabs and '\r' is one JSON object; lines end at '\n' ("\r\n" is fine). label names
- * the input in messages ("<label>:<line>: ..."); NULL reads as "requests".
- * Errors (first one in file order; *out is then {NULL, 0}):
- *   PH_ERR_JSON                  a line that is not valid JSON (message has line and column)
- *   PH_ERR_CONFIG_MISSING_FIELD  a line without "id" or "prompt_tokens"
- *   PH_ERR_CONFIG_INVALID        a line that is not an object, an unknown key, a wrong type, a
- *                                value out of range, a duplicate id, a file with no requests
- *   PH_ERR_NO_MEMORY
- * On success *out owns its memory: request_list_free(out). */
+/* Every request of text[len] (request_file_open_text, then request_file_get for each): the
+ * same rules and errors. *out is {NULL, 0} on failure; request_list_free(out) otherwise. */
 ph_status request_list_parse(const char *text, size_t len, const char *label, request_list *out,
                              diag *d);
 
-/* Reads the file at path (at most REQUEST_FILE_MAX_BYTES, else PH_ERR_LIMIT) and parses it with
- * the path as label. PH_ERR_NOT_FOUND / PH_ERR_IO for the file, then as request_list_parse. */
-ph_status request_list_read(const char *path, request_list *out, diag *d);
-
 /* Frees every prompt and the items; leaves *l as {NULL, 0}. NULL is a no-op. */
 void request_list_free(request_list *l);
+
+/* ---- the result line --------------------------------------------------------------------------
+ */
 
 /* Timing and counts of one finished request, as the engine measured them. A negative time means
  * "never reached" (e.g. no first token before an abort) and is written as null. */
@@ -70,6 +127,7 @@ typedef struct request_timing {
 /* One output line for a finished request, compact JSON without a newline, keys in this order:
  * id, tokens, finish_reason, n_prompt_tokens, n_generated_tokens, n_preemptions,
  * time_in_queue_ms, time_to_first_token_ms, total_ms, and "error" when error_message is given.
+ * Times are rounded to the microsecond (at most 3 decimals of ms).
  *   id             NUL-terminated UTF-8
  *   tokens         [n_tokens] generated ids (not the prompt); NULL allowed when n_tokens == 0
  *   finish_reason  "length", "stop", "aborted" or "error"

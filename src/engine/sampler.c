@@ -82,6 +82,26 @@ size_t sampler_scratch_bytes(int64_t vocab) {
   return 2 * (size_t)vocab * sizeof(cand);
 }
 
+int64_t sampler_first_nonfinite(const float *logits, int64_t vocab) {
+  if (!logits || vocab <= 0) return -1;
+  /* blocks of 1024 with an OR of "exponent all ones" (NaN and +-inf, nothing else) that the
+   * compiler vectorizes; the index is looked for only in a block that has one */
+  const int64_t block = 1024;
+  for (int64_t b = 0; b < vocab; b += block) {
+    const int64_t end = b + block < vocab ? b + block : vocab;
+    uint32_t any = 0;
+    for (int64_t i = b; i < end; i++) {
+      uint32_t bits;
+      memcpy(&bits, &logits[i], sizeof bits);
+      any |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (any)
+      for (int64_t i = b; i < end; i++)
+        if (!isfinite(logits[i])) return i;
+  }
+  return -1;
+}
+
 int sampler_is_stop(const sampling_params *p, int64_t token, int64_t eos_id) {
   if (!p) return eos_id >= 0 && token == eos_id;
   if (!p->ignore_eos && eos_id >= 0 && token == eos_id) return 1;

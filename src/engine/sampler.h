@@ -64,6 +64,11 @@ size_t sampler_scratch_bytes(int64_t vocab);
 int64_t sampler_sample(const float *logits, int64_t vocab, const sampling_params *p,
                        int64_t token_index, void *scratch, size_t scratch_bytes);
 
+/* The index of the first entry of logits[vocab] that is NaN or +-inf, or -1 when all are
+ * finite (and for vocab <= 0 or NULL logits). One branch-free pass over the row (the engine
+ * checks each row before sampling it: a model with non-finite weights must not yield tokens). */
+int64_t sampler_first_nonfinite(const float *logits, int64_t vocab);
+
 /* 1 when token ends the request: it is one of p's stop ids, or it equals eos_id (>= 0; -1 means
  * the model has none) and p->ignore_eos is 0; else 0. p NULL reads as no stop ids. */
 int sampler_is_stop(const sampling_params *p, int64_t token, int64_t eos_id);

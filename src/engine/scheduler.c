@@ -25,6 +25,7 @@ struct sched {
   int32_t max_moves;
   uint64_t step;      /* number of the latest batch (0: none yet) */
   int step_committed; /* the latest batch was committed */
+  uint64_t work;      /* requests visited (see sched_work) */
 };
 
 /* ---- params and the chunk rule -------------------------------------------------------------- */
@@ -168,6 +169,18 @@ void sched_free(sched *s) {
 /* ---- add / finish -----------------------------------------------------------------------------
  */
 
+ph_status sched_check_fits(const sched *s, int64_t id, int64_t max_total, diag *d) {
+  /* Blocks for max_total, computed here without overflow for any int64 count. */
+  const int32_t usable = block_pool_n_blocks(s->kv) - 1;
+  const int64_t need = max_total / s->p.block_size + (max_total % s->p.block_size != 0);
+  RETURN_ERROR_IF(need > usable, d, PH_ERR_LIMIT,
+                  "sched_add: request %lld can never fit: max_total %lld tokens need %lld "
+                  "blocks of %d tokens, the pool has %d",
+                  (long long)id, (long long)max_total, (long long)need, (int)s->p.block_size,
+                  (int)usable);
+  return PH_OK;
+}
+
 ph_status sched_add(sched *s, sched_req *r, diag *d) {
   RETURN_ERROR_IF(!s || !r, d, PH_ERR_INVALID_ARGUMENT, "sched_add: NULL %s",
                   !s ? "scheduler" : "request");
@@ -183,14 +196,8 @@ ph_status sched_add(sched *s, sched_req *r, diag *d) {
   RETURN_ERROR_IF(r->max_total < r->n_total, d, PH_ERR_INVALID_ARGUMENT,
                   "sched_add: request %lld: max_total %lld is below n_total %lld", (long long)r->id,
                   (long long)r->max_total, (long long)r->n_total);
-  /* Blocks for max_total, computed here without overflow for any int64 count. */
-  int32_t usable = block_pool_n_blocks(s->kv) - 1;
-  int64_t need = r->max_total / s->p.block_size + (r->max_total % s->p.block_size != 0);
-  RETURN_ERROR_IF(need > usable, d, PH_ERR_LIMIT,
-                  "sched_add: request %lld can never fit: max_total %lld tokens need %lld "
-                  "blocks of %d tokens, the pool has %d",
-                  (long long)r->id, (long long)r->max_total, (long long)need, (int)s->p.block_size,
-                  (int)usable);
+  FORWARD_IF_ERROR(sched_check_fits(s, r->id, r->max_total, d));
+  const int64_t need = r->max_total / s->p.block_size + (r->max_total % s->p.block_size != 0);
   /* The table's ids storage is sized for max_total now so that block_table_reserve never grows
    * it inside sched_schedule (block_table storage is plain heap: see block_pool.h).
    * Storage the caller put there already (large enough, holding no blocks) is taken over
@@ -210,6 +217,7 @@ ph_status sched_add(sched *s, sched_req *r, diag *d) {
   r->state = SCHED_WAITING;
   r->owner = s;
   queue_push_back(&s->waiting, r);
+  s->work++;
   return PH_OK;
 }
 
@@ -227,6 +235,7 @@ ph_status sched_finish(sched *s, sched_req *r, diag *d) {
   queue_unlink(r->state == SCHED_RUNNING ? &s->running : &s->waiting, r);
   r->state = SCHED_FINISHED;
   r->owner = NULL;
+  s->work++;
   return PH_OK;
 }
 
@@ -253,11 +262,13 @@ static ph_status compact_slots(sched *s, diag *d) {
   int32_t n_moves = 0;
   FORWARD_IF_ERROR(state_pool_compact(s->states, s->moves, s->max_moves, &n_moves, d));
   for (int32_t m = 0; m < n_moves; m++)
-    for (sched_req *r = s->running.head; r; r = r->next)
+    for (sched_req *r = s->running.head; r; r = r->next) {
+      s->work++;
       if (r->slot == s->moves[m].from) {
         r->slot = s->moves[m].to;
         break;
       }
+    }
   return PH_OK;
 }
 
@@ -291,8 +302,19 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   RETURN_ERROR_IF(!s || !out, d, PH_ERR_INVALID_ARGUMENT, "sched_schedule: NULL %s",
                   !s ? "scheduler" : "batch");
   memset(out, 0, sizeof *out);
-  for (const sched_req *r = s->running.head; r; r = r->next) FORWARD_IF_ERROR(check_request(r, d));
-  for (const sched_req *r = s->waiting.head; r; r = r->next) FORWARD_IF_ERROR(check_request(r, d));
+  /* Every request this call may touch: the running ones and the first max_batch waiting ones
+   * (admission takes at most that many). The rest of the queue is checked as it comes within
+   * max_batch of its head, so a step costs O(running + max_batch), not O(queued). */
+  for (const sched_req *r = s->running.head; r; r = r->next) {
+    s->work++;
+    FORWARD_IF_ERROR(check_request(r, d));
+  }
+  int32_t n_checked = 0;
+  for (const sched_req *r = s->waiting.head; r && n_checked < s->p.max_batch; r = r->next) {
+    s->work++;
+    n_checked++;
+    FORWARD_IF_ERROR(check_request(r, d));
+  }
   /* Holes left by finished requests; also refuses (changing nothing) while a step is bound. */
   FORWARD_IF_ERROR(compact_slots(s, d));
 
@@ -304,6 +326,7 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   /* 1. running requests, oldest first; victims are taken from the tail (newest), which is never
    * a request scheduled earlier in this pass (those precede r). */
   for (sched_req *r = s->running.head; r && n < s->p.max_batch;) {
+    s->work++;
     int64_t len = chunk_of(s, r);
     if (len == 0 || len > budget) {
       r = r->next;
@@ -330,6 +353,7 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   /* 2. admissions, FIFO, none when this step had to preempt (the pool is short). */
   while (n_preempted == 0 && s->waiting.head && n < s->p.max_batch) {
     sched_req *w = s->waiting.head;
+    s->work++;
     int64_t len = chunk_of(s, w);
     if (len == 0 || len > budget) break;
     int32_t slot = -1;
@@ -402,6 +426,7 @@ ph_status sched_commit(sched *s, const sched_batch *b, diag *d) {
  */
 
 int32_t sched_n_waiting(const sched *s) { return s->waiting.n; }
+uint64_t sched_work(const sched *s) { return s->work; }
 int32_t sched_n_running(const sched *s) { return s->running.n; }
 sched_req *sched_running_first(const sched *s) { return s->running.head; }
 sched_req *sched_waiting_first(const sched *s) { return s->waiting.head; }

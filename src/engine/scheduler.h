@@ -132,6 +132,11 @@ ph_status sched_create(const sched_params *p, block_pool *kv, state_pool *states
  * and frees the scheduler. NULL is a no-op. */
 void sched_free(sched *s);
 
+/* PH_OK when a request of max_total tokens fits the block pool at all; else PH_ERR_LIMIT with
+ * sched_add's message (naming id). Reads only fixed fields: callable from any thread while the
+ * scheduler lives (the engine refuses such a request when it is added). */
+ph_status sched_check_fits(const sched *s, int64_t id, int64_t max_total, diag *d);
+
 /* Queues r at the back of the waiting queue. Reads id, n_prompt, n_total, max_total; sets
  * n_computed 0, slot -1, state WAITING, n_preemptions 0, and gives r->blocks storage for
  * blocks_for(max_total) ids (so block tables never grow inside sched_schedule); r->blocks must
@@ -155,9 +160,11 @@ ph_status sched_add(sched *s, sched_req *r, diag *d);
  *     free slot and the blocks of the first chunk allow; the first that does not fit stops
  *     admission (no overtaking); it never preempts to admit;
  *  4. slot compaction again, then entries sorted by slot.
- * Allocates nothing. PH_ERR_INVALID_ARGUMENT when a linked request is inconsistent (n_total
- * outside [max(n_prompt, n_computed), max_total], checked before anything changes) or a
- * state_pool binding is active; other pool errors are forwarded. */
+ * Allocates nothing. Costs O(running requests + max_batch), whatever the length of the waiting
+ * queue. PH_ERR_INVALID_ARGUMENT when a request it may touch (every running one, the first
+ * max_batch waiting ones) is inconsistent (n_total outside [max(n_prompt, n_computed),
+ * max_total], checked before anything changes) or a state_pool binding is active; other pool
+ * errors are forwarded. */
 ph_status sched_schedule(sched *s, sched_batch *out, diag *d);
 
 /* After the engine ran batch b: n_computed += n_tokens for every entry whose request is still
@@ -172,6 +179,10 @@ ph_status sched_commit(sched *s, const sched_batch *b, diag *d);
 ph_status sched_finish(sched *s, sched_req *r, diag *d);
 
 int32_t sched_n_waiting(const sched *s);
+/* Requests visited so far by sched_add, sched_finish and sched_schedule (queue walks, checks,
+ * slot re-pointing): a work counter for tests, which bound it to catch a return to scans of
+ * every queued request per step (O(1) per add/finish, O(running + max_batch) per step). */
+uint64_t sched_work(const sched *s);
 int32_t sched_n_running(const sched *s);
 
 /* The queues, for inspection: the oldest running (admission order) or the first waiting

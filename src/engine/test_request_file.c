@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fmap.h"
 #include "check.h"
@@ -165,8 +166,12 @@ static void test_bad_values(void) {
                PH_ERR_CONFIG_INVALID, 1, "remove_step = 3 is before arrive_step = 9");
   expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"temperature\": -0.1}",
                PH_ERR_CONFIG_INVALID, 1, "temperature = -0.1: must be finite and >= 0");
-  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"temperature\": 1e300}",
-               PH_ERR_CONFIG_INVALID, 1, "temperature = inf");
+  /* beyond the float range: named with the value given, not as inf */
+  expect_error(
+      "{\"id\": \"a\", \"prompt_tokens\": [1], \"temperature\": 1e308}", PH_ERR_CONFIG_INVALID, 1,
+      "temperature = 1e+308 is outside the range of a float (magnitude at most 3.40282e+38)");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"min_p\": -1e39}", PH_ERR_CONFIG_INVALID,
+               1, "min_p = -1e+39 is outside the range of a float");
   expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"top_k\": -1}", PH_ERR_CONFIG_INVALID, 1,
                "top_k = -1 is outside [0, 2147483647]");
   expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"top_k\": 3000000000}",
@@ -264,19 +269,190 @@ static void test_read_file(void) {
   const char *text = "{\"id\": \"f1\", \"prompt_tokens\": [1, 2]}\n{\"id\": \"f2\", "
                      "\"prompt_tokens\": [3], \"top_p\": 7}\n";
   CHECK_STATUS(file_write_all(path, text, strlen(text), &d), PH_OK, d.msg);
-  request_list l;
-  CHECK_STATUS(request_list_read(path, &l, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  request_file *f = (request_file *)1;
+  CHECK_STATUS(request_file_open(path, &f, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK(f == NULL);
   char where[4200];
   snprintf(where, sizeof where, "%s:2: top_p = 7", path);
   CHECK_CONTAINS(d.msg, where); /* the label is the path */
   size_t first_line = (size_t)(strchr(text, '\n') - text) + 1;
   CHECK_STATUS(file_write_all(path, text, first_line, &d), PH_OK, d.msg);
-  CHECK_STATUS(request_list_read(path, &l, &d), PH_OK, d.msg);
-  CHECK_EQ_INT(l.n, 1);
-  request_list_free(&l);
+  CHECK_STATUS(request_file_open(path, &f, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(request_file_count(f), 1);
+  request_file_close(f);
   snprintf(path, sizeof path, "%s/absent.jsonl", dir);
-  CHECK_STATUS(request_list_read(path, &l, &d), PH_ERR_NOT_FOUND, d.msg);
-  CHECK(l.items == NULL && l.n == 0);
+  CHECK_STATUS(request_file_open(path, &f, &d), PH_ERR_NOT_FOUND, d.msg);
+  CHECK(f == NULL);
+  CHECK_STATUS(request_file_open(dir, &f, &d), PH_ERR_IO, d.msg); /* a directory */
+  CHECK_CONTAINS(d.msg, "not a regular file");
+  request_file_close(NULL);
+}
+
+/* The index keeps where each line is and when it arrives; get parses a line again, in any
+ * order; lines longer than the read block and a missing final newline are fine; a file that
+ * changes after it was indexed is refused by name, not misread. */
+static void test_stream_file(void) {
+  const char *dir = check_env("PH_TMP_DIR");
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/stream.jsonl", dir);
+  enum { LONG_N = 400000 }; /* ~2.6 MB: longer than the 1 MiB read block */
+  size_t cap = (size_t)LONG_N * 8 + 4096, used = 0;
+  char *text = malloc(cap);
+  used += (size_t)snprintf(text + used, cap - used,
+                           "{\"id\": \"late\", \"prompt_tokens\": [5, 6], \"arrive_step\": 9}\n"
+                           "\r\n"
+                           "{\"id\": 3, \"prompt_tokens\": [7], \"remove_step\": 4}\n"
+                           "{\"id\": \"long\", \"arrive_step\": 2, \"prompt_tokens\": [");
+  for (int i = 0; i < LONG_N; i++)
+    used += (size_t)snprintf(text + used, cap - used, i ? ", %d" : "%d", (i * 31) % 1000);
+  used +=
+      (size_t)snprintf(text + used, cap - used, "]}\n  {\"id\": \"end\", \"prompt_tokens\": [1]}");
+  CHECK_STATUS(file_write_all(path, text, used, &d), PH_OK, d.msg);
+  request_file *f = NULL;
+  CHECK_STATUS(request_file_open(path, &f, &d), PH_OK, d.msg);
+  if (!f) {
+    free(text);
+    return;
+  }
+  CHECK_EQ_INT(request_file_count(f), 4);
+  const int lines[4] = {1, 3, 4, 5};
+  const int64_t arrive[4] = {9, 0, 2, 0}, remove[4] = {-1, 4, -1, -1};
+  for (int i = 0; i < 4; i++) {
+    const request_entry *e = request_file_entry(f, i);
+    CHECK_EQ_INT(e->line, lines[i]);
+    CHECK_EQ_INT(e->arrive_step, arrive[i]);
+    CHECK_EQ_INT(e->remove_step, remove[i]);
+    CHECK(e->offset + e->length <= used &&
+          (e->offset + e->length == used || text[e->offset + e->length] == '\n'));
+  }
+  CHECK(request_file_entry(f, 4) == NULL && request_file_entry(f, -1) == NULL);
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 3; k >= 0; k--) { /* any order, twice */
+      request_spec r;
+      CHECK_STATUS(request_file_get(f, k, &r, &d), PH_OK, d.msg);
+      CHECK_EQ_INT(r.line, lines[k]);
+      if (k == 2) {
+        CHECK_EQ_STR(r.id, "long");
+        CHECK_EQ_INT(r.n_prompt, LONG_N);
+        if (r.n_prompt == LONG_N) CHECK_EQ_INT(r.prompt[LONG_N - 1], ((LONG_N - 1) * 31) % 1000);
+      }
+      if (k == 1) CHECK_EQ_STR(r.id, "3");
+      request_spec_free(&r);
+      CHECK(r.prompt == NULL && r.n_prompt == 0);
+    }
+  request_spec r;
+  CHECK_STATUS(request_file_get(f, 4, &r, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  /* the file changes under the index, in place (file_write_all would replace it by rename,
+   * and the open file would still read the old bytes) */
+  CHECK(truncate(path, (off_t)(used - 1)) == 0);
+  CHECK_STATUS(request_file_get(f, 0, &r, &d), PH_ERR_IO, d.msg);
+  CHECK_CONTAINS(d.msg, "changed since it was read");
+  request_file_close(f);
+  free(text);
+}
+
+/* jansson's allocation peak while parsing, through json_set_alloc_funcs. */
+static size_t j_live, j_peak;
+static void *j_malloc(size_t n) {
+  size_t *p = malloc(n + 16);
+  if (!p) return NULL;
+  p[0] = n;
+  j_live += n;
+  if (j_live > j_peak) j_peak = j_live;
+  return (char *)p + 16;
+}
+static void j_free(void *q) {
+  if (!q) return;
+  size_t *p = (size_t *)(void *)((char *)q - 16);
+  j_live -= p[0];
+  free(p);
+}
+
+/* A long prompt costs 8 bytes a token, not a JSON tree: jansson never sees its elements (it
+ * took ~50 bytes a token, 25x a line of one-digit ids: 1.28 GB for a 50 MB line). Lines that are
+ * not a plain integer array still go to jansson whole, so its messages stay; but at most
+ * REQUEST_LINE_MAX_OTHER bytes of them. */
+static void test_long_prompt_memory(void) {
+  enum { N = 500000 }; /* one-digit ids: ~1 MB of line */
+  size_t cap = (size_t)N * 2 + 256, used = 0;
+  char *text = malloc(cap);
+  used += (size_t)snprintf(text, cap, "{\"id\": \"d\", \"prompt_tokens\": [");
+  for (int i = 0; i < N; i++) {
+    text[used++] = (char)('0' + i % 10);
+    text[used++] = i + 1 < N ? ',' : ']';
+  }
+  used += (size_t)snprintf(text + used, cap - used, ", \"max_new_tokens\": 2}");
+  json_set_alloc_funcs(j_malloc, j_free);
+  j_live = j_peak = 0;
+  request_list l;
+  diag d;
+  CHECK_STATUS(request_list_parse(text, used, "req.jsonl", &l, &d), PH_OK, d.msg);
+  const size_t peak = j_peak;
+  json_set_alloc_funcs(malloc, free);
+  printf("  %d-token line (%zu bytes): jansson peak %zu bytes\n", N, used, peak);
+  CHECK(peak < 16384);
+  CHECK_EQ_INT(l.n, 1);
+  if (l.n == 1) {
+    CHECK_EQ_INT(l.items[0].n_prompt, N);
+    CHECK_EQ_INT(l.items[0].prompt[N - 1], (N - 1) % 10);
+    CHECK_EQ_INT(l.items[0].sampling.max_new_tokens, 2);
+  }
+  request_list_free(&l);
+  free(text);
+
+  /* more than 1 MiB that is not a plain integer prompt: refused before jansson builds it */
+  const size_t big = REQUEST_LINE_MAX_OTHER + 100;
+  text = malloc(big + 128);
+  used = (size_t)snprintf(text, 128, "{\"id\": \"s\", \"prompt_tokens\": [");
+  for (size_t i = 0; used + 4 < big; i++) used += (size_t)snprintf(text + used, 8, "\"x\",");
+  used += (size_t)snprintf(text + used, 16, "\"x\"]}");
+  expect_error(text, PH_ERR_LIMIT, 1, "neither whitespace nor a prompt_tokens array of integer");
+  free(text);
+}
+
+/* The scanner agrees with jansson wherever it takes over, and leaves everything else to it. */
+static void test_prompt_scanner(void) {
+  request_list l;
+  diag d;
+  /* the key after others holding brackets, quotes and escapes; whitespace everywhere */
+  const char *text =
+      " { \"id\" : \"a]\\\"[{\" , \"stop_token_ids\" : [ 1 , 2 ] , \"prompt_tokens\"\t:\t[ 0 ,"
+      "-0, 9223372036854775807 ,\t12 ] , \"seed\": 3 } ";
+  CHECK_STATUS(parse(text, &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 1);
+  if (l.n == 1) {
+    const request_spec *r = &l.items[0];
+    CHECK_EQ_STR(r->id, "a]\"[{");
+    CHECK_EQ_INT(r->n_prompt, 4);
+    if (r->n_prompt == 4)
+      CHECK(r->prompt[0] == 0 && r->prompt[1] == 0 && r->prompt[2] == INT64_MAX &&
+            r->prompt[3] == 12);
+    CHECK_EQ_INT(r->sampling.n_stop_token_ids, 2);
+    CHECK_EQ_INT(r->sampling.seed, 3);
+  }
+  request_list_free(&l);
+  /* errors the scanner meets: jansson's message and column, or the negative element */
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, 01]}", PH_ERR_JSON, 1, "column");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, 2e3]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens[1] is a real number");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, -9223372036854775808]}",
+               PH_ERR_CONFIG_INVALID, 1, "prompt_tokens[1] = -9223372036854775808 is negative");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [4, -2, -5]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens[1] = -2 is negative");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [ ]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt_tokens is empty");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"prompt_tokens\": [2]}", PH_ERR_JSON, 1,
+               "duplicate");
+  /* an error after a blanked array keeps its column (jansson counts from 1) */
+  diag e;
+  CHECK_STATUS(parse("{\"id\": \"a\", \"prompt_tokens\": [1, 2, 3], x}", &l, &e), PH_ERR_JSON,
+               e.msg);
+  CHECK_CONTAINS(e.msg, "column 41");
+  /* a prompt_tokens array before an unknown key: the key is still reported */
+  expect_error("{\"prompt_tokens\": [1, 2], \"id\": 1, \"tokens\": 5}", PH_ERR_CONFIG_INVALID, 1,
+               "unknown key \"tokens\"");
 }
 
 /* ---- result lines ---------------------------------------------------------------------------- */
@@ -393,6 +569,9 @@ int main(void) {
   RUN(test_blank_and_empty);
   RUN(test_long_line);
   RUN(test_read_file);
+  RUN(test_stream_file);
+  RUN(test_long_prompt_memory);
+  RUN(test_prompt_scanner);
   RUN(test_result_round_trip);
   RUN(test_result_errors);
   return check_finish();

@@ -1,5 +1,6 @@
 /* test_sampler — greedy, determinism, the sampled distribution, top-k / top-p / min-p against a
  * reference computed here by a plain full sort, parameter validation, a full-size vocabulary. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -100,6 +101,34 @@ static void test_greedy_ties_and_nan(void) {
   const float nan_one[] = {NAN, NAN, 0.5f, NAN};
   for (int t = 0; t < 50; t++)
     CHECK_EQ_INT(sampler_sample(nan_one, 4, &s, t, scratch, sizeof scratch), 2);
+}
+
+/* The engine's check before sampling: the first NaN or +-inf, in any block of the row. */
+static void test_first_nonfinite(void) {
+  enum { V = 5000 };
+  float *row = malloc(V * sizeof *row);
+  for (int i = 0; i < V; i++) row[i] = (float)(i % 17) - 8.0f;
+  row[7] = FLT_MAX;
+  row[8] = -FLT_MAX;
+  row[9] = 1e-45f; /* denormal: finite */
+  CHECK_EQ_INT(sampler_first_nonfinite(row, V), -1);
+  const float bad[3] = {NAN, INFINITY, -INFINITY};
+  const int at[4] = {0, 1023, 1024, V - 1};
+  for (int b = 0; b < 3; b++)
+    for (int k = 0; k < 4; k++) {
+      const float keep = row[at[k]];
+      row[at[k]] = bad[b];
+      CHECK_EQ_INT(sampler_first_nonfinite(row, V), at[k]);
+      if (at[k] < V - 1) {
+        row[V - 1] = NAN; /* a later one does not change the answer */
+        CHECK_EQ_INT(sampler_first_nonfinite(row, V), at[k]);
+        row[V - 1] = 1.0f;
+      }
+      row[at[k]] = keep;
+    }
+  CHECK_EQ_INT(sampler_first_nonfinite(row, 0), -1);
+  CHECK_EQ_INT(sampler_first_nonfinite(NULL, V), -1);
+  free(row);
 }
 
 static void test_greedy_equivalences(void) {
@@ -499,6 +528,7 @@ static void test_big_vocab(void) {
 
 int main(void) {
   RUN(test_greedy_ties_and_nan);
+  RUN(test_first_nonfinite);
   RUN(test_greedy_equivalences);
   RUN(test_determinism);
   RUN(test_distribution);
