@@ -12,11 +12,10 @@
 
 #include "base/fmap.h"
 
-#define TMP_TAG    ".tmp-"
-#define TMP_RANDOM 6
-#define TMP_NAME_KEEP                                                                              \
-  200 /* bytes of the target's name kept in the temporary name (NAME_MAX 255)                      \
-       */
+#define TMP_TAG         ".tmp-"
+#define TMP_RANDOM      6
+/* bytes of the target's name kept in the temporary name (NAME_MAX is 255) */
+#define TMP_NAME_KEEP   200
 #define TMP_TRIES       64
 #define WRITE_MAX_SLICE ((size_t)1 << 30) /* one write() of several GB is not portable */
 
