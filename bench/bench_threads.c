@@ -2,7 +2,7 @@
  * without a competing busy process, and the cost of one parallel-for against OpenMP.
  *
  *   ./build/release/bench_threads [--repeats N] [--load N] [--only engine|dispatch] [--json]
- *                                 [--models DIR] [--target-ms MS]
+ *                                 [--models DIR] [--target-ms MS] [--case NAME]
  *
  * engine    decode steps through the continuous-batching engine (src/engine/engine.h) on
  *           make-tiny checkpoints written once to --models (default build/bench-models):
@@ -128,7 +128,7 @@ static void load_stop(load *l) {
 #define DECODE_PROMPT 16
 #define N_SETTINGS    3
 #define MAX_REPEATS   31
-#define MAX_STEPS     2000
+#define MAX_STEPS     500
 #define MIN_STEPS     10
 
 static const int SETTING_THREADS[N_SETTINGS] = {1, 2, 0}; /* 0: the default */
@@ -155,7 +155,7 @@ typedef struct engine_result {
 typedef struct bench_opts {
   int repeats, dispatch_repeats, load, json, engine, dispatch;
   double target_ms;
-  const char *models;
+  const char *models, *only_case;
 } bench_opts;
 
 static int64_t prompt_token(uint64_t request, uint64_t pos, int64_t vocab) {
@@ -399,15 +399,20 @@ static void bench_impl(const impl *m, int repeats) {
 static int run_dispatch(int repeats) {
   for (int i = 0; i < MAX_TASKS * LINE_FLOATS; i++) work_data[i] = (float)i;
   for (int threads = 1; threads <= 2; threads++) {
-    impl m = {"pool", threads, NULL};
-    diag d;
-    diag_clear(&d);
-    if (pool_create(threads, &m.pool, &d) != PH_OK) {
-      fprintf(stderr, "bench_threads: %s\n", d.msg);
-      return 1;
+    /* "pool" decides by cost as in the engine (these tiny loops run inline); "pool-sh" shares
+     * every loop with the workers, the cost of a parallel-for that is actually shared. */
+    for (int shared = 0; shared <= (threads > 1); shared++) {
+      impl m = {shared ? "pool-sh" : "pool", threads, NULL};
+      pool_test_options po = {NULL, NULL, shared};
+      diag d;
+      diag_clear(&d);
+      if (pool_create_for_test(threads, &po, &m.pool, &d) != PH_OK) {
+        fprintf(stderr, "bench_threads: %s\n", d.msg);
+        return 1;
+      }
+      bench_impl(&m, repeats);
+      pool_free(m.pool);
     }
-    bench_impl(&m, repeats);
-    pool_free(m.pool);
 #if HAVE_OPENMP
     impl o = {"openmp", threads, NULL};
     bench_impl(&o, repeats);
@@ -436,6 +441,7 @@ static void print_table(const bench_opts *o, const engine_result *er, int defaul
            "threads=2", "default", "best", "default/best");
     for (int c = 0; c < N_CASES; c++) {
       const engine_result *r = &er[c];
+      if (o->only_case && strcmp(o->only_case, CASES[c].name) != 0) continue;
       if (!r->ok) {
         printf("%-12s failed\n", CASES[c].name);
         continue;
@@ -506,12 +512,12 @@ static void print_json(const bench_opts *o, const engine_result *er, int default
 
 static int usage(void) {
   fprintf(stderr, "usage: bench_threads [--repeats N] [--load N] [--only engine|dispatch] [--json] "
-                  "[--models DIR] [--target-ms MS]\n");
+                  "[--models DIR] [--target-ms MS] [--case NAME]\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
-  bench_opts o = {5, 15, 1, 0, 1, 1, 150.0, "build/bench-models"};
+  bench_opts o = {5, 15, 1, 0, 1, 1, 100.0, "build/bench-models", NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--json") == 0) {
@@ -531,6 +537,8 @@ int main(int argc, char **argv) {
       o.engine = strcmp(v, "engine") == 0;
       o.dispatch = strcmp(v, "dispatch") == 0;
       if (!o.engine && !o.dispatch) return usage();
+    } else if (strcmp(a, "--case") == 0) {
+      o.only_case = v;
     } else if (strcmp(a, "--models") == 0) {
       o.models = v;
     } else if (strcmp(a, "--target-ms") == 0) {
@@ -557,6 +565,7 @@ int main(int argc, char **argv) {
   static engine_result er[N_CASES];
   int rc = 0;
   for (int c = 0; o.engine && c < N_CASES; c++) {
+    if (o.only_case && strcmp(o.only_case, CASES[c].name) != 0) continue;
     fprintf(stderr, "bench_threads: engine %s ...\n", CASES[c].name);
     diag_clear(&d);
     if (bench_engine_case(&o, &CASES[c], &er[c], &d) != PH_OK) {

@@ -7,19 +7,20 @@
  * [0, n_tasks) and returns when all are done (their writes visible to the caller). The calling
  * thread takes part as thread 0; workers are threads 1..T-1. Which thread runs which task is
  * NOT fixed: tasks are claimed in chunks at run time by whoever is running, so a worker that the
- * OS has descheduled (another process busy on its CPU) never holds the loop hostage with tasks
- * it has not started. A job too small to pay for the workers runs entirely on the caller, and
- * sleeping workers are woken only for enough work (the measured costs behind both are in
- * pool.c and docs/threading.md). `thread` is unique among the threads running tasks of one
- * pool_run at the same time, so it may index per-thread scratch ([T] slices); a thread runs one
- * task at a time.
+ * OS has descheduled never holds the loop hostage with tasks it has not started. A job too small
+ * to pay for the workers runs entirely on the caller; sleeping workers are woken only for enough
+ * work; and when the CPUs are oversubscribed (another busy process, more threads than CPUs)
+ * fewer workers help, down to none for a while (pool.c and docs/threading.md give the measured
+ * costs behind each rule). `thread` is unique among the threads running tasks of one pool_run
+ * at the same time, so it may index per-thread scratch ([T] slices); a thread runs one task at
+ * a time.
  *
  * Contract for task functions, relied on by every kernel in src/ops (each task writes only
  * its own outputs, keeps any reduction inside the task, and uses `thread` only to pick its
  * scratch slice, which it writes before reading): the result of a task must not depend on the
  * thread that runs it, on the order of tasks, or on which other tasks one thread ran before.
  * Results are then bit-identical for any thread count and any schedule; test_base and the ops
- * tests check it.
+ * tests check it (build with -DPH_POOL_FORCE_SHARE to share every job of the ops tests).
  *
  * A pool with 1 thread, a NULL pool, or n_tasks == 1 runs everything inline. pool_run must not
  * be called concurrently on the same pool, nor from inside a task. n_tasks < SIZE_MAX / 2.
@@ -41,7 +42,7 @@ void pool_free(pool *p); /* NULL-safe; joins the workers */
 int pool_threads(const pool *p);
 void pool_run(pool *p, size_t n_tasks, pool_task_fn fn, void *ctx);
 
-/* Number of online CPUs (>= 1). */
+/* Number of online CPUs this process may run on (its affinity mask: taskset, cpusets), >= 1. */
 int cpu_count_online(void);
 
 /* For tests. hook (may be NULL) runs on worker `worker` (1..T-1) each time it has seen a new
