@@ -157,7 +157,8 @@ struct pool {
   int win_published;                /* jobs published in this window */
   int clean_windows;                /* windows in a row that shared work without trouble */
   unsigned preemptions_seen;
-  long switches_seen; /* the caller's involuntary context switches */
+  long switches_seen;    /* the caller's involuntary context switches */
+  pthread_t caller_seen; /* the thread they were counted on */
   uint64_t solo_until, backoff;
   hist_entry hist[HIST_SIZE];
   pthread_mutex_t mu;
@@ -350,8 +351,10 @@ static void close_window(pool *p, uint64_t now) {
   int helpers = atomic_load_explicit(&p->helpers, memory_order_relaxed);
   int trouble = pre != p->preemptions_seen || sw - p->switches_seen >= POOL_SWITCHES ||
                 p->win_stall * POOL_STALL_DIV >= span;
-  if (span >= POOL_WINDOW_MAX * t_window) {
-    /* the pool sat idle: what happened meanwhile says nothing about its workers */
+  pthread_t self = pthread_self();
+  if (span >= POOL_WINDOW_MAX * t_window || !pthread_equal(self, p->caller_seen)) {
+    /* the pool sat idle, or another thread calls it now: nothing to judge */
+    if (helpers == 0 && now >= p->solo_until) helpers = 1;
   } else if (helpers == 0) {
     /* alone: whatever happened was not the workers' doing; try again after the back-off */
     if (now >= p->solo_until) helpers = 1;
@@ -370,6 +373,7 @@ static void close_window(pool *p, uint64_t now) {
   atomic_store_explicit(&p->helpers, helpers, memory_order_relaxed);
   p->preemptions_seen = pre;
   p->switches_seen = sw;
+  p->caller_seen = self;
   p->win_start = now;
   p->win_stall = 0;
   p->win_published = 0;
@@ -544,6 +548,7 @@ ph_status pool_create_for_test(int n_threads, const pool_test_options *o, pool *
   p->backoff = t_backoff_min;
   p->win_start = ticks();
   p->switches_seen = involuntary_switches();
+  p->caller_seen = pthread_self();
 
   if (pthread_mutex_init(&p->mu, NULL) != 0) {
     free(p);
