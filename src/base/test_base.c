@@ -1,13 +1,17 @@
 /* test_base — unit tests of the base module: the status table, diag, arena, thread pool, CPU
  * features, logging and file maps.
  *
- * The pool tests check the documented static assignment task by task (thread t runs
- * [t*n/T, (t+1)*n/T)) against a formula written here independently, because batch invariance
- * upstream leans on that assignment depending only on (n_tasks, T). They also run with more
- * threads than CPUs, which exercises the sleep/wake paths rather than only the spin path.
+ * The pool tests check its contract task by task: every task runs exactly once per pool_run
+ * (n_tasks around and far above the thread count), thread indices map to distinct OS threads
+ * with 0 on the caller, workers that arrive late never run a stale job or the next job's tasks
+ * with the old fn/ctx, a shared job is always joined (no lost wake-up), and pool_free works
+ * whether workers spin or sleep. The options of pool_create_for_test share every job and delay
+ * workers, so the concurrent paths run even where the cost model would keep a job inline. They
+ * also run with more threads than CPUs, which exercises the sleep/wake paths.
  * Temporary files go under $PH_TMP_DIR (set by ctest).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -243,90 +247,291 @@ static void test_arena_limits_and_strings(void) {
 
 /* ---- pool -------------------------------------------------------------------------------- */
 
+/* Task cost for the pool tests: `spin` rounds of dependent arithmetic (about 1 ns each), enough
+ * at a few hundred rounds for the real pool to share a job with its workers. */
+static unsigned long long busy_work(size_t task, int spin) {
+  volatile unsigned long long x = task + 1;
+  for (int i = 0; i < spin; i++) x = x * 6364136223846793005ull + 1442695040888963407ull;
+  return x;
+}
+
 typedef struct pool_record {
-  int *owner;                /* [n] thread index that ran the task */
-  int *count;                /* [n] times the task ran */
-  pthread_t *tid;            /* [n] OS thread that ran the task */
+  int spin;
+  atomic_int *count;         /* [n] times the task ran */
+  int *thread;               /* [n] thread index that ran it */
+  pthread_t *tid;            /* [n] OS thread that ran it */
   unsigned long long *value; /* [n] */
 } pool_record;
 
 static void record_task(void *ctx, size_t task, int thread) {
   pool_record *r = ctx;
-  r->owner[task] = thread;
-  r->count[task]++;
+  atomic_fetch_add(&r->count[task], 1);
+  r->thread[task] = thread;
   r->tid[task] = pthread_self();
+  busy_work(task, r->spin);
   r->value[task] = (unsigned long long)task * task + 1;
 }
 
-/* The documented assignment, written as a search rather than the pool's closed form. */
-static int expected_owner(size_t task, size_t n, int T) {
-  for (int t = 0; t < T; t++) {
-    size_t begin = (size_t)t * n / (size_t)T, end = (size_t)(t + 1) * n / (size_t)T;
-    if (task >= begin && task < end) return t;
-  }
-  return -1;
-}
-
-static void check_pool_case(pool *p, size_t n, int T) {
-  size_t alloc_n = n ? n : 1;
-  pool_record r = {calloc(alloc_n, sizeof(int)), calloc(alloc_n, sizeof(int)),
+/* One pool_run of n tasks: every task ran exactly once, with a thread index in [0, T), index 0
+ * on the calling thread and each index on one OS thread. Returns how many tasks ran on
+ * workers. */
+static size_t check_pool_case(pool *p, size_t n, int T, int spin) {
+  size_t alloc_n = n ? n : 1, on_workers = 0;
+  pool_record r = {spin, calloc(alloc_n, sizeof(atomic_int)), calloc(alloc_n, sizeof(int)),
                    calloc(alloc_n, sizeof(pthread_t)), calloc(alloc_n, sizeof(unsigned long long))};
-  if (!CHECK(r.owner && r.count && r.tid && r.value)) goto done;
+  pthread_t *index_tid = calloc((size_t)T, sizeof(pthread_t));
+  int *index_seen = calloc((size_t)T, sizeof(int));
+  if (!CHECK(r.count && r.thread && r.tid && r.value && index_tid && index_seen)) goto done;
+  for (size_t i = 0; i < n; i++) atomic_init(&r.count[i], 0);
   pool_run(p, n, record_task, &r);
   unsigned long long sum = 0, want = 0;
-  int bad_count = 0, bad_owner = 0, bad_tid = 0;
+  size_t bad_count = 0, bad_thread = 0, bad_tid = 0;
   for (size_t i = 0; i < n; i++) {
     sum += r.value[i];
     want += (unsigned long long)i * i + 1;
-    if (r.count[i] != 1) bad_count++;
-    if (r.owner[i] != expected_owner(i, n, T)) bad_owner++;
-    /* Thread 0 is the caller; other indices are one OS thread each, distinct from the caller
-     * and from each other. */
-    for (size_t j = 0; j < i; j++) {
-      int same_index = r.owner[i] == r.owner[j];
-      int same_tid = pthread_equal(r.tid[i], r.tid[j]) != 0;
-      if (same_index != same_tid) {
-        bad_tid++;
-        break;
-      }
+    if (atomic_load(&r.count[i]) != 1) bad_count++;
+    int t = r.thread[i];
+    if (t < 0 || t >= T) {
+      bad_thread++;
+      continue;
     }
-    int on_caller = pthread_equal(r.tid[i], pthread_self()) != 0;
-    if (on_caller != (r.owner[i] == 0)) bad_tid++;
+    on_workers += t != 0;
+    if (!index_seen[t]) {
+      index_seen[t] = 1;
+      index_tid[t] = r.tid[i];
+    } else if (!pthread_equal(index_tid[t], r.tid[i])) {
+      bad_tid++;
+    }
+    if ((pthread_equal(r.tid[i], pthread_self()) != 0) != (t == 0)) bad_tid++;
   }
-  if (sum != want || bad_count || bad_owner || bad_tid)
+  for (int a = 1; a < T; a++) /* different indices: different OS threads */
+    for (int b = 0; b < a; b++)
+      if (index_seen[a] && index_seen[b] && pthread_equal(index_tid[a], index_tid[b])) bad_tid++;
+  if (sum != want || bad_count || bad_thread || bad_tid)
     fprintf(stderr,
-            "  pool case n_tasks=%zu threads=%d: sum %llu (want %llu), %d wrong counts, "
-            "%d wrong owners, %d wrong OS threads\n",
-            n, T, sum, want, bad_count, bad_owner, bad_tid);
+            "  pool case n_tasks=%zu threads=%d spin=%d: sum %llu (want %llu), %zu tasks not run "
+            "exactly once, %zu thread indices out of range, %zu wrong OS threads\n",
+            n, T, spin, sum, want, bad_count, bad_thread, bad_tid);
   CHECK(sum == want);
   CHECK_EQ_INT(bad_count, 0);
-  CHECK_EQ_INT(bad_owner, 0);
+  CHECK_EQ_INT(bad_thread, 0);
   CHECK_EQ_INT(bad_tid, 0);
 done:
-  free(r.owner);
   free(r.count);
+  free(r.thread);
   free(r.tid);
   free(r.value);
+  free(index_tid);
+  free(index_seen);
+  return on_workers;
 }
 
-static void test_pool_static_assignment(void) {
-  static const size_t N[] = {0, 1, 2, 3, 7, 1000};
-  for (int T = 1; T <= 4; T++) {
+/* Every task exactly once for n_tasks around the thread count and far above it, with the real
+ * cost model (cheap tasks run inline, costly ones are shared) and with every job shared. */
+static void test_pool_every_task_once(void) {
+  static const int THREADS[] = {1, 2, 3, 8};
+  for (int share = 0; share <= 1; share++)
+    for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++) {
+      int T = THREADS[k];
+      pool_test_options o = {NULL, NULL, share};
+      pool *p = NULL;
+      diag d;
+      diag_clear(&d);
+      CHECK_STATUS(pool_create_for_test(T, &o, &p, &d), PH_OK, d.msg);
+      if (!p) continue;
+      CHECK_EQ_INT(pool_threads(p), T);
+      const size_t N[] = {0, 1, 2, 3, (size_t)T - 1, (size_t)T, (size_t)T + 1, 100, 10000};
+      size_t on_workers = 0;
+      /* Twice over, so every case also runs on a pool whose cost table knows it. */
+      for (int round = 0; round < 2; round++)
+        for (size_t i = 0; i < sizeof N / sizeof N[0]; i++)
+          for (int spin = 0; spin <= 400; spin += 400)
+            on_workers += check_pool_case(p, N[i], T, spin);
+      if (T == 1) CHECK_EQ_INT(on_workers, 0);
+      fprintf(stderr, "     threads %d%s: %zu tasks ran on workers\n", T,
+              share ? ", every job shared" : "", on_workers);
+      pool_free(p);
+    }
+}
+
+/* A shared job of two tasks that each wait for the other to start needs a worker: it ends only
+ * if a worker joins, which it must do whether it was spinning or asleep when the job was
+ * published (a lost wake-up fails here after 10 s instead of hanging). */
+typedef struct rendezvous {
+  atomic_int started;
+  atomic_int timed_out;
+} rendezvous;
+
+static void rendezvous_task(void *ctx, size_t task, int thread) {
+  (void)task;
+  (void)thread;
+  rendezvous *r = ctx;
+  atomic_fetch_add(&r->started, 1);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (atomic_load(&r->started) < 2) {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (t.tv_sec - t0.tv_sec > 10) {
+      atomic_store(&r->timed_out, 1);
+      return;
+    }
+    sched_yield();
+  }
+}
+
+static void test_pool_workers_join(void) {
+  static const int THREADS[] = {2, 3, 8};
+  for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++) {
+    pool_test_options o = {NULL, NULL, 1};
     pool *p = NULL;
-    diag d;
-    diag_clear(&d);
-    CHECK_STATUS(pool_create(T, &p, &d), PH_OK, d.msg);
+    CHECK_STATUS(pool_create_for_test(THREADS[k], &o, &p, NULL), PH_OK, NULL);
     if (!p) continue;
-    CHECK_EQ_INT(pool_threads(p), T);
-    /* Twice over, so every case also runs on a pool that has run before. */
-    for (int round = 0; round < 2; round++)
-      for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) check_pool_case(p, N[i], T);
+    int timed_out = 0;
+    for (int run = 0; run < 60; run++) {
+      /* gaps from none to 2 ms straddle the workers' spin: they are spinning, deciding to
+       * sleep, or asleep when the job comes */
+      long gap_us = run % 3 == 0 ? 0 : run % 3 == 1 ? (run * 7) % 120 : 2000;
+      struct timespec gap = {0, gap_us * 1000};
+      nanosleep(&gap, NULL);
+      rendezvous r;
+      atomic_init(&r.started, 0);
+      atomic_init(&r.timed_out, 0);
+      pool_run(p, 2, rendezvous_task, &r);
+      timed_out += atomic_load(&r.timed_out);
+      CHECK_EQ_INT(atomic_load(&r.started), 2);
+    }
+    CHECK_EQ_INT(timed_out, 0);
     pool_free(p);
+  }
+}
+
+/* A worker that is not running (the OS descheduled it: here the hook holds every worker until
+ * the test opens the gate) must not hold a job hostage: the caller runs every task itself and
+ * pool_run returns. A static split waits for the held worker's share; with the hook's 10 s
+ * limit it returned only then, which is what `held_to_the_limit` catches. */
+typedef struct gate {
+  atomic_int open;
+  atomic_int held_to_the_limit;
+} gate;
+
+static void gate_hook(void *ctx, int worker) {
+  (void)worker;
+  gate *g = ctx;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!atomic_load(&g->open)) {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (t.tv_sec - t0.tv_sec > 10) {
+      atomic_store(&g->held_to_the_limit, 1);
+      return;
+    }
+    struct timespec nap = {0, 100 * 1000};
+    nanosleep(&nap, NULL);
+  }
+}
+
+static void test_pool_no_hostage(void) {
+  static const int THREADS[] = {2, 3, 8};
+  for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++) {
+    int T = THREADS[k];
+    gate g;
+    atomic_init(&g.open, 0);
+    atomic_init(&g.held_to_the_limit, 0);
+    pool_test_options o = {gate_hook, &g, 1};
+    pool *p = NULL;
+    CHECK_STATUS(pool_create_for_test(T, &o, &p, NULL), PH_OK, NULL);
+    if (!p) continue;
+    for (int run = 0; run < 3; run++) /* workers held: everything on the caller */
+      CHECK_EQ_INT(check_pool_case(p, 100, T, 100), 0);
+    CHECK_EQ_INT(atomic_load(&g.held_to_the_limit), 0);
+    atomic_store(&g.open, 1); /* the workers arrive, late: the jobs are over */
+    for (int run = 0; run < 3; run++) check_pool_case(p, 1000, T, 100);
+    pool_free(p);
+    CHECK_EQ_INT(atomic_load(&g.held_to_the_limit), 0);
+  }
+}
+
+/* Workers that arrive late (the hook sleeps before they try to join) must never run a task of a
+ * job that is over, nor run the next job's tasks with the old fn/ctx. Two task functions with
+ * their own contexts alternate over thousands of back-to-back jobs of varying size; every task
+ * checks that the job it belongs to is the one running, and some tasks are slow. */
+typedef struct late_ctx {
+  int kind;          /* 0 or 1: which function must run this context */
+  int job;           /* the job this context belongs to */
+  atomic_int *count; /* [n] */
+  atomic_int *errors;
+} late_ctx;
+
+static atomic_int late_running_job; /* the job pool_run is inside, 0 between jobs */
+static atomic_int late_hook_calls;
+
+static void late_hook(void *ctx, int worker) {
+  (void)ctx;
+  int k = atomic_fetch_add(&late_hook_calls, 1);
+  /* a deterministic subset of arrivals are late by 0.2 ms, longer than most jobs here */
+  if ((k + worker) % 5 == 0) {
+    struct timespec t = {0, 200 * 1000};
+    nanosleep(&t, NULL);
+  }
+}
+
+static void late_check(late_ctx *c, size_t task, int kind) {
+  if (c->kind != kind || atomic_load(&late_running_job) != c->job) atomic_fetch_add(c->errors, 1);
+  atomic_fetch_add(&c->count[task], 1);
+  if (c->job % 97 == 0 && task == 0) { /* a slow task holds its job open */
+    struct timespec t = {0, 500 * 1000};
+    nanosleep(&t, NULL);
+  }
+  busy_work(task, 50);
+  if (atomic_load(&late_running_job) != c->job) atomic_fetch_add(c->errors, 1);
+}
+
+static void late_task_a(void *ctx, size_t task, int thread) {
+  (void)thread;
+  late_check(ctx, task, 0);
+}
+
+static void late_task_b(void *ctx, size_t task, int thread) {
+  (void)thread;
+  late_check(ctx, task, 1);
+}
+
+static void test_pool_late_workers(void) {
+  static const int THREADS[] = {2, 3, 8};
+  for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++) {
+    for (int share = 0; share <= 1; share++) {
+      pool_test_options o = {late_hook, NULL, share};
+      pool *p = NULL;
+      CHECK_STATUS(pool_create_for_test(THREADS[k], &o, &p, NULL), PH_OK, NULL);
+      if (!p) continue;
+      enum { MAX_N = 40, JOBS = 3000 };
+      atomic_int count[2][MAX_N], errors;
+      atomic_init(&errors, 0);
+      int miscounted = 0;
+      for (int job = 1; job <= JOBS; job++) {
+        int kind = job % 2;
+        size_t n = (size_t)((job * 7) % MAX_N);
+        for (int i = 0; i < MAX_N; i++) atomic_init(&count[kind][i], 0);
+        late_ctx c = {kind, job, count[kind], &errors};
+        atomic_store(&late_running_job, job);
+        pool_run(p, n, kind ? late_task_b : late_task_a, &c);
+        atomic_store(&late_running_job, 0);
+        for (size_t i = 0; i < MAX_N; i++)
+          miscounted += atomic_load(&count[kind][i]) != (i < n ? 1 : 0);
+      }
+      /* late workers may still be on their way: give them time to do something wrong */
+      struct timespec t = {0, 2 * 1000 * 1000};
+      nanosleep(&t, NULL);
+      CHECK_EQ_INT(atomic_load(&errors), 0);
+      CHECK_EQ_INT(miscounted, 0);
+      pool_free(p);
+    }
   }
 }
 
 typedef struct stamp_ctx {
   int run;    /* written by the caller between runs */
+  int spin;   /* task cost */
   int *stamp; /* [n_tasks] */
   int *count; /* [n_tasks] */
 } stamp_ctx;
@@ -334,52 +539,75 @@ typedef struct stamp_ctx {
 static void stamp_task(void *ctx, size_t task, int thread) {
   (void)thread;
   stamp_ctx *c = ctx;
+  busy_work(task, c->spin);
   c->stamp[task] = c->run;
   c->count[task]++;
 }
 
+/* Thousands of back-to-back runs of varying size and cost: pool_run returning means every task
+ * ran once and its writes are visible, whether the caller ran it or a worker did. */
 static void test_pool_back_to_back(void) {
-  /* 2 threads matches this machine; 4 oversubscribes it and so exercises the sleep paths. */
-  static const int THREADS[] = {2, 4};
+  /* 2 threads matches this machine; 4 and 8 oversubscribe it and so exercise the sleep paths. */
+  static const int THREADS[] = {2, 4, 8};
   for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++) {
     int T = THREADS[k];
     pool *p = NULL;
     CHECK_STATUS(pool_create(T, &p, NULL), PH_OK, NULL);
     if (!p) continue;
-    int stamp[8] = {0}, count[8] = {0};
-    stamp_ctx c = {0, stamp, count};
-    int stale = 0;
+    enum { MAX_N = 64 };
+    int stamp[MAX_N] = {0}, count[MAX_N] = {0};
+    stamp_ctx c = {0, 0, stamp, count};
+    int stale = 0, miscounted = 0;
     const int RUNS = 10000;
     for (int run = 1; run <= RUNS; run++) {
+      size_t n = (size_t)((run * 13) % (MAX_N + 1));
       c.run = run;
-      pool_run(p, (size_t)T, stamp_task, &c);
-      /* pool_run returning means every task's writes are visible here. */
-      for (int t = 0; t < T; t++) stale += stamp[t] != run;
+      c.spin = (run / 100) % 3 == 0 ? 0 : (run / 100) % 3 == 1 ? 200 : 2000;
+      memset(count, 0, sizeof count);
+      pool_run(p, n, stamp_task, &c);
+      for (size_t t = 0; t < n; t++) {
+        stale += stamp[t] != run;
+        miscounted += count[t] != 1;
+      }
     }
     CHECK_EQ_INT(stale, 0);
-    for (int t = 0; t < T; t++) CHECK_EQ_INT(count[t], RUNS);
+    CHECK_EQ_INT(miscounted, 0);
 
-    /* After an idle pause the workers are asleep on the condition variable; a run must still
-     * wake them all. */
-    struct timespec pause = {0, 5 * 1000 * 1000};
-    nanosleep(&pause, NULL);
-    c.run = RUNS + 1;
-    pool_run(p, (size_t)T, stamp_task, &c);
-    for (int t = 0; t < T; t++) CHECK_EQ_INT(stamp[t], RUNS + 1);
-
-    /* Gaps from 0 to 190 us straddle the end of the workers' spin (about 80 us here), so
-     * runs land while workers are deciding to sleep: a lost wake-up would hang here. */
+    /* Gaps from 0 to 190 us straddle the end of the workers' spin, so runs land while workers
+     * are deciding to sleep. */
     stale = 0;
+    c.spin = 2000;
     for (int run = 0; run < 200; run++) {
       struct timespec gap = {0, (run % 20) * 10 * 1000};
       nanosleep(&gap, NULL);
       c.run = RUNS + 2 + run;
-      pool_run(p, (size_t)T, stamp_task, &c);
-      for (int t = 0; t < T; t++) stale += stamp[t] != c.run;
+      pool_run(p, MAX_N, stamp_task, &c);
+      for (int t = 0; t < MAX_N; t++) stale += stamp[t] != c.run;
     }
     CHECK_EQ_INT(stale, 0);
     pool_free(p);
   }
+}
+
+/* pool_free joins workers whether they are spinning (right after a shared job) or asleep. */
+static void test_pool_free_spinning_or_asleep(void) {
+  static const int THREADS[] = {2, 8};
+  for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++)
+    for (int i = 0; i < 20; i++) {
+      pool_test_options o = {NULL, NULL, 1};
+      pool *p = NULL;
+      CHECK_STATUS(pool_create_for_test(THREADS[k], &o, &p, NULL), PH_OK, NULL);
+      if (!p) continue;
+      int stamp[16] = {0}, count[16] = {0};
+      stamp_ctx c = {1, 100, stamp, count};
+      pool_run(p, 16, stamp_task, &c);
+      if (i % 2) {
+        struct timespec t = {0, 5 * 1000 * 1000};
+        nanosleep(&t, NULL);
+      }
+      pool_free(p);
+      for (int t = 0; t < 16; t++) CHECK_EQ_INT(count[t], 1);
+    }
 }
 
 static void test_pool_create_and_free(void) {
@@ -409,18 +637,16 @@ static void test_pool_create_and_free(void) {
   pool_free(NULL);
 
   /* A NULL pool runs inline on the caller as thread 0. */
-  pool_record r;
-  int owner[3] = {-1, -1, -1}, count[3] = {0};
+  atomic_int count[3];
+  int thread[3] = {-1, -1, -1};
   pthread_t tid[3];
   unsigned long long value[3];
-  r.owner = owner;
-  r.count = count;
-  r.tid = tid;
-  r.value = value;
+  for (int i = 0; i < 3; i++) atomic_init(&count[i], 0);
+  pool_record r = {0, count, thread, tid, value};
   pool_run(NULL, 3, record_task, &r);
   for (int i = 0; i < 3; i++) {
-    CHECK_EQ_INT(owner[i], 0);
-    CHECK_EQ_INT(count[i], 1);
+    CHECK_EQ_INT(thread[i], 0);
+    CHECK_EQ_INT(atomic_load(&count[i]), 1);
   }
 }
 
@@ -868,8 +1094,12 @@ int main(void) {
   RUN(test_arena_alignment_and_zeroing);
   RUN(test_arena_reset_reuse);
   RUN(test_arena_limits_and_strings);
-  RUN(test_pool_static_assignment);
+  RUN(test_pool_every_task_once);
+  RUN(test_pool_workers_join);
+  RUN(test_pool_no_hostage);
+  RUN(test_pool_late_workers);
   RUN(test_pool_back_to_back);
+  RUN(test_pool_free_spinning_or_asleep);
   RUN(test_pool_create_and_free);
   RUN(test_cpu_features);
   RUN(test_cpu_disable);
