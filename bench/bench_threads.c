@@ -41,6 +41,7 @@
 #include "base/fmap.h"
 #include "base/pool.h"
 #include "engine/engine.h"
+#include "engine_steps.h"
 #include "models/tiny.h"
 
 #if defined(PH_BENCH_OPENMP) && PH_BENCH_OPENMP
@@ -158,18 +159,6 @@ typedef struct bench_opts {
   const char *models, *only_case;
 } bench_opts;
 
-static int64_t prompt_token(uint64_t request, uint64_t pos, int64_t vocab) {
-  uint64_t h = (request + 1) * 0x9E3779B97F4A7C15ull ^ (pos + 1) * 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 31;
-  h *= 0x94D049BB133111EBull;
-  h ^= h >> 29;
-  return (int64_t)(h % (uint64_t)vocab);
-}
-
-static int steady(const engine_step_info *si, int B) {
-  return si->n_seqs == B && si->n_tokens == B && si->n_sampled == B && si->n_preempted == 0;
-}
-
 /* B requests decode together: after their prompts and one steady warm-up step, `steps` steps
  * are timed as one block. Returns seconds per step, or -1 with d set. */
 static double decode_block(engine *e, int B, int steps, diag *d) {
@@ -181,19 +170,20 @@ static double decode_block(engine *e, int B, int steps, diag *d) {
   ph_status s = PH_OK;
   for (int b = 0; s == PH_OK && b < B; b++) {
     int64_t prompt[DECODE_PROMPT];
-    for (int j = 0; j < DECODE_PROMPT; j++) prompt[j] = prompt_token((uint64_t)b, (uint64_t)j, V);
+    for (int j = 0; j < DECODE_PROMPT; j++)
+      prompt[j] = bench_prompt_token((uint64_t)b, (uint64_t)j, V);
     s = engine_add(e, prompt, DECODE_PROMPT, &sp, &ids[b], d);
   }
   engine_step_info si;
   memset(&si, 0, sizeof si);
-  for (int k = 0; s == PH_OK && !steady(&si, B); k++) {
+  for (int k = 0; s == PH_OK && !bench_steady_step(&si, B); k++) {
     if (k == 1000) s = diag_set(d, PH_ERR_INTERNAL, "batch %d never reached a steady step", B);
     if (s == PH_OK) s = engine_step(e, &si, d);
   }
   double t0 = now_ns(CLOCK_MONOTONIC), t = -1.0;
   for (int k = 0; s == PH_OK && k < steps; k++) {
     s = engine_step(e, &si, d);
-    if (s == PH_OK && !steady(&si, B))
+    if (s == PH_OK && !bench_steady_step(&si, B))
       s = diag_set(d, PH_ERR_INTERNAL, "batch %d: step %d was not a steady decode step", B, k);
   }
   if (s == PH_OK) t = (now_ns(CLOCK_MONOTONIC) - t0) * 1e-9 / steps;

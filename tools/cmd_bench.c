@@ -52,6 +52,7 @@
 #elif defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC pop_options
 #endif
+#include "../bench/engine_steps.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR|PKG", "Hugging Face checkpoint directory, or a package exported --layout paged"},
@@ -117,15 +118,6 @@ static double median(double *v, int64_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* A fixed hash of (request, position) in [0, vocab): the same prompts every run. */
-static int64_t prompt_token(uint64_t request, uint64_t pos, int64_t vocab) {
-  uint64_t h = (request + 1) * 0x9E3779B97F4A7C15ull ^ (pos + 1) * 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 31;
-  h *= 0x94D049BB133111EBull;
-  h ^= h >> 29;
-  return (int64_t)(h % (uint64_t)vocab);
-}
-
 static int parse_batches(cli_args *a, bench_config *c) {
   const char *v = cli_get(a, "batches");
   if (!v) return CLI_EXIT_OK;
@@ -175,7 +167,8 @@ static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefil
   RETURN_ERROR_IF(!prompt, d, PH_ERR_NO_MEMORY, "out of memory for a %lld-token prompt",
                   (long long)c->prompt);
   /* a different prompt per repeat: nothing could be reused between them */
-  for (int64_t j = 0; j < c->prompt; j++) prompt[j] = prompt_token(1000 + (uint64_t)rep, j, V);
+  for (int64_t j = 0; j < c->prompt; j++)
+    prompt[j] = bench_prompt_token(1000 + (uint64_t)rep, j, V);
   sampling_params sp = sampling_params_default();
   sp.max_new_tokens = 1;
   sp.ignore_eos = 1;
@@ -200,10 +193,6 @@ static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefil
 
 /* ---- decode -------------------------------------------------------------------------------- */
 
-static int steady(const engine_step_info *si, int64_t B) {
-  return si->n_seqs == B && si->n_tokens == B && si->n_sampled == B && si->n_preempted == 0;
-}
-
 /* One repeat at batch B: *step_s is the median steady step (0 when there was none). */
 static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, int rep,
                                    double *step_s, int64_t *n_steady, diag *d) {
@@ -217,13 +206,13 @@ static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, 
   for (int64_t b = 0; s == PH_OK && b < B; b++) {
     int64_t prompt[DECODE_PROMPT];
     for (int j = 0; j < DECODE_PROMPT; j++)
-      prompt[j] = prompt_token((uint64_t)(rep * 4096 + b), (uint64_t)j, V);
+      prompt[j] = bench_prompt_token((uint64_t)(rep * 4096 + b), (uint64_t)j, V);
     s = engine_add(e, prompt, DECODE_PROMPT, &sp, &ids[b], d);
   }
   /* prompts, until the first step where every sequence decodes one token: the warm-up */
   engine_step_info si;
   memset(&si, 0, sizeof si);
-  for (int64_t k = 0; s == PH_OK && !steady(&si, B); k++) {
+  for (int64_t k = 0; s == PH_OK && !bench_steady_step(&si, B); k++) {
     if (k == MAX_LOOP || (k > 0 && !engine_busy(e))) {
       s = diag_set(d, PH_ERR_INTERNAL, "batch %lld never reached a steady decode step",
                    (long long)B);
@@ -236,7 +225,7 @@ static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, 
     const double t0 = roofline_now();
     s = engine_step(e, &si, d);
     const double t = roofline_now() - t0;
-    if (s == PH_OK && steady(&si, B)) times[(*n_steady)++] = t;
+    if (s == PH_OK && bench_steady_step(&si, B)) times[(*n_steady)++] = t;
   }
   *step_s = s == PH_OK ? median(times, *n_steady) : 0.0;
   for (int64_t b = 0; s == PH_OK && b < B; b++) s = finish_ok(e, ids[b], d);

@@ -1,0 +1,27 @@
+/* engine_steps — what `pagedhybrid bench` (tools/cmd_bench.c) and bench/bench_threads.c share
+ * when they drive the engine: the benchmark prompts and the test for a steady decode step.
+ * Header-only, for programs inside the project (it uses the internal engine.h). */
+#ifndef PH_BENCH_ENGINE_STEPS_H
+#define PH_BENCH_ENGINE_STEPS_H
+
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+/* A fixed hash of (request, position) in [0, vocab): the same prompts in every run, and no two
+ * requests (or repeats, given distinct request numbers) sharing one. */
+static inline int64_t bench_prompt_token(uint64_t request, uint64_t pos, int64_t vocab) {
+  uint64_t h = (request + 1) * 0x9E3779B97F4A7C15ull ^ (pos + 1) * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  return (int64_t)(h % (uint64_t)vocab);
+}
+
+/* A step is a steady decode step of a batch of B when it ran B sequences of one token each,
+ * sampled B tokens and preempted nothing. */
+static inline int bench_steady_step(const engine_step_info *si, int64_t B) {
+  return si->n_seqs == B && si->n_tokens == B && si->n_sampled == B && si->n_preempted == 0;
+}
+
+#endif /* PH_BENCH_ENGINE_STEPS_H */
