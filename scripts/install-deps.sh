@@ -11,6 +11,7 @@ set -euo pipefail
 PACKAGES=(
   gcc                # C11 compiler for the release build
   make
+  binutils           # ld -r and objcopy make the installed static library (docs/embedding.md)
   cmake              # build system (>= 3.20)
   pkg-config         # finds jansson
   libjansson-dev     # JSON: config.json, safetensors headers, genai_config.json (docs/dependencies.md)
