@@ -178,6 +178,9 @@ static void test_determinism(void) {
     CHECK_EQ_INT(sampler_sample(x, V, &a, t, s2, bytes), first[t]);
   }
   for (int64_t t = 1; t < T; t++) distinct_index += first[t] != first[t - 1];
+  /* a near-flat row over 64 tokens with top_p 0.95: two draws agree with probability
+   * sum p^2 ~ 1/50, so ~390 of the 400 differ; more than half is a bound a stream that ignored
+   * the index or the seed (every draw alike) cannot meet */
   CHECK(distinct_index > T / 2); /* the stream varies with the index */
   CHECK(differ_seed > T / 2);    /* and with the seed */
   for (int64_t t = 0; t < T; t++) CHECK(first[t] >= 0 && first[t] < V);
@@ -189,7 +192,11 @@ static void test_determinism(void) {
 
 /* Draws N tokens (index 0..N-1) and checks every frequency against p within 5 standard
  * deviations plus one count. Fixed seeds make this deterministic; 5 sigma keeps it valid for
- * any seed in practice. Tokens with p == 0 must never appear. */
+ * any seed in practice: a correct sampler's count leaves it with probability 5.7e-7 per token
+ * (normal approximation of the binomial; the + 1 covers its discreteness for rare tokens), so
+ * over the ~70 tokens of test_distribution a false failure has odds below 1 in 20,000; the
+ * window is narrow enough to matter: for p = 0.3, 5 sigma is 324 of 20,000 draws, so a
+ * probability off by more than 0.016 fails. Tokens with p == 0 must never appear. */
 static void check_frequencies(const float *x, int64_t V, const sampling_params *p,
                               const char *name) {
   enum { N = 20000 };
@@ -300,7 +307,7 @@ static void test_top_k(void) {
     seen1 += tok == 1;
     seen3 += tok == 3;
   }
-  CHECK(seen1 > 50 && seen3 > 50);
+  CHECK(seen1 > 50 && seen3 > 50); /* each p = 1/2 of 200: mean 100, sigma 7; 50 is 7 sigma off */
   /* k >= vocab is off */
   sampling_params kbig = sampled(1.0f, 100, 1.0f, 0.0f, 8);
   check_frequencies(tied, 6, &kbig, "top_k >= vocab");
@@ -369,7 +376,7 @@ static void test_min_p(void) {
     seen1 += sampler_sample(two, 2, &keep, t, scratch, sizeof scratch) == 1;
     CHECK_EQ_INT(sampler_sample(two, 2, &drop, t, scratch, sizeof scratch), 0);
   }
-  CHECK(seen1 > 20);
+  CHECK(seen1 > 20); /* p1 = 0.5 / 1.5 = 1/3 of 200: mean 67, sigma 6.7; 20 is 7 sigma off */
   free(x);
 }
 
@@ -401,7 +408,10 @@ static void draw_counts(const float *x, int64_t V, const sampling_params *p, int
  *  - top-k: ties at the k-th place go to the lower ids, both through the heap (k <= 4096) and
  *    through the radix ranking (larger k).
  * Each row is run without top-k, with a small top-k (heap) and with a large one (radix), which
- * take different code paths to the same cut. */
+ * take different code paths to the same cut.
+ * Counts: two kept tokens of p ~ 1/2 in 400 draws: mean 200, sigma 10, so > 120 is 8 sigma; the
+ * radix top-k keeps ~4500 near-equal tokens, and 2000 draws all below id 4000 would have
+ * probability (4000 / 4500)^2000 ~ 1e-102. Out-of-set draws must be exactly 0. */
 static void test_exact_edges(void) {
   enum { V = 5000 };
   float *x = malloc(V * sizeof *x);
