@@ -889,15 +889,17 @@ typedef enum rand_kind {
 } rand_kind;
 
 /* The seeds test_randomized runs (docs/engine.md quotes this table): each preempts, two fill the
- * context, and the batched run uses 2 kernel threads in half of them (its references use the
- * other count: results do not depend on the thread count, docs/threading.md). */
+ * context, prefill chunks of 16, 32 and 64, and the batched run uses 2 kernel threads in two of
+ * them (its references use the other count: results do not depend on the thread count,
+ * docs/threading.md). */
 static const struct {
   uint64_t seed;
   rand_kind kind;
   int n_threads;
+  int64_t chunk; /* prefill_chunk (RAND_TIGHT: 64) */
 } RAND_SEEDS[] = {
-    {1, RAND_TIGHT, 1}, {2, RAND_MIXED, 2},   {3, RAND_CONTEXT, 2},
-    {4, RAND_MIXED, 1}, {5, RAND_CONTEXT, 1},
+    {1, RAND_TIGHT, 1, 64}, {2, RAND_MIXED, 2, 16},   {3, RAND_CONTEXT, 2, 32},
+    {4, RAND_MIXED, 1, 64}, {5, RAND_CONTEXT, 1, 16},
 };
 #define N_RAND_SEEDS ((int)(sizeof RAND_SEEDS / sizeof RAND_SEEDS[0]))
 
@@ -957,18 +959,32 @@ static int is_stop_id(const sampling_params *sp, int64_t tok) {
   return 0;
 }
 
-/* Random traffic: for arrival_steps steps, random arrivals (prompts 1..max_prompt tokens;
- * near_end: half of them within 24 tokens of the context instead) and removals in any state,
- * then steps until idle, every step checked (checked_step). With step_allocs, allocations inside
- * engine_step are counted into it (adds and removals are outside the counted region). */
+/* Random traffic: an opening burst of max_batch long requests (max_prompt - 0..7 tokens, or
+ * near_end: context - 1), which together need more pages than any pool here holds, so every run
+ * preempts by construction; then for arrival_steps steps random arrivals (prompts 1..max_prompt
+ * tokens; near_end: half of them within 24 tokens of the context instead) and removals in any
+ * state; then steps until idle, every step checked (checked_step). With step_allocs, allocations
+ * inside engine_step are counted into it (adds and removals are outside the counted region). */
 static void random_traffic(engine *e, rng *r, rand_run *rr, int arrival_steps, int64_t max_prompt,
                            int near_end, run_stats *rs, long *step_allocs) {
   const engine_params *p = engine_params_of(e);
   const int64_t V = engine_vocab(e), C = engine_max_context(e);
+  if (max_prompt > C - 1) max_prompt = C - 1; /* a longer one is refused (tested elsewhere) */
   const int active_cap = 2 * p->max_batch + 3;
   diag d;
   engine_step_info si;
   memset(&si, 0, sizeof si);
+  for (int a = 0; a < p->max_batch && rr->n < RAND_MAX_REQ; a++) {
+    rand_req *q = &rr->reqs[rr->n];
+    fill_prompt(r, &q->spec, near_end ? C - 1 : max_prompt - (int64_t)rng_below(r, 8), V);
+    random_sampling(r, &q->spec.sp);
+    const ph_status st = engine_add(e, q->spec.prompt, q->spec.n_prompt, &q->spec.sp, &q->id, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (st != PH_OK) break;
+    if (rr->n == 0) rr->first_id = q->id;
+    CHECK_EQ_INT(q->id, rr->first_id + (uint64_t)rr->n);
+    rr->n++;
+  }
   for (int k = 0; k < MAX_STEPS && (k < arrival_steps || engine_busy(e)); k++) {
     int active = si.n_running + si.n_waiting;
     const int arrivals = k >= arrival_steps || rng_below(r, 100) >= 15 ? 0
@@ -1061,11 +1077,11 @@ typedef struct rand_totals {
   double worst_ms, worst_dense;
 } rand_totals;
 
-static engine_params rand_params(rng *r, rand_kind kind, int n_threads) {
+static engine_params rand_params(rng *r, rand_kind kind, int n_threads, int64_t chunk) {
   /* drawn one per statement: argument order is unspecified */
-  static const int64_t chunks[] = {16, 32, 64};
-  const int64_t chunk = chunks[rng_below(r, 3)];
-  const int64_t budget = chunk * (1 + (int64_t)rng_below(r, 4));
+  /* at least two chunks a step: with one, a prompt chunk never fits beside a decoding request,
+   * so requests would run one at a time and could never preempt each other */
+  const int64_t budget = chunk * (2 + (int64_t)rng_below(r, 3));
   const int32_t batch = 2 + (int32_t)rng_below(r, 7);
   const int64_t context = kind == RAND_CONTEXT ? 128 + 16 * (int64_t)rng_below(r, 5) : 512;
   /* the most pages one request can need (sched_add refuses more than the pool): RAND_MIXED's
@@ -1085,7 +1101,8 @@ static void random_run(int which, int arrival_steps, dense_ref *dr, rand_totals 
   const uint64_t seed = RAND_SEEDS[which].seed;
   const rand_kind kind = RAND_SEEDS[which].kind;
   rng r = rng_seed(seed);
-  const engine_params p = rand_params(&r, kind, RAND_SEEDS[which].n_threads);
+  const engine_params p =
+      rand_params(&r, kind, RAND_SEEDS[which].n_threads, RAND_SEEDS[which].chunk);
   engine *e = open_engine(&p);
   if (!e) return;
   const int64_t V = engine_vocab(e);
@@ -1618,6 +1635,19 @@ static void test_cost_per_request(void) {
 #define GP_MAX_SEQ 3
 #define GP_MAX_TOK 256
 #define GP_NEW     4
+/* Debug and sanitizer builds run the model tens of times slower: there only the prefixes at and
+ * around chunk boundaries run (k <= 2, k = the sequence, k within one token of a multiple of the
+ * chunk), about a fifth of them. */
+#if SANITIZED || !defined(__OPTIMIZE__)
+#define GP_ALL_PREFIXES 0
+#else
+#define GP_ALL_PREFIXES 1
+#endif
+
+static int gp_prefix_runs(int64_t k, int64_t len, int64_t chunk) {
+  const int64_t m = k % chunk;
+  return GP_ALL_PREFIXES || k <= 2 || k == len || m <= 1 || m == chunk - 1;
+}
 
 typedef struct golden_set {
   int n_seq;
@@ -1689,18 +1719,21 @@ static int64_t golden_prefixes_at(const char *set, int64_t chunk, dense_ref *dr,
     return 0;
   }
   int n = 0;
-  for (int s = 0; s < g.n_seq; s++) n += (int)g.len[s];
+  for (int s = 0; s < g.n_seq; s++)
+    for (int64_t k = 1; k <= g.len[s]; k++) n += gp_prefix_runs(k, g.len[s], chunk);
   req_spec *q = calloc((size_t)n, sizeof *q);
   uint64_t *ids = calloc((size_t)n, sizeof *ids);
   int *seq_of = calloc((size_t)n, sizeof *seq_of);
   int i = 0;
   for (int s = 0; s < g.n_seq; s++)
-    for (int64_t k = 1; k <= g.len[s]; k++, i++) {
+    for (int64_t k = 1; k <= g.len[s]; k++) {
+      if (!gp_prefix_runs(k, g.len[s], chunk)) continue;
       q[i].n_prompt = k;
       memcpy(q[i].prompt, g.tokens[s], (size_t)k * sizeof *q[i].prompt);
       q[i].sp = i % 2 ? sampled(GP_NEW, 0.9f, 0, 1.0f, 900 + (uint64_t)i) : greedy(GP_NEW);
       seq_of[i] = s;
       CHECK_STATUS(engine_add(e, q[i].prompt, k, &q[i].sp, &ids[i], &d), PH_OK, d.msg);
+      i++;
     }
   run_stats rs;
   memset(&rs, 0, sizeof rs);
