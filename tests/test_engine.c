@@ -25,7 +25,10 @@
  * golden prefixes, the float64 golden rows.
  * What the engine API cannot show: block tables (the scheduler's requests are hidden), so page
  * accounting is checked through the pools — used == sum of refcounts, every refcount 0 or 1
- * (no page held twice), slots used == requests running, nothing held when nothing runs. */
+ * (no page held twice), slots used == requests running, nothing held when nothing runs.
+ * Why one file of ~1,800 lines: its tests share the fixtures (params, outcomes, the pool checks,
+ * the dense reference, the random traffic) and the malloc interposer, which a binary defines
+ * once; split it when a part grows a life of its own. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
