@@ -1,7 +1,8 @@
 # Thin wrapper over CMake. The two commands the README starts with:
 #   make demo   build, then run the main job on an embedded default
 #   make test   build, then run every test (ctest)
-# Others: make build | bench | install | test-sanitize | fuzz | format | clean   (docs/building.md)
+# Others: make build | bench | install | test-sanitize | fuzz | mutate | format | clean
+# (docs/building.md)
 #
 # Every target first runs scripts/install-deps.sh, which installs missing Debian packages
 # (and says which; nothing when none is missing) so a fresh Debian 12 machine needs nothing
@@ -22,7 +23,7 @@ FUZZ_SECONDS ?= 10
 
 PREFIX     ?= /usr/local
 
-.PHONY: all deps ort build demo test bench install test-sanitize fuzz format clean
+.PHONY: all deps ort build demo test bench install test-sanitize fuzz mutate format clean
 
 # $(call build_in,DIR): cmake --build DIR, quiet unless VERBOSE=1 (see above).
 build_in = if [ "$(VERBOSE)" = 1 ]; then cmake --build $(1) -j $(JOBS); else \
@@ -72,6 +73,12 @@ test-sanitize: deps ort
 	  -DPH_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CI_FLAGS) $(ORT_FLAGS) $(CONFIGURE_OUT)
 	@$(call build_in,$(SAN_BUILD))
 	@ctest --test-dir $(SAN_BUILD) --output-on-failure --no-tests=error -j $(JOBS)
+
+# Mutation testing (docs/testing.md): each one-line mutation of scripts/mutations.txt applied
+# in turn to a copy of the tree under build/mutate, rebuilt, and its tests run; exits 1 when one
+# survives (the tests could not tell). make mutate M="M2 M3" runs only those.
+mutate: deps
+	@scripts/mutate.sh $(M)
 
 # Longer fuzzing session: make fuzz FUZZ_SECONDS=600
 fuzz: FUZZ_SECONDS = 300

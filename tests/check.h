@@ -104,6 +104,21 @@ static inline int check_finish(void) {
   return check_n_tests_failed ? 1 : 0;
 }
 
+/* Tolerances shared by the model-level tests, as fractions of the reference's scale (max |x| of
+ * the reference tensor: logits of a sequence, or one state tensor).
+ *
+ * GOLDEN_F32_TOL: a float32 implementation of the model math against the float64 golden
+ * references (tests/data/golden; their README, ../shared/golden/README.md): such an
+ * implementation lands within about 3e-5 of the scale on the golden sequences, and 2e-4 (~7x
+ * that, for sequences and kernels other than the ones measured) is the bound the references come
+ * with; a real mistake is orders of magnitude larger.
+ *
+ * PAIR_F32_TOL: two float32 implementations of the same math over the same weights (paged vs
+ * dense, our executor vs ONNX Runtime), each within GOLDEN_F32_TOL of the f64 result, differ by at
+ * most the sum of their distances to it (triangle inequality): 2 x GOLDEN_F32_TOL. */
+#define GOLDEN_F32_TOL 2e-4
+#define PAIR_F32_TOL   (2 * GOLDEN_F32_TOL)
+
 /* One element of a comparison against a reference: raises *err to |got - want| and *scale to
  * |want|. NaN counts as infinite error: a non-finite got or want makes *err infinite (fmax, the
  * obvious way to write this, silently drops a NaN, so an all-NaN output would pass). */

@@ -1,13 +1,20 @@
 /* The public serving API (include/pagedhybrid.h, ph_engine_*): requests added from other
  * threads while the main thread steps, tokens seen through the callback and by polling agree,
  * a removal, a refused request with its typed status, release, and the error object of a
- * failed open. Engine behaviour itself is tests/test_engine.c's. */
+ * failed open. Engine behaviour itself is tests/test_engine.c's.
+ * The API gives tokens, not logits, so every request's tokens are checked against a reference
+ * the engine did not produce: the dense session (src/models/dense_session.h) run teacher-forced
+ * over the prompt and the generated tokens. Prompts reach 46 tokens against a prefill chunk of
+ * 16 (up to 3 chunks), and the page pool is small enough to preempt. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "engine/sampler.h"
+#include "models/dense_session.h"
 #include "pagedhybrid.h"
 
 #define N_THREADS  3
@@ -40,20 +47,86 @@ typedef struct adder {
   ph_status st;
 } adder;
 
+#define MAX_PROMPT 64
+
+/* Request k of thread which: its prompt (returns the length) and sampling parameters. */
+static int request_of(int which, int k, int64_t *prompt, ph_sampling_params *sp) {
+  const int n = 3 + 14 * k + which; /* 3..46 */
+  for (int j = 0; j < n; j++) prompt[j] = (which * 31 + k * 7 + j * 13) % 256;
+  *sp = ph_sampling_params_default();
+  sp->max_new_tokens = 6 + k;
+  sp->temperature = k % 2 ? 0.8f : 0.0f;
+  sp->seed = (uint64_t)(which * 10 + k);
+  return n;
+}
+
 static void *add_requests(void *arg) {
   adder *a = arg;
   for (int k = 0; k < PER_THREAD; k++) {
-    int64_t prompt[40];
-    const int n = 3 + 9 * k + a->which;
-    for (int j = 0; j < n; j++) prompt[j] = (a->which * 31 + k * 7 + j) % 256;
-    ph_sampling_params sp = ph_sampling_params_default();
-    sp.max_new_tokens = 6 + k;
-    sp.temperature = k % 2 ? 0.8f : 0.0f;
-    sp.seed = (uint64_t)(a->which * 10 + k);
+    int64_t prompt[MAX_PROMPT];
+    ph_sampling_params sp;
+    const int n = request_of(a->which, k, prompt, &sp);
     ph_status st = ph_engine_add_request(a->e, prompt, n, &sp, &a->ids[k]);
     if (st != PH_OK) a->st = st;
   }
   return NULL;
+}
+
+/* The tokens of request k of thread which against the dense session: the prompt and the
+ * generated tokens in one teacher-forced pass; dense row n_prompt - 1 + j gives token j.
+ *  - greedy: token j must be the dense row's argmax, or within PAIR_F32_TOL (tests/check.h: two
+ *    float32 implementations of the model differ by at most 4e-4 of the logit scale) of it, so a
+ *    near tie that the engine's rounding broke the other way is not a failure;
+ *  - sampled: token j must be the sampler's draw from the dense row with the request's
+ *    parameters and token index. The draw is an inverse CDF at a fixed u, which the 4e-4 moves
+ *    by about 1e-4 of a token's probability at most; these fixed seeds sit farther than that
+ *    from every boundary (checked: a flip would show here as a mismatch), so a mismatch means a
+ *    wrong prompt, token, position or index.
+ * Returns the number of tokens that fail. */
+static int dense_mismatches(dense_session *ds, int which, int k, const int64_t *tokens, int64_t n,
+                            void *scratch, size_t scratch_bytes) {
+  int64_t seq[MAX_PROMPT + 64];
+  ph_sampling_params sp;
+  const int n_prompt = request_of(which, k, seq, &sp);
+  if (n <= 0) return 0;
+  if (n > 64) return (int)n;
+  memcpy(seq + n_prompt, tokens, (size_t)(n - 1) * sizeof *seq);
+  const int64_t V = dense_session_vocab(ds), L = n_prompt + n - 1;
+  float *logits = malloc((size_t)(L * V) * sizeof *logits);
+  diag d;
+  dense_session_reset(ds);
+  CHECK_STATUS(dense_session_step(ds, seq, L, logits, &d), PH_OK, d.msg);
+  sampling_params p = sampling_params_default(); /* the same fields as ph_sampling_params */
+  p.temperature = sp.temperature;
+  p.top_k = sp.top_k;
+  p.top_p = sp.top_p;
+  p.min_p = sp.min_p;
+  p.seed = sp.seed;
+  p.max_new_tokens = sp.max_new_tokens;
+  double scale = 0;
+  for (int64_t i = 0; i < (int64_t)n * V; i++) {
+    const double x = fabs(logits[(n_prompt - 1) * V + i]);
+    if (!(x <= scale)) scale = x; /* NaN makes scale NaN: every check below fails */
+  }
+  int bad = 0;
+  for (int64_t j = 0; j < n; j++) {
+    const float *row = logits + (n_prompt - 1 + j) * V;
+    int ok;
+    if (sp.temperature == 0.0f) {
+      float best = row[0];
+      for (int64_t v = 1; v < V; v++) best = row[v] > best ? row[v] : best;
+      ok = tokens[j] >= 0 && tokens[j] < V && row[tokens[j]] >= best - PAIR_F32_TOL * scale;
+    } else {
+      ok = sampler_sample(row, V, &p, j, scratch, scratch_bytes) == tokens[j];
+    }
+    if (!ok && bad++ == 0)
+      printf("  thread %d request %d (prompt %d, %s): token %lld = %lld is not the dense "
+             "session's\n",
+             which, k, n_prompt, sp.temperature == 0.0f ? "greedy" : "sampled", (long long)j,
+             (long long)tokens[j]);
+  }
+  free(logits);
+  return bad;
 }
 
 static void test_threads_callback_poll(void) {
@@ -61,10 +134,10 @@ static void test_threads_callback_poll(void) {
   check_data(dir, sizeof dir, "golden/qwen35-tiny-f32/checkpoint");
   ph_engine_params p = ph_engine_params_default();
   p.max_context = 256;
-  p.num_blocks = 40;
+  p.num_blocks = 12; /* 11 pages: 6 running requests of 2-4 pages preempt */
   p.max_batch_size = 6;
   p.max_scheduled_tokens = 64;
-  p.prefill_chunk = 32;
+  p.prefill_chunk = 16;
   p.n_threads = 2;
   ph_engine *e = NULL;
   CHECK_STATUS(ph_engine_create(dir, &p, &e), PH_OK, ph_engine_error(e));
@@ -99,6 +172,14 @@ static void test_threads_callback_poll(void) {
   }
   if (!joined)
     for (int i = 0; i < N_THREADS; i++) pthread_join(th[i], NULL);
+  ph_model *m = NULL;
+  dense_session *ds = NULL;
+  diag d;
+  CHECK_STATUS(ph_model_open(dir, NULL, &m), PH_OK, ph_model_error(m));
+  if (m) CHECK_STATUS(dense_session_create(m, 256, 1, &ds, &d), PH_OK, d.msg);
+  const size_t scratch_bytes = sampler_scratch_bytes(256);
+  void *scratch = malloc(scratch_bytes);
+  int64_t preemptions = 0, compared = 0, mismatched = 0;
   for (int i = 0; i < N_THREADS; i++) {
     CHECK_STATUS(a[i].st, PH_OK, "add from a thread");
     for (int k = 0; k < PER_THREAD; k++) {
@@ -117,12 +198,26 @@ static void test_threads_callback_poll(void) {
       CHECK_EQ_INT(n, ri.n_generated);
       CHECK_EQ_INT(n, s.n[id]);
       CHECK(n <= 0 || memcmp(polled, s.tokens[id], (size_t)n * sizeof *polled) == 0);
+      preemptions += ri.n_preemptions;
+      if (ds && n > 0) {
+        mismatched += dense_mismatches(ds, i, k, polled, n, scratch, scratch_bytes);
+        compared += n;
+      }
       CHECK_EQ_INT(ph_engine_read_tokens(e, id, polled, 64), 0); /* consumed */
       CHECK_STATUS(ph_engine_release_request(e, id), PH_OK, "release");
       CHECK_EQ_INT(ph_engine_read_tokens(e, id, polled, 64), -1);
     }
   }
-  printf("  %d requests from %d threads in %d steps\n", N_THREADS * PER_THREAD, N_THREADS, steps);
+  printf("  %d requests from %d threads in %d steps, %lld preemptions; %lld tokens against the "
+         "dense session, %lld mismatched\n",
+         N_THREADS * PER_THREAD, N_THREADS, steps, (long long)preemptions, (long long)compared,
+         (long long)mismatched);
+  CHECK_EQ_INT(mismatched, 0);
+  CHECK(compared >= N_THREADS * PER_THREAD * 6 - 9); /* all but the removed request's tokens */
+  CHECK(preemptions >= 1);
+  free(scratch);
+  dense_session_free(ds);
+  ph_model_free(m);
   ph_engine_free(e);
 }
 

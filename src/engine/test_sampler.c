@@ -1,5 +1,6 @@
 /* test_sampler — greedy, determinism, the sampled distribution, top-k / top-p / min-p against a
- * reference computed here by a plain full sort, parameter validation, a full-size vocabulary. */
+ * reference computed here by a plain full sort, the exact edges of min-p, top-p and top-k ties
+ * (rows whose weights are exact), parameter validation, a full-size vocabulary. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -177,6 +178,9 @@ static void test_determinism(void) {
     CHECK_EQ_INT(sampler_sample(x, V, &a, t, s2, bytes), first[t]);
   }
   for (int64_t t = 1; t < T; t++) distinct_index += first[t] != first[t - 1];
+  /* a near-flat row over 64 tokens with top_p 0.95: two draws agree with probability
+   * sum p^2 ~ 1/50, so ~390 of the 400 differ; more than half is a bound a stream that ignored
+   * the index or the seed (every draw alike) cannot meet */
   CHECK(distinct_index > T / 2); /* the stream varies with the index */
   CHECK(differ_seed > T / 2);    /* and with the seed */
   for (int64_t t = 0; t < T; t++) CHECK(first[t] >= 0 && first[t] < V);
@@ -188,7 +192,11 @@ static void test_determinism(void) {
 
 /* Draws N tokens (index 0..N-1) and checks every frequency against p within 5 standard
  * deviations plus one count. Fixed seeds make this deterministic; 5 sigma keeps it valid for
- * any seed in practice. Tokens with p == 0 must never appear. */
+ * any seed in practice: a correct sampler's count leaves it with probability 5.7e-7 per token
+ * (normal approximation of the binomial; the + 1 covers its discreteness for rare tokens), so
+ * over the ~70 tokens of test_distribution a false failure has odds below 1 in 20,000; the
+ * window is narrow enough to matter: for p = 0.3, 5 sigma is 324 of 20,000 draws, so a
+ * probability off by more than 0.016 fails. Tokens with p == 0 must never appear. */
 static void check_frequencies(const float *x, int64_t V, const sampling_params *p,
                               const char *name) {
   enum { N = 20000 };
@@ -299,7 +307,7 @@ static void test_top_k(void) {
     seen1 += tok == 1;
     seen3 += tok == 3;
   }
-  CHECK(seen1 > 50 && seen3 > 50);
+  CHECK(seen1 > 50 && seen3 > 50); /* each p = 1/2 of 200: mean 100, sigma 7; 50 is 7 sigma off */
   /* k >= vocab is off */
   sampling_params kbig = sampled(1.0f, 100, 1.0f, 0.0f, 8);
   check_frequencies(tied, 6, &kbig, "top_k >= vocab");
@@ -358,8 +366,8 @@ static void test_min_p(void) {
       check_inside(x, V, &pm, 200, "top_p + min_p");
     }
   }
-  /* min_p is relative to the best token: w >= min_p exactly at the edge stays */
-  const float two[] = {0.0f, logf(0.5f)}; /* p1 / p0 = 0.5 at temperature 1 */
+  /* min_p is relative to the best token: p1 / p0 = 0.5 is kept by min_p 0.25, dropped by 0.75 */
+  const float two[] = {0.0f, logf(0.5f)};
   double scratch[32];
   sampling_params keep = sampled(1.0f, 0, 1.0f, 0.25f, 4);
   sampling_params drop = sampled(1.0f, 0, 1.0f, 0.75f, 4);
@@ -368,7 +376,111 @@ static void test_min_p(void) {
     seen1 += sampler_sample(two, 2, &keep, t, scratch, sizeof scratch) == 1;
     CHECK_EQ_INT(sampler_sample(two, 2, &drop, t, scratch, sizeof scratch), 0);
   }
-  CHECK(seen1 > 20);
+  CHECK(seen1 > 20); /* p1 = 0.5 / 1.5 = 1/3 of 200: mean 67, sigma 6.7; 20 is 7 sigma off */
+  free(x);
+}
+
+/* Draws `draws` tokens with p over x[V] and counts each id into count[V]. */
+static void draw_counts(const float *x, int64_t V, const sampling_params *p, int draws,
+                        int64_t *count) {
+  size_t bytes = sampler_scratch_bytes(V);
+  void *scratch = malloc(bytes);
+  memset(count, 0, (size_t)V * sizeof *count);
+  for (int t = 0; t < draws; t++) {
+    int64_t tok = sampler_sample(x, V, p, t, scratch, bytes);
+    if (CHECK(tok >= 0 && tok < V)) count[tok]++;
+  }
+  free(scratch);
+}
+
+/* Exactly at the edges, where a `<` against a `<=` decides. Weights are exp((logit - max) / T)
+ * in double; they are exact only where the arithmetic is, so the rows are built from powers of
+ * two:
+ *  - min_p: max logit 2^-49, the next one -2^-24: w = exp(-2^-24 - 2^-49) = 1 - 2^-24 exactly
+ *    (ln(1 - 2^-24) = -2^-24 - 2^-49 - 2^-74/3 - ..., and the rest is far below half an ulp of
+ *    the result, 2^-54), which is the float 0.99999994 = 1 - 2^-24 = min_p. The rule keeps
+ *    w >= min_p * w_best: that token stays, the next one (w = 1 - 2^-23 - ...) goes. The test
+ *    checks the arithmetic first, so a libm whose exp rounds otherwise fails loudly here rather
+ *    than testing nothing.
+ *  - top-p: equal logits (w = 1 each, others -inf: w = 0), top_p 0.5 or 0.75, so the mass
+ *    needed, top_p * total, is exact: the nucleus stops as soon as the mass before a token
+ *    reaches it (cum >= needed), neither one token early nor late.
+ *  - top-k: ties at the k-th place go to the lower ids, both through the heap (k <= 4096) and
+ *    through the radix ranking (larger k).
+ * Each row is run without top-k, with a small top-k (heap) and with a large one (radix), which
+ * take different code paths to the same cut.
+ * Counts: two kept tokens of p ~ 1/2 in 400 draws: mean 200, sigma 10, so > 120 is 8 sigma; the
+ * radix top-k keeps ~4500 near-equal tokens, and 2000 draws all below id 4000 would have
+ * probability (4000 / 4500)^2000 ~ 1e-102. Out-of-set draws must be exactly 0. */
+static void test_exact_edges(void) {
+  enum { V = 5000 };
+  float *x = malloc(V * sizeof *x);
+  int64_t *count = malloc(V * sizeof *count);
+  /* min_p */
+  const float min_p = 1.0f - 0x1p-24f;
+  const double w1 = exp(((double)-0x1p-24f - (double)0x1p-49f) / 1.0);
+  CHECK(w1 == (double)min_p); /* the edge is exact */
+  CHECK(exp(((double)-0x1p-23f - (double)0x1p-49f) / 1.0) < (double)min_p);
+  for (int64_t i = 0; i < V; i++) x[i] = -INFINITY;
+  x[0] = 0x1p-49f;  /* the best: w = 1 */
+  x[1] = -0x1p-24f; /* w = min_p exactly: kept */
+  x[2] = -0x1p-23f; /* w just below: dropped */
+  x[3] = -1.0f;
+  static const int32_t ks[3] = {0, 3, 4500}; /* off, heap, radix */
+  for (int k = 0; k < 3; k++) {
+    sampling_params p = sampled(1.0f, ks[k], 1.0f, min_p, 31 + (uint64_t)k);
+    draw_counts(x, V, &p, 400, count);
+    if (!CHECK(count[0] > 120 && count[1] > 120 && count[0] + count[1] == 400))
+      fprintf(stderr, "       min_p at the edge, top_k %d: ids 0/1/2/3 drawn %lld/%lld/%lld/%lld\n",
+              (int)ks[k], (long long)count[0], (long long)count[1], (long long)count[2],
+              (long long)count[3]);
+  }
+  /* top-p: 8 equal tokens (ids 10..17), total mass 8 */
+  for (int64_t i = 0; i < V; i++) x[i] = -INFINITY;
+  for (int i = 10; i < 18; i++) x[i] = 3.0f;
+  static const float tps[2] = {0.5f, 0.75f};
+  static const int32_t pks[3] = {0, 4, 4500}; /* top-k keeps 8, 4 (ids 10..13), 8 */
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 3; k++) {
+      sampling_params p = sampled(1.0f, pks[k], tps[j], 0.0f, 50 + (uint64_t)(3 * j + k));
+      draw_counts(x, V, &p, 400, count);
+      /* the mass needed is top_p * (tokens top-k keeps): 2, 3, 4 or 6, exact */
+      const int keep = (int)(tps[j] * (float)(pks[k] == 4 ? 4 : 8));
+      int64_t inside = 0, n_ids = 0;
+      for (int i = 10; i < 10 + keep; i++) {
+        inside += count[i];
+        n_ids += count[i] > 0;
+      }
+      if (!CHECK(inside == 400 && n_ids == keep))
+        fprintf(stderr,
+                "       top_p %g at the boundary, top_k %d: %lld of 400 draws among ids "
+                "10..%d, %lld of them seen\n",
+                (double)tps[j], (int)pks[k], (long long)inside, 9 + keep, (long long)n_ids);
+    }
+  /* top-k: ties at the k-th place; the heap (k = 3 among 6 tied) and the radix sort (k = 4500
+   * among 4600 tied) keep the lowest ids */
+  for (int64_t i = 0; i < V; i++) x[i] = i < 4600 ? 1.0f : 0.0f;
+  x[4] = 2.0f; /* a distinct best, so the tie is at the cut, not at the top */
+  static const int32_t tk[2] = {3, 4500};
+  for (int k = 0; k < 2; k++) {
+    sampling_params p = sampled(1.0f, tk[k], 1.0f, 0.0f, 70 + (uint64_t)k);
+    draw_counts(x, V, &p, k ? 2000 : 400, count);
+    /* kept: id 4 and the k - 1 lowest tied ids */
+    /* the k - 1 lowest tied ids skip id 4: 0..k-2 when k - 1 <= 4, else 0..3 and 5..k-1 */
+    const int64_t last_kept = tk[k] - 1 <= 4 ? tk[k] - 2 : tk[k] - 1;
+    int64_t outside = 0, highest = -1;
+    for (int64_t i = 0; i < V; i++)
+      if (count[i] > 0) {
+        highest = i;
+        outside += i > last_kept && i != 4 ? count[i] : 0;
+      }
+    if (!CHECK(outside == 0 && count[4] > 0 && highest >= (k ? 4000 : 1)))
+      fprintf(stderr,
+              "       top_k %d with ties at the cut: %lld draws past id %lld, highest "
+              "%lld\n",
+              (int)tk[k], (long long)outside, (long long)last_kept, (long long)highest);
+  }
+  free(count);
   free(x);
 }
 
@@ -535,6 +647,7 @@ int main(void) {
   RUN(test_top_k);
   RUN(test_top_p);
   RUN(test_min_p);
+  RUN(test_exact_edges);
   RUN(test_validate);
   RUN(test_stop);
   RUN(test_contract);

@@ -789,6 +789,9 @@ static void test_work_is_linear(void) {
   }
   CHECK_EQ_INT(sched_n_waiting(e.s) + sched_n_running(e.s), 0);
   const uint64_t work = sched_work(e.s) - w0;
+  /* a request is visited a bounded number of times (added, admitted, finished, and once as the
+   * queue's head: 4); a step visits at most max_batch (8) running and 8 waiting ones, checked,
+   * scheduled and compacted (4 visits each at most). The scans this replaced: ~N^2 / 2. */
   const uint64_t bound = 4u * N + 4u * (uint64_t)steps * 8u;
   printf("  %d requests, %lld steps: %llu requests visited (bound %llu)\n", N, (long long)steps,
          (unsigned long long)work, (unsigned long long)bound);

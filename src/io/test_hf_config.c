@@ -418,7 +418,8 @@ static void test_deepseek_v3(void) {
   CHECK_EQ_INT(c.rope.has_mrope, 0);
   CHECK_EQ_INT(c.mla.q_lora_rank, 1536);
   CHECK_EQ_INT(c.mla.kv_lora_rank, 512);
-  CHECK_NEAR(c.mla.softmax_scale, 0.135234, 1e-5);
+  /* the literal is the value rounded to 6 significant digits (off by <= 5e-7); 1e-6 */
+  CHECK_NEAR(c.mla.softmax_scale, 0.135234, 1e-6);
   CHECK_EQ_INT(c.layer_is_moe[2], 0);
   CHECK_EQ_INT(c.layer_is_moe[3], 1);
   CHECK_EQ_INT(c.layer_is_moe[60], 1);
@@ -455,7 +456,7 @@ static void test_deepseek_v2_lite(void) {
   CHECK_EQ_INT(c.mla.v_head_dim, 128);
   CHECK_EQ_INT(c.rope.interleave, 0);
   CHECK_NEAR(c.rope.mscale_all_dim, 0.707, 0);
-  CHECK_NEAR(c.mla.softmax_scale, 0.114721, 1e-5);
+  CHECK_NEAR(c.mla.softmax_scale, 0.114721, 1e-6); /* 6 digits: <= 5e-7 off */
   CHECK_EQ_INT(c.layer_is_moe[0], 0);
   CHECK_EQ_INT(c.layer_is_moe[1], 1);
   CHECK_EQ_INT(c.moe.n_shared_experts, 2);
@@ -465,12 +466,13 @@ static void test_deepseek_v2_lite(void) {
   /* Without YaRN the scale is plain (dn+dr)^-1/2. */
   const char *j = edit(DEEPSEEK_V2_LITE, "\"type\":\"yarn\"", "\"type\":\"default\"");
   CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  /* the same double expression: a few ulps (~1e-16) apart at most */
   CHECK_NEAR(c.mla.softmax_scale, 1.0 / sqrt(192.0), 1e-12);
   /* The new spelling gives the same scale. */
   j = edit(DEEPSEEK_V2_LITE, "\"rope_scaling\"", "\"rope_parameters\"");
   j = edit(j, "\"type\":\"yarn\"", "\"rope_type\":\"yarn\"");
   CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
-  CHECK_NEAR(c.mla.softmax_scale, 0.114721, 1e-5);
+  CHECK_NEAR(c.mla.softmax_scale, 0.114721, 1e-6); /* 6 digits: <= 5e-7 off */
   /* DeepSeek needs the MLA sizes. */
   j = edit(DEEPSEEK_V2_LITE, "\"kv_lora_rank\":512,", "");
   CHECK_STATUS(parse_str(j, &c, &d), PH_ERR_CONFIG_MISSING_FIELD, d.msg);

@@ -114,6 +114,8 @@ static int64_t grid_check(const char *what, const float *y, const double *ref, c
   int64_t bad = 0;
   for (int64_t i = 0; i < n; i++) {
     double err = fabs((double)y[i] - ref[i]);
+    /* + 1e-37: an output whose products are all zero must be zero; the floor only admits the
+     * sign of a zero or a denormal, below any rounding of a nonzero sum */
     if (err <= bound * mag[i] + 1e-37) continue;
     if (!bad)
       fprintf(stderr, "  %s: element %lld is %.9g, reference %.12g, bound %.3g\n", what,

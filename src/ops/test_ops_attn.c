@@ -10,6 +10,18 @@
  * Tolerances: f32 outputs within 1e-5 of the reference scale (max |ref| of the tensor); f16 and
  * bf16 outputs within one output ulp of the reference value or 2e-3 of it relative, whichever is
  * larger, plus the f32 floor of 1e-5 of the scale (the arithmetic is f32 whatever the storage).
+ * Derivation. A sum of n f32 terms lies within gamma_n ~ n u (u = 2^-24 = 6.0e-8) of its exact
+ * value relative to the sum of the terms' magnitudes (Higham, Accuracy and Stability, §3.1),
+ * which is O(scale) here: softmax weights sum to 1, norms divide by the row's RMS. The longest
+ * reduction in these cases has n <= 167 terms (attention over P + S <= 37 + 130 keys; norms over
+ * <= 130 values; head dims <= 32 are shorter), so 167 u = 1.0e-5 of the scale. f16/bf16: the f32
+ * result is rounded once to the output (half an output ulp); the contract also rounds
+ * intermediates to the IO dtype (a rotated key in present_key, the normalized row before its
+ * weight), so an input a rounding away from a tie can move the output by one more output ulp:
+ * one ulp in all. In f16 some intermediates are rounded up to about 4 times before the output
+ * (stored input, rotated or normalized copy, weight product): 4 f16 unit roundoffs, 4 x 2^-11 =
+ * 2e-3 relative. The measured worst errors are printed (f32: up to 5e-7 of scale; f16/bf16:
+ * half an ulp).
  * Thread-count independence is checked bit-exactly (1 vs 3 threads), and GQA batch invariance
  * (a row alone vs packed with others) too. The worst errors seen are printed at the end.
  */
@@ -79,7 +91,7 @@ static int dt_index(ph_dtype dt) { return dt == PH_DTYPE_F32 ? 0 : dt == PH_DTYP
 static int check_close(int fam, const tensor *t, const double *ref, int64_t n, const char *what) {
   double scale = 0.0;
   for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
-  const double floor32 = 1e-5 * (scale > 0.0 ? scale : 1.0);
+  const double floor32 = 1e-5 * (scale > 0.0 ? scale : 1.0); /* derivation: file header */
   int bad = 0;
   const int k = dt_index(t->dtype);
   for (int64_t i = 0; i < n; i++) {

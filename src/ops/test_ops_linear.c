@@ -7,6 +7,17 @@
  * values tiny, so bounds are relative to the tensor's scale, not per element); f16/bf16 outputs
  * within one ulp of the reference value plus that same f32 slack (the kernels round once).
  * The reference reads the inputs as stored (already rounded to their dtype).
+ * Derivation (u = 2^-24 = 6.0e-8; a sum of n f32 terms is within n u of exact relative to the
+ * sum of its terms' magnitudes, Higham §3.1, which is O(scale) here: unit or small keys, beta
+ * and decays <= 1). LinearAttention's longest dependent chain in a chunk is about Dk + C + C + Dk
+ * <= 24 + 64 + 64 + 24 = 176 roundings (key dots, the triangular solve and the output sum over
+ * the chunk's C <= 64 tokens, the state read): 176 u = 1.05e-5, so 1e-5 (measured: 5e-7). The
+ * recurrent form's chain per token is shorter (Dk + Dk), and the state update is a contraction,
+ * so earlier roundings do not grow: the same bound holds for it. Two forms compared with each
+ * other (test_la_chunked_vs_recurrent: chunked, recurrent, split, chunk 32) are each within it
+ * of the exact result, so within twice it of each other: 2e-5 (measured: 6e-7).
+ * CausalConvWithState sums K <= 4 products and a bias: 5 u, well inside 1e-5.
+ * LinearAttentionGate and GatedRMSNorm: see their tests.
  * The last lines printed are the largest errors seen, for the record.
  */
 #include <math.h>
@@ -285,7 +296,7 @@ static int la_check_case(const la_cfg *c) {
   la_reference(c, in, ro, rs);
   CHECK_EQ_INT(tensor_numel(out[0]), n_out);
   CHECK_EQ_INT(tensor_numel(out[1]), n_state);
-  double e0 = compare(out[0], ro, n_out, 1e-5, "output", name);
+  double e0 = compare(out[0], ro, n_out, 1e-5, "output", name); /* 1e-5: file header */
   double e1 = compare(out[1], rs, n_state, 1e-5, "present_state", name);
   if (c->dt == PH_DTYPE_F32)
     g_la_f32_err = dmax(g_la_f32_err, dmax(e0, e1));
@@ -374,6 +385,7 @@ static void test_la_strong_decay(void) {
   double *rs = calloc((size_t)(c.Hv * c.Dk * c.Dv), sizeof(double));
   la_reference(&c, in, ro, rs);
   if (out[0]) {
+    /* 1e-5: the file header */
     g_la_f32_err = dmax(g_la_f32_err, compare(out[0], ro, c.T * c.Hv * c.Dv, 1e-5, "output",
                                               "LA strong decay -1e30"));
     g_la_f32_err = dmax(g_la_f32_err, compare(out[1], rs, c.Hv * c.Dk * c.Dv, 1e-5, "present_state",
@@ -420,7 +432,8 @@ static void la_run_split(const la_cfg *c, tensor *const in[6], const int *splits
 
 /* Chunked (one call of 130 tokens) against recurrent (130 calls of one token) and against
  * splits whose chunk boundaries differ (64+1+65, 7+123), for every rule and head layout, both
- * decay layouts; and chunk 32 against chunk 64. All in f32: within 1e-5 of the scale. */
+ * decay layouts; and chunk 32 against chunk 64. All in f32: within 2e-5 of the scale, twice the
+ * bound each form meets (the header's derivation). */
 static void test_la_chunked_vs_recurrent(void) {
   static const char *const rules[] = {"linear", "gated", "delta", "gated_delta"};
   static const int heads[][3] = {{2, 2, 2}, {6, 2, 2}, {2, 6, 6}, {2, 4, 2}};
@@ -467,7 +480,7 @@ static void test_la_chunked_vs_recurrent(void) {
         g_la_chunk_rec = dmax(g_la_chunk_rec, e_rec);
         g_la_split = dmax(g_la_split, e_split);
         g_la_chunk32 = dmax(g_la_chunk32, e_32);
-        if (!CHECK(e_rec <= 1e-5 && e_split <= 1e-5 && e_32 <= 1e-5))
+        if (!CHECK(e_rec <= 2e-5 && e_split <= 2e-5 && e_32 <= 2e-5))
           fprintf(stderr, "       %s: chunked vs recurrent %.3g, splits %.3g, chunk 32 %.3g\n",
                   name, e_rec, e_split, e_32);
         tensor *all[] = {o_full, s_full, o_rec, s_rec, o_a, s_a, o_b, s_b, o_32, s_32};
@@ -830,7 +843,7 @@ static void cc_check_case(const cc_cfg *c) {
     cc_reference(c, in, ry, rs);
     CHECK_EQ_INT(tensor_numel(out[0]), ny);
     CHECK_EQ_INT(tensor_numel(out[1]), ns);
-    double e = compare(out[0], ry, ny, 1e-5, "output", name);
+    double e = compare(out[0], ry, ny, 1e-5, "output", name); /* 5 u: file header */
     if (c->dt == PH_DTYPE_F32) g_cc_err = dmax(g_cc_err, e);
     /* The state only moves stored values: exact in every dtype. */
     int exact = 1;
@@ -1045,18 +1058,29 @@ static void test_lg(void) {
       }
       char name[64];
       snprintf(name, sizeof name, "Gate[%s%s]", dt_name(dts[di]), with_b ? " b" : "");
-      /* Elementwise with values of very different sizes: f32 is checked per element. */
+      /* Elementwise with values of very different sizes: f32 is checked per element, relative
+       * to it. Each output is a handful of f32 operations: the add, exp and log1p of softplus
+       * (or the threshold), the product (decay); exp, add, divide (sigmoid beta). Each is within
+       * one ulp of its exact result (libm's expf/log1pf: < 1 ulp; + - * /: half), an ulp being
+       * at most 2^-23 = 1.2e-7 relative, and softplus does not amplify a relative error of its
+       * input (x sigmoid(x) / softplus(x) <= 1): 5 ulp = 6e-7; 2e-6 leaves room for libm's worst
+       * inputs. A NaN is an infinite error (dmax would drop it). */
       if (dts[di] == PH_DTYPE_F32) {
         double worst = 0.0;
         for (int64_t i = 0; i < N; i++) {
           double e0 = fabs(tensor_get_f32(out[0], i) - rd[i]) / dmax(1e-30, fabs(rd[i]));
+          if (!(e0 == e0)) e0 = INFINITY;
           worst = dmax(worst, e0);
-          if (b) worst = dmax(worst, fabs(tensor_get_f32(out[1], i) - rb[i]) / fabs(rb[i]));
+          if (b) {
+            double e1 = fabs(tensor_get_f32(out[1], i) - rb[i]) / fabs(rb[i]);
+            worst = dmax(worst, e1 == e1 ? e1 : INFINITY);
+          }
         }
         g_lg_err = dmax(g_lg_err, worst);
         if (!CHECK(worst <= 2e-6))
           fprintf(stderr, "       %s: worst relative error %.3g\n", name, worst);
       } else {
+        /* f16/bf16: the f32 value above rounded once (one output ulp) plus its 6e-7 */
         compare(out[0], rd, N, 1e-6, "decay", name);
         if (b) compare(out[1], rb, N, 1e-6, "beta", name);
       }
@@ -1142,7 +1166,11 @@ static void test_gn(void) {
       char name[64];
       snprintf(name, sizeof name, "GatedRMSNorm[C%d %s]", C, dt_name(dts[di]));
       if (out[0]) {
-        double e = compare(out[0], ry, N, 1e-6, "Y", name);
+        /* The sum of C squares is within C u of exact relative to itself (positive terms), the
+         * inverse square root halves that; then about 8 roundings (mean, eps, rsqrt, three
+         * products, silu's exp, add and divide) of at most an ulp each: (C / 2 + 8) u relative
+         * per element, so of the scale too (C = 128: 4.3e-6; measured 1.7e-7). */
+        double e = compare(out[0], ry, N, (C / 2.0 + 8.0) * 0x1p-24, "Y", name);
         if (dts[di] == PH_DTYPE_F32) g_gn_err = dmax(g_gn_err, e);
       }
       free(ry);
