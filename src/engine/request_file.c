@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/fmap.h"
+#include "base/hash.h"
 #include "io/json_util.h"
 
 #define DEFAULT_LABEL "requests"
@@ -555,12 +556,6 @@ typedef struct id_set {
   size_t cap, count;
 } id_set;
 
-static uint64_t hash_id(const char *s) { /* FNV-1a */
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-  return h;
-}
-
 static void id_set_place(id_set *set, id_slot x) {
   size_t mask = set->cap - 1, i = (size_t)x.hash & mask;
   while (set->slot[i].index >= 0) i = (i + 1) & mask;
@@ -583,7 +578,7 @@ static ph_status id_set_add(request_file *f, id_set *set, const char *id, int64_
     free(set->slot);
     *set = grown;
   }
-  const uint64_t h = hash_id(id);
+  const uint64_t h = hash_str(id);
   size_t mask = set->cap - 1, i = (size_t)h & mask;
   for (; set->slot[i].index >= 0; i = (i + 1) & mask) {
     if (set->slot[i].hash != h) continue;

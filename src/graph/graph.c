@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "base/hash.h"
 #include "ops/op.h"
 #include "tensor/dtype.h"
 
@@ -59,17 +60,11 @@ static int grow(void **p, int *cap, int need, size_t elem) {
 #define SLOT_EMPTY   (-1)
 #define SLOT_RENAMED (-2)
 
-static uint64_t hash_name(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 /* The slot holding name's id, or the empty slot ending its probe; -1 without an index. */
 static int find_slot(const graph *g, const char *name) {
   if (!g->name_cap) return -1;
   const unsigned mask = (unsigned)g->name_cap - 1;
-  for (unsigned i = (unsigned)hash_name(name) & mask;; i = (i + 1) & mask) {
+  for (unsigned i = (unsigned)hash_str(name) & mask;; i = (i + 1) & mask) {
     const int id = g->name_slots[i];
     if (id == SLOT_EMPTY || (id >= 0 && strcmp(g->values[id].name, name) == 0)) return (int)i;
   }

@@ -21,6 +21,7 @@
 
 #include "base/arena.h"
 #include "base/fmap.h"
+#include "base/hash.h"
 #include "tensor/dtype.h"
 
 /* IR 3 is the first with opset imports; 10 is the newest ONNX release format we know. */
@@ -71,23 +72,17 @@ static const char *str_or_empty(const char *s) { return s ? s : ""; }
 
 /* ---- names ---------------------------------------------------------------------------------- */
 
-static uint64_t hash_name(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 static int names_find(const name_table *t, const char *key) {
   if (!t->cap) return -1;
   size_t mask = t->cap - 1;
-  for (size_t i = (size_t)hash_name(key) & mask;; i = (i + 1) & mask) {
+  for (size_t i = (size_t)hash_str(key) & mask;; i = (i + 1) & mask) {
     if (!t->keys[i]) return -1;
     if (strcmp(t->keys[i], key) == 0) return t->ids[i];
   }
 }
 
 static void names_insert(name_table *t, const char *key, int id) {
-  size_t mask = t->cap - 1, i = (size_t)hash_name(key) & mask;
+  size_t mask = t->cap - 1, i = (size_t)hash_str(key) & mask;
   while (t->keys[i]) i = (i + 1) & mask;
   t->keys[i] = key;
   t->ids[i] = id;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "base/hash.h"
 #include "base/rng.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -323,12 +324,6 @@ typedef struct fill_ctx {
   ph_dtype dtype;
 } fill_ctx;
 
-static uint64_t fnv1a64(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-  return h;
-}
-
 static float init_value(rng *r, weight_init init, const shape *s) {
   switch (init) {
   case INIT_LINEAR: {
@@ -359,7 +354,7 @@ static float init_value(rng *r, weight_init init, const shape *s) {
 static ph_status fill_tensor(void *user, size_t index, void *dst, diag *d) {
   const fill_ctx *ctx = user;
   const expected_tensor *e = &ctx->tensors[index];
-  rng r = rng_seed(ctx->seed ^ fnv1a64(e->name));
+  rng r = rng_seed(ctx->seed ^ hash_str(e->name));
   int64_t n = shape_numel(&e->shape);
   size_t es = dtype_size(ctx->dtype);
   float chunk[1024];
