@@ -32,6 +32,7 @@
 #include "models/model.h"
 #include "models/package.h"
 #include "models/paged_session.h"
+#include "models/qwen35.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
@@ -275,7 +276,7 @@ int cmd_generate(int argc, char **argv) {
   paged_session *ps = NULL;
   genai_config gc;
   /* the context: what the caller bounds it to, else what the model was built or exported for
-   * (the builder's rule: min(max_position_embeddings, 32768)); the session's own rows cap it */
+   * (qwen35_default_context); the session's own rows cap it */
   int64_t context = max_ctx > 0 ? max_ctx : INT64_MAX;
   if (is_package) {
     s = genai_config_read(dir, &gc, &d);
@@ -284,10 +285,7 @@ int cmd_generate(int argc, char **argv) {
   } else {
     s = ph_model_open(dir, NULL, &m);
     if (s != PH_OK) diag_set(&d, s, "%s", m ? ph_model_error(m) : ph_status_message(s));
-    if (s == PH_OK && max_ctx <= 0) {
-      const int64_t mpe = model_config(m)->max_position_embeddings;
-      context = mpe > 0 && mpe < 32768 ? mpe : 32768;
-    }
+    if (s == PH_OK && max_ctx <= 0) context = qwen35_default_context(model_config(m));
   }
   if (s == PH_OK && !paged) {
     if (is_package) {

@@ -543,6 +543,11 @@ static int mlp(builder *b, int layer, int x) {
 
 /* ---- the whole model ------------------------------------------------------------------------ */
 
+int64_t qwen35_default_context(const hf_config *c) {
+  const int64_t mpe = c->max_position_embeddings;
+  return mpe > 0 && mpe < 32768 ? mpe : 32768;
+}
+
 qwen35_options qwen35_options_default(void) {
   qwen35_options o;
   memset(&o, 0, sizeof o);
@@ -578,12 +583,8 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
   FORWARD_IF_ERROR(graph_create(&g, d));
   builder bb = {.g = g, .c = c, .w = w, .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID};
   builder *b = &bb;
-  /* rotary cache rows: the caller's context bound, else min(max_position_embeddings, 32768) */
-  int64_t ctx = 32768;
-  if (c->max_position_embeddings > 0 && c->max_position_embeddings < ctx)
-    ctx = c->max_position_embeddings;
-  if (opt && opt->max_context > 0) ctx = opt->max_context;
-  b->max_context = ctx;
+  /* rotary cache rows: the caller's context bound, else the default */
+  b->max_context = opt && opt->max_context > 0 ? opt->max_context : qwen35_default_context(c);
   const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
   b->paged = opt && opt->paged;
   b->io = opt && opt->io_dtype != PH_DTYPE_INVALID ? opt->io_dtype : PH_DTYPE_F32;

@@ -41,6 +41,10 @@ typedef struct qwen35_options {
 
 qwen35_options qwen35_options_default(void);
 
+/* The context a graph is built for when the caller gives none (qwen35_options.max_context 0):
+ * min(max_position_embeddings, 32768), the rows of its rotary caches. */
+int64_t qwen35_default_context(const hf_config *c);
+
 /* Builds and finalizes the dense graph. */
 ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const qwen35_options *opt,
                              graph **out, diag *d);
