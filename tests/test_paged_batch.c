@@ -17,6 +17,7 @@
 
 #include "base/rng.h"
 #include "check.h"
+#include "exec/exec.h"
 #include "io/safetensors.h"
 #include "models/dense_session.h"
 #include "models/model.h"
@@ -455,6 +456,134 @@ static void io_dtype_case(ph_dtype io) {
 static void test_f16_io(void) { io_dtype_case(PH_DTYPE_F16); }
 static void test_bf16_io(void) { io_dtype_case(PH_DTYPE_BF16); }
 
+/* One sequence of n tokens alone through ps in chunks of 64; its logits into lg [n, V]. */
+static void run_alone(paged_session *ps, const hf_config *c, const int64_t *toks, int64_t n,
+                      float *lg) {
+  const int64_t V = c->vocab_size;
+  diag d;
+  seq q;
+  memset(&q, 0, sizeof q);
+  block_table_init(&q.bt);
+  admit(ps, c, &q, n, 0);
+  for (int64_t done = 0; done < n;) {
+    const int64_t len = n - done < 64 ? n - done : 64;
+    paged_seq one = {q.slot, &q.bt, done, toks + done, len};
+    const ph_status st = paged_session_run(ps, &one, 1, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (st != PH_OK) break;
+    for (int64_t j = 0; j < len; j++)
+      memcpy(lg + (done + j) * V, paged_session_token_logits(ps, 0, j), (size_t)V * sizeof *lg);
+    done += len;
+  }
+  retire(ps, &q);
+}
+
+/* The golden sequences' tokens (manifest.json), n_seq of them; NULL when unreadable. */
+static json_t *golden_manifest(void) {
+  char path[1024];
+  json_error_t je;
+  json_t *man =
+      json_load_file(check_data(path, sizeof path, "golden/qwen35-tiny-f32/manifest.json"), 0, &je);
+  CHECK(man != NULL);
+  return man;
+}
+
+static int64_t golden_tokens(const json_t *man, int s, int64_t *toks) {
+  const json_t *t =
+      json_object_get(json_array_get(json_object_get(man, "sequences"), (size_t)s), "tokens");
+  const int64_t n = (int64_t)json_array_size(t);
+  if (!CHECK(n >= 1 && n <= MAX_TOK)) return 0;
+  for (int64_t j = 0; j < n; j++) toks[j] = json_integer_value(json_array_get(t, (size_t)j));
+  return n;
+}
+
+/* ---- f16 range ------------------------------------------------------------------------------
+ * An f16 package (the CUDA target's default) holds every activation in f16, whose largest finite
+ * value is 65504; a larger one rounds to infinity and turns the logits into NaN. The checkpoints
+ * are bf16 (range 3.4e38), so nothing guarantees a model stays in f16's range: this measures it
+ * on the golden sequences. The f32 graph runs them with an observer on the executor, and every
+ * value the f16 graph holds in f16 (matched by name: the builder names values the same in both)
+ * has its largest magnitude recorded. The golden model must stay below 65504 (it does by far:
+ * the printed headroom); a real model is checked the same way by running its f16 package on our
+ * runtime, whose engine ends a request whose logits are not finite with PH_ERR_NON_FINITE
+ * (docs/export.md). */
+typedef struct range_probe {
+  char **names; /* sorted names of the values the f16 graph holds in f16 */
+  int n;
+  double max;
+  char where[256];
+  int non_finite;
+} range_probe;
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void range_observe(void *ctx, const graph *g, const gnode *n, const tensor *const *out) {
+  range_probe *p = ctx;
+  for (int k = 0; k < n->n_outputs; k++) {
+    const tensor *t = out[k];
+    if (!t || t->dtype != PH_DTYPE_F32 || n->outputs[k] < 0) continue;
+    const char *name = g->values[n->outputs[k]].name;
+    if (!bsearch(&name, p->names, (size_t)p->n, sizeof *p->names, cmp_name)) continue;
+    const float *x = t->data;
+    for (int64_t i = 0; i < tensor_numel(t); i++) {
+      if (!isfinite(x[i])) p->non_finite++;
+      if (fabs(x[i]) > p->max) {
+        p->max = fabs(x[i]);
+        snprintf(p->where, sizeof p->where, "%s", name);
+      }
+    }
+  }
+}
+
+static void test_f16_range(void) {
+  ph_model *m = open_golden();
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  range_probe p = {0};
+  qwen35_options o = qwen35_options_default();
+  o.paged = 1;
+  o.block_size = BLOCK;
+  o.max_context = 512;
+  o.io_dtype = PH_DTYPE_F16;
+  graph *g16 = NULL;
+  diag d;
+  CHECK_STATUS(qwen35_build_dense(c, model_weights_of(m), &o, &g16, &d), PH_OK, d.msg);
+  for (int v = 0; g16 && v < g16->n_values; v++)
+    if (g16->values[v].kind == VALUE_INTERMEDIATE && g16->values[v].type.dtype == PH_DTYPE_F16)
+      p.n++;
+  p.names = calloc((size_t)(p.n ? p.n : 1), sizeof *p.names);
+  for (int v = 0, k = 0; g16 && v < g16->n_values; v++)
+    if (g16->values[v].kind == VALUE_INTERMEDIATE && g16->values[v].type.dtype == PH_DTYPE_F16)
+      p.names[k++] = (char *)g16->values[v].name;
+  qsort(p.names, (size_t)p.n, sizeof *p.names, cmp_name);
+  CHECK(p.n > 100); /* every layer's activations, not a handful */
+  paged_session *ps = open_session(m, PH_DTYPE_F32, 0);
+  json_t *man = golden_manifest();
+  if (ps && man) {
+    exec_set_observer(paged_session_executor(ps), range_observe, &p);
+    const int64_t V = c->vocab_size;
+    for (int s = 0; s < (int)json_array_size(json_object_get(man, "sequences")); s++) {
+      int64_t toks[MAX_TOK];
+      const int64_t n = golden_tokens(man, s, toks);
+      float *lg = calloc((size_t)((n ? n : 1) * V), sizeof *lg);
+      if (n) run_alone(ps, c, toks, n, lg);
+      free(lg);
+    }
+  }
+  printf("  %d values held in f16; largest |activation| on the golden sequences %.4g (%s): %.0fx "
+         "below f16's 65504\n",
+         p.n, p.max, p.where, p.max > 0 ? 65504.0 / p.max : 0.0);
+  CHECK(p.max > 0 && p.max < 65504.0);
+  CHECK_EQ_INT(p.non_finite, 0);
+  json_decref(man);
+  paged_session_free(ps);
+  free(p.names);
+  graph_free(g16);
+  ph_model_free(m);
+}
+
 /* f32, f16 and bf16 activations on the golden f32 sequences (each alone, chunks of 64) against
  * the f64 reference: f32 within GOLDEN_F32_TOL, f16 and bf16 within the bounds above. */
 static void test_io_dtype_golden(void) {
@@ -490,26 +619,12 @@ static void test_io_dtype_golden(void) {
       if (!CHECK(n >= 1 && n <= MAX_TOK && rt && shape_numel(&rt->shape) == n * V)) continue;
       int64_t toks[MAX_TOK];
       for (int64_t j = 0; j < n; j++) toks[j] = json_integer_value(json_array_get(t, (size_t)j));
-      seq q;
-      memset(&q, 0, sizeof q);
-      block_table_init(&q.bt);
-      admit(ps, c, &q, n, 0);
       float *lg = calloc((size_t)(n * V), sizeof *lg);
-      for (int64_t done = 0; done < n;) {
-        const int64_t len = n - done < 64 ? n - done : 64;
-        paged_seq one = {q.slot, &q.bt, done, toks + done, len};
-        const ph_status st = paged_session_run(ps, &one, 1, &d);
-        CHECK_STATUS(st, PH_OK, d.msg);
-        if (st != PH_OK) break;
-        for (int64_t j = 0; j < len; j++)
-          memcpy(lg + (done + j) * V, paged_session_token_logits(ps, 0, j), (size_t)V * sizeof *lg);
-        done += len;
-      }
+      run_alone(ps, c, toks, n, lg);
       double err = 0, scale = 0;
       for (int64_t e = 0; e < n * V; e++)
         check_err_acc(lg[e], ((const float *)rt->data)[e], &err, &scale);
       if (!(err / scale <= dev)) dev = err / scale;
-      retire(ps, &q);
       free(lg);
     }
     printf("  %s activations on the golden sequences: worst %.3g of scale from the f64 reference "
@@ -623,6 +738,7 @@ int main(void) {
   RUN(test_f16_io);
   RUN(test_bf16_io);
   RUN(test_io_dtype_golden);
+  RUN(test_f16_range);
   RUN(test_pruned_lm_head);
   RUN(test_bad_steps);
   return check_finish();

@@ -45,6 +45,8 @@ struct executor {
   size_t scratch_cap, scratch_need;
   size_t n_allocs;
   exec_stats stats;
+  exec_observer observer;
+  void *observer_ctx;
 };
 
 static double now_ns(void) {
@@ -382,6 +384,11 @@ static ph_status bind_outputs(executor *e, diag *d) {
   return PH_OK;
 }
 
+void exec_set_observer(executor *e, exec_observer fn, void *ctx) {
+  e->observer = fn;
+  e->observer_ctx = ctx;
+}
+
 ph_status exec_run(executor *e, diag *d) {
   double t0 = now_ns();
   graph *g = e->g;
@@ -414,6 +421,7 @@ ph_status exec_run(executor *e, diag *d) {
     ph_status s = n->op->run(n, in, out, &ctx, d);
     kernel += now_ns() - k0;
     if (s != PH_OK) return diag_prefix(d, "node %s (%s)", n->name, n->op_type);
+    if (e->observer) e->observer(e->observer_ctx, g, n, (const tensor *const *)out);
     n_run++;
   }
   double t2 = now_ns();

@@ -48,6 +48,13 @@ ph_status exec_run(executor *e, diag *d);
 /* Output i of the last run (the caller's buffer if bound). */
 const tensor *exec_output(const executor *e, int i);
 
+/* Called after every node of a run with the graph, the node and its outputs (NULL for an absent
+ * optional output), valid until the next node: for tools and tests that look at intermediates (the
+ * range of activations an f16 package would hold, a value dump). It must not write them. fn NULL
+ * removes it. */
+typedef void (*exec_observer)(void *ctx, const graph *g, const gnode *n, const tensor *const *out);
+void exec_set_observer(executor *e, exec_observer fn, void *ctx);
+
 /* System allocations made by this executor since creation (arena, scratch, plan tables). */
 size_t exec_alloc_count(const executor *e);
 

@@ -285,20 +285,18 @@ static ph_status check_options(const hf_config *c, const export_options *o, diag
   return PH_OK;
 }
 
-/* The paged export's io dtype and block size once defaults are applied: CUDA takes the
- * checkpoint's half dtype (bf16 for f32 checkpoints) and 256-token pages; CPU f32 and 16. */
-static void paged_defaults(const hf_config *c, const export_options *o, ph_dtype *io, int64_t *K) {
+/* The paged export's io dtype and block size once defaults are applied: CUDA f16 (the one half
+ * dtype every kernel of the graph is registered for on CUDA, abi §2.6 / §3; bf16 only when asked)
+ * and 256-token pages; CPU f32 and 16. */
+static void paged_defaults(const export_options *o, ph_dtype *io, int64_t *K) {
   *io = o->io_dtype;
-  if (*io == PH_DTYPE_INVALID)
-    *io = o->target == EXPORT_TARGET_CPU                          ? PH_DTYPE_F32
-          : c->dtype == PH_DTYPE_F16 || c->dtype == PH_DTYPE_BF16 ? c->dtype
-                                                                  : PH_DTYPE_BF16;
+  if (*io == PH_DTYPE_INVALID) *io = o->target == EXPORT_TARGET_CPU ? PH_DTYPE_F32 : PH_DTYPE_F16;
   *K = o->block_size ? o->block_size : o->target == EXPORT_TARGET_CPU ? 16 : 256;
 }
 
-ph_status model_export(const ph_model *m, const char *out_dir, const export_options *o, diag *d) {
-  RETURN_ERROR_IF(!m || !out_dir || !out_dir[0], d, PH_ERR_INVALID_ARGUMENT,
-                  "model_export: NULL model or empty output directory");
+ph_status export_build(const ph_model *m, const export_options *o, export_built *out, diag *d) {
+  memset(out, 0, sizeof *out);
+  RETURN_ERROR_IF(!m, d, PH_ERR_INVALID_ARGUMENT, "export: NULL model");
   export_options opt = o ? *o : export_options_default();
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
@@ -306,33 +304,50 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
   RETURN_ERROR_IF(!w && !opt.config_only, d, PH_ERR_INVALID_ARGUMENT,
                   "the model was opened without weights; export needs them (or config_only)");
   FORWARD_IF_ERROR(check_options(c, &opt, d));
-  FORWARD_IF_ERROR(check_out_dir(out_dir, model_dir(m), opt.force, d));
 
   qwen35_options qo = qwen35_options_default();
   qo.max_context = opt.max_context;
   qo.weight_dtype = opt.dtype;
-  int64_t K = 0;
   if (opt.layout == EXPORT_LAYOUT_PAGED) {
     qo.paged = 1;
     qo.prune_lm_head = opt.prune_lm_head;
-    paged_defaults(c, &opt, &qo.io_dtype, &K);
-    qo.block_size = K;
+    paged_defaults(&opt, &qo.io_dtype, &out->block_size);
+    qo.block_size = out->block_size;
     /* a half-precision graph stores its weights in that dtype unless told otherwise: no Cast
      * per projection, the weights' bytes halve (what GenAI's builder does) */
     if (opt.dtype == PH_DTYPE_INVALID && qo.io_dtype != PH_DTYPE_F32) qo.weight_dtype = qo.io_dtype;
   }
+  out->io_dtype = qo.paged ? qo.io_dtype : PH_DTYPE_F32;
   /* config_only: the graph over predicted tensors (a zero mapping), never their bytes */
-  placeholder_weights *ph = NULL;
   if (opt.config_only) {
-    FORWARD_IF_ERROR(placeholder_weights_create(c, &ph, d));
-    w = placeholder_weights_get(ph);
+    FORWARD_IF_ERROR(placeholder_weights_create(c, &out->placeholders, d));
+    w = placeholder_weights_get(out->placeholders);
   }
-  graph *g = NULL;
-  ph_status s = qwen35_build_dense(c, w, &qo, &g, d);
-  if (s != PH_OK) {
-    placeholder_weights_free(ph);
-    return s;
-  }
+  ph_status s = qwen35_build_dense(c, w, &qo, &out->g, d);
+  if (s != PH_OK) export_built_free(out);
+  return s;
+}
+
+void export_built_free(export_built *b) {
+  if (!b) return;
+  graph_free(b->g);
+  placeholder_weights_free(b->placeholders);
+  memset(b, 0, sizeof *b);
+}
+
+ph_status model_export(const ph_model *m, const char *out_dir, const export_options *o, diag *d) {
+  RETURN_ERROR_IF(!m || !out_dir || !out_dir[0], d, PH_ERR_INVALID_ARGUMENT,
+                  "model_export: NULL model or empty output directory");
+  export_options opt = o ? *o : export_options_default();
+  const hf_config *c = model_config(m);
+  RETURN_ERROR_IF(!c, d, PH_ERR_INVALID_ARGUMENT, "the model has no parsed configuration");
+  FORWARD_IF_ERROR(check_options(c, &opt, d));
+  FORWARD_IF_ERROR(check_out_dir(out_dir, model_dir(m), opt.force, d));
+  export_built built;
+  FORWARD_IF_ERROR(export_build(m, &opt, &built, d));
+  graph *g = built.g;
+  const int64_t K = built.block_size;
+  ph_status s = PH_OK;
   genai_config gc;
   /* context_length is what the graph can serve: the rows of its rotary caches */
   int cos = graph_find_value(g, "cos_cache");
@@ -340,12 +355,15 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
     s = diag_set(d, PH_ERR_INTERNAL, "the dense graph has no 2-D cos_cache initializer");
     goto done;
   }
-  if (opt.layout == EXPORT_LAYOUT_PAGED)
+  if (opt.layout == EXPORT_LAYOUT_PAGED) {
     gc = genai_config_paged(c, g->values[cos].type.dims[0], K, opt.max_batch_size,
                             opt.num_blocks ? 0.0 : opt.gpu_utilization_factor, opt.num_blocks,
                             opt.max_scheduled_tokens);
-  else
+    /* CUDA provider options only in a package made for CUDA: a CPU-target package names none */
+    gc.cuda_graph_disabled = opt.target == EXPORT_TARGET_CUDA;
+  } else {
     gc = genai_config_dense(c, g->values[cos].type.dims[0]);
+  }
   if ((s = genai_config_token_ids(&gc, model_dir(m), d)) != PH_OK) {
     diag_prefix(d, "%s", model_dir(m));
     goto done;
@@ -360,7 +378,6 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
   if ((s = copy_tokenizer_files(model_dir(m), out_dir, d)) != PH_OK) goto done;
   if (opt.force) s = remove_stale_files(model_dir(m), out_dir, opt.config_only, d);
 done:
-  graph_free(g);
-  placeholder_weights_free(ph);
+  export_built_free(&built);
   return s;
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/diag.h"
+#include "graph/graph.h"
 #include "io/onnx.h"
 #include "pagedhybrid.h"
 
@@ -80,6 +81,20 @@ export_options export_options_default(void);
  * files as they were and removes only the temporary files; symlinks there are replaced, never
  * followed. With force, stale tokenizer files are removed once the package is complete. */
 ph_status model_export(const ph_model *m, const char *out_dir, const export_options *o, diag *d);
+
+/* The graph a package would hold, built and finalized exactly as model_export builds it (options
+ * checked, defaults applied), without writing anything: for tests and tools that examine the
+ * export's structure. Holds the placeholder weights of a config_only build, which the graph's
+ * initializers point into; free both with export_built_free. */
+typedef struct placeholder_weights placeholder_weights;
+typedef struct export_built {
+  graph *g;
+  placeholder_weights *placeholders; /* config_only: the zero mapping behind the initializers */
+  ph_dtype io_dtype;                 /* activations (paged: after defaults; dense: f32) */
+  int64_t block_size;                /* paged: tokens per page after defaults; dense 0 */
+} export_built;
+ph_status export_build(const ph_model *m, const export_options *o, export_built *out, diag *d);
+void export_built_free(export_built *b); /* NULL-safe; leaves *b zeroed */
 
 /* The tokenizer and generation files a package copies from the checkpoint, NULL-terminated. */
 extern const char *const EXPORT_TOKENIZER_FILES[];
