@@ -115,9 +115,9 @@ static void test_config_only_27b(void) {
       const Onnx__ValueInfoProto *k = find_io(g->input, g->n_input, name);
       CHECK((k != NULL) == full);
       n_kv_inputs += k != NULL;
-      if (k) { /* [num_blocks, 256, Hkv, D] in bf16 (the checkpoint's dtype; CUDA target) */
+      if (k) { /* [num_blocks, 256, Hkv, D] in f16 (the CUDA target's default io dtype) */
         const Onnx__TypeProto__Tensor *t = k->type->tensor_type;
-        CHECK_EQ_INT(t->elem_type, 16);
+        CHECK_EQ_INT(t->elem_type, 10);
         CHECK_EQ_INT(t->shape->n_dim, 4);
         CHECK_EQ_INT(t->shape->dim[1]->dim_value, 256);
         CHECK_EQ_INT(t->shape->dim[2]->dim_value, c->n_kv_heads);
