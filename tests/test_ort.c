@@ -334,9 +334,11 @@ static void free_golden(golden *g) {
 /* ---- the check ----------------------------------------------------------------------------- */
 
 /* Exports the dense package with weights of dtype wdt into dir. */
-static ph_status export_package(const ph_model *m, const char *dir, ph_dtype wdt, diag *d) {
+static ph_status export_package(const ph_model *m, const char *dir, ph_dtype wdt,
+                                export_rotary rot, diag *d) {
   export_options opt = export_options_default();
   opt.dtype = wdt;
+  opt.rotary = rot;
   opt.force = 1; /* a rerun writes over the last run's package */
   return model_export(m, dir, &opt, d);
 }
@@ -408,24 +410,25 @@ static void check_sequence(const golden *gs, int seq, const int64_t *cont, int64
 }
 
 /* wdt: the export's weight dtype (PH_DTYPE_INVALID: as stored); exact: those weights are the
- * checkpoint's values exactly. */
-static void check_set(const char *set, ph_dtype wdt, int exact) {
+ * checkpoint's values exactly; rot: the form of RoPE. */
+static void check_set_rotary(const char *set, ph_dtype wdt, int exact, export_rotary rot) {
   golden gs;
   if (!load_golden(&gs, set)) {
     free_golden(&gs);
     return;
   }
   const char *dt = wdt == PH_DTYPE_F16 ? "f16" : wdt == PH_DTYPE_F32 ? "f32" : "stored";
+  const char *rs = rot == EXPORT_ROTARY_OPS ? "-rope-ops" : "";
   char pkg[1200], tag[128];
-  snprintf(pkg, sizeof pkg, "%s/%s-%s", g_tmp, set, dt);
-  snprintf(tag, sizeof tag, "%s-%s", set, dt);
+  snprintf(pkg, sizeof pkg, "%s/%s-%s%s", g_tmp, set, dt, rs);
+  snprintf(tag, sizeof tag, "%s-%s%s", set, dt, rs);
   diag d;
   graph *g = NULL;
   executor *e = NULL;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   ph_status s = path_mkdirs(pkg, &d);
-  if (s == PH_OK) s = export_package(gs.model, pkg, wdt, &d);
+  if (s == PH_OK) s = export_package(gs.model, pkg, wdt, rot, &d);
   CHECK_STATUS(s, PH_OK, d.msg);
   if (s == PH_OK) {
     s = onnx_read_model(pkg, &g, &d);
@@ -451,6 +454,10 @@ static void check_set(const char *set, ph_dtype wdt, int exact) {
   free_golden(&gs);
 }
 
+static void check_set(const char *set, ph_dtype wdt, int exact) {
+  check_set_rotary(set, wdt, exact, EXPORT_ROTARY_DEFAULT);
+}
+
 static void test_ort_f32_weights(void) {
   check_set("qwen35-tiny-f32", PH_DTYPE_F32, 1);
   check_set("qwen35-tiny-bf16-vlm", PH_DTYPE_F32, 1);
@@ -464,6 +471,14 @@ static void test_ort_f16_weights(void) {
 /* The default export (no --dtype) of the bf16 checkpoint: bf16 weights behind a Cast. */
 static void test_ort_stored_bf16_weights(void) {
   check_set("qwen35-tiny-bf16-vlm", PH_DTYPE_INVALID, 1);
+}
+
+/* RoPE as plain ONNX ops (what a CUDA-target package holds; here in the dense graph, the one
+ * ORT's CPU EP can run): ORT runs it to the golden references within TOL_GOLDEN and agrees with
+ * our executor within TOL_PAIR, as the fused form does. */
+static void test_ort_rotary_ops(void) {
+  check_set_rotary("qwen35-tiny-f32", PH_DTYPE_F32, 1, EXPORT_ROTARY_OPS);
+  check_set_rotary("qwen35-tiny-bf16-vlm", PH_DTYPE_INVALID, 1, EXPORT_ROTARY_OPS);
 }
 
 /* The packed paged export cannot run on ORT's CPU EP (PagedAttention, GatedDeltaNet and
@@ -556,6 +571,7 @@ int main(void) {
   RUN(test_ort_f32_weights);
   RUN(test_ort_f16_weights);
   RUN(test_ort_stored_bf16_weights);
+  RUN(test_ort_rotary_ops);
   RUN(test_ort_paged_schema);
   return check_finish();
 }

@@ -29,8 +29,11 @@ static const cli_option OPTIONS[] = {
     {"dtype", "DT", "weight storage dtype f32|f16|bf16 (default: as stored in the checkpoint)"},
     {"target", "T", "paged: cuda (default; ONNX Runtime GenAI) or cpu (pagedhybrid's runtime)"},
     {"io-dtype", "DT",
-     "paged: activation/KV/conv-state dtype (cuda: f16|bf16, default the "
-     "checkpoint's or bf16; cpu: default f32)"},
+     "paged: activation/KV/conv-state dtype (cuda: f16 (default) or bf16; "
+     "cpu: f32 (default), f16 or bf16)"},
+    {"rotary", "FORM",
+     "RoPE as plain ONNX ops or the fused com.microsoft op: ops|fused "
+     "(default: ops for --target cuda, fused otherwise)"},
     {"block-size", "N",
      "paged: tokens per KV page, power of two >= 16 (cuda: multiple of 256; "
      "default cuda 256, cpu 16)"},
@@ -124,6 +127,12 @@ int cmd_export(int argc, char **argv) {
   o.layout = (layout && strcmp(layout, "paged") == 0) || (!layout && target) ? EXPORT_LAYOUT_PAGED
                                                                              : EXPORT_LAYOUT_DENSE;
   o.target = target && strcmp(target, "cpu") == 0 ? EXPORT_TARGET_CPU : EXPORT_TARGET_CUDA;
+  const char *rotary = cli_get(&a, "rotary");
+  if (rotary && strcmp(rotary, "ops") != 0 && strcmp(rotary, "fused") != 0)
+    return cli_usage_error(&a, "--rotary must be ops or fused, got \"%s\"", rotary);
+  o.rotary = !rotary                      ? EXPORT_ROTARY_DEFAULT
+             : strcmp(rotary, "ops") == 0 ? EXPORT_ROTARY_OPS
+                                          : EXPORT_ROTARY_FUSED;
   o.force = cli_flag(&a, "force");
   o.prune_lm_head = cli_flag(&a, "prune-lm-head");
   o.config_only = cli_flag(&a, "config-only");
@@ -189,6 +198,9 @@ int cmd_export(int argc, char **argv) {
   if (!o.config_only) print_file(out, "model.onnx.data");
   print_file(out, "genai_config.json");
   for (int i = 0; EXPORT_TOKENIZER_FILES[i]; i++) print_file(out, EXPORT_TOKENIZER_FILES[i]);
+  if (o.layout == EXPORT_LAYOUT_PAGED && o.target == EXPORT_TARGET_CUDA &&
+      o.io_dtype == PH_DTYPE_BF16)
+    fprintf(stderr, "note: %s\n", EXPORT_CUDA_BF16_NOTE);
   if (!has_tokenizer(a.positional[0]))
     fprintf(stderr,
             "note: the checkpoint has no tokenizer files; the package takes token ids only\n");

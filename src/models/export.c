@@ -55,6 +55,10 @@ const char *export_layout_name(export_layout l) {
   return l == EXPORT_LAYOUT_PAGED ? "paged" : l == EXPORT_LAYOUT_DENSE ? "dense" : "unknown";
 }
 
+const char *export_rotary_name(export_rotary r) {
+  return r == EXPORT_ROTARY_OPS ? "ops" : r == EXPORT_ROTARY_FUSED ? "fused" : "default";
+}
+
 const char *export_target_name(export_target t) {
   return t == EXPORT_TARGET_CPU ? "cpu" : t == EXPORT_TARGET_CUDA ? "cuda" : "unknown";
 }
@@ -244,6 +248,9 @@ static ph_status check_options(const hf_config *c, const export_options *o, diag
                   (long long)o->max_context, (long long)c->max_position_embeddings);
   RETURN_ERROR_IF(o->layout != EXPORT_LAYOUT_DENSE && o->layout != EXPORT_LAYOUT_PAGED, d,
                   PH_ERR_INVALID_ARGUMENT, "unknown export layout %d", (int)o->layout);
+  RETURN_ERROR_IF(o->rotary != EXPORT_ROTARY_DEFAULT && o->rotary != EXPORT_ROTARY_FUSED &&
+                      o->rotary != EXPORT_ROTARY_OPS,
+                  d, PH_ERR_INVALID_ARGUMENT, "unknown rotary form %d", (int)o->rotary);
   if (o->layout == EXPORT_LAYOUT_DENSE) {
     /* the paged layout's options mean nothing to the dense graph: refuse rather than ignore */
     RETURN_ERROR_IF(o->block_size || o->prune_lm_head || o->io_dtype != PH_DTYPE_INVALID, d,
@@ -308,6 +315,13 @@ ph_status export_build(const ph_model *m, const export_options *o, export_built 
   qwen35_options qo = qwen35_options_default();
   qo.max_context = opt.max_context;
   qo.weight_dtype = opt.dtype;
+  /* RoPE: plain ops for CUDA, whose MRotaryEmbedding kernel we cannot check here; the fused op
+   * where our runtime (or ONNX Runtime's CPU EP, for the dense graph) runs it */
+  const int cuda = opt.layout == EXPORT_LAYOUT_PAGED && opt.target == EXPORT_TARGET_CUDA;
+  qo.rotary = opt.rotary == EXPORT_ROTARY_OPS || (opt.rotary == EXPORT_ROTARY_DEFAULT && cuda)
+                  ? QWEN35_ROTARY_OPS
+                  : QWEN35_ROTARY_FUSED;
+  out->rotary = qo.rotary == QWEN35_ROTARY_OPS ? EXPORT_ROTARY_OPS : EXPORT_ROTARY_FUSED;
   if (opt.layout == EXPORT_LAYOUT_PAGED) {
     qo.paged = 1;
     qo.prune_lm_head = opt.prune_lm_head;

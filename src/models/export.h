@@ -34,6 +34,15 @@ typedef enum export_target { EXPORT_TARGET_CUDA = 0, EXPORT_TARGET_CPU = 1 } exp
 const char *export_layout_name(export_layout l);
 const char *export_target_name(export_target t);
 
+/* How RoPE is written (models/qwen35.h qwen35_rotary): the fused com.microsoft op, or plain ONNX
+ * ops that every execution provider has kernels for. Both give the same bits. */
+typedef enum export_rotary {
+  EXPORT_ROTARY_DEFAULT = 0,
+  EXPORT_ROTARY_FUSED = 1,
+  EXPORT_ROTARY_OPS = 2
+} export_rotary;
+const char *export_rotary_name(export_rotary r);
+
 typedef struct export_options {
   ph_dtype dtype; /* weight storage f32 | f16 | bf16; PH_DTYPE_INVALID keeps each stored dtype */
   export_layout layout; /* dense (default) or the packed paged layout (abi §8) */
@@ -49,12 +58,14 @@ typedef struct export_options {
   double gpu_utilization_factor; /* (0, 1], default 0.6; written unless num_blocks is set */
   int64_t num_blocks;            /* explicit page budget (0: use the factor) */
   int64_t max_scheduled_tokens;  /* default 2048 */
-  int config_only;     /* build from config.json alone; write model.onnx (structure only, no
-                          model.onnx.data) and genai_config.json: for checking huge models */
-  int force;           /* write into a non-empty out_dir, replacing the package's files */
-  int64_t max_context; /* tokens of rotary cache = genai context_length; 0: the builder's default
-                          min(max_position_embeddings, 32768); above max_position_embeddings is
-                          refused */
+  int config_only;      /* build from config.json alone; write model.onnx (structure only, no
+                           model.onnx.data) and genai_config.json: for checking huge models */
+  int force;            /* write into a non-empty out_dir, replacing the package's files */
+  export_rotary rotary; /* the form of RoPE; DEFAULT: plain ops for the CUDA target, the fused
+                           op otherwise (docs/export.md) */
+  int64_t max_context;  /* tokens of rotary cache = genai context_length; 0: the builder's default
+                           min(max_position_embeddings, 32768); above max_position_embeddings is
+                           refused */
 
   onnx_progress progress; /* told while model.onnx.data is written (fn NULL: nothing) */
 } export_options;
@@ -92,9 +103,17 @@ typedef struct export_built {
   placeholder_weights *placeholders; /* config_only: the zero mapping behind the initializers */
   ph_dtype io_dtype;                 /* activations (paged: after defaults; dense: f32) */
   int64_t block_size;                /* paged: tokens per page after defaults; dense 0 */
+  export_rotary rotary;              /* the RoPE form after defaults: FUSED or OPS */
 } export_built;
 ph_status export_build(const ph_model *m, const export_options *o, export_built *out, diag *d);
 void export_built_free(export_built *b); /* NULL-safe; leaves *b zeroed */
+
+/* What a CUDA package in bf16 needs from ONNX Runtime to load (printed by `export --io-dtype
+ * bf16`): the kernels whose CUDA bf16 registration the pinned sources do not show. */
+#define EXPORT_CUDA_BF16_NOTE                                                                      \
+  "bf16 I/O loads on CUDA only if ONNX Runtime registers bfloat16 CUDA kernels for GatedDeltaNet " \
+  "and VarlenCausalConvWithState (the pinned sources register float and float16 only); "           \
+  "the default f16 needs neither"
 
 /* The tokenizer and generation files a package copies from the checkpoint, NULL-terminated. */
 extern const char *const EXPORT_TOKENIZER_FILES[];

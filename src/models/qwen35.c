@@ -21,13 +21,16 @@ typedef struct builder {
   const model_weights *w;
   char scope[96];
   int64_t max_context;
-  int cos, sin;          /* rotary caches [ctx, rot/2] f32 */
-  ph_dtype weight_dtype; /* PH_DTYPE_INVALID: as stored */
-  int positions;         /* position_ids */
-  int seqlens_k, total;  /* GQA lengths derived from attention_mask */
-  int paged;             /* packed layout: activations [N, ...] instead of [B, S, ...] */
-  ph_dtype io;           /* activation, cache and conv-state dtype (f32 for the dense layout) */
-  int prune_lm_head;     /* packed: logits only for each sequence's last row */
+  int cos, sin;           /* rotary caches [ctx, rot/2] f32 */
+  ph_dtype weight_dtype;  /* PH_DTYPE_INVALID: as stored */
+  int positions;          /* position_ids, the graph input ([3,B,S] / [B,S] dense, [3,N] / [N]
+                             packed) */
+  int rotary_ops;         /* RoPE as plain ONNX ops (qwen35_rotary) instead of the fused op */
+  int rope_cos, rope_sin; /* rotary_ops: the shared per-token tables [.., 1, rot/2] f32, or -1 */
+  int seqlens_k, total;   /* GQA lengths derived from attention_mask */
+  int paged;              /* packed layout: activations [N, ...] instead of [B, S, ...] */
+  ph_dtype io;            /* activation, cache and conv-state dtype (f32 for the dense layout) */
+  int prune_lm_head;      /* packed: logits only for each sequence's last row */
   int cu, past_lens, block_table, metadata; /* packed layout graph inputs */
 } builder;
 
@@ -83,6 +86,21 @@ static int const_i64(builder *b, const char *name, int n, const int64_t *v) {
   char full[192];
   snprintf(full, sizeof full, "%s/%s", b->scope, name);
   return graph_add_initializer_copy(b->g, full, PH_DTYPE_I64,
+                                    n < 0 ? shape_make(0, NULL) : shape_1d(n), v);
+}
+
+/* A graph-wide int64 constant named as GenAI's builder names its constants,
+ * "/model/constants/INT64/[v0, v1, ...]" ("/model/constants/INT64/v" for a scalar, n < 0), made
+ * once and shared by every node that needs the same value. */
+static int shared_i64(builder *b, int n, const int64_t *v) {
+  char name[192];
+  int at = snprintf(name, sizeof name, "/model/constants/INT64/%s", n < 0 ? "" : "[");
+  for (int i = 0; i < (n < 0 ? 1 : n) && at < (int)sizeof name; i++)
+    at += snprintf(name + at, sizeof name - (size_t)at, "%s%lld", i ? ", " : "", (long long)v[i]);
+  if (n >= 0 && at < (int)sizeof name) snprintf(name + at, sizeof name - (size_t)at, "]");
+  int id = graph_find_value(b->g, name);
+  if (id >= 0) return id;
+  return graph_add_initializer_copy(b->g, name, PH_DTYPE_I64,
                                     n < 0 ? shape_make(0, NULL) : shape_1d(n), v);
 }
 
@@ -230,26 +248,19 @@ static int skip_rms_norm(builder *b, const char *name, int x, int skip, int gain
 
 /* ---- rotary caches and attention lengths (shared by all full-attention layers) ----------- */
 
+/* cos_cache / sin_cache [context, rot/2], f32 in every layout and io dtype: RoPE is computed in
+ * f32 (GenAI's builder casts around it the same way, builder-report §1.2), so a half-precision
+ * graph rounds once after the rotation instead of also rounding the angles' cos and sin. */
 static void rotary_caches(builder *b) {
   const hf_config *c = b->c;
   int64_t half = c->rope.rotary_dim / 2;
-  void *cs_io = NULL, *sn_io = NULL;
-  b->cos =
-      graph_add_initializer_alloc(b->g, "cos_cache", b->io, shape_2d(b->max_context, half), &cs_io);
-  b->sin =
-      graph_add_initializer_alloc(b->g, "sin_cache", b->io, shape_2d(b->max_context, half), &sn_io);
-  if (!cs_io || !sn_io) return;
-  /* computed in f32 (or directly in the f32 cache) and rounded once to the io dtype */
-  const size_t n = (size_t)(b->max_context * half);
-  float *cs = b->io == PH_DTYPE_F32 ? cs_io : malloc(n * sizeof *cs);
-  float *sn = b->io == PH_DTYPE_F32 ? sn_io : malloc(n * sizeof *sn);
-  if (!cs || !sn) {
-    if (cs != cs_io) free(cs);
-    if (sn != sn_io) free(sn);
-    if (b->g->err.status == PH_OK)
-      diag_set(&b->g->err, PH_ERR_NO_MEMORY, "rotary caches: out of memory");
-    return;
-  }
+  void *cs_p = NULL, *sn_p = NULL;
+  b->cos = graph_add_initializer_alloc(b->g, "cos_cache", PH_DTYPE_F32,
+                                       shape_2d(b->max_context, half), &cs_p);
+  b->sin = graph_add_initializer_alloc(b->g, "sin_cache", PH_DTYPE_F32,
+                                       shape_2d(b->max_context, half), &sn_p);
+  if (!cs_p || !sn_p) return;
+  float *cs = cs_p, *sn = sn_p;
   /* inv_freq_j = theta^(-2j/rot); angles in double (the golden reference is f64; HF's single
    * fp32 multiply differs only in the last bits, model-math §7.15). */
   for (int64_t p = 0; p < b->max_context; p++)
@@ -259,12 +270,6 @@ static void rotary_caches(builder *b) {
       cs[p * half + j] = (float)cos(ang);
       sn[p * half + j] = (float)sin(ang);
     }
-  if (b->io != PH_DTYPE_F32) {
-    dtype_convert(cs_io, b->io, cs, PH_DTYPE_F32, n, NULL);
-    dtype_convert(sn_io, b->io, sn, PH_DTYPE_F32, n, NULL);
-    free(cs);
-    free(sn);
-  }
 }
 
 static void attention_lengths(builder *b, int mask) {
@@ -281,20 +286,167 @@ static void attention_lengths(builder *b, int mask) {
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
-static int rotary(builder *b, const char *name, int x, int64_t n_heads) {
+/* The fused op on x [.., n_heads * D] in f32: MRotaryEmbedding with Qwen's interleaved sections,
+ * or RotaryEmbedding for a model without them. The dense graph applies it to [B, S, HD] with
+ * position_ids [3, B, S] / [B, S] as they come. The packed graph wraps it as GenAI's builder does
+ * (builder-report §1.3): Cast to f32 (io below f32), Unsqueeze to one batch [1, N, HD], positions
+ * Unsqueezed to [3, 1, N] / [1, N], is_packed_batching=1, Squeeze, Cast back to the io dtype. */
+static int rotary_fused(builder *b, const char *name, int x, int64_t n_heads) {
   const hf_config *c = b->c;
-  if (c->rope.has_mrope) {
-    gattr a[5] = {attr_int("interleaved", 0), attr_int("rotary_embedding_dim", c->rope.rotary_dim),
+  char nm[128];
+  const int mrope = c->rope.has_mrope;
+  snprintf(nm, sizeof nm, "%s/%s", name, mrope ? "MRotaryEmbedding" : "RotaryEmbedding");
+  int pos = b->positions;
+  if (b->paged) {
+    char sub[160];
+    if (b->io != PH_DTYPE_F32) {
+      snprintf(sub, sizeof sub, "%s/root_input/Cast", nm);
+      x = cast_to(b, sub, x, ONNX_FLOAT);
+    }
+    snprintf(sub, sizeof sub, "%s/input/Unsqueeze", nm);
+    int axis0 = shared_i64(b, 1, (int64_t[]){0});
+    x = NODE1(b, "Unsqueeze", sub, 0, NULL, x, axis0);
+    snprintf(sub, sizeof sub, "%s/position_ids/Unsqueeze", nm);
+    pos =
+        NODE1(b, "Unsqueeze", sub, 0, NULL, pos, mrope ? shared_i64(b, 1, (int64_t[]){1}) : axis0);
+  }
+  int y;
+  if (mrope) {
+    gattr a[6] = {attr_int("interleaved", 0),
+                  attr_int("rotary_embedding_dim", c->rope.rotary_dim),
                   attr_int("num_heads", n_heads),
                   attr_ints("mrope_section", c->rope.mrope_section, 3),
-                  attr_int("mrope_layout", c->rope.mrope_interleaved ? 1 : 0)};
-    return node1(b, "MRotaryEmbedding", "com.microsoft", name, 4,
-                 (int[]){x, b->positions, b->cos, b->sin}, 5, a);
+                  attr_int("mrope_layout", c->rope.mrope_interleaved ? 1 : 0),
+                  attr_int("is_packed_batching", 1)};
+    y = node1(b, "MRotaryEmbedding", "com.microsoft", b->paged ? nm : name, 4,
+              (int[]){x, pos, b->cos, b->sin}, b->paged ? 6 : 5, a);
+  } else {
+    gattr a[4] = {attr_int("interleaved", 0), attr_int("rotary_embedding_dim", c->rope.rotary_dim),
+                  attr_int("num_heads", n_heads), attr_int("is_packed_batching", 1)};
+    y = node1(b, "RotaryEmbedding", "com.microsoft", b->paged ? nm : name, 4,
+              (int[]){x, pos, b->cos, b->sin}, b->paged ? 4 : 3, a);
   }
-  gattr a[3] = {attr_int("interleaved", 0), attr_int("rotary_embedding_dim", c->rope.rotary_dim),
-                attr_int("num_heads", n_heads)};
-  return node1(b, "RotaryEmbedding", "com.microsoft", name, 4,
-               (int[]){x, b->positions, b->cos, b->sin}, 3, a);
+  if (!b->paged) return y;
+  char sub[160];
+  snprintf(sub, sizeof sub, "%s/output/Squeeze", nm);
+  y = NODE1(b, "Squeeze", sub, 0, NULL, y, shared_i64(b, 1, (int64_t[]){0}));
+  if (b->io != PH_DTYPE_F32) {
+    snprintf(sub, sizeof sub, "%s/output_0/Cast", nm);
+    y = cast_to(b, sub, y, dtype_to_onnx(b->io));
+  }
+  return y;
+}
+
+/* The per-token cos / sin tables of the plain-op form, built once for every layer under
+ * /model/rotary_emb: [.., 1, rot/2] f32 (one row per token, broadcast over the heads).
+ * Interleaved MRoPE reads frequency slot j at the position of plane s(j) (T, H or W; the rule
+ * of op_rotary.c's mrope_slot_row): the positions are gathered per slot, [rot/2, ..] ->
+ * [.., rot/2], turned into flat indices p * rot/2 + j and gathered from the flattened caches —
+ * integer arithmetic and byte moves only, so each entry is the fused op's cache entry exactly. */
+static void rope_tables(builder *b) {
+  const hf_config *c = b->c;
+  const int64_t half = c->rope.rotary_dim / 2;
+  char saved[96];
+  snprintf(saved, sizeof saved, "%s", b->scope);
+  snprintf(b->scope, sizeof b->scope, "/model/rotary_emb");
+  int idx = -1, table[2] = {b->cos, b->sin};
+  if (c->rope.has_mrope) {
+    int64_t *plane = malloc((size_t)half * sizeof *plane),
+            *col = malloc((size_t)half * sizeof *col);
+    if (!plane || !col) {
+      free(plane);
+      free(col);
+      if (b->g->err.status == PH_OK)
+        diag_set(&b->g->err, PH_ERR_NO_MEMORY, "rotary tables: out of memory");
+      snprintf(b->scope, sizeof b->scope, "%s", saved);
+      return;
+    }
+    const int64_t *sec = c->rope.mrope_section;
+    for (int64_t j = 0; j < half; j++) {
+      col[j] = j;
+      plane[j] = !c->rope.mrope_interleaved     ? (j < sec[0]            ? 0
+                                                   : j < sec[0] + sec[1] ? 1
+                                                                         : 2)
+                 : j % 3 == 1 && j / 3 < sec[1] ? 1
+                 : j % 3 == 2 && j / 3 < sec[2] ? 2
+                                                : 0;
+    }
+    gattr ax0 = attr_int("axis", 0);
+    int pos = node1(b, "Gather", "", "positions/Gather", 2,
+                    (int[]){b->positions, const_i64(b, "planes", (int)half, plane)}, 1, &ax0);
+    gattr perm = b->paged ? attr_ints("perm", (int64_t[]){1, 0}, 2)
+                          : attr_ints("perm", (int64_t[]){1, 2, 0}, 3);
+    pos = NODE1(b, "Transpose", "positions/Transpose", 1, &perm, pos);
+    pos = NODE1(b, "Mul", "index/Mul", 0, NULL, pos, const_i64(b, "half", -1, &half));
+    idx = NODE1(b, "Add", "index/Add", 0, NULL, pos, const_i64(b, "columns", (int)half, col));
+    free(plane);
+    free(col);
+    for (int k = 0; k < 2; k++)
+      table[k] = reshape(b, k ? "sin/Reshape" : "cos/Reshape", table[k], 1, (int64_t[]){-1});
+  } else {
+    idx = b->positions;
+  }
+  int *dst[2] = {&b->rope_cos, &b->rope_sin};
+  for (int k = 0; k < 2; k++) {
+    char nm[64];
+    gattr ax0 = attr_int("axis", 0);
+    snprintf(nm, sizeof nm, "%s/Gather", k ? "sin" : "cos");
+    int t = node1(b, "Gather", "", nm, 2, (int[]){table[k], idx}, 1, &ax0);
+    snprintf(nm, sizeof nm, "%s/Unsqueeze", k ? "sin" : "cos");
+    *dst[k] = NODE1(b, "Unsqueeze", nm, 0, NULL, t, shared_i64(b, 1, (int64_t[]){-2}));
+  }
+  snprintf(b->scope, sizeof b->scope, "%s", saved);
+}
+
+/* RoPE as plain ONNX ops, the same arithmetic as the fused kernel: in f32, per head, NeoX pairs
+ * (i, i + rot/2) of the first rot channels, y1 = x1 cos - x2 sin and y2 = x2 cos + x1 sin (each
+ * product and the sum rounded once to f32, as op_rotary.c computes them), channels rot..D-1
+ * passed through, then rounded once to the io dtype. */
+static int rotary_ops(builder *b, const char *name, int x, int64_t n_heads) {
+  const hf_config *c = b->c;
+  const int64_t D = c->head_dim, rot = c->rope.rotary_dim, half = rot / 2;
+  if (b->rope_cos < 0) rope_tables(b);
+  char nm[160];
+  if (b->io != PH_DTYPE_F32) {
+    snprintf(nm, sizeof nm, "%s/root_input/Cast", name);
+    x = cast_to(b, nm, x, ONNX_FLOAT);
+  }
+  snprintf(nm, sizeof nm, "%s/heads/Reshape", name);
+  x = split_heads(b, nm, x, n_heads, D);
+  int parts[3] = {-1, -1, -1};
+  const int n_parts = rot < D ? 3 : 2;
+  gattr ax = attr_int("axis", -1);
+  snprintf(nm, sizeof nm, "%s/Split", name);
+  char sname[160];
+  snprintf(sname, sizeof sname, "%s/split", name);
+  node_n(b, "Split", "", nm, 2,
+         (int[]){x, const_i64(b, sname, n_parts, (int64_t[]){half, half, D - rot})}, n_parts, parts,
+         1, &ax);
+  int t[4];
+  const char *const tn[4] = {"x1cos", "x2sin", "x2cos", "x1sin"};
+  const int tx[4] = {parts[0], parts[1], parts[1], parts[0]};
+  const int tt[4] = {b->rope_cos, b->rope_sin, b->rope_cos, b->rope_sin};
+  for (int k = 0; k < 4; k++) {
+    snprintf(nm, sizeof nm, "%s/%s/Mul", name, tn[k]);
+    t[k] = NODE1(b, "Mul", nm, 0, NULL, tx[k], tt[k]);
+  }
+  snprintf(nm, sizeof nm, "%s/y1/Sub", name);
+  int y1 = NODE1(b, "Sub", nm, 0, NULL, t[0], t[1]);
+  snprintf(nm, sizeof nm, "%s/y2/Add", name);
+  int y2 = NODE1(b, "Add", nm, 0, NULL, t[2], t[3]);
+  snprintf(nm, sizeof nm, "%s/Concat", name);
+  int y = node1(b, "Concat", "", nm, n_parts, (int[]){y1, y2, parts[2]}, 1, &ax);
+  snprintf(nm, sizeof nm, "%s/merge/Reshape", name);
+  y = merge_heads(b, nm, y, n_heads * D);
+  if (b->io != PH_DTYPE_F32) {
+    snprintf(nm, sizeof nm, "%s/output_0/Cast", name);
+    y = cast_to(b, nm, y, dtype_to_onnx(b->io));
+  }
+  return y;
+}
+
+static int rotary(builder *b, const char *name, int x, int64_t n_heads) {
+  return b->rotary_ops ? rotary_ops(b, name, x, n_heads) : rotary_fused(b, name, x, n_heads);
 }
 
 static int full_attention(builder *b, int layer, int x, int past_k, int past_v, int *present_k,
@@ -331,14 +483,21 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
     node_n(b, "GroupQueryAttention", "com.microsoft", "GroupQueryAttention", 7,
            (int[]){q, k, v, past_k, past_v, b->seqlens_k, b->total}, 3, out, 3, ga);
   } else {
-    q = reshape(b, "q_norm/Reshape", q, 3, (int64_t[]){1, -1, Hq * D});
-    k = reshape(b, "k_norm/Reshape", k, 3, (int64_t[]){1, -1, Hkv * D});
-    q = reshape(b, "q_rotary/Reshape", rotary(b, "q_rotary", q, Hq), 2, (int64_t[]){-1, Hq * D});
-    k = reshape(b, "k_rotary/Reshape", rotary(b, "k_rotary", k, Hkv), 2, (int64_t[]){-1, Hkv * D});
+    q = merge_heads(b, "q_norm/Reshape", q, Hq * D);
+    k = merge_heads(b, "k_norm/Reshape", k, Hkv * D);
+    q = rotary(b, "q_rotary", q, Hq);
+    k = rotary(b, "k_rotary", k, Hkv);
     /* abi §8.3: inputs 0-7, slots 8-15 empty (RoPE and q/k norm done above), metadata at 16;
      * the cache outputs alias the cache inputs */
-    gattr pa[4] = {attr_int("num_heads", Hq), attr_int("kv_num_heads", Hkv),
-                   attr_float("scale", 0.0f), attr_int("do_rotary", 0)};
+    /* the attributes GenAI's builder writes, in its order, defaulted values included
+     * (builder-report §3): scale is given explicitly as 1/sqrt(D) */
+    gattr pa[7] = {attr_int("num_heads", Hq),
+                   attr_int("kv_num_heads", Hkv),
+                   attr_float("scale", (float)(1.0 / sqrt((double)D))),
+                   attr_int("local_window_size", -1),
+                   attr_float("softcap", 0.0f),
+                   attr_int("do_rotary", 0),
+                   attr_int("rotary_interleaved", 0)};
     int in[17];
     for (int i = 0; i < 17; i++) in[i] = -1;
     in[0] = q;
@@ -350,7 +509,7 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
     in[6] = b->past_lens;
     in[7] = b->block_table;
     in[16] = b->metadata;
-    node_n(b, "PagedAttention", "com.microsoft", "PagedAttention", 17, in, 3, out, 4, pa);
+    node_n(b, "PagedAttention", "com.microsoft", "PagedAttention", 17, in, 3, out, 7, pa);
   }
   *present_k = out[1];
   *present_v = out[2];
@@ -418,37 +577,42 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   const char *io_suffix = b->io == PH_DTYPE_F32 ? ".f32" : b->io == PH_DTYPE_F16 ? ".f16" : ".bf16";
   int conv_w = io_const(b, lw(b, layer, W_LIN_CONV), io_suffix, F32_COPY);
   int zero_bias = fill_as(b, "conv/bias", c->geom.conv_dim, 0.0f, b->io);
-  /* abi §8.3 step 4: the raw a/b projections enter GatedDeltaNet in f32 */
+  /* abi §8.3 step 4: the raw a/b projections enter GatedDeltaNet in f32 (node names as the
+   * builder's, builder-report §4.1) */
   if (b->io != PH_DTYPE_F32) {
-    a_raw = cast_to(b, "a/Cast", a_raw, ONNX_FLOAT);
-    beta_raw = cast_to(b, "b/Cast", beta_raw, ONNX_FLOAT);
+    a_raw = cast_to(b, "GatedDeltaNet/decay_fp32/Cast", a_raw, ONNX_FLOAT);
+    beta_raw = cast_to(b, "GatedDeltaNet/beta_fp32/Cast", beta_raw, ONNX_FLOAT);
   }
-  gattr act = attr_string("activation", "silu");
+  gattr ca[2] = {attr_string("activation", "silu"), attr_int("dilation", 1)};
   int conv[2] = {-1, -1};
-  node_n(b, "VarlenCausalConvWithState", "com.microsoft", "conv/VarlenCausalConvWithState", 5,
-         (int[]){mixed, conv_w, b->cu, zero_bias, past_conv}, 2, conv, 1, &act);
+  node_n(b, "VarlenCausalConvWithState", "com.microsoft", "VarlenCausalConvWithState", 5,
+         (int[]){mixed, conv_w, b->cu, zero_bias, past_conv}, 2, conv, 2, ca);
   *present_conv = conv[1];
   int qkv[3] = {-1, -1, -1};
   gattr ax = attr_int("axis", -1);
-  node_n(b, "Split", "", "qkv/Split", 2,
-         (int[]){conv[0], const_i64(b, "qkv/split", 3, (int64_t[]){kd, kd, vd})}, 3, qkv, 1, &ax);
-  int q = reshape(b, "q/Reshape", qkv[0], 3, (int64_t[]){0, Hk, Dk});
-  int k = reshape(b, "k/Reshape", qkv[1], 3, (int64_t[]){0, Hk, Dk});
-  int v = reshape(b, "v/Reshape", qkv[2], 3, (int64_t[]){0, Hv, Dv});
-  gattr ga[5] = {attr_string("update_rule", "gated_delta"), attr_string("gate_activation", "qwen"),
-                 attr_string("beta_activation", "sigmoid"), attr_int("qk_l2_norm", 1),
-                 attr_float("scale", 0.0f)};
+  node_n(b, "Split", "", "split_qkv/Split", 2,
+         (int[]){conv[0], const_i64(b, "split_qkv/split", 3, (int64_t[]){kd, kd, vd})}, 3, qkv, 1,
+         &ax);
+  int q = reshape(b, "q_heads/Reshape", qkv[0], 3, (int64_t[]){0, Hk, Dk});
+  int k = reshape(b, "k_heads/Reshape", qkv[1], 3, (int64_t[]){0, Hk, Dk});
+  int v = reshape(b, "v_heads/Reshape", qkv[2], 3, (int64_t[]){0, Hv, Dv});
+  gattr ga[6] = {attr_string("update_rule", "gated_delta"),
+                 attr_float("scale", 0.0f),
+                 attr_string("gate_activation", "qwen"),
+                 attr_string("beta_activation", "sigmoid"),
+                 attr_int("qk_l2_norm", 1),
+                 attr_int("chunk_size", 64)};
   int out[2] = {-1, -1};
   node_n(b, "GatedDeltaNet", "com.microsoft", "GatedDeltaNet", 9,
          (int[]){q, k, v, b->cu, a_raw, beta_raw, past_rec,
                  f32_const(b, lw(b, layer, W_LIN_A_LOG), ".f32", F32_COPY),
                  f32_const(b, lw(b, layer, W_LIN_DT_BIAS), ".f32", F32_COPY)},
-         2, out, 5, ga);
+         2, out, 6, ga);
   *present_rec = out[1];
-  int o = reshape(b, "GatedDeltaNet/Reshape", out[0], 2, (int64_t[]){0, vd});
+  int o = reshape(b, "gdn_out/Reshape", out[0], 2, (int64_t[]){0, vd});
   gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
   int normed =
-      node1(b, "GatedRMSNorm", "com.microsoft", "norm", 3,
+      node1(b, "GatedRMSNorm", "com.microsoft", "GatedRMSNorm", 3,
             (int[]){o, io_const(b, lw(b, layer, W_LIN_NORM), io_suffix, F32_COPY), z}, 1, &eps);
   return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
 }
@@ -581,7 +745,13 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
                     ph_dtype_name(opt->weight_dtype));
   graph *g = NULL;
   FORWARD_IF_ERROR(graph_create(&g, d));
-  builder bb = {.g = g, .c = c, .w = w, .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID};
+  builder bb = {.g = g,
+                .c = c,
+                .w = w,
+                .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID,
+                .rotary_ops = opt && opt->rotary == QWEN35_ROTARY_OPS,
+                .rope_cos = -1,
+                .rope_sin = -1};
   builder *b = &bb;
   /* rotary cache rows: the caller's context bound, else the default */
   b->max_context = opt && opt->max_context > 0 ? opt->max_context : qwen35_default_context(c);
@@ -624,15 +794,11 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
     b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 3, (int64_t[]){3, -1, -1}, ps);
   } else if (c->rope.has_mrope) {
     const char *ps[] = {NULL, "num_tokens"};
-    int p2 = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){3, -1}, ps);
-    snprintf(b->scope, sizeof b->scope, "/model/positions");
-    b->positions = reshape(b, "Reshape", p2, 3, (int64_t[]){3, 1, -1}); /* one batch of N rows */
+    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){3, -1}, ps);
   } else if (!b->paged) {
     b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
   } else {
-    int p1 = graph_add_input(g, "position_ids", PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
-    snprintf(b->scope, sizeof b->scope, "/model/positions");
-    b->positions = reshape(b, "Reshape", p1, 2, (int64_t[]){1, -1});
+    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
   }
   if (b->paged) {
     const char *bt[] = {"batch_size", "max_num_blocks"};

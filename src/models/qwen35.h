@@ -25,6 +25,11 @@
 #include "io/hf_config.h"
 #include "models/weights.h"
 
+/* How RoPE is written: the fused com.microsoft op (MRotaryEmbedding / RotaryEmbedding), or plain
+ * ONNX ops (Gather, Transpose, Mul, Sub, Add, Split, Concat) that any runtime has kernels for.
+ * Both compute in f32 with the same roundings: their outputs are bit-identical. */
+typedef enum qwen35_rotary { QWEN35_ROTARY_FUSED = 0, QWEN35_ROTARY_OPS = 1 } qwen35_rotary;
+
 typedef struct qwen35_options {
   int64_t
       max_context; /* rows of the rotary cos/sin caches; 0 = min(max_position_embeddings, 32768) */
@@ -37,6 +42,7 @@ typedef struct qwen35_options {
   ph_dtype weight_dtype; /* storage dtype of the projection and embedding weights in the graph:
                             PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
                             the exporter streams the converted bytes, nothing is copied here) */
+  qwen35_rotary rotary;  /* the form of RoPE (default fused) */
 } qwen35_options;
 
 qwen35_options qwen35_options_default(void);

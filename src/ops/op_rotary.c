@@ -12,7 +12,9 @@
  *         rotary_embedding_dim (0: rot = H; else rot, even, <= H, and num_heads is required),
  *         num_heads (0: derived; for BSD input with rot < H it is required to find H),
  *         scale (must be 1.0: ORT ignores it in RotaryEmbedding but applies it to cos/sin in
- *         MRotaryEmbedding; we refuse rather than pick one), is_packed_batching (must be 0).
+ *         MRotaryEmbedding; we refuse rather than pick one), is_packed_batching (0, or 1 with
+ *         a batch of 1: all tokens packed as [1, N, ...] with their own positions, how GenAI's
+ *         builder wraps it in packed graphs, where the two mean the same).
  *   For every head: y[i] = x[i]*cos[p][i] - x[i+h]*sin[p][i], y[i+h] = x[i+h]*cos[p][i] +
  *   x[i]*sin[p][i] for i < h = rot/2 (NeoX; adjacent pairs likewise with 2i, 2i+1); channels
  *   rot..H-1 are copied bit-exactly. A position outside [0, max_pos) is PH_ERR_INVALID_ARGUMENT
@@ -46,6 +48,7 @@ typedef struct rope_geom {
   int interleaved;
   int mrope, layout;
   int64_t sec[3];
+  int packed; /* is_packed_batching=1: only as one packed batch [1, N, ...] */
 } rope_geom;
 
 static ph_status rope_attrs(const gnode *n, int mrope, rope_geom *g, int64_t *rot_attr,
@@ -65,8 +68,9 @@ static ph_status rope_attrs(const gnode *n, int mrope, rope_geom *g, int64_t *ro
   RETURN_ERROR_IF(*rot_attr > 0 && *heads_attr == 0, d, PH_ERR_INVALID_ARGUMENT,
                   "attribute num_heads is required when rotary_embedding_dim is set");
   FORWARD_IF_ERROR(op_attr_int(n, "is_packed_batching", 0, &v, d));
-  RETURN_ERROR_IF(v != 0, d, PH_ERR_UNSUPPORTED, "is_packed_batching=%lld is not supported",
-                  (long long)v);
+  RETURN_ERROR_IF(v != 0 && v != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "attribute is_packed_batching must be 0 or 1, got %lld", (long long)v);
+  g->packed = (int)v;
   float scale = 1.0f;
   FORWARD_IF_ERROR(op_attr_float(n, "scale", 1.0f, &scale, d));
   RETURN_ERROR_IF(scale != 1.0f, d, PH_ERR_UNSUPPORTED,
@@ -211,6 +215,12 @@ static ph_status rope_resolve(const gnode *n, const tinfo *in, int mrope, rope_g
           (long long)pos->dims[0], (long long)pos->dims[1], (long long)g->B, (long long)g->S);
     }
   }
+  /* GenAI's packed graphs give all tokens as one batch [1, N, ...] with their own positions,
+   * where is_packed_batching changes nothing; other packings are not implemented. */
+  RETURN_ERROR_IF(g->packed && g->B >= 0 && g->B != 1, d, PH_ERR_UNSUPPORTED,
+                  "is_packed_batching=1 with batch %lld: only one packed batch [1, N, ...] is "
+                  "supported",
+                  (long long)g->B);
   return PH_OK;
 }
 
@@ -264,15 +274,19 @@ static void rope_rotate_f32(const float *x, const float *c, const float *s, int6
   const int64_t h = rot / 2;
   if (interleaved) {
     for (int64_t i = 0; i < h; i++) {
-      float a = x[2 * i], b = x[2 * i + 1];
-      y[2 * i] = a * c[i] - b * s[i];
-      y[2 * i + 1] = b * c[i] + a * s[i];
+      const float a = x[2 * i], b = x[2 * i + 1];
+      const float ac = a * c[i], bs = b * s[i], bc = b * c[i], as = a * s[i];
+      y[2 * i] = ac - bs;
+      y[2 * i + 1] = bc + as;
     }
   } else {
+    /* each product rounded on its own (separate statements: no compiler may contract them into
+     * an fma), so the plain-op form of RoPE (Mul, Mul, Sub) gives the same bits */
     for (int64_t i = 0; i < h; i++) {
-      float a = x[i], b = x[i + h];
-      y[i] = a * c[i] - b * s[i];
-      y[i + h] = b * c[i] + a * s[i];
+      const float a = x[i], b = x[i + h];
+      const float ac = a * c[i], bs = b * s[i], bc = b * c[i], as = a * s[i];
+      y[i] = ac - bs;
+      y[i + h] = bc + as;
     }
   }
 }

@@ -656,8 +656,33 @@ static void test_rotary_errors(void) {
     in[1] = pi32;
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_TENSOR_DTYPE, d.msg);
     in[1] = p2;
+    /* is_packed_batching=1: one packed batch [1, N, ...] is the unpacked op's result exactly;
+     * a batch of 2 is not implemented; other values are invalid */
+    rng r = rng_seed(7);
+    tensor_fill_uniform(x, &r, -1.0f, 1.0f);
+    tensor_fill_uniform(cs, &r, -1.0f, 1.0f);
+    tensor_fill_uniform(sn, &r, -1.0f, 1.0f);
+    CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_OK, d.msg);
+    tensor *plain = out[0];
+    out[0] = NULL;
     a[2] = attr_int("is_packed_batching", 1);
-    CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
+    CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_OK, d.msg);
+    CHECK(plain && out[0] &&
+          memcmp(plain->data, out[0]->data, (size_t)tensor_numel(plain) * sizeof(float)) == 0);
+    tensor_free(plain);
+    tensor_free(out[0]);
+    out[0] = NULL;
+    {
+      int64_t xb[3] = {2, 1, 32}, pb[2] = {2, 1};
+      tensor *x2b = mk(PH_DTYPE_F32, 3, xb), *p2b = mk(PH_DTYPE_I64, 2, pb);
+      tensor *inb[4] = {x2b, p2b, cs, sn};
+      CHECK_STATUS(op_test_run(&n, inb, out, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
+      CHECK_CONTAINS(d.msg, "is_packed_batching");
+      tensor_free(x2b);
+      tensor_free(p2b);
+    }
+    a[2] = attr_int("is_packed_batching", 2);
+    CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     a[2] = attr_float("scale", 2.0f);
     CHECK_STATUS(op_test_run(&n, in, out, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
     a[2] = attr_int("interleaved", 0);
