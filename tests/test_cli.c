@@ -187,11 +187,25 @@ static void test_make_tiny_then_inspect(void) {
   CHECK_CONTAINS(g_stdout, "VLM");
 }
 
+/* The longest line of text, in bytes (the CLI prints ASCII). */
+static size_t max_line_width(const char *text) {
+  size_t best = 0, cur = 0;
+  for (const char *p = text ? text : ""; *p; p++) {
+    if (*p == '\n') {
+      if (cur > best) best = cur;
+      cur = 0;
+    } else {
+      cur++;
+    }
+  }
+  return cur > best ? cur : best;
+}
+
 /* A Qwen3.5-27B-shaped config (model-math §6, VLM form) inspected without weights: the layer
  * pattern, state and KV figures of the table, and the parameter count computed by hand from the
  * tensor list (embedding + untied LM head + 48 GatedDeltaNet + 16 gated attention layers). */
 static void test_inspect_27b_config_only(void) {
-  char dir[1024], path[1100], args[2048];
+  char dir[1024], path[1100], args[4096];
   snprintf(dir, sizeof dir, "%s/qwen35-27b-config", g_tmp);
   diag d;
   path_mkdirs(dir, &d);
@@ -241,6 +255,30 @@ static void test_inspect_27b_config_only(void) {
   if (!o) return;
   CHECK_EQ_INT(json_integer_value(json_object_get(o, "fixed_state_bytes_per_sequence")), 156893184);
   json_decref(o);
+  /* the package its --config-only export writes, described without weights */
+  snprintf(args, sizeof args, "export '%s' -o '%s-pkg' --layout paged --config-only --force", dir,
+           dir);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "inspect '%s-pkg' --json", dir);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *p = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(p != NULL);
+  if (p) {
+    CHECK(json_is_true(json_object_get(p, "config_only")));
+    const json_t *ops = json_object_get(p, "op_counts");
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.PagedAttention")), 16);
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.GatedDeltaNet")), 48);
+    /* the checkpoint's 26895998464 parameters, plus the graph's own constants: today 2589667
+     * (rotary caches 2 x 32768 x 32, zero conv biases 48 x 10240, shapes), bounded here */
+    const int64_t params = json_integer_value(json_object_get(p, "parameters"));
+    CHECK(params >= 26895998464LL && params < 26895998464LL + 4000000);
+    CHECK(json_integer_value(json_object_get(p, "external_data_bytes")) > 50LL << 30);
+  }
+  json_decref(p);
+  snprintf(args, sizeof args, "inspect '%s-pkg'", dir);
+  CHECK_EQ_INT(run(args), 0);
+  /* the path line aside: it is printed whole */
+  CHECK(max_line_width(g_stdout ? strchr(g_stdout, '\n') : NULL) <= 80);
 }
 
 /* generate on the golden f32 checkpoint reproduces the golden prompt logits via --logits-out */
@@ -447,18 +485,84 @@ static void test_export(void) {
   CHECK_CONTAINS(g_stderr, "deepseek_v2");
 }
 
-/* The longest line of text, in bytes (the CLI prints ASCII). */
-static size_t max_line_width(const char *text) {
-  size_t best = 0, cur = 0;
-  for (const char *p = text ? text : ""; *p; p++) {
-    if (*p == '\n') {
-      if (cur > best) best = cur;
-      cur = 0;
-    } else {
-      cur++;
-    }
+/* export --config-only, then everything a user would try on the package: inspect describes it
+ * from model.onnx alone (the same structure, parameter count and weight bytes as the package
+ * with weights, a config_only field and a line saying it has none), --check-weights, run and
+ * generate refuse it with a typed error. */
+static void test_config_only_package(void) {
+  char args[4096], ckpt[1024], full[1024], pkg[1024], path[1200];
+  snprintf(ckpt, sizeof ckpt, "%s/co-ckpt", g_tmp);
+  snprintf(full, sizeof full, "%s/co-full", g_tmp);
+  snprintf(pkg, sizeof pkg, "%s/co-pkg", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force", ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --force", ckpt, full);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --config-only --force", ckpt, pkg);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(path, sizeof path, "%s/model.onnx.data", pkg);
+  CHECK(!path_exists(path));
+  json_error_t e;
+  snprintf(args, sizeof args, "inspect '%s' --json", full);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *f = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  snprintf(args, sizeof args, "inspect '%s' --json", pkg);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(f && o);
+  if (f && o) {
+    CHECK(json_is_false(json_object_get(f, "config_only")));
+    CHECK(json_is_true(json_object_get(f, "runnable")));
+    CHECK(json_is_true(json_object_get(o, "config_only")));
+    CHECK(json_is_false(json_object_get(o, "weights_present")));
+    CHECK(json_is_false(json_object_get(o, "runnable")));
+    CHECK_CONTAINS(json_string_value(json_object_get(o, "runnable_error")), "no weights");
+    static const char *const same[] = {"initializers", "parameters", "initializer_bytes",
+                                       "external_data_bytes"};
+    for (int i = 0; i < 4; i++)
+      CHECK_EQ_INT(json_integer_value(json_object_get(o, same[i])),
+                   json_integer_value(json_object_get(f, same[i])));
+    CHECK(json_integer_value(json_object_get(o, "parameters")) > 0);
+    CHECK(json_equal(json_object_get(o, "op_counts"), json_object_get(f, "op_counts")));
+    CHECK(json_equal(json_object_get(o, "inputs"), json_object_get(f, "inputs")));
+    CHECK(json_equal(json_object_get(o, "genai_config"), json_object_get(f, "genai_config")));
+    const json_t *ops = json_object_get(o, "op_counts");
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.PagedAttention")), 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.GatedDeltaNet")), 3);
+    const json_t *groups = json_object_get(json_object_get(o, "genai_config"), "state_groups");
+    CHECK_EQ_INT(json_array_size(groups), 3);
   }
-  return cur > best ? cur : best;
+  json_decref(f);
+  json_decref(o);
+  snprintf(args, sizeof args, "inspect '%s'", pkg);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "weights       none: a config-only package (export --config-only)");
+  CHECK_CONTAINS(g_stdout, "runs here     no: PH_ERR_INVALID_ARGUMENT: no weights");
+  CHECK_CONTAINS(g_stdout, "state group paged_kv");
+  CHECK(max_line_width(g_stdout ? strchr(g_stdout, '\n') : NULL) <= 80); /* path line aside */
+  snprintf(args, sizeof args, "inspect '%s' --check-weights", pkg);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+  CHECK_CONTAINS(g_stderr, "no weights to check");
+  /* running it: the same typed refusal from every command, a data file next to it or not */
+  snprintf(path, sizeof path, "%s/req.jsonl", g_tmp);
+  diag d;
+  static const char req[] = "{\"id\": \"a\", \"prompt_tokens\": [1, 2], \"max_new_tokens\": 2}\n";
+  CHECK_STATUS(file_write_all(path, req, strlen(req), &d), PH_OK, d.msg);
+  for (int with_data = 0; with_data < 2; with_data++) {
+    if (with_data) {
+      snprintf(args, sizeof args, "cp '%s/model.onnx.data' '%s/'", full, pkg);
+      CHECK(system(args) == 0);
+    }
+    snprintf(args, sizeof args, "run --model '%s' --requests '%s'", pkg, path);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+    CHECK_CONTAINS(g_stderr, "config-only package");
+    snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 2", pkg);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+    CHECK_CONTAINS(g_stderr, "cannot run");
+  }
 }
 
 /* Defect 8: a command whose stdout cannot be written (a full device) exits 1 with the reason,
@@ -899,6 +1003,7 @@ int main(void) {
   RUN(test_inspect_27b_config_only);
   RUN(test_generate_golden_logits);
   RUN(test_export);
+  RUN(test_config_only_package);
   RUN(test_writes_stay_inside);
   RUN(test_demo);
   RUN(test_stdout_full);
