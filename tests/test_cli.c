@@ -565,6 +565,79 @@ static void test_config_only_package(void) {
   }
 }
 
+/* Checkpoints export does not build yet are refused before anything is written, naming what is
+ * missing in the layout asked for: the MLA export (dense; paged: LATENT PagedAttention) for
+ * DeepSeek, the MoE export (both layouts) for sparse MLP layers. config.json only (the refusal
+ * comes first; --config-only needs nothing else). */
+static void test_export_refusals(void) {
+  static const char ds_head[] =
+      "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\","
+      " \"hidden_size\": 64, \"num_hidden_layers\": 3, \"num_attention_heads\": 4,"
+      " \"num_key_value_heads\": 4, \"q_lora_rank\": 48, \"kv_lora_rank\": 32,"
+      " \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 16, \"v_head_dim\": 16,"
+      " \"intermediate_size\": 128, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+      " \"moe_intermediate_size\": 32, \"n_shared_experts\": 1, \"moe_layer_freq\": 1,"
+      " \"routed_scaling_factor\": 2.5, \"norm_topk_prob\": true, \"topk_method\": \"noaux_tc\","
+      " \"scoring_func\": \"sigmoid\", \"n_group\": 4, \"topk_group\": 2, \"vocab_size\": 256,"
+      " \"rms_norm_eps\": 1e-06, \"hidden_act\": \"silu\", \"rope_theta\": 10000.0,"
+      " \"max_position_embeddings\": 4096, \"tie_word_embeddings\": false,"
+      " \"attention_bias\": false, \"dtype\": \"float32\", \"first_k_dense_replace\": ";
+  static const char qwen_moe[] =
+      "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\","
+      " \"hidden_size\": 64, \"num_hidden_layers\": 4, \"num_attention_heads\": 4,"
+      " \"num_key_value_heads\": 2, \"head_dim\": 32, \"vocab_size\": 256, \"rms_norm_eps\": 1e-06,"
+      " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 16,"
+      " \"linear_value_head_dim\": 16, \"linear_conv_kernel_dim\": 4,"
+      " \"full_attention_interval\": 4, \"max_position_embeddings\": 4096,"
+      " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\", \"num_experts\": 4,"
+      " \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32,"
+      " \"shared_expert_intermediate_size\": 48,"
+      " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0,"
+      " \"partial_rotary_factor\": 0.25, \"mrope_section\": [2, 1, 1],"
+      " \"mrope_interleaved\": true}}";
+  struct {
+    const char *name, *config, *tail; /* config: ds_head + tail when tail is not NULL */
+    const char *dense, *paged;        /* what each layout's refusal says */
+  } cases[] = {
+      {"ds-moe", ds_head, "1}",
+       "model_type deepseek_v3 (multi-head latent attention; sparse MoE MLP of 8 experts, top-2, "
+       "from layer 1): the dense MLA export and the MoE export are not built yet",
+       "model_type deepseek_v3 (multi-head latent attention; sparse MoE MLP of 8 experts, top-2, "
+       "from layer 1): the paged MLA (LATENT PagedAttention) export and the MoE export are not "
+       "built yet"},
+      {"ds-dense", ds_head, "3}",
+       "model_type deepseek_v3 (multi-head latent attention): the dense MLA export is not built "
+       "yet",
+       "model_type deepseek_v3 (multi-head latent attention): the paged MLA (LATENT "
+       "PagedAttention) export is not built yet"},
+      {"qwen-moe", qwen_moe, NULL,
+       "model_type qwen3_5_moe_text (sparse MoE MLP of 4 experts, top-2, from layer 0): the MoE "
+       "export (dense and paged layouts) is not built yet",
+       "model_type qwen3_5_moe_text (sparse MoE MLP of 4 experts, top-2, from layer 0): the MoE "
+       "export (dense and paged layouts) is not built yet"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[1024], path[1200], text[4096], args[4096], out[1200];
+    snprintf(dir, sizeof dir, "%s/refuse-%s", g_tmp, cases[i].name);
+    diag d;
+    CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+    snprintf(text, sizeof text, "%s%s", cases[i].config, cases[i].tail ? cases[i].tail : "");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_STATUS(file_write_all(path, text, strlen(text), &d), PH_OK, d.msg);
+    for (int paged = 0; paged < 2; paged++) {
+      snprintf(out, sizeof out, "%s-pkg", dir);
+      snprintf(args, sizeof args, "export '%s' -o '%s' --layout %s --config-only", dir, out,
+               paged ? "paged" : "dense");
+      CHECK_EQ_INT(run(args), 1);
+      CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED: ");
+      CHECK_CONTAINS(g_stderr, paged ? cases[i].paged : cases[i].dense);
+      CHECK_CONTAINS(g_stderr, "export builds Qwen3.5/3.6/3.8 and Qwen3-Next with dense MLPs");
+      if (strcmp(cases[i].name, "ds-dense") == 0) CHECK(!strstr(g_stderr ? g_stderr : "", "MoE"));
+      CHECK(!path_exists(out));
+    }
+  }
+}
+
 /* Defect 8: a command whose stdout cannot be written (a full device) exits 1 with the reason,
  * never 0; every command but run (tested with run's own tests). */
 static void test_stdout_full(void) {
@@ -1004,6 +1077,7 @@ int main(void) {
   RUN(test_generate_golden_logits);
   RUN(test_export);
   RUN(test_config_only_package);
+  RUN(test_export_refusals);
   RUN(test_writes_stay_inside);
   RUN(test_demo);
   RUN(test_stdout_full);
