@@ -187,11 +187,25 @@ static void test_make_tiny_then_inspect(void) {
   CHECK_CONTAINS(g_stdout, "VLM");
 }
 
+/* The longest line of text, in bytes (the CLI prints ASCII). */
+static size_t max_line_width(const char *text) {
+  size_t best = 0, cur = 0;
+  for (const char *p = text ? text : ""; *p; p++) {
+    if (*p == '\n') {
+      if (cur > best) best = cur;
+      cur = 0;
+    } else {
+      cur++;
+    }
+  }
+  return cur > best ? cur : best;
+}
+
 /* A Qwen3.5-27B-shaped config (model-math §6, VLM form) inspected without weights: the layer
  * pattern, state and KV figures of the table, and the parameter count computed by hand from the
  * tensor list (embedding + untied LM head + 48 GatedDeltaNet + 16 gated attention layers). */
 static void test_inspect_27b_config_only(void) {
-  char dir[1024], path[1100], args[2048];
+  char dir[1024], path[1100], args[4096];
   snprintf(dir, sizeof dir, "%s/qwen35-27b-config", g_tmp);
   diag d;
   path_mkdirs(dir, &d);
@@ -241,6 +255,30 @@ static void test_inspect_27b_config_only(void) {
   if (!o) return;
   CHECK_EQ_INT(json_integer_value(json_object_get(o, "fixed_state_bytes_per_sequence")), 156893184);
   json_decref(o);
+  /* the package its --config-only export writes, described without weights */
+  snprintf(args, sizeof args, "export '%s' -o '%s-pkg' --layout paged --config-only --force", dir,
+           dir);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "inspect '%s-pkg' --json", dir);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *p = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(p != NULL);
+  if (p) {
+    CHECK(json_is_true(json_object_get(p, "config_only")));
+    const json_t *ops = json_object_get(p, "op_counts");
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.PagedAttention")), 16);
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.GatedDeltaNet")), 48);
+    /* the checkpoint's 26895998464 parameters, plus the graph's own constants: today 2589667
+     * (rotary caches 2 x 32768 x 32, zero conv biases 48 x 10240, shapes), bounded here */
+    const int64_t params = json_integer_value(json_object_get(p, "parameters"));
+    CHECK(params >= 26895998464LL && params < 26895998464LL + 4000000);
+    CHECK(json_integer_value(json_object_get(p, "external_data_bytes")) > 50LL << 30);
+  }
+  json_decref(p);
+  snprintf(args, sizeof args, "inspect '%s-pkg'", dir);
+  CHECK_EQ_INT(run(args), 0);
+  /* the path line aside: it is printed whole */
+  CHECK(max_line_width(g_stdout ? strchr(g_stdout, '\n') : NULL) <= 80);
 }
 
 /* generate on the golden f32 checkpoint reproduces the golden prompt logits via --logits-out */
@@ -447,18 +485,157 @@ static void test_export(void) {
   CHECK_CONTAINS(g_stderr, "deepseek_v2");
 }
 
-/* The longest line of text, in bytes (the CLI prints ASCII). */
-static size_t max_line_width(const char *text) {
-  size_t best = 0, cur = 0;
-  for (const char *p = text ? text : ""; *p; p++) {
-    if (*p == '\n') {
-      if (cur > best) best = cur;
-      cur = 0;
-    } else {
-      cur++;
+/* export --config-only, then everything a user would try on the package: inspect describes it
+ * from model.onnx alone (the same structure, parameter count and weight bytes as the package
+ * with weights, a config_only field and a line saying it has none), --check-weights, run and
+ * generate refuse it with a typed error. */
+static void test_config_only_package(void) {
+  char args[4096], ckpt[1024], full[1024], pkg[1024], path[1200];
+  snprintf(ckpt, sizeof ckpt, "%s/co-ckpt", g_tmp);
+  snprintf(full, sizeof full, "%s/co-full", g_tmp);
+  snprintf(pkg, sizeof pkg, "%s/co-pkg", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force", ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --force", ckpt, full);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --config-only --force", ckpt, pkg);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(path, sizeof path, "%s/model.onnx.data", pkg);
+  CHECK(!path_exists(path));
+  json_error_t e;
+  snprintf(args, sizeof args, "inspect '%s' --json", full);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *f = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  snprintf(args, sizeof args, "inspect '%s' --json", pkg);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(f && o);
+  if (f && o) {
+    CHECK(json_is_false(json_object_get(f, "config_only")));
+    CHECK(json_is_true(json_object_get(f, "runnable")));
+    CHECK(json_is_true(json_object_get(o, "config_only")));
+    CHECK(json_is_false(json_object_get(o, "weights_present")));
+    CHECK(json_is_false(json_object_get(o, "runnable")));
+    CHECK_CONTAINS(json_string_value(json_object_get(o, "runnable_error")), "no weights");
+    static const char *const same[] = {"initializers", "parameters", "initializer_bytes",
+                                       "external_data_bytes"};
+    for (int i = 0; i < 4; i++)
+      CHECK_EQ_INT(json_integer_value(json_object_get(o, same[i])),
+                   json_integer_value(json_object_get(f, same[i])));
+    CHECK(json_integer_value(json_object_get(o, "parameters")) > 0);
+    CHECK(json_equal(json_object_get(o, "op_counts"), json_object_get(f, "op_counts")));
+    CHECK(json_equal(json_object_get(o, "inputs"), json_object_get(f, "inputs")));
+    CHECK(json_equal(json_object_get(o, "genai_config"), json_object_get(f, "genai_config")));
+    const json_t *ops = json_object_get(o, "op_counts");
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.PagedAttention")), 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(ops, "com.microsoft.GatedDeltaNet")), 3);
+    const json_t *groups = json_object_get(json_object_get(o, "genai_config"), "state_groups");
+    CHECK_EQ_INT(json_array_size(groups), 3);
+  }
+  json_decref(f);
+  json_decref(o);
+  snprintf(args, sizeof args, "inspect '%s'", pkg);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "weights       none: a config-only package (export --config-only)");
+  CHECK_CONTAINS(g_stdout, "runs here     no: PH_ERR_INVALID_ARGUMENT: no weights");
+  CHECK_CONTAINS(g_stdout, "state group paged_kv");
+  CHECK(max_line_width(g_stdout ? strchr(g_stdout, '\n') : NULL) <= 80); /* path line aside */
+  snprintf(args, sizeof args, "inspect '%s' --check-weights", pkg);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+  CHECK_CONTAINS(g_stderr, "no weights to check");
+  /* running it: the same typed refusal from every command, a data file next to it or not */
+  snprintf(path, sizeof path, "%s/req.jsonl", g_tmp);
+  diag d;
+  static const char req[] = "{\"id\": \"a\", \"prompt_tokens\": [1, 2], \"max_new_tokens\": 2}\n";
+  CHECK_STATUS(file_write_all(path, req, strlen(req), &d), PH_OK, d.msg);
+  for (int with_data = 0; with_data < 2; with_data++) {
+    if (with_data) {
+      snprintf(args, sizeof args, "cp '%s/model.onnx.data' '%s/'", full, pkg);
+      CHECK(system(args) == 0);
+    }
+    snprintf(args, sizeof args, "run --model '%s' --requests '%s'", pkg, path);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+    CHECK_CONTAINS(g_stderr, "config-only package");
+    snprintf(args, sizeof args, "generate --model '%s' --tokens 1,2 --max-new 2", pkg);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+    CHECK_CONTAINS(g_stderr, "cannot run");
+  }
+}
+
+/* Checkpoints export does not build yet are refused before anything is written, naming what is
+ * missing in the layout asked for: the MLA export (dense; paged: LATENT PagedAttention) for
+ * DeepSeek, the MoE export (both layouts) for sparse MLP layers. config.json only (the refusal
+ * comes first; --config-only needs nothing else). */
+static void test_export_refusals(void) {
+  static const char ds_head[] =
+      "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\","
+      " \"hidden_size\": 64, \"num_hidden_layers\": 3, \"num_attention_heads\": 4,"
+      " \"num_key_value_heads\": 4, \"q_lora_rank\": 48, \"kv_lora_rank\": 32,"
+      " \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 16, \"v_head_dim\": 16,"
+      " \"intermediate_size\": 128, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+      " \"moe_intermediate_size\": 32, \"n_shared_experts\": 1, \"moe_layer_freq\": 1,"
+      " \"routed_scaling_factor\": 2.5, \"norm_topk_prob\": true, \"topk_method\": \"noaux_tc\","
+      " \"scoring_func\": \"sigmoid\", \"n_group\": 4, \"topk_group\": 2, \"vocab_size\": 256,"
+      " \"rms_norm_eps\": 1e-06, \"hidden_act\": \"silu\", \"rope_theta\": 10000.0,"
+      " \"max_position_embeddings\": 4096, \"tie_word_embeddings\": false,"
+      " \"attention_bias\": false, \"dtype\": \"float32\", \"first_k_dense_replace\": ";
+  static const char qwen_moe[] =
+      "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\","
+      " \"hidden_size\": 64, \"num_hidden_layers\": 4, \"num_attention_heads\": 4,"
+      " \"num_key_value_heads\": 2, \"head_dim\": 32, \"vocab_size\": 256, \"rms_norm_eps\": 1e-06,"
+      " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 16,"
+      " \"linear_value_head_dim\": 16, \"linear_conv_kernel_dim\": 4,"
+      " \"full_attention_interval\": 4, \"max_position_embeddings\": 4096,"
+      " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\", \"num_experts\": 4,"
+      " \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32,"
+      " \"shared_expert_intermediate_size\": 48,"
+      " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0,"
+      " \"partial_rotary_factor\": 0.25, \"mrope_section\": [2, 1, 1],"
+      " \"mrope_interleaved\": true}}";
+  struct {
+    const char *name, *config, *tail; /* config: ds_head + tail when tail is not NULL */
+    const char *dense, *paged;        /* what each layout's refusal says */
+  } cases[] = {
+      {"ds-moe", ds_head, "1}",
+       "model_type deepseek_v3 (multi-head latent attention; sparse MoE MLP of 8 experts, top-2, "
+       "from layer 1): the dense MLA export and the MoE export are not built yet",
+       "model_type deepseek_v3 (multi-head latent attention; sparse MoE MLP of 8 experts, top-2, "
+       "from layer 1): the paged MLA (LATENT PagedAttention) export and the MoE export are not "
+       "built yet"},
+      {"ds-dense", ds_head, "3}",
+       "model_type deepseek_v3 (multi-head latent attention): the dense MLA export is not built "
+       "yet",
+       "model_type deepseek_v3 (multi-head latent attention): the paged MLA (LATENT "
+       "PagedAttention) export is not built yet"},
+      {"qwen-moe", qwen_moe, NULL,
+       "model_type qwen3_5_moe_text (sparse MoE MLP of 4 experts, top-2, from layer 0): the MoE "
+       "export (dense and paged layouts) is not built yet",
+       "model_type qwen3_5_moe_text (sparse MoE MLP of 4 experts, top-2, from layer 0): the MoE "
+       "export (dense and paged layouts) is not built yet"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[1024], path[1200], text[4096], args[4096], out[1200];
+    snprintf(dir, sizeof dir, "%s/refuse-%s", g_tmp, cases[i].name);
+    diag d;
+    CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+    snprintf(text, sizeof text, "%s%s", cases[i].config, cases[i].tail ? cases[i].tail : "");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_STATUS(file_write_all(path, text, strlen(text), &d), PH_OK, d.msg);
+    for (int paged = 0; paged < 2; paged++) {
+      snprintf(out, sizeof out, "%s-pkg", dir);
+      snprintf(args, sizeof args, "export '%s' -o '%s' --layout %s --config-only", dir, out,
+               paged ? "paged" : "dense");
+      CHECK_EQ_INT(run(args), 1);
+      CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED: ");
+      CHECK_CONTAINS(g_stderr, paged ? cases[i].paged : cases[i].dense);
+      CHECK_CONTAINS(g_stderr, "export builds Qwen3.5/3.6/3.8 and Qwen3-Next with dense MLPs");
+      if (strcmp(cases[i].name, "ds-dense") == 0) CHECK(!strstr(g_stderr ? g_stderr : "", "MoE"));
+      CHECK(!path_exists(out));
     }
   }
-  return cur > best ? cur : best;
 }
 
 /* Defect 8: a command whose stdout cannot be written (a full device) exits 1 with the reason,
@@ -899,6 +1076,8 @@ int main(void) {
   RUN(test_inspect_27b_config_only);
   RUN(test_generate_golden_logits);
   RUN(test_export);
+  RUN(test_config_only_package);
+  RUN(test_export_refusals);
   RUN(test_writes_stay_inside);
   RUN(test_demo);
   RUN(test_stdout_full);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "models/package.h"
@@ -70,18 +71,26 @@ static const char GENAI[] =
     " \"hidden_size\": 4, \"state_groups\": [{\"kind\": \"paged_kv\", \"layer_ids\": [3]},"
     " {\"kind\": \"fixed_conv\", \"layer_ids\": [0, 1, 2]}]}}}";
 
-/* Writes a package into g_tmp/name: model.onnx (+ data), genai_config.json when genai given. */
-static void write_package(const char *name, const char *bad_op, const char *genai) {
+/* Writes a package into g_tmp/name: model.onnx with every initializer external, its data file
+ * when with_data, genai_config.json when genai given; metadata_props carries the config-only
+ * marker (io/onnx.h) with value config_only when that is not NULL. A data file left by an
+ * earlier run is removed first. */
+static void write_package_ex(const char *name, const char *bad_op, const char *genai,
+                             const char *config_only, int with_data) {
   graph *g = small_graph();
   CHECK(g != NULL);
   if (!g) return;
   ot_buf ext = {0};
   Onnx__ModelProto *m = ot_model(g, &ext);
   if (bad_op) ot_set_str(&m->graph->node[4]->op_type, bad_op);
+  if (config_only)
+    OT_APPEND(m->n_metadata_props, m->metadata_props, ot_entry(ONNX_META_CONFIG_ONLY, config_only));
   char dir[1024], path[1200];
   snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
+  snprintf(path, sizeof path, "%s/%s", dir, ONNX_DATA_FILE);
+  remove(path);
   diag d;
-  CHECK_STATUS(ot_write_dir(m, &ext, dir, &d), PH_OK, d.msg);
+  CHECK_STATUS(ot_write_dir(m, with_data ? &ext : NULL, dir, &d), PH_OK, d.msg);
   if (genai) {
     snprintf(path, sizeof path, "%s/genai_config.json", dir);
     CHECK_STATUS(file_write_all(path, genai, strlen(genai), &d), PH_OK, d.msg);
@@ -89,6 +98,10 @@ static void write_package(const char *name, const char *bad_op, const char *gena
   ot_free(m);
   free(ext.p);
   graph_free(g);
+}
+
+static void write_package(const char *name, const char *bad_op, const char *genai) {
+  write_package_ex(name, bad_op, genai, NULL, 1);
 }
 
 static json_t *inspect_json(const char *name) {
@@ -135,7 +148,10 @@ static void test_package_json(void) {
   CHECK(json_is_null(json_array_get(dims, 0))); /* anonymous unknown */
   CHECK_EQ_INT(json_integer_value(json_array_get(dims, 1)), 3);
   CHECK_EQ_INT(JINT(o, "initializers"), 3);
+  CHECK_EQ_INT(JINT(o, "parameters"), 12 + 3 + 3);
   CHECK_EQ_INT(JINT(o, "external_data_bytes"), 48 + 12 + 12);
+  CHECK(json_is_false(json_object_get(o, "config_only")));
+  CHECK(json_is_true(json_object_get(o, "weights_present")));
   /* the graph runs, but this genai_config.json does not describe it (no input_ids, no logits):
    * the package as a whole does not run, and says why (models/package.h) */
   CHECK(json_is_false(json_object_get(o, "runnable")));
@@ -187,6 +203,87 @@ static void test_package_unsupported_op(void) {
   CHECK_EQ_INT(JINT(json_object_get(o, "op_counts"), "Frobnicate"), 1);
   CHECK(json_is_null(json_object_get(o, "genai_config")));
   json_decref(o);
+}
+
+/* A package marked config-only (export --config-only: model.onnx, no model.onnx.data) is
+ * described from model.onnx alone, says it has no weights (JSON config_only / weights_present,
+ * a text line) and what they would take, and does not run; --check-weights refuses it. */
+static void test_config_only_package(void) {
+  write_package_ex("pkg_co", NULL, NULL, "true", 0);
+  json_t *o = inspect_json("pkg_co");
+  if (!o) return;
+  CHECK(json_is_true(json_object_get(o, "config_only")));
+  CHECK(json_is_false(json_object_get(o, "weights_present")));
+  CHECK_EQ_INT(JINT(json_object_get(o, "op_counts"), "Sigmoid"), 2);
+  CHECK_EQ_INT(json_array_size(json_object_get(o, "inputs")), 1);
+  CHECK_EQ_INT(JINT(o, "initializers"), 3);
+  CHECK_EQ_INT(JINT(o, "parameters"), 12 + 3 + 3);
+  CHECK_EQ_INT(JINT(o, "initializer_bytes"), 48 + 12 + 12);
+  CHECK_EQ_INT(JINT(o, "external_data_bytes"), 48 + 12 + 12);
+  CHECK(json_is_false(json_object_get(o, "runnable")));
+  CHECK_CONTAINS(JSTR(o, "runnable_error"), "PH_ERR_INVALID_ARGUMENT");
+  CHECK_CONTAINS(JSTR(o, "runnable_error"), "no weights");
+  json_decref(o);
+  char args[1200];
+  snprintf(args, sizeof args, "inspect '%s/pkg_co'", g_tmp);
+  CHECK_EQ_INT(run_cli(args), 0);
+  CHECK_CONTAINS(g_stdout, "72 B external data, not written)");
+  CHECK_CONTAINS(g_stdout, "parameters    18\n");
+  CHECK_CONTAINS(g_stdout, "weights       none: a config-only package");
+  CHECK_CONTAINS(g_stdout, "runs here     no: PH_ERR_INVALID_ARGUMENT: no weights");
+  snprintf(args, sizeof args, "inspect '%s/pkg_co' --check-weights", g_tmp);
+  CHECK_EQ_INT(run_cli(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+  CHECK_CONTAINS(g_stderr, "no weights to check");
+  CHECK(!g_stdout || !g_stdout[0]);
+  /* a structure that does not check is reported before the missing weights */
+  write_package_ex("pkg_co_cfg", NULL, GENAI, "true", 0);
+  o = inspect_json("pkg_co_cfg");
+  if (o) {
+    CHECK(json_is_true(json_object_get(o, "config_only")));
+    CHECK_CONTAINS(JSTR(o, "runnable_error"), "PH_ERR_CONFIG_INCONSISTENT");
+  }
+  json_decref(o);
+  /* the library: read for running, refused as config-only; read to describe, no data */
+  char dir[1100];
+  snprintf(dir, sizeof dir, "%s/pkg_co", g_tmp);
+  graph *g = NULL;
+  diag d;
+  onnx_model_info info;
+  CHECK_STATUS(package_read(dir, PACKAGE_FINALIZE | PACKAGE_CHECK, NULL, NULL, &g, NULL, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "config-only package");
+  CHECK(g == NULL);
+  CHECK_STATUS(package_read(dir, PACKAGE_FINALIZE | PACKAGE_CONFIG_ONLY, NULL, NULL, &g, &info, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_INT(info.config_only, 1);
+  const int w = g ? graph_find_value(g, "W") : -1;
+  CHECK(w >= 0 && g->values[w].type.data == NULL);
+  graph_free(g);
+}
+
+/* A package that is not marked config-only and lacks its data file, or holds a short one, is
+ * damaged: a typed error naming the file, never a description without weights. */
+static void test_damaged_package(void) {
+  char args[1200];
+  write_package_ex("pkg_nodata", NULL, GENAI, NULL, 0);
+  write_package_ex("pkg_nodata_false", NULL, NULL, "false", 0);
+  static const char *const names[] = {"pkg_nodata", "pkg_nodata_false"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(args, sizeof args, "inspect '%s/%s' --json", g_tmp, names[i]);
+    CHECK_EQ_INT(run_cli(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_NOT_FOUND");
+    CHECK_CONTAINS(g_stderr, "model.onnx.data");
+    CHECK(!g_stdout || !g_stdout[0]);
+  }
+  write_package("pkg_short", NULL, NULL);
+  char path[1200];
+  snprintf(path, sizeof path, "%s/pkg_short/%s", g_tmp, ONNX_DATA_FILE);
+  CHECK(truncate(path, 40) == 0);
+  snprintf(args, sizeof args, "inspect '%s/pkg_short'", g_tmp);
+  CHECK_EQ_INT(run_cli(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_ONNX");
+  CHECK_CONTAINS(g_stderr, "lies outside model.onnx.data (40 bytes)");
 }
 
 static void test_package_errors(void) {
@@ -473,6 +570,8 @@ int main(void) {
   RUN(test_genai_against_graph);
   RUN(test_deep_model);
   RUN(test_package_errors);
+  RUN(test_config_only_package);
+  RUN(test_damaged_package);
   free(g_stdout);
   free(g_stderr);
   return check_finish();

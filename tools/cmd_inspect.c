@@ -18,7 +18,10 @@
  * A directory holding model.onnx is a package: the reader validates it without finalizing (so a
  * package whose operators this build lacks is still described), the report is built once as a
  * JSON object and printed as JSON or as text, and finalizing afterwards says whether it runs
- * here. docs/import.md has the package keys.
+ * here. A config-only package (export --config-only; model.onnx says so, io/onnx.h) is read
+ * without its weights and described the same way, saying it has none; --check-weights refuses
+ * it. One that is not marked and lacks its data file is an error, as everywhere. docs/import.md
+ * has the package keys.
  */
 #include <jansson.h>
 #include <stdarg.h>
@@ -48,11 +51,14 @@ static const cli_option OPTIONS[] = {
 #define WIDTH 80 /* text lines fit a terminal of this many columns */
 #define LABEL 14 /* "geometry      " */
 
-/* Prints "label text", wrapping text at spaces so every line fits WIDTH columns; continuation
- * lines are indented by LABEL. A word longer than a line is printed whole. */
-static void field(const char *label, const char *text) {
-  printf("%-*s", LABEL, label);
-  const size_t room = WIDTH - LABEL;
+/* Prints "label text" with the label padded to indent columns, wrapping text at spaces so every
+ * line fits WIDTH columns; continuation lines are indented by indent. A word longer than a line
+ * is printed whole. */
+static void field_at(int indent, const char *label, const char *text) {
+  printf("%-*s", indent, label);
+  const int label_len = (int)strlen(label);
+  if (label_len > indent) indent = label_len;
+  const size_t room = WIDTH - (size_t)indent;
   const char *p = text;
   for (;;) {
     size_t n = strlen(p);
@@ -70,10 +76,13 @@ static void field(const char *label, const char *text) {
         return;
       }
     }
-    printf("%.*s\n%*s", (int)cut, p, LABEL, "");
+    printf("%.*s\n%*s", (int)cut, p, indent, "");
     p += cut + 1;
   }
 }
+
+/* field_at at the report's label column. */
+static void field(const char *label, const char *text) { field_at(LABEL, label, text); }
 
 /* field() with a printf format. */
 #if defined(__GNUC__)
@@ -478,27 +487,40 @@ static void print_values_text(const char *label, const json_t *values) {
   }
 }
 
-static void print_ids(const json_t *ids) {
-  size_t i;
+/* "3, 7, 11" into buf (cut short, never overrun, when it does not fit). */
+static const char *ids_text(const json_t *ids, char *buf, size_t n) {
+  size_t i, pos = 0;
   json_t *id;
-  json_array_foreach(ids, i, id) printf("%s%lld", i ? ", " : "", (long long)json_integer_value(id));
+  buf[0] = '\0';
+  json_array_foreach(ids, i, id) {
+    int k =
+        snprintf(buf + pos, n - pos, "%s%lld", i ? ", " : "", (long long)json_integer_value(id));
+    if (k < 0 || (size_t)k >= n - pos) break;
+    pos += (size_t)k;
+  }
+  return buf;
 }
 
 static void print_package_text(const json_t *o, const char *dir) {
   char m1[CLI_BYTES_BUF], m2[CLI_BYTES_BUF];
   const json_t *opsets = json_object_get(o, "opsets");
   printf("package       %s\n", dir);
-  printf("format        ONNX, IR version %lld, opsets",
-         (long long)json_integer_value(json_object_get(o, "ir_version")));
+  char format[512];
+  int k = snprintf(format, sizeof format, "ONNX, IR version %lld, opsets",
+                   (long long)json_integer_value(json_object_get(o, "ir_version")));
   const char *key;
   json_t *v;
   int first = 1;
   json_object_foreach((json_t *)opsets, key, v) {
-    printf("%s %s %lld", first ? "" : ",", key, (long long)json_integer_value(v));
+    if (k > 0 && (size_t)k < sizeof format)
+      k += snprintf(format + k, sizeof format - (size_t)k, "%s %s %lld", first ? "" : ",", key,
+                    (long long)json_integer_value(v));
     first = 0;
   }
   const char *producer = json_string_value(json_object_get(o, "producer"));
-  printf("%s%s\n", producer[0] ? ", producer " : "", producer);
+  if (producer[0] && k > 0 && (size_t)k < sizeof format)
+    snprintf(format + k, sizeof format - (size_t)k, ", producer %s", producer);
+  field("format", format);
   const json_t *ops = json_object_get(o, "op_counts");
   int64_t n_nodes = 0;
   json_object_foreach((json_t *)ops, key, v) n_nodes += json_integer_value(v);
@@ -507,12 +529,18 @@ static void print_package_text(const json_t *o, const char *dir) {
       printf("  %-48s %lld\n", key, (long long)json_integer_value(v));
   print_values_text("inputs", json_object_get(o, "inputs"));
   print_values_text("outputs", json_object_get(o, "outputs"));
-  printf("initializers  %lld (%s; %s external data)\n",
+  const int config_only = json_is_true(json_object_get(o, "config_only"));
+  printf("initializers  %lld (%s; %s external data%s)\n",
          (long long)json_integer_value(json_object_get(o, "initializers")),
          cli_bytes((uint64_t)json_integer_value(json_object_get(o, "initializer_bytes")), m1,
                    sizeof m1),
          cli_bytes((uint64_t)json_integer_value(json_object_get(o, "external_data_bytes")), m2,
-                   sizeof m2));
+                   sizeof m2),
+         config_only ? ", not written" : "");
+  printf("parameters    %lld\n", (long long)json_integer_value(json_object_get(o, "parameters")));
+  if (config_only)
+    field("weights", "none: a config-only package (export --config-only), model.onnx.data was "
+                     "never written; the sizes above are what the weights would take");
   const json_t *checked = json_object_get(o, "tensors_checked_finite");
   if (checked)
     fieldf("weights", "all %lld initializers finite (no NaN, no Inf)",
@@ -520,7 +548,7 @@ static void print_package_text(const json_t *o, const char *dir) {
   if (json_is_true(json_object_get(o, "runnable")))
     printf("runs here     yes (every operator and contract checked)\n");
   else
-    printf("runs here     no: %s\n", json_string_value(json_object_get(o, "runnable_error")));
+    fieldf("runs here", "no: %s", json_string_value(json_object_get(o, "runnable_error")));
   const json_t *gc = json_object_get(o, "genai_config");
   if (json_is_null(gc)) {
     printf("genai_config  (none)\n");
@@ -540,23 +568,43 @@ static void print_package_text(const json_t *o, const char *dir) {
   const json_t *groups = json_object_get(gc, "state_groups");
   size_t i;
   json_array_foreach((json_t *)groups, i, v) {
-    printf("  state group %-16s layers ", json_string_value(json_object_get(v, "kind")));
-    print_ids(json_object_get(v, "layer_ids"));
-    printf("\n");
+    char label[64], ids[4096];
+    snprintf(label, sizeof label, "  state group %-16s layers",
+             json_string_value(json_object_get(v, "kind")));
+    field_at((int)strlen(label) + 1, label,
+             ids_text(json_object_get(v, "layer_ids"), ids, sizeof ids));
   }
   const json_t *db = json_object_get(gc, "dynamic_batching");
   if (db) {
-    printf("  dynamic batching: block_size %lld, max_batch_size %lld, ",
-           (long long)json_integer_value(json_object_get(db, "block_size")),
-           (long long)json_integer_value(json_object_get(db, "max_batch_size")));
-    if (json_object_get(db, "num_blocks"))
-      printf("num_blocks %lld, ", (long long)json_integer_value(json_object_get(db, "num_blocks")));
-    if (json_object_get(db, "gpu_utilization_factor"))
-      printf("gpu_utilization_factor %g, ",
-             json_real_value(json_object_get(db, "gpu_utilization_factor")));
-    printf("max_scheduled_tokens %lld\n",
-           (long long)json_integer_value(json_object_get(db, "max_scheduled_tokens")));
+    char text[512];
+    int n = snprintf(text, sizeof text, "block_size %lld, max_batch_size %lld, ",
+                     (long long)json_integer_value(json_object_get(db, "block_size")),
+                     (long long)json_integer_value(json_object_get(db, "max_batch_size")));
+    if (json_object_get(db, "num_blocks") && n > 0 && (size_t)n < sizeof text)
+      n += snprintf(text + n, sizeof text - (size_t)n, "num_blocks %lld, ",
+                    (long long)json_integer_value(json_object_get(db, "num_blocks")));
+    if (json_object_get(db, "gpu_utilization_factor") && n > 0 && (size_t)n < sizeof text)
+      n += snprintf(text + n, sizeof text - (size_t)n, "gpu_utilization_factor %g, ",
+                    json_real_value(json_object_get(db, "gpu_utilization_factor")));
+    if (n > 0 && (size_t)n < sizeof text)
+      snprintf(text + n, sizeof text - (size_t)n, "max_scheduled_tokens %lld",
+               (long long)json_integer_value(json_object_get(db, "max_scheduled_tokens")));
+    field_at(LABEL + 6, "  dynamic batching:", text);
   }
+}
+
+/* Elements of every initializer (the weights, and constants such as the rotary caches); known
+ * from the shapes alone, so a config-only package has the count too. */
+static int64_t initializer_elements(const graph *g) {
+  int64_t n = 0;
+  for (int i = 0; i < g->n_values; i++) {
+    const gvalue *v = &g->values[i];
+    if (v->kind != VALUE_INITIALIZER || v->type.rank < 0) continue;
+    const shape sh = shape_make(v->type.rank, v->type.dims);
+    const int64_t k = shape_numel(&sh);
+    if (k > 0) n += k;
+  }
+  return n;
 }
 
 /* Every initializer with data, in value order (tensor.h nonfinite_report). */
@@ -581,8 +629,20 @@ static int inspect_package(const cli_args *a, const char *dir) {
    * is reported below as what keeps the package from running */
   genai_config gc;
   int has_config = 0;
-  ph_status s = package_read(dir, 0, &gc, &has_config, &g, &info, &d);
+  /* a config-only package is described (its external initializers without data); one that is
+   * not marked so and lacks its data file is an error here as everywhere */
+  ph_status s = package_read(dir, PACKAGE_CONFIG_ONLY, &gc, &has_config, &g, &info, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
+  const int config_only = info.config_only;
+  if (config_only && cli_flag(a, "check-weights")) {
+    graph_free(g);
+    char why[4200];
+    snprintf(why, sizeof why,
+             "%s: --check-weights: a config-only package (export --config-only) has no weights "
+             "to check: model.onnx.data was never written",
+             dir);
+    return cli_lib_error(PH_ERR_INVALID_ARGUMENT, why);
+  }
   int64_t n_checked = -1;
   if (cli_flag(a, "check-weights") && (s = check_initializers(g, &n_checked, &d)) != PH_OK) {
     graph_free(g);
@@ -603,12 +663,20 @@ static int inspect_package(const cli_args *a, const char *dir) {
   json_object_set_new(o, "inputs", values_json(g, g->inputs, g->n_inputs));
   json_object_set_new(o, "outputs", values_json(g, g->outputs, g->n_outputs));
   json_object_set_new(o, "initializers", json_integer(info.n_initializers));
+  json_object_set_new(o, "parameters", json_integer(initializer_elements(g)));
   json_object_set_new(o, "initializer_bytes", json_integer(info.initializer_bytes));
   json_object_set_new(o, "external_data_bytes", json_integer(info.external_data_bytes));
+  /* config-only: the bytes above are what the weights would take; none of them exist */
+  json_object_set_new(o, "config_only", json_boolean(config_only));
+  json_object_set_new(o, "weights_present", json_boolean(!config_only));
   if (n_checked >= 0) json_object_set_new(o, "tensors_checked_finite", json_integer(n_checked));
   /* after the declared types are in the report: finalizing replaces them with inferred ones */
   s = graph_finalize(g, &d);
   if (s == PH_OK && has_config) s = package_check_graph(&gc, g, &d);
+  /* a structure that does not check is the more useful news; else the missing weights */
+  if (s == PH_OK && config_only)
+    s = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
+                 "no weights (a config-only package: model.onnx.data was never written)");
   json_object_set_new(o, "runnable", json_boolean(s == PH_OK));
   if (s != PH_OK) {
     char why[DIAG_MSG_BYTES + 64];
@@ -644,7 +712,8 @@ int cmd_inspect(int argc, char **argv) {
         "A directory with model.onnx or genai_config.json is an exported package: operator\n"
         "counts, graph inputs and outputs with their dims, initializers and external data,\n"
         "whether it runs here (its operators, and its genai_config.json against the graph),\n"
-        "and its genai_config.json (the memory-plan options do not apply).\n"
+        "and its genai_config.json (the memory-plan options do not apply). A package from\n"
+        "export --config-only is described without weights, and says it has none.\n"
         "--check-weights also scans every weight for NaN and infinities.");
     return CLI_EXIT_OK;
   }

@@ -43,6 +43,8 @@
 #define ONNX_INLINE_MAX_BYTES 1024 /* initializers below this many bytes are written inline */
 #define ONNX_MODEL_FILE       "model.onnx"
 #define ONNX_DATA_FILE        "model.onnx.data"
+/* metadata_props key of a structure-only package (onnx_write_model_structure); value "true" */
+#define ONNX_META_CONFIG_ONLY "pagedhybrid.config_only"
 /* Messages nested below ModelProto that a read accepts: protobuf's default recursion limit, the
  * one protobuf's C++ parser applies. Our own models nest 6 deep (ModelProto > GraphProto >
  * ValueInfoProto > TypeProto > Tensor > TensorShapeProto > Dimension); a deeper file is
@@ -77,9 +79,12 @@ ph_status onnx_write_model_progress(graph *g, const char *dir, const char *produ
 
 /* The same model.onnx with every external initializer's location, offset and length laid out as
  * onnx_write_model would, but no model.onnx.data: a structure-only package (export
- * --config-only) for checking the graph of a model too big to materialize. It cannot be run;
- * onnx_read_model refuses it (the data file is missing). Inline initializers (< 1024 bytes)
- * are written as usual. */
+ * --config-only) for checking the graph of a model too big to materialize. Inline initializers
+ * (< 1024 bytes) are written as usual, with whatever bytes the graph holds (the placeholder's
+ * zeros for weights). ModelProto.metadata_props carries ONNX_META_CONFIG_ONLY = "true", so a
+ * reader tells this package from one that lost its data file: onnx_read_model refuses it
+ * (PH_ERR_INVALID_ARGUMENT: no weights, cannot run) unless asked for its structure
+ * (ONNX_READ_CONFIG_ONLY). */
 ph_status onnx_write_model_structure(graph *g, const char *dir, const char *producer, diag *d);
 
 /* Reads dir/model.onnx (+ its external data, mapped read-only and owned by the graph) into a
@@ -110,19 +115,30 @@ typedef struct onnx_model_info {
   int n_external_files;
   int n_symbols_dropped; /* dim_param names beyond the graph's symbol table (dims
                             stay unknown, only the names are not kept) */
+  int config_only;       /* metadata_props says ONNX_META_CONFIG_ONLY: a structure-only package */
 } onnx_model_info;
 
-/* onnx_read_model with options. finalize 0 returns the graph validated and built but not
- * finalized (graph outputs then carry their declared dtype and shape): a package whose
- * operators this build cannot run can still be described, and graph_finalize() says why it
- * cannot run. info (may be NULL) receives the header fields and data totals. */
-ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_model_info *info,
+/* Flags of onnx_read_model_ex / onnx_read_model_file. */
+enum {
+  ONNX_READ_FINALIZE = 1, /* finalize the graph (without it, see onnx_read_model_ex) */
+  /* A structure-only package (info.config_only) is read instead of refused: its external
+   * initializers get their declared dtype and shape but no data (type.data NULL; the data file
+   * is not opened, even when one is there), and still count in info's totals. The graph
+   * describes the model and must never be run. A package without the marker reads as usual. */
+  ONNX_READ_CONFIG_ONLY = 2,
+};
+
+/* onnx_read_model with options (ONNX_READ_*). Without ONNX_READ_FINALIZE the graph is validated
+ * and built but not finalized (graph outputs then carry their declared dtype and shape): a
+ * package whose operators this build cannot run can still be described, and graph_finalize()
+ * says why it cannot run. info (may be NULL) receives the header fields and data totals. */
+ph_status onnx_read_model_ex(const char *dir, unsigned flags, graph **out, onnx_model_info *info,
                              diag *d);
 
 /* onnx_read_model_ex for dir/filename: filename a plain file name (no '/', no ".."; else
  * PH_ERR_INVALID_ARGUMENT). External data still resolves in dir. models/package.h reads the file
  * a genai_config.json names this way. */
-ph_status onnx_read_model_file(const char *dir, const char *filename, int finalize, graph **out,
+ph_status onnx_read_model_file(const char *dir, const char *filename, unsigned flags, graph **out,
                                onnx_model_info *info, diag *d);
 
 #endif /* PH_IO_ONNX_H */

@@ -65,6 +65,7 @@ typedef struct reader {
   name_table names;
   arena tmp;       /* per node: NUL-terminated copies of string attributes */
   tinfo *declared; /* [graph outputs] declared types, checked after finalize */
+  unsigned flags;  /* ONNX_READ_* */
   onnx_model_info info;
 } reader;
 
@@ -201,6 +202,22 @@ static ph_status check_header(reader *r, const Onnx__ModelProto *m, diag *d) {
   RETURN_ERROR_IF(n_unknown, d, PH_ERR_UNSUPPORTED,
                   "%d unsupported opset domain%s: %s (ai.onnx and com.microsoft are supported)",
                   n_unknown, n_unknown == 1 ? "" : "s", unknown);
+  /* other keys are free text for people and tools; only our marker means something here */
+  RETURN_ERROR_IF(m->n_metadata_props && !m->metadata_props, d, PH_ERR_ONNX,
+                  "metadata_props count without entries");
+  for (size_t i = 0; i < m->n_metadata_props; i++) {
+    const Onnx__StringStringEntryProto *e = m->metadata_props[i];
+    RETURN_ERROR_IF(!e, d, PH_ERR_ONNX, "metadata_props entry %zu is missing", i);
+    if (e->key && strcmp(e->key, ONNX_META_CONFIG_ONLY) == 0)
+      r->info.config_only = strcmp(str_or_empty(e->value), "true") == 0;
+  }
+  /* its weights are zeros standing in for tensors never written: refused before anything is
+   * opened, whether or not a model.onnx.data happens to lie next to it */
+  RETURN_ERROR_IF(
+      r->info.config_only && !(r->flags & ONNX_READ_CONFIG_ONLY), d, PH_ERR_INVALID_ARGUMENT,
+      "a config-only package (export --config-only; metadata_props " ONNX_META_CONFIG_ONLY
+      " = true): structure without weights, model.onnx.data was never written, so it "
+      "cannot run; export the checkpoint without --config-only");
   return PH_OK;
 }
 
@@ -322,6 +339,16 @@ static ph_status add_external(reader *r, const Onnx__TensorProto *t, const char 
                   "initializer \"%s\": external data length %" PRId64 " bytes, but shape %s of %s "
                   "needs %" PRId64,
                   name, length, shape_s, ph_dtype_name(dt), bytes);
+  /* a config-only package read for its structure: no bytes, none to check */
+  if (r->info.config_only && (r->flags & ONNX_READ_CONFIG_ONLY)) {
+    RETURN_ERROR_IF(offset > INT64_MAX - length, d, PH_ERR_ONNX,
+                    "initializer \"%s\": external data offset %" PRId64 " + length %" PRId64
+                    " overflows",
+                    name, offset, length);
+    *id = graph_add_initializer_view(r->g, name, dt, s, NULL);
+    r->info.external_data_bytes += length;
+    return PH_OK;
+  }
   const data_file *f;
   FORWARD_IF_ERROR(open_data_file(r, location, name, &f, d));
   RETURN_ERROR_IF((uint64_t)offset > (uint64_t)f->size ||
@@ -772,7 +799,7 @@ static ph_status read_node(reader *r, const Onnx__NodeProto *n, size_t index, di
 
 /* ---- the model ------------------------------------------------------------------------------ */
 
-static ph_status build(reader *r, const Onnx__ModelProto *m, int finalize, diag *d) {
+static ph_status build(reader *r, const Onnx__ModelProto *m, diag *d) {
   FORWARD_IF_ERROR(check_header(r, m, d));
   const Onnx__GraphProto *gp = m->graph;
   RETURN_ERROR_IF(!gp, d, PH_ERR_ONNX, "model has no graph");
@@ -796,7 +823,7 @@ static ph_status build(reader *r, const Onnx__ModelProto *m, int finalize, diag 
   r->declared = calloc(gp->n_output, sizeof *r->declared);
   RETURN_ERROR_IF(!r->declared, d, PH_ERR_NO_MEMORY, "out of memory");
   for (size_t i = 0; i < gp->n_output; i++) FORWARD_IF_ERROR(read_output(r, gp->output[i], i, d));
-  if (!finalize) return PH_OK;
+  if (!(r->flags & ONNX_READ_FINALIZE)) return PH_OK;
 
   FORWARD_IF_ERROR(graph_finalize(r->g, d));
   for (int i = 0; i < r->g->n_outputs; i++) {
@@ -806,9 +833,11 @@ static ph_status build(reader *r, const Onnx__ModelProto *m, int finalize, diag 
   return PH_OK;
 }
 
-static void reader_init(reader *r, const char *dir, const uint8_t *data, size_t data_size) {
+static void reader_init(reader *r, const char *dir, const uint8_t *data, size_t data_size,
+                        unsigned flags) {
   memset(r, 0, sizeof *r);
   r->dir = dir;
+  r->flags = flags;
   r->mem_data = data;
   r->mem_data_size = data ? data_size : 0;
   arena_init(&r->tmp, 0);
@@ -911,8 +940,7 @@ static ph_status check_nesting(const uint8_t *p, size_t size, diag *d) {
 }
 
 /* Decodes and builds; on success hands the graph to *out, else frees it. */
-static ph_status read_bytes(reader *r, const uint8_t *bytes, size_t size, int finalize, graph **out,
-                            diag *d) {
+static ph_status read_bytes(reader *r, const uint8_t *bytes, size_t size, graph **out, diag *d) {
   static const uint8_t EMPTY[1];
   ph_status s = PH_OK;
   Onnx__ModelProto *m = NULL;
@@ -929,7 +957,7 @@ static ph_status read_bytes(reader *r, const uint8_t *bytes, size_t size, int fi
                  size);
     goto done;
   }
-  s = build(r, m, finalize, d);
+  s = build(r, m, d);
 done:
   if (m) onnx__model_proto__free_unpacked(m, NULL);
   names_free(&r->names);
@@ -952,16 +980,16 @@ ph_status onnx_parse_model(const uint8_t *bytes, size_t size, const uint8_t *dat
   if (!d) d = &local;
   RETURN_ERROR_IF(!bytes && size, d, PH_ERR_INVALID_ARGUMENT, "model bytes are NULL");
   reader r;
-  reader_init(&r, NULL, data, data_size);
-  return read_bytes(&r, bytes, size, 1, out, d);
+  reader_init(&r, NULL, data, data_size, ONNX_READ_FINALIZE);
+  return read_bytes(&r, bytes, size, out, d);
 }
 
-ph_status onnx_read_model_ex(const char *dir, int finalize, graph **out, onnx_model_info *info,
+ph_status onnx_read_model_ex(const char *dir, unsigned flags, graph **out, onnx_model_info *info,
                              diag *d) {
-  return onnx_read_model_file(dir, ONNX_MODEL_FILE, finalize, out, info, d);
+  return onnx_read_model_file(dir, ONNX_MODEL_FILE, flags, out, info, d);
 }
 
-ph_status onnx_read_model_file(const char *dir, const char *filename, int finalize, graph **out,
+ph_status onnx_read_model_file(const char *dir, const char *filename, unsigned flags, graph **out,
                                onnx_model_info *info, diag *d) {
   *out = NULL;
   if (info) memset(info, 0, sizeof *info);
@@ -975,8 +1003,8 @@ ph_status onnx_read_model_file(const char *dir, const char *filename, int finali
   fmap mf;
   FORWARD_IF_ERROR(fmap_open(path, &mf, d));
   reader r;
-  reader_init(&r, dir, NULL, 0);
-  ph_status s = read_bytes(&r, mf.data, mf.size, finalize, out, d);
+  reader_init(&r, dir, NULL, 0, flags);
+  ph_status s = read_bytes(&r, mf.data, mf.size, out, d);
   fmap_close(&mf);
   if (s != PH_OK) return diag_prefix(d, "%s", path);
   if (info) *info = r.info;
@@ -984,7 +1012,7 @@ ph_status onnx_read_model_file(const char *dir, const char *filename, int finali
 }
 
 ph_status onnx_read_model(const char *dir, graph **out, diag *d) {
-  return onnx_read_model_ex(dir, 1, out, NULL, d);
+  return onnx_read_model_ex(dir, ONNX_READ_FINALIZE, out, NULL, d);
 }
 
 int onnx_is_package(const char *dir) {

@@ -455,6 +455,13 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
     return oom(w);
   m->opset_import[0] = ops[0];
   m->opset_import[1] = ops[1];
+  if (w->structure_only) { /* onnx.h: how a reader tells it from a package that lost its data */
+    m->metadata_props = alloc_n(w, 1, sizeof *m->metadata_props);
+    if (!m->metadata_props ||
+        !(m->metadata_props[0] = make_entry(w, ONNX_META_CONFIG_ONLY, "true")))
+      return oom(w);
+    m->n_metadata_props = 1;
+  }
   m->graph = gp;
   if (!(gp->name = str(w, "main"))) return oom(w);
 

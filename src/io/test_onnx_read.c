@@ -1005,6 +1005,108 @@ static void test_too_many_fields(void) {
   free(p);
 }
 
+/* ---- config-only packages -------------------------------------------------------------------
+ * export --config-only writes model.onnx without model.onnx.data and marks it in metadata_props
+ * (io/onnx.h ONNX_META_CONFIG_ONLY). Marked: refused for running whether or not a data file lies
+ * there, read for its structure when asked. Not marked, a missing data file is damage (a typed
+ * error) even when the structure is asked for. */
+static void test_config_only_marker(void) {
+  graph *g = test_graph();
+  if (!g) return;
+  ot_buf ext = {0};
+  Onnx__ModelProto *m = ot_model(g, &ext); /* every initializer external */
+  Onnx__StringStringEntryProto *mark = ot_entry(ONNX_META_CONFIG_ONLY, "true");
+  OT_APPEND(m->n_metadata_props, m->metadata_props, ot_entry("note", "free text"));
+  OT_APPEND(m->n_metadata_props, m->metadata_props, mark);
+  char dir[1024], path[1200];
+  dir_for(dir, sizeof dir, "config_only");
+  snprintf(path, sizeof path, "%s/%s", dir, ONNX_DATA_FILE);
+  unlink(path); /* left by the step below in an earlier run */
+  diag d;
+  CHECK_STATUS(ot_write_dir(m, NULL, dir, &d), PH_OK, d.msg);
+  graph *h = NULL;
+  CHECK_STATUS(onnx_read_model(dir, &h, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "config-only package");
+  CHECK_CONTAINS(d.msg, "cannot run");
+  CHECK(h == NULL);
+  onnx_model_info info;
+  CHECK_STATUS(onnx_read_model_ex(dir, ONNX_READ_FINALIZE | ONNX_READ_CONFIG_ONLY, &h, &info, &d),
+               PH_OK, d.msg);
+  if (h) {
+    CHECK_EQ_INT(h->n_nodes, g->n_nodes);
+    CHECK_EQ_INT(h->n_outputs, g->n_outputs);
+    CHECK(h->finalized);
+    CHECK_EQ_INT(info.config_only, 1);
+    CHECK_EQ_INT(info.n_initializers, 6);
+    CHECK_EQ_INT(info.initializer_bytes, 160 + 192 + 24 + 24 + 72 + 24);
+    CHECK_EQ_INT(info.external_data_bytes, info.initializer_bytes);
+    CHECK_EQ_INT(info.n_external_files, 0); /* none opened */
+    const int w = graph_find_value(h, "W");
+    CHECK(w >= 0 && h->values[w].type.data == NULL && h->values[w].type.dims[1] == 6);
+  }
+  graph_free(h);
+  h = NULL;
+  /* a data file next to it is not its data */
+  CHECK_STATUS(file_write_all(path, ext.p, ext.n, &d), PH_OK, d.msg);
+  CHECK_STATUS(onnx_read_model(dir, &h, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "config-only package");
+  expect_parse(m, &ext, PH_ERR_INVALID_ARGUMENT, NEEDLES("config-only package"));
+  /* not marked ("false", or no such key): the package lost its data file */
+  ot_set_str(&mark->value, "false");
+  dir_for(dir, sizeof dir, "config_only_false");
+  CHECK_STATUS(ot_write_dir(m, NULL, dir, &d), PH_OK, d.msg);
+  CHECK_STATUS(onnx_read_model_ex(dir, ONNX_READ_FINALIZE | ONNX_READ_CONFIG_ONLY, &h, &info, &d),
+               PH_ERR_NOT_FOUND, d.msg);
+  CHECK_CONTAINS(d.msg, ONNX_DATA_FILE);
+  CHECK(h == NULL);
+  expect_parse(m, &ext, PH_OK, NULL);
+  ot_free(m);
+  free(ext.p);
+  graph_free(g);
+}
+
+/* The writer's side: onnx_write_model_structure marks its model.onnx, onnx_write_model does
+ * not, and the marked one reads back with the full package's totals. */
+static void test_write_structure_marks(void) {
+  diag d;
+  graph *g = NULL;
+  CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+  float w[16 * 32]; /* 2048 bytes: external */
+  for (int i = 0; i < 16 * 32; i++) w[i] = (float)i;
+  int x = graph_add_input(g, "x", PH_DTYPE_F32, 2, (int64_t[]){-1, 16}, NULL);
+  int wi = graph_add_initializer_copy(g, "W", PH_DTYPE_F32, shape_2d(16, 32), w);
+  int y;
+  graph_add_node(g, "MatMul", "", "mm", 2, (int[]){x, wi}, 1, (const char *[]){"y"}, &y, 0, NULL);
+  graph_mark_output(g, y, NULL);
+  CHECK_STATUS(graph_finalize(g, &d), PH_OK, d.msg);
+  char full[1024], bare[1024], path[1200];
+  dir_for(full, sizeof full, "write_full");
+  dir_for(bare, sizeof bare, "write_structure");
+  CHECK_STATUS(path_mkdirs(full, &d), PH_OK, d.msg);
+  CHECK_STATUS(path_mkdirs(bare, &d), PH_OK, d.msg);
+  CHECK_STATUS(onnx_write_model(g, full, "test", &d), PH_OK, d.msg);
+  CHECK_STATUS(onnx_write_model_structure(g, bare, "test", &d), PH_OK, d.msg);
+  snprintf(path, sizeof path, "%s/%s", bare, ONNX_DATA_FILE);
+  CHECK(!path_exists(path));
+  graph *h = NULL;
+  onnx_model_info a, b;
+  CHECK_STATUS(onnx_read_model_ex(full, ONNX_READ_FINALIZE | ONNX_READ_CONFIG_ONLY, &h, &a, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_INT(a.config_only, 0);
+  graph_free(h);
+  h = NULL;
+  CHECK_STATUS(onnx_read_model(bare, &h, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "config-only package");
+  CHECK_STATUS(onnx_read_model_ex(bare, ONNX_READ_FINALIZE | ONNX_READ_CONFIG_ONLY, &h, &b, &d),
+               PH_OK, d.msg);
+  CHECK_EQ_INT(b.config_only, 1);
+  CHECK_EQ_INT(b.external_data_bytes, 2048);
+  CHECK_EQ_INT(b.external_data_bytes, a.external_data_bytes);
+  CHECK_EQ_INT(b.initializer_bytes, a.initializer_bytes);
+  graph_free(h);
+  graph_free(g);
+}
+
 /* Issue 10 defect 6: a FIFO given as model.onnx (or its data file) blocked open() forever. */
 static void test_fifo_model(void) {
   char dir[1024], path[4096];
@@ -1059,5 +1161,7 @@ int main(void) {
   RUN(test_deep_nesting);
   RUN(test_too_many_fields);
   RUN(test_fifo_model);
+  RUN(test_config_only_marker);
+  RUN(test_write_structure_marks);
   return check_finish();
 }

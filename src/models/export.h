@@ -81,9 +81,10 @@ export_options export_options_default(void);
  *                            option on a dense export, a block size that is not a power of
  *                            two >= 16 (or, for CUDA, not a multiple of 256), dynamic batching
  *                            values out of range;
- *   PH_ERR_UNSUPPORTED       dtype other than f32/f16/bf16, f32 activations for CUDA, a family
- *                            without a builder (DeepSeek MLA), and whatever the builder rejects
- *                            (MoE layers);
+ *   PH_ERR_UNSUPPORTED       dtype other than f32/f16/bf16, f32 activations for CUDA, what the
+ *                            export does not build yet, named for the layout asked for (DeepSeek:
+ *                            the dense or the paged MLA export; MoE layers: the MoE export), and
+ *                            whatever the builder rejects;
  *   PH_ERR_CONFIG_INVALID / PH_ERR_JSON  a malformed token id in config.json or
  *                            generation_config.json.
  *   PH_ERR_IO                a package file name in out_dir that is a FIFO, device or

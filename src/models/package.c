@@ -29,7 +29,9 @@ ph_status package_read_graph(const char *dir, const genai_config *gc, unsigned f
                     dir, file);
   }
   graph *g = NULL;
-  FORWARD_IF_ERROR(onnx_read_model_file(dir, file, (flags & PACKAGE_FINALIZE) != 0, &g, info, d));
+  const unsigned read_flags = ((flags & PACKAGE_FINALIZE) ? ONNX_READ_FINALIZE : 0u) |
+                              ((flags & PACKAGE_CONFIG_ONLY) ? ONNX_READ_CONFIG_ONLY : 0u);
+  FORWARD_IF_ERROR(onnx_read_model_file(dir, file, read_flags, &g, info, d));
   if (gc && (flags & PACKAGE_CHECK)) {
     diag local;
     ph_status s = package_check_graph(gc, g, &local);

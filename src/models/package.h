@@ -40,6 +40,10 @@
 enum {
   PACKAGE_FINALIZE = 1, /* finalize the graph (else it is returned as read: inspect) */
   PACKAGE_CHECK = 2,    /* check gc against the graph (package_check_graph) */
+  /* read a structure-only package (export --config-only) instead of refusing it: its external
+   * initializers have no data (io/onnx.h ONNX_READ_CONFIG_ONLY); info->config_only says so.
+   * For describing it (inspect), never for running it. */
+  PACKAGE_CONFIG_ONLY = 4,
 };
 
 /* Reads the graph of the package in dir: the file gc's decoder.filename names, confined to dir,
