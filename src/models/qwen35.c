@@ -181,10 +181,8 @@ typedef enum f32_transform { F32_COPY, F32_ONE_PLUS, F32_NEG_EXP } f32_transform
 /* An initializer of dtype dt computed in f32 from a small checkpoint tensor and rounded once:
  * (1+w) RMSNorm gains folded once (model-math §7.3), -exp(A_log) for LinearAttentionGate's
  * decay_scale, copies of conv taps, dt_bias and the GDN norm gain. */
-static int const_as(builder *b, const st_tensor *t, const char *suffix, f32_transform tf,
-                    ph_dtype dt) {
-  char name[224];
-  snprintf(name, sizeof name, "%s%s", t->name, suffix);
+static int const_named(builder *b, const st_tensor *t, const char *name, f32_transform tf,
+                       ph_dtype dt) {
   int id = graph_find_value(b->g, name);
   if (id >= 0) return id;
   int64_t n = shape_numel(&t->shape);
@@ -204,6 +202,13 @@ static int const_as(builder *b, const st_tensor *t, const char *suffix, f32_tran
   return id;
 }
 
+static int const_as(builder *b, const st_tensor *t, const char *suffix, f32_transform tf,
+                    ph_dtype dt) {
+  char name[224];
+  snprintf(name, sizeof name, "%s%s", t->name, suffix);
+  return const_named(b, t, name, tf, dt);
+}
+
 /* f32 constants (gate parameters the ops require in f32) and io-dtype ones (norm gains and conv
  * taps, which ONNX Runtime's kernels take in the activation dtype). */
 static int f32_const(builder *b, const st_tensor *t, const char *suffix, f32_transform tf) {
@@ -214,9 +219,7 @@ static int io_const(builder *b, const st_tensor *t, const char *suffix, f32_tran
   return const_as(b, t, suffix, tf, b->io);
 }
 
-static int fill_as(builder *b, const char *name, int64_t n, float v, ph_dtype dt) {
-  char full[192];
-  snprintf(full, sizeof full, "%s/%s", b->scope, name);
+static int fill_named(builder *b, const char *full, int64_t n, float v, ph_dtype dt) {
   void *dst = NULL;
   int id = graph_add_initializer_alloc(b->g, full, dt, shape_1d(n), &dst);
   for (int64_t i = 0; id >= 0 && i < n; i++)
@@ -227,7 +230,9 @@ static int fill_as(builder *b, const char *name, int64_t n, float v, ph_dtype dt
 }
 
 static int f32_fill(builder *b, const char *name, int64_t n, float v) {
-  return fill_as(b, name, n, v, PH_DTYPE_F32);
+  char full[192];
+  snprintf(full, sizeof full, "%s/%s", b->scope, name);
+  return fill_named(b, full, n, v, PH_DTYPE_F32);
 }
 
 static int rms_norm(builder *b, const char *name, int x, int gain, float eps) {
@@ -574,9 +579,13 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
   const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim;
   const int64_t kd = c->geom.key_dim, vd = c->geom.value_dim;
-  const char *io_suffix = b->io == PH_DTYPE_F32 ? ".f32" : b->io == PH_DTYPE_F16 ? ".f16" : ".bf16";
-  int conv_w = io_const(b, lw(b, layer, W_LIN_CONV), io_suffix, F32_COPY);
-  int zero_bias = fill_as(b, "conv/bias", c->geom.conv_dim, 0.0f, b->io);
+  /* initializers under the builder's names (builder-report §4.1), whatever the checkpoint's
+   * prefix (model.language_model. in the VLM wrapper) */
+  char nm[160];
+  snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.weight", layer);
+  int conv_w = const_named(b, lw(b, layer, W_LIN_CONV), nm, F32_COPY, b->io);
+  snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.bias", layer);
+  int zero_bias = fill_named(b, nm, c->geom.conv_dim, 0.0f, b->io);
   /* abi §8.3 step 4: the raw a/b projections enter GatedDeltaNet in f32 (node names as the
    * builder's, builder-report §4.1) */
   if (b->io != PH_DTYPE_F32) {
@@ -603,17 +612,21 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
                  attr_int("qk_l2_norm", 1),
                  attr_int("chunk_size", 64)};
   int out[2] = {-1, -1};
+  char an[160], dn[160];
+  snprintf(an, sizeof an, "model.layers.%d.linear_attn.A_log", layer);
+  snprintf(dn, sizeof dn, "model.layers.%d.linear_attn.dt_bias", layer);
   node_n(b, "GatedDeltaNet", "com.microsoft", "GatedDeltaNet", 9,
          (int[]){q, k, v, b->cu, a_raw, beta_raw, past_rec,
-                 f32_const(b, lw(b, layer, W_LIN_A_LOG), ".f32", F32_COPY),
-                 f32_const(b, lw(b, layer, W_LIN_DT_BIAS), ".f32", F32_COPY)},
+                 const_named(b, lw(b, layer, W_LIN_A_LOG), an, F32_COPY, PH_DTYPE_F32),
+                 const_named(b, lw(b, layer, W_LIN_DT_BIAS), dn, F32_COPY, PH_DTYPE_F32)},
          2, out, 6, ga);
   *present_rec = out[1];
   int o = reshape(b, "gdn_out/Reshape", out[0], 2, (int64_t[]){0, vd});
+  snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", layer);
   gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
   int normed =
       node1(b, "GatedRMSNorm", "com.microsoft", "GatedRMSNorm", 3,
-            (int[]){o, io_const(b, lw(b, layer, W_LIN_NORM), io_suffix, F32_COPY), z}, 1, &eps);
+            (int[]){o, const_named(b, lw(b, layer, W_LIN_NORM), nm, F32_COPY, b->io), z}, 1, &eps);
   return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
 }
 
