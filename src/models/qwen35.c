@@ -646,10 +646,10 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
     wb = wref_of(lw(b, layer, W_LIN_B));
     wa = wref_of(lw(b, layer, W_LIN_A));
   }
-  int mixed = linear(b, "in_proj_qkv", x, wqkv);
-  int z = linear(b, "in_proj_z", x, wz);
-  int beta_raw = linear(b, "in_proj_b", x, wb);
-  int a_raw = linear(b, "in_proj_a", x, wa);
+  int mixed = linear(b, "qkv_proj", x, wqkv);
+  int z = linear(b, "z_proj", x, wz);
+  int beta_raw = linear(b, "b_proj", x, wb);
+  int a_raw = linear(b, "a_proj", x, wa);
   if (b->paged)
     return packed_gated_delta_net(b, layer, mixed, z, a_raw, beta_raw, past_conv, past_rec,
                                   present_conv, present_rec);
