@@ -18,6 +18,7 @@
 #include "base/rng.h"
 #include "check.h"
 #include "exec/exec.h"
+#include "graph/prepare.h"
 #include "io/safetensors.h"
 #include "models/dense_session.h"
 #include "models/model.h"
@@ -69,9 +70,16 @@ static ph_model *open_golden(void) {
   return m;
 }
 
+static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, qwen35_rotary rot);
+
 static paged_session *open_session(ph_model *m, ph_dtype io, int prune) {
+  return open_session_rotary(m, io, prune, QWEN35_ROTARY_FUSED);
+}
+
+static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, qwen35_rotary rot) {
   const hf_config *c = model_config(m);
   qwen35_options o = qwen35_options_default();
+  o.rotary = rot;
   o.paged = 1;
   o.block_size = BLOCK;
   o.max_context = 512;
@@ -584,6 +592,129 @@ static void test_f16_range(void) {
   ph_model_free(m);
 }
 
+/* Logits [n, V] of the dense graph (RoPE form rot) run on tokens from empty state, with position
+ * rows T = j, H = j/2 + 3, W = (7j) % 5 (n < 0: -n tokens, every row T = j). NULL on failure. */
+static float *dense_planes_apart(ph_model *m, const int64_t *toks, int64_t n, qwen35_rotary rot) {
+  const hf_config *c = model_config(m);
+  const int same = n < 0;
+  n = same ? -n : n;
+  qwen35_options qo = qwen35_options_default();
+  qo.max_context = 512;
+  qo.rotary = rot;
+  graph *g = NULL;
+  executor *e = NULL;
+  diag d;
+  CHECK_STATUS(qwen35_build_dense(c, model_weights_of(m), &qo, &g, &d), PH_OK, d.msg);
+  if (g) CHECK_STATUS(graph_prepare_cpu(g, &d), PH_OK, d.msg);
+  if (g) CHECK_STATUS(exec_create(g, 2, &e, &d), PH_OK, d.msg);
+  float *out = NULL;
+  int64_t *pos = calloc((size_t)(3 * n), sizeof *pos), *mask = calloc((size_t)n, sizeof *mask);
+  void *zeros = calloc(1 << 20, 1);
+  ph_status st = e && pos && mask && zeros ? PH_OK : PH_ERR_NO_MEMORY;
+  for (int64_t j = 0; j < n && pos && mask; j++) {
+    pos[j] = j;
+    pos[n + j] = same ? j : j / 2 + 3;
+    pos[2 * n + j] = same ? j : (7 * j) % 5;
+    mask[j] = 1;
+  }
+  for (int i = 0; st == PH_OK && i < g->n_inputs; i++) {
+    const gvalue *v = &g->values[g->inputs[i]];
+    tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = v->type.dtype;
+    t.rank = v->type.rank;
+    for (int k = 0; k < t.rank; k++) t.dims[k] = v->type.dims[k];
+    if (strcmp(v->name, "input_ids") == 0 || strcmp(v->name, "attention_mask") == 0) {
+      t.dims[0] = 1;
+      t.dims[1] = n;
+      t.data = strcmp(v->name, "input_ids") == 0 ? (void *)toks : (void *)mask;
+    } else if (strcmp(v->name, "position_ids") == 0) {
+      t.dims[1] = 1;
+      t.dims[2] = n;
+      t.data = pos;
+    } else { /* empty past K/V [1, Hkv, 0, D]; zero conv and recurrent states */
+      t.dims[0] = 1;
+      for (int k = 1; k < t.rank; k++)
+        if (t.dims[k] < 0) t.dims[k] = 0;
+      t.data = zeros;
+      CHECK(tensor_numel(&t) * (int64_t)dtype_size(t.dtype) <= (1 << 20));
+    }
+    st = exec_bind_input(e, i, &t, &d);
+  }
+  if (st == PH_OK) st = exec_run(e, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  const int li = e ? exec_output_index(e, "logits") : -1;
+  if (st == PH_OK && li >= 0) {
+    const tensor *l = exec_output(e, li);
+    out = malloc((size_t)tensor_numel(l) * sizeof *out);
+    if (out) memcpy(out, l->data, (size_t)tensor_numel(l) * sizeof *out);
+  }
+  free(pos);
+  free(mask);
+  free(zeros);
+  exec_free(e);
+  graph_free(g);
+  return out;
+}
+
+/* ---- the two forms of RoPE ------------------------------------------------------------------
+ * A CUDA-target package computes RoPE with plain ONNX ops, a CPU-target one with the fused op
+ * (qwen35.h qwen35_rotary). Both compute in f32 with the same roundings, so the packed graph's
+ * logits must be bit-identical in both forms, for every io dtype, on the golden sequences; so
+ * must the dense graph's (the form ORT checks, test_ort). */
+static void test_rotary_forms(void) {
+  ph_model *m = open_golden();
+  json_t *man = golden_manifest();
+  if (!m || !man) {
+    json_decref(man);
+    ph_model_free(m);
+    return;
+  }
+  const hf_config *c = model_config(m);
+  const int64_t V = c->vocab_size;
+  const int n_seq = (int)json_array_size(json_object_get(man, "sequences"));
+  static const ph_dtype dts[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
+  for (int k = 0; k < 3; k++) {
+    paged_session *f = open_session_rotary(m, dts[k], 0, QWEN35_ROTARY_FUSED);
+    paged_session *o = open_session_rotary(m, dts[k], 0, QWEN35_ROTARY_OPS);
+    int64_t differ = 0, total = 0;
+    for (int s = 0; f && o && s < n_seq; s++) {
+      int64_t toks[MAX_TOK];
+      const int64_t n = golden_tokens(man, s, toks);
+      float *a = calloc((size_t)((n ? n : 1) * V), sizeof *a);
+      float *b = calloc((size_t)((n ? n : 1) * V), sizeof *b);
+      if (n) {
+        run_alone(f, c, toks, n, a);
+        run_alone(o, c, toks, n, b);
+      }
+      for (int64_t e = 0; e < n * V; e++) differ += memcmp(&a[e], &b[e], sizeof *a) != 0;
+      total += n * V;
+      free(a);
+      free(b);
+    }
+    printf("  %s packed graph, fused vs plain-op RoPE: %lld of %lld logits differ\n",
+           ph_dtype_name(dts[k]), (long long)differ, (long long)total);
+    CHECK(total > 0 && differ == 0);
+    paged_session_free(f);
+    paged_session_free(o);
+  }
+  /* the dense graph, with the three MRoPE planes apart (an image's T/H/W grid: text gives all
+   * three the same position, which cannot tell one plane from another): sequence 0 in one step */
+  int64_t toks[MAX_TOK];
+  const int64_t n = golden_tokens(man, 0, toks);
+  float *lg[2] = {NULL, NULL};
+  for (int r = 0; r < 2 && n; r++) lg[r] = dense_planes_apart(m, toks, n, (qwen35_rotary)r);
+  CHECK(lg[0] && lg[1] && memcmp(lg[0], lg[1], (size_t)(n * V) * sizeof(float)) == 0);
+  /* and the planes matter: all rows T gives other logits */
+  float *t_only = n ? dense_planes_apart(m, toks, -n, QWEN35_ROTARY_OPS) : NULL;
+  CHECK(lg[1] && t_only && memcmp(lg[1], t_only, (size_t)(n * V) * sizeof(float)) != 0);
+  free(t_only);
+  free(lg[0]);
+  free(lg[1]);
+  json_decref(man);
+  ph_model_free(m);
+}
+
 /* f32, f16 and bf16 activations on the golden f32 sequences (each alone, chunks of 64) against
  * the f64 reference: f32 within GOLDEN_F32_TOL, f16 and bf16 within the bounds above. */
 static void test_io_dtype_golden(void) {
@@ -739,6 +870,7 @@ int main(void) {
   RUN(test_bf16_io);
   RUN(test_io_dtype_golden);
   RUN(test_f16_range);
+  RUN(test_rotary_forms);
   RUN(test_pruned_lm_head);
   RUN(test_bad_steps);
   return check_finish();
