@@ -334,8 +334,8 @@ static void free_golden(golden *g) {
 /* ---- the check ----------------------------------------------------------------------------- */
 
 /* Exports the dense package with weights of dtype wdt into dir. */
-static ph_status export_package(const ph_model *m, const char *dir, ph_dtype wdt,
-                                export_rotary rot, diag *d) {
+static ph_status export_package(const ph_model *m, const char *dir, ph_dtype wdt, export_rotary rot,
+                                diag *d) {
   export_options opt = export_options_default();
   opt.dtype = wdt;
   opt.rotary = rot;
@@ -483,11 +483,14 @@ static void test_ort_rotary_ops(void) {
 
 /* The packed paged export cannot run on ORT's CPU EP (PagedAttention, GatedDeltaNet and
  * VarlenCausalConvWithState have CUDA kernels only, ort-1.30.md §1), but ORT checks the whole
- * graph against its schemas when it loads it: types, arities, attributes of every node. An f16
- * CUDA-target export passes that check and fails only later, where the CPU EP has no kernel and
- * ORT inserts f32 Casts in front of PagedAttention (the failure ort-1.30.md documents for a valid
- * f16 PagedAttention). The CPU-target f32 export is refused at the schema, as it must be: ORT's
- * PagedAttention takes f16/bf16 only. (bf16 graph inputs cannot be loaded by onnxruntime-node.) */
+ * graph against its schemas when it loads it: types, arities, attributes of every node. The
+ * default CUDA-target export (f16, plain-op RoPE) of each golden checkpoint, and the one with the
+ * fused RoPE, pass that check and fail only later, at CPU kernel placement: ORT inserts f32 Casts
+ * in front of PagedAttention (the failure ort-1.30.md documents for a valid f16 PagedAttention).
+ * The CPU-target f32 export is refused at the schema, as it must be: ORT's PagedAttention takes
+ * f16/bf16 only. The --io-dtype bf16 export passes the schema check too and fails at the first
+ * kernel placement, the bf16 MatMul the CPU EP does not have (ORT resolves the whole graph, every
+ * node's types against its schema, before it places kernels). */
 static int ort_load(const char *pkg, char *err, size_t n) {
   char cmd[4400], log[1100];
   snprintf(log, sizeof log, "%s/ort-load.log", g_tmp);
@@ -503,33 +506,66 @@ static int ort_load(const char *pkg, char *err, size_t n) {
   return st == 0;
 }
 
-static void test_ort_paged_schema(void) {
-  char ckpt[1024], pkg[1100], err[4096];
-  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
-  ph_model *m = NULL;
-  CHECK_STATUS(ph_model_open(ckpt, NULL, &m), PH_OK, ph_model_error(m));
+typedef enum ort_expect {
+  LOADS_FAILS_AT_KERNELS, /* f16: schema passes; ORT's f32 Casts then break PagedAttention */
+  LOADS_NO_BF16_KERNELS,  /* bf16: schema passes; the CPU EP has no bf16 MatMul to place */
+  REFUSED_AT_SCHEMA       /* f32: PagedAttention's schema refuses float */
+} ort_expect;
+
+static void paged_case(ph_model *m, const char *tag, const export_options *o, ort_expect want) {
+  char pkg[1100], err[4096];
   diag d;
-  for (int f16 = 1; m && f16 >= 0; f16--) {
-    export_options o = export_options_default();
-    o.layout = EXPORT_LAYOUT_PAGED;
-    o.target = f16 ? EXPORT_TARGET_CUDA : EXPORT_TARGET_CPU;
-    o.io_dtype = f16 ? PH_DTYPE_F16 : PH_DTYPE_F32;
-    o.max_context = 256;
-    o.force = 1;
-    snprintf(pkg, sizeof pkg, "%s/paged-%s", g_tmp, f16 ? "f16" : "f32");
-    CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
-    CHECK(!ort_load(pkg, err, sizeof err));
-    printf("  paged %s export, ORT says: %.160s\n", f16 ? "f16" : "f32", err);
-    /* f16: the load (schema check of every node) passes; initialization fails */
+  snprintf(pkg, sizeof pkg, "%s/paged-%s", g_tmp, tag);
+  export_options oo = *o;
+  oo.layout = EXPORT_LAYOUT_PAGED;
+  oo.max_context = 256;
+  oo.force = 1;
+  CHECK_STATUS(model_export(m, pkg, &oo, &d), PH_OK, d.msg);
+  CHECK(!ort_load(pkg, err, sizeof err));
+  printf("  paged %s, ORT says: %.200s\n", tag, err);
+  switch (want) {
+  case LOADS_FAILS_AT_KERNELS: /* the load (schema check of every node) passes */
     CHECK_CONTAINS(err, "of operator (PagedAttention)");
-    if (f16) {
-      CHECK_CONTAINS(err, "InsertedPrecisionFreeCast_");
-      CHECK(!strstr(err, "Load model from"));
-    } else {
-      CHECK_CONTAINS(err, "Load model from");
-    }
+    CHECK_CONTAINS(err, "InsertedPrecisionFreeCast_");
+    CHECK(!strstr(err, "Load model from"));
+    break;
+  case REFUSED_AT_SCHEMA:
+    CHECK_CONTAINS(err, "of operator (PagedAttention)");
+    CHECK_CONTAINS(err, "Load model from");
+    break;
+  case LOADS_NO_BF16_KERNELS:
+    CHECK_CONTAINS(err, "Could not find an implementation for MatMul");
+    CHECK(!strstr(err, "Load model from") && !strstr(err, "Type Error"));
+    break;
   }
-  ph_model_free(m);
+}
+
+static void test_ort_paged_schema(void) {
+  static const char *const sets[2] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm"};
+  for (int s = 0; s < 2; s++) {
+    char ckpt[1024], tag[128];
+    char rel[128];
+    snprintf(rel, sizeof rel, "golden/%s/checkpoint", sets[s]);
+    check_data(ckpt, sizeof ckpt, rel);
+    ph_model *m = NULL;
+    CHECK_STATUS(ph_model_open(ckpt, NULL, &m), PH_OK, ph_model_error(m));
+    if (!m) continue;
+    export_options o = export_options_default(); /* CUDA target: f16, plain-op RoPE */
+    snprintf(tag, sizeof tag, "%s-cuda-default", sets[s]);
+    paged_case(m, tag, &o, LOADS_FAILS_AT_KERNELS);
+    o.rotary = EXPORT_ROTARY_FUSED;
+    snprintf(tag, sizeof tag, "%s-cuda-fused-rope", sets[s]);
+    paged_case(m, tag, &o, LOADS_FAILS_AT_KERNELS);
+    o = export_options_default();
+    o.io_dtype = PH_DTYPE_BF16;
+    snprintf(tag, sizeof tag, "%s-cuda-bf16", sets[s]);
+    paged_case(m, tag, &o, LOADS_NO_BF16_KERNELS);
+    o = export_options_default();
+    o.target = EXPORT_TARGET_CPU;
+    snprintf(tag, sizeof tag, "%s-cpu-f32", sets[s]);
+    paged_case(m, tag, &o, REFUSED_AT_SCHEMA);
+    ph_model_free(m);
+  }
 }
 
 int main(void) {
