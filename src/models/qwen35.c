@@ -254,8 +254,9 @@ static int skip_rms_norm(builder *b, const char *name, int x, int skip, int gain
 /* ---- rotary caches and attention lengths (shared by all full-attention layers) ----------- */
 
 /* cos_cache / sin_cache [context, rot/2], f32 in every layout and io dtype: RoPE is computed in
- * f32 (GenAI's builder casts around it the same way, builder-report §1.2), so a half-precision
- * graph rounds once after the rotation instead of also rounding the angles' cos and sin. */
+ * f32 (GenAI's builder casts around it the same way, docs/genai-builder.md §1.2), so a
+ * half-precision graph rounds once after the rotation instead of also rounding the angles' cos and
+ * sin. */
 static void rotary_caches(builder *b) {
   const hf_config *c = b->c;
   int64_t half = c->rope.rotary_dim / 2;
@@ -294,8 +295,9 @@ static void attention_lengths(builder *b, int mask) {
 /* The fused op on x [.., n_heads * D] in f32: MRotaryEmbedding with Qwen's interleaved sections,
  * or RotaryEmbedding for a model without them. The dense graph applies it to [B, S, HD] with
  * position_ids [3, B, S] / [B, S] as they come. The packed graph wraps it as GenAI's builder does
- * (builder-report §1.3): Cast to f32 (io below f32), Unsqueeze to one batch [1, N, HD], positions
- * Unsqueezed to [3, 1, N] / [1, N], is_packed_batching=1, Squeeze, Cast back to the io dtype. */
+ * (docs/genai-builder.md §1.3): Cast to f32 (io below f32), Unsqueeze to one batch [1, N, HD],
+ * positions Unsqueezed to [3, 1, N] / [1, N], is_packed_batching=1, Squeeze, Cast back to the io
+ * dtype. */
 static int rotary_fused(builder *b, const char *name, int x, int64_t n_heads) {
   const hf_config *c = b->c;
   char nm[128];
@@ -495,7 +497,7 @@ static int full_attention(builder *b, int layer, int x, int past_k, int past_v, 
     /* abi §8.3: inputs 0-7, slots 8-15 empty (RoPE and q/k norm done above), metadata at 16;
      * the cache outputs alias the cache inputs */
     /* the attributes GenAI's builder writes, in its order, defaulted values included
-     * (builder-report §3): scale is given explicitly as 1/sqrt(D) */
+     * (docs/genai-builder.md §3): scale is given explicitly as 1/sqrt(D) */
     gattr pa[7] = {attr_int("num_heads", Hq),
                    attr_int("kv_num_heads", Hkv),
                    attr_float("scale", (float)(1.0 / sqrt((double)D))),
@@ -579,7 +581,7 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
   const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim;
   const int64_t kd = c->geom.key_dim, vd = c->geom.value_dim;
-  /* initializers under the builder's names (builder-report §4.1), whatever the checkpoint's
+  /* initializers under the builder's names (docs/genai-builder.md §4.1), whatever the checkpoint's
    * prefix (model.language_model. in the VLM wrapper) */
   char nm[160];
   snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.weight", layer);
@@ -587,7 +589,7 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.bias", layer);
   int zero_bias = fill_named(b, nm, c->geom.conv_dim, 0.0f, b->io);
   /* abi §8.3 step 4: the raw a/b projections enter GatedDeltaNet in f32 (node names as the
-   * builder's, builder-report §4.1) */
+   * builder's, docs/genai-builder.md §4.1) */
   if (b->io != PH_DTYPE_F32) {
     a_raw = cast_to(b, "GatedDeltaNet/decay_fp32/Cast", a_raw, ONNX_FLOAT);
     beta_raw = cast_to(b, "GatedDeltaNet/beta_fp32/Cast", beta_raw, ONNX_FLOAT);
