@@ -133,10 +133,10 @@ static void test_inspect_json_golden(void) {
   CHECK_EQ_INT(json_integer_value(json_object_get(mp, "state_bytes")),
                4 * json_integer_value(json_object_get(o, "fixed_state_bytes_per_sequence")));
   CHECK_EQ_STR(json_string_value(json_object_get(mp, "runtime")), "cpu");
-  /* next to it the CUDA package's: 256-token pages, caches in the checkpoint's bf16 */
+  /* next to it the CUDA package's: 256-token pages, caches in f16 (export's CUDA default) */
   json_t *cu = json_object_get(o, "memory_plan_cuda");
   CHECK_EQ_STR(json_string_value(json_object_get(cu, "runtime")), "cuda");
-  CHECK_EQ_STR(json_string_value(json_object_get(cu, "cache_dtype")), "bf16");
+  CHECK_EQ_STR(json_string_value(json_object_get(cu, "cache_dtype")), "f16");
   CHECK_EQ_INT(json_integer_value(json_object_get(cu, "block_size")), 256);
   CHECK_EQ_INT(json_integer_value(json_object_get(cu, "kv_pages")), 4 + 4 + 1);
   CHECK_EQ_INT(json_integer_value(json_object_get(cu, "kv_bytes")), 9 * 256 * 512);
@@ -161,7 +161,7 @@ static void test_inspect_json_golden(void) {
   CHECK_CONTAINS(g_stdout, "pagedhybrid run (this CPU)");
   CHECK_CONTAINS(g_stdout, "CUDA package (GenAI)");
   CHECK_CONTAINS(g_stdout, "16 tokens, f32");
-  CHECK_CONTAINS(g_stdout, "256 tokens, bf16");
+  CHECK_CONTAINS(g_stdout, "256 tokens, f16");
   CHECK_CONTAINS(g_stdout, "run with       --max-batch 4 --num-blocks 68");
 }
 

@@ -8,8 +8,8 @@
  * sequence — twice, side by side: as `pagedhybrid run` will hold it on this CPU runtime (pages of
  * --block-size tokens, default 16, caches in --cache-dtype, default f32: run's defaults; printed
  * with the run flags that give exactly these pools), and as a package exported for ONNX Runtime
- * GenAI on CUDA would (pages of 256 tokens, caches in the checkpoint's half dtype or bf16: export
- * --layout paged's defaults). docs/cli.md has the formulas.
+ * GenAI on CUDA would (pages of 256 tokens, caches and weights in f16: export --layout paged's
+ * defaults). docs/cli.md has the formulas.
  *
  * --check-weights scans every weight the model computes with (or every initializer of a
  * package) for NaN and infinities: exit 1 naming the first bad tensor, its flat index and how
@@ -708,7 +708,7 @@ int cmd_inspect(int argc, char **argv) {
         "Summarise a Hugging Face checkpoint directory: architecture, which layers are full\n"
         "attention, geometry, parameter count, and a memory plan for serving it, twice:\n"
         "as `pagedhybrid run` holds it here (16-token f32 pages: run's defaults) and as a\n"
-        "package exported for ONNX Runtime GenAI on CUDA (256-token pages, bf16/f16).\n"
+        "package exported for ONNX Runtime GenAI on CUDA (256-token pages, f16).\n"
         "A directory with model.onnx or genai_config.json is an exported package: operator\n"
         "counts, graph inputs and outputs with their dims, initializers and external data,\n"
         "whether it runs here (its operators, and its genai_config.json against the graph),\n"
@@ -758,10 +758,9 @@ int cmd_inspect(int argc, char **argv) {
   ph_model_get_info(m, &r.info);
   r.c = model_config(m);
   r.w = model_weights_of(m);
-  /* a CUDA-target export keeps activations and caches in the checkpoint's half dtype (bf16 for
-   * f32 checkpoints) and, without --dtype, stores the weights in it too */
-  const ph_dtype half =
-      r.info.dtype == PH_DTYPE_F16 || r.info.dtype == PH_DTYPE_BF16 ? r.info.dtype : PH_DTYPE_BF16;
+  /* a CUDA-target export keeps activations and caches in f16 (export's default io dtype,
+   * docs/export.md) and, without --dtype, stores the weights in it too */
+  const ph_dtype half = PH_DTYPE_F16;
   const int64_t cuda_weights =
       r.info.dtype == half ? r.info.weight_bytes : r.info.parameters * (int64_t)dtype_size(half);
   r.run = make_plan(m, r.c, "cpu", cache_dtype, max_seqs, max_tokens, block, r.info.weight_bytes);

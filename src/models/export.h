@@ -48,8 +48,8 @@ typedef struct export_options {
   export_layout layout; /* dense (default) or the packed paged layout (abi §8) */
   /* paged only (set on a dense export: PH_ERR_INVALID_ARGUMENT) */
   export_target target;   /* default CUDA */
-  ph_dtype io_dtype;      /* activations/KV/conv state; INVALID: CUDA the checkpoint's f16/bf16
-                             (bf16 for f32 checkpoints), CPU f32 */
+  ph_dtype io_dtype;      /* activations/KV/conv state; INVALID: CUDA f16 (bf16 only when asked:
+                             EXPORT_CUDA_BF16_NOTE), CPU f32 */
   int64_t block_size;     /* tokens per page, power of two >= 16 (CUDA: multiple of 256);
                              0: CUDA 256, CPU 16 */
   int prune_lm_head;      /* logits [B, V] of each sequence's last token */
