@@ -740,8 +740,9 @@ static ph_status check_supported(const hf_config *c, diag *d) {
                   PH_ERR_UNSUPPORTED, "the qwen35 builder does not build %s models", c->model_type);
   for (int i = 0; i < (int)c->n_layers; i++)
     RETURN_ERROR_IF(c->layer_is_moe[i], d, PH_ERR_UNSUPPORTED,
-                    "layer %d has a sparse MoE MLP: MoE models are not supported yet (%s)", i,
-                    c->model_type);
+                    "layer %d has a sparse MoE MLP: the MoE graph (dense and paged layouts) is not "
+                    "built yet (%s)",
+                    i, c->model_type);
   RETURN_ERROR_IF(c->attention_bias, d, PH_ERR_UNSUPPORTED, "attention_bias=true is not supported");
   RETURN_ERROR_IF(
       c->lin.n_key_heads > 0 && c->lin.n_value_heads / c->lin.n_key_heads > GRAPH_MAX_IO, d,
