@@ -576,8 +576,7 @@ static void test_golden_packages(void) {
   static const char *const sets[2] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm"};
   for (int s = 0; s < 2; s++) {
     char ckpt[1024], tag[96];
-    snprintf(tag, sizeof tag, "golden/%s/checkpoint", sets[s]);
-    check_data(ckpt, sizeof ckpt, tag);
+    check_data(ckpt, sizeof ckpt, "golden/%s/checkpoint", sets[s]);
     ph_model *m = open_dir(ckpt, 1);
     if (!m) continue;
     export_options o = paged(EXPORT_TARGET_CUDA, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);

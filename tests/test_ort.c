@@ -544,9 +544,7 @@ static void test_ort_paged_schema(void) {
   static const char *const sets[2] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm"};
   for (int s = 0; s < 2; s++) {
     char ckpt[1024], tag[128];
-    char rel[128];
-    snprintf(rel, sizeof rel, "golden/%s/checkpoint", sets[s]);
-    check_data(ckpt, sizeof ckpt, rel);
+    check_data(ckpt, sizeof ckpt, "golden/%s/checkpoint", sets[s]);
     ph_model *m = NULL;
     CHECK_STATUS(ph_model_open(ckpt, NULL, &m), PH_OK, ph_model_error(m));
     if (!m) continue;
