@@ -35,11 +35,8 @@ scale from the f64 reference, where S = 0.159 is the golden bf16 forward's worst
 has 3 more significant bits than bf16: 2^-11 vs 2^-8 unit roundoff). Two f16 implementations,
 each within that of f64, differ by at most twice it (triangle inequality): 0.0795, so 0.08.
 Against reference.safetensors itself use --tol 0.04. A broken kernel, cast or binding moves
-logits by O(1) of scale. The bound is derived for the golden model and prompts only. Measured
-here: our own f16 CUDA-target package of the golden model lands at 0.0395 of scale from the f64
-reference (row 13 of the 70-token sequence; 0.0174 and 0.0014 on the others), at the edge of
-that bound, so a CUDA result a little above --tol is a question for the bound, while O(1) is
-a bug.
+logits by O(1) of scale. The bound is derived for the golden model and prompts only, and our
+own f16 package of it already sits at 0.0395 from the reference (docs/export.md).
 """
 import argparse
 import json
@@ -382,8 +379,10 @@ def compare(ours, theirs, tol, out=print):
     """Compares the tensors both files have, over their common leading rows; returns the exit
     code (0 all within tol, 1 otherwise or when nothing is common)."""
     worst, common = 0.0, sorted(set(ours) & set(theirs))
-    for name in sorted(set(ours) ^ set(theirs)):
-        out(f"  {name}: only in {'OURS' if name in ours else 'THEIRS'}, skipped")
+    alone = sorted(set(ours) ^ set(theirs))
+    if alone:
+        out(f"  skipped {len(alone)} tensors in one file only: {', '.join(alone[:3])}"
+            + (", ..." if len(alone) > 3 else ""))
     for name in common:
         (sa, a), (sb, b) = ours[name], theirs[name]
         if sa[1:] != sb[1:]:
@@ -505,7 +504,7 @@ def cmd_selftest(args):
           "0.1 below the top of 4: a near-tie at tol 0.02 (0.025 of scale <= 0.04)")
     check(judge_tokens([([5, 6], [2, 3])], forced, 0.01, quiet) == 1, "but too far at tol 0.01")
     check(judge_tokens([([5, 6], [1, 0])], forced, 1.0, quiet) == 0 and
-          judge_tokens([([5, 6], [1, 0])], forced, 0.3, quiet) == 1, "3 below the top of 4")
+          judge_tokens([([5, 6], [1, 0])], forced, 0.3, quiet) == 1, "a token 0.75 of scale below the top: passes at tol 1, not 0.3")
     check(judge_tokens([([5, 6], [1, 9])], forced, 1e9, quiet) == 1, "a token beyond the vocab")
     nan_rows = {"seq0.logits": ([3, 4], array("f", list(rows[:11]) + [nan]))}
     check(judge_tokens([([5, 6], [1, 3])], nan_rows, 1e9, quiet) == 1, "NaN logits fail")
