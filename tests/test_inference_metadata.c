@@ -19,6 +19,8 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "cli_testing.h"
+#include "file_testing.h"
 #include "io/genai_config.h"
 #include "io/inference_metadata.h"
 #include "io/onnx.h"
@@ -36,11 +38,20 @@ static ph_model *open_dir(const char *dir, int weights) {
   return m;
 }
 
+/* A rerun finds the last run's package (exports use force): its metadata file must not pass for
+ * one this run wrote. */
+static void remove_metadata(const char *pkg) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", pkg, INFERENCE_METADATA_FILE);
+  unlink(path);
+}
+
 /* Exports the golden f32 checkpoint into g_tmp/name; 0 on failure. */
 static int export_golden(const char *name, const export_options *o, char *pkg, size_t n) {
   char ckpt[1024];
   check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   snprintf(pkg, n, "%s/%s", g_tmp, name);
+  remove_metadata(pkg);
   ph_model *m = open_dir(ckpt, 1);
   if (!m) return 0;
   export_options opt = *o;
@@ -235,6 +246,12 @@ static void test_paged_package(void) {
   ph_model_free(m);
 
   graph *g = read_package(pkg, PACKAGE_FINALIZE, &gc);
+  /* the names of the graph's own dtypes (read back from model.onnx), mapped here, not by the
+   * writer's table */
+  if (g) {
+    const ph_dtype io = g->values[graph_find_value(g, "past_key_values.3.key")].type.dtype;
+    CHECK_EQ_STR(kv, io == PH_DTYPE_F16 ? "float16" : io == PH_DTYPE_BF16 ? "bfloat16" : "?");
+  }
   const char *other = strcmp(kv, "float16") == 0 ? "\"bfloat16\"" : "\"float16\"";
   const corruption cases[] = {
       {"an alias's layer id", SET, CONV_AL "layer.1.conv_state/layer", "2",
@@ -314,14 +331,21 @@ static void test_paged_package(void) {
   json_decref(doc);
 }
 
-/* The same bytes for the same export (fixed key order). */
+/* The same bytes for the same export, in two processes (jansson seeds its hash per process, so
+ * this fails if any object's key order depended on hashing). */
 static void test_deterministic(void) {
-  export_options o = export_options_default();
-  o.layout = EXPORT_LAYOUT_PAGED;
-  char a[600], b[600], pa[1200], pb[1200];
-  if (!export_golden("det-a", &o, a, sizeof a) || !export_golden("det-b", &o, b, sizeof b)) return;
-  snprintf(pa, sizeof pa, "%s/%s", a, INFERENCE_METADATA_FILE);
-  snprintf(pb, sizeof pb, "%s/%s", b, INFERENCE_METADATA_FILE);
+  char ckpt[1024], args[2600], pa[1200], pb[1200];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  for (int i = 0; i < 2; i++) {
+    snprintf(pa, sizeof pa, "%s/det-%d", g_tmp, i);
+    remove_metadata(pa);
+    snprintf(args, sizeof args, "export '%s' -o '%s/det-%d' --layout paged --force", ckpt, g_tmp,
+             i);
+    CHECK_EQ_INT(cli_run(args), 0);
+    CHECK_CONTAINS(g_stdout, "  " INFERENCE_METADATA_FILE " "); /* the file is listed */
+  }
+  snprintf(pa, sizeof pa, "%s/det-0/%s", g_tmp, INFERENCE_METADATA_FILE);
+  snprintf(pb, sizeof pb, "%s/det-1/%s", g_tmp, INFERENCE_METADATA_FILE);
   char *x = NULL, *y = NULL;
   size_t nx = 0, ny = 0;
   diag d;
@@ -330,6 +354,33 @@ static void test_deterministic(void) {
   CHECK(x && y && nx == ny && memcmp(x, y, nx) == 0);
   free(x);
   free(y);
+}
+
+/* A FIFO (or any non-file) where inference_metadata.json goes is refused before the first file is
+ * written, as for every other package file, and never opened (it would block). */
+static void test_fifo_refused(void) {
+  char ckpt[1024], pkg[600], fifo[4096], onnx[1200];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  snprintf(pkg, sizeof pkg, "%s/fifo-pkg", g_tmp);
+  diag d;
+  CHECK_STATUS(path_mkdirs(pkg, &d), PH_OK, d.msg);
+  snprintf(onnx, sizeof onnx, "%s/%s", pkg, ONNX_MODEL_FILE);
+  unlink(onnx);
+  if (!CHECK(ft_fifo(fifo, pkg, INFERENCE_METADATA_FILE))) return;
+  ph_model *m = open_dir(ckpt, 1);
+  if (m) {
+    export_options o = export_options_default();
+    o.layout = EXPORT_LAYOUT_PAGED;
+    o.force = 1;
+    ft_watchdog(10);
+    CHECK_STATUS(model_export(m, pkg, &o, &d), PH_ERR_IO, d.msg);
+    ft_watchdog(0);
+    CHECK_CONTAINS(d.msg, INFERENCE_METADATA_FILE);
+    CHECK(!path_exists(onnx)); /* refused before anything was written */
+    CHECK(ft_is_fifo(fifo));
+  }
+  ph_model_free(m);
+  unlink(fifo);
 }
 
 /* The CPU target with pruned logits: f32 io, 16-token pages, logits one row per sequence. */
@@ -428,6 +479,7 @@ static void test_config_only_27b(void) {
   o.config_only = 1;
   o.force = 1;
   diag d;
+  remove_metadata(pkg);
   CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
   snprintf(data, sizeof data, "%s/%s", pkg, ONNX_DATA_FILE);
   const int64_t end = external_data_end(pkg);
@@ -486,10 +538,13 @@ int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
   if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
+  cli_testing_init(g_tmp);
   RUN(test_paged_package);
   RUN(test_deterministic);
+  RUN(test_fifo_refused);
   RUN(test_cpu_pruned);
   RUN(test_dense_package);
   RUN(test_config_only_27b);
+  cli_testing_done();
   return check_finish();
 }

@@ -21,17 +21,23 @@
 #include "base/fmap.h"
 #include "io/json_util.h"
 
-#define MD_SCHEMA_VERSION   "v1"
-#define MD_CONTRACT_VERSION "1"
-#define MD_COMPONENT        "decoder"
-#define MD_REQUEST          "request."       /* prefix of the workflow inputs */
-#define MD_STEP             MD_COMPONENT "." /* prefix of the invoke's results */
-#define MD_LOGITS_OUTPUT    "logits"
-#define MD_GROUP_CONV       "fixed_conv"
-#define MD_GROUP_RECURRENT  "fixed_recurrent"
-#define MD_GROUP_DENSE_KV   "dense_kv"
-#define MD_NAME_BYTES       (GENAI_MAX_NAME + 32)
-#define MD_PATH_BYTES       256
+#define MD_SCHEMA_VERSION     "v1"
+#define MD_CONTRACT_VERSION   "1"
+#define MD_COMPONENT          "decoder"
+#define MD_REQUEST            "request."       /* prefix of the workflow inputs */
+#define MD_STEP               MD_COMPONENT "." /* prefix of the invoke's results */
+#define MD_LOGITS_OUTPUT      "logits"
+#define MD_GROUP_CONV         "fixed_conv"
+#define MD_GROUP_RECURRENT    "fixed_recurrent"
+#define MD_GROUP_DENSE_KV     "dense_kv"
+/* The element layouts the groups declare (the format names layouts freely; these follow the
+ * catalogue's bnsh / bch spelling, one letter per axis). */
+#define MD_LAYOUT_KV          "bnsh" /* dense [batch, Hkv, sequence, D] */
+#define MD_LAYOUT_CONV        "bch"  /* [batch, conv_dim, K-1] */
+#define MD_LAYOUT_REC_V_MAJOR "bhvk" /* packed paged [batch, Hv, Dv, Dk] */
+#define MD_LAYOUT_REC_K_MAJOR "bhkv" /* dense [batch, Hv, Dk, Dv] (LinearAttention's) */
+#define MD_NAME_BYTES         (GENAI_MAX_NAME + 32)
+#define MD_PATH_BYTES         256
 
 /* The serving controls every catalogue decoder declares (not graph inputs). */
 static const struct {
@@ -415,6 +421,13 @@ static ph_status abi_build(const graph *g, const genai_config *gc, md_abi *a, di
 }
 
 /* The names of the document, from the table. */
+static const char *group_layout(const md_abi *a, md_kind part) {
+  return part == MD_KEY    ? MD_LAYOUT_KV
+         : part == MD_CONV ? MD_LAYOUT_CONV
+         : a->paged        ? MD_LAYOUT_REC_V_MAJOR
+                           : MD_LAYOUT_REC_K_MAJOR;
+}
+
 static const char *state_cell_name(const md_io *io, char *buf, size_t n) {
   const char *part = io->kind == MD_CONV        ? "conv_state"
                      : io->kind == MD_RECURRENT ? "recurrent_state"
@@ -672,12 +685,7 @@ static json_t *group_json(const md_abi *a, md_kind kind, int *ok) {
   json_t *grp = json_object(), *upd = json_object(), *ports = json_object(), *dec = json_object();
   put(grp, "kind", json_string(kv ? "full_attention" : "recurrent"), ok);
   if (kv) put(grp, "sequence_axis", json_integer(2), ok);
-  put(grp, "layout",
-      json_string(kv                ? "bnsh"
-                  : kind == MD_CONV ? "bch"
-                  : a->paged        ? "bhvk"
-                                    : "bhkv"),
-      ok);
+  put(grp, "layout", json_string(group_layout(a, kind)), ok);
   put(grp, "aliasing", json_string(a->paged ? "permitted" : "forbidden"), ok);
   put(upd, "kind", json_string(kv ? "append" : "replace"), ok);
   put(grp, "update", upd, ok);
@@ -808,6 +816,7 @@ static ph_status member(const json_t *obj, const char *path, const char *key, js
                         json_t **out, diag *d) {
   char p[MD_PATH_BYTES];
   json_t *v = json_object_get(obj, key);
+  *out = NULL;
   RETURN_ERROR_IF(!v, d, PH_ERR_CONFIG_MISSING_FIELD, "%s is missing",
                   key_path(p, sizeof p, path, key));
   RETURN_ERROR_IF(!type_is(v, t), d, PH_ERR_CONFIG_INVALID, "%s is %s, expected %s",
@@ -1408,11 +1417,7 @@ static ph_status check_group(const json_t *grp, const char *path, const md_abi *
   else
     RETURN_ERROR_IF(json_object_get(grp, "sequence_axis"), d, PH_ERR_CONFIG_INCONSISTENT,
                     "%s.sequence_axis: fixed-size state has no sequence axis", path);
-  FORWARD_IF_ERROR(expect_str(grp, path, "layout",
-                              kv                        ? "bnsh"
-                              : dc->parts[0] == MD_CONV ? "bch"
-                              : a->paged                ? "bhvk"
-                                                        : "bhkv",
+  FORWARD_IF_ERROR(expect_str(grp, path, "layout", group_layout(a, dc->parts[0]),
                               kv                        ? "([batch, Hkv, sequence, D])"
                               : dc->parts[0] == MD_CONV ? "([batch, conv_dim, K-1])"
                               : a->paged                ? "(V-major [batch, Hv, Dv, Dk])"
