@@ -1,16 +1,17 @@
 /* pagedhybrid export HF_DIR -o PKG_DIR — a checkpoint as an ONNX Runtime GenAI package.
  *
- * Writes model.onnx, model.onnx.data, genai_config.json and the checkpoint's tokenizer files
- * (models/export.h, docs/export.md). --dtype picks the weights' storage dtype; without it each
- * weight keeps its checkpoint dtype. --layout dense (f32 activations, what ONNX Runtime's CPU EP
- * runs; the default) or paged (the packed paged ABI for GenAI's Engine on CUDA, or --target
- * cpu for ours; naming a --target implies it). --config-only needs only config.json and writes the
- * structure without weights. Prints one summary line per file written, sizes in cli_bytes' units;
- * says on stderr when the checkpoint has no tokenizer files (the package then takes token ids
- * only). On a terminal, stderr shows the data file's progress (tensors, bytes, rate) on one line
- * rewritten in place; redirected (logs, tests), nothing. Option values wrong on their own (a page
- * size that is not a power of two >= 16, or not a multiple of 256 for CUDA; f32 activations for
- * CUDA) are usage errors, exit 2; what needs the checkpoint to judge is the library's, exit 1.
+ * Writes model.onnx, model.onnx.data, genai_config.json, inference_metadata.json and the
+ * checkpoint's tokenizer files (models/export.h, docs/export.md). --dtype picks the weights'
+ * storage dtype; without it each weight keeps its checkpoint dtype. --layout dense (f32
+ * activations, what ONNX Runtime's CPU EP runs; the default) or paged (the packed paged ABI for
+ * GenAI's Engine on CUDA, or --target cpu for ours; naming a --target implies it). --config-only
+ * needs only config.json and writes the structure without weights. Prints one summary line per file
+ * written, sizes in cli_bytes' units; says on stderr when the checkpoint has no tokenizer files
+ * (the package then takes token ids only). On a terminal, stderr shows the data file's progress
+ * (tensors, bytes, rate) on one line rewritten in place; redirected (logs, tests), nothing. Option
+ * values wrong on their own (a page size that is not a power of two >= 16, or not a multiple of 256
+ * for CUDA; f32 activations for CUDA) are usage errors, exit 2; what needs the checkpoint to judge
+ * is the library's, exit 1.
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 
 #include "base/fmap.h"
 #include "cli.h"
+#include "io/inference_metadata.h"
 #include "models/export.h"
 #include "tensor/dtype.h"
 
@@ -107,7 +109,8 @@ int cmd_export(int argc, char **argv) {
         &a, "HF_DIR -o PKG_DIR [options]",
         "Export a Hugging Face checkpoint as an ONNX Runtime GenAI package: model.onnx\n"
         "(IR 8, opsets ai.onnx 17 + com.microsoft 1), model.onnx.data (weights as\n"
-        "external data, 64-byte aligned), genai_config.json and the tokenizer files.\n"
+        "external data, 64-byte aligned), genai_config.json, inference_metadata.json\n"
+        "(onnx-genai's inference metadata) and the tokenizer files.\n"
         "dense: activations, inputs, outputs and caches are f32 (ONNX Runtime's CPU kernels\n"
         "for LinearAttention and CausalConvWithState are float-only). paged: the packed\n"
         "layout with state_groups and engine.dynamic_batching for GenAI's Engine.\n"
@@ -197,6 +200,7 @@ int cmd_export(int argc, char **argv) {
   print_file(out, "model.onnx");
   if (!o.config_only) print_file(out, "model.onnx.data");
   print_file(out, "genai_config.json");
+  print_file(out, INFERENCE_METADATA_FILE);
   for (int i = 0; EXPORT_TOKENIZER_FILES[i]; i++) print_file(out, EXPORT_TOKENIZER_FILES[i]);
   if (o.layout == EXPORT_LAYOUT_PAGED && o.target == EXPORT_TARGET_CUDA &&
       o.io_dtype == PH_DTYPE_BF16)

@@ -19,6 +19,7 @@
 #include "base/fmap.h"
 #include "base/wfile.h"
 #include "io/genai_config.h"
+#include "io/inference_metadata.h"
 #include "io/onnx.h"
 #include "models/model.h"
 #include "models/placeholder.h"
@@ -97,7 +98,8 @@ static ph_status check_out_dir(const char *out_dir, const char *ckpt_dir, int fo
 /* Every file a package may hold must, if it exists, be a regular file or a symlink (base/
  * wfile.h's rule; checked before anything is written). */
 static ph_status check_package_files(const char *out_dir, diag *d) {
-  static const char *const model_files[] = {ONNX_MODEL_FILE, ONNX_DATA_FILE, GENAI_CONFIG_FILE};
+  static const char *const model_files[] = {ONNX_MODEL_FILE, ONNX_DATA_FILE, GENAI_CONFIG_FILE,
+                                            INFERENCE_METADATA_FILE};
   const size_t n_model = sizeof model_files / sizeof model_files[0];
   char path[4096];
   for (size_t i = 0; i < n_model || EXPORT_TOKENIZER_FILES[i - n_model]; i++) {
@@ -414,6 +416,7 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
                       : onnx_write_model_progress(g, out_dir, EXPORT_PRODUCER, &opt.progress, d);
   if (s != PH_OK) goto done;
   if ((s = genai_config_write(&gc, out_dir, d)) != PH_OK) goto done;
+  if ((s = inference_metadata_write(g, &gc, out_dir, d)) != PH_OK) goto done;
   if ((s = copy_tokenizer_files(model_dir(m), out_dir, d)) != PH_OK) goto done;
   if (opt.force) s = remove_stale_files(model_dir(m), out_dir, opt.config_only, d);
 done:

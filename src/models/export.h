@@ -6,6 +6,7 @@
  * engine.dynamic_batching, for GenAI's Engine on CUDA or our CPU runtime. The package directory
  * receives model.onnx + model.onnx.data   io/onnx.h (every weight external, 64-byte aligned)
  *   genai_config.json              io/genai_config.h (token ids from the checkpoint when known)
+ *   inference_metadata.json        io/inference_metadata.h (the same ABI for onnx-genai's reader)
  *   tokenizer files                copied byte for byte when the checkpoint has them
  * (docs/export.md). Weights are streamed from the checkpoint mapping, transposed and converted
  * on the way; memory stays bounded whatever the model size. The paged layout is issue 5.
