@@ -29,14 +29,15 @@ against their documented Python APIs (../shared/spec/abi.md §1.4, §8.6). docs/
     cuda-check.py selftest
         Checks the pure-Python parts here, no GPU needed (numpy parts when numpy is present).
 
-Default --tol 0.08 of scale, for an f16 package on both sides. tests/test_paged_batch.c bounds
-an f16 forward of the golden model (tests/data/golden/qwen35-tiny-f32) at 2 S / 8 = 0.0398 of
+Default --tol 0.16 of scale, for an f16 package on both sides. tests/test_paged_batch.c bounds
+an f16 forward of the golden model (tests/data/golden/qwen35-tiny-f32) at S / 2 = 0.0797 of
 scale from the f64 reference, where S = 0.159 is the golden bf16 forward's worst deviation (f16
-has 3 more significant bits than bf16: 2^-11 vs 2^-8 unit roundoff). Two f16 implementations,
-each within that of f64, differ by at most twice it (triangle inequality): 0.0795, so 0.08.
-Against reference.safetensors itself use --tol 0.04. A broken kernel, cast or binding moves
-logits by O(1) of scale. The bound is derived for the golden model and prompts only, and our
-own f16 package of it already sits at 0.0395 from the reference (docs/export.md).
+has 3 more significant bits than bf16: the first-order estimate is 2 S / 8, our f16 package
+measures 0.0395, and the bound doubles the estimate; the derivation is there). Two f16
+implementations, each within that of f64, differ by at most twice it (triangle inequality):
+0.159, so 0.16. Against reference.safetensors itself use --tol 0.08. A broken kernel, cast or
+binding moves logits by O(1) of scale. The bound is derived for the golden model and prompts
+only (docs/export.md).
 """
 import argparse
 import json
@@ -49,7 +50,7 @@ import sys
 import tempfile
 from array import array
 
-DEFAULT_TOL = 0.08
+DEFAULT_TOL = 0.16
 
 
 def need(module, pip_name):

@@ -375,13 +375,20 @@ static void test_packed_vs_dense_and_alone(void) {
  *    weights, the size of rounding y itself, which the forward already does at every linear
  *    layer (besides its norms, activations and residual adds). So the weights add at most
  *    another S, and the two add at worst: 2 S.
- *  - f16: 2 S / 8. The same rounding points with unit roundoff 2^-11 instead of 2^-8 (11
- *    significant bits, not 8); the first-order error scales with it. S is the worst of the
- *    three sequences, the model's sensitivity: per sequence the scaling is looser (f16 lands at
- *    0.30 of the 7-token sequence's own deviation, bf16 at 1.41 of the 1-token one's).
+ *  - f16: S / 2. The same rounding points with unit roundoff 2^-11 instead of 2^-8 (11
+ *    significant bits, not 8): to first order the error scales with it, 2 S / 8 = 0.25 S, and
+ *    that is what f16 measures (0.248 S): an estimate of the typical size, not a bound. The
+ *    worst of ~20k logits, each a sum of independent roundings, scatters around that size (an
+ *    unrelated change of summation order moves it either way), and f16's narrower exponent
+ *    range rounds its few subnormal values (0.03% of the golden weights) in absolute steps.
+ *    Twice the estimate, S / 2, leaves room for both and stays at half the bf16 forward's own
+ *    deviation, the product's bar for a reduced-precision mode. S is the worst of the three
+ *    sequences, the model's sensitivity (per sequence the scaling is looser).
  * These bound the distance to the f64 reference (test_io_dtype_golden: the golden sequences,
- * measured bf16 0.169, f16 0.019 of scale). Against the f32 graph on the traffic plan, add the f32
- * graph's own distance to f64, GOLDEN_F32_TOL (io_dtype_case; measured bf16 0.145, f16 0.026).
+ * measured bf16 0.154, f16 0.0395 of scale; until issue 12 the CPU prepare pass dropped the
+ * rounding of f32 weights cast to the io dtype, which measured f16 at 0.019). Against the f32
+ * graph on the traffic plan, add the f32 graph's own distance to f64, GOLDEN_F32_TOL
+ * (io_dtype_case; measured bf16 0.147, f16 0.036).
  * A broken rounding or cast moves logits by O(1) of scale. */
 
 /* S: the worst |bf16 forward - reference| / scale over the golden f32 sequences; 0 (and a
@@ -422,7 +429,7 @@ static double golden_bf16_sensitivity(void) {
 }
 
 static double bound_for(ph_dtype io, double S) {
-  return io == PH_DTYPE_BF16 ? 2.0 * S : 2.0 * S / 8.0;
+  return io == PH_DTYPE_BF16 ? 2.0 * S : S / 2.0;
 }
 
 static void io_dtype_case(ph_dtype io) {

@@ -120,6 +120,75 @@ static void test_prepare_matches(void) {
   }
 }
 
+/* A weight that the graph narrows (Cast f32 -> f16 or bf16 in front of the MatMul, as a half
+ * precision graph over an f32 checkpoint has it) must reach the prepared MatMulWT rounded, as the
+ * canonical graph means: prepared and unprepared logits are bit-identical. The weights here are
+ * not representable in f16 or bf16 (k/3 + 1/7), so dropping the rounding changes the result.
+ * Both kinds of weight: a lazy transposed checkpoint view and a plain initializer. */
+static graph *narrowing_graph(ph_dtype half, int lazy, const float *w_rows, diag *d) {
+  graph *g = NULL;
+  if (graph_create(&g, d) != PH_OK) return NULL;
+  int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){5, 8}, NULL);
+  static float w_kn[8 * 6];
+  for (int k = 0; k < 8; k++)
+    for (int n = 0; n < 6; n++) w_kn[k * 6 + n] = w_rows[n * 8 + k];
+  int w = lazy ? graph_add_initializer_transposed(g, "W", PH_DTYPE_F32, 6, 8, w_rows)
+               : graph_add_initializer_view(g, "W", PH_DTYPE_F32, shape_2d(8, 6), w_kn);
+  gattr to_half = attr_int("to", dtype_to_onnx(half)), to_f32 = attr_int("to", 1);
+  int wh = -1, ah = -1, y = -1, z = -1;
+  graph_add_node(g, "Cast", "", "cast_w", 1, &w, 1, (const char *[]){"W_half"}, &wh, 1, &to_half);
+  graph_add_node(g, "Cast", "", "cast_a", 1, &a, 1, (const char *[]){"a_half"}, &ah, 1, &to_half);
+  graph_add_node(g, "MatMul", "", "mm", 2, (int[]){ah, wh}, 1, (const char *[]){"y"}, &y, 0, NULL);
+  graph_add_node(g, "Cast", "", "cast_y", 1, &y, 1, (const char *[]){"z"}, &z, 1, &to_f32);
+  graph_mark_output(g, z, NULL);
+  if (graph_finalize(g, d) != PH_OK) {
+    graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+static int run_narrowing(graph *g, float *out) {
+  diag d;
+  executor *e = NULL;
+  CHECK_STATUS(exec_create(g, 1, &e, &d), PH_OK, d.msg);
+  if (!e) return 0;
+  float a[5 * 8];
+  for (int i = 0; i < 40; i++) a[i] = (float)(i % 5) - 2.0f;
+  tensor ta = tens(PH_DTYPE_F32, 2, (int64_t[]){5, 8}, a);
+  CHECK_STATUS(exec_bind_input(e, 0, &ta, &d), PH_OK, d.msg);
+  ph_status st = exec_run(e, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st == PH_OK) memcpy(out, exec_output(e, 0)->data, 30 * sizeof(float));
+  exec_free(e);
+  return st == PH_OK;
+}
+
+static void test_prepare_keeps_narrowing_casts(void) {
+  static float w_rows[6 * 8];
+  for (int i = 0; i < 48; i++) w_rows[i] = (float)(i % 9) / 3.0f + 1.0f / 7.0f;
+  for (int half = 0; half < 2; half++)
+    for (int lazy = 0; lazy < 2; lazy++) {
+      const ph_dtype dt = half ? PH_DTYPE_BF16 : PH_DTYPE_F16;
+      diag d;
+      float plain[30], prepared[30];
+      graph *g = narrowing_graph(dt, lazy, w_rows, &d);
+      CHECK(g != NULL);
+      if (!g) continue;
+      CHECK(run_narrowing(g, plain));
+      CHECK_STATUS(graph_prepare_cpu(g, &d), PH_OK, d.msg);
+      int n_wt = 0;
+      for (int i = 0; i < g->n_nodes; i++)
+        n_wt += strcmp(g->nodes[i].op_type, "MatMulWT") == 0 && !g->nodes[i].dead;
+      CHECK_EQ_INT(n_wt, 1);
+      CHECK(run_narrowing(g, prepared));
+      if (!CHECK(memcmp(plain, prepared, sizeof plain) == 0))
+        printf("  %s %s weight: prepared %.9g, canonical %.9g\n", ph_dtype_name(dt),
+               lazy ? "lazy" : "plain", (double)prepared[0], (double)plain[0]);
+      graph_free(g);
+    }
+}
+
 static void test_contract_errors(void) {
   diag d;
   graph *g = NULL;
@@ -254,6 +323,7 @@ static void test_no_allocation_once_sized(void) {
 int main(void) {
   RUN(test_build_and_run);
   RUN(test_prepare_matches);
+  RUN(test_prepare_keeps_narrowing_casts);
   RUN(test_contract_errors);
   RUN(test_in_place_state);
   RUN(test_no_allocation_once_sized);

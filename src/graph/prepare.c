@@ -8,48 +8,64 @@
 #include "tensor/dtype.h"
 
 /* The constant weight feeding input 1 of a MatMul: the initializer itself or the input of a Cast
- * that only converts a float initializer. -1 if B is not such a constant. */
-static int weight_source(const graph *g, int b) {
+ * that only converts a float initializer. -1 if B is not such a constant. *dt receives the dtype
+ * whose values the MatMul must see: the initializer's own when there is no Cast or the Cast widens
+ * to f32 (exact: every f16 and bf16 is an f32), the Cast's target when it narrows (f32 -> f16 /
+ * bf16, f16 <-> bf16 round, and the prepared graph must compute with the rounded weights the
+ * canonical graph means). */
+static int weight_source(const graph *g, int b, ph_dtype *dt) {
   const gvalue *v = &g->values[b];
+  *dt = v->type.dtype;
   if (v->kind == VALUE_INITIALIZER) return b;
   if (v->producer < 0) return -1;
   const gnode *p = &g->nodes[v->producer];
   if (strcmp(p->op_type, "Cast") != 0 || p->domain[0] || p->n_inputs != 1) return -1;
   int src = p->inputs[0];
   if (src < 0 || g->values[src].kind != VALUE_INITIALIZER) return -1;
-  ph_dtype dt = g->values[src].type.dtype;
-  if (dt != PH_DTYPE_F32 && dt != PH_DTYPE_F16 && dt != PH_DTYPE_BF16) return -1;
+  ph_dtype from = g->values[src].type.dtype;
+  if (from != PH_DTYPE_F32 && from != PH_DTYPE_F16 && from != PH_DTYPE_BF16) return -1;
+  if (*dt == PH_DTYPE_F32) *dt = from;
   return src;
 }
 
-/* An initializer [N, K] holding the rows of W (K, N): the lazy source view when there is one,
- * else a transposed copy. */
-static int rows_initializer(graph *g, int w, diag *d) {
+/* An initializer [N, K] of dtype dt holding the rows of W (K, N): the lazy source view when there
+ * is one (converted lazily to dt when it differs, materialized once), else a transposed copy
+ * converted to dt. */
+static int rows_initializer(graph *g, int w, ph_dtype dt, diag *d) {
   const gvalue *v = &g->values[w];
   char name[512];
-  snprintf(name, sizeof name, "%s.rows", v->name);
+  snprintf(name, sizeof name, "%s.rows%s%s", v->name, dt == v->type.dtype ? "" : ".",
+           dt == v->type.dtype ? "" : ph_dtype_name(dt));
   int existing = graph_find_value(g, name);
   if (existing >= 0) return existing; /* a tied weight used twice */
   int64_t K = v->type.dims[0], N = v->type.dims[1];
-  ph_dtype dt = v->type.dtype;
   /* MatMulWT reads any float dtype: use the checkpoint's rows as they are stored; when the graph
-   * converts the weight, the rows are converted too (lazily, materialized once) so the prepared
-   * graph computes exactly what the canonical one means */
-  if (v->lazy && v->src_transposed) {
+   * converts the weight, the rows are converted too so the prepared graph computes exactly what
+   * the canonical one means */
+  if (v->lazy && v->src_transposed && v->src_dtype == v->type.dtype) {
     if (v->src_dtype == dt) return graph_add_initializer_view(g, name, dt, shape_2d(N, K), v->src);
     return graph_add_initializer_lazy(g, name, dt, shape_2d(N, K), v->src, v->src_dtype, 0);
   }
+  if (v->lazy && v->src_transposed && dt == v->type.dtype)
+    return graph_add_initializer_lazy(g, name, dt, shape_2d(N, K), v->src, v->src_dtype, 0);
   const void *data = graph_initializer_data(g, w, d);
   if (!data) return -1;
   void *dst = NULL;
   int id = graph_add_initializer_alloc(g, name, dt, shape_2d(N, K), &dst);
   if (id < 0) return -1;
-  size_t es = dtype_size(dt);
+  const ph_dtype from = v->type.dtype;
+  const size_t es = dtype_size(from), ed = dtype_size(dt);
   const char *src = data;
   for (int64_t k = 0; k < K; k++)
-    for (int64_t n = 0; n < N; n++)
-      memcpy((char *)dst + ((size_t)n * (size_t)K + (size_t)k) * es,
-             src + ((size_t)k * (size_t)N + (size_t)n) * es, es);
+    for (int64_t n = 0; n < N; n++) {
+      char *to = (char *)dst + ((size_t)n * (size_t)K + (size_t)k) * ed;
+      const char *at = src + ((size_t)k * (size_t)N + (size_t)n) * es;
+      if (from == dt) {
+        memcpy(to, at, es);
+      } else if (dtype_convert(to, dt, at, from, 1, d) != PH_OK) {
+        return -1;
+      }
+    }
   return id;
 }
 
@@ -82,11 +98,12 @@ ph_status graph_prepare_cpu(graph *g, diag *d) {
   for (int i = 0; i < g->n_nodes; i++) {
     gnode *n = &g->nodes[i];
     if (n->dead || strcmp(n->op_type, "MatMul") != 0 || n->domain[0] || n->n_inputs != 2) continue;
-    int w = weight_source(g, n->inputs[1]);
+    ph_dtype dt = PH_DTYPE_INVALID;
+    int w = weight_source(g, n->inputs[1], &dt);
     if (w < 0 || g->values[w].type.rank != 2) continue;
     const gvalue *a = &g->values[n->inputs[0]];
     if (a->type.rank < 1) continue;
-    int rows = rows_initializer(g, w, d);
+    int rows = rows_initializer(g, w, dt, d);
     if (rows < 0)
       return graph_status(g) != PH_OK ? diag_set(d, graph_status(g), "%s", g->err.msg)
                                       : (d ? d->status : PH_ERR_INTERNAL);
