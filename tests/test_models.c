@@ -1,6 +1,7 @@
 /* Builder coverage beyond the golden sets: a Qwen3-Next checkpoint (fused in_proj_qkvz /
  * in_proj_ba grouped per key head, plain RoPE) made from a Qwen3.5 one's weights gives the same
- * logits; MoE configs are a typed "not built yet"; prepared graphs keep no weight copies. */
+ * logits; its plain RoPE gives the same bits fused and as plain ops in the packed f16 graph; MoE
+ * configs are a typed "not built yet"; prepared graphs keep no weight copies. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 #include "check.h"
 #include "models/dense_session.h"
 #include "models/model.h"
+#include "models/paged_session.h"
+#include "models/qwen35.h"
 #include "models/tiny.h"
 
 static char g_tmp[512];
@@ -155,6 +158,68 @@ static void test_qwen3_next_equals_qwen35(void) {
   free(lb);
 }
 
+/* Logits [n, V] of the packed paged graph (f16 io, RoPE form rot) for n tokens in one step. */
+static float *run_paged(const char *dir, const int64_t *tokens, int64_t n, qwen35_rotary rot) {
+  ph_model *m = NULL;
+  CHECK_STATUS(ph_model_open(dir, NULL, &m), PH_OK, ph_model_error(m));
+  qwen35_options qo = qwen35_options_default();
+  qo.paged = 1;
+  qo.max_context = 256;
+  qo.io_dtype = PH_DTYPE_F16;
+  qo.rotary = rot;
+  paged_session_params pp = paged_session_params_default();
+  pp.n_blocks = 8;
+  pp.n_threads = 2;
+  paged_session *s = NULL;
+  diag d;
+  if (m) CHECK_STATUS(paged_session_create_model(m, &qo, &pp, &s, &d), PH_OK, d.msg);
+  float *out = NULL;
+  int32_t slot = -1;
+  block_table bt;
+  block_table_init(&bt);
+  if (s && state_pool_alloc(paged_session_states(s), &slot, &d) == PH_OK &&
+      block_table_reserve(&bt, paged_session_blocks(s), n, paged_session_block_size(s), &d) ==
+          PH_OK) {
+    paged_seq one = {slot, &bt, 0, tokens, n};
+    const ph_status st = paged_session_run(s, &one, 1, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    const int64_t V = paged_session_vocab(s);
+    out = st == PH_OK ? calloc((size_t)(n * V), sizeof *out) : NULL;
+    for (int64_t j = 0; out && j < n; j++)
+      memcpy(out + j * V, paged_session_token_logits(s, 0, j), (size_t)V * sizeof *out);
+    block_table_release(&bt, paged_session_blocks(s), &d);
+  }
+  paged_session_free(s);
+  ph_model_free(m);
+  return out;
+}
+
+/* Plain RoPE (Qwen3-Next: no MRoPE sections) in the packed f16 graph: the fused RotaryEmbedding
+ * (GenAI's wrapping: f32, one packed batch) and the plain-op form give the same bits, and so
+ * does Qwen3.5's MRotaryEmbedding on the same weights (text positions: every plane the same). */
+static void test_plain_rope_forms(void) {
+  char a[1024], b[1024];
+  snprintf(a, sizeof a, "%s/qwen35", g_tmp); /* written by test_qwen3_next_equals_qwen35 */
+  snprintf(b, sizeof b, "%s/qwen3next", g_tmp);
+  int64_t tokens[20];
+  for (int i = 0; i < 20; i++) tokens[i] = (i * 37 + 5) % 256;
+  float *fused = run_paged(b, tokens, 20, QWEN35_ROTARY_FUSED);
+  float *ops = run_paged(b, tokens, 20, QWEN35_ROTARY_OPS);
+  float *mrope = run_paged(a, tokens, 20, QWEN35_ROTARY_FUSED);
+  const size_t bytes = (size_t)(20 * 256) * sizeof(float); /* tiny vocab 256 */
+  CHECK(fused && ops && mrope);
+  if (fused && ops && mrope) {
+    CHECK(memcmp(fused, ops, bytes) == 0);
+    CHECK(memcmp(fused, mrope, bytes) == 0);
+    int finite = 1;
+    for (size_t i = 0; i < bytes / sizeof(float); i++) finite &= isfinite(fused[i]) != 0;
+    CHECK(finite);
+  }
+  free(fused);
+  free(ops);
+  free(mrope);
+}
+
 static void test_moe_is_typed_unsupported(void) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/moe", g_tmp);
@@ -176,6 +241,7 @@ int main(void) {
   diag d;
   if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
   RUN(test_qwen3_next_equals_qwen35);
+  RUN(test_plain_rope_forms);
   RUN(test_moe_is_typed_unsupported);
   return check_finish();
 }
