@@ -302,6 +302,51 @@ static void check_attrs(const pkg *p, const Onnx__NodeProto *n, const op_table *
   }
 }
 
+/* §8.3 full attention, steps 1 and 6 around the node: q_proj viewed [N, H, 2D] and split [D, D]
+ * with the query first (its output 0 reaches the rotary, output 1 the gate), the gate's Sigmoid
+ * multiplying PagedAttention's output, and that product feeding o_proj. */
+static const Onnx__NodeProto *node_named(const pkg *p, const char *fmt, int layer) {
+  char name[160];
+  snprintf(name, sizeof name, fmt, layer);
+  for (size_t i = 0; i < p->g->n_node; i++)
+    if (strcmp(p->g->node[i]->name, name) == 0) return p->g->node[i];
+  return NULL;
+}
+
+static int consumes(const pkg *p, const Onnx__NodeProto *n, const char *value) {
+  (void)p;
+  for (size_t k = 0; n && k < n->n_input; k++)
+    if (strcmp(n->input[k], value) == 0) return 1;
+  return 0;
+}
+
+static void check_gated_attention(const pkg *p, const Onnx__NodeProto *pa, int layer) {
+  const int64_t D = p->c->head_dim, H = p->c->n_heads;
+  const Onnx__NodeProto *split = node_named(p, "/model/layers.%d/attn/q_gate/Split", layer);
+  const Onnx__NodeProto *view = node_named(p, "/model/layers.%d/attn/q_proj/Reshape", layer);
+  const Onnx__NodeProto *sig = node_named(p, "/model/layers.%d/attn/gate/Sigmoid", layer);
+  const Onnx__NodeProto *mul = node_named(p, "/model/layers.%d/attn/gate/Mul", layer);
+  const Onnx__NodeProto *o = node_named(p, "/model/layers.%d/attn/o_proj/MatMul", layer);
+  if (!CHECK(split && view && sig && mul && o && split->n_output == 2 && view->n_input == 2)) {
+    printf("  %s: layer %d lacks the gated attention of abi.md §8.3\n", p->what, layer);
+    return;
+  }
+  const Onnx__TensorProto *shp = find_init(p->g, view->input[1]);
+  const Onnx__TensorProto *sizes = split->n_input == 2 ? find_init(p->g, split->input[1]) : NULL;
+  int64_t sh[3] = {0}, sz[2] = {0};
+  if (CHECK(shp && shp->raw_data.len == sizeof sh && sizes && sizes->raw_data.len == sizeof sz)) {
+    memcpy(sh, shp->raw_data.data, sizeof sh);
+    memcpy(sz, sizes->raw_data.data, sizeof sz);
+    CHECK(sh[0] == 0 && sh[1] == H && sh[2] == 2 * D && sz[0] == D && sz[1] == D);
+  }
+  CHECK(consumes(p, split, view->output[0]));
+  /* the gate half (output 1) reaches the Sigmoid through a Reshape; the query half does not */
+  const Onnx__NodeProto *gview = producer(p->g, sig->input[0]);
+  CHECK(gview && consumes(p, gview, split->output[1]) && !consumes(p, gview, split->output[0]));
+  CHECK(consumes(p, mul, pa->output[0]) && consumes(p, mul, sig->output[0]));
+  CHECK(consumes(p, o, mul->output[0]));
+}
+
 /* Every node of op t->op: domain, arity, slot by slot, attributes; returns the layer ids seen. */
 static int check_op(const pkg *p, const op_table *t, int *layers) {
   int n_seen = 0;
@@ -317,6 +362,7 @@ static int check_op(const pkg *p, const op_table *t, int *layers) {
     for (int k = 0; k < t->n_out; k++)
       check_slot(p, n, "output", k, n->output[k], &t->out[k], layer);
     check_attrs(p, n, t);
+    if (t == &PAGED_ATTENTION) check_gated_attention(p, n, layer);
   }
   return n_seen;
 }
@@ -442,6 +488,30 @@ static void check_state_groups(const pkg *p, const int *full, int n_full, const 
   CHECK_EQ_STR(gc->present_recurrent_names, "present.%d.recurrent_state");
   CHECK_EQ_STR(gc->past_key_names, "past_key_values.%d.key");
   CHECK_EQ_STR(gc->present_key_names, "present.%d.key");
+  /* §8.5 keys: the decoder's sizes, the input and output names, §8.4's dynamic batching */
+  const hf_config *c = p->c;
+  CHECK_EQ_STR(gc->model_type, "qwen3_5_text");
+  CHECK(gc->head_size == c->head_dim && gc->hidden_size == c->hidden_size &&
+        gc->num_attention_heads == c->n_heads && gc->num_key_value_heads == c->n_kv_heads &&
+        gc->num_hidden_layers == c->n_layers && gc->vocab_size == c->vocab_size);
+  static const char *const names[6] = {"input_ids",
+                                       "position_ids",
+                                       "block_table",
+                                       "cumulative_sequence_lengths",
+                                       "past_sequence_lengths",
+                                       "attention_metadata"};
+  const char *const got[6] = {gc->input_ids,
+                              gc->position_ids,
+                              gc->block_table,
+                              gc->cumulative_sequence_lengths,
+                              gc->past_sequence_lengths,
+                              gc->attention_metadata};
+  for (int k = 0; k < 6; k++) CHECK_EQ_STR(got[k], names[k]);
+  CHECK_EQ_STR(gc->attention_mask, "");
+  CHECK_EQ_STR(gc->logits, "logits");
+  CHECK(gc->dynamic_batching.present && gc->dynamic_batching.max_batch_size == 100 &&
+        gc->dynamic_batching.gpu_utilization_factor == 0.6 &&
+        gc->dynamic_batching.num_blocks == 0 && gc->dynamic_batching.max_scheduled_tokens == 2048);
   static const genai_state_kind kinds[3] = {GENAI_STATE_PAGED_KV, GENAI_STATE_FIXED_CONV,
                                             GENAI_STATE_FIXED_RECURRENT};
   const int *ids[3] = {full, conv, rec}, n[3] = {n_full, n_conv, n_rec};
