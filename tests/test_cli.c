@@ -378,6 +378,22 @@ static void test_export(void) {
            out);
   CHECK_EQ_INT(run(args), 2);
   CHECK_CONTAINS(g_stderr, "not both");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --rotary sideways", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--rotary must be ops or fused");
+  /* CUDA: f16 by default, silently; bf16 when asked, with the one line naming the kernels */
+  char pkg16[1100];
+  snprintf(pkg16, sizeof pkg16, "%s/pkg-cuda", g_tmp);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged --max-context 64 --force", ckpt,
+           pkg16);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK(g_stderr && !strstr(g_stderr, "bf16"));
+  snprintf(args, sizeof args,
+           "export '%s' -o '%s' --layout paged --max-context 64 --force --io-dtype bf16", ckpt,
+           pkg16);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr, "note: bf16 I/O loads on CUDA only if ONNX Runtime registers bfloat16 "
+                           "CUDA kernels for GatedDeltaNet and VarlenCausalConvWithState");
   snprintf(args, sizeof args, "export '%s' -o '%s' --dtype f16 --dtype f32", ckpt, out);
   CHECK_EQ_INT(run(args), 2);
   CHECK_CONTAINS(g_stderr, "given twice");
