@@ -5,6 +5,10 @@
  * checked against the graph and genai_config. It owns the file's bytes and the checks; it never
  * opens the graph file itself and never exits on a bad file.
  *
+ * Files: inference_metadata_abi.h/.c, the table both directions start from (every graph I/O
+ * classified by the genai_config name that gives it; internal); inference_metadata_write.c, the
+ * writer; inference_metadata_check.c, the checker, which the writer also runs on its own text.
+ *
  * What the document says (docs/export.md, "inference_metadata.json", has the decisions):
  * - one ONNX component "decoder" (artifact: genai_config's decoder.filename) whose ports are
  *   exactly the graph's inputs and outputs: dtype ("float32", "bfloat16", ...), rank, shape (a

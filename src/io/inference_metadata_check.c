@@ -1,17 +1,8 @@
-/* inference_metadata — inference_metadata.json written from and checked against a graph and its
- * genai_config. See inference_metadata.h for what the document says and docs/export.md for why.
- *
- * Both directions start from one table (md_abi): every graph input and output classified by the
- * genai_config name or template that gives it (token ids, positions, mask, logits, a paged
- * control input, or layer i's key, value, conv or recurrent state), with the batch layout its
- * dims call for, and the layer ids of each state discipline. Building the table is itself the
- * first check: a graph I/O genai_config does not name, or state groups that disagree with the
- * graph, stop both the writer and the checker. The writer turns the table into JSON; the checker
- * walks a parsed file and compares each value with the graph and genai_config directly, naming
- * the key path. The writer runs the checker on its own text before writing it.
- *
- * About 1,600 lines, past the usual size: the table, the writer and the checker of one format
- * stay in one file so that a key written is seen next to the check that reads it back.
+/* inference_metadata_check — inference_metadata.json read back against a graph and its
+ * genai_config: the parsed document walked key by key, each value compared with the graph and
+ * genai_config directly (the table, inference_metadata_abi.h, says which graph I/O is which),
+ * every error naming the key path with what was expected and what was found. Unknown keys are
+ * refused, as the format's readers do. See inference_metadata.h.
  */
 #include "io/inference_metadata.h"
 
@@ -22,115 +13,12 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "io/inference_metadata_abi.h"
 #include "io/json_util.h"
 
-#define MD_SCHEMA_VERSION     "v1"
-#define MD_CONTRACT_VERSION   "1"
-#define MD_COMPONENT          "decoder"
-#define MD_REQUEST            "request."       /* prefix of the workflow inputs */
-#define MD_STEP               MD_COMPONENT "." /* prefix of the invoke's results */
-#define MD_LOGITS_OUTPUT      "logits"
-#define MD_GROUP_CONV         "fixed_conv"
-#define MD_GROUP_RECURRENT    "fixed_recurrent"
-#define MD_GROUP_DENSE_KV     "dense_kv"
-/* The element layouts the groups declare (the format names layouts freely; these follow the
- * catalogue's bnsh / bch spelling, one letter per axis). */
-#define MD_LAYOUT_KV          "bnsh" /* dense [batch, Hkv, sequence, D] */
-#define MD_LAYOUT_CONV        "bch"  /* [batch, conv_dim, K-1] */
-#define MD_LAYOUT_REC_V_MAJOR "bhvk" /* packed paged [batch, Hv, Dv, Dk] */
-#define MD_LAYOUT_REC_K_MAJOR "bhkv" /* dense [batch, Hv, Dk, Dv] (LinearAttention's) */
-#define MD_NAME_BYTES         (GENAI_MAX_NAME + 32)
-#define MD_PATH_BYTES         256
+#define MD_PATH_BYTES 256
 
-/* The serving controls every catalogue decoder declares (not graph inputs). */
-static const struct {
-  const char *name, *app_name, *dtype;
-} SERVING_INPUTS[] = {
-    {"request.active", "active", "bool"},
-    {"request.done", "done", "bool"},
-    {"request.accepted_len", "accepted_len", "int64"},
-};
-#define N_SERVING_INPUTS 3
-
-/* ---- the table ------------------------------------------------------------------------------ */
-
-typedef enum md_kind {
-  MD_TOKENS,
-  MD_POSITIONS,
-  MD_MASK,
-  MD_LOGITS,
-  MD_BLOCK_TABLE,
-  MD_CU_SEQLENS,
-  MD_PAST_SEQLENS,
-  MD_ATTN_METADATA,
-  MD_KEY,
-  MD_VALUE,
-  MD_CONV,
-  MD_RECURRENT,
-} md_kind;
-
-typedef enum md_layout {
-  MD_SHARED,
-  MD_REQUEST_ALIGNED,
-  MD_TOKEN_PACKED,
-  MD_RUNTIME_STATE
-} md_layout;
-
-typedef struct md_io {
-  int value; /* graph value id */
-  int is_output;
-  md_kind kind;
-  int layer; /* MD_KEY..MD_RECURRENT: the layer id; else -1 */
-  md_layout layout;
-  int axis; /* MD_REQUEST_ALIGNED / MD_TOKEN_PACKED */
-} md_io;
-
-/* One state discipline: its layer ids, ascending. */
-typedef struct md_layers {
-  int n;
-  int32_t id[GENAI_MAX_LAYERS];
-} md_layers;
-
-typedef struct md_abi {
-  const graph *g;
-  const genai_config *gc;
-  int paged;
-  int n_io;
-  md_io *io;                         /* graph inputs in order, then outputs; malloc'ed */
-  md_layers kv, conv, rec;           /* KV (paged or dense), conv and recurrent state */
-  int serving;                       /* the document has serving (some state-service group) */
-  char batch_sym[32], token_sym[32]; /* "" when the dim is not symbolic */
-} md_abi;
-
-static void abi_free(md_abi *a) {
-  free(a->io);
-  a->io = NULL;
-}
-
-static const gvalue *io_value(const md_abi *a, const md_io *io) { return &a->g->values[io->value]; }
-
-static const char *dtype_json_name(ph_dtype t) {
-  switch (t) {
-  case PH_DTYPE_F32:
-    return "float32";
-  case PH_DTYPE_F16:
-    return "float16";
-  case PH_DTYPE_BF16:
-    return "bfloat16";
-  case PH_DTYPE_I64:
-    return "int64";
-  case PH_DTYPE_I32:
-    return "int32";
-  case PH_DTYPE_I8:
-    return "int8";
-  case PH_DTYPE_U8:
-    return "uint8";
-  case PH_DTYPE_F8E4M3:
-    return "float8_e4m3fn";
-  default:
-    return NULL;
-  }
-}
+/* ---- the table's names only reading needs ---------------------------------------------------- */
 
 /* The tensor dtypes the format can name (onnx-genai's validation.rs), spellings included. */
 static int dtype_known(const char *s) {
@@ -151,36 +39,6 @@ static const char *dtype_canonical(const char *s) {
                                   : s;
 }
 
-/* Dim k of value v as model.onnx names it: NULL when known (a number), else the graph's symbol
- * or the "<name>_dim<k>" the ONNX writer generates for an anonymous dim (io/onnx_write.c). */
-static const char *dim_symbol(const graph *g, const gvalue *v, int k, char *buf, size_t n) {
-  if (v->type.dims[k] >= 0) return NULL;
-  int s = v->sym[k];
-  if (s >= 0 && s < g->n_symbols && g->symbols[s][0]) return g->symbols[s];
-  snprintf(buf, n, "%s_dim%d", v->name, k);
-  return buf;
-}
-
-/* The layer a name gets from a genai_config template ("past_key_values.%d.key"), or -1. The
- * template's one %d (genai_config_read's rule) matches a canonical decimal, no sign, no leading
- * zero; the template is never used as a printf format. */
-static int template_layer(const char *tmpl, const char *name) {
-  const char *p = tmpl[0] ? strstr(tmpl, "%d") : NULL;
-  if (!p) return -1;
-  size_t pre = (size_t)(p - tmpl), suf = strlen(p + 2), n = strlen(name);
-  if (n < pre + suf + 1 || strncmp(name, tmpl, pre) != 0 || strcmp(name + n - suf, p + 2) != 0)
-    return -1;
-  const char *digits = name + pre;
-  size_t nd = n - pre - suf;
-  if (nd > 4 || (nd > 1 && digits[0] == '0')) return -1;
-  int id = 0;
-  for (size_t i = 0; i < nd; i++) {
-    if (digits[i] < '0' || digits[i] > '9') return -1;
-    id = id * 10 + (digits[i] - '0');
-  }
-  return id < GENAI_MAX_LAYERS ? id : -1;
-}
-
 /* tmpl with its %d replaced by layer ("" when tmpl has no %d). */
 static const char *template_name(const char *tmpl, int layer, char *buf, size_t n) {
   const char *p = strstr(tmpl, "%d");
@@ -192,599 +50,15 @@ static const char *template_name(const char *tmpl, int layer, char *buf, size_t 
   return buf;
 }
 
-static int named(const char *config_name, const char *name) {
-  return config_name[0] && strcmp(config_name, name) == 0;
-}
-
-static ph_status classify(const genai_config *gc, const char *name, int is_output, md_kind *kind,
-                          int *layer, diag *d) {
-  *layer = -1;
-  if (is_output) {
-    if (named(gc->logits, name)) return *kind = MD_LOGITS, PH_OK;
-  } else {
-    static const md_kind kinds[] = {MD_TOKENS,     MD_POSITIONS,    MD_MASK,         MD_BLOCK_TABLE,
-                                    MD_CU_SEQLENS, MD_PAST_SEQLENS, MD_ATTN_METADATA};
-    const char *names[] = {gc->input_ids,
-                           gc->position_ids,
-                           gc->attention_mask,
-                           gc->block_table,
-                           gc->cumulative_sequence_lengths,
-                           gc->past_sequence_lengths,
-                           gc->attention_metadata};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-      if (named(names[i], name)) return *kind = kinds[i], PH_OK;
-  }
-  const char *tmpl[4] = {is_output ? gc->present_key_names : gc->past_key_names,
-                         is_output ? gc->present_value_names : gc->past_value_names,
-                         is_output ? gc->present_conv_names : gc->past_conv_names,
-                         is_output ? gc->present_recurrent_names : gc->past_recurrent_names};
-  static const md_kind state_kinds[4] = {MD_KEY, MD_VALUE, MD_CONV, MD_RECURRENT};
-  for (int i = 0; i < 4; i++) {
-    int id = template_layer(tmpl[i], name);
-    if (id >= 0 && id < gc->num_hidden_layers) {
-      *kind = state_kinds[i];
-      *layer = id;
-      return PH_OK;
-    }
-  }
-  return diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
-                  "graph %s \"%s\" is not named by genai_config.json (no input, output or layer "
-                  "template gives it)",
-                  is_output ? "output" : "input", name);
-}
-
-static const md_io *find_io(const md_abi *a, md_kind kind, int layer, int is_output) {
-  for (int i = 0; i < a->n_io; i++)
-    if (a->io[i].kind == kind && a->io[i].layer == layer && a->io[i].is_output == is_output)
-      return &a->io[i];
-  return NULL;
-}
-
+/* The table's input (is_output 0) or output called name, NULL if none. */
 static const md_io *find_io_named(const md_abi *a, const char *name, int is_output) {
   for (int i = 0; i < a->n_io; i++)
-    if (a->io[i].is_output == is_output && strcmp(io_value(a, &a->io[i])->name, name) == 0)
+    if (a->io[i].is_output == is_output && strcmp(md_io_value(a, &a->io[i])->name, name) == 0)
       return &a->io[i];
   return NULL;
 }
 
-static void layers_add(md_layers *l, int id) {
-  for (int i = 0; i < l->n; i++)
-    if (l->id[i] == id) return;
-  int i = l->n++;
-  while (i > 0 && l->id[i - 1] > id) {
-    l->id[i] = l->id[i - 1];
-    i--;
-  }
-  l->id[i] = id;
-}
-
-static void layers_format(const md_layers *l, char *buf, size_t n) {
-  size_t at = 0;
-  buf[0] = '\0';
-  at += (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < l->n && at < n; i++)
-    at += (size_t)snprintf(buf + at, n - at, "%s%d", i ? ", " : "", (int)l->id[i]);
-  if (at < n) snprintf(buf + at, n - at, "]");
-}
-
-static int layers_equal(const md_layers *x, const md_layers *y) {
-  if (x->n != y->n) return 0;
-  for (int i = 0; i < x->n; i++)
-    if (x->id[i] != y->id[i]) return 0;
-  return 1;
-}
-
-static int layers_has(const md_layers *l, int id) {
-  for (int i = 0; i < l->n; i++)
-    if (l->id[i] == id) return 1;
-  return 0;
-}
-
-/* A discipline's layers in the graph agree with genai_config's state groups of that kind, and
- * every layer has its whole set of past and present tensors. */
-static ph_status check_discipline(const md_abi *a, const md_layers *graph_layers,
-                                  genai_state_kind kind, const md_kind *parts, int n_parts,
-                                  diag *d) {
-  char x[600], y[600];
-  if (a->gc->n_state_groups > 0) {
-    md_layers cfg = {0};
-    for (int i = 0; i < a->gc->n_state_groups; i++)
-      if (a->gc->state_groups[i].kind == kind)
-        for (int j = 0; j < a->gc->state_groups[i].n_layer_ids; j++)
-          layers_add(&cfg, a->gc->state_groups[i].layer_ids[j]);
-    if (!layers_equal(&cfg, graph_layers)) {
-      layers_format(&cfg, x, sizeof x);
-      layers_format(graph_layers, y, sizeof y);
-      return diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
-                      "genai_config.json state groups %s hold layers %s, the graph's %s tensors "
-                      "are for layers %s",
-                      genai_state_kind_name(kind), x, genai_state_kind_name(kind), y);
-    }
-  }
-  for (int i = 0; i < graph_layers->n; i++)
-    for (int p = 0; p < n_parts; p++)
-      for (int out = 0; out < 2; out++)
-        RETURN_ERROR_IF(
-            !find_io(a, parts[p], graph_layers->id[i], out), d, PH_ERR_CONFIG_INCONSISTENT,
-            "layer %d has some %s tensors but no %s %s (genai_config.json's "
-            "template names it; the graph does not have it)",
-            (int)graph_layers->id[i], genai_state_kind_name(kind), out ? "output" : "input",
-            parts[p] == MD_KEY     ? "key"
-            : parts[p] == MD_VALUE ? "value"
-            : parts[p] == MD_CONV  ? "conv state"
-                                   : "recurrent state");
-  return PH_OK;
-}
-
-static void dim0_symbol(const md_abi *a, const char *name, char *out, size_t n) {
-  out[0] = '\0';
-  int id = name[0] ? graph_find_value(a->g, name) : -1;
-  if (id < 0 || a->g->values[id].type.rank < 1) return;
-  const gvalue *v = &a->g->values[id];
-  int s = v->sym[0];
-  if (v->type.dims[0] < 0 && s >= 0 && s < a->g->n_symbols)
-    snprintf(out, n, "%s", a->g->symbols[s]);
-}
-
-/* The batch layout io's dims call for: KV pages are runtime state (no request axis: one pool for
- * every sequence); a dim named as the packed-token dim makes it token_packed, the batch dim
- * request_aligned; anything else (cumulative_sequence_lengths' batch+1, attention_metadata) is
- * shared. */
-static void io_layout(md_abi *a, md_io *io) {
-  const gvalue *v = io_value(a, io);
-  char buf[MD_NAME_BYTES];
-  io->layout = MD_SHARED;
-  io->axis = 0;
-  if (a->paged && (io->kind == MD_KEY || io->kind == MD_VALUE)) {
-    io->layout = MD_RUNTIME_STATE;
-    return;
-  }
-  for (md_layout want = MD_TOKEN_PACKED; want >= MD_REQUEST_ALIGNED; want--) {
-    const char *sym = want == MD_TOKEN_PACKED ? a->token_sym : a->batch_sym;
-    if (!sym[0]) continue;
-    for (int k = 0; k < v->type.rank; k++) {
-      const char *s = dim_symbol(a->g, v, k, buf, sizeof buf);
-      if (s && strcmp(s, sym) == 0) {
-        io->layout = want;
-        io->axis = k;
-        return;
-      }
-    }
-  }
-}
-
-static ph_status abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *d) {
-  memset(a, 0, sizeof *a);
-  a->g = g;
-  a->gc = gc;
-  a->paged = gc->paged;
-  RETURN_ERROR_IF(!gc->has_decoder || !gc->logits[0] || !gc->input_ids[0], d,
-                  PH_ERR_CONFIG_MISSING_FIELD,
-                  "genai_config.json has no model.decoder with input_ids and logits");
-  a->io = calloc((size_t)(g->n_inputs + g->n_outputs) + 1, sizeof *a->io);
-  RETURN_ERROR_IF(!a->io, d, PH_ERR_NO_MEMORY, "out of memory describing the graph");
-  ph_status s = PH_OK;
-  for (int i = 0; i < g->n_inputs + g->n_outputs && s == PH_OK; i++) {
-    md_io *io = &a->io[a->n_io++];
-    io->is_output = i >= g->n_inputs;
-    io->value = io->is_output ? g->outputs[i - g->n_inputs] : g->inputs[i];
-    const gvalue *v = &g->values[io->value];
-    if (v->type.rank < 0 || !dtype_json_name(v->type.dtype))
-      s = diag_set(d, PH_ERR_UNSUPPORTED, "graph %s \"%s\" has %s; its contract cannot be stated",
-                   io->is_output ? "output" : "input", v->name,
-                   v->type.rank < 0 ? "no rank" : "a dtype the metadata cannot name");
-    else
-      s = classify(gc, v->name, io->is_output, &io->kind, &io->layer, d);
-    if (s != PH_OK) break;
-    if (io->kind == MD_KEY) layers_add(&a->kv, io->layer);
-    if (io->kind == MD_CONV) layers_add(&a->conv, io->layer);
-    if (io->kind == MD_RECURRENT) layers_add(&a->rec, io->layer);
-  }
-  static const md_kind kv_parts[2] = {MD_KEY, MD_VALUE};
-  static const md_kind conv_part[1] = {MD_CONV}, rec_part[1] = {MD_RECURRENT};
-  if (s == PH_OK) s = check_discipline(a, &a->kv, GENAI_STATE_PAGED_KV, kv_parts, 2, d);
-  if (s == PH_OK) s = check_discipline(a, &a->conv, GENAI_STATE_FIXED_CONV, conv_part, 1, d);
-  if (s == PH_OK) s = check_discipline(a, &a->rec, GENAI_STATE_FIXED_RECURRENT, rec_part, 1, d);
-  /* a value layers_add missed: a value template matching where no key does */
-  for (int i = 0; s == PH_OK && i < a->n_io; i++)
-    if (a->io[i].kind == MD_VALUE && !layers_has(&a->kv, a->io[i].layer))
-      s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT, "graph has %s but no key for layer %d",
-                   io_value(a, &a->io[i])->name, a->io[i].layer);
-  if (s == PH_OK && !find_io(a, MD_LOGITS, -1, 1))
-    s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
-                 "genai_config.json names output \"%s\", which the graph does not have",
-                 gc->logits);
-  if (s == PH_OK && !find_io(a, MD_TOKENS, -1, 0))
-    s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
-                 "genai_config.json names input \"%s\", which the graph does not have",
-                 gc->input_ids);
-  if (s == PH_OK && a->paged) {
-    /* the pages' dim 1 is the page size genai_config promises GenAI's Engine */
-    for (int i = 0; s == PH_OK && i < a->n_io; i++) {
-      const gvalue *v = io_value(a, &a->io[i]);
-      if ((a->io[i].kind == MD_KEY || a->io[i].kind == MD_VALUE) &&
-          (v->type.rank != 4 || v->type.dims[1] != gc->dynamic_batching.block_size))
-        s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
-                     "graph input \"%s\" is not [num_blocks, %lld, Hkv, D] (genai_config.json "
-                     "engine.dynamic_batching.block_size %lld)",
-                     v->name, (long long)gc->dynamic_batching.block_size,
-                     (long long)gc->dynamic_batching.block_size);
-    }
-  }
-  if (s != PH_OK) {
-    abi_free(a);
-    return s;
-  }
-  dim0_symbol(a, a->paged ? gc->past_sequence_lengths : gc->input_ids, a->batch_sym,
-              sizeof a->batch_sym);
-  if (a->paged) dim0_symbol(a, gc->input_ids, a->token_sym, sizeof a->token_sym);
-  for (int i = 0; i < a->n_io; i++) io_layout(a, &a->io[i]);
-  a->serving = a->conv.n > 0 || a->rec.n > 0 || (!a->paged && a->kv.n > 0);
-  return PH_OK;
-}
-
-/* The names of the document, from the table. */
-static const char *group_layout(const md_abi *a, md_kind part) {
-  return part == MD_KEY    ? MD_LAYOUT_KV
-         : part == MD_CONV ? MD_LAYOUT_CONV
-         : a->paged        ? MD_LAYOUT_REC_V_MAJOR
-                           : MD_LAYOUT_REC_K_MAJOR;
-}
-
-static const char *state_cell_name(const md_io *io, char *buf, size_t n) {
-  const char *part = io->kind == MD_CONV        ? "conv_state"
-                     : io->kind == MD_RECURRENT ? "recurrent_state"
-                     : io->kind == MD_KEY       ? "key"
-                                                : "value";
-  snprintf(buf, n, "layer.%d.%s", io->layer, part);
-  return buf;
-}
-
-static const char *prefixed(const char *prefix, const char *name, char *buf, size_t n) {
-  snprintf(buf, n, "%s%s", prefix, name);
-  return buf;
-}
-
-/* ---- writing -------------------------------------------------------------------------------- */
-
-/* Adds value under key; on any failure (value NULL, no memory) clears *ok. Steals value. */
-static void put(json_t *obj, const char *key, json_t *value, int *ok) {
-  if (!obj || !value || json_object_set_new(obj, key, value) != 0) *ok = 0;
-}
-
-static json_t *layout_json(const md_abi *a, const md_io *io, int *ok) {
-  char buf[MD_NAME_BYTES];
-  json_t *o = json_object();
-  switch (io->layout) {
-  case MD_SHARED:
-    json_decref(o);
-    return NULL;
-  case MD_REQUEST_ALIGNED:
-    put(o, "kind", json_string("request_aligned"), ok);
-    put(o, "axis", json_integer(io->axis), ok);
-    break;
-  case MD_TOKEN_PACKED: {
-    const char *cu = prefixed(MD_REQUEST, a->gc->cumulative_sequence_lengths, buf, sizeof buf);
-    put(o, "kind", json_string("token_packed"), ok);
-    put(o, "offsets", json_string(cu), ok);
-    put(o, "owner", json_string(cu), ok);
-    put(o, "axis", json_integer(io->axis), ok);
-    break;
-  }
-  case MD_RUNTIME_STATE:
-    put(o, "kind", json_string("runtime_sequence_state"), ok);
-    break;
-  }
-  if (!o) *ok = 0;
-  return o;
-}
-
-static json_t *contract_json(const md_abi *a, const md_io *io, int *ok) {
-  const gvalue *v = io_value(a, io);
-  char buf[MD_NAME_BYTES];
-  json_t *c = json_object(), *dims_j = json_array();
-  put(c, "dtype", json_string(dtype_json_name(v->type.dtype)), ok);
-  put(c, "rank", json_integer(v->type.rank), ok);
-  for (int k = 0; dims_j && k < v->type.rank; k++) {
-    const char *sym = dim_symbol(a->g, v, k, buf, sizeof buf);
-    if (json_array_append_new(dims_j, sym ? json_string(sym) : json_integer(v->type.dims[k])) != 0)
-      *ok = 0;
-  }
-  put(c, "shape", dims_j, ok);
-  if (io->layout != MD_SHARED) put(c, "batch_layout", layout_json(a, io, ok), ok);
-  return c;
-}
-
-static json_t *model_json(const md_abi *a, int *ok) {
-  const genai_config *gc = a->gc;
-  json_t *m = json_object(), *att = json_object();
-  put(att, "type", json_string("grouped_query"), ok);
-  put(att, "num_kv_heads", json_integer(gc->num_key_value_heads), ok);
-  put(att, "num_attention_heads", json_integer(gc->num_attention_heads), ok);
-  put(att, "head_dim", json_integer(gc->head_size), ok);
-  put(m, "attention", att, ok);
-  put(m, "max_sequence_length", json_integer(gc->context_length), ok);
-  put(m, "vocab_size", json_integer(gc->vocab_size), ok);
-  return m;
-}
-
-static json_t *workflow_inputs_json(const md_abi *a, int *ok) {
-  char buf[MD_NAME_BYTES];
-  json_t *ins = json_object();
-  for (int i = 0; a->serving && i < N_SERVING_INPUTS; i++) {
-    json_t *in = json_object(), *c = json_object(), *dims_j = json_array(), *bl = json_object();
-    put(c, "dtype", json_string(SERVING_INPUTS[i].dtype), ok);
-    put(c, "rank", json_integer(1), ok);
-    if (json_array_append_new(dims_j, json_string(a->batch_sym)) != 0) *ok = 0;
-    put(c, "shape", dims_j, ok);
-    put(bl, "kind", json_string("request_aligned"), ok);
-    put(bl, "axis", json_integer(0), ok);
-    put(c, "batch_layout", bl, ok);
-    json_t *role = json_object(), *src = json_object();
-    put(role, "kind", json_string("opaque"), ok);
-    put(src, "kind", json_string("application"), ok);
-    put(src, "name", json_string(SERVING_INPUTS[i].app_name), ok);
-    put(in, "contract", c, ok);
-    put(in, "role", role, ok);
-    put(in, "source", src, ok);
-    put(in, "required", json_true(), ok);
-    put(ins, SERVING_INPUTS[i].name, in, ok);
-  }
-  for (int i = 0; i < a->n_io; i++) {
-    const md_io *io = &a->io[i];
-    if (io->is_output) continue;
-    const char *name = io_value(a, io)->name;
-    json_t *in = json_object(), *role = json_object(), *src = json_object();
-    put(in, "contract", contract_json(a, io, ok), ok);
-    if (io->kind == MD_TOKENS) {
-      put(role, "kind", json_string("runtime"), ok);
-      put(role, "version", json_string("1.0"), ok);
-      put(role, "role", json_string("prompt_tokens"), ok);
-      put(src, "kind", json_string("request"), ok);
-    } else {
-      put(role, "kind", json_string("opaque"), ok);
-      put(src, "kind", json_string("application"), ok);
-      put(src, "name", json_string(name), ok);
-    }
-    put(in, "role", role, ok);
-    put(in, "source", src, ok);
-    put(in, "required", json_true(), ok);
-    put(ins, prefixed(MD_REQUEST, name, buf, sizeof buf), in, ok);
-  }
-  return ins;
-}
-
-static json_t *outputs_json(const md_abi *a, int *ok) {
-  json_t *outs = json_object(), *o = json_object();
-  put(o, "contract", contract_json(a, find_io(a, MD_LOGITS, -1, 1), ok), ok);
-  put(o, "role", json_string("tensor"), ok);
-  put(o, "stage", json_string("pre_adapter"), ok);
-  put(outs, MD_LOGITS_OUTPUT, o, ok);
-  return outs;
-}
-
-/* PagedAttention's name for the slot a control input fills (abi.md §1.2). */
-static const char *paged_slot(md_kind k) {
-  switch (k) {
-  case MD_BLOCK_TABLE:
-    return "block_table";
-  case MD_CU_SEQLENS:
-    return "cumulative_sequence_length";
-  case MD_PAST_SEQLENS:
-    return "past_seqlens";
-  case MD_ATTN_METADATA:
-    return "attention_metadata";
-  default:
-    return NULL;
-  }
-}
-
-static const char *kv_binding_name(const md_io *io, char *buf, size_t n) {
-  snprintf(buf, n, "layer.%d.%s_cache%s", io->layer, io->kind == MD_KEY ? "key" : "value",
-           io->is_output ? "_out" : "");
-  return buf;
-}
-
-static json_t *paged_contract_json(const md_abi *a, int *ok) {
-  char buf[MD_NAME_BYTES];
-  json_t *c = json_object(), *b = json_object(), *p = json_object();
-  put(c, "id", json_string(INFERENCE_METADATA_PAGED_KV_CONTRACT), ok);
-  put(c, "version", json_string(MD_CONTRACT_VERSION), ok);
-  for (int i = 0; i < a->n_io; i++)
-    if (paged_slot(a->io[i].kind))
-      put(b, paged_slot(a->io[i].kind), json_string(io_value(a, &a->io[i])->name), ok);
-  for (int l = 0; l < a->kv.n; l++)
-    for (int out = 0; out < 2; out++)
-      for (md_kind k = MD_KEY; k <= MD_VALUE; k++) {
-        const md_io *io = find_io(a, k, a->kv.id[l], out);
-        put(b, kv_binding_name(io, buf, sizeof buf), json_string(io_value(a, io)->name), ok);
-      }
-  put(c, "bindings", b, ok);
-  put(p, "block_size", json_integer(a->gc->dynamic_batching.block_size), ok);
-  put(p, "aliasing", json_string("required"), ok);
-  put(c, "parameters", p, ok);
-  return c;
-}
-
-static json_t *component_json(const md_abi *a, int *ok) {
-  json_t *comp = json_object(), *impl = json_object(), *ports = json_object();
-  json_t *ins = json_object(), *outs = json_object(), *roles = json_object();
-  put(impl, "kind", json_string("onnx"), ok);
-  put(impl, "artifact", json_string(a->gc->filename), ok);
-  for (int i = 0; i < a->n_io; i++) {
-    const md_io *io = &a->io[i];
-    const char *name = io_value(a, io)->name;
-    put(io->is_output ? outs : ins, name, contract_json(a, io, ok), ok);
-    const char *role = io->kind == MD_TOKENS      ? "token_ids"
-                       : io->kind == MD_POSITIONS ? "position_ids"
-                       : io->kind == MD_MASK      ? "attention_mask"
-                       : io->kind == MD_LOGITS    ? "logits"
-                                                  : NULL;
-    if (role) put(roles, name, json_string(role), ok);
-  }
-  put(ports, "inputs", ins, ok);
-  put(ports, "outputs", outs, ok);
-  put(ports, "roles", roles, ok);
-  put(comp, "implementation", impl, ok);
-  put(comp, "ports", ports, ok);
-  if (a->paged && a->kv.n > 0) put(comp, "contract", paged_contract_json(a, ok), ok);
-  return comp;
-}
-
-static json_t *state_json(const md_abi *a, int *ok) {
-  char cell[MD_NAME_BYTES], buf[MD_NAME_BYTES];
-  json_t *st = json_object();
-  for (int i = 0; i < a->n_io; i++) {
-    const md_io *io = &a->io[i];
-    const int kv = io->kind == MD_KEY || io->kind == MD_VALUE;
-    if (io->is_output || (io->kind != MD_CONV && io->kind != MD_RECURRENT && !(kv && !a->paged)))
-      continue;
-    json_t *c = json_object(), *rec = json_object();
-    put(c, "contract", contract_json(a, io, ok), ok);
-    put(c, "scope", json_string("invocation"), ok);
-    put(c, "initializer", json_string(prefixed(MD_REQUEST, io_value(a, io)->name, buf, sizeof buf)),
-        ok);
-    put(rec, "kind", json_string("invariant"), ok);
-    put(c, "recurrence", rec, ok);
-    put(c, "management", json_string("runtime"), ok);
-    put(c, "release_boundary", json_string("row"), ok);
-    put(c, "service_group",
-        json_string(kv                    ? MD_GROUP_DENSE_KV
-                    : io->kind == MD_CONV ? MD_GROUP_CONV
-                                          : MD_GROUP_RECURRENT),
-        ok);
-    put(st, state_cell_name(io, cell, sizeof cell), c, ok);
-  }
-  return st;
-}
-
-static json_t *steps_json(const md_abi *a, int *ok) {
-  char buf[MD_NAME_BYTES];
-  json_t *steps = json_array(), *inv = json_object(), *emit = json_object();
-  json_t *ins = json_object(), *outs = json_object();
-  put(inv, "kind", json_string("invoke"), ok);
-  put(inv, "component", json_string(MD_COMPONENT), ok);
-  for (int i = 0; i < a->n_io; i++) {
-    const char *name = io_value(a, &a->io[i])->name;
-    put(a->io[i].is_output ? outs : ins, name,
-        json_string(prefixed(a->io[i].is_output ? MD_STEP : MD_REQUEST, name, buf, sizeof buf)),
-        ok);
-  }
-  put(inv, "inputs", ins, ok);
-  put(inv, "outputs", outs, ok);
-  put(emit, "kind", json_string("emit"), ok);
-  put(emit, "value", json_string(prefixed(MD_STEP, a->gc->logits, buf, sizeof buf)), ok);
-  put(emit, "output", json_string(MD_LOGITS_OUTPUT), ok);
-  put(emit, "mode", json_string("replace"), ok);
-  if (!steps || json_array_append_new(steps, inv) != 0 || json_array_append_new(steps, emit) != 0)
-    *ok = 0;
-  return steps;
-}
-
-/* One state-service group: kind, geometry and one alias per layer tensor of `kind`. */
-static json_t *group_json(const md_abi *a, md_kind kind, int *ok) {
-  char cell[MD_NAME_BYTES];
-  const int kv = kind == MD_KEY;
-  json_t *grp = json_object(), *upd = json_object(), *ports = json_object(), *dec = json_object();
-  put(grp, "kind", json_string(kv ? "full_attention" : "recurrent"), ok);
-  if (kv) put(grp, "sequence_axis", json_integer(2), ok);
-  put(grp, "layout", json_string(group_layout(a, kind)), ok);
-  put(grp, "aliasing", json_string(a->paged ? "permitted" : "forbidden"), ok);
-  put(upd, "kind", json_string(kv ? "append" : "replace"), ok);
-  put(grp, "update", upd, ok);
-  for (int i = 0; i < a->n_io; i++) {
-    const md_io *io = &a->io[i];
-    if (io->is_output || !(io->kind == kind || (kv && io->kind == MD_VALUE))) continue;
-    const md_io *out = find_io(a, io->kind, io->layer, 1);
-    json_t *al = json_object();
-    put(al, "input", json_string(io_value(a, io)->name), ok);
-    put(al, "output", json_string(io_value(a, out)->name), ok);
-    if (kv) put(al, "role", json_string(io->kind == MD_KEY ? "key" : "value"), ok);
-    put(al, "layer", json_integer(io->layer), ok);
-    put(dec, state_cell_name(io, cell, sizeof cell), al, ok);
-  }
-  put(ports, MD_COMPONENT, dec, ok);
-  put(grp, "ports", ports, ok);
-  return grp;
-}
-
-static json_t *serving_json(const md_abi *a, int *ok) {
-  json_t *sv = json_object(), *ss = json_object(), *groups = json_object();
-  put(sv, "active", json_string(SERVING_INPUTS[0].name), ok);
-  put(sv, "done", json_string(SERVING_INPUTS[1].name), ok);
-  put(sv, "accepted_len", json_string(SERVING_INPUTS[2].name), ok);
-  if (!a->paged && a->kv.n > 0) put(groups, MD_GROUP_DENSE_KV, group_json(a, MD_KEY, ok), ok);
-  if (a->conv.n > 0) put(groups, MD_GROUP_CONV, group_json(a, MD_CONV, ok), ok);
-  if (a->rec.n > 0) put(groups, MD_GROUP_RECURRENT, group_json(a, MD_RECURRENT, ok), ok);
-  put(ss, "groups", groups, ok);
-  put(sv, "state_service", ss, ok);
-  return sv;
-}
-
-/* The capabilities the workflow uses, as onnx-genai's validator derives them (sorted). */
-static json_t *capabilities_json(const md_abi *a, int *ok) {
-  json_t *caps = json_array();
-  if (!caps) *ok = 0;
-  if (a->serving && json_array_append_new(caps, json_string("serving_service_contract")) != 0)
-    *ok = 0;
-  if (json_array_append_new(caps, json_string("typed_emit")) != 0) *ok = 0;
-  if (json_array_append_new(caps, json_string("workflow_ssa")) != 0) *ok = 0;
-  return caps;
-}
-
-static json_t *document_json(const md_abi *a, int *ok) {
-  json_t *root = json_object(), *pipe = json_object(), *wf = json_object(), *man = json_object();
-  put(root, "schema_version", json_string(MD_SCHEMA_VERSION), ok);
-  put(root, "model", model_json(a, ok), ok);
-  put(man, "capabilities", capabilities_json(a, ok), ok);
-  put(wf, "manifest", man, ok);
-  put(wf, "inputs", workflow_inputs_json(a, ok), ok);
-  put(wf, "outputs", outputs_json(a, ok), ok);
-  json_t *comps = json_object();
-  put(comps, MD_COMPONENT, component_json(a, ok), ok);
-  put(wf, "components", comps, ok);
-  put(wf, "state", state_json(a, ok), ok);
-  put(wf, "steps", steps_json(a, ok), ok);
-  if (a->serving) put(wf, "serving", serving_json(a, ok), ok);
-  put(pipe, "workflow", wf, ok);
-  put(root, "pipeline", pipe, ok);
-  return root;
-}
-
-ph_status inference_metadata_write(const graph *g, const genai_config *gc, const char *dir,
-                                   diag *d) {
-  RETURN_ERROR_IF(!g || !gc || !dir, d, PH_ERR_INVALID_ARGUMENT,
-                  "inference_metadata_write: NULL argument");
-  char path[4096];
-  FORWARD_IF_ERROR(path_join(path, sizeof path, dir, INFERENCE_METADATA_FILE, d));
-  md_abi a;
-  FORWARD_IF_ERROR(abi_build(g, gc, &a, d));
-  int ok = 1;
-  json_t *root = document_json(&a, &ok);
-  abi_free(&a);
-  char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-  json_decref(root);
-  RETURN_ERROR_IF(!text, d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
-  size_t n = strlen(text);
-  ph_status s = inference_metadata_check_text(text, n, path, g, gc, d);
-  if (s != PH_OK) {
-    diag_prefix(d, "inference_metadata_write refuses its own document");
-    free(text);
-    return s == PH_ERR_NO_MEMORY ? s : PH_ERR_INTERNAL;
-  }
-  char *with_nl = realloc(text, n + 2);
-  if (!with_nl) {
-    free(text);
-    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
-  }
-  with_nl[n] = '\n';
-  with_nl[n + 1] = '\0';
-  s = file_write_all(path, with_nl, n + 1, d);
-  free(with_nl);
-  return s;
-}
-
-/* ---- checking ------------------------------------------------------------------------------- */
+/* ---- the document, key by key ---------------------------------------------------------------- */
 
 /* parent.key, or parent["key"] when the key holds a '.' (tensor names). */
 static const char *key_path(char *buf, size_t n, const char *parent, const char *key) {
@@ -895,7 +169,7 @@ static ph_status expect_layout(const json_t *c, const char *path, const md_abi *
   if (!bl && io->layout == MD_SHARED) return PH_OK;
   key_path(p, sizeof p, path, "batch_layout");
   RETURN_ERROR_IF(!bl, d, PH_ERR_CONFIG_MISSING_FIELD,
-                  "%s is missing (expected %s: the dims of %s)", p, want, io_value(a, io)->name);
+                  "%s is missing (expected %s: the dims of %s)", p, want, md_io_value(a, io)->name);
   RETURN_ERROR_IF(!json_is_object(bl), d, PH_ERR_CONFIG_INVALID, "%s is %s, expected an object", p,
                   json_kind(bl));
   FORWARD_IF_ERROR(member(bl, p, "kind", JSON_STRING, &kind, d));
@@ -906,7 +180,7 @@ static ph_status expect_layout(const json_t *c, const char *path, const md_abi *
                   found);
   RETURN_ERROR_IF(strcmp(found, want) != 0, d, PH_ERR_CONFIG_INCONSISTENT,
                   "%s.kind: expected \"%s\" (the dims of %s), found \"%s\"", p, want,
-                  io_value(a, io)->name, found);
+                  md_io_value(a, io)->name, found);
   static const char *const k_kind[] = {"kind", NULL}, *const k_axis[] = {"kind", "axis", NULL},
                            *const k_packed[] = {"kind", "offsets", "owner", "axis", NULL};
   switch (io->layout) {
@@ -918,7 +192,7 @@ static ph_status expect_layout(const json_t *c, const char *path, const md_abi *
     return expect_int(bl, p, "axis", io->axis, "(the batch dim)", d);
   case MD_TOKEN_PACKED: {
     FORWARD_IF_ERROR(only_keys(bl, p, k_packed, d));
-    const char *cu = prefixed(MD_REQUEST, a->gc->cumulative_sequence_lengths, buf, sizeof buf);
+    const char *cu = md_prefixed(MD_REQUEST, a->gc->cumulative_sequence_lengths, buf, sizeof buf);
     FORWARD_IF_ERROR(expect_str(bl, p, "offsets", cu, NULL, d));
     FORWARD_IF_ERROR(expect_str(bl, p, "owner", cu, NULL, d));
     return expect_int(bl, p, "axis", io->axis, "(the packed-token dim)", d);
@@ -931,7 +205,7 @@ static ph_status expect_layout(const json_t *c, const char *path, const md_abi *
 static ph_status expect_contract(const json_t *c, const char *path, const md_abi *a,
                                  const md_io *io, diag *d) {
   static const char *const keys[] = {"dtype", "rank", "shape", "batch_layout", "optional", NULL};
-  const gvalue *v = io_value(a, io);
+  const gvalue *v = md_io_value(a, io);
   const char *what = io->is_output ? "output" : "input";
   char p[MD_PATH_BYTES], buf[MD_NAME_BYTES];
   json_t *dt, *dims_j, *opt;
@@ -939,7 +213,7 @@ static ph_status expect_contract(const json_t *c, const char *path, const md_abi
                   path, json_kind(c));
   FORWARD_IF_ERROR(only_keys(c, path, keys, d));
   FORWARD_IF_ERROR(member(c, path, "dtype", JSON_STRING, &dt, d));
-  const char *want = dtype_json_name(v->type.dtype), *found = json_string_value(dt);
+  const char *want = md_dtype_json_name(v->type.dtype), *found = json_string_value(dt);
   RETURN_ERROR_IF(!dtype_known(found), d, PH_ERR_CONFIG_INVALID,
                   "%s.dtype \"%s\" is not a tensor dtype of the format", path, found);
   RETURN_ERROR_IF(strcmp(dtype_canonical(found), want) != 0, d, PH_ERR_CONFIG_INCONSISTENT,
@@ -953,7 +227,7 @@ static ph_status expect_contract(const json_t *c, const char *path, const md_abi
                   v->name, v->type.rank);
   for (int k = 0; k < v->type.rank; k++) {
     const json_t *dim = json_array_get(dims_j, (size_t)k);
-    const char *sym = dim_symbol(a->g, v, k, buf, sizeof buf);
+    const char *sym = md_dim_symbol(a->g, v, k, buf, sizeof buf);
     snprintf(p, sizeof p, "%s.shape[%d]", path, k);
     RETURN_ERROR_IF(!json_is_integer(dim) && !json_is_string(dim), d, PH_ERR_CONFIG_INVALID,
                     "%s is %s, expected a number or a symbol", p, json_kind(dim));
@@ -992,7 +266,7 @@ static ph_status expect_ports(const json_t *map, const char *path, const md_abi 
   }
   for (int i = 0; i < a->n_io; i++) {
     if (a->io[i].is_output != is_output) continue;
-    const char *name = io_value(a, &a->io[i])->name;
+    const char *name = md_io_value(a, &a->io[i])->name;
     json_t *c = json_object_get(map, name);
     key_path(p, sizeof p, path, name);
     RETURN_ERROR_IF(!c, d, PH_ERR_CONFIG_MISSING_FIELD, "%s is missing (a graph %s)", p,
@@ -1054,7 +328,7 @@ static ph_status check_paged_contract(const json_t *c, const char *path, const m
   FORWARD_IF_ERROR(expect_str(c, path, "id", INFERENCE_METADATA_PAGED_KV_CONTRACT, NULL, d));
   FORWARD_IF_ERROR(expect_str(c, path, "version", MD_CONTRACT_VERSION, NULL, d));
   FORWARD_IF_ERROR(member(c, path, "bindings", JSON_OBJECT, &b, d));
-  layers_format(&a->kv, ids, sizeof ids);
+  md_layers_format(&a->kv, ids, sizeof ids);
   snprintf(what, sizeof what,
            "a PagedAttention slot of the graph or of genai_config's paged_kv layers %s", ids);
   json_t *want = paged_bindings_want(a);
@@ -1174,7 +448,7 @@ static ph_status check_serving_input(const json_t *in, const char *path, const m
   FORWARD_IF_ERROR(member(in, path, "contract", JSON_OBJECT, &c, d));
   key_path(p, sizeof p, path, "contract");
   FORWARD_IF_ERROR(only_keys(c, p, ckeys, d));
-  FORWARD_IF_ERROR(expect_str(c, p, "dtype", SERVING_INPUTS[i].dtype, NULL, d));
+  FORWARD_IF_ERROR(expect_str(c, p, "dtype", md_serving_inputs[i].dtype, NULL, d));
   FORWARD_IF_ERROR(expect_int(c, p, "rank", 1, NULL, d));
   FORWARD_IF_ERROR(member(c, p, "shape", JSON_ARRAY, &dims_j, d));
   RETURN_ERROR_IF(json_array_size(dims_j) != 1 || !json_is_string(json_array_get(dims_j, 0)) ||
@@ -1187,7 +461,7 @@ static ph_status check_serving_input(const json_t *in, const char *path, const m
   FORWARD_IF_ERROR(expect_str(bl, bp, "kind", "request_aligned", NULL, d));
   FORWARD_IF_ERROR(expect_int(bl, bp, "axis", 0, NULL, d));
   FORWARD_IF_ERROR(expect_role(in, path, 0, d));
-  FORWARD_IF_ERROR(expect_source(in, path, "application", SERVING_INPUTS[i].app_name, d));
+  FORWARD_IF_ERROR(expect_source(in, path, "application", md_serving_inputs[i].app_name, d));
   return expect_required(in, path, d);
 }
 
@@ -1199,25 +473,25 @@ static ph_status check_inputs(const json_t *wf, const md_abi *a, diag *d) {
   FORWARD_IF_ERROR(member(wf, "pipeline.workflow", "inputs", JSON_OBJECT, &ins, d));
   json_object_foreach(ins, key, v) {
     int known = 0;
-    for (int i = 0; a->serving && i < N_SERVING_INPUTS; i++)
-      known |= strcmp(key, SERVING_INPUTS[i].name) == 0;
+    for (int i = 0; a->serving && i < MD_N_SERVING_INPUTS; i++)
+      known |= strcmp(key, md_serving_inputs[i].name) == 0;
     known |= strncmp(key, MD_REQUEST, strlen(MD_REQUEST)) == 0 &&
              find_io_named(a, key + strlen(MD_REQUEST), 0) != NULL;
     RETURN_ERROR_IF(!known, d, PH_ERR_CONFIG_INCONSISTENT,
                     "%s: neither \"" MD_REQUEST "\" + a graph input nor a serving control",
                     key_path(p, sizeof p, P, key));
   }
-  for (int i = 0; a->serving && i < N_SERVING_INPUTS; i++) {
-    json_t *in = json_object_get(ins, SERVING_INPUTS[i].name);
-    key_path(p, sizeof p, P, SERVING_INPUTS[i].name);
+  for (int i = 0; a->serving && i < MD_N_SERVING_INPUTS; i++) {
+    json_t *in = json_object_get(ins, md_serving_inputs[i].name);
+    key_path(p, sizeof p, P, md_serving_inputs[i].name);
     RETURN_ERROR_IF(!in, d, PH_ERR_CONFIG_MISSING_FIELD, "%s is missing (a serving control)", p);
     FORWARD_IF_ERROR(check_serving_input(in, p, a, i, d));
   }
   for (int i = 0; i < a->n_io; i++) {
     const md_io *io = &a->io[i];
     if (io->is_output) continue;
-    const char *name = io_value(a, io)->name;
-    json_t *in = json_object_get(ins, prefixed(MD_REQUEST, name, buf, sizeof buf));
+    const char *name = md_io_value(a, io)->name;
+    json_t *in = json_object_get(ins, md_prefixed(MD_REQUEST, name, buf, sizeof buf));
     key_path(p, sizeof p, P, buf);
     RETURN_ERROR_IF(!in, d, PH_ERR_CONFIG_MISSING_FIELD, "%s is missing (graph input %s)", p, name);
     RETURN_ERROR_IF(!json_is_object(in), d, PH_ERR_CONFIG_INVALID, "%s is %s, expected an object",
@@ -1251,7 +525,7 @@ static ph_status check_outputs(const json_t *wf, const md_abi *a, diag *d) {
   FORWARD_IF_ERROR(only_keys(o, O, keys, d));
   FORWARD_IF_ERROR(member(o, O, "contract", JSON_OBJECT, &c, d));
   FORWARD_IF_ERROR(expect_contract(c, "pipeline.workflow.outputs.logits.contract", a,
-                                   find_io(a, MD_LOGITS, -1, 1), d));
+                                   md_find_io(a, MD_LOGITS, -1, 1), d));
   FORWARD_IF_ERROR(expect_str(o, O, "role", "tensor", NULL, d));
   return expect_str(o, O, "stage", "pre_adapter", NULL, d);
 }
@@ -1277,9 +551,9 @@ static ph_status check_steps(const json_t *wf, const md_abi *a, diag *d) {
     json_t *want = json_object();
     for (int i = 0; want && i < a->n_io; i++) {
       if (a->io[i].is_output != out) continue;
-      const char *name = io_value(a, &a->io[i])->name;
-      json_object_set_new(want, name,
-                          json_string(prefixed(out ? MD_STEP : MD_REQUEST, name, buf, sizeof buf)));
+      const char *name = md_io_value(a, &a->io[i])->name;
+      json_object_set_new(
+          want, name, json_string(md_prefixed(out ? MD_STEP : MD_REQUEST, name, buf, sizeof buf)));
     }
     RETURN_ERROR_IF(!want, d, PH_ERR_NO_MEMORY, "out of memory checking %s", I);
     ph_status s = member(inv, I, out ? "outputs" : "inputs", JSON_OBJECT, &map, d);
@@ -1293,7 +567,7 @@ static ph_status check_steps(const json_t *wf, const md_abi *a, diag *d) {
   FORWARD_IF_ERROR(only_keys(emit, E, ekeys, d));
   FORWARD_IF_ERROR(expect_str(emit, E, "kind", "emit", NULL, d));
   FORWARD_IF_ERROR(
-      expect_str(emit, E, "value", prefixed(MD_STEP, a->gc->logits, buf, sizeof buf), NULL, d));
+      expect_str(emit, E, "value", md_prefixed(MD_STEP, a->gc->logits, buf, sizeof buf), NULL, d));
   FORWARD_IF_ERROR(expect_str(emit, E, "output", MD_LOGITS_OUTPUT, NULL, d));
   return expect_str(emit, E, "mode", "replace", NULL, d);
 }
@@ -1340,7 +614,7 @@ static int discipline_has_cell(const md_discipline *dc, const char *name) {
       md_io io = {0};
       io.kind = dc->parts[k];
       io.layer = dc->layers->id[l];
-      if (strcmp(state_cell_name(&io, buf, sizeof buf), name) == 0) return 1;
+      if (strcmp(md_state_cell_name(&io, buf, sizeof buf), name) == 0) return 1;
     }
   return 0;
 }
@@ -1351,7 +625,7 @@ static ph_status unknown_cell(const char *path, const char *key, const md_discip
   size_t at = 0;
   for (int i = 0; i < n && at < sizeof list; i++) {
     char ids[200];
-    layers_format(dcs[i].layers, ids, sizeof ids);
+    md_layers_format(dcs[i].layers, ids, sizeof ids);
     at += (size_t)snprintf(list + at, sizeof list - at, "%s%s %s", i ? ", " : "", dcs[i].what, ids);
   }
   return diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
@@ -1378,8 +652,8 @@ static ph_status check_state(const json_t *wf, const md_abi *a, diag *d) {
   for (int i = 0; i < n; i++)
     for (int l = 0; l < dcs[i].layers->n; l++)
       for (int k = 0; k < dcs[i].n_parts; k++) {
-        const md_io *io = find_io(a, dcs[i].parts[k], dcs[i].layers->id[l], 0);
-        json_t *c = json_object_get(st, state_cell_name(io, cell, sizeof cell)), *con, *rec;
+        const md_io *io = md_find_io(a, dcs[i].parts[k], dcs[i].layers->id[l], 0);
+        json_t *c = json_object_get(st, md_state_cell_name(io, cell, sizeof cell)), *con, *rec;
         key_path(p, sizeof p, P, cell);
         RETURN_ERROR_IF(!c, d, PH_ERR_CONFIG_MISSING_FIELD, "%s is missing (%s layer %d)", p,
                         dcs[i].what, io->layer);
@@ -1389,9 +663,9 @@ static ph_status check_state(const json_t *wf, const md_abi *a, diag *d) {
         FORWARD_IF_ERROR(member(c, p, "contract", JSON_OBJECT, &con, d));
         FORWARD_IF_ERROR(expect_contract(con, key_path(cp, sizeof cp, p, "contract"), a, io, d));
         FORWARD_IF_ERROR(expect_str(c, p, "scope", "invocation", NULL, d));
-        FORWARD_IF_ERROR(expect_str(c, p, "initializer",
-                                    prefixed(MD_REQUEST, io_value(a, io)->name, buf, sizeof buf),
-                                    NULL, d));
+        FORWARD_IF_ERROR(expect_str(
+            c, p, "initializer", md_prefixed(MD_REQUEST, md_io_value(a, io)->name, buf, sizeof buf),
+            NULL, d));
         FORWARD_IF_ERROR(member(c, p, "recurrence", JSON_OBJECT, &rec, d));
         FORWARD_IF_ERROR(only_keys(rec, key_path(cp, sizeof cp, p, "recurrence"), rkeys, d));
         FORWARD_IF_ERROR(expect_str(rec, cp, "kind", "invariant", "(fixed-size state)", d));
@@ -1420,7 +694,7 @@ static ph_status check_group(const json_t *grp, const char *path, const md_abi *
   else
     RETURN_ERROR_IF(json_object_get(grp, "sequence_axis"), d, PH_ERR_CONFIG_INCONSISTENT,
                     "%s.sequence_axis: fixed-size state has no sequence axis", path);
-  FORWARD_IF_ERROR(expect_str(grp, path, "layout", group_layout(a, dc->parts[0]),
+  FORWARD_IF_ERROR(expect_str(grp, path, "layout", md_group_layout(a, dc->parts[0]),
                               kv                        ? "([batch, Hkv, sequence, D])"
                               : dc->parts[0] == MD_CONV ? "([batch, conv_dim, K-1])"
                               : a->paged                ? "(V-major [batch, Hv, Dv, Dk])"
@@ -1450,7 +724,7 @@ static ph_status check_group(const json_t *grp, const char *path, const md_abi *
       md_io io = {0};
       io.kind = dc->parts[k];
       io.layer = layer;
-      json_t *al = json_object_get(dec, state_cell_name(&io, cell, sizeof cell));
+      json_t *al = json_object_get(dec, md_state_cell_name(&io, cell, sizeof cell));
       key_path(ap, sizeof ap, dp, cell);
       RETURN_ERROR_IF(!al, d, PH_ERR_CONFIG_MISSING_FIELD,
                       "%s is missing (genai_config gives layer %d %s state)", ap, layer, dc->what);
@@ -1487,9 +761,9 @@ static ph_status check_serving(const json_t *wf, const md_abi *a, diag *d) {
   }
   FORWARD_IF_ERROR(member(wf, "pipeline.workflow", "serving", JSON_OBJECT, &sv, d));
   FORWARD_IF_ERROR(only_keys(sv, P, keys, d));
-  FORWARD_IF_ERROR(expect_str(sv, P, "active", SERVING_INPUTS[0].name, NULL, d));
-  FORWARD_IF_ERROR(expect_str(sv, P, "done", SERVING_INPUTS[1].name, NULL, d));
-  FORWARD_IF_ERROR(expect_str(sv, P, "accepted_len", SERVING_INPUTS[2].name, NULL, d));
+  FORWARD_IF_ERROR(expect_str(sv, P, "active", md_serving_inputs[0].name, NULL, d));
+  FORWARD_IF_ERROR(expect_str(sv, P, "done", md_serving_inputs[1].name, NULL, d));
+  FORWARD_IF_ERROR(expect_str(sv, P, "accepted_len", md_serving_inputs[2].name, NULL, d));
   FORWARD_IF_ERROR(member(sv, P, "state_service", JSON_OBJECT, &ss, d));
   FORWARD_IF_ERROR(only_keys(ss, "pipeline.workflow.serving.state_service", skeys, d));
   FORWARD_IF_ERROR(
@@ -1574,10 +848,10 @@ ph_status inference_metadata_check_text(const char *json, size_t len, const char
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
   RETURN_ERROR_IF(!root, d, PH_ERR_JSON, "%s:%d:%d: %s", label, err.line, err.column, err.text);
   md_abi a;
-  ph_status s = abi_build(g, gc, &a, d);
+  ph_status s = md_abi_build(g, gc, &a, d);
   if (s == PH_OK) {
     s = check_document(root, &a, d);
-    abi_free(&a);
+    md_abi_free(&a);
   }
   json_decref(root);
   if (s != PH_OK) diag_prefix(d, "%s", label);

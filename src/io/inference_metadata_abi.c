@@ -1,0 +1,325 @@
+/* inference_metadata_abi — the table of inference_metadata.json (inference_metadata_abi.h): every
+ * graph input and output classified by the genai_config name or template that gives it, the
+ * layers of each state discipline checked against genai_config's state groups, and the names of
+ * the document derived from the table that the writer and the checker share.
+ */
+#include "io/inference_metadata_abi.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The element layouts the groups declare (the format names layouts freely; these follow the
+ * catalogue's bnsh / bch spelling, one letter per axis). */
+#define MD_LAYOUT_KV          "bnsh" /* dense [batch, Hkv, sequence, D] */
+#define MD_LAYOUT_CONV        "bch"  /* [batch, conv_dim, K-1] */
+#define MD_LAYOUT_REC_V_MAJOR "bhvk" /* packed paged [batch, Hv, Dv, Dk] */
+#define MD_LAYOUT_REC_K_MAJOR "bhkv" /* dense [batch, Hv, Dk, Dv] (LinearAttention's) */
+
+const md_serving_input md_serving_inputs[MD_N_SERVING_INPUTS] = {
+    {"request.active", "active", "bool"},
+    {"request.done", "done", "bool"},
+    {"request.accepted_len", "accepted_len", "int64"},
+};
+
+void md_abi_free(md_abi *a) {
+  free(a->io);
+  a->io = NULL;
+}
+
+const char *md_dtype_json_name(ph_dtype t) {
+  switch (t) {
+  case PH_DTYPE_F32:
+    return "float32";
+  case PH_DTYPE_F16:
+    return "float16";
+  case PH_DTYPE_BF16:
+    return "bfloat16";
+  case PH_DTYPE_I64:
+    return "int64";
+  case PH_DTYPE_I32:
+    return "int32";
+  case PH_DTYPE_I8:
+    return "int8";
+  case PH_DTYPE_U8:
+    return "uint8";
+  case PH_DTYPE_F8E4M3:
+    return "float8_e4m3fn";
+  default:
+    return NULL;
+  }
+}
+
+const char *md_dim_symbol(const graph *g, const gvalue *v, int k, char *buf, size_t n) {
+  if (v->type.dims[k] >= 0) return NULL;
+  int s = v->sym[k];
+  if (s >= 0 && s < g->n_symbols && g->symbols[s][0]) return g->symbols[s];
+  snprintf(buf, n, "%s_dim%d", v->name, k);
+  return buf;
+}
+
+/* The layer a name gets from a genai_config template ("past_key_values.%d.key"), or -1. The
+ * template's one %d (genai_config_read's rule) matches a canonical decimal, no sign, no leading
+ * zero; the template is never used as a printf format. */
+static int template_layer(const char *tmpl, const char *name) {
+  const char *p = tmpl[0] ? strstr(tmpl, "%d") : NULL;
+  if (!p) return -1;
+  size_t pre = (size_t)(p - tmpl), suf = strlen(p + 2), n = strlen(name);
+  if (n < pre + suf + 1 || strncmp(name, tmpl, pre) != 0 || strcmp(name + n - suf, p + 2) != 0)
+    return -1;
+  const char *digits = name + pre;
+  size_t nd = n - pre - suf;
+  if (nd > 4 || (nd > 1 && digits[0] == '0')) return -1;
+  int id = 0;
+  for (size_t i = 0; i < nd; i++) {
+    if (digits[i] < '0' || digits[i] > '9') return -1;
+    id = id * 10 + (digits[i] - '0');
+  }
+  return id < GENAI_MAX_LAYERS ? id : -1;
+}
+
+static int named(const char *config_name, const char *name) {
+  return config_name[0] && strcmp(config_name, name) == 0;
+}
+
+static ph_status classify(const genai_config *gc, const char *name, int is_output, md_kind *kind,
+                          int *layer, diag *d) {
+  *layer = -1;
+  if (is_output) {
+    if (named(gc->logits, name)) return *kind = MD_LOGITS, PH_OK;
+  } else {
+    static const md_kind kinds[] = {MD_TOKENS,     MD_POSITIONS,    MD_MASK,         MD_BLOCK_TABLE,
+                                    MD_CU_SEQLENS, MD_PAST_SEQLENS, MD_ATTN_METADATA};
+    const char *names[] = {gc->input_ids,
+                           gc->position_ids,
+                           gc->attention_mask,
+                           gc->block_table,
+                           gc->cumulative_sequence_lengths,
+                           gc->past_sequence_lengths,
+                           gc->attention_metadata};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+      if (named(names[i], name)) return *kind = kinds[i], PH_OK;
+  }
+  const char *tmpl[4] = {is_output ? gc->present_key_names : gc->past_key_names,
+                         is_output ? gc->present_value_names : gc->past_value_names,
+                         is_output ? gc->present_conv_names : gc->past_conv_names,
+                         is_output ? gc->present_recurrent_names : gc->past_recurrent_names};
+  static const md_kind state_kinds[4] = {MD_KEY, MD_VALUE, MD_CONV, MD_RECURRENT};
+  for (int i = 0; i < 4; i++) {
+    int id = template_layer(tmpl[i], name);
+    if (id >= 0 && id < gc->num_hidden_layers) {
+      *kind = state_kinds[i];
+      *layer = id;
+      return PH_OK;
+    }
+  }
+  return diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                  "graph %s \"%s\" is not named by genai_config.json (no input, output or layer "
+                  "template gives it)",
+                  is_output ? "output" : "input", name);
+}
+
+const md_io *md_find_io(const md_abi *a, md_kind kind, int layer, int is_output) {
+  for (int i = 0; i < a->n_io; i++)
+    if (a->io[i].kind == kind && a->io[i].layer == layer && a->io[i].is_output == is_output)
+      return &a->io[i];
+  return NULL;
+}
+
+static void layers_add(md_layers *l, int id) {
+  for (int i = 0; i < l->n; i++)
+    if (l->id[i] == id) return;
+  int i = l->n++;
+  while (i > 0 && l->id[i - 1] > id) {
+    l->id[i] = l->id[i - 1];
+    i--;
+  }
+  l->id[i] = id;
+}
+
+void md_layers_format(const md_layers *l, char *buf, size_t n) {
+  size_t at = 0;
+  buf[0] = '\0';
+  at += (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < l->n && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%d", i ? ", " : "", (int)l->id[i]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+static int layers_equal(const md_layers *x, const md_layers *y) {
+  if (x->n != y->n) return 0;
+  for (int i = 0; i < x->n; i++)
+    if (x->id[i] != y->id[i]) return 0;
+  return 1;
+}
+
+static int layers_has(const md_layers *l, int id) {
+  for (int i = 0; i < l->n; i++)
+    if (l->id[i] == id) return 1;
+  return 0;
+}
+
+/* A discipline's layers in the graph agree with genai_config's state groups of that kind, and
+ * every layer has its whole set of past and present tensors. */
+static ph_status check_discipline(const md_abi *a, const md_layers *graph_layers,
+                                  genai_state_kind kind, const md_kind *parts, int n_parts,
+                                  diag *d) {
+  char x[600], y[600];
+  if (a->gc->n_state_groups > 0) {
+    md_layers cfg = {0};
+    for (int i = 0; i < a->gc->n_state_groups; i++)
+      if (a->gc->state_groups[i].kind == kind)
+        for (int j = 0; j < a->gc->state_groups[i].n_layer_ids; j++)
+          layers_add(&cfg, a->gc->state_groups[i].layer_ids[j]);
+    if (!layers_equal(&cfg, graph_layers)) {
+      md_layers_format(&cfg, x, sizeof x);
+      md_layers_format(graph_layers, y, sizeof y);
+      return diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                      "genai_config.json state groups %s hold layers %s, the graph's %s tensors "
+                      "are for layers %s",
+                      genai_state_kind_name(kind), x, genai_state_kind_name(kind), y);
+    }
+  }
+  for (int i = 0; i < graph_layers->n; i++)
+    for (int p = 0; p < n_parts; p++)
+      for (int out = 0; out < 2; out++)
+        RETURN_ERROR_IF(
+            !md_find_io(a, parts[p], graph_layers->id[i], out), d, PH_ERR_CONFIG_INCONSISTENT,
+            "layer %d has some %s tensors but no %s %s (genai_config.json's "
+            "template names it; the graph does not have it)",
+            (int)graph_layers->id[i], genai_state_kind_name(kind), out ? "output" : "input",
+            parts[p] == MD_KEY     ? "key"
+            : parts[p] == MD_VALUE ? "value"
+            : parts[p] == MD_CONV  ? "conv state"
+                                   : "recurrent state");
+  return PH_OK;
+}
+
+static void dim0_symbol(const md_abi *a, const char *name, char *out, size_t n) {
+  out[0] = '\0';
+  int id = name[0] ? graph_find_value(a->g, name) : -1;
+  if (id < 0 || a->g->values[id].type.rank < 1) return;
+  const gvalue *v = &a->g->values[id];
+  int s = v->sym[0];
+  if (v->type.dims[0] < 0 && s >= 0 && s < a->g->n_symbols)
+    snprintf(out, n, "%s", a->g->symbols[s]);
+}
+
+/* The batch layout io's dims call for: KV pages are runtime state (no request axis: one pool for
+ * every sequence); a dim named as the packed-token dim makes it token_packed, the batch dim
+ * request_aligned; anything else (cumulative_sequence_lengths' batch+1, attention_metadata) is
+ * shared. */
+static void io_layout(md_abi *a, md_io *io) {
+  const gvalue *v = md_io_value(a, io);
+  char buf[MD_NAME_BYTES];
+  io->layout = MD_SHARED;
+  io->axis = 0;
+  if (a->paged && (io->kind == MD_KEY || io->kind == MD_VALUE)) {
+    io->layout = MD_RUNTIME_STATE;
+    return;
+  }
+  for (md_layout want = MD_TOKEN_PACKED; want >= MD_REQUEST_ALIGNED; want--) {
+    const char *sym = want == MD_TOKEN_PACKED ? a->token_sym : a->batch_sym;
+    if (!sym[0]) continue;
+    for (int k = 0; k < v->type.rank; k++) {
+      const char *s = md_dim_symbol(a->g, v, k, buf, sizeof buf);
+      if (s && strcmp(s, sym) == 0) {
+        io->layout = want;
+        io->axis = k;
+        return;
+      }
+    }
+  }
+}
+
+ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *d) {
+  memset(a, 0, sizeof *a);
+  a->g = g;
+  a->gc = gc;
+  a->paged = gc->paged;
+  RETURN_ERROR_IF(!gc->has_decoder || !gc->logits[0] || !gc->input_ids[0], d,
+                  PH_ERR_CONFIG_MISSING_FIELD,
+                  "genai_config.json has no model.decoder with input_ids and logits");
+  a->io = calloc((size_t)(g->n_inputs + g->n_outputs) + 1, sizeof *a->io);
+  RETURN_ERROR_IF(!a->io, d, PH_ERR_NO_MEMORY, "out of memory describing the graph");
+  ph_status s = PH_OK;
+  for (int i = 0; i < g->n_inputs + g->n_outputs && s == PH_OK; i++) {
+    md_io *io = &a->io[a->n_io++];
+    io->is_output = i >= g->n_inputs;
+    io->value = io->is_output ? g->outputs[i - g->n_inputs] : g->inputs[i];
+    const gvalue *v = &g->values[io->value];
+    if (v->type.rank < 0 || !md_dtype_json_name(v->type.dtype))
+      s = diag_set(d, PH_ERR_UNSUPPORTED, "graph %s \"%s\" has %s; its contract cannot be stated",
+                   io->is_output ? "output" : "input", v->name,
+                   v->type.rank < 0 ? "no rank" : "a dtype the metadata cannot name");
+    else
+      s = classify(gc, v->name, io->is_output, &io->kind, &io->layer, d);
+    if (s != PH_OK) break;
+    if (io->kind == MD_KEY) layers_add(&a->kv, io->layer);
+    if (io->kind == MD_CONV) layers_add(&a->conv, io->layer);
+    if (io->kind == MD_RECURRENT) layers_add(&a->rec, io->layer);
+  }
+  static const md_kind kv_parts[2] = {MD_KEY, MD_VALUE};
+  static const md_kind conv_part[1] = {MD_CONV}, rec_part[1] = {MD_RECURRENT};
+  if (s == PH_OK) s = check_discipline(a, &a->kv, GENAI_STATE_PAGED_KV, kv_parts, 2, d);
+  if (s == PH_OK) s = check_discipline(a, &a->conv, GENAI_STATE_FIXED_CONV, conv_part, 1, d);
+  if (s == PH_OK) s = check_discipline(a, &a->rec, GENAI_STATE_FIXED_RECURRENT, rec_part, 1, d);
+  /* a value layers_add missed: a value template matching where no key does */
+  for (int i = 0; s == PH_OK && i < a->n_io; i++)
+    if (a->io[i].kind == MD_VALUE && !layers_has(&a->kv, a->io[i].layer))
+      s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT, "graph has %s but no key for layer %d",
+                   md_io_value(a, &a->io[i])->name, a->io[i].layer);
+  if (s == PH_OK && !md_find_io(a, MD_LOGITS, -1, 1))
+    s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                 "genai_config.json names output \"%s\", which the graph does not have",
+                 gc->logits);
+  if (s == PH_OK && !md_find_io(a, MD_TOKENS, -1, 0))
+    s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                 "genai_config.json names input \"%s\", which the graph does not have",
+                 gc->input_ids);
+  if (s == PH_OK && a->paged) {
+    /* the pages' dim 1 is the page size genai_config promises GenAI's Engine */
+    for (int i = 0; s == PH_OK && i < a->n_io; i++) {
+      const gvalue *v = md_io_value(a, &a->io[i]);
+      if ((a->io[i].kind == MD_KEY || a->io[i].kind == MD_VALUE) &&
+          (v->type.rank != 4 || v->type.dims[1] != gc->dynamic_batching.block_size))
+        s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                     "graph input \"%s\" is not [num_blocks, %lld, Hkv, D] (genai_config.json "
+                     "engine.dynamic_batching.block_size %lld)",
+                     v->name, (long long)gc->dynamic_batching.block_size,
+                     (long long)gc->dynamic_batching.block_size);
+    }
+  }
+  if (s != PH_OK) {
+    md_abi_free(a);
+    return s;
+  }
+  dim0_symbol(a, a->paged ? gc->past_sequence_lengths : gc->input_ids, a->batch_sym,
+              sizeof a->batch_sym);
+  if (a->paged) dim0_symbol(a, gc->input_ids, a->token_sym, sizeof a->token_sym);
+  for (int i = 0; i < a->n_io; i++) io_layout(a, &a->io[i]);
+  a->serving = a->conv.n > 0 || a->rec.n > 0 || (!a->paged && a->kv.n > 0);
+  return PH_OK;
+}
+
+/* The names of the document, from the table. */
+const char *md_group_layout(const md_abi *a, md_kind part) {
+  return part == MD_KEY    ? MD_LAYOUT_KV
+         : part == MD_CONV ? MD_LAYOUT_CONV
+         : a->paged        ? MD_LAYOUT_REC_V_MAJOR
+                           : MD_LAYOUT_REC_K_MAJOR;
+}
+
+const char *md_state_cell_name(const md_io *io, char *buf, size_t n) {
+  const char *part = io->kind == MD_CONV        ? "conv_state"
+                     : io->kind == MD_RECURRENT ? "recurrent_state"
+                     : io->kind == MD_KEY       ? "key"
+                                                : "value";
+  snprintf(buf, n, "layer.%d.%s", io->layer, part);
+  return buf;
+}
+
+const char *md_prefixed(const char *prefix, const char *name, char *buf, size_t n) {
+  snprintf(buf, n, "%s%s", prefix, name);
+  return buf;
+}
