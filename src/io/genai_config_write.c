@@ -17,6 +17,7 @@
 
 #include "base/fmap.h"
 #include "io/genai_config.h"
+#include "io/json_util.h"
 #include "io/onnx.h"
 
 /* GenAI's runtime defaults for the dense decoder's I/O names (and the names our dense graph
@@ -436,16 +437,5 @@ ph_status genai_config_write(const genai_config *g, const char *dir, diag *d) {
   }
   char *text = ok ? json_dumps(root, flags) : NULL;
   json_decref(root);
-  RETURN_ERROR_IF(!text, d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
-  size_t n = strlen(text);
-  char *with_nl = realloc(text, n + 2);
-  if (!with_nl) {
-    free(text);
-    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
-  }
-  with_nl[n] = '\n';
-  with_nl[n + 1] = '\0';
-  ph_status s = file_write_all(path, with_nl, n + 1, d);
-  free(with_nl);
-  return s;
+  return json_text_write(path, text, d);
 }

@@ -69,21 +69,6 @@ static const char *key_path(char *buf, size_t n, const char *parent, const char 
   return buf;
 }
 
-static const char *type_name(json_type t) {
-  switch (t) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  default:
-    return "a boolean";
-  }
-}
-
 static int type_is(const json_t *v, json_type t) {
   return t == JSON_TRUE ? json_is_boolean(v) : json_typeof(v) == t;
 }
@@ -97,7 +82,7 @@ static ph_status member(const json_t *obj, const char *path, const char *key, js
   RETURN_ERROR_IF(!v, d, PH_ERR_CONFIG_MISSING_FIELD, "%s is missing",
                   key_path(p, sizeof p, path, key));
   RETURN_ERROR_IF(!type_is(v, t), d, PH_ERR_CONFIG_INVALID, "%s is %s, expected %s",
-                  key_path(p, sizeof p, path, key), json_kind(v), type_name(t));
+                  key_path(p, sizeof p, path, key), json_kind(v), json_type_kind(t));
   *out = v;
   return PH_OK;
 }

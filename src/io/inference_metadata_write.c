@@ -12,6 +12,7 @@
 
 #include "base/fmap.h"
 #include "io/inference_metadata_abi.h"
+#include "io/json_util.h"
 
 /* Adds value under key; on any failure (value NULL, no memory) clears *ok. Steals value. */
 static void put(json_t *obj, const char *key, json_t *value, int *ok) {
@@ -338,14 +339,5 @@ ph_status inference_metadata_write(const graph *g, const genai_config *gc, const
     free(text);
     return s == PH_ERR_NO_MEMORY ? s : PH_ERR_INTERNAL;
   }
-  char *with_nl = realloc(text, n + 2);
-  if (!with_nl) {
-    free(text);
-    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory building %s", path);
-  }
-  with_nl[n] = '\n';
-  with_nl[n + 1] = '\0';
-  s = file_write_all(path, with_nl, n + 1, d);
-  free(with_nl);
-  return s;
+  return json_text_write(path, text, d);
 }
