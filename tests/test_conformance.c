@@ -27,6 +27,7 @@
 #include "base/fmap.h"
 #include "check.h"
 #include "io/genai_config.h"
+#include "model_testing.h"
 #include "models/export.h"
 #include "models/model.h"
 #include "tensor/dtype.h"
@@ -602,14 +603,6 @@ static void check_export(const ph_model *m, const export_options *o, const char 
   export_built_free(&p.built);
 }
 
-static ph_model *open_dir(const char *dir, int weights) {
-  ph_model_params mp = ph_model_params_default();
-  mp.load_weights = weights;
-  ph_model *m = NULL;
-  CHECK_STATUS(ph_model_open(dir, &mp, &m), PH_OK, ph_model_error(m));
-  return m;
-}
-
 static export_options paged(export_target t, ph_dtype io, export_rotary r) {
   export_options o = export_options_default();
   o.layout = EXPORT_LAYOUT_PAGED;
@@ -622,13 +615,7 @@ static export_options paged(export_target t, ph_dtype io, export_rotary r) {
 /* Qwen3.8-27B's geometry from its config alone: the default CUDA package (f16, plain-op RoPE),
  * bf16, and the fused rotary form. */
 static void test_27b_config_only(void) {
-  char src[600], dir[700], cmd[2200];
-  snprintf(src, sizeof src, "%s/fuzz/corpus/hf_config/qwen35_27b_vlm.json",
-           check_env("PH_SOURCE_DIR"));
-  snprintf(dir, sizeof dir, "%s/qwen38-27b", g_tmp);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/config.json'", dir, src, dir);
-  CHECK(system(cmd) == 0);
-  ph_model *m = open_dir(dir, 0);
+  ph_model *m = mt_open_27b_config(g_tmp);
   if (!m) return;
   export_options o = paged(EXPORT_TARGET_CUDA, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);
   o.config_only = 1;
@@ -647,7 +634,7 @@ static void test_golden_packages(void) {
   for (int s = 0; s < 2; s++) {
     char ckpt[1024], tag[96];
     check_data(ckpt, sizeof ckpt, "golden/%s/checkpoint", sets[s]);
-    ph_model *m = open_dir(ckpt, 1);
+    ph_model *m = mt_open(ckpt, 1);
     if (!m) continue;
     export_options o = paged(EXPORT_TARGET_CUDA, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);
     o.max_context = 256;

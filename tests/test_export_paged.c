@@ -15,6 +15,7 @@
 #include "check.h"
 #include "io/genai_config.h"
 #include "io/onnx.h"
+#include "model_testing.h"
 #include "models/export.h"
 #include "models/model.h"
 #include "models/paged_session.h"
@@ -29,14 +30,6 @@
 #define DENSE_GENAI_HASH 0x308b3060076a7e30ull
 
 static char g_tmp[512];
-
-static ph_model *open_dir(const char *dir, int weights) {
-  ph_model_params p = ph_model_params_default();
-  p.load_weights = weights;
-  ph_model *m = NULL;
-  CHECK_STATUS(ph_model_open(dir, &p, &m), PH_OK, ph_model_error(m));
-  return m;
-}
 
 static Onnx__ModelProto *load_proto(const char *dir) {
   char path[1200], *bytes = NULL;
@@ -63,14 +56,9 @@ static const Onnx__ValueInfoProto *find_io(Onnx__ValueInfoProto **v, size_t n, c
 }
 
 static void test_config_only_27b(void) {
-  char src[600], dir[600], pkg[600], cmd[2300];
-  snprintf(src, sizeof src, "%s/fuzz/corpus/hf_config/qwen35_27b_vlm.json",
-           check_env("PH_SOURCE_DIR"));
-  snprintf(dir, sizeof dir, "%s/qwen38-27b", g_tmp);
+  char pkg[600];
   snprintf(pkg, sizeof pkg, "%s/qwen38-27b-pkg", g_tmp);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/config.json'", dir, src, dir);
-  CHECK(system(cmd) == 0);
-  ph_model *m = open_dir(dir, 0);
+  ph_model *m = mt_open_27b_config(g_tmp);
   if (!m) return;
   const hf_config *c = model_config(m);
   int n_full = 0, n_lin = 0;
@@ -202,7 +190,7 @@ static void test_cpu_package_runs(void) {
   char ckpt[1024], pkg[1024];
   check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   snprintf(pkg, sizeof pkg, "%s/golden-paged-cpu", g_tmp);
-  ph_model *m = open_dir(ckpt, 1);
+  ph_model *m = mt_open(ckpt, 1);
   if (!m) return;
   export_options o = export_options_default();
   o.layout = EXPORT_LAYOUT_PAGED;
@@ -258,7 +246,7 @@ static void test_dense_export_unchanged(void) {
   char ckpt[1024], pkg[1024], path[1100];
   check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   snprintf(pkg, sizeof pkg, "%s/golden-dense", g_tmp);
-  ph_model *m = open_dir(ckpt, 1);
+  ph_model *m = mt_open(ckpt, 1);
   if (!m) return;
   export_options o = export_options_default();
   o.force = 1;

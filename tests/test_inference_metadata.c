@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include "base/fmap.h"
 #include "check.h"
 #include "cli_testing.h"
@@ -23,19 +22,12 @@
 #include "io/genai_config.h"
 #include "io/inference_metadata.h"
 #include "io/onnx.h"
+#include "model_testing.h"
 #include "models/export.h"
 #include "models/model.h"
 #include "models/package.h"
 
 static char g_tmp[512];
-
-static ph_model *open_dir(const char *dir, int weights) {
-  ph_model_params p = ph_model_params_default();
-  p.load_weights = weights;
-  ph_model *m = NULL;
-  CHECK_STATUS(ph_model_open(dir, &p, &m), PH_OK, ph_model_error(m));
-  return m;
-}
 
 /* A rerun finds the last run's package (exports use force): its metadata file must not pass for
  * one this run wrote. */
@@ -51,7 +43,7 @@ static int export_golden(const char *name, const export_options *o, char *pkg, s
   check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
   snprintf(pkg, n, "%s/%s", g_tmp, name);
   remove_metadata(pkg);
-  ph_model *m = open_dir(ckpt, 1);
+  ph_model *m = mt_open(ckpt, 1);
   if (!m) return 0;
   export_options opt = *o;
   opt.force = 1; /* a rerun in the same build directory finds the last run's package */
@@ -206,7 +198,7 @@ static void test_paged_package(void) {
     graph_free(g);
   }
   json_t *doc = load_doc(pkg);
-  ph_model *m = open_dir(check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint"), 0);
+  ph_model *m = mt_open(check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint"), 0);
   if (!doc || !m) {
     json_decref(doc);
     ph_model_free(m);
@@ -366,7 +358,7 @@ static void test_fifo_refused(void) {
   snprintf(onnx, sizeof onnx, "%s/%s", pkg, ONNX_MODEL_FILE);
   unlink(onnx);
   if (!CHECK(ft_fifo(fifo, pkg, INFERENCE_METADATA_FILE))) return;
-  ph_model *m = open_dir(ckpt, 1);
+  ph_model *m = mt_open(ckpt, 1);
   if (m) {
     export_options o = export_options_default();
     o.layout = EXPORT_LAYOUT_PAGED;
@@ -441,14 +433,9 @@ static void test_dense_package(void) {
 /* The Qwen3.8-27B --config-only export: the metadata covers all 64 layers. Its graph is read back
  * as a structure-only package (PACKAGE_CONFIG_ONLY: no data file, initializers without bytes). */
 static void test_config_only_27b(void) {
-  char src[600], dir[600], pkg[600], cmd[2300];
-  snprintf(src, sizeof src, "%s/fuzz/corpus/hf_config/qwen35_27b_vlm.json",
-           check_env("PH_SOURCE_DIR"));
-  snprintf(dir, sizeof dir, "%s/qwen38-27b", g_tmp);
+  char pkg[600];
   snprintf(pkg, sizeof pkg, "%s/qwen38-27b-pkg", g_tmp);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/config.json'", dir, src, dir);
-  CHECK(system(cmd) == 0);
-  ph_model *m = open_dir(dir, 0);
+  ph_model *m = mt_open_27b_config(g_tmp);
   if (!m) return;
   export_options o = export_options_default();
   o.layout = EXPORT_LAYOUT_PAGED;
