@@ -9,12 +9,15 @@
  *   inference_metadata.json        io/inference_metadata.h (the same ABI for onnx-genai's reader)
  *   tokenizer files                copied byte for byte when the checkpoint has them
  * (docs/export.md). Weights are streamed from the checkpoint mapping, transposed and converted
- * on the way; memory stays bounded whatever the model size. The paged layout is issue 5.
+ * on the way; memory stays bounded whatever the model size.
  *
  * dtype is the storage dtype of the projection and embedding weights only. Dense activations,
  * graph inputs/outputs and cache state stay f32 because ONNX Runtime's CPU LinearAttention and
  * CausalConvWithState kernels exist for float only (../shared/spec/ort-1.30.md §10); an f16 or
- * bf16 weight sits behind a Cast to f32. Paged activations take io_dtype (docs/export.md).
+ * bf16 weight sits behind a Cast to f32. Paged activations take io_dtype: f16 by default for the
+ * CUDA target (bf16 on request), f32 for the CPU target. A CUDA package is written as GenAI's
+ * builder writes it (abi §8; docs/export.md lists each deliberate difference), with RoPE as
+ * plain ONNX ops unless rotary asks for the fused op; tests/test_conformance.c checks it.
  */
 #ifndef PH_MODELS_EXPORT_H
 #define PH_MODELS_EXPORT_H
