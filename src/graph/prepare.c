@@ -48,12 +48,12 @@ static int rows_initializer(graph *g, int w, ph_dtype dt, diag *d) {
   }
   if (v->lazy && v->src_transposed && dt == v->type.dtype)
     return graph_add_initializer_lazy(g, name, dt, shape_2d(N, K), v->src, v->src_dtype, 0);
+  const ph_dtype from = v->type.dtype; /* v moves when the graph adds the rows below */
   const void *data = graph_initializer_data(g, w, d);
   if (!data) return -1;
   void *dst = NULL;
   int id = graph_add_initializer_alloc(g, name, dt, shape_2d(N, K), &dst);
   if (id < 0) return -1;
-  const ph_dtype from = v->type.dtype;
   const size_t es = dtype_size(from), ed = dtype_size(dt);
   const char *src = data;
   for (int64_t k = 0; k < K; k++)
