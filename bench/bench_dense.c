@@ -17,7 +17,7 @@
 #include "base/fmap.h"
 #include "base/rng.h"
 #include "exec/exec.h"
-#include "models/dense_session.h"
+#include "runtime/dense_session.h"
 #include "models/model.h"
 #include "models/tiny.h"
 #include "roofline.h"

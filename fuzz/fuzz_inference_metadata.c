@@ -17,7 +17,7 @@
 #include "io/hf_config.h"
 #include "io/inference_metadata.h"
 #include "models/placeholder.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -46,12 +46,12 @@ static int setup(void) {
   diag d;
   if (hf_config_parse(CONFIG, sizeof CONFIG - 1, &c, &d) != PH_OK) return -1;
   if (placeholder_weights_create(&c, &g_weights, &d) != PH_OK) return -1;
-  qwen35_options o = qwen35_options_default();
+  model_options o = model_options_default();
   o.paged = 1;
   o.io_dtype = PH_DTYPE_F16;
   o.weight_dtype = PH_DTYPE_F16;
   o.block_size = 256;
-  if (qwen35_build_dense(&c, placeholder_weights_get(g_weights), &o, &g_graph, &d) != PH_OK)
+  if (model_build_graph(&c, placeholder_weights_get(g_weights), &o, &g_graph, &d) != PH_OK)
     return -1;
   int cos = graph_find_value(g_graph, "cos_cache");
   if (cos < 0) return -1;

@@ -3,7 +3,7 @@
  * a removal, a refused request with its typed status, release, and the error object of a
  * failed open. Engine behaviour itself is tests/test_engine.c's.
  * The API gives tokens, not logits, so every request's tokens are checked against a reference
- * the engine did not produce: the dense session (src/models/dense_session.h) run teacher-forced
+ * the engine did not produce: the dense session (src/runtime/dense_session.h) run teacher-forced
  * over the prompt and the generated tokens. Prompts reach 46 tokens against a prefill chunk of
  * 16 (up to 3 chunks), and the page pool is small enough to preempt. */
 #include <math.h>
@@ -14,8 +14,8 @@
 
 #include "check.h"
 #include "engine/sampler.h"
-#include "models/dense_session.h"
 #include "pagedhybrid.h"
+#include "runtime/dense_session.h"
 
 #define N_THREADS  3
 #define PER_THREAD 4

@@ -48,9 +48,9 @@
 #include "engine/engine.h"
 #include "exec/exec.h"
 #include "io/safetensors.h"
-#include "models/dense_session.h"
 #include "models/model.h"
-#include "models/paged_session.h"
+#include "runtime/dense_session.h"
+#include "runtime/paged_session.h"
 
 /* ---- allocation counter ------------------------------------------------------------------------
  * Every allocation of the process (library, jansson, worker threads) is counted while
@@ -372,7 +372,7 @@ static int same_as_alone(const outcome *got, const outcome *alone, int64_t V, co
  * A request compared with its own run alone cannot catch a bug both runs share: with prompt
  * chunks after the first reading the prompt from offset 0 (issue 11, mutation M2), every
  * bit-identical check here passed. So every request compared alone is also run teacher-forced
- * through the dense session (src/models/dense_session.h: the dense graph, one sequence, no
+ * through the dense session (src/runtime/dense_session.h: the dense graph, one sequence, no
  * pages, slots, scheduler, chunks or sampler) on the same checkpoint: its prompt followed by the
  * tokens the engine generated, in one forward pass. Dense row n_prompt - 1 + j predicts generated
  * token j and must match the engine's captured logits row j within DENSE_TOL of the request's

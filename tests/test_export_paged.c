@@ -18,7 +18,7 @@
 #include "model_testing.h"
 #include "models/export.h"
 #include "models/model.h"
-#include "models/paged_session.h"
+#include "runtime/paged_session.h"
 
 /* FNV-1a 64 of the dense export of the golden f32 checkpoint with default options, taken from
  * the build before issue 5 touched the builder (pagedhybrid at 1f7033b). model.onnx changed once
@@ -211,7 +211,7 @@ static void test_cpu_package_runs(void) {
   p.n_threads = 2;
   paged_session *from_pkg = NULL, *from_ckpt = NULL;
   if (g) CHECK_STATUS(paged_session_create(g, &b, &p, &from_pkg, &d), PH_OK, d.msg);
-  qwen35_options qo = qwen35_options_default();
+  model_options qo = model_options_default();
   qo.max_context = 512;
   CHECK_STATUS(paged_session_create_model(m, &qo, &p, &from_ckpt, &d), PH_OK, d.msg);
   if (from_pkg && from_ckpt) {

@@ -12,8 +12,8 @@
 #include "base/fmap.h"
 #include "check.h"
 #include "io/safetensors.h"
-#include "models/dense_session.h"
 #include "models/model.h"
+#include "runtime/dense_session.h"
 
 #define TOL GOLDEN_F32_TOL /* 2e-4 of the reference's scale: the derivation is in check.h */
 

@@ -12,8 +12,8 @@
 #include "check.h"
 #include "io/genai_config.h"
 #include "io/onnx.h"
-#include "models/dense_session.h"
 #include "models/export.h"
+#include "runtime/dense_session.h"
 
 #define MAX_CONTEXT 64
 

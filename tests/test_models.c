@@ -11,11 +11,11 @@
 
 #include "base/fmap.h"
 #include "check.h"
-#include "models/dense_session.h"
 #include "models/model.h"
-#include "models/paged_session.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 #include "models/tiny.h"
+#include "runtime/dense_session.h"
+#include "runtime/paged_session.h"
 
 static char g_tmp[512];
 
@@ -159,10 +159,10 @@ static void test_qwen3_next_equals_qwen35(void) {
 }
 
 /* Logits [n, V] of the packed paged graph (f16 io, RoPE form rot) for n tokens in one step. */
-static float *run_paged(const char *dir, const int64_t *tokens, int64_t n, qwen35_rotary rot) {
+static float *run_paged(const char *dir, const int64_t *tokens, int64_t n, model_rotary rot) {
   ph_model *m = NULL;
   CHECK_STATUS(ph_model_open(dir, NULL, &m), PH_OK, ph_model_error(m));
-  qwen35_options qo = qwen35_options_default();
+  model_options qo = model_options_default();
   qo.paged = 1;
   qo.max_context = 256;
   qo.io_dtype = PH_DTYPE_F16;
@@ -203,9 +203,9 @@ static void test_plain_rope_forms(void) {
   snprintf(b, sizeof b, "%s/qwen3next", g_tmp);
   int64_t tokens[20];
   for (int i = 0; i < 20; i++) tokens[i] = (i * 37 + 5) % 256;
-  float *fused = run_paged(b, tokens, 20, QWEN35_ROTARY_FUSED);
-  float *ops = run_paged(b, tokens, 20, QWEN35_ROTARY_OPS);
-  float *mrope = run_paged(a, tokens, 20, QWEN35_ROTARY_FUSED);
+  float *fused = run_paged(b, tokens, 20, MODEL_ROTARY_FUSED);
+  float *ops = run_paged(b, tokens, 20, MODEL_ROTARY_OPS);
+  float *mrope = run_paged(a, tokens, 20, MODEL_ROTARY_FUSED);
   const size_t bytes = (size_t)(20 * 256) * sizeof(float); /* tiny vocab 256 */
   CHECK(fused && ops && mrope);
   if (fused && ops && mrope) {

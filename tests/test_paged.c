@@ -13,7 +13,7 @@
 #include "graph/prepare.h"
 #include "io/safetensors.h"
 #include "models/model.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 
 #define BLOCK      16
 #define MAX_SEQ    3
@@ -193,11 +193,11 @@ static void check_set(const char *set) {
   paged_model pm;
   memset(&pm, 0, sizeof pm);
   pm.c = model_config(m);
-  qwen35_options opt = qwen35_options_default();
+  model_options opt = model_options_default();
   opt.paged = 1;
   opt.block_size = BLOCK;
   opt.max_context = 512;
-  CHECK_STATUS(qwen35_build_dense(pm.c, model_weights_of(m), &opt, &pm.g, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_build_graph(pm.c, model_weights_of(m), &opt, &pm.g, &d), PH_OK, d.msg);
   if (!pm.g) {
     ph_model_free(m);
     return;

@@ -20,10 +20,10 @@
 #include "exec/exec.h"
 #include "graph/prepare.h"
 #include "io/safetensors.h"
-#include "models/dense_session.h"
 #include "models/model.h"
-#include "models/paged_session.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
+#include "runtime/dense_session.h"
+#include "runtime/paged_session.h"
 #include "tensor/dtype.h"
 
 #define BLOCK   16
@@ -70,15 +70,15 @@ static ph_model *open_golden(void) {
   return m;
 }
 
-static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, qwen35_rotary rot);
+static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, model_rotary rot);
 
 static paged_session *open_session(ph_model *m, ph_dtype io, int prune) {
-  return open_session_rotary(m, io, prune, QWEN35_ROTARY_FUSED);
+  return open_session_rotary(m, io, prune, MODEL_ROTARY_FUSED);
 }
 
-static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, qwen35_rotary rot) {
+static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, model_rotary rot) {
   const hf_config *c = model_config(m);
-  qwen35_options o = qwen35_options_default();
+  model_options o = model_options_default();
   o.rotary = rot;
   o.paged = 1;
   o.block_size = BLOCK;
@@ -87,7 +87,7 @@ static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, q
   o.prune_lm_head = prune;
   graph *g = NULL;
   diag d;
-  CHECK_STATUS(qwen35_build_dense(c, model_weights_of(m), &o, &g, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_build_graph(c, model_weights_of(m), &o, &g, &d), PH_OK, d.msg);
   if (!g) return NULL;
   paged_binding bind;
   paged_binding_for_config(c, &bind);
@@ -428,9 +428,7 @@ static double golden_bf16_sensitivity(void) {
   return n == 3 ? S : 0.0;
 }
 
-static double bound_for(ph_dtype io, double S) {
-  return io == PH_DTYPE_BF16 ? 2.0 * S : S / 2.0;
-}
+static double bound_for(ph_dtype io, double S) { return io == PH_DTYPE_BF16 ? 2.0 * S : S / 2.0; }
 
 static void io_dtype_case(ph_dtype io) {
   const double S = golden_bf16_sensitivity();
@@ -557,14 +555,14 @@ static void test_f16_range(void) {
   if (!m) return;
   const hf_config *c = model_config(m);
   range_probe p = {0};
-  qwen35_options o = qwen35_options_default();
+  model_options o = model_options_default();
   o.paged = 1;
   o.block_size = BLOCK;
   o.max_context = 512;
   o.io_dtype = PH_DTYPE_F16;
   graph *g16 = NULL;
   diag d;
-  CHECK_STATUS(qwen35_build_dense(c, model_weights_of(m), &o, &g16, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_build_graph(c, model_weights_of(m), &o, &g16, &d), PH_OK, d.msg);
   for (int v = 0; g16 && v < g16->n_values; v++)
     if (g16->values[v].kind == VALUE_INTERMEDIATE && g16->values[v].type.dtype == PH_DTYPE_F16)
       p.n++;
@@ -601,17 +599,17 @@ static void test_f16_range(void) {
 
 /* Logits [n, V] of the dense graph (RoPE form rot) run on tokens from empty state, with position
  * rows T = j, H = j/2 + 3, W = (7j) % 5 (n < 0: -n tokens, every row T = j). NULL on failure. */
-static float *dense_planes_apart(ph_model *m, const int64_t *toks, int64_t n, qwen35_rotary rot) {
+static float *dense_planes_apart(ph_model *m, const int64_t *toks, int64_t n, model_rotary rot) {
   const hf_config *c = model_config(m);
   const int same = n < 0;
   n = same ? -n : n;
-  qwen35_options qo = qwen35_options_default();
+  model_options qo = model_options_default();
   qo.max_context = 512;
   qo.rotary = rot;
   graph *g = NULL;
   executor *e = NULL;
   diag d;
-  CHECK_STATUS(qwen35_build_dense(c, model_weights_of(m), &qo, &g, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_build_graph(c, model_weights_of(m), &qo, &g, &d), PH_OK, d.msg);
   if (g) CHECK_STATUS(graph_prepare_cpu(g, &d), PH_OK, d.msg);
   if (g) CHECK_STATUS(exec_create(g, 2, &e, &d), PH_OK, d.msg);
   float *out = NULL;
@@ -666,7 +664,7 @@ static float *dense_planes_apart(ph_model *m, const int64_t *toks, int64_t n, qw
 
 /* ---- the two forms of RoPE ------------------------------------------------------------------
  * A CUDA-target package computes RoPE with plain ONNX ops, a CPU-target one with the fused op
- * (qwen35.h qwen35_rotary). Both compute in f32 with the same roundings, so the packed graph's
+ * (qwen35.h model_rotary). Both compute in f32 with the same roundings, so the packed graph's
  * logits must be bit-identical in both forms, for every io dtype, on the golden sequences; so
  * must the dense graph's (the form ORT checks, test_ort). */
 static void test_rotary_forms(void) {
@@ -682,8 +680,8 @@ static void test_rotary_forms(void) {
   const int n_seq = (int)json_array_size(json_object_get(man, "sequences"));
   static const ph_dtype dts[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
   for (int k = 0; k < 3; k++) {
-    paged_session *f = open_session_rotary(m, dts[k], 0, QWEN35_ROTARY_FUSED);
-    paged_session *o = open_session_rotary(m, dts[k], 0, QWEN35_ROTARY_OPS);
+    paged_session *f = open_session_rotary(m, dts[k], 0, MODEL_ROTARY_FUSED);
+    paged_session *o = open_session_rotary(m, dts[k], 0, MODEL_ROTARY_OPS);
     int64_t differ = 0, total = 0;
     for (int s = 0; f && o && s < n_seq; s++) {
       int64_t toks[MAX_TOK];
@@ -710,10 +708,10 @@ static void test_rotary_forms(void) {
   int64_t toks[MAX_TOK];
   const int64_t n = golden_tokens(man, 0, toks);
   float *lg[2] = {NULL, NULL};
-  for (int r = 0; r < 2 && n; r++) lg[r] = dense_planes_apart(m, toks, n, (qwen35_rotary)r);
+  for (int r = 0; r < 2 && n; r++) lg[r] = dense_planes_apart(m, toks, n, (model_rotary)r);
   CHECK(lg[0] && lg[1] && memcmp(lg[0], lg[1], (size_t)(n * V) * sizeof(float)) == 0);
   /* and the planes matter: all rows T gives other logits */
-  float *t_only = n ? dense_planes_apart(m, toks, -n, QWEN35_ROTARY_OPS) : NULL;
+  float *t_only = n ? dense_planes_apart(m, toks, -n, MODEL_ROTARY_OPS) : NULL;
   CHECK(lg[1] && t_only && memcmp(lg[1], t_only, (size_t)(n * V) * sizeof(float)) != 0);
   free(t_only);
   free(lg[0]);

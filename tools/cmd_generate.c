@@ -28,11 +28,11 @@
 #include "io/genai_config.h"
 #include "io/onnx.h"
 #include "io/safetensors.h"
-#include "models/dense_session.h"
 #include "models/model.h"
 #include "models/package.h"
-#include "models/paged_session.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
+#include "runtime/dense_session.h"
+#include "runtime/paged_session.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
@@ -276,7 +276,7 @@ int cmd_generate(int argc, char **argv) {
   paged_session *ps = NULL;
   genai_config gc;
   /* the context: what the caller bounds it to, else what the model was built or exported for
-   * (qwen35_default_context); the session's own rows cap it */
+   * (model_default_context); the session's own rows cap it */
   int64_t context = max_ctx > 0 ? max_ctx : INT64_MAX;
   if (is_package) {
     s = genai_config_read(dir, &gc, &d);
@@ -285,7 +285,7 @@ int cmd_generate(int argc, char **argv) {
   } else {
     s = ph_model_open(dir, NULL, &m);
     if (s != PH_OK) diag_set(&d, s, "%s", m ? ph_model_error(m) : ph_status_message(s));
-    if (s == PH_OK && max_ctx <= 0) context = qwen35_default_context(model_config(m));
+    if (s == PH_OK && max_ctx <= 0) context = model_default_context(model_config(m));
   }
   if (s == PH_OK && !paged) {
     if (is_package) {
@@ -301,7 +301,7 @@ int cmd_generate(int argc, char **argv) {
     if (is_package) {
       s = paged_session_create_package(dir, &gc, &p, &ps, &d);
     } else {
-      qwen35_options o = qwen35_options_default();
+      model_options o = model_options_default();
       o.block_size = block;
       o.max_context = max_ctx;
       s = paged_session_create_model(m, &o, &p, &ps, &d);

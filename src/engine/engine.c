@@ -259,7 +259,7 @@ ph_status engine_create(const char *dir, const engine_params *p, engine **out, d
     const hf_config *c = model_config(e->model);
     resolve_params(&e->p, NULL);
     if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
-    qwen35_options qo = qwen35_options_default();
+    model_options qo = model_options_default();
     qo.block_size = e->p.block_size;
     qo.max_context = e->p.max_context;
     qo.io_dtype = e->p.io_dtype;

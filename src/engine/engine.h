@@ -35,7 +35,7 @@
 
 #include "base/diag.h"
 #include "engine/sampler.h"
-#include "models/paged_session.h"
+#include "runtime/paged_session.h"
 
 typedef struct engine engine;
 

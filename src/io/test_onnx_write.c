@@ -17,7 +17,7 @@
 #include "io/onnx.h"
 #include "models/export.h"
 #include "models/model.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 #include "onnx.pb-c.h"
 #include "tensor/dtype.h"
 
@@ -265,12 +265,12 @@ static ph_model *open_golden(const char *name) {
 }
 
 static graph *build(const ph_model *m, ph_dtype dt, int64_t ctx) {
-  qwen35_options o = qwen35_options_default();
+  model_options o = model_options_default();
   o.weight_dtype = dt;
   o.max_context = ctx;
   graph *g = NULL;
   diag d;
-  CHECK_STATUS(qwen35_build_dense(model_config(m), model_weights_of(m), &o, &g, &d), PH_OK, d.msg);
+  CHECK_STATUS(model_build_graph(model_config(m), model_weights_of(m), &o, &g, &d), PH_OK, d.msg);
   return g;
 }
 

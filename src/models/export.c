@@ -23,7 +23,7 @@
 #include "io/onnx.h"
 #include "models/model.h"
 #include "models/placeholder.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 
 #define GENAI_CONFIG_FILE "genai_config.json"
 #define COPY_CHUNK_BYTES  ((size_t)1 << 20)
@@ -339,16 +339,16 @@ ph_status export_build(const ph_model *m, const export_options *o, export_built 
                   "the model was opened without weights; export needs them (or config_only)");
   FORWARD_IF_ERROR(check_options(c, &opt, d));
 
-  qwen35_options qo = qwen35_options_default();
+  model_options qo = model_options_default();
   qo.max_context = opt.max_context;
   qo.weight_dtype = opt.dtype;
   /* RoPE: plain ops for CUDA, whose MRotaryEmbedding kernel we cannot check here; the fused op
    * where our runtime (or ONNX Runtime's CPU EP, for the dense graph) runs it */
   const int cuda = opt.layout == EXPORT_LAYOUT_PAGED && opt.target == EXPORT_TARGET_CUDA;
   qo.rotary = opt.rotary == EXPORT_ROTARY_OPS || (opt.rotary == EXPORT_ROTARY_DEFAULT && cuda)
-                  ? QWEN35_ROTARY_OPS
-                  : QWEN35_ROTARY_FUSED;
-  out->rotary = qo.rotary == QWEN35_ROTARY_OPS ? EXPORT_ROTARY_OPS : EXPORT_ROTARY_FUSED;
+                  ? MODEL_ROTARY_OPS
+                  : MODEL_ROTARY_FUSED;
+  out->rotary = qo.rotary == MODEL_ROTARY_OPS ? EXPORT_ROTARY_OPS : EXPORT_ROTARY_FUSED;
   if (opt.layout == EXPORT_LAYOUT_PAGED) {
     qo.paged = 1;
     qo.prune_lm_head = opt.prune_lm_head;
@@ -364,7 +364,7 @@ ph_status export_build(const ph_model *m, const export_options *o, export_built 
     FORWARD_IF_ERROR(placeholder_weights_create(c, &out->placeholders, d));
     w = placeholder_weights_get(out->placeholders);
   }
-  ph_status s = qwen35_build_dense(c, w, &qo, &out->g, d);
+  ph_status s = model_build_graph(c, w, &qo, &out->g, d);
   if (s != PH_OK) export_built_free(out);
   return s;
 }

@@ -38,7 +38,7 @@ typedef enum export_target { EXPORT_TARGET_CUDA = 0, EXPORT_TARGET_CPU = 1 } exp
 const char *export_layout_name(export_layout l);
 const char *export_target_name(export_target t);
 
-/* How RoPE is written (models/qwen35.h qwen35_rotary): the fused com.microsoft op, or plain ONNX
+/* How RoPE is written (models/qwen35.h model_rotary): the fused com.microsoft op, or plain ONNX
  * ops that every execution provider has kernels for. Both give the same bits. */
 typedef enum export_rotary {
   EXPORT_ROTARY_DEFAULT = 0,

@@ -25,7 +25,7 @@ typedef struct builder {
   ph_dtype weight_dtype;  /* PH_DTYPE_INVALID: as stored */
   int positions;          /* position_ids, the graph input ([3,B,S] / [B,S] dense, [3,N] / [N]
                              packed) */
-  int rotary_ops;         /* RoPE as plain ONNX ops (qwen35_rotary) instead of the fused op */
+  int rotary_ops;         /* RoPE as plain ONNX ops (model_rotary) instead of the fused op */
   int rope_cos, rope_sin; /* rotary_ops: the shared per-token tables [.., 1, rot/2] f32, or -1 */
   int seqlens_k, total;   /* GQA lengths derived from attention_mask */
   int paged;              /* packed layout: activations [N, ...] instead of [B, S, ...] */
@@ -727,14 +727,6 @@ int64_t qwen35_default_context(const hf_config *c) {
   return mpe > 0 && mpe < 32768 ? mpe : 32768;
 }
 
-qwen35_options qwen35_options_default(void) {
-  qwen35_options o;
-  memset(&o, 0, sizeof o);
-  o.weight_dtype = PH_DTYPE_INVALID;
-  o.io_dtype = PH_DTYPE_INVALID;
-  return o;
-}
-
 static ph_status check_supported(const hf_config *c, diag *d) {
   RETURN_ERROR_IF(c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT, d,
                   PH_ERR_UNSUPPORTED, "the qwen35 builder does not build %s models", c->model_type);
@@ -750,8 +742,8 @@ static ph_status check_supported(const hf_config *c, diag *d) {
   return PH_OK;
 }
 
-ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const qwen35_options *opt,
-                             graph **out, diag *d) {
+ph_status qwen35_build(const hf_config *c, const model_weights *w, const model_options *opt,
+                       graph **out, diag *d) {
   *out = NULL;
   FORWARD_IF_ERROR(check_supported(c, d));
   if (opt && opt->weight_dtype != PH_DTYPE_INVALID)
@@ -765,7 +757,7 @@ ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const q
                 .c = c,
                 .w = w,
                 .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID,
-                .rotary_ops = opt && opt->rotary == QWEN35_ROTARY_OPS,
+                .rotary_ops = opt && opt->rotary == MODEL_ROTARY_OPS,
                 .rope_cos = -1,
                 .rope_sin = -1};
   builder *b = &bb;

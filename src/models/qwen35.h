@@ -23,36 +23,16 @@
 
 #include "graph/graph.h"
 #include "io/hf_config.h"
+#include "models/registry.h"
 #include "models/weights.h"
 
-/* How RoPE is written: the fused com.microsoft op (MRotaryEmbedding / RotaryEmbedding), or plain
- * ONNX ops (Gather, Transpose, Mul, Sub, Add, Split, Concat) that any runtime has kernels for.
- * Both compute in f32 with the same roundings: their outputs are bit-identical. */
-typedef enum qwen35_rotary { QWEN35_ROTARY_FUSED = 0, QWEN35_ROTARY_OPS = 1 } qwen35_rotary;
-
-typedef struct qwen35_options {
-  int64_t
-      max_context; /* rows of the rotary cos/sin caches; 0 = min(max_position_embeddings, 32768) */
-  int paged;       /* 1: the packed paged layout (../shared/spec/abi.md §8; docs/graph-io.md) */
-  int64_t block_size;    /* paged: tokens per KV page (power of two >= 16); 0 = 16 */
-  ph_dtype io_dtype;     /* paged: activations, KV pages and conv state (f32, f16 or bf16;
-                            PH_DTYPE_INVALID = f32); recurrent state and logits stay f32. The dense
-                            layout is f32 only. */
-  int prune_lm_head;     /* paged: logits [B, V] for each sequence's last token (abi §8.2) */
-  ph_dtype weight_dtype; /* storage dtype of the projection and embedding weights in the graph:
-                            PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
-                            the exporter streams the converted bytes, nothing is copied here) */
-  qwen35_rotary rotary;  /* the form of RoPE (default fused) */
-} qwen35_options;
-
-qwen35_options qwen35_options_default(void);
-
-/* The context a graph is built for when the caller gives none (qwen35_options.max_context 0):
+/* The context a graph is built for when the caller gives none (model_options.max_context 0):
  * min(max_position_embeddings, 32768), the rows of its rotary caches. */
 int64_t qwen35_default_context(const hf_config *c);
 
-/* Builds and finalizes the dense graph. */
-ph_status qwen35_build_dense(const hf_config *c, const model_weights *w, const qwen35_options *opt,
-                             graph **out, diag *d);
+/* Builds and finalizes the graph in the layout opt asks for (dense or packed paged). Reached
+ * through models/registry.h (model_build_graph), not called by name from outside src/models. */
+ph_status qwen35_build(const hf_config *c, const model_weights *w, const model_options *opt,
+                       graph **out, diag *d);
 
 #endif /* PH_MODELS_QWEN35_H */

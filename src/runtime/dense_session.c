@@ -1,5 +1,5 @@
 /* dense_session — runs one sequence through the dense graph. See dense_session.h. */
-#include "models/dense_session.h"
+#include "runtime/dense_session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 
 #include "graph/prepare.h"
 #include "models/model.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 
 typedef struct layer_io {
   int full;
@@ -39,10 +39,10 @@ ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_thr
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
   RETURN_ERROR_IF(!c || !w, d, PH_ERR_INVALID_ARGUMENT, "the model was opened without weights");
-  qwen35_options opt = qwen35_options_default();
+  model_options opt = model_options_default();
   opt.max_context = max_context;
   graph *g = NULL;
-  FORWARD_IF_ERROR(qwen35_build_dense(c, w, &opt, &g, d));
+  FORWARD_IF_ERROR(model_build_graph(c, w, &opt, &g, d));
   return dense_session_create_graph(g, max_context, n_threads, out, d);
 }
 

@@ -30,7 +30,7 @@
 #include "exec/exec.h"
 #include "graph/graph.h"
 #include "io/genai_config.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 #include "pagedhybrid.h"
 
 #define PAGED_NAME 96
@@ -92,7 +92,7 @@ void paged_session_free(paged_session *s); /* NULL-safe */
 ph_status paged_session_create_package(const char *dir, const genai_config *gc,
                                        const paged_session_params *p, paged_session **out, diag *d);
 
-ph_status paged_session_create_model(const ph_model *m, const qwen35_options *o,
+ph_status paged_session_create_model(const ph_model *m, const model_options *o,
                                      const paged_session_params *p, paged_session **out, diag *d);
 
 /* One sequence of a step. */

@@ -1,7 +1,7 @@
 /* paged_session — the packed paged graph bound to its pools. See paged_session.h.
  * N tokens, B sequences, P pages of K tokens.
  */
-#include "models/paged_session.h"
+#include "runtime/paged_session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include "io/onnx.h"
 #include "models/model.h"
 #include "models/package.h"
-#include "models/qwen35.h"
+#include "models/registry.h"
 #include "tensor/dtype.h"
 
 typedef struct layer_bind {
@@ -553,16 +553,16 @@ executor *paged_session_executor(paged_session *s) { return s->e; }
 const paged_session_params *paged_session_params_of(const paged_session *s) { return &s->p; }
 paged_step_stats paged_session_last_stats(const paged_session *s) { return s->stats; }
 
-ph_status paged_session_create_model(const ph_model *m, const qwen35_options *o,
+ph_status paged_session_create_model(const ph_model *m, const model_options *o,
                                      const paged_session_params *p, paged_session **out, diag *d) {
   *out = NULL;
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
   RETURN_ERROR_IF(!c || !w, d, PH_ERR_INVALID_ARGUMENT, "the model was opened without weights");
-  qwen35_options opt = o ? *o : qwen35_options_default();
+  model_options opt = o ? *o : model_options_default();
   opt.paged = 1;
   graph *g = NULL;
-  FORWARD_IF_ERROR(qwen35_build_dense(c, w, &opt, &g, d));
+  FORWARD_IF_ERROR(model_build_graph(c, w, &opt, &g, d));
   paged_binding bind;
   paged_binding_for_config(c, &bind);
   return paged_session_create(g, &bind, p, out, d);

@@ -1,0 +1,64 @@
+/* registry — the model families pagedhybrid builds graphs for, and the options of a build.
+ *
+ * Whoever needs a model's graph (the runtime's sessions, export, tests) asks here, by the
+ * checkpoint's parsed config, never a family's builder by name: adding a family means a builder
+ * file in src/models/ and one row in registry.c's table, and nothing above this module changes
+ * (docs/architecture.md, "Adding a model family"). A family without a builder is
+ * PH_ERR_UNSUPPORTED naming it.
+ *
+ * Today: Qwen3.5 / 3.6 / 3.8 and Qwen3-Next (models/qwen35.h), dense or packed paged layout.
+ */
+#ifndef PH_MODELS_REGISTRY_H
+#define PH_MODELS_REGISTRY_H
+
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "graph/graph.h"
+#include "io/hf_config.h"
+#include "models/weights.h"
+
+/* How RoPE is written: the fused com.microsoft op (MRotaryEmbedding / RotaryEmbedding), or plain
+ * ONNX ops (Gather, Transpose, Mul, Sub, Add, Split, Concat) that any runtime has kernels for.
+ * Both compute in f32 with the same roundings: their outputs are bit-identical. */
+typedef enum model_rotary { MODEL_ROTARY_FUSED = 0, MODEL_ROTARY_OPS = 1 } model_rotary;
+
+/* What a graph is built as; the same for every family (a family refuses what it cannot do). */
+typedef struct model_options {
+  int64_t max_context; /* rows of the rotary cos/sin caches; 0 = the family's default
+                          (model_default_context) */
+  int paged;          /* 1: the packed paged layout (../shared/spec/abi.md §8; docs/graph-io.md) */
+  int64_t block_size; /* paged: tokens per KV page (power of two >= 16); 0 = 16 */
+  ph_dtype io_dtype;  /* paged: activations, KV pages and conv state (f32, f16 or bf16;
+                         PH_DTYPE_INVALID = f32); recurrent state and logits stay f32. The dense
+                         layout is f32 only. */
+  int prune_lm_head;  /* paged: logits [B, V] for each sequence's last token (abi §8.2) */
+  ph_dtype weight_dtype; /* storage dtype of the projection and embedding weights in the graph:
+                            PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
+                            the exporter streams the converted bytes, nothing is copied here) */
+  model_rotary rotary;   /* the form of RoPE (default fused) */
+} model_options;
+
+model_options model_options_default(void);
+
+/* One family's entry points. */
+typedef struct model_family_def {
+  const char *name; /* for messages: "qwen35" */
+  /* Builds and finalizes the graph of c over weights w. */
+  ph_status (*build)(const hf_config *c, const model_weights *w, const model_options *o,
+                     graph **out, diag *d);
+  /* The context a graph is built for when the caller gives none. */
+  int64_t (*default_context)(const hf_config *c);
+} model_family_def;
+
+/* The builder for c's family, or NULL (with PH_ERR_UNSUPPORTED in d naming the model type). */
+const model_family_def *model_family_for(const hf_config *c, diag *d);
+
+/* model_family_for(c)->build: the graph of c in the layout o asks for. */
+ph_status model_build_graph(const hf_config *c, const model_weights *w, const model_options *o,
+                            graph **out, diag *d);
+
+/* model_family_for(c)->default_context; 0 for a family without a builder. */
+int64_t model_default_context(const hf_config *c);
+
+#endif /* PH_MODELS_REGISTRY_H */
