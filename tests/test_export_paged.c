@@ -18,6 +18,7 @@
 #include "model_testing.h"
 #include "models/export.h"
 #include "models/model.h"
+#include "models/registry.h"
 #include "runtime/paged_session.h"
 
 /* FNV-1a 64 of the dense export of the golden f32 checkpoint with default options, taken from

@@ -22,8 +22,7 @@
 
 #include "engine/scheduler.h"
 #include "io/genai_config.h"
-#include "io/onnx.h"
-#include "models/model.h"
+#include "runtime/runtime.h"
 
 typedef struct request {
   uint64_t id;
@@ -60,7 +59,7 @@ typedef struct req_map {
 struct engine {
   engine_params p;
   paged_session *s;
-  ph_model *model; /* a checkpoint's mapping (the graph's weights point into it) */
+  runtime_source src; /* the package or checkpoint (its mapping: the graph's weights point in) */
   sched *sch;
   int64_t vocab, max_context;
   int64_t eos[GENAI_MAX_EOS];
@@ -234,43 +233,17 @@ ph_status engine_create(const char *dir, const engine_params *p, engine **out, d
   *out = NULL;
   engine *e = engine_alloc(p);
   RETURN_ERROR_IF(!e, d, PH_ERR_NO_MEMORY, "engine: out of memory");
-  ph_status st = PH_OK;
-  genai_config gc;
-  if (onnx_is_package(dir)) {
-    /* a package: its genai_config.json binds the graph and gives the batching defaults */
-    if ((st = genai_config_read(dir, &gc, d)) != PH_OK) goto fail;
-    if (!gc.paged) {
-      st = diag_set(d, PH_ERR_UNSUPPORTED,
-                    "%s has the dense layout; the engine runs packed paged packages (export "
-                    "--layout paged)",
-                    dir);
-      goto fail;
-    }
-    resolve_params(&e->p, &gc);
-    if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
-    paged_session_params sp = session_params(&e->p);
-    if ((st = paged_session_create_package(dir, &gc, &sp, &e->s, d)) != PH_OK) goto fail;
-    set_eos(e, &gc);
-  } else {
-    if ((st = ph_model_open(dir, NULL, &e->model)) != PH_OK) {
-      diag_set(d, st, "%s", e->model ? ph_model_error(e->model) : ph_status_message(st));
-      goto fail;
-    }
-    const hf_config *c = model_config(e->model);
-    resolve_params(&e->p, NULL);
-    if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
-    model_options qo = model_options_default();
-    qo.block_size = e->p.block_size;
-    qo.max_context = e->p.max_context;
-    qo.io_dtype = e->p.io_dtype;
-    /* sampling reads each sequence's last row only: a pruned LM head skips the vocab-wide
-     * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c) */
-    qo.prune_lm_head = 1;
-    paged_session_params sp = session_params(&e->p);
-    if ((st = paged_session_create_model(e->model, &qo, &sp, &e->s, d)) != PH_OK) goto fail;
-    gc = genai_config_dense(c, 0);
-    if (genai_config_token_ids(&gc, dir, d) == PH_OK) set_eos(e, &gc);
-  }
+  ph_status st = runtime_source_open(dir, &e->src, d);
+  if (st != PH_OK) goto fail;
+  /* a package's genai_config.json gives the batching defaults; a checkpoint takes ours */
+  resolve_params(&e->p, e->src.is_package ? &e->src.gc : NULL);
+  if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
+  paged_session_params sp = session_params(&e->p);
+  /* sampling reads each sequence's last row only: a pruned LM head skips the vocab-wide
+   * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c) */
+  runtime_build rb = {e->p.block_size, e->p.max_context, e->p.io_dtype, 1};
+  if ((st = runtime_paged_session(&e->src, &rb, &sp, &e->s, d)) != PH_OK) goto fail;
+  if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
   if ((st = finish_create(e, d)) != PH_OK) goto fail;
   *out = e;
   return PH_OK;
@@ -365,7 +338,7 @@ void engine_free(engine *e) {
   free(e->seqs);
   free(e->scratch);
   paged_session_free(e->s);
-  ph_model_free(e->model);
+  runtime_source_close(&e->src);
   pthread_mutex_destroy(&e->mu);
   free(e);
 }

@@ -30,7 +30,6 @@
 #include "exec/exec.h"
 #include "graph/graph.h"
 #include "io/genai_config.h"
-#include "models/registry.h"
 #include "pagedhybrid.h"
 
 #define PAGED_NAME 96
@@ -83,15 +82,16 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
                                paged_session **out, diag *d);
 void paged_session_free(paged_session *s); /* NULL-safe */
 
-/* Builds the paged graph of an opened checkpoint (models/qwen35 with o->paged forced on; the
- * checkpoint must outlive the session: weights are views of its mapping) and binds it with
- * paged_binding_for_config. */
 /* Reads the package in dir (the graph file gc's decoder.filename names + its data), checks gc
  * against the graph (models/package.h) and binds it with gc, its genai_config.json already read
  * (paged_binding_from_genai). Errors: those of package_read_graph and of the binding. */
 ph_status paged_session_create_package(const char *dir, const genai_config *gc,
                                        const paged_session_params *p, paged_session **out, diag *d);
 
+/* Builds the paged graph of an opened checkpoint (models/registry.h, with o->paged forced on; the
+ * checkpoint must outlive the session: weights are views of its mapping) and binds it with
+ * paged_binding_for_config. */
+typedef struct model_options model_options; /* models/registry.h */
 ph_status paged_session_create_model(const ph_model *m, const model_options *o,
                                      const paged_session_params *p, paged_session **out, diag *d);
 

@@ -1,0 +1,52 @@
+/* runtime — packages and checkpoints opened for serving. See runtime.h. */
+#include "runtime/runtime.h"
+
+#include <string.h>
+
+#include "io/onnx.h"
+#include "models/model.h"
+#include "models/registry.h"
+
+ph_status runtime_source_open(const char *dir, runtime_source *src, diag *d) {
+  memset(src, 0, sizeof *src);
+  src->dir = dir;
+  if (onnx_is_package(dir)) {
+    /* a package: its genai_config.json binds the graph and gives the batching defaults */
+    src->is_package = 1;
+    FORWARD_IF_ERROR(genai_config_read(dir, &src->gc, d));
+    RETURN_ERROR_IF(!src->gc.paged, d, PH_ERR_UNSUPPORTED,
+                    "%s has the dense layout; the engine runs packed paged packages (export "
+                    "--layout paged)",
+                    dir);
+    return PH_OK;
+  }
+  ph_status st = ph_model_open(dir, NULL, &src->model);
+  if (st != PH_OK) {
+    diag_set(d, st, "%s", src->model ? ph_model_error(src->model) : ph_status_message(st));
+    runtime_source_close(src);
+    return st;
+  }
+  src->gc = genai_config_dense(model_config(src->model), 0);
+  diag ignored; /* token ids are optional: without them there is no end-of-sequence id */
+  src->has_token_ids = genai_config_token_ids(&src->gc, dir, &ignored) == PH_OK;
+  return PH_OK;
+}
+
+ph_status runtime_paged_session(const runtime_source *src, const runtime_build *b,
+                                const paged_session_params *p, paged_session **out, diag *d) {
+  *out = NULL;
+  if (src->is_package) return paged_session_create_package(src->dir, &src->gc, p, out, d);
+  RETURN_ERROR_IF(!src->model, d, PH_ERR_INVALID_ARGUMENT, "runtime: the source is not open");
+  model_options o = model_options_default();
+  o.block_size = b->block_size;
+  o.max_context = b->max_context;
+  o.io_dtype = b->io_dtype;
+  o.prune_lm_head = b->prune_lm_head;
+  return paged_session_create_model(src->model, &o, p, out, d);
+}
+
+void runtime_source_close(runtime_source *src) {
+  if (!src) return;
+  ph_model_free(src->model);
+  src->model = NULL;
+}

@@ -1,0 +1,53 @@
+/* runtime — what the engine serves, opened from a directory: an exported packed paged package
+ * (its genai_config.json binds the graph) or a Hugging Face checkpoint (whose paged graph is
+ * built here through models/registry.h). The engine asks this module and never src/models, so
+ * serving another model family changes nothing in src/engine (docs/architecture.md).
+ *
+ *   runtime_source src;
+ *   runtime_source_open(dir, &src, d);          // reads the config / opens the checkpoint
+ *   ... the caller settles its parameters, a package's genai_config giving the defaults ...
+ *   runtime_paged_session(&src, &build, &sp, &session, d);
+ *   ... serve; the checkpoint's mapping must outlive the session ...
+ *   runtime_source_close(&src);
+ */
+#ifndef PH_RUNTIME_RUNTIME_H
+#define PH_RUNTIME_RUNTIME_H
+
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "io/genai_config.h"
+#include "pagedhybrid.h"
+#include "runtime/paged_session.h"
+
+typedef struct runtime_source {
+  const char *dir; /* the caller's string: must outlive the source */
+  int is_package;  /* dir holds an exported model (model.onnx) */
+  /* package: its genai_config.json; checkpoint: the dense config of its model with the bos / eos
+   * / pad ids of its config.json and generation_config.json when they read (has_token_ids) */
+  genai_config gc;
+  int has_token_ids;
+  ph_model *model; /* checkpoint: opened with its weights mapped; NULL for a package */
+} runtime_source;
+
+/* Opens dir. A package must have the packed paged layout (the dense one is PH_ERR_UNSUPPORTED
+ * naming the export flag); its genai_config.json is read and checked alone (io/genai_config.h).
+ * A checkpoint is opened as ph_model_open does (errors are its). On failure nothing is held. */
+ph_status runtime_source_open(const char *dir, runtime_source *src, diag *d);
+
+/* How a checkpoint's paged graph is built (a package is served as exported and ignores it). */
+typedef struct runtime_build {
+  int64_t block_size;  /* tokens per KV page */
+  int64_t max_context; /* rotary rows; 0 = the family's default */
+  ph_dtype io_dtype;   /* activations, KV pages, conv state */
+  int prune_lm_head;   /* logits of each sequence's last row only */
+} runtime_build;
+
+/* The paged session of src: a package's graph bound by its genai_config, or the checkpoint's
+ * paged graph (models/registry.h) built as b says. */
+ph_status runtime_paged_session(const runtime_source *src, const runtime_build *b,
+                                const paged_session_params *p, paged_session **out, diag *d);
+
+void runtime_source_close(runtime_source *src); /* frees what open holds; NULL-safe */
+
+#endif /* PH_RUNTIME_RUNTIME_H */
