@@ -856,8 +856,8 @@ static void test_option_values(void) {
 }
 
 /* Writes a copy of the checkpoint in src (config.json + model.safetensors) into g_tmp/name with
- * element `index` of tensor `tensor` set to the raw bits `bits` (of the element's size). */
-static const char *poisoned_copy(const char *src, const char *name, const char *tensor,
+ * element `index` of tensor `tensor_name` set to the raw bits `bits` (of the element's size). */
+static const char *poisoned_copy(const char *src, const char *name, const char *tensor_name,
                                  int64_t index, uint32_t bits, char *dir, size_t dir_n) {
   char path[1200];
   diag d;
@@ -870,7 +870,7 @@ static const char *poisoned_copy(const char *src, const char *name, const char *
   for (size_t i = 0; i < n; i++) {
     const st_tensor *t = st_at(g, i);
     e[i] = (st_write_entry){t->name, t->dtype, t->shape, t->data};
-    if (strcmp(t->name, tensor) == 0) {
+    if (strcmp(t->name, tensor_name) == 0) {
       const size_t bytes = (size_t)(t->data_end - t->data_begin), es = dtype_size(t->dtype);
       copy = malloc(bytes);
       memcpy(copy, t->data, bytes);

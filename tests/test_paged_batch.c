@@ -111,11 +111,11 @@ static void dirty_pages(paged_session *s, const model_weights *w, const hf_confi
   for (int i = 0; i < (int)c->n_layers; i++) {
     if (c->layer_kind[i] != PH_LAYER_FULL_ATTENTION) continue;
     for (int which = 0; which < 2; which++) {
-      tensor_view v;
+      tensor v;
       diag d;
       CHECK_STATUS(which ? kv_buffers_value(kv, i, &v, &d) : kv_buffers_key(kv, i, &v, &d), PH_OK,
                    d.msg);
-      const size_t page = (size_t)(v.shape.dims[1] * v.shape.dims[2] * v.shape.dims[3]);
+      const size_t page = (size_t)(v.dims[1] * v.dims[2] * v.dims[3]);
       const size_t es = dtype_size(v.dtype);
       for (int k = 0; k < n; k++)
         memset((char *)v.data + (size_t)ids[k] * page * es, 0xff, page * es);
@@ -123,7 +123,7 @@ static void dirty_pages(paged_session *s, const model_weights *w, const hf_confi
   }
 }
 
-static void load_f32(const tensor_view *v, int64_t at, int64_t n, float *dst) {
+static void load_f32(const tensor *v, int64_t at, int64_t n, float *dst) {
   dtype_convert(dst, PH_DTYPE_F32, (const char *)v->data + (size_t)at * dtype_size(v->dtype),
                 v->dtype, (size_t)n, NULL);
 }
@@ -144,7 +144,7 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
       const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
       for (int which = 0; which < 2; which++) {
         const float *ref = dense_session_state(q->dense, i, which, &rank, dims); /* [Hkv, P, D] */
-        tensor_view v;
+        tensor v;
         CHECK_STATUS(which ? kv_buffers_value(paged_session_kv(s), i, &v, &d)
                            : kv_buffers_key(paged_session_kv(s), i, &v, &d),
                      PH_OK, d.msg);
@@ -162,7 +162,7 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
         w->kv = fmax(w->kv, rel(err, scale));
       }
     } else {
-      tensor_view cv, rv;
+      tensor cv, rv;
       CHECK_STATUS(state_pool_slot_conv(paged_session_states(s), i, q->slot, &cv, &d), PH_OK,
                    d.msg);
       CHECK_STATUS(state_pool_slot_recurrent(paged_session_states(s), i, q->slot, &rv, &d), PH_OK,

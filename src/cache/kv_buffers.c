@@ -120,22 +120,21 @@ int64_t kv_buffers_bytes_per_block(const kv_buffers *kv) {
 
 kv_geometry kv_buffers_geometry(const kv_buffers *kv) { return kv->g; }
 
-static ph_status view_of(const kv_buffers *kv, int32_t layer, int value, tensor_view *out,
-                         diag *d) {
+static ph_status view_of(const kv_buffers *kv, int32_t layer, int value, tensor *out, diag *d) {
   for (int32_t i = 0; i < kv->g.n_full; i++) {
     if (kv->layers[i] != layer) continue;
     int64_t dims[4] = {kv->g.n_blocks, kv->g.block_size, kv->g.n_kv_heads, kv->g.head_size};
-    *out = tensor_view_make(value ? kv->values[i] : kv->keys[i], kv->g.dtype, shape_make(4, dims));
+    *out = tensor_make(kv->g.dtype, 4, dims, value ? kv->values[i] : kv->keys[i]);
     return PH_OK;
   }
   return diag_set(d, PH_ERR_INVALID_ARGUMENT, "kv_buffers: layer %d is not a full-attention layer",
                   (int)layer);
 }
 
-ph_status kv_buffers_key(const kv_buffers *kv, int32_t layer, tensor_view *out, diag *d) {
+ph_status kv_buffers_key(const kv_buffers *kv, int32_t layer, tensor *out, diag *d) {
   return view_of(kv, layer, 0, out, d);
 }
 
-ph_status kv_buffers_value(const kv_buffers *kv, int32_t layer, tensor_view *out, diag *d) {
+ph_status kv_buffers_value(const kv_buffers *kv, int32_t layer, tensor *out, diag *d) {
   return view_of(kv, layer, 1, out, d);
 }

@@ -57,9 +57,10 @@ int64_t kv_buffers_bytes_per_block(const kv_buffers *kv);
 /* The geometry (full_layers points at the buffers' own copy). */
 kv_geometry kv_buffers_geometry(const kv_buffers *kv);
 
-/* Views [n_blocks, block_size, Hkv, D] of model layer `layer`'s key or value pages; the data
- * stays owned by kv. PH_ERR_INVALID_ARGUMENT when `layer` is not a full-attention layer. */
-ph_status kv_buffers_key(const kv_buffers *kv, int32_t layer, tensor_view *out, diag *d);
-ph_status kv_buffers_value(const kv_buffers *kv, int32_t layer, tensor_view *out, diag *d);
+/* Views (contiguous `tensor`s) [n_blocks, block_size, Hkv, D] of model layer `layer`'s key or
+ * value pages; the data stays owned by kv. PH_ERR_INVALID_ARGUMENT when `layer` is not a
+ * full-attention layer. */
+ph_status kv_buffers_key(const kv_buffers *kv, int32_t layer, tensor *out, diag *d);
+ph_status kv_buffers_value(const kv_buffers *kv, int32_t layer, tensor *out, diag *d);
 
 #endif /* PH_CACHE_KV_BUFFERS_H */

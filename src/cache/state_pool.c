@@ -302,7 +302,7 @@ static int32_t layer_index(const state_pool *p, int32_t layer) {
   return -1;
 }
 
-static ph_status bound_view(const state_pool *p, int32_t layer, int recurrent, tensor_view *out,
+static ph_status bound_view(const state_pool *p, int32_t layer, int recurrent, tensor *out,
                             diag *d) {
   RETURN_ERROR_IF(!p->bound, d, PH_ERR_INVALID_ARGUMENT, "state_pool: no step is bound");
   int32_t i = layer_index(p, layer);
@@ -315,19 +315,18 @@ static ph_status bound_view(const state_pool *p, int32_t layer, int recurrent, t
     base = recurrent ? (uint8_t *)p->rec_stage[i] : p->conv_stage[i];
   if (recurrent) {
     int64_t dims[4] = {p->batch, p->g.n_v_heads, p->g.head_v, p->g.head_k};
-    *out = tensor_view_make(base, PH_DTYPE_F32, shape_make(4, dims));
+    *out = tensor_make(PH_DTYPE_F32, 4, dims, base);
   } else {
     int64_t dims[3] = {p->batch, p->g.conv_dim, p->g.conv_kernel - 1};
-    *out = tensor_view_make(base, p->g.io_dtype, shape_make(3, dims));
+    *out = tensor_make(p->g.io_dtype, 3, dims, base);
   }
   return PH_OK;
 }
 
-ph_status state_pool_bound_conv(const state_pool *p, int32_t layer, tensor_view *out, diag *d) {
+ph_status state_pool_bound_conv(const state_pool *p, int32_t layer, tensor *out, diag *d) {
   return bound_view(p, layer, 0, out, d);
 }
-ph_status state_pool_bound_recurrent(const state_pool *p, int32_t layer, tensor_view *out,
-                                     diag *d) {
+ph_status state_pool_bound_recurrent(const state_pool *p, int32_t layer, tensor *out, diag *d) {
   return bound_view(p, layer, 1, out, d);
 }
 
@@ -340,27 +339,27 @@ ph_status state_pool_unbind(state_pool *p, diag *d) {
 }
 
 static ph_status slot_view(const state_pool *p, int32_t layer, int32_t slot, int recurrent,
-                           tensor_view *out, diag *d) {
+                           tensor *out, diag *d) {
   int32_t i = layer_index(p, layer);
   RETURN_ERROR_IF(i < 0, d, PH_ERR_INVALID_ARGUMENT, "state_pool: layer %d is not a linear layer",
                   (int)layer);
   RETURN_ERROR_IF(!state_pool_slot_in_use(p, slot), d, PH_ERR_INVALID_ARGUMENT,
                   "state_pool: slot %d is not allocated", (int)slot);
   if (recurrent) {
-    *out = tensor_view_make(rec_row_ptr(p, i, slot), PH_DTYPE_F32,
-                            shape_3d(p->g.n_v_heads, p->g.head_v, p->g.head_k));
+    int64_t dims[3] = {p->g.n_v_heads, p->g.head_v, p->g.head_k};
+    *out = tensor_make(PH_DTYPE_F32, 3, dims, rec_row_ptr(p, i, slot));
   } else {
-    *out = tensor_view_make(conv_row_ptr(p, i, slot), p->g.io_dtype,
-                            shape_2d(p->g.conv_dim, p->g.conv_kernel - 1));
+    int64_t dims[2] = {p->g.conv_dim, p->g.conv_kernel - 1};
+    *out = tensor_make(p->g.io_dtype, 2, dims, conv_row_ptr(p, i, slot));
   }
   return PH_OK;
 }
 
-ph_status state_pool_slot_conv(const state_pool *p, int32_t layer, int32_t slot, tensor_view *out,
+ph_status state_pool_slot_conv(const state_pool *p, int32_t layer, int32_t slot, tensor *out,
                                diag *d) {
   return slot_view(p, layer, slot, 0, out, d);
 }
-ph_status state_pool_slot_recurrent(const state_pool *p, int32_t layer, int32_t slot,
-                                    tensor_view *out, diag *d) {
+ph_status state_pool_slot_recurrent(const state_pool *p, int32_t layer, int32_t slot, tensor *out,
+                                    diag *d) {
   return slot_view(p, layer, slot, 1, out, d);
 }

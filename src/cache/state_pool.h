@@ -103,12 +103,12 @@ ph_status state_pool_bind(state_pool *p, const int32_t *slots, int32_t batch, di
 /* 1 when the active binding is a zero-copy slice; 0 when gathered or unbound. */
 int state_pool_bound_is_slice(const state_pool *p);
 
-/* Views of the active binding for model layer `layer`: conv [B, conv_dim, K-1] (io dtype) and
- * recurrent f32 [B, Hv, Dv, Dk]. Data owned by the pool, valid until unbind. The executor binds
- * the same view as past_key_values.{layer}.* and present.{layer}.*. PH_ERR_INVALID_ARGUMENT when
- * unbound or `layer` is not a linear layer. */
-ph_status state_pool_bound_conv(const state_pool *p, int32_t layer, tensor_view *out, diag *d);
-ph_status state_pool_bound_recurrent(const state_pool *p, int32_t layer, tensor_view *out, diag *d);
+/* Views (contiguous `tensor`s) of the active binding for model layer `layer`: conv [B, conv_dim,
+ * K-1] (io dtype) and recurrent f32 [B, Hv, Dv, Dk]. Data owned by the pool, valid until unbind.
+ * The executor binds the same view as past_key_values.{layer}.* and present.{layer}.*.
+ * PH_ERR_INVALID_ARGUMENT when unbound or `layer` is not a linear layer. */
+ph_status state_pool_bound_conv(const state_pool *p, int32_t layer, tensor *out, diag *d);
+ph_status state_pool_bound_recurrent(const state_pool *p, int32_t layer, tensor *out, diag *d);
 
 /* Ends the binding; a gathered binding is scattered back to its slots (bytes counted).
  * PH_ERR_INVALID_ARGUMENT when nothing is bound. */
@@ -116,10 +116,10 @@ ph_status state_pool_unbind(state_pool *p, diag *d);
 
 /* Views of one slot's rows (rank drops the slot dim): conv [conv_dim, K-1], recurrent
  * [Hv, Dv, Dk]. For tests and for seeding state; the slot must be allocated. */
-ph_status state_pool_slot_conv(const state_pool *p, int32_t layer, int32_t slot, tensor_view *out,
+ph_status state_pool_slot_conv(const state_pool *p, int32_t layer, int32_t slot, tensor *out,
                                diag *d);
-ph_status state_pool_slot_recurrent(const state_pool *p, int32_t layer, int32_t slot,
-                                    tensor_view *out, diag *d);
+ph_status state_pool_slot_recurrent(const state_pool *p, int32_t layer, int32_t slot, tensor *out,
+                                    diag *d);
 
 /* Bytes copied by gathers, scatters and compaction moves since creation or the last reset.
  * Zeroing a slot on allocation is not a move and is not counted. */

@@ -295,7 +295,7 @@ static void test_kv_qwen35_27b(void) {
   if (!kv) return;
   CHECK_EQ_INT(kv_buffers_bytes(kv), per_block * 3);
   CHECK_EQ_INT(kv_buffers_bytes_per_block(kv), per_block);
-  tensor_view k, v, k2;
+  tensor k, v, k2;
   CHECK_STATUS(kv_buffers_key(kv, 63, &k, &d), PH_OK, d.msg);
   CHECK_STATUS(kv_buffers_value(kv, 63, &v, &d), PH_OK, d.msg);
   CHECK_STATUS(kv_buffers_key(kv, 63, &k2, &d), PH_OK, d.msg);
@@ -304,12 +304,13 @@ static void test_kv_qwen35_27b(void) {
   CHECK_EQ_INT(((uintptr_t)k.data) % KV_BUFFERS_ALIGN, 0);
   CHECK_EQ_INT(((uintptr_t)v.data) % KV_BUFFERS_ALIGN, 0);
   CHECK_EQ_INT(k.dtype, PH_DTYPE_BF16);
-  CHECK_EQ_INT(k.shape.n_dims, 4);
-  CHECK_EQ_INT(k.shape.dims[0], 3);
-  CHECK_EQ_INT(k.shape.dims[1], 256);
-  CHECK_EQ_INT(k.shape.dims[2], 4);
-  CHECK_EQ_INT(k.shape.dims[3], 256);
-  CHECK_EQ_INT(shape_bytes(&k.shape, k.dtype), per_block * 3 / 32);
+  CHECK_EQ_INT(k.rank, 4);
+  CHECK_EQ_INT(k.dims[0], 3);
+  CHECK_EQ_INT(k.dims[1], 256);
+  CHECK_EQ_INT(k.dims[2], 4);
+  CHECK_EQ_INT(k.dims[3], 256);
+  const shape ks = shape_make(k.rank, k.dims);
+  CHECK_EQ_INT(shape_bytes(&ks, k.dtype), per_block * 3 / 32);
   CHECK_EQ_INT(((const uint16_t *)k.data)[3 * 256 * 4 * 256 - 1], 0); /* zeroed */
   CHECK_STATUS(kv_buffers_key(kv, 0, &k, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "layer 0");
@@ -345,13 +346,13 @@ static state_geometry small_state(int32_t max_slots) {
 static void stamp(state_pool *p, int32_t slot, float tag) {
   diag d;
   for (int l = 0; l < 3; l++) {
-    tensor_view c, r;
+    tensor c, r;
     if (state_pool_slot_conv(p, l, slot, &c, &d) != PH_OK) return;
     if (state_pool_slot_recurrent(p, l, slot, &r, &d) != PH_OK) return;
     uint16_t *cp = c.data;
-    for (int64_t i = 0; i < shape_numel(&c.shape); i++) cp[i] = (uint16_t)(tag + (float)l);
+    for (int64_t i = 0; i < tensor_numel(&c); i++) cp[i] = (uint16_t)(tag + (float)l);
     float *rp = r.data;
-    for (int64_t i = 0; i < shape_numel(&r.shape); i++) rp[i] = tag + (float)l;
+    for (int64_t i = 0; i < tensor_numel(&r); i++) rp[i] = tag + (float)l;
   }
 }
 
@@ -377,14 +378,14 @@ static void test_state_alloc_zeroes(void) {
   CHECK_EQ_INT(s2, 0); /* lowest free */
   int nonzero = 0;
   for (int l = 0; l < 3; l++) {
-    tensor_view c, r;
+    tensor c, r;
     CHECK_STATUS(state_pool_slot_conv(p, l, 0, &c, &d), PH_OK, d.msg);
     CHECK_STATUS(state_pool_slot_recurrent(p, l, 0, &r, &d), PH_OK, d.msg);
-    CHECK_EQ_INT(c.shape.dims[0], 24);
-    CHECK_EQ_INT(c.shape.dims[1], 3);
-    CHECK_EQ_INT(r.shape.dims[0], 2);
-    for (int64_t i = 0; i < shape_numel(&c.shape); i++) nonzero += ((uint16_t *)c.data)[i] != 0;
-    for (int64_t i = 0; i < shape_numel(&r.shape); i++) nonzero += ((float *)r.data)[i] != 0.0f;
+    CHECK_EQ_INT(c.dims[0], 24);
+    CHECK_EQ_INT(c.dims[1], 3);
+    CHECK_EQ_INT(r.dims[0], 2);
+    for (int64_t i = 0; i < tensor_numel(&c); i++) nonzero += ((uint16_t *)c.data)[i] != 0;
+    for (int64_t i = 0; i < tensor_numel(&r); i++) nonzero += ((float *)r.data)[i] != 0.0f;
   }
   CHECK_EQ_INT(nonzero, 0);
   CHECK_STATUS(state_pool_alloc(p, &s2, &d), PH_OK, d.msg);
@@ -407,20 +408,20 @@ static void test_state_slice_zero_copy(void) {
   const int32_t slots[3] = {1, 2, 3};
   CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_OK, d.msg);
   CHECK(state_pool_bound_is_slice(p));
-  tensor_view c, r, one;
+  tensor c, r, one;
   CHECK_STATUS(state_pool_bound_conv(p, 2, &c, &d), PH_OK, d.msg);
   CHECK_STATUS(state_pool_bound_recurrent(p, 2, &r, &d), PH_OK, d.msg);
   CHECK_STATUS(state_pool_slot_recurrent(p, 2, 1, &one, &d), PH_OK, d.msg);
   CHECK(r.data == one.data); /* the view is the slot buffer itself */
-  CHECK_EQ_INT(c.shape.dims[0], 3);
-  CHECK_EQ_INT(c.shape.dims[1], 24);
-  CHECK_EQ_INT(c.shape.dims[2], 3);
+  CHECK_EQ_INT(c.dims[0], 3);
+  CHECK_EQ_INT(c.dims[1], 24);
+  CHECK_EQ_INT(c.dims[2], 3);
   CHECK_EQ_INT(c.dtype, PH_DTYPE_BF16);
   CHECK_EQ_INT(r.dtype, PH_DTYPE_F32);
-  CHECK_EQ_INT(r.shape.dims[0], 3);
-  CHECK_EQ_INT(r.shape.dims[1], 2);
-  CHECK_EQ_INT(r.shape.dims[2], 4);
-  CHECK_EQ_INT(r.shape.dims[3], 4);
+  CHECK_EQ_INT(r.dims[0], 3);
+  CHECK_EQ_INT(r.dims[1], 2);
+  CHECK_EQ_INT(r.dims[2], 4);
+  CHECK_EQ_INT(r.dims[3], 4);
   CHECK_NEAR(((float *)r.data)[32 * 2], 302.0f, 0); /* batch row 2 = slot 3, layer 2 */
   ((float *)r.data)[0] = -1.0f;                     /* a write lands in slot 1 directly */
   CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
@@ -452,7 +453,7 @@ static void test_state_gather_counts_bytes(void) {
   CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_OK, d.msg);
   CHECK(!state_pool_bound_is_slice(p));
   CHECK_EQ_INT(state_pool_bytes_moved(p), 3 * slot_bytes); /* gather */
-  tensor_view r;
+  tensor r;
   CHECK_STATUS(state_pool_bound_recurrent(p, 1, &r, &d), PH_OK, d.msg);
   float *rp = r.data;
   CHECK_NEAR(rp[0], 401.0f, 0);
@@ -461,7 +462,7 @@ static void test_state_gather_counts_bytes(void) {
   rp[32] = 55.0f; /* row 1 -> slot 0 after scatter */
   CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
   CHECK_EQ_INT(state_pool_bytes_moved(p), 6 * slot_bytes); /* + scatter */
-  tensor_view one;
+  tensor one;
   CHECK_STATUS(state_pool_slot_recurrent(p, 1, 0, &one, &d), PH_OK, d.msg);
   CHECK_NEAR(((float *)one.data)[0], 55.0f, 0);
   /* slot_order makes the same batch ascending; still not a slice (holes), but 0 1 2 is */
@@ -494,7 +495,7 @@ static void test_state_compaction(void) {
   CHECK_EQ_INT(moves[0].from, 4);
   CHECK_EQ_INT(moves[0].to, 1);
   CHECK_EQ_INT(state_pool_bytes_moved(p), state_pool_slot_bytes(p)); /* one slot, once */
-  tensor_view one;
+  tensor one;
   CHECK_STATUS(state_pool_slot_recurrent(p, 0, 1, &one, &d), PH_OK, d.msg);
   CHECK_NEAR(((float *)one.data)[5], 400.0f, 0);
   CHECK(!state_pool_slot_in_use(p, 4));

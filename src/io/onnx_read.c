@@ -237,18 +237,18 @@ static int parse_count(const char *s, int64_t *out) {
   return 1;
 }
 
-static ph_status check_location(const char *loc, const char *tensor, diag *d) {
+static ph_status check_location(const char *loc, const char *tensor_name, diag *d) {
   size_t n = strlen(loc);
   RETURN_ERROR_IF(n == 0 || n >= LOCATION_BYTES || strchr(loc, '/') || strchr(loc, '\\') ||
                       strcmp(loc, ".") == 0 || strcmp(loc, "..") == 0,
                   d, PH_ERR_ONNX,
                   "initializer \"%s\": external data location \"%s\" is not a plain file name in "
                   "the package directory",
-                  tensor, loc);
+                  tensor_name, loc);
   return PH_OK;
 }
 
-static ph_status open_data_file(reader *r, const char *location, const char *tensor,
+static ph_status open_data_file(reader *r, const char *location, const char *tensor_name,
                                 const data_file **out, diag *d) {
   for (int i = 0; i < r->n_files; i++)
     if (strcmp(r->files[i].location, location) == 0) {
@@ -256,23 +256,23 @@ static ph_status open_data_file(reader *r, const char *location, const char *ten
       return PH_OK;
     }
   RETURN_ERROR_IF(r->n_files == MAX_DATA_FILES, d, PH_ERR_LIMIT,
-                  "initializer \"%s\": external data in more than %d files", tensor,
+                  "initializer \"%s\": external data in more than %d files", tensor_name,
                   MAX_DATA_FILES);
   data_file *f = &r->files[r->n_files];
   if (!r->dir) {
     RETURN_ERROR_IF(!r->mem_data, d, PH_ERR_ONNX,
                     "initializer \"%s\": external data in \"%s\", but no data file was given",
-                    tensor, location);
+                    tensor_name, location);
     RETURN_ERROR_IF(strcmp(location, ONNX_DATA_FILE) != 0, d, PH_ERR_ONNX,
-                    "initializer \"%s\": external data in \"%s\", but only %s was given", tensor,
-                    location, ONNX_DATA_FILE);
+                    "initializer \"%s\": external data in \"%s\", but only %s was given",
+                    tensor_name, location, ONNX_DATA_FILE);
     f->data = r->mem_data_size ? r->mem_data : NULL;
     f->size = r->mem_data_size;
   } else {
     char path[4096];
     FORWARD_IF_ERROR(path_join(path, sizeof path, r->dir, location, d));
     fmap m;
-    if (fmap_open(path, &m, d) != PH_OK) return diag_prefix(d, "initializer \"%s\"", tensor);
+    if (fmap_open(path, &m, d) != PH_OK) return diag_prefix(d, "initializer \"%s\"", tensor_name);
     /* ONNX Runtime refuses data files that resolve elsewhere (a symlink); so do we, to accept
      * exactly what it accepts */
     if (!path_resolves_inside(r->dir, path)) {
@@ -280,7 +280,7 @@ static ph_status open_data_file(reader *r, const char *location, const char *ten
       return diag_set(d, PH_ERR_ONNX,
                       "initializer \"%s\": external data file %s resolves outside the package "
                       "directory",
-                      tensor, path);
+                      tensor_name, path);
     }
     ph_status st = graph_adopt_mapping(r->g, &m, d);
     if (st != PH_OK) {

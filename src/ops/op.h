@@ -16,6 +16,8 @@
  *            invariance). run() never allocates: scratch comes from ctx->scratch, sized by
  *            scratch_bytes() from the same shapes.
  * Storage dtypes f32/f16/bf16 are computed in f32 and rounded to the output dtype once.
+ * in/out are the run-time `tensor` of src/tensor/tensor.h (with its element access,
+ * tensor_load_f32/tensor_store_f32); dtype_is_compute_float is tensor/dtype.h's.
  */
 #ifndef PH_OPS_OP_H
 #define PH_OPS_OP_H
@@ -26,14 +28,8 @@
 #include "base/diag.h"
 #include "base/pool.h"
 #include "graph/graph.h"
-
-/* A run-time tensor: contiguous row-major data of a concrete shape. */
-typedef struct tensor {
-  ph_dtype dtype;
-  int rank;
-  int64_t dims[GRAPH_MAX_DIMS];
-  void *data;
-} tensor;
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 typedef struct op_ctx {
   pool *pool;    /* never NULL; may have 1 thread */
@@ -62,15 +58,5 @@ const op_def *op_lookup(const char *domain, const char *op_type);
 /* Every registered op (for docs and tests). */
 size_t op_count(void);
 const op_def *op_at(size_t i);
-
-/* Helpers shared by op files. */
-int64_t tensor_numel(const tensor *t);
-float tensor_get_f32(const tensor *t, int64_t i);   /* element i as f32 (any float dtype) */
-void tensor_set_f32(tensor *t, int64_t i, float v); /* rounds to the tensor dtype */
-/* Loads n elements starting at element i into dst as f32. */
-void tensor_load_f32(const tensor *t, int64_t i, int64_t n, float *dst);
-/* Stores n f32 values into elements [i, i+n), rounding to the tensor dtype. */
-void tensor_store_f32(tensor *t, int64_t i, int64_t n, const float *src);
-int dtype_is_compute_float(ph_dtype dt); /* f32, f16, bf16 */
 
 #endif /* PH_OPS_OP_H */

@@ -7,8 +7,8 @@
  * that starts with the node's op type ("LinearAttention: ...") and names the attribute, input or
  * dim with expected vs got; the graph and the executor add the node name. Nothing here
  * allocates, keeps state or reads tensor contents; d may be NULL everywhere (as in
- * scratch_bytes(), which re-runs a resolve without a diag). Tensor element access (tensor_*)
- * is declared in op.h; both are implemented in op_common.c. Internal to src/ops, not public.
+ * scratch_bytes(), which re-runs a resolve without a diag). Implemented in op_common.c; tensor
+ * element access (tensor_*) is src/tensor/tensor.h's. Internal to src/ops, not public.
  */
 #ifndef PH_OPS_OP_UTIL_H
 #define PH_OPS_OP_UTIL_H

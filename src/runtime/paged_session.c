@@ -369,20 +369,6 @@ void paged_session_free(paged_session *s) {
 
 /* ---- a step -------------------------------------------------------------------------------- */
 
-static tensor tensor_of(ph_dtype dt, int rank, const int64_t *dims, void *data) {
-  tensor t;
-  memset(&t, 0, sizeof t);
-  t.dtype = dt;
-  t.rank = rank;
-  memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
-  t.data = data;
-  return t;
-}
-
-static tensor tensor_of_view(const tensor_view *v) {
-  return tensor_of(v->dtype, v->shape.n_dims, v->shape.dims, v->data);
-}
-
 static ph_status check_step(const paged_session *s, const paged_seq *seqs, int32_t B, int64_t *N,
                             diag *d) {
   RETURN_ERROR_IF(B < 1 || B > s->p.max_batch, d, PH_ERR_INVALID_ARGUMENT,
@@ -448,32 +434,31 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
   s->meta[1] = max_kv;
   s->meta[2] = 0;
   tensor t;
-  t = tensor_of(PH_DTYPE_I64, 1, (int64_t[]){N}, s->ids);
+  t = tensor_make(PH_DTYPE_I64, 1, (int64_t[]){N}, s->ids);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_ids, &t, d));
-  t = s->pos_planes == 3 ? tensor_of(PH_DTYPE_I64, 2, (int64_t[]){3, N}, s->pos)
-                         : tensor_of(PH_DTYPE_I64, 1, (int64_t[]){N}, s->pos);
+  t = s->pos_planes == 3 ? tensor_make(PH_DTYPE_I64, 2, (int64_t[]){3, N}, s->pos)
+                         : tensor_make(PH_DTYPE_I64, 1, (int64_t[]){N}, s->pos);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_pos, &t, d));
-  t = tensor_of(PH_DTYPE_I32, 2, (int64_t[]){B, max_blocks}, s->table);
+  t = tensor_make(PH_DTYPE_I32, 2, (int64_t[]){B, max_blocks}, s->table);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_table, &t, d));
-  t = tensor_of(PH_DTYPE_I32, 1, (int64_t[]){B + 1}, s->cu);
+  t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){B + 1}, s->cu);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_cu, &t, d));
-  t = tensor_of(PH_DTYPE_I32, 1, (int64_t[]){B}, s->past);
+  t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){B}, s->past);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_past, &t, d));
-  t = tensor_of(PH_DTYPE_I32, 1, (int64_t[]){3}, s->meta);
+  t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){3}, s->meta);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_meta, &t, d));
   for (int i = 0; i < s->n_layers; i++) {
     const layer_bind *l = &s->layers[i];
     if (l->kind == PAGED_LAYER_NONE) continue;
-    tensor_view v0, v1;
+    tensor t0, t1;
     if (l->kind == PAGED_LAYER_KV) {
-      FORWARD_IF_ERROR(kv_buffers_key(s->kv, i, &v0, d));
-      FORWARD_IF_ERROR(kv_buffers_value(s->kv, i, &v1, d));
+      FORWARD_IF_ERROR(kv_buffers_key(s->kv, i, &t0, d));
+      FORWARD_IF_ERROR(kv_buffers_value(s->kv, i, &t1, d));
     } else {
-      FORWARD_IF_ERROR(state_pool_bound_conv(s->states, i, &v0, d));
-      FORWARD_IF_ERROR(state_pool_bound_recurrent(s->states, i, &v1, d));
+      FORWARD_IF_ERROR(state_pool_bound_conv(s->states, i, &t0, d));
+      FORWARD_IF_ERROR(state_pool_bound_recurrent(s->states, i, &t1, d));
     }
     /* the present outputs are the past buffers: updated in place */
-    tensor t0 = tensor_of_view(&v0), t1 = tensor_of_view(&v1);
     FORWARD_IF_ERROR(exec_bind_input(s->e, l->in0, &t0, d));
     FORWARD_IF_ERROR(exec_bind_input(s->e, l->in1, &t1, d));
     FORWARD_IF_ERROR(exec_bind_output(s->e, l->out0, &t0, d));

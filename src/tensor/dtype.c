@@ -43,6 +43,10 @@ int dtype_is_float(ph_dtype dt) {
   return r ? r->is_float : 0;
 }
 
+int dtype_is_compute_float(ph_dtype dt) {
+  return dt == PH_DTYPE_F32 || dt == PH_DTYPE_F16 || dt == PH_DTYPE_BF16;
+}
+
 const char *ph_dtype_name(ph_dtype dt) {
   const dtype_row *r = row_of(dt);
   return r ? r->name : "invalid";

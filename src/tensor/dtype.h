@@ -19,6 +19,9 @@ size_t dtype_size(ph_dtype dt);
 /* 1 for f32, f16, bf16, f8e4m3. */
 int dtype_is_float(ph_dtype dt);
 
+/* 1 for the compute floats f32, f16, bf16 (what ops read and write; f8e4m3 is storage only). */
+int dtype_is_compute_float(ph_dtype dt);
+
 /* Safetensors header names: "F32", "F16", "BF16", "I64", "I32", "I8", "U8", "F8_E4M3".
  * NULL for an invalid dtype. */
 const char *dtype_safetensors_name(ph_dtype dt);

@@ -1,4 +1,4 @@
-/* tensor — shapes and views. See tensor.h. */
+/* tensor — shapes, the run-time tensor and its element access, finiteness. See tensor.h. */
 #include "tensor/tensor.h"
 
 #include <stdio.h>
@@ -61,47 +61,74 @@ const char *shape_format(const shape *s, char *buf, size_t buf_bytes) {
   return buf;
 }
 
-tensor_view tensor_view_make(void *data, ph_dtype dt, shape s) {
-  tensor_view v;
-  memset(&v, 0, sizeof v);
-  v.dtype = dt;
-  v.shape = s;
-  v.data = data;
-  int64_t stride = 1;
-  for (int i = s.n_dims - 1; i >= 0; i--) {
-    v.strides[i] = stride;
-    stride *= s.dims[i];
-  }
+/* ---- the run-time tensor -------------------------------------------------------------------- */
+
+tensor tensor_make(ph_dtype dt, int rank, const int64_t *dims, void *data) {
+  tensor t;
+  memset(&t, 0, sizeof t);
+  if (rank < 0) rank = 0;
+  if (rank > TENSOR_MAX_DIMS) rank = TENSOR_MAX_DIMS;
+  t.dtype = dt;
+  t.rank = rank;
+  for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+  t.data = data;
+  return t;
+}
+
+int64_t tensor_numel(const tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+  return n;
+}
+
+float tensor_get_f32(const tensor *t, int64_t i) {
+  float v = 0.0f;
+  tensor_load_f32(t, i, 1, &v);
   return v;
 }
 
-int tensor_view_is_contiguous(const tensor_view *v) {
-  int64_t stride = 1;
-  for (int i = v->shape.n_dims - 1; i >= 0; i--) {
-    if (v->shape.dims[i] != 1 && v->strides[i] != stride) return 0;
-    stride *= v->shape.dims[i];
+void tensor_set_f32(tensor *t, int64_t i, float v) { tensor_store_f32(t, i, 1, &v); }
+
+void tensor_load_f32(const tensor *t, int64_t i, int64_t n, float *dst) {
+  switch (t->dtype) {
+  case PH_DTYPE_F32:
+    memcpy(dst, (const float *)t->data + i, (size_t)n * sizeof(float));
+    return;
+  case PH_DTYPE_F16: {
+    const uint16_t *p = (const uint16_t *)t->data + i;
+    for (int64_t k = 0; k < n; k++) dst[k] = f16_to_f32(p[k]);
+    return;
   }
-  return 1;
+  case PH_DTYPE_BF16: {
+    const uint16_t *p = (const uint16_t *)t->data + i;
+    for (int64_t k = 0; k < n; k++) dst[k] = bf16_to_f32(p[k]);
+    return;
+  }
+  default:
+    dtype_convert(dst, PH_DTYPE_F32, (const char *)t->data + i * (int64_t)dtype_size(t->dtype),
+                  t->dtype, (size_t)n, NULL);
+    return;
+  }
 }
 
-tensor_view tensor_view_index0(const tensor_view *v, int64_t i) {
-  tensor_view r;
-  memset(&r, 0, sizeof r);
-  r.dtype = v->dtype;
-  r.shape.n_dims = v->shape.n_dims - 1;
-  for (int k = 1; k < v->shape.n_dims; k++) {
-    r.shape.dims[k - 1] = v->shape.dims[k];
-    r.strides[k - 1] = v->strides[k];
+void tensor_store_f32(tensor *t, int64_t i, int64_t n, const float *src) {
+  switch (t->dtype) {
+  case PH_DTYPE_F32:
+    memcpy((float *)t->data + i, src, (size_t)n * sizeof(float));
+    return;
+  case PH_DTYPE_F16: {
+    uint16_t *p = (uint16_t *)t->data + i;
+    for (int64_t k = 0; k < n; k++) p[k] = f32_to_f16(src[k]);
+    return;
   }
-  r.data = (char *)v->data + i * v->strides[0] * (int64_t)dtype_size(v->dtype);
-  return r;
-}
-
-tensor_view tensor_view_slice0(const tensor_view *v, int64_t begin, int64_t end) {
-  tensor_view r = *v;
-  r.shape.dims[0] = end - begin;
-  r.data = (char *)v->data + begin * v->strides[0] * (int64_t)dtype_size(v->dtype);
-  return r;
+  case PH_DTYPE_BF16: {
+    uint16_t *p = (uint16_t *)t->data + i;
+    for (int64_t k = 0; k < n; k++) p[k] = f32_to_bf16(src[k]);
+    return;
+  }
+  default:
+    return; /* integer outputs are written by their ops directly */
+  }
 }
 
 /* ---- finiteness ----------------------------------------------------------------------------- */

@@ -1,8 +1,16 @@
-/* tensor — shapes and non-owning views of typed memory.
+/* tensor — shapes, the run-time tensor, element access, and the finiteness scan.
  *
- * A view never owns its data; whoever made the buffer frees it. Strides are in elements.
- * Shapes are at most TENSOR_MAX_DIMS dims; every size computation is overflow-checked because
- * shapes come from untrusted files.
+ * Two ways to describe an array, for two jobs:
+ *   shape  — dims read from untrusted files (checkpoints, packages, configs): every size
+ *            computation on it is overflow-checked (shape_numel, shape_bytes return -1).
+ *   tensor — the one run-time tensor: a non-owning, contiguous row-major view of typed memory
+ *            with a concrete shape. The executor binds tensors as graph inputs and outputs, ops
+ *            read and write them, and the cache hands out its KV pages and state rows as
+ *            tensors. Whoever made the buffer frees it; its shape was checked when it was made,
+ *            so tensor_numel does not check for overflow.
+ * At most TENSOR_MAX_DIMS dims either way (the graph's GRAPH_MAX_DIMS is the same number).
+ * Element access (tensor_get/set/load/store_f32) reads and writes any compute float dtype
+ * (f32, f16, bf16) as f32, rounding to the tensor's dtype once on the way back.
  */
 #ifndef PH_TENSOR_TENSOR_H
 #define PH_TENSOR_TENSOR_H
@@ -14,17 +22,12 @@
 
 #define TENSOR_MAX_DIMS 8
 
+/* ---- shapes ---- */
+
 typedef struct shape {
   int n_dims;                    /* 0 = scalar */
   int64_t dims[TENSOR_MAX_DIMS]; /* each >= 0 */
 } shape;
-
-typedef struct tensor_view {
-  ph_dtype dtype;
-  shape shape;
-  int64_t strides[TENSOR_MAX_DIMS]; /* elements */
-  void *data;
-} tensor_view;
 
 /* Builds a shape from n dims (n <= TENSOR_MAX_DIMS). */
 shape shape_make(int n_dims, const int64_t *dims);
@@ -44,16 +47,31 @@ int shape_equal(const shape *a, const shape *b);
 /* Writes "[a, b, c]" (always NUL-terminated; truncates). Returns buf. */
 const char *shape_format(const shape *s, char *buf, size_t buf_bytes);
 
-/* A contiguous row-major view of data. */
-tensor_view tensor_view_make(void *data, ph_dtype dt, shape s);
+/* ---- the run-time tensor ---- */
 
-int tensor_view_is_contiguous(const tensor_view *v);
+/* Contiguous row-major data of a concrete shape: element i (flat) is at data + i * dtype size.
+ * Non-owning. */
+typedef struct tensor {
+  ph_dtype dtype;
+  int rank;                      /* 0 = scalar */
+  int64_t dims[TENSOR_MAX_DIMS]; /* each >= 0 */
+  void *data;
+} tensor;
 
-/* View of index i along dim 0 (rank drops by one). i must be in range. */
-tensor_view tensor_view_index0(const tensor_view *v, int64_t i);
+/* A tensor of dtype dt and shape dims[rank] over data (rank clamped to [0, TENSOR_MAX_DIMS];
+ * dims past rank are 0). */
+tensor tensor_make(ph_dtype dt, int rank, const int64_t *dims, void *data);
 
-/* View of rows [begin, end) along dim 0. */
-tensor_view tensor_view_slice0(const tensor_view *v, int64_t begin, int64_t end);
+/* Element count; 1 for a scalar. The shape is trusted (no overflow check). */
+int64_t tensor_numel(const tensor *t);
+float tensor_get_f32(const tensor *t, int64_t i);   /* element i as f32 (any float dtype) */
+void tensor_set_f32(tensor *t, int64_t i, float v); /* rounds to the tensor dtype */
+/* Loads n elements starting at element i into dst as f32 (other dtypes than
+ * f32/f16/bf16 through dtype_convert). */
+void tensor_load_f32(const tensor *t, int64_t i, int64_t n, float *dst);
+/* Stores n f32 values into elements [i, i+n), rounding to the tensor dtype (f32, f16, bf16;
+ * a tensor of any other dtype is left untouched: integer outputs are written by their ops). */
+void tensor_store_f32(tensor *t, int64_t i, int64_t n, const float *src);
 
 /* ---- finiteness: NaN and infinities in weights ----
  * A checkpoint or package can carry NaN/Inf in a weight (a bad conversion, a corrupted file);
