@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "graph/abi_names.h"
 #include "io/genai_config.h"
 #include "io/json_util.h"
 #include "io/onnx.h"
@@ -512,41 +513,39 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
   FORWARD_IF_ERROR(get_int(&dec, "num_key_value_heads", 0, &g->num_key_value_heads, d));
   FORWARD_IF_ERROR(refuse_state_updates(&dec, "state_update_capacity", d));
 
-  /* the dense layout has attention_mask, the paged one block_table & co. (abi.md §8.1) */
+  /* keys are GenAI's config keys; an absent key means GenAI's default name, the ABI's
+   * (graph/abi_names.h). The dense layout has attention_mask, the paged one block_table & co.
+   * (abi.md §8.1). */
   const int pg = g->paged;
   FORWARD_IF_ERROR(get_object(&dec, "inputs", "model.decoder.inputs.", &in, d));
-  FORWARD_IF_ERROR(get_string(&in, "input_ids", "input_ids", g->input_ids, GENAI_MAX_NAME, d));
-  FORWARD_IF_ERROR(get_string(&in, "attention_mask", pg ? "" : "attention_mask", g->attention_mask,
-                              GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "input_ids", ABI_INPUT_IDS, g->input_ids, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "attention_mask", pg ? "" : ABI_ATTENTION_MASK,
+                              g->attention_mask, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(
-      get_string(&in, "position_ids", "position_ids", g->position_ids, GENAI_MAX_NAME, d));
+      get_string(&in, "position_ids", ABI_POSITION_IDS, g->position_ids, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(
-      get_string(&in, "block_table", pg ? "block_table" : "", g->block_table, GENAI_MAX_NAME, d));
-  FORWARD_IF_ERROR(get_string(&in, "cumulative_sequence_lengths",
-                              pg ? "cumulative_sequence_lengths" : "",
+      get_string(&in, "block_table", pg ? ABI_BLOCK_TABLE : "", g->block_table, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "cumulative_sequence_lengths", pg ? ABI_CU_SEQLENS : "",
                               g->cumulative_sequence_lengths, GENAI_MAX_NAME, d));
-  FORWARD_IF_ERROR(get_string(&in, "past_sequence_lengths", pg ? "past_sequence_lengths" : "",
+  FORWARD_IF_ERROR(get_string(&in, "past_sequence_lengths", pg ? ABI_PAST_SEQLENS : "",
                               g->past_sequence_lengths, GENAI_MAX_NAME, d));
-  FORWARD_IF_ERROR(get_string(&in, "attention_metadata", pg ? "attention_metadata" : "",
+  FORWARD_IF_ERROR(get_string(&in, "attention_metadata", pg ? ABI_ATTN_METADATA : "",
                               g->attention_metadata, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_template(&in, "past_key_names", ABI_PAST_KEY, g->past_key_names, d));
+  FORWARD_IF_ERROR(get_template(&in, "past_value_names", ABI_PAST_VALUE, g->past_value_names, d));
+  FORWARD_IF_ERROR(get_template(&in, "past_conv_names", ABI_PAST_CONV, g->past_conv_names, d));
   FORWARD_IF_ERROR(
-      get_template(&in, "past_key_names", "past_key_values.%d.key", g->past_key_names, d));
-  FORWARD_IF_ERROR(
-      get_template(&in, "past_value_names", "past_key_values.%d.value", g->past_value_names, d));
-  FORWARD_IF_ERROR(
-      get_template(&in, "past_conv_names", "past_key_values.%d.conv_state", g->past_conv_names, d));
-  FORWARD_IF_ERROR(get_template(&in, "past_recurrent_names", "past_key_values.%d.recurrent_state",
-                                g->past_recurrent_names, d));
+      get_template(&in, "past_recurrent_names", ABI_PAST_RECURRENT, g->past_recurrent_names, d));
 
   FORWARD_IF_ERROR(get_object(&dec, "outputs", "model.decoder.outputs.", &out, d));
-  FORWARD_IF_ERROR(get_string(&out, "logits", "logits", g->logits, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&out, "logits", ABI_LOGITS, g->logits, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(
-      get_template(&out, "present_key_names", "present.%d.key", g->present_key_names, d));
+      get_template(&out, "present_key_names", ABI_PRESENT_KEY, g->present_key_names, d));
   FORWARD_IF_ERROR(
-      get_template(&out, "present_value_names", "present.%d.value", g->present_value_names, d));
+      get_template(&out, "present_value_names", ABI_PRESENT_VALUE, g->present_value_names, d));
   FORWARD_IF_ERROR(
-      get_template(&out, "present_conv_names", "present.%d.conv_state", g->present_conv_names, d));
-  FORWARD_IF_ERROR(get_template(&out, "present_recurrent_names", "present.%d.recurrent_state",
+      get_template(&out, "present_conv_names", ABI_PRESENT_CONV, g->present_conv_names, d));
+  FORWARD_IF_ERROR(get_template(&out, "present_recurrent_names", ABI_PRESENT_RECURRENT,
                                 g->present_recurrent_names, d));
 
   FORWARD_IF_ERROR(

@@ -16,32 +16,17 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "graph/abi_names.h"
 #include "io/genai_config.h"
 #include "io/json_util.h"
 #include "io/onnx.h"
 
-/* GenAI's runtime defaults for the dense decoder's I/O names (and the names our dense graph
- * uses, models/qwen35.c; model_export checks every one against the graph). */
-#define GENAI_INPUT_IDS         "input_ids"
-#define GENAI_ATTENTION_MASK    "attention_mask"
-#define GENAI_POSITION_IDS      "position_ids"
-#define GENAI_PAST_KEY          "past_key_values.%d.key"
-#define GENAI_PAST_VALUE        "past_key_values.%d.value"
-#define GENAI_PAST_CONV         "past_key_values.%d.conv_state"
-#define GENAI_PAST_RECURRENT    "past_key_values.%d.recurrent_state"
-#define GENAI_LOGITS            "logits"
-#define GENAI_PRESENT_KEY       "present.%d.key"
-#define GENAI_PRESENT_VALUE     "present.%d.value"
-#define GENAI_PRESENT_CONV      "present.%d.conv_state"
-#define GENAI_PRESENT_RECURRENT "present.%d.recurrent_state"
-#define GENAI_BLOCK_TABLE       "block_table"
-#define GENAI_CU_SEQLENS        "cumulative_sequence_lengths"
-#define GENAI_PAST_SEQLENS      "past_sequence_lengths"
-#define GENAI_ATTN_METADATA     "attention_metadata"
-#define GENAI_FILE              "genai_config.json"
+#define GENAI_FILE "genai_config.json"
 
 #define SET_NAME(field, value) snprintf((field), sizeof(field), "%s", (value))
 
+/* The I/O names are GenAI's runtime defaults, which are the ABI's (graph/abi_names.h, the names
+ * models/qwen35.c gives the graph; model_export checks every one against the graph). */
 genai_config genai_config_dense(const hf_config *c, int64_t context_length) {
   genai_config g;
   memset(&g, 0, sizeof g);
@@ -56,21 +41,21 @@ genai_config genai_config_dense(const hf_config *c, int64_t context_length) {
   g.vocab_size = c->vocab_size;
   g.context_length = context_length;
   g.bos_token_id = g.eos_token_id = g.pad_token_id = -1;
-  SET_NAME(g.input_ids, GENAI_INPUT_IDS);
-  SET_NAME(g.attention_mask, GENAI_ATTENTION_MASK);
-  SET_NAME(g.position_ids, GENAI_POSITION_IDS);
-  SET_NAME(g.logits, GENAI_LOGITS);
+  SET_NAME(g.input_ids, ABI_INPUT_IDS);
+  SET_NAME(g.attention_mask, ABI_ATTENTION_MASK);
+  SET_NAME(g.position_ids, ABI_POSITION_IDS);
+  SET_NAME(g.logits, ABI_LOGITS);
   if (c->geom.n_full > 0) {
-    SET_NAME(g.past_key_names, GENAI_PAST_KEY);
-    SET_NAME(g.past_value_names, GENAI_PAST_VALUE);
-    SET_NAME(g.present_key_names, GENAI_PRESENT_KEY);
-    SET_NAME(g.present_value_names, GENAI_PRESENT_VALUE);
+    SET_NAME(g.past_key_names, ABI_PAST_KEY);
+    SET_NAME(g.past_value_names, ABI_PAST_VALUE);
+    SET_NAME(g.present_key_names, ABI_PRESENT_KEY);
+    SET_NAME(g.present_value_names, ABI_PRESENT_VALUE);
   }
   if (c->geom.n_linear > 0) {
-    SET_NAME(g.past_conv_names, GENAI_PAST_CONV);
-    SET_NAME(g.past_recurrent_names, GENAI_PAST_RECURRENT);
-    SET_NAME(g.present_conv_names, GENAI_PRESENT_CONV);
-    SET_NAME(g.present_recurrent_names, GENAI_PRESENT_RECURRENT);
+    SET_NAME(g.past_conv_names, ABI_PAST_CONV);
+    SET_NAME(g.past_recurrent_names, ABI_PAST_RECURRENT);
+    SET_NAME(g.present_conv_names, ABI_PRESENT_CONV);
+    SET_NAME(g.present_recurrent_names, ABI_PRESENT_RECURRENT);
   }
   g.past_present_share_buffer = 0;
   return g;
@@ -98,10 +83,10 @@ genai_config genai_config_paged(const hf_config *c, int64_t context_length, int6
   genai_config g = genai_config_dense(c, context_length);
   g.paged = 1;
   g.attention_mask[0] = '\0'; /* the packed layout has none (abi.md §8.1) */
-  SET_NAME(g.block_table, GENAI_BLOCK_TABLE);
-  SET_NAME(g.cumulative_sequence_lengths, GENAI_CU_SEQLENS);
-  SET_NAME(g.past_sequence_lengths, GENAI_PAST_SEQLENS);
-  SET_NAME(g.attention_metadata, GENAI_ATTN_METADATA);
+  SET_NAME(g.block_table, ABI_BLOCK_TABLE);
+  SET_NAME(g.cumulative_sequence_lengths, ABI_CU_SEQLENS);
+  SET_NAME(g.past_sequence_lengths, ABI_PAST_SEQLENS);
+  SET_NAME(g.attention_metadata, ABI_ATTN_METADATA);
   g.past_present_share_buffer = 1;
   g.cuda_graph_disabled = 1;
   /* groups in the order paged_kv, fixed_conv, fixed_recurrent; empty ones are dropped */

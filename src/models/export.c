@@ -18,6 +18,7 @@
 
 #include "base/fmap.h"
 #include "base/wfile.h"
+#include "graph/abi_names.h"
 #include "io/genai_config.h"
 #include "io/inference_metadata.h"
 #include "io/onnx.h"
@@ -391,7 +392,7 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
   ph_status s = PH_OK;
   genai_config gc;
   /* context_length is what the graph can serve: the rows of its rotary caches */
-  int cos = graph_find_value(g, "cos_cache");
+  int cos = graph_find_value(g, ABI_COS_CACHE);
   if (cos < 0 || g->values[cos].type.rank != 2) {
     s = diag_set(d, PH_ERR_INTERNAL, "the dense graph has no 2-D cos_cache initializer");
     goto done;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "graph/abi_names.h"
 
 #define CFG PACKAGE_CONFIG_FILE
 
@@ -285,7 +286,7 @@ ph_status package_check_graph(const genai_config *gc, const graph *g, diag *d) {
   free(li);
   FORWARD_IF_ERROR(s);
   FORWARD_IF_ERROR(check_nodes(gc, g, d));
-  const int cos = graph_find_value(g, "cos_cache");
+  const int cos = graph_find_value(g, ABI_COS_CACHE);
   if (cos >= 0 && g->values[cos].type.rank == 2 && gc->context_length > 0)
     RETURN_ERROR_IF(gc->context_length > g->values[cos].type.dims[0], d, PH_ERR_CONFIG_INCONSISTENT,
                     CFG ": model.context_length = %" PRId64

@@ -1,4 +1,6 @@
-/* qwen35 — dense Qwen3.5 / Qwen3-Next graph builder. See qwen35.h; the math is
+/* qwen35 — the Qwen3.5 / Qwen3-Next graph builder: the node helpers, the rotary forms, the
+ * layers, and the forward pass (forward: embed, decoder_layer × n_layers, lm_head) between the
+ * graph I/O of each layout (qwen35_io.c). See qwen35.h; the math is
  * ../shared/spec/model-math.md §1–§3 and each step below names the item of its §7
  * easy-to-get-wrong list it gets right.
  */
@@ -10,29 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/abi_names.h"
+#include "models/qwen35_builder.h"
 #include "tensor/dtype.h"
 
 #define ONNX_FLOAT 1
 #define ONNX_INT32 6
-
-typedef struct builder {
-  graph *g;
-  const hf_config *c;
-  const model_weights *w;
-  char scope[96];
-  int64_t max_context;
-  int cos, sin;           /* rotary caches [ctx, rot/2] f32 */
-  ph_dtype weight_dtype;  /* PH_DTYPE_INVALID: as stored */
-  int positions;          /* position_ids, the graph input ([3,B,S] / [B,S] dense, [3,N] / [N]
-                             packed) */
-  int rotary_ops;         /* RoPE as plain ONNX ops (model_rotary) instead of the fused op */
-  int rope_cos, rope_sin; /* rotary_ops: the shared per-token tables [.., 1, rot/2] f32, or -1 */
-  int seqlens_k, total;   /* GQA lengths derived from attention_mask */
-  int paged;              /* packed layout: activations [N, ...] instead of [B, S, ...] */
-  ph_dtype io;            /* activation, cache and conv-state dtype (f32 for the dense layout) */
-  int prune_lm_head;      /* packed: logits only for each sequence's last row */
-  int cu, past_lens, block_table, metadata; /* packed layout graph inputs */
-} builder;
 
 /* A 2-D weight [rows, cols] = [out, in] as Hugging Face stores Linear weights. */
 typedef struct wref {
@@ -261,9 +246,9 @@ static void rotary_caches(builder *b) {
   const hf_config *c = b->c;
   int64_t half = c->rope.rotary_dim / 2;
   void *cs_p = NULL, *sn_p = NULL;
-  b->cos = graph_add_initializer_alloc(b->g, "cos_cache", PH_DTYPE_F32,
+  b->cos = graph_add_initializer_alloc(b->g, ABI_COS_CACHE, PH_DTYPE_F32,
                                        shape_2d(b->max_context, half), &cs_p);
-  b->sin = graph_add_initializer_alloc(b->g, "sin_cache", PH_DTYPE_F32,
+  b->sin = graph_add_initializer_alloc(b->g, ABI_SIN_CACHE, PH_DTYPE_F32,
                                        shape_2d(b->max_context, half), &sn_p);
   if (!cs_p || !sn_p) return;
   float *cs = cs_p, *sn = sn_p;
@@ -720,6 +705,76 @@ static int mlp(builder *b, int layer, int x) {
   return linear(b, "down_proj", h, wref_of(lw(b, layer, W_MLP_DOWN)));
 }
 
+/* ---- the forward pass (model-math §1) ------------------------------------------------------ */
+
+static int embed_tokens(builder *b, int ids) {
+  snprintf(b->scope, sizeof b->scope, "/model/embed_tokens");
+  const st_tensor *embed = b->w->global[W_EMBED];
+  int ew = weight_view(b, embed->name, embed->dtype, embed->shape, embed->data);
+  int x = NODE1(b, "Gather", "Gather", 0, NULL, ew, ids);
+  if (stored_as(b, embed->dtype) != b->io) x = cast_to(b, "Cast", x, dtype_to_onnx(b->io));
+  return x;
+}
+
+/* One decoder layer: (1+w) RMSNorm, the token mixer (full or linear attention), (1+w) RMSNorm,
+ * MLP. The residual adds are fused into the next norm (SkipSimplifiedLayerNormalization):
+ * *residual is the stream so far, branch the previous layer's MLP output (-1 for layer 0). */
+static int decoder_layer(builder *b, int i, int branch, int *residual, graph_io *io) {
+  const hf_config *c = b->c;
+  const float eps = (float)c->rms_norm_eps;
+  snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
+  int ln1 = io_const(b, lw(b, i, W_INPUT_NORM), ".1p", F32_ONE_PLUS);
+  int h = i == 0 ? rms_norm(b, "input_layernorm", *residual, ln1, eps)
+                 : skip_rms_norm(b, "input_layernorm", branch, *residual, ln1, eps, residual);
+  int *past = io->past[i], *present = io->present[i];
+  int mixed = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
+                  ? full_attention(b, i, h, past[0], past[1], &present[0], &present[1])
+                  : linear_attention(b, i, h, past[0], past[1], &present[0], &present[1]);
+  snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
+  int ln2 = io_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
+  return mlp(b, i,
+             skip_rms_norm(b, "post_attention_layernorm", mixed, *residual, ln2, eps, residual));
+}
+
+/* abi §8.2 prune_lm_head: only each sequence's last row reaches the LM head: rows cu[1:] - 1 of
+ * x [N, H] -> [B, H]. */
+static int last_rows(builder *b, int x) {
+  snprintf(b->scope, sizeof b->scope, "/model/prune_lm_head");
+  int64_t one = 1, big = INT64_MAX, zero = 0;
+  int ends = NODE1(b, "Slice", "Slice", 0, NULL, b->cu, const_i64(b, "starts", 1, &one),
+                   const_i64(b, "ends", 1, &big), const_i64(b, "axes", 1, &zero));
+  int ends64 = cast_to(b, "Cast", ends, 7 /* INT64 */);
+  int last = NODE1(b, "Sub", "Sub", 0, NULL, ends64, const_i64(b, "one", -1, &one));
+  gattr ax0 = attr_int("axis", 0);
+  return node1(b, "Gather", "", "Gather", 2, (int[]){x, last}, 1, &ax0);
+}
+
+/* Final norm (closing the last residual add), the LM head, logits in f32. */
+static int lm_head(builder *b, int branch, int residual) {
+  const hf_config *c = b->c;
+  snprintf(b->scope, sizeof b->scope, "/model");
+  int final_gain = io_const(b, b->w->global[W_FINAL_NORM], ".1p", F32_ONE_PLUS);
+  int x = skip_rms_norm(b, "norm", branch, residual, final_gain, (float)c->rms_norm_eps, &residual);
+  if (b->prune_lm_head) x = last_rows(b, x);
+  /* §7.16: tied embeddings: the embedding matrix is the LM head */
+  const st_tensor *head = b->w->global[W_LM_HEAD] ? b->w->global[W_LM_HEAD] : b->w->global[W_EMBED];
+  b->scope[0] = '\0';
+  int logits = linear(b, "/lm_head", x, wref_of(head));
+  /* logits are f32 whatever the io dtype (Mobius requires it; GenAI reads both) */
+  if (b->io != PH_DTYPE_F32) {
+    snprintf(b->scope, sizeof b->scope, "/lm_head");
+    logits = cast_to(b, "Cast", logits, ONNX_FLOAT);
+  }
+  return logits;
+}
+
+/* Embed, n_layers decoder layers, the head: the logits' value id; the presents into io. */
+static int forward(builder *b, graph_io *io) {
+  int residual = embed_tokens(b, io->ids), branch = -1;
+  for (int i = 0; i < (int)b->c->n_layers; i++) branch = decoder_layer(b, i, branch, &residual, io);
+  return lm_head(b, branch, residual);
+}
+
 /* ---- the whole model ------------------------------------------------------------------------ */
 
 int64_t qwen35_default_context(const hf_config *c) {
@@ -742,6 +797,38 @@ static ph_status check_supported(const hf_config *c, diag *d) {
   return PH_OK;
 }
 
+/* The builder for opt (NULL: the defaults), its layout options checked. */
+static ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_weights *w,
+                              const model_options *opt, diag *d) {
+  *b = (builder){.g = g,
+                 .c = c,
+                 .w = w,
+                 .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID,
+                 .rotary_ops = opt && opt->rotary == MODEL_ROTARY_OPS,
+                 .rope_cos = -1,
+                 .rope_sin = -1};
+  /* rotary cache rows: the caller's context bound, else the default */
+  b->max_context = opt && opt->max_context > 0 ? opt->max_context : qwen35_default_context(c);
+  b->paged = opt && opt->paged;
+  b->io = opt && opt->io_dtype != PH_DTYPE_INVALID ? opt->io_dtype : PH_DTYPE_F32;
+  b->prune_lm_head = opt && opt->prune_lm_head;
+  b->block_size = opt && opt->block_size > 0 ? opt->block_size : 16;
+  RETURN_ERROR_IF(b->paged && (b->block_size < 16 || (b->block_size & (b->block_size - 1))), d,
+                  PH_ERR_INVALID_ARGUMENT, "block size %lld: must be a power of two >= 16",
+                  (long long)b->block_size);
+  RETURN_ERROR_IF(b->io != PH_DTYPE_F32 && b->io != PH_DTYPE_F16 && b->io != PH_DTYPE_BF16, d,
+                  PH_ERR_UNSUPPORTED, "activation dtype %s: expected f32, f16 or bf16",
+                  ph_dtype_name(b->io));
+  RETURN_ERROR_IF(!b->paged && b->io != PH_DTYPE_F32, d, PH_ERR_UNSUPPORTED,
+                  "activation dtype %s: the dense layout runs f32 activations (ONNX Runtime's CPU "
+                  "LinearAttention and CausalConvWithState are float only); use the paged layout",
+                  ph_dtype_name(b->io));
+  RETURN_ERROR_IF(!b->paged && (b->prune_lm_head || (opt && opt->block_size)), d,
+                  PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
+                  b->prune_lm_head ? "prune_lm_head" : "block_size");
+  return PH_OK;
+}
+
 ph_status qwen35_build(const hf_config *c, const model_weights *w, const model_options *opt,
                        graph **out, diag *d) {
   *out = NULL;
@@ -753,175 +840,25 @@ ph_status qwen35_build(const hf_config *c, const model_weights *w, const model_o
                     ph_dtype_name(opt->weight_dtype));
   graph *g = NULL;
   FORWARD_IF_ERROR(graph_create(&g, d));
-  builder bb = {.g = g,
-                .c = c,
-                .w = w,
-                .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID,
-                .rotary_ops = opt && opt->rotary == MODEL_ROTARY_OPS,
-                .rope_cos = -1,
-                .rope_sin = -1};
-  builder *b = &bb;
-  /* rotary cache rows: the caller's context bound, else the default */
-  b->max_context = opt && opt->max_context > 0 ? opt->max_context : qwen35_default_context(c);
-  const int64_t Hkv = c->n_kv_heads, D = c->head_dim;
-  b->paged = opt && opt->paged;
-  b->io = opt && opt->io_dtype != PH_DTYPE_INVALID ? opt->io_dtype : PH_DTYPE_F32;
-  b->prune_lm_head = opt && opt->prune_lm_head;
-  const int64_t block = opt && opt->block_size > 0 ? opt->block_size : 16;
-  ph_status bad = PH_OK;
-  if (b->paged && (block < 16 || (block & (block - 1))))
-    bad = diag_set(d, PH_ERR_INVALID_ARGUMENT, "block size %lld: must be a power of two >= 16",
-                   (long long)block);
-  else if (b->io != PH_DTYPE_F32 && b->io != PH_DTYPE_F16 && b->io != PH_DTYPE_BF16)
-    bad = diag_set(d, PH_ERR_UNSUPPORTED, "activation dtype %s: expected f32, f16 or bf16",
-                   ph_dtype_name(b->io));
-  else if (!b->paged && b->io != PH_DTYPE_F32)
-    bad = diag_set(d, PH_ERR_UNSUPPORTED,
-                   "activation dtype %s: the dense layout runs f32 activations (ONNX Runtime's CPU "
-                   "LinearAttention and CausalConvWithState are float only); use the paged layout",
-                   ph_dtype_name(b->io));
-  else if (!b->paged && (b->prune_lm_head || (opt && opt->block_size)))
-    bad = diag_set(d, PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
-                   b->prune_lm_head ? "prune_lm_head" : "block_size");
-  if (bad != PH_OK) {
-    graph_free(g);
-    return bad;
-  }
-  int ids = -1, mask = -1;
-  const char *bs[] = {"batch_size", "sequence_length"};
-  const char *ns[] = {"num_tokens"};
-  if (!b->paged) {
-    ids = graph_add_input(g, "input_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
-    const char *ms[] = {"batch_size", "total_sequence_length"};
-    mask = graph_add_input(g, "attention_mask", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, ms);
-  } else {
-    ids = graph_add_input(g, "input_ids", PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
-  }
-  if (c->rope.has_mrope && !b->paged) {
-    const char *ps[] = {NULL, "batch_size", "sequence_length"};
-    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 3, (int64_t[]){3, -1, -1}, ps);
-  } else if (c->rope.has_mrope) {
-    const char *ps[] = {NULL, "num_tokens"};
-    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){3, -1}, ps);
-  } else if (!b->paged) {
-    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
-  } else {
-    b->positions = graph_add_input(g, "position_ids", PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
-  }
-  if (b->paged) {
-    const char *bt[] = {"batch_size", "max_num_blocks"};
-    const char *cs[] = {"batch_size_plus_1"};
-    const char *pl[] = {"batch_size"};
-    b->block_table = graph_add_input(g, "block_table", PH_DTYPE_I32, 2, (int64_t[]){-1, -1}, bt);
-    b->cu = graph_add_input(g, "cumulative_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, cs);
-    b->past_lens =
-        graph_add_input(g, "past_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, pl);
-    b->metadata = graph_add_input(g, "attention_metadata", PH_DTYPE_I32, 1, (int64_t[]){3}, NULL);
-  }
-  int past[HF_MAX_LAYERS][2];
-  char name[128];
-  for (int i = 0; i < (int)c->n_layers; i++) {
-    if (c->layer_kind[i] == PH_LAYER_FULL_ATTENTION) {
-      const char *ks[] = {"batch_size", NULL, "past_sequence_length", NULL};
-      const char *pg[] = {"num_blocks", NULL, NULL, NULL};
-      int64_t dense_dims[4] = {-1, Hkv, -1, D}, page_dims[4] = {-1, block, Hkv, D};
-      snprintf(name, sizeof name, "past_key_values.%d.key", i);
-      past[i][0] =
-          graph_add_input(g, name, b->io, 4, b->paged ? page_dims : dense_dims, b->paged ? pg : ks);
-      snprintf(name, sizeof name, "past_key_values.%d.value", i);
-      past[i][1] =
-          graph_add_input(g, name, b->io, 4, b->paged ? page_dims : dense_dims, b->paged ? pg : ks);
-    } else {
-      const char *ss[] = {"batch_size", NULL, NULL, NULL};
-      snprintf(name, sizeof name, "past_key_values.%d.conv_state", i);
-      past[i][0] = graph_add_input(g, name, b->io, 3,
-                                   (int64_t[]){-1, c->geom.conv_dim, c->lin.conv_kernel - 1}, ss);
-      /* dense LinearAttention: K-major [B, Hv, Dk, Dv]; packed GatedDeltaNet: V-major f32
-       * [B, Hv, Dv, Dk] (abi §5, §8.1) */
-      const int64_t Hv = c->lin.n_value_heads, Dk = c->lin.key_head_dim, Dv = c->lin.value_head_dim;
-      int64_t k_major[4] = {-1, Hv, Dk, Dv}, v_major[4] = {-1, Hv, Dv, Dk};
-      snprintf(name, sizeof name, "past_key_values.%d.recurrent_state", i);
-      past[i][1] = graph_add_input(g, name, PH_DTYPE_F32, 4, b->paged ? v_major : k_major, ss);
-    }
-  }
-  rotary_caches(b);
-  if (!b->paged) attention_lengths(b, mask);
-
-  snprintf(b->scope, sizeof b->scope, "/model/embed_tokens");
-  const st_tensor *embed = w->global[W_EMBED];
-  int ew = weight_view(b, embed->name, embed->dtype, embed->shape, embed->data);
-  int x = NODE1(b, "Gather", "Gather", 0, NULL, ew, ids);
-  if (stored_as(b, embed->dtype) != b->io) x = cast_to(b, "Cast", x, dtype_to_onnx(b->io));
-  const float eps = (float)c->rms_norm_eps;
-  int residual = x, mixer_in = -1, branch = -1;
-  int present[HF_MAX_LAYERS][2];
-  for (int i = 0; i < (int)c->n_layers; i++) {
-    snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
-    int ln1 = io_const(b, lw(b, i, W_INPUT_NORM), ".1p", F32_ONE_PLUS);
-    if (i == 0)
-      mixer_in = rms_norm(b, "input_layernorm", x, ln1, eps);
-    else
-      mixer_in = skip_rms_norm(b, "input_layernorm", branch, residual, ln1, eps, &residual);
-    int mixed =
-        c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
-            ? full_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0], &present[i][1])
-            : linear_attention(b, i, mixer_in, past[i][0], past[i][1], &present[i][0],
-                               &present[i][1]);
-    snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
-    int ln2 = io_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
-    int mlp_in = skip_rms_norm(b, "post_attention_layernorm", mixed, residual, ln2, eps, &residual);
-    branch = mlp(b, i, mlp_in);
-  }
-  snprintf(b->scope, sizeof b->scope, "/model");
-  int final_gain = io_const(b, w->global[W_FINAL_NORM], ".1p", F32_ONE_PLUS);
-  int normed = skip_rms_norm(b, "norm", branch, residual, final_gain, eps, &residual);
-  if (b->prune_lm_head) {
-    /* abi §8.2: only each sequence's last row reaches the LM head: rows cu[1:] - 1 → [B, H] */
-    snprintf(b->scope, sizeof b->scope, "/model/prune_lm_head");
-    int64_t one = 1, big = INT64_MAX, zero = 0;
-    int ends = NODE1(b, "Slice", "Slice", 0, NULL, b->cu, const_i64(b, "starts", 1, &one),
-                     const_i64(b, "ends", 1, &big), const_i64(b, "axes", 1, &zero));
-    int ends64 = cast_to(b, "Cast", ends, 7 /* INT64 */);
-    int last = NODE1(b, "Sub", "Sub", 0, NULL, ends64, const_i64(b, "one", -1, &one));
-    gattr ax0 = attr_int("axis", 0);
-    normed = node1(b, "Gather", "", "Gather", 2, (int[]){normed, last}, 1, &ax0);
-  }
-  /* §7.16: tied embeddings: the embedding matrix is the LM head */
-  const st_tensor *head = w->global[W_LM_HEAD] ? w->global[W_LM_HEAD] : embed;
-  b->scope[0] = '\0';
-  int logits = linear(b, "/lm_head", normed, wref_of(head));
-  /* logits are f32 whatever the io dtype (Mobius requires it; GenAI reads both) */
-  if (b->io != PH_DTYPE_F32) {
-    snprintf(b->scope, sizeof b->scope, "/lm_head");
-    logits = cast_to(b, "Cast", logits, ONNX_FLOAT);
-  }
-
-  /* graph outputs carry the ABI names (docs/graph-io.md) */
-  static const char *const logit_dims[] = {"batch_size", "sequence_length", NULL};
-  static const char *const packed_logit_dims[] = {"num_tokens", NULL};
-  static const char *const pruned_logit_dims[] = {"batch_size", NULL};
-  static const char *const dense_kv_dims[] = {"batch_size", NULL, "total_sequence_length", NULL};
-  static const char *const page_dims[] = {"num_blocks", NULL, NULL, NULL};
-  const char *const *kv_dims = b->paged ? page_dims : dense_kv_dims;
-  static const char *const state_dims[] = {"batch_size", NULL, NULL, NULL};
-  graph_rename_value(g, logits, "logits");
-  graph_mark_output(g, logits, NULL);
-  graph_name_dims(g, logits, b->paged ? 2 : 3,
-                  !b->paged          ? logit_dims
-                  : b->prune_lm_head ? pruned_logit_dims
-                                     : packed_logit_dims);
-  for (int i = 0; i < (int)c->n_layers; i++) {
-    int full = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
-    for (int k = 0; k < 2; k++) {
-      snprintf(name, sizeof name, "present.%d.%s", i,
-               full ? (k ? "value" : "key") : (k ? "recurrent_state" : "conv_state"));
-      graph_rename_value(g, present[i][k], name);
-      graph_mark_output(g, present[i][k], NULL);
-      graph_name_dims(g, present[i][k], full || k ? 4 : 3, full ? kv_dims : state_dims);
-    }
-  }
-  ph_status s = graph_status(g);
+  builder b;
+  ph_status s = builder_init(&b, g, c, w, opt, d);
   if (s != PH_OK) {
+    graph_free(g);
+    return s;
+  }
+  graph_io io;
+  if (b.paged)
+    qwen35_packed_inputs(&b, &io);
+  else
+    qwen35_dense_inputs(&b, &io);
+  rotary_caches(&b);
+  if (!b.paged) attention_lengths(&b, io.mask);
+  io.logits = forward(&b, &io);
+  if (b.paged)
+    qwen35_packed_outputs(&b, &io);
+  else
+    qwen35_dense_outputs(&b, &io);
+  if ((s = graph_status(g)) != PH_OK) {
     diag_copy(d, &g->err);
     graph_free(g);
     return s;

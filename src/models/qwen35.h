@@ -1,14 +1,16 @@
 /* qwen35 — the Qwen3.5 / 3.6 / 3.8 (and Qwen3-Next dense-MLP) graph builder.
  *
  * Reads like the forward pass of ../shared/spec/model-math.md §1–§3 but emits ONNX /
- * com.microsoft nodes. Layout today: DENSE, the one ONNX Runtime runs on CPU —
+ * com.microsoft nodes, in either layout (model_options.paged): the packed paged one of
+ * ../shared/spec/abi.md §8.1–§8.3, or DENSE, the one ONNX Runtime runs on CPU —
  *   inputs  input_ids i64 [B,S], attention_mask i64 [B,P+S], position_ids i64 [3,B,S],
  *           past_key_values.{i}.key/.value f32 [B,Hkv,P,D]           (full-attention layers)
  *           past_key_values.{i}.conv_state f32 [B,conv_dim,K-1]       (linear layers)
  *           past_key_values.{i}.recurrent_state f32 [B,Hv,Dk,Dv]      (K-major, LinearAttention)
  *   outputs logits f32 [B,S,V], present.{i}.* matching each past (KV grows to P+S; the conv and
  *           recurrent states keep their shape and may be bound in place)
- * (docs/graph-io.md). Full attention: q_proj split per head into query and gate, (1+w) q/k
+ * (docs/graph-io.md; every name from graph/abi_names.h, the I/O of each layout declared in
+ * qwen35_io.c). Full attention: q_proj split per head into query and gate, (1+w) q/k
  * RMSNorm, interleaved partial MRoPE, GroupQueryAttention, sigmoid(gate), o_proj. Linear:
  * projections, CausalConvWithState (silu), L2-normalised q/k (as RMSNorm with eps/Dk and gain
  * 1/sqrt(Dk)), key repeated to the value heads, LinearAttentionGate, LinearAttention

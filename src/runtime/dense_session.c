@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/abi_names.h"
 #include "graph/prepare.h"
 #include "models/model.h"
 #include "models/registry.h"
@@ -60,23 +61,20 @@ static ph_status bind_layer(dense_session *s, int i, diag *d) {
   layer_io *l = &s->layers[i];
   char name[96];
   tinfo t0, t1;
-  snprintf(name, sizeof name, "past_key_values.%d.key", i);
-  l->full = input_type(s->g, name, &t0) >= 0;
-  const char *n0 = l->full ? "key" : "conv_state", *n1 = l->full ? "value" : "recurrent_state";
-  snprintf(name, sizeof name, "past_key_values.%d.%s", i, n0);
+  l->full = input_type(s->g, abi_past_name(name, sizeof name, ABI_SLOT_KEY, i), &t0) >= 0;
+  const abi_cache_slot s0 = abi_layer_slot(l->full, 0), s1 = abi_layer_slot(l->full, 1);
+  abi_past_name(name, sizeof name, s0, i);
   RETURN_ERROR_IF(input_type(s->g, name, &t0) < 0, d, PH_ERR_INVALID_ARGUMENT,
                   "graph input %s is missing", name);
   l->in0 = exec_input_index(s->e, name);
-  snprintf(name, sizeof name, "past_key_values.%d.%s", i, n1);
+  abi_past_name(name, sizeof name, s1, i);
   RETURN_ERROR_IF(input_type(s->g, name, &t1) < 0, d, PH_ERR_INVALID_ARGUMENT,
                   "graph input %s is missing", name);
   l->in1 = exec_input_index(s->e, name);
-  snprintf(name, sizeof name, "present.%d.%s", i, n0);
-  l->out0 = exec_output_index(s->e, name);
-  snprintf(name, sizeof name, "present.%d.%s", i, n1);
-  l->out1 = exec_output_index(s->e, name);
-  RETURN_ERROR_IF(l->out0 < 0 || l->out1 < 0, d, PH_ERR_INVALID_ARGUMENT,
-                  "graph output present.%d.%s/%s is missing", i, n0, n1);
+  l->out0 = exec_output_index(s->e, abi_present_name(name, sizeof name, s0, i));
+  RETURN_ERROR_IF(l->out0 < 0, d, PH_ERR_INVALID_ARGUMENT, "graph output %s is missing", name);
+  l->out1 = exec_output_index(s->e, abi_present_name(name, sizeof name, s1, i));
+  RETURN_ERROR_IF(l->out1 < 0, d, PH_ERR_INVALID_ARGUMENT, "graph output %s is missing", name);
   l->rank0 = t0.rank;
   l->rank1 = t1.rank;
   if (l->full) {
@@ -120,17 +118,17 @@ ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_thread
     dense_session_free(s);
     return st;
   }
-  int cos = graph_find_value(s->g, "cos_cache");
+  int cos = graph_find_value(s->g, ABI_COS_CACHE);
   s->max_context = cos >= 0 && g->values[cos].kind == VALUE_INITIALIZER
                        ? g->values[cos].type.dims[0]
                    : max_context > 0 ? max_context
                                      : 4096;
   tinfo t;
-  s->in_ids = input_type(g, "input_ids", &t);
-  s->in_mask = input_type(g, "attention_mask", &t);
-  s->in_pos = input_type(g, "position_ids", &t);
+  s->in_ids = input_type(g, ABI_INPUT_IDS, &t);
+  s->in_mask = input_type(g, ABI_ATTENTION_MASK, &t);
+  s->in_pos = input_type(g, ABI_POSITION_IDS, &t);
   s->has_mrope = s->in_pos >= 0 && t.rank == 3;
-  s->out_logits = exec_output_index(s->e, "logits");
+  s->out_logits = exec_output_index(s->e, ABI_LOGITS);
   if (s->in_ids < 0 || s->in_mask < 0 || s->in_pos < 0 || s->out_logits < 0) {
     dense_session_free(s);
     return diag_set(
@@ -141,9 +139,8 @@ ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_thread
   s->vocab = lt->rank == 3 ? lt->dims[2] : -1;
   char name[96];
   for (;; s->n_layers++) {
-    snprintf(name, sizeof name, "past_key_values.%d.key", s->n_layers);
-    int kv = input_type(g, name, &t) >= 0;
-    snprintf(name, sizeof name, "past_key_values.%d.conv_state", s->n_layers);
+    int kv = input_type(g, abi_past_name(name, sizeof name, ABI_SLOT_KEY, s->n_layers), &t) >= 0;
+    abi_past_name(name, sizeof name, ABI_SLOT_CONV, s->n_layers);
     if (!kv && input_type(g, name, &t) < 0) break;
   }
   if (s->vocab <= 0 || s->n_layers == 0) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/abi_names.h"
 #include "graph/prepare.h"
 #include "io/onnx.h"
 #include "models/model.h"
@@ -50,21 +51,21 @@ paged_session_params paged_session_params_default(void) {
 
 void paged_binding_for_config(const hf_config *c, paged_binding *out) {
   memset(out, 0, sizeof *out);
-  snprintf(out->input_ids, PAGED_NAME, "input_ids");
-  snprintf(out->position_ids, PAGED_NAME, "position_ids");
-  snprintf(out->block_table, PAGED_NAME, "block_table");
-  snprintf(out->cu_seqlens, PAGED_NAME, "cumulative_sequence_lengths");
-  snprintf(out->past_seqlens, PAGED_NAME, "past_sequence_lengths");
-  snprintf(out->metadata, PAGED_NAME, "attention_metadata");
-  snprintf(out->logits, PAGED_NAME, "logits");
-  snprintf(out->past_key_fmt, PAGED_NAME, "past_key_values.%%d.key");
-  snprintf(out->past_value_fmt, PAGED_NAME, "past_key_values.%%d.value");
-  snprintf(out->past_conv_fmt, PAGED_NAME, "past_key_values.%%d.conv_state");
-  snprintf(out->past_recurrent_fmt, PAGED_NAME, "past_key_values.%%d.recurrent_state");
-  snprintf(out->present_key_fmt, PAGED_NAME, "present.%%d.key");
-  snprintf(out->present_value_fmt, PAGED_NAME, "present.%%d.value");
-  snprintf(out->present_conv_fmt, PAGED_NAME, "present.%%d.conv_state");
-  snprintf(out->present_recurrent_fmt, PAGED_NAME, "present.%%d.recurrent_state");
+  snprintf(out->input_ids, PAGED_NAME, "%s", ABI_INPUT_IDS);
+  snprintf(out->position_ids, PAGED_NAME, "%s", ABI_POSITION_IDS);
+  snprintf(out->block_table, PAGED_NAME, "%s", ABI_BLOCK_TABLE);
+  snprintf(out->cu_seqlens, PAGED_NAME, "%s", ABI_CU_SEQLENS);
+  snprintf(out->past_seqlens, PAGED_NAME, "%s", ABI_PAST_SEQLENS);
+  snprintf(out->metadata, PAGED_NAME, "%s", ABI_ATTN_METADATA);
+  snprintf(out->logits, PAGED_NAME, "%s", ABI_LOGITS);
+  snprintf(out->past_key_fmt, PAGED_NAME, "%s", ABI_PAST_KEY);
+  snprintf(out->past_value_fmt, PAGED_NAME, "%s", ABI_PAST_VALUE);
+  snprintf(out->past_conv_fmt, PAGED_NAME, "%s", ABI_PAST_CONV);
+  snprintf(out->past_recurrent_fmt, PAGED_NAME, "%s", ABI_PAST_RECURRENT);
+  snprintf(out->present_key_fmt, PAGED_NAME, "%s", ABI_PRESENT_KEY);
+  snprintf(out->present_value_fmt, PAGED_NAME, "%s", ABI_PRESENT_VALUE);
+  snprintf(out->present_conv_fmt, PAGED_NAME, "%s", ABI_PRESENT_CONV);
+  snprintf(out->present_recurrent_fmt, PAGED_NAME, "%s", ABI_PRESENT_RECURRENT);
   out->n_layers = (int)c->n_layers;
   for (int i = 0; i < out->n_layers; i++)
     out->kind[i] = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION ? PAGED_LAYER_KV : PAGED_LAYER_FIXED;
@@ -288,10 +289,10 @@ static ph_status bind_io(paged_session *s, const paged_binding *b, diag *d) {
   RETURN_ERROR_IF(lv->type.rank != 2 || lv->type.dims[1] < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "graph output %s must be [rows, vocab] with a fixed vocab", b->logits);
   s->vocab = lv->type.dims[1];
-  s->pruned = lv->sym[0] >= 0 && strcmp(s->g->symbols[lv->sym[0]], "batch_size") == 0;
+  s->pruned = lv->sym[0] >= 0 && strcmp(s->g->symbols[lv->sym[0]], ABI_DIM_BATCH) == 0;
   /* the rotary context: rows of the cos cache when the graph has one */
   s->max_context = INT32_MAX;
-  int cos = graph_find_value(s->g, "cos_cache");
+  int cos = graph_find_value(s->g, ABI_COS_CACHE);
   if (cos >= 0 && s->g->values[cos].type.rank == 2) s->max_context = s->g->values[cos].type.dims[0];
   return PH_OK;
 }
