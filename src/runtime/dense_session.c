@@ -197,16 +197,6 @@ int64_t dense_session_vocab(const dense_session *s) { return s->vocab; }
 int64_t dense_session_max_context(const dense_session *s) { return s->max_context; }
 executor *dense_session_executor(dense_session *s) { return s->e; }
 
-static tensor make_tensor(ph_dtype dt, int rank, const int64_t *dims, void *data) {
-  tensor t;
-  memset(&t, 0, sizeof t);
-  t.dtype = dt;
-  t.rank = rank;
-  memcpy(t.dims, dims, (size_t)rank * sizeof(int64_t));
-  t.data = data;
-  return t;
-}
-
 ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n, float *logits,
                              diag *d) {
   RETURN_ERROR_IF(n < 1, d, PH_ERR_INVALID_ARGUMENT, "a step needs at least one token");
@@ -223,22 +213,22 @@ ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n,
   const int64_t P = s->len, T = P + n;
   for (int64_t i = 0; i < T; i++) s->mask[i] = 1;
   ph_status st;
-  tensor t = make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->ids);
+  tensor t = tensor_make(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->ids);
   if ((st = exec_bind_input(s->e, s->in_ids, &t, d)) != PH_OK) return st;
-  t = make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, T}, s->mask);
+  t = tensor_make(PH_DTYPE_I64, 2, (int64_t[]){1, T}, s->mask);
   if ((st = exec_bind_input(s->e, s->in_mask, &t, d)) != PH_OK) return st;
-  t = s->has_mrope ? make_tensor(PH_DTYPE_I64, 3, (int64_t[]){3, 1, n}, s->pos)
-                   : make_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->pos);
+  t = s->has_mrope ? tensor_make(PH_DTYPE_I64, 3, (int64_t[]){3, 1, n}, s->pos)
+                   : tensor_make(PH_DTYPE_I64, 2, (int64_t[]){1, n}, s->pos);
   if ((st = exec_bind_input(s->e, s->in_pos, &t, d)) != PH_OK) return st;
   for (int i = 0; i < s->n_layers; i++) {
     layer_io *l = &s->layers[i];
     if (l->full) {
       int64_t past[4] = {1, l->dims0[1], P, l->dims0[3]};
       int64_t pres[4] = {1, l->dims0[1], T, l->dims0[3]};
-      tensor pk = make_tensor(PH_DTYPE_F32, 4, past, l->buf0[l->cur]);
-      tensor pv = make_tensor(PH_DTYPE_F32, 4, past, l->buf1[l->cur]);
-      tensor ok = make_tensor(PH_DTYPE_F32, 4, pres, l->buf0[1 - l->cur]);
-      tensor ov = make_tensor(PH_DTYPE_F32, 4, pres, l->buf1[1 - l->cur]);
+      tensor pk = tensor_make(PH_DTYPE_F32, 4, past, l->buf0[l->cur]);
+      tensor pv = tensor_make(PH_DTYPE_F32, 4, past, l->buf1[l->cur]);
+      tensor ok = tensor_make(PH_DTYPE_F32, 4, pres, l->buf0[1 - l->cur]);
+      tensor ov = tensor_make(PH_DTYPE_F32, 4, pres, l->buf1[1 - l->cur]);
       if ((st = exec_bind_input(s->e, l->in0, &pk, d)) != PH_OK ||
           (st = exec_bind_input(s->e, l->in1, &pv, d)) != PH_OK ||
           (st = exec_bind_output(s->e, l->out0, &ok, d)) != PH_OK ||
@@ -246,8 +236,8 @@ ph_status dense_session_step(dense_session *s, const int64_t *tokens, int64_t n,
         return st;
     } else {
       /* fixed state: the present output is the past input's buffer (updated in place) */
-      tensor cs = make_tensor(PH_DTYPE_F32, 3, l->dims0, l->buf0[0]);
-      tensor rs = make_tensor(PH_DTYPE_F32, 4, l->dims1, l->buf1[0]);
+      tensor cs = tensor_make(PH_DTYPE_F32, 3, l->dims0, l->buf0[0]);
+      tensor rs = tensor_make(PH_DTYPE_F32, 4, l->dims1, l->buf1[0]);
       if ((st = exec_bind_input(s->e, l->in0, &cs, d)) != PH_OK ||
           (st = exec_bind_input(s->e, l->in1, &rs, d)) != PH_OK ||
           (st = exec_bind_output(s->e, l->out0, &cs, d)) != PH_OK ||
