@@ -174,7 +174,7 @@ static double decode_block(engine *e, int B, int steps, diag *d) {
       prompt[j] = bench_prompt_token((uint64_t)b, (uint64_t)j, V);
     s = engine_add(e, prompt, DECODE_PROMPT, &sp, &ids[b], d);
   }
-  engine_step_info si;
+  ph_step_info si;
   memset(&si, 0, sizeof si);
   for (int k = 0; s == PH_OK && !bench_steady_step(&si, B); k++) {
     if (k == 1000) s = diag_set(d, PH_ERR_INTERNAL, "batch %d never reached a steady step", B);
@@ -215,10 +215,10 @@ static ph_status bench_engine_case(const bench_opts *o, const engine_case *c, en
   engine *e[N_SETTINGS] = {NULL, NULL, NULL};
   ph_status s = PH_OK;
   for (int k = 0; s == PH_OK && k < N_SETTINGS; k++) {
-    engine_params p = engine_params_default();
-    p.max_batch = c->batch;
+    ph_engine_params p = ph_engine_params_default();
+    p.max_batch_size = c->batch;
     p.n_threads = SETTING_THREADS[k];
-    p.n_blocks = 1 + c->batch * ((DECODE_PROMPT + MAX_STEPS + 16 + 15) / 16);
+    p.num_blocks = 1 + c->batch * ((DECODE_PROMPT + MAX_STEPS + 16 + 15) / 16);
     s = engine_create(dir, &p, &e[k], d);
   }
   /* K from one calibration block with 1 thread and no load, after a warm-up block. */

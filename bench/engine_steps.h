@@ -20,8 +20,8 @@ static inline int64_t bench_prompt_token(uint64_t request, uint64_t pos, int64_t
 
 /* A step is a steady decode step of a batch of B when it ran B sequences of one token each,
  * sampled B tokens and preempted nothing. */
-static inline int bench_steady_step(const engine_step_info *si, int64_t B) {
-  return si->n_seqs == B && si->n_tokens == B && si->n_sampled == B && si->n_preempted == 0;
+static inline int bench_steady_step(const ph_step_info *si, int64_t B) {
+  return si->batch_size == B && si->n_tokens == B && si->n_generated == B && si->n_preempted == 0;
 }
 
 #endif /* PH_BENCH_ENGINE_STEPS_H */

@@ -149,7 +149,7 @@ typedef struct req_spec {
 
 /* What a request produced, copied out of the engine. */
 typedef struct outcome {
-  engine_finish finish;
+  ph_finish_reason finish;
   ph_status status;
   int64_t n_generated, n_preemptions;
   int64_t *tokens; /* [n_generated] */
@@ -162,17 +162,16 @@ static void outcome_free(outcome *o) {
   memset(o, 0, sizeof *o);
 }
 
-static engine_params small_params(int32_t max_batch, int64_t max_tokens, int64_t chunk,
-                                  int32_t n_blocks) {
-  engine_params p = engine_params_default();
-  p.max_batch = max_batch;
-  p.max_tokens = max_tokens;
+static ph_engine_params small_params(int32_t max_batch, int64_t max_tokens, int64_t chunk,
+                                     int32_t n_blocks) {
+  ph_engine_params p = ph_engine_params_default();
+  p.max_batch_size = max_batch;
+  p.max_scheduled_tokens = max_tokens;
   p.prefill_chunk = chunk;
-  p.n_blocks = n_blocks;
+  p.num_blocks = n_blocks;
   p.n_threads = 2;
   p.block_size = 16;
   p.max_context = 512;
-  p.capture_logits = 1;
   return p;
 }
 
@@ -182,10 +181,11 @@ static const char *golden_dir(void) {
   return path;
 }
 
-static engine *open_engine(const engine_params *p) {
+static engine *open_engine(const ph_engine_params *p) {
   engine *e = NULL;
   diag d;
   CHECK_STATUS(engine_create(golden_dir(), p, &e, &d), PH_OK, d.msg);
+  if (e) engine_set_capture_logits(e, 1); /* the tests compare logits rows */
   return e;
 }
 
@@ -219,7 +219,7 @@ static double now_ms(void) {
 /* Copies request id's results out of e (between steps) and releases it. */
 static void take_outcome(engine *e, uint64_t id, outcome *o) {
   diag d;
-  engine_request_info info;
+  ph_request_info info;
   memset(o, 0, sizeof *o);
   CHECK_STATUS(engine_request_info_get(e, id, &info, &d), PH_OK, d.msg);
   o->finish = info.finish;
@@ -244,11 +244,11 @@ static void take_outcome(engine *e, uint64_t id, outcome *o) {
 
 /* The pools after a step, as far as the engine shows them. Returns 1 when consistent; otherwise
  * writes the first broken rule into why. */
-static int pools_consistent(engine *e, const engine_step_info *si, char *why, size_t why_bytes) {
+static int pools_consistent(engine *e, const ph_step_info *si, char *why, size_t why_bytes) {
   paged_session *s = engine_session(e);
   block_pool *kv = paged_session_blocks(s);
   state_pool *st = paged_session_states(s);
-  const engine_params *p = engine_params_of(e);
+  const ph_engine_params *p = engine_params_of(e);
   const int32_t n_ids = block_pool_n_blocks(kv);
   int64_t sum = 0;
   int32_t shared = -1;
@@ -275,11 +275,12 @@ static int pools_consistent(engine *e, const engine_step_info *si, char *why, si
   RULE(si->slots_used == si->n_running, "slots_used %d, running %d", si->slots_used, si->n_running);
   RULE(si->n_running > 0 || si->pages_used == 0, "%d pages held with nothing running",
        si->pages_used);
-  RULE(si->n_seqs <= p->max_batch, "batch of %d > max_batch %d", si->n_seqs, p->max_batch);
-  RULE(si->n_tokens <= p->max_tokens, "%lld tokens > budget %lld", (long long)si->n_tokens,
-       (long long)p->max_tokens);
-  RULE(si->n_sampled <= si->n_seqs, "%lld sampled from %d sequences", (long long)si->n_sampled,
-       si->n_seqs);
+  RULE(si->batch_size <= p->max_batch_size, "batch of %d > max_batch %d", si->batch_size,
+       p->max_batch_size);
+  RULE(si->n_tokens <= p->max_scheduled_tokens, "%lld tokens > budget %lld",
+       (long long)si->n_tokens, (long long)p->max_scheduled_tokens);
+  RULE(si->n_generated <= si->batch_size, "%lld sampled from %d sequences",
+       (long long)si->n_generated, si->batch_size);
   RULE(si->n_running + si->n_waiting > 0 || !engine_busy(e), "busy with nothing queued");
 #undef RULE
   return 1;
@@ -293,7 +294,7 @@ typedef struct run_stats {
 } run_stats;
 
 /* One step with the pool checks; returns the step's status. */
-static ph_status checked_step(engine *e, engine_step_info *si, run_stats *rs) {
+static ph_status checked_step(engine *e, ph_step_info *si, run_stats *rs) {
   diag d;
   const ph_status st = engine_step(e, si, &d);
   CHECK_STATUS(st, PH_OK, d.msg);
@@ -304,14 +305,14 @@ static ph_status checked_step(engine *e, engine_step_info *si, run_stats *rs) {
              why);
   rs->steps++;
   rs->preemptions += si->n_preempted;
-  rs->sampled += si->n_sampled;
+  rs->sampled += si->n_generated;
   if (1e3 * si->seconds > rs->worst_ms) rs->worst_ms = 1e3 * si->seconds;
   return st;
 }
 
 /* Steps until e is idle. */
 static void drain(engine *e, run_stats *rs) {
-  engine_step_info si;
+  ph_step_info si;
   for (int k = 0; k < MAX_STEPS && engine_busy(e); k++)
     if (checked_step(e, &si, rs) != PH_OK) return;
   CHECK(!engine_busy(e));
@@ -336,7 +337,7 @@ static void run_alone_in(engine *e, const req_spec *q, outcome *o) {
 }
 
 /* Runs q alone in a fresh engine with params p. */
-static void run_alone(const engine_params *p, const req_spec *q, outcome *o) {
+static void run_alone(const ph_engine_params *p, const req_spec *q, outcome *o) {
   memset(o, 0, sizeof *o);
   engine *e = open_engine(p);
   if (!e) return;
@@ -347,7 +348,7 @@ static void run_alone(const engine_params *p, const req_spec *q, outcome *o) {
 /* got (among others) against alone: the same finish, tokens and logits bit for bit; an aborted
  * request produced a prefix of its isolated run. Prints what differs. */
 static int same_as_alone(const outcome *got, const outcome *alone, int64_t V, const char *label) {
-  int ok = got->finish == ENGINE_FINISH_ABORTED
+  int ok = got->finish == PH_FINISH_ABORTED
                ? got->n_generated <= alone->n_generated
                : got->finish == alone->finish && got->n_generated == alone->n_generated;
   const int64_t n = got->n_generated < alone->n_generated ? got->n_generated : alone->n_generated;
@@ -362,7 +363,7 @@ static int same_as_alone(const outcome *got, const outcome *alone, int64_t V, co
   if (!ok)
     printf("  %s differs from its run alone: finish %s vs %s, %lld vs %lld tokens, first token "
            "difference at %lld, first logits row difference at %lld\n",
-           label, engine_finish_name(got->finish), engine_finish_name(alone->finish),
+           label, ph_finish_reason_name(got->finish), ph_finish_reason_name(alone->finish),
            (long long)got->n_generated, (long long)alone->n_generated, (long long)first_token,
            (long long)first_row);
   return ok;
@@ -489,7 +490,7 @@ static void dense_ref_report(const dense_ref *r, const char *what) {
 static void test_acceptance(void) {
   /* 17 pages incl. the null one: 256 tokens for 6 running requests that need up to 230 together
    * at their ends, so some are preempted */
-  const engine_params p = small_params(6, 128, 64, 17);
+  const ph_engine_params p = small_params(6, 128, 64, 17);
   engine *e = open_engine(&p);
   if (!e) return;
   const int64_t V = engine_vocab(e);
@@ -513,14 +514,14 @@ static void test_acceptance(void) {
   memset(&rs, 0, sizeof rs);
   int64_t removed_with = -1, decoding_at_late = -1;
   int removal_seen = 0;
-  engine_step_info si;
+  ph_step_info si;
   for (int k = 0; k < MAX_STEPS && engine_busy(e); k++) {
-    engine_request_info info;
+    ph_request_info info;
     if (k == 6) {
       decoding_at_late = 0;
       for (int i = 0; i < late; i++) {
         CHECK_STATUS(engine_request_info_get(e, ids[i], &info, &d), PH_OK, d.msg);
-        decoding_at_late += info.finish == ENGINE_RUNNING && info.n_generated > 0;
+        decoding_at_late += info.finish == PH_FINISH_NONE && info.n_generated > 0;
       }
       CHECK_STATUS(engine_add(e, q[late].prompt, q[late].n_prompt, &q[late].sp, &ids[late], &d),
                    PH_OK, d.msg);
@@ -539,7 +540,7 @@ static void test_acceptance(void) {
     if (removing) {
       /* effective before the step scheduled anything: no token after the removal */
       CHECK_STATUS(engine_request_info_get(e, ids[victim], &info, &d), PH_OK, d.msg);
-      CHECK_EQ_INT(info.finish, ENGINE_FINISH_ABORTED);
+      CHECK_EQ_INT(info.finish, PH_FINISH_ABORTED);
       CHECK_EQ_INT(info.n_generated, removed_with);
       CHECK(si.n_finished >= 1);
       removal_seen = 1;
@@ -561,10 +562,10 @@ static void test_acceptance(void) {
     preempted += got[i].n_preemptions;
     CHECK_EQ_INT(got[i].status, PH_OK);
     if (i == victim) {
-      CHECK_EQ_INT(got[i].finish, ENGINE_FINISH_ABORTED);
+      CHECK_EQ_INT(got[i].finish, PH_FINISH_ABORTED);
       CHECK_EQ_INT(got[i].n_generated, removed_with);
     } else {
-      CHECK_EQ_INT(got[i].finish, ENGINE_FINISH_LENGTH); /* no eos in the golden config */
+      CHECK_EQ_INT(got[i].finish, PH_FINISH_LENGTH); /* no eos in the golden config */
       CHECK_EQ_INT(got[i].n_generated, news[i]);
     }
   }
@@ -605,7 +606,7 @@ static void test_acceptance(void) {
 
 static void test_identical_prompts(void) {
   /* 8 copies of 37 + 20 tokens need 32 pages at their ends; 20 make them preempt */
-  const engine_params p = small_params(8, 128, 32, 21);
+  const ph_engine_params p = small_params(8, 128, 32, 21);
   engine *e = open_engine(&p);
   if (!e) return;
   const int64_t V = engine_vocab(e);
@@ -739,24 +740,24 @@ static void make_bad(rng *r, const bad_case *b, req_spec *q) {
 
 static void check_refused(engine *e, uint64_t id, const bad_case *b) {
   diag d;
-  engine_request_info info;
+  ph_request_info info;
   CHECK_STATUS(engine_request_info_get(e, id, &info, &d), PH_OK, d.msg);
-  const int ok = info.finish == ENGINE_FINISH_ERROR && info.status == b->status &&
+  const int ok = info.finish == PH_FINISH_ERROR && info.status == b->status &&
                  strstr(info.message, b->message) != NULL && info.n_generated == 0;
   if (!ok)
     printf("  bad request \"%s\": finish %s, status %s, message \"%s\"\n", b->name,
-           engine_finish_name(info.finish), ph_status_name(info.status), info.message);
-  CHECK_EQ_INT(info.finish, ENGINE_FINISH_ERROR);
+           ph_finish_reason_name(info.finish), ph_status_name(info.status), info.message);
+  CHECK_EQ_INT(info.finish, PH_FINISH_ERROR);
   CHECK_STATUS(info.status, b->status, info.message);
   CHECK_CONTAINS(info.message, b->message);
   CHECK_EQ_INT(info.n_generated, 0);
 }
 
 static void test_bad_requests(void) {
-  const engine_params p = small_params(4, 128, 64, 20); /* 19 pages: 304 tokens */
+  const ph_engine_params p = small_params(4, 128, 64, 20); /* 19 pages: 304 tokens */
   diag d;
   {
-    engine_params bp = p;
+    ph_engine_params bp = p;
     bp.prefill_chunk = 256; /* more than the step budget: a chunk could never run */
     engine *none = NULL;
     CHECK_STATUS(engine_create(golden_dir(), &bp, &none, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
@@ -786,7 +787,7 @@ static void test_bad_requests(void) {
   CHECK_STATUS(engine_remove(e, 12345, &d), PH_ERR_NOT_FOUND, d.msg);
   CHECK_CONTAINS(d.msg, "12345");
   CHECK_STATUS(engine_release(e, 12345, &d), PH_ERR_NOT_FOUND, d.msg);
-  engine_request_info info;
+  ph_request_info info;
   CHECK_STATUS(engine_request_info_get(e, 12345, &info, &d), PH_ERR_NOT_FOUND, d.msg);
   int64_t buf[4];
   CHECK_EQ_INT(engine_poll(e, 12345, buf, 4), -1);
@@ -808,7 +809,7 @@ static void test_bad_requests(void) {
   CHECK_STATUS(engine_release(e, gid[1], &d), PH_ERR_INVALID_ARGUMENT, d.msg); /* queued */
   run_stats rs;
   memset(&rs, 0, sizeof rs);
-  engine_step_info si;
+  ph_step_info si;
   checked_step(e, &si, &rs);
   CHECK_EQ_INT(si.n_finished, half);
   for (int i = 0; i < half; i++) check_refused(e, bid[i], &BAD[i]);
@@ -844,7 +845,7 @@ static void test_bad_requests(void) {
     CHECK_EQ_INT(engine_poll(e, gid[i], polled, 16), 0);
     take_outcome(e, gid[i], &got[i]);
     CHECK_EQ_INT(got[i].status, PH_OK);
-    CHECK(got[i].finish == ENGINE_FINISH_LENGTH || got[i].finish == ENGINE_FINISH_STOP);
+    CHECK(got[i].finish == PH_FINISH_LENGTH || got[i].finish == PH_FINISH_STOP);
   }
   engine_free(e);
   int n_same = 0;
@@ -913,7 +914,7 @@ typedef struct rand_req {
   int64_t cb_tokens[RAND_MAX_NEW]; /* what the callback saw */
   int64_t n_cb;
   int n_cb_finish, cb_late; /* finish callbacks; tokens after the finish */
-  engine_finish cb_reason;
+  ph_finish_reason cb_reason;
   outcome got;
 } rand_req;
 
@@ -923,7 +924,7 @@ typedef struct rand_run {
   uint64_t first_id; /* id of reqs[0]: ids are consecutive per engine */
 } rand_run;
 
-static void on_token(void *user, uint64_t id, int64_t token, engine_finish reason) {
+static void on_token(void *user, uint64_t id, int64_t token, ph_finish_reason reason) {
   rand_run *rr = user;
   if (id < rr->first_id || id >= rr->first_id + (uint64_t)rr->n) return;
   rand_req *q = &rr->reqs[id - rr->first_id];
@@ -970,14 +971,14 @@ static int is_stop_id(const sampling_params *sp, int64_t tok) {
  * inside engine_step are counted into it (adds and removals are outside the counted region). */
 static void random_traffic(engine *e, rng *r, rand_run *rr, int arrival_steps, int64_t max_prompt,
                            int near_end, run_stats *rs, long *step_allocs) {
-  const engine_params *p = engine_params_of(e);
+  const ph_engine_params *p = engine_params_of(e);
   const int64_t V = engine_vocab(e), C = engine_max_context(e);
   if (max_prompt > C - 1) max_prompt = C - 1; /* a longer one is refused (tested elsewhere) */
-  const int active_cap = 2 * p->max_batch + 3;
+  const int active_cap = 2 * p->max_batch_size + 3;
   diag d;
-  engine_step_info si;
+  ph_step_info si;
   memset(&si, 0, sizeof si);
-  for (int a = 0; a < p->max_batch && rr->n < RAND_MAX_REQ; a++) {
+  for (int a = 0; a < p->max_batch_size && rr->n < RAND_MAX_REQ; a++) {
     rand_req *q = &rr->reqs[rr->n];
     fill_prompt(r, &q->spec, near_end ? C - 1 : max_prompt - (int64_t)rng_below(r, 8), V);
     random_sampling(r, &q->spec.sp);
@@ -1011,10 +1012,10 @@ static void random_traffic(engine *e, rng *r, rand_run *rr, int arrival_steps, i
     if (rr->n > 0 && rng_below(r, 100) < 4) {
       rand_req *q =
           &rr->reqs[rng_below(r, 5) == 0 ? (uint64_t)rr->n - 1 : rng_below(r, (uint64_t)rr->n)];
-      engine_request_info info;
+      ph_request_info info;
       CHECK_STATUS(engine_request_info_get(e, q->id, &info, &d), PH_OK, d.msg);
       CHECK_STATUS(engine_remove(e, q->id, &d), PH_OK, d.msg);
-      if (info.finish == ENGINE_RUNNING) q->removed = 1;
+      if (info.finish == PH_FINISH_NONE) q->removed = 1;
     }
     if (step_allocs) {
       atomic_store(&alloc_count, 0);
@@ -1047,24 +1048,23 @@ static void rand_outcomes(engine *e, rand_run *rr, const char *what, rand_counts
     const outcome *o = &q->got;
     const sampling_params *sp = &q->spec.sp;
     c->preemptions += o->n_preemptions;
-    c->removed += o->finish == ENGINE_FINISH_ABORTED;
+    c->removed += o->finish == PH_FINISH_ABORTED;
     c->generated += o->n_generated;
     int ok = o->status == PH_OK && o->n_generated <= sp->max_new_tokens;
     for (int64_t j = 0; ok && j + 1 < o->n_generated; j++) ok = !is_stop_id(sp, o->tokens[j]);
     const int last_stops = o->n_generated > 0 && is_stop_id(sp, o->tokens[o->n_generated - 1]);
     const int at_end = q->spec.n_prompt + o->n_generated == C + 1; /* the last position ran */
-    if (o->finish == ENGINE_FINISH_ABORTED)
+    if (o->finish == PH_FINISH_ABORTED)
       ok = ok && q->removed && !(o->n_generated == sp->max_new_tokens || last_stops || at_end);
-    else if (o->finish == ENGINE_FINISH_STOP)
+    else if (o->finish == PH_FINISH_STOP)
       ok = ok && last_stops;
     else
-      ok = ok && o->finish == ENGINE_FINISH_LENGTH && !last_stops &&
+      ok = ok && o->finish == PH_FINISH_LENGTH && !last_stops &&
            (o->n_generated == sp->max_new_tokens || at_end);
-    c->context_end +=
-        ok && o->finish == ENGINE_FINISH_LENGTH && o->n_generated < sp->max_new_tokens;
+    c->context_end += ok && o->finish == PH_FINISH_LENGTH && o->n_generated < sp->max_new_tokens;
     if (!ok && c->bad_finish++ == 0)
       printf("  %s request %d: finish %s after %lld of %lld tokens, prompt %lld (removed %d)\n",
-             what, i, engine_finish_name(o->finish), (long long)o->n_generated,
+             what, i, ph_finish_reason_name(o->finish), (long long)o->n_generated,
              (long long)sp->max_new_tokens, (long long)q->spec.n_prompt, q->removed);
     int cb_ok = q->n_cb == o->n_generated && q->n_cb_finish == 1 && q->cb_late == 0 &&
                 q->cb_reason == o->finish;
@@ -1080,7 +1080,7 @@ typedef struct rand_totals {
   double worst_ms, worst_dense;
 } rand_totals;
 
-static engine_params rand_params(rng *r, rand_kind kind, int n_threads, int64_t chunk) {
+static ph_engine_params rand_params(rng *r, rand_kind kind, int n_threads, int64_t chunk) {
   /* drawn one per statement: argument order is unspecified */
   /* at least two chunks a step: with one, a prompt chunk never fits beside a decoding request,
    * so requests would run one at a time and could never preempt each other */
@@ -1091,8 +1091,8 @@ static engine_params rand_params(rng *r, rand_kind kind, int n_threads, int64_t 
    * 150 + 24 tokens, or the whole context */
   const int64_t most = kind == RAND_CONTEXT ? context : RAND_MAX_PROMPT + RAND_MAX_NEW;
   const int32_t pages = (int32_t)((most + 15) / 16) + 1 + (int32_t)rng_below(r, (uint64_t)batch);
-  engine_params p = kind == RAND_TIGHT ? small_params(6, 128, 64, 12)
-                                       : small_params(batch, budget, chunk, pages + 1);
+  ph_engine_params p = kind == RAND_TIGHT ? small_params(6, 128, 64, 12)
+                                          : small_params(batch, budget, chunk, pages + 1);
   p.max_context = context;
   p.n_threads = n_threads;
   return p;
@@ -1104,7 +1104,7 @@ static void random_run(int which, int arrival_steps, dense_ref *dr, rand_totals 
   const uint64_t seed = RAND_SEEDS[which].seed;
   const rand_kind kind = RAND_SEEDS[which].kind;
   rng r = rng_seed(seed);
-  const engine_params p =
+  const ph_engine_params p =
       rand_params(&r, kind, RAND_SEEDS[which].n_threads, RAND_SEEDS[which].chunk);
   engine *e = open_engine(&p);
   if (!e) return;
@@ -1125,7 +1125,7 @@ static void random_run(int which, int arrival_steps, dense_ref *dr, rand_totals 
   rand_outcomes(e, &rr, what, &c);
   engine_free(e);
 
-  engine_params pa = p;
+  ph_engine_params pa = p;
   pa.n_threads = 3 - p.n_threads; /* 1 <-> 2 */
   engine *alone_e = open_engine(&pa);
   int identical = 0;
@@ -1159,10 +1159,10 @@ static void random_run(int which, int arrival_steps, dense_ref *dr, rand_totals 
       kind == RAND_TIGHT     ? "tight"
       : kind == RAND_CONTEXT ? "context"
                              : "mixed",
-      p.max_batch, (long long)p.max_tokens, (long long)p.prefill_chunk, p.n_blocks - 1,
-      (long long)p.max_context, p.n_threads, (long long)rs.steps, rr.n, (long long)c.removed,
-      (long long)c.context_end, (long long)c.preemptions, rs.worst_ms, identical, rr.n,
-      pa.n_threads, (long long)dense, with_tokens);
+      p.max_batch_size, (long long)p.max_scheduled_tokens, (long long)p.prefill_chunk,
+      p.num_blocks - 1, (long long)p.max_context, p.n_threads, (long long)rs.steps, rr.n,
+      (long long)c.removed, (long long)c.context_end, (long long)c.preemptions, rs.worst_ms,
+      identical, rr.n, pa.n_threads, (long long)dense, with_tokens);
   tot->steps += rs.steps;
   tot->requests += rr.n;
   tot->removed += c.removed;
@@ -1205,7 +1205,7 @@ static void test_randomized(void) {
  * "length" when the context is full (positions stop at max_context - 1, and the token sampled
  * from the last position is the last one), beside others and bit-identical alone. */
 static void test_context_full(void) {
-  const engine_params p = small_params(3, 128, 64, 70); /* 69 pages: two full contexts */
+  const ph_engine_params p = small_params(3, 128, 64, 70); /* 69 pages: two full contexts */
   engine *e = open_engine(&p);
   if (!e) return;
   const int64_t V = engine_vocab(e), C = engine_max_context(e);
@@ -1231,7 +1231,7 @@ static void test_context_full(void) {
   outcome got[3];
   for (int i = 0; i < 3; i++) {
     take_outcome(e, ids[i], &got[i]);
-    CHECK_EQ_INT(got[i].finish, ENGINE_FINISH_LENGTH);
+    CHECK_EQ_INT(got[i].finish, PH_FINISH_LENGTH);
     CHECK_EQ_INT(got[i].n_generated, expect[i]);
   }
   engine_free(e);
@@ -1258,7 +1258,7 @@ typedef struct remover {
   int calls;
 } remover;
 
-static void remove_on_token(void *user, uint64_t id, int64_t token, engine_finish reason) {
+static void remove_on_token(void *user, uint64_t id, int64_t token, ph_finish_reason reason) {
   remover *m = user;
   (void)reason;
   if (id != m->id || token < 0) return;
@@ -1270,7 +1270,7 @@ static void remove_on_token(void *user, uint64_t id, int64_t token, engine_finis
 /* The callback removes the request on its last token: the step still finishes it "length", and
  * once released, the next steps must not touch it (the removal was queued while it ran). */
 static void test_remove_from_callback(void) {
-  const engine_params p = small_params(2, 64, 32, 10);
+  const ph_engine_params p = small_params(2, 64, 32, 10);
   engine *e = open_engine(&p);
   if (!e) return;
   req_spec *q = calloc(2, sizeof *q);
@@ -1287,12 +1287,12 @@ static void test_remove_from_callback(void) {
   engine_set_callback(e, remove_on_token, &m);
   run_stats rs;
   memset(&rs, 0, sizeof rs);
-  engine_step_info si;
+  ph_step_info si;
   checked_step(e, &si, &rs);
   CHECK_EQ_INT(m.calls, 1);
-  engine_request_info info;
+  ph_request_info info;
   CHECK_STATUS(engine_request_info_get(e, m.id, &info, &d), PH_OK, d.msg);
-  CHECK_EQ_INT(info.finish, ENGINE_FINISH_LENGTH);
+  CHECK_EQ_INT(info.finish, PH_FINISH_LENGTH);
   CHECK_STATUS(engine_release(e, m.id, &d), PH_OK, d.msg);
   /* reuse the freed memory with requests of the same size, then step */
   uint64_t more[4];
@@ -1302,10 +1302,10 @@ static void test_remove_from_callback(void) {
   CHECK_EQ_INT(rs.bad_steps, 0);
   check_idle_pools(e);
   CHECK_STATUS(engine_request_info_get(e, other, &info, &d), PH_OK, d.msg);
-  CHECK_EQ_INT(info.finish, ENGINE_FINISH_LENGTH);
+  CHECK_EQ_INT(info.finish, PH_FINISH_LENGTH);
   for (int i = 0; i < 4; i++) {
     CHECK_STATUS(engine_request_info_get(e, more[i], &info, &d), PH_OK, d.msg);
-    CHECK_EQ_INT(info.finish, ENGINE_FINISH_LENGTH);
+    CHECK_EQ_INT(info.finish, PH_FINISH_LENGTH);
     CHECK_EQ_INT(info.n_generated, 5);
   }
   engine_free(e);
@@ -1326,7 +1326,7 @@ static void work_round(engine *e, const req_spec *q, int count, outcome *got, lo
     CHECK_STATUS(engine_add(e, q[i].prompt, q[i].n_prompt, &q[i].sp, &ids[i], &d), PH_OK, d.msg);
   *allocs = *allocs_admit = 0;
   *steps = 0;
-  engine_step_info si;
+  ph_step_info si;
   for (int k = 0; k < MAX_STEPS && engine_busy(e); k++) {
     atomic_store(&alloc_count, 0);
     atomic_store(&alloc_counting, count);
@@ -1336,7 +1336,7 @@ static void work_round(engine *e, const req_spec *q, int count, outcome *got, lo
     CHECK_STATUS(st, PH_OK, d.msg);
     if (st != PH_OK) break;
     *allocs += n;
-    if (si.n_admitted > 0) *allocs_admit += n;
+    if (engine_step_admitted(e) > 0) *allocs_admit += n;
     (*steps)++;
   }
   for (int i = 0; i < N_WORK; i++) take_outcome(e, ids[i], &got[i]);
@@ -1349,7 +1349,7 @@ static void work_round(engine *e, const req_spec *q, int count, outcome *got, lo
  * allocate only to grow the queues' copy buffers past the largest burst seen (docs/engine.md);
  * the traffic's bursts (at most 3 adds, 1 removal a step) stay within the warm-up's. */
 static void test_no_alloc_in_step(void) {
-  const engine_params p = small_params(4, 96, 32, 14); /* 13 pages: preempts */
+  const ph_engine_params p = small_params(4, 96, 32, 14); /* 13 pages: preempts */
   engine *e = open_engine(&p);
   if (!e) return;
   const int64_t V = engine_vocab(e);
@@ -1371,7 +1371,7 @@ static void test_no_alloc_in_step(void) {
   {
     diag d;
     uint64_t id = 0;
-    engine_step_info si;
+    ph_step_info si;
     CHECK_STATUS(engine_add(e, q[0].prompt, q[0].n_prompt, &q[0].sp, &id, &d), PH_OK, d.msg);
     CHECK_STATUS(engine_remove(e, id, &d), PH_OK, d.msg);
     CHECK_STATUS(engine_step(e, &si, &d), PH_OK, d.msg);
@@ -1476,11 +1476,12 @@ static const char *poisoned_checkpoint(char *dir, size_t dir_n) {
 static void test_nonfinite_logits(void) {
   char dir[1024];
   if (!poisoned_checkpoint(dir, sizeof dir)) return;
-  const engine_params p = small_params(8, 128, 64, 40);
+  const ph_engine_params p = small_params(8, 128, 64, 40);
   engine *e = NULL;
   diag d;
   CHECK_STATUS(engine_create(dir, &p, &e, &d), PH_OK, d.msg);
   if (!e) return;
+  engine_set_capture_logits(e, 1);
   enum { N = 8 };
   const int64_t V = engine_vocab(e);
   static const int64_t lens[N] = {12, 30, 9, 70, 17, 5, 40, 23};
@@ -1505,7 +1506,7 @@ static void test_nonfinite_logits(void) {
   dense_ref dr; /* the clean checkpoint: rows before the poisoned token runs are clean ones */
   dense_ref_open(&dr, golden_dir());
   for (int i = 0; i < N; i++) {
-    engine_request_info info;
+    ph_request_info info;
     CHECK_STATUS(engine_request_info_get(e, ids[i], &info, &d), PH_OK, d.msg);
     outcome got, alone;
     take_outcome(e, ids[i], &got);
@@ -1525,7 +1526,7 @@ static void test_nonfinite_logits(void) {
       n_same += same;
     } else {
       n_errors++;
-      CHECK_EQ_INT(got.finish, ENGINE_FINISH_ERROR);
+      CHECK_EQ_INT(got.finish, PH_FINISH_ERROR);
       CHECK_STATUS(got.status, PH_ERR_NON_FINITE, info.message);
       CHECK_EQ_INT(got.n_generated, gen_err);
       char want[96];
@@ -1559,10 +1560,10 @@ static void test_nonfinite_logits(void) {
  * bound per request and per step; the scans this replaced (release searched and memmoved the
  * whole table, every step checked the whole waiting queue) cost ~N^2/2 = 33 M visits here. */
 static void test_cost_per_request(void) {
-  engine_params p = small_params(16, 256, 64, 64);
-  p.capture_logits = 0;
+  const ph_engine_params p = small_params(16, 256, 64, 64);
   engine *e = open_engine(&p);
   if (!e) return;
+  engine_set_capture_logits(e, 0); /* the bytes counted are the requests' own */
   diag d;
   const int64_t V = engine_vocab(e);
   uint64_t *ids = calloc(N_MANY, sizeof *ids);
@@ -1591,7 +1592,7 @@ static void test_cost_per_request(void) {
   const uint64_t work = engine_work(e) - work0;
   /* per request: a few probes to add, remove, release, look up (hash map at most half full),
    * amortized rehashing; per step: the running requests and the head of the waiting queue */
-  const uint64_t bound = 32u * N_MANY + 4u * (uint64_t)rs.steps * (uint64_t)p.max_batch;
+  const uint64_t bound = 32u * N_MANY + 4u * (uint64_t)rs.steps * (uint64_t)p.max_batch_size;
   printf("  %d requests, %lld steps: %llu records visited (bound %llu); engine_add allocated "
          "%ld bytes per request\n",
          N_MANY, (long long)rs.steps, (unsigned long long)work, (unsigned long long)bound,
@@ -1612,11 +1613,11 @@ static void test_cost_per_request(void) {
   printf("  a refused %d-token prompt: %ld bytes\n", LONG, atomic_load(&alloc_bytes));
   CHECK(atomic_load(&alloc_bytes) < 2048);
   free(big);
-  engine_step_info si;
+  ph_step_info si;
   CHECK_STATUS(engine_step(e, &si, &d), PH_OK, d.msg);
-  engine_request_info info;
+  ph_request_info info;
   CHECK_STATUS(engine_request_info_get(e, id, &info, &d), PH_OK, d.msg);
-  CHECK_EQ_INT(info.finish, ENGINE_FINISH_ERROR);
+  CHECK_EQ_INT(info.finish, PH_FINISH_ERROR);
   CHECK_STATUS(info.status, PH_ERR_LIMIT, info.message);
   CHECK_CONTAINS(info.message, "leaves no room in the context of 512");
   int64_t n = -1;
@@ -1709,11 +1710,12 @@ static int64_t golden_prefixes_at(const char *set, int64_t chunk, dense_ref *dr,
   char dir[1024];
   check_data(dir, sizeof dir, "golden/%s/checkpoint", set);
   /* 14 pages: the longest request (130 + 3 tokens) needs 9 */
-  engine_params p = small_params(8, 128, chunk, 15);
+  ph_engine_params p = small_params(8, 128, chunk, 15);
   engine *e = NULL;
   diag d;
   CHECK_STATUS(engine_create(dir, &p, &e, &d), PH_OK, d.msg);
   if (!e) return 0;
+  engine_set_capture_logits(e, 1);
   const int64_t V = engine_vocab(e);
   golden_set g;
   if (!golden_load(set, V, &g)) {
@@ -1749,7 +1751,7 @@ static int64_t golden_prefixes_at(const char *set, int64_t chunk, dense_ref *dr,
     outcome o;
     take_outcome(e, ids[i], &o);
     preempted += o.n_preemptions;
-    CHECK_EQ_INT(o.finish, ENGINE_FINISH_LENGTH);
+    CHECK_EQ_INT(o.finish, PH_FINISH_LENGTH);
     CHECK_EQ_INT(o.n_generated, GP_NEW);
     const int s = seq_of[i];
     if (o.n_generated > 0) {

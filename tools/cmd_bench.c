@@ -3,7 +3,8 @@
  *
  * Measures, through the continuous-batching engine (src/engine/engine.h):
  *   prefill  one request with a --prompt N token prompt and max_new_tokens 1: prompt tokens per
- *            second and time to first token (the engine's ttft_ms: add → first token)
+ *            second and time to first token (the engine's time_to_first_token_ms: add → first
+ *            token)
  *   decode   for each B of --batches: B requests with 16-token prompts decoding together; after
  *            their prompts and one warm-up step, --decode-steps steps are timed one by one and
  *            only steady ones count (B sequences, B tokens, B sampled, no preemption); the
@@ -32,6 +33,7 @@
 
 #include "cli.h"
 #include "engine/engine.h"
+#include "engine_flags.h"
 #include "io/onnx.h"
 #include "models/model.h"
 #include "models/package.h"
@@ -151,9 +153,9 @@ static ph_status drain(engine *e, diag *d) {
 }
 
 static ph_status finish_ok(engine *e, uint64_t id, diag *d) {
-  engine_request_info in;
+  ph_request_info in;
   FORWARD_IF_ERROR(engine_request_info_get(e, id, &in, d));
-  if (in.finish == ENGINE_FINISH_ERROR)
+  if (in.finish == PH_FINISH_ERROR)
     return diag_set(d, in.status, "the engine refused a benchmark request: %s", in.message);
   return PH_OK;
 }
@@ -169,7 +171,7 @@ static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefil
   /* a different prompt per repeat: nothing could be reused between them */
   for (int64_t j = 0; j < c->prompt; j++)
     prompt[j] = bench_prompt_token(1000 + (uint64_t)rep, j, V);
-  sampling_params sp = sampling_params_default();
+  ph_sampling_params sp = ph_sampling_params_default();
   sp.max_new_tokens = 1;
   sp.ignore_eos = 1;
   uint64_t id = 0;
@@ -182,11 +184,12 @@ static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefil
     FORWARD_IF_ERROR(engine_step(e, NULL, d));
   }
   FORWARD_IF_ERROR(finish_ok(e, id, d));
-  engine_request_info in;
+  ph_request_info in;
   FORWARD_IF_ERROR(engine_request_info_get(e, id, &in, d));
   FORWARD_IF_ERROR(engine_release(e, id, d));
-  out->ttft_ms = in.ttft_ms;
-  out->tok_s = in.ttft_ms > 0 ? (double)c->prompt / (in.ttft_ms * 1e-3) : 0.0;
+  out->ttft_ms = in.time_to_first_token_ms;
+  out->tok_s =
+      in.time_to_first_token_ms > 0 ? (double)c->prompt / (in.time_to_first_token_ms * 1e-3) : 0.0;
   out->steps = steps;
   return PH_OK;
 }
@@ -200,7 +203,7 @@ static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, 
   uint64_t *ids = calloc((size_t)B, sizeof *ids);
   double *times = calloc((size_t)n_steps, sizeof *times);
   ph_status s = ids && times ? PH_OK : diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
-  sampling_params sp = sampling_params_default();
+  ph_sampling_params sp = ph_sampling_params_default();
   sp.max_new_tokens = n_steps + 3; /* the prompt's token, a warm-up step, the timed steps, 1 */
   sp.ignore_eos = 1;
   for (int64_t b = 0; s == PH_OK && b < B; b++) {
@@ -210,7 +213,7 @@ static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, 
     s = engine_add(e, prompt, DECODE_PROMPT, &sp, &ids[b], d);
   }
   /* prompts, until the first step where every sequence decodes one token: the warm-up */
-  engine_step_info si;
+  ph_step_info si;
   memset(&si, 0, sizeof si);
   for (int64_t k = 0; s == PH_OK && !bench_steady_step(&si, B); k++) {
     if (k == MAX_LOOP || (k > 0 && !engine_busy(e))) {
@@ -238,18 +241,18 @@ static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, 
 }
 
 static ph_status bench_decode(engine *e, const bench_config *c, decode_result *r, diag *d) {
-  const engine_params *p = engine_params_of(e);
+  const ph_engine_params *p = engine_params_of(e);
   const int64_t B = r->batch;
-  if (B > p->max_batch) {
+  if (B > p->max_batch_size) {
     r->skipped = "above the engine's max_batch";
     snprintf(r->note, sizeof r->note, "above the engine's max_batch (%d): --max-batch",
-             p->max_batch);
+             p->max_batch_size);
     return PH_OK;
   }
-  if (B > p->max_tokens) {
+  if (B > p->max_scheduled_tokens) {
     r->skipped = "above the engine's token budget";
     snprintf(r->note, sizeof r->note, "above the engine's token budget (%lld): --max-tokens",
-             (long long)p->max_tokens);
+             (long long)p->max_scheduled_tokens);
     return PH_OK;
   }
   double steps[64];
@@ -366,7 +369,7 @@ typedef struct bench_report {
   const char *model_dir;
   const bench_config *c;
   model_facts m;
-  engine_params p; /* as the engine resolved them */
+  ph_engine_params p; /* as the engine resolved them */
   machine_limits ml;
   prefill_result pre;
   int64_t prefill_steps;
@@ -391,8 +394,8 @@ static void print_json(const bench_report *r) {
   json_object_set_new(model, "kv_bytes_per_token", json_integer(m->kv_bytes_per_token));
   json_object_set_new(model, "vocab", json_integer(m->vocab));
   json_object_set_new(model, "max_context", json_integer(m->max_context));
-  json_object_set_new(eng, "max_batch", json_integer(r->p.max_batch));
-  json_object_set_new(eng, "max_tokens", json_integer(r->p.max_tokens));
+  json_object_set_new(eng, "max_batch", json_integer(r->p.max_batch_size));
+  json_object_set_new(eng, "max_tokens", json_integer(r->p.max_scheduled_tokens));
   json_object_set_new(eng, "prefill_chunk", json_integer(r->p.prefill_chunk));
   json_object_set_new(eng, "block_size", json_integer(m->block_size));
   json_object_set_new(eng, "kv_pages", json_integer(m->kv_pages));
@@ -477,7 +480,7 @@ static void print_table(const bench_report *r) {
          cli_bytes((uint64_t)m->kv_bytes_per_token, b3, sizeof b3));
   printf("engine    max_batch %d, max_tokens %lld, prefill_chunk %lld, %lld KV pages of %lld "
          "tokens; loaded in %.2f s\n",
-         r->p.max_batch, (long long)r->p.max_tokens, (long long)r->p.prefill_chunk,
+         r->p.max_batch_size, (long long)r->p.max_scheduled_tokens, (long long)r->p.prefill_chunk,
          (long long)m->kv_pages, (long long)m->block_size, m->load_s);
   if (r->ml.measured)
     printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured in this "
@@ -521,28 +524,28 @@ static void print_table(const bench_report *r) {
  * pages need fewer), plus the null page: the prefill request alone, or the largest decode batch
  * the engine takes. A default-sized cache (1 GiB) would only add its zeroing to the load time
  * and to the peak RSS. */
-static int32_t pages_needed(const bench_config *c, const engine_params *p) {
+static int32_t pages_needed(const bench_config *c, const ph_engine_params *p) {
   const int64_t K = 16;
   int64_t largest = 0;
   for (int i = 0; i < c->n_batches; i++)
-    if (c->batches[i] > largest && (p->max_batch == 0 || c->batches[i] <= p->max_batch))
+    if (c->batches[i] > largest && (p->max_batch_size == 0 || c->batches[i] <= p->max_batch_size))
       largest = c->batches[i];
-  if (p->max_batch == 0 && largest > 64) largest = 64; /* a package's cap */
+  if (p->max_batch_size == 0 && largest > 64) largest = 64; /* a package's cap */
   const int64_t prefill = (c->prompt + K - 1) / K;
   const int64_t decode = largest * ((DECODE_PROMPT + c->decode_steps + 3 + K - 1) / K);
   const int64_t need = 1 + (prefill > decode ? prefill : decode);
   return need < INT32_MAX ? (int32_t)need : INT32_MAX;
 }
 
-static ph_status run_bench(const char *dir, const engine_params *p0, bench_report *r, diag *d) {
+static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_report *r, diag *d) {
   const bench_config *c = r->c;
   const double t_start = roofline_now();
   r->m.is_package = onnx_is_package(dir);
-  engine_params p = *p0;
-  if (!r->m.is_package && p.max_batch == 0)
+  ph_engine_params p = *p0;
+  if (!r->m.is_package && p.max_batch_size == 0)
     for (int i = 0; i < c->n_batches; i++)
-      if (c->batches[i] > p.max_batch) p.max_batch = (int32_t)c->batches[i];
-  if (p.n_blocks == 0 && p.memory_bytes == 0) p.n_blocks = pages_needed(c, &p);
+      if (c->batches[i] > p.max_batch_size) p.max_batch_size = (int32_t)c->batches[i];
+  if (p.num_blocks == 0 && p.memory_bytes == 0) p.num_blocks = pages_needed(c, &p);
   engine *e = NULL;
   const double t0 = roofline_now();
   FORWARD_IF_ERROR(engine_create(dir, &p, &e, d));
@@ -601,25 +604,14 @@ int cmd_bench(int argc, char **argv) {
                     .batches = {1, 4, 16, 64},
                     .n_batches = 4};
   c.json = cli_flag(&a, "json");
-  int64_t max_batch = 0, max_tokens = 0, chunk = 0, mib = 0;
+  /* the engine flags, --threads among them, through the parser run uses too */
+  ph_engine_params p = ph_engine_params_default();
   if ((rc = cli_get_int(&a, "prompt", 1, (int64_t)1 << 24, &c.prompt)) ||
       (rc = cli_get_int(&a, "decode-steps", 1, 1 << 20, &c.decode_steps)) ||
-      (rc = cli_get_int(&a, "repeats", 1, 64, &c.repeats)) ||
-      (rc = cli_get_int(&a, "threads", 0, 1024, &c.threads)) || (rc = parse_batches(&a, &c)) ||
-      (rc = cli_get_int(&a, "max-batch", 1, 4096, &max_batch)) ||
-      (rc = cli_get_int(&a, "max-tokens", 1, (int64_t)1 << 24, &max_tokens)) ||
-      (rc = cli_get_int(&a, "prefill-chunk", 1, (int64_t)1 << 24, &chunk)) ||
-      (rc = cli_get_int(&a, "memory", 1, (int64_t)1 << 30, &mib)))
+      (rc = cli_get_int(&a, "repeats", 1, 64, &c.repeats)) || (rc = parse_batches(&a, &c)) ||
+      (rc = engine_flags_parse(&a, &p)))
     return rc;
-  if (chunk && max_tokens && chunk > max_tokens)
-    return cli_usage_error(&a, "--prefill-chunk %lld is above --max-tokens %lld", (long long)chunk,
-                           (long long)max_tokens);
-  engine_params p = engine_params_default();
-  p.max_batch = (int32_t)max_batch;
-  p.max_tokens = max_tokens;
-  p.prefill_chunk = chunk;
-  p.memory_bytes = mib << 20;
-  p.n_threads = (int)c.threads;
+  c.threads = p.n_threads;
 
   if ((rc = cli_check_model_path(dir))) return rc;
   bench_report r;

@@ -57,9 +57,9 @@ typedef struct demo_req {
   uint64_t id; /* engine id; 0 until added */
   int admitted, finished, removed;
   int64_t n_preempted_seen;
-  int readmit_pending;      /* preempted and not yet seen back */
-  engine_request_info info; /* after the batched run */
-  int identical;            /* 1 after the alone run matched */
+  int readmit_pending;  /* preempted and not yet seen back */
+  ph_request_info info; /* after the batched run */
+  int identical;        /* 1 after the alone run matched */
 } demo_req;
 
 static double seconds(void) {
@@ -188,12 +188,12 @@ static ph_status add_request(engine *e, demo_req *r, diag *d) {
 }
 
 /* Prints what happened to each request in the step just run. */
-static void print_events(engine *e, demo_req *reqs, const engine_step_info *si) {
+static void print_events(engine *e, demo_req *reqs) {
   int32_t first_admissions = 0;
   for (int i = 0; i < N_REQ; i++) {
     demo_req *r = &reqs[i];
     if (!r->id || r->finished) continue;
-    engine_request_info in;
+    ph_request_info in;
     diag d;
     if (engine_request_info_get(e, r->id, &in, &d) != PH_OK) continue;
     if (!r->admitted && in.queue_ms >= 0) {
@@ -211,19 +211,19 @@ static void print_events(engine *e, demo_req *reqs, const engine_step_info *si) 
              (unsigned long long)r->id, (long long)(in.n_prompt + in.n_generated),
              (long long)in.n_prompt, (long long)in.n_generated);
     }
-    if (in.finish == ENGINE_FINISH_ERROR) {
+    if (in.finish == PH_FINISH_ERROR) {
       r->finished = 1;
       printf("         - request %llu refused: %s: %s\n", (unsigned long long)r->id,
              ph_status_name(in.status), in.message);
-    } else if (in.finish != ENGINE_RUNNING) {
+    } else if (in.finish != PH_FINISH_NONE) {
       r->finished = 1;
       printf("         - request %llu finished (%s) after %lld tokens\n", (unsigned long long)r->id,
-             engine_finish_name(in.finish), (long long)in.n_generated);
+             ph_finish_reason_name(in.finish), (long long)in.n_generated);
     }
   }
   /* the engine counts admissions, not who: a preempted request waits at the front of the queue,
    * so when exactly one is pending it is the one that came back */
-  const int32_t back = si->n_admitted - first_admissions;
+  const int32_t back = engine_step_admitted(e) - first_admissions;
   int n_pending = 0, last = -1;
   for (int i = 0; i < N_REQ; i++)
     if (reqs[i].readmit_pending && !reqs[i].finished) {
@@ -273,19 +273,19 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
     }
     RETURN_ERROR_IF(step == MAX_STEPS, d, PH_ERR_INTERNAL,
                     "the engine still has work after %d steps", MAX_STEPS);
-    engine_step_info si;
+    ph_step_info si;
     FORWARD_IF_ERROR(engine_step(e, &si, d));
     char moved[CLI_BYTES_BUF], pages[24], slots[24];
     snprintf(pages, sizeof pages, "%d/%d", si.pages_used, si.pages_total);
     snprintf(slots, sizeof slots, "%d/%d", si.slots_used, si.slots_total);
-    printf(STEP_ROW, step, si.n_running, si.n_waiting, si.n_seqs, (long long)si.n_tokens,
+    printf(STEP_ROW, step, si.n_running, si.n_waiting, si.batch_size, (long long)si.n_tokens,
            si.seconds > 0 ? (double)si.n_tokens / si.seconds : 0.0, pages, slots,
            cli_bytes(si.state_bytes_moved, moved, sizeof moved));
     if (ferror(stdout)) return diag_set(d, PH_ERR_IO, "writing stdout failed");
-    print_events(e, reqs, &si);
+    print_events(e, reqs);
     t->steps = step + 1;
     t->tokens_run += si.n_tokens;
-    t->tokens_generated += si.n_sampled;
+    t->tokens_generated += si.n_generated;
     t->preemptions += si.n_preempted;
   }
   t->wall_s = seconds() - t0;
@@ -298,10 +298,11 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
 
 /* Runs r alone on a fresh engine and compares with the batched run in e. Prints one line;
  * sets r->identical. A removed request is compared on the tokens it got before removal. */
-static ph_status prove_one(const char *dir, const engine_params *p, engine *e, demo_req *r,
+static ph_status prove_one(const char *dir, const ph_engine_params *p, engine *e, demo_req *r,
                            diag *d) {
   engine *solo = NULL;
   FORWARD_IF_ERROR(engine_create(dir, p, &solo, d));
+  engine_set_capture_logits(solo, 1);
   uint64_t id = 0;
   ph_status s = engine_add(solo, r->prompt, r->spec->n_prompt, &r->sp, &id, d);
   for (int step = 0; s == PH_OK && engine_busy(solo); step++)
@@ -310,7 +311,7 @@ static ph_status prove_one(const char *dir, const engine_params *p, engine *e, d
                                      "busy after %d steps",
                                      (unsigned long long)r->id, MAX_STEPS)
                           : engine_step(solo, NULL, d);
-  engine_request_info solo_info;
+  ph_request_info solo_info;
   if (s == PH_OK) s = engine_request_info_get(solo, id, &solo_info, d);
   if (s != PH_OK) {
     engine_free(solo);
@@ -321,10 +322,10 @@ static ph_status prove_one(const char *dir, const engine_params *p, engine *e, d
   const int64_t *tb = engine_tokens(e, r->id, &n_batched);
   const int64_t *ts = engine_tokens(solo, id, &n_solo);
   const float *lb = engine_logits(e, r->id), *ls = engine_logits(solo, id);
-  const int prefix = r->info.finish == ENGINE_FINISH_ABORTED;
+  const int prefix = r->info.finish == PH_FINISH_ABORTED;
   const char *why = NULL;
   char detail[160] = "";
-  if (r->info.finish == ENGINE_FINISH_ERROR || solo_info.finish == ENGINE_FINISH_ERROR) {
+  if (r->info.finish == PH_FINISH_ERROR || solo_info.finish == PH_FINISH_ERROR) {
     why = "outcome";
     snprintf(detail, sizeof detail, "refused: batched %s, alone %s", ph_status_name(r->info.status),
              ph_status_name(solo_info.status));
@@ -334,8 +335,8 @@ static ph_status prove_one(const char *dir, const engine_params *p, engine *e, d
              (long long)n_solo);
   } else if (!prefix && solo_info.finish != r->info.finish) {
     why = "finish reason";
-    snprintf(detail, sizeof detail, "batched %s, alone %s", engine_finish_name(r->info.finish),
-             engine_finish_name(solo_info.finish));
+    snprintf(detail, sizeof detail, "batched %s, alone %s", ph_finish_reason_name(r->info.finish),
+             ph_finish_reason_name(solo_info.finish));
   } else if (n_batched && memcmp(tb, ts, (size_t)n_batched * sizeof *tb) != 0) {
     int64_t j = 0;
     while (tb[j] == ts[j]) j++;
@@ -377,8 +378,9 @@ static void summary(engine *e, const demo_req *reqs, const totals *t) {
     const demo_req *r = &reqs[i];
     printf("   %2llu %6lld %6d %9lld %-7s %9lld  %7.1f  %8.1f  %s\n", (unsigned long long)r->id,
            (long long)r->spec->n_prompt, r->spec->arrive_step, (long long)r->info.n_generated,
-           engine_finish_name(r->info.finish), (long long)r->info.n_preemptions, r->info.ttft_ms,
-           r->info.total_ms, r->identical ? "identical" : "DIFFERENT");
+           ph_finish_reason_name(r->info.finish), (long long)r->info.n_preemptions,
+           r->info.time_to_first_token_ms, r->info.total_ms,
+           r->identical ? "identical" : "DIFFERENT");
   }
   printf("\n   %lld steps, %lld tokens run (prompts, decodes and recomputation),\n"
          "   %lld generated, %lld preemption(s), in %.2f s: %.0f tokens/s run,\n"
@@ -439,20 +441,20 @@ int cmd_demo(int argc, char **argv) {
   if ((rc = inspect(dir, pages))) return rc;
   if (ferror(stdout)) return cli_flush_stdout(); /* no one reads what follows */
 
-  engine_params p = engine_params_default();
-  p.max_batch = MAX_BATCH;
-  p.max_slots = MAX_BATCH;
-  p.max_tokens = MAX_TOKENS;
+  ph_engine_params p = ph_engine_params_default();
+  p.max_batch_size = MAX_BATCH;
+  p.max_requests = MAX_BATCH;
+  p.max_scheduled_tokens = MAX_TOKENS;
   p.prefill_chunk = PREFILL_CHUNK;
   p.block_size = BLOCK_SIZE;
-  p.n_blocks = pages + 1; /* and the null page */
+  p.num_blocks = pages + 1; /* and the null page */
   p.n_threads = (int)threads;
-  p.capture_logits = 1;
   diag d;
   diag_clear(&d);
   engine *e = NULL;
   ph_status s = engine_create(dir, &p, &e, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
+  engine_set_capture_logits(e, 1); /* every logits row, compared with the run alone */
   demo_req reqs[N_REQ];
   init_requests(reqs, engine_vocab(e));
   char cache[CLI_BYTES_BUF];
@@ -474,7 +476,7 @@ int cmd_demo(int argc, char **argv) {
     return ferror(stdout) ? cli_flush_stdout() : cli_lib_error(s, d.msg);
   }
   int n_removed = 0;
-  for (int i = 0; i < N_REQ; i++) n_removed += reqs[i].info.finish == ENGINE_FINISH_ABORTED;
+  for (int i = 0; i < N_REQ; i++) n_removed += reqs[i].info.finish == PH_FINISH_ABORTED;
   printf("\n   preemption check: %lld preemption(s) %s;\n"
          "   removal check: %d request(s) aborted.\n",
          (long long)t.preemptions,

@@ -32,6 +32,7 @@
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine/request_file.h"
+#include "engine_flags.h"
 #include "io/onnx.h"
 
 static const cli_option OPTIONS[] = {
@@ -53,40 +54,6 @@ static const cli_option OPTIONS[] = {
     {"strict", NULL, "exit 1 when any request finished with an error"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
-
-/* The engine options run and bench share the names of; unset ones keep engine defaults. */
-static int parse_params(cli_args *a, engine_params *p, int *checkpoint_only) {
-  int64_t max_batch = 0, max_tokens = 0, chunk = 0, blocks = 0, mib = 0, threads = 0;
-  int64_t block = 0, max_ctx = 0;
-  int rc;
-  if ((rc = cli_get_int(a, "max-batch", 1, 4096, &max_batch)) ||
-      (rc = cli_get_int(a, "max-tokens", 1, (int64_t)1 << 24, &max_tokens)) ||
-      (rc = cli_get_int(a, "prefill-chunk", 1, (int64_t)1 << 24, &chunk)) ||
-      (rc = cli_get_int(a, "num-blocks", 2, INT32_MAX, &blocks)) ||
-      (rc = cli_get_int(a, "memory", 1, (int64_t)1 << 30, &mib)) ||
-      (rc = cli_get_int(a, "threads", 0, 1024, &threads)) ||
-      (rc = cli_get_int(a, "block-size", 16, 1 << 20, &block)) ||
-      (rc = cli_get_int(a, "max-context", 1, (int64_t)1 << 24, &max_ctx)) ||
-      (rc = cli_get_dtype(a, "io-dtype", &p->io_dtype)))
-    return rc;
-  if (blocks && mib) return cli_usage_error(a, "give --num-blocks or --memory, not both");
-  if (block & (block - 1))
-    return cli_usage_error(a, "--block-size must be a power of two, got %lld", (long long)block);
-  if (chunk && max_tokens && chunk > max_tokens)
-    return cli_usage_error(a, "--prefill-chunk %lld is above --max-tokens %lld", (long long)chunk,
-                           (long long)max_tokens);
-  p->max_batch = (int32_t)max_batch;
-  p->max_tokens = max_tokens;
-  p->prefill_chunk = chunk;
-  p->n_blocks = (int32_t)blocks;
-  p->memory_bytes = mib << 20;
-  p->n_threads = (int)threads;
-  p->block_size = block;
-  p->max_context = max_ctx;
-  *checkpoint_only =
-      cli_get(a, "block-size") || cli_get(a, "max-context") || cli_get(a, "io-dtype");
-  return CLI_EXIT_OK;
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -124,7 +91,7 @@ typedef struct run_state {
   uint64_t *finished; /* engine ids the callback saw finish, not yet collected */
   int64_t n_finished, cap_finished;
   int out_of_memory; /* the callback could not record a finish */
-  int64_t n_by_reason[ENGINE_FINISH_ERROR + 1];
+  int64_t n_by_reason[PH_FINISH_ERROR + 1];
   char first_error[320]; /* the first error line's message and status, for --strict */
   ph_status first_status;
 } run_state;
@@ -134,7 +101,7 @@ static int64_t arrival(const run_state *rs, int64_t k) {
 }
 
 /* The engine calls this on the stepping thread; results are read after the step returns. */
-static void on_token(void *user, uint64_t id, int64_t token, engine_finish reason) {
+static void on_token(void *user, uint64_t id, int64_t token, ph_finish_reason reason) {
   run_state *rs = user;
   (void)reason;
   if (token >= 0) return;
@@ -177,15 +144,16 @@ static ph_status collect(run_state *rs, engine *e, diag *d) {
     RETURN_ERROR_IF(i < 0 || (rs->eid[i] & EID_DONE), d, PH_ERR_INTERNAL,
                     "engine request %llu finished but is not a pending request of the file",
                     (unsigned long long)id);
-    engine_request_info info;
+    ph_request_info info;
     FORWARD_IF_ERROR(engine_request_info_get(e, id, &info, d));
     int64_t n_tokens = 0;
     const int64_t *tokens = engine_tokens(e, id, &n_tokens);
-    const request_timing t = {info.queue_ms, info.ttft_ms,     info.total_ms,
-                              info.n_prompt, info.n_generated, info.n_preemptions};
+    const request_timing t = {info.queue_ms,    info.time_to_first_token_ms,
+                              info.total_ms,    info.n_prompt,
+                              info.n_generated, info.n_preemptions};
     /* the engine names requests by its own ids: say which line of the file it was */
     char msg[sizeof info.message + 64];
-    const int is_error = info.finish == ENGINE_FINISH_ERROR;
+    const int is_error = info.finish == PH_FINISH_ERROR;
     if (is_error) {
       snprintf(msg, sizeof msg, "line %d: %s: %s", request_file_entry(rs->file, i)->line,
                ph_status_name(info.status), info.message);
@@ -196,13 +164,13 @@ static ph_status collect(run_state *rs, engine *e, diag *d) {
     }
     char *line = NULL;
     FORWARD_IF_ERROR(request_result_to_json(rs->text[i], tokens, n_tokens,
-                                            engine_finish_name(info.finish), &t,
+                                            ph_finish_reason_name(info.finish), &t,
                                             is_error ? msg : NULL, &line, d));
     free(rs->text[i]); /* the id */
     rs->text[i] = line;
     FORWARD_IF_ERROR(engine_release(e, id, d));
     rs->eid[i] |= EID_DONE;
-    if (info.finish >= ENGINE_FINISH_LENGTH && info.finish <= ENGINE_FINISH_ERROR)
+    if (info.finish >= PH_FINISH_LENGTH && info.finish <= PH_FINISH_ERROR)
       rs->n_by_reason[info.finish]++;
   }
   rs->n_finished = 0;
@@ -239,10 +207,10 @@ typedef struct run_totals {
   double seconds;
 } run_totals;
 
-static void print_progress(const run_state *rs, const run_totals *t, const engine_step_info *si,
+static void print_progress(const run_state *rs, const run_totals *t, const ph_step_info *si,
                            uint64_t step) {
   int64_t done = 0;
-  for (int r = ENGINE_FINISH_LENGTH; r <= ENGINE_FINISH_ERROR; r++) done += rs->n_by_reason[r];
+  for (int r = PH_FINISH_LENGTH; r <= PH_FINISH_ERROR; r++) done += rs->n_by_reason[r];
   fprintf(stderr,
           "run: step %" PRIu64 ": %lld/%lld requests done, %d running, %d waiting, %lld tokens "
           "generated (%.1f tok/s), %lld preemptions\n",
@@ -273,17 +241,17 @@ static ph_status drive(run_state *rs, engine *e, int64_t progress, run_totals *t
       if (!(rs->eid[i] & EID_DONE)) /* else it finished before its removal step */
         FORWARD_IF_ERROR(engine_remove(e, rs->eid[i], d));
     }
-    engine_step_info si;
+    ph_step_info si;
     FORWARD_IF_ERROR(engine_step(e, &si, d));
     step++;
     t->steps++;
     t->n_run += si.n_tokens;
-    t->n_generated += si.n_sampled;
+    t->n_generated += si.n_generated;
     t->n_preempted += si.n_preempted;
     t->seconds = now_s() - t0;
     FORWARD_IF_ERROR(collect(rs, e, d));
     /* a live request with nothing scheduled step after step is an engine bug, not a long run */
-    idle_busy = si.n_seqs == 0 && engine_busy(e) ? idle_busy + 1 : 0;
+    idle_busy = si.batch_size == 0 && engine_busy(e) ? idle_busy + 1 : 0;
     RETURN_ERROR_IF(idle_busy > 64, d, PH_ERR_INTERNAL,
                     "the engine scheduled nothing for %lld steps while requests were live "
                     "(%d running, %d waiting)",
@@ -365,12 +333,12 @@ int cmd_run(int argc, char **argv) {
   const char *out_path = cli_get(&a, "out");
   if (!dir) return cli_usage_error(&a, "--model DIR|PKG is required");
   if (!req_path) return cli_usage_error(&a, "--requests FILE.jsonl is required");
-  engine_params p = engine_params_default();
-  int checkpoint_only = 0;
+  ph_engine_params p = ph_engine_params_default();
   int64_t progress = 0;
-  if ((rc = parse_params(&a, &p, &checkpoint_only)) ||
+  if ((rc = engine_flags_parse(&a, &p)) ||
       (rc = cli_get_int(&a, "progress", 0, INT64_MAX, &progress)))
     return rc;
+  const int checkpoint_only = engine_flags_checkpoint_only(&a);
   const int strict = cli_flag(&a, "strict");
 
   diag d;
@@ -409,10 +377,9 @@ int cmd_run(int argc, char **argv) {
             "run: %lld requests (%lld length, %lld stop, %lld aborted, %lld error) in %" PRIu64
             " engine steps, %.3f s: %lld tokens run, %lld generated = %.1f tok/s, %lld "
             "preemptions\n",
-            (long long)rs.n, (long long)rs.n_by_reason[ENGINE_FINISH_LENGTH],
-            (long long)rs.n_by_reason[ENGINE_FINISH_STOP],
-            (long long)rs.n_by_reason[ENGINE_FINISH_ABORTED],
-            (long long)rs.n_by_reason[ENGINE_FINISH_ERROR], t.steps, t.seconds, (long long)t.n_run,
+            (long long)rs.n, (long long)rs.n_by_reason[PH_FINISH_LENGTH],
+            (long long)rs.n_by_reason[PH_FINISH_STOP], (long long)rs.n_by_reason[PH_FINISH_ABORTED],
+            (long long)rs.n_by_reason[PH_FINISH_ERROR], t.steps, t.seconds, (long long)t.n_run,
             (long long)t.n_generated, t.seconds > 0 ? (double)t.n_generated / t.seconds : 0.0,
             (long long)t.n_preempted);
   }
@@ -424,10 +391,10 @@ int cmd_run(int argc, char **argv) {
     else
       wfile_abort(&wout);
   }
-  if (s == PH_OK && strict && rs.n_by_reason[ENGINE_FINISH_ERROR] > 0)
+  if (s == PH_OK && strict && rs.n_by_reason[PH_FINISH_ERROR] > 0)
     s = diag_set(&d, rs.first_status,
                  "--strict: %lld of %lld requests finished with an error (the first: %s)",
-                 (long long)rs.n_by_reason[ENGINE_FINISH_ERROR], (long long)rs.n, rs.first_error);
+                 (long long)rs.n_by_reason[PH_FINISH_ERROR], (long long)rs.n, rs.first_error);
   rc = s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);
   engine_free(e);
   if (rs.file) run_state_free(&rs);

@@ -31,7 +31,7 @@ typedef struct request {
   int64_t capacity; /* min(n_prompt + max_new_tokens, max_context + 1) */
   int64_t n_prompt;
   sampling_params sp;
-  engine_finish finish;
+  ph_finish_reason finish;
   ph_status status;
   ph_status refusal; /* decided by engine_add, reported at the next step; PH_OK: admissible */
   char *message;     /* heap, the refusal's message (NULL otherwise) */
@@ -39,7 +39,7 @@ typedef struct request {
   float *logits; /* capture_logits: [capacity - n_prompt, vocab] */
   int admitted;  /* passed sched_add */
   int remove_pending;
-  engine_finish finish_next; /* decided during a step, published after it */
+  ph_finish_reason finish_next; /* decided during a step, published after it */
   /* non-finite logits (status PH_ERR_NON_FINITE): what the message names, formatted when read
    * so that a step never allocates */
   uint64_t bad_step;
@@ -57,14 +57,15 @@ typedef struct req_map {
 } req_map;
 
 struct engine {
-  engine_params p;
+  ph_engine_params p; /* as resolved at creation */
+  int capture_logits; /* requests added now keep their logits rows */
   paged_session *s;
   runtime_source src; /* the package or checkpoint (its mapping: the graph's weights point in) */
   sched *sch;
   int64_t vocab, max_context;
   int64_t eos[GENAI_MAX_EOS];
   int n_eos;
-  engine_token_fn cb;
+  ph_token_fn cb;
   void *cb_user;
 
   pthread_mutex_t mu;
@@ -80,15 +81,16 @@ struct engine {
   uint64_t *draining_ids;
   int64_t cap_draining_ids;
   uint64_t work;       /* request records visited by the table and the queues (engine_work) */
-  request **finishing; /* [max_batch]: finishes decided while the batch is live */
+  request **finishing; /* [max_batch_size]: finishes decided while the batch is live */
   uint64_t next_id;
 
   /* step storage, sized at creation */
-  paged_seq *seqs; /* [max_batch] */
+  paged_seq *seqs; /* [max_batch_size] */
   void *scratch;   /* sampler */
   size_t scratch_bytes;
   uint64_t steps;
-  int64_t n_live; /* admitted and not finished */
+  int32_t n_admitted; /* by the last step (engine_step_admitted) */
+  int64_t n_live;     /* admitted and not finished */
 };
 
 static double now_s(void) {
@@ -97,24 +99,17 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-engine_params engine_params_default(void) {
-  engine_params p;
-  memset(&p, 0, sizeof p);
-  p.io_dtype = PH_DTYPE_INVALID;
-  return p;
-}
-
-const char *engine_finish_name(engine_finish f) {
-  switch (f) {
-  case ENGINE_RUNNING:
+const char *ph_finish_reason_name(ph_finish_reason reason) {
+  switch (reason) {
+  case PH_FINISH_NONE:
     return "running";
-  case ENGINE_FINISH_LENGTH:
+  case PH_FINISH_LENGTH:
     return "length";
-  case ENGINE_FINISH_STOP:
+  case PH_FINISH_STOP:
     return "stop";
-  case ENGINE_FINISH_ABORTED:
+  case PH_FINISH_ABORTED:
     return "aborted";
-  case ENGINE_FINISH_ERROR:
+  case PH_FINISH_ERROR:
     return "error";
   }
   return "unknown";
@@ -123,47 +118,50 @@ const char *engine_finish_name(engine_finish f) {
 /* ---- creation ------------------------------------------------------------------------------ */
 
 /* Fills the defaults a package's genai_config.json gives (or the built-in ones). */
-static void resolve_params(engine_params *p, const genai_config *gc) {
-  if (p->max_batch <= 0)
-    p->max_batch = gc && gc->dynamic_batching.present && gc->dynamic_batching.max_batch_size > 0
-                       ? (int32_t)(gc->dynamic_batching.max_batch_size < 64
-                                       ? gc->dynamic_batching.max_batch_size
-                                       : 64)
-                       : 16;
-  if (p->max_tokens <= 0)
-    p->max_tokens =
+static void resolve_params(ph_engine_params *p, const genai_config *gc) {
+  if (p->max_batch_size <= 0)
+    p->max_batch_size =
+        gc && gc->dynamic_batching.present && gc->dynamic_batching.max_batch_size > 0
+            ? (int32_t)(gc->dynamic_batching.max_batch_size < 64
+                            ? gc->dynamic_batching.max_batch_size
+                            : 64)
+            : 16;
+  if (p->max_scheduled_tokens <= 0)
+    p->max_scheduled_tokens =
         gc && gc->dynamic_batching.present && gc->dynamic_batching.max_scheduled_tokens > 0
             ? gc->dynamic_batching.max_scheduled_tokens
             : 2048;
-  if (p->prefill_chunk <= 0) p->prefill_chunk = p->max_tokens < 256 ? p->max_tokens : 256;
-  if (p->max_slots <= 0) p->max_slots = p->max_batch;
-  if (p->n_blocks <= 0 && p->memory_bytes <= 0) {
+  if (p->prefill_chunk <= 0)
+    p->prefill_chunk = p->max_scheduled_tokens < 256 ? p->max_scheduled_tokens : 256;
+  if (p->max_requests <= 0) p->max_requests = p->max_batch_size;
+  if (p->num_blocks <= 0 && p->memory_bytes <= 0) {
     if (gc && gc->dynamic_batching.num_blocks > 0)
-      p->n_blocks = (int32_t)(gc->dynamic_batching.num_blocks + 1);
+      p->num_blocks = (int32_t)(gc->dynamic_batching.num_blocks + 1);
     else
       p->memory_bytes = (int64_t)1 << 30;
   }
 }
 
-static ph_status check_params(const engine_params *p, diag *d) {
-  RETURN_ERROR_IF(p->max_batch < 1 || p->max_tokens < 1 || p->prefill_chunk < 1 ||
-                      p->prefill_chunk > p->max_tokens || p->max_slots < p->max_batch ||
-                      p->n_blocks < 0 || p->memory_bytes < 0,
-                  d, PH_ERR_INVALID_ARGUMENT,
-                  "engine params: max_batch %d, max_tokens %lld, prefill_chunk %lld (1.."
-                  "max_tokens), max_slots %d (>= max_batch), n_blocks %d, memory_bytes %lld",
-                  p->max_batch, (long long)p->max_tokens, (long long)p->prefill_chunk, p->max_slots,
-                  p->n_blocks, (long long)p->memory_bytes);
+static ph_status check_params(const ph_engine_params *p, diag *d) {
+  RETURN_ERROR_IF(
+      p->max_batch_size < 1 || p->max_scheduled_tokens < 1 || p->prefill_chunk < 1 ||
+          p->prefill_chunk > p->max_scheduled_tokens || p->max_requests < p->max_batch_size ||
+          p->num_blocks < 0 || p->memory_bytes < 0,
+      d, PH_ERR_INVALID_ARGUMENT,
+      "engine params: max_batch %d, max_tokens %lld, prefill_chunk %lld (1.."
+      "max_tokens), max_slots %d (>= max_batch), n_blocks %d, memory_bytes %lld",
+      p->max_batch_size, (long long)p->max_scheduled_tokens, (long long)p->prefill_chunk,
+      p->max_requests, p->num_blocks, (long long)p->memory_bytes);
   return PH_OK;
 }
 
-static paged_session_params session_params(const engine_params *p) {
+static paged_session_params session_params(const ph_engine_params *p) {
   paged_session_params sp = paged_session_params_default();
-  sp.n_blocks = p->n_blocks;
+  sp.n_blocks = p->num_blocks;
   sp.memory_bytes = p->memory_bytes;
-  sp.max_slots = p->max_slots;
-  sp.max_batch = p->max_batch;
-  sp.max_tokens = p->max_tokens;
+  sp.max_slots = p->max_requests;
+  sp.max_batch = p->max_batch_size;
+  sp.max_tokens = p->max_scheduled_tokens;
   sp.n_threads = p->n_threads;
   return sp;
 }
@@ -180,14 +178,14 @@ static ph_status finish_create(engine *e, diag *d) {
   e->vocab = paged_session_vocab(e->s);
   e->max_context = paged_session_max_context(e->s);
   sched_params sp = sched_params_default();
-  sp.max_batch = e->p.max_batch;
-  sp.max_tokens = e->p.max_tokens;
+  sp.max_batch = e->p.max_batch_size;
+  sp.max_tokens = e->p.max_scheduled_tokens;
   sp.prefill_chunk = e->p.prefill_chunk;
   sp.block_size = (int32_t)paged_session_block_size(e->s);
   FORWARD_IF_ERROR(
       sched_create(&sp, paged_session_blocks(e->s), paged_session_states(e->s), &e->sch, d));
-  e->seqs = calloc((size_t)e->p.max_batch, sizeof *e->seqs);
-  e->finishing = calloc((size_t)e->p.max_batch, sizeof *e->finishing);
+  e->seqs = calloc((size_t)e->p.max_batch_size, sizeof *e->seqs);
+  e->finishing = calloc((size_t)e->p.max_batch_size, sizeof *e->finishing);
   e->scratch_bytes = sampler_scratch_bytes(e->vocab);
   e->scratch = malloc(e->scratch_bytes ? e->scratch_bytes : 1);
   RETURN_ERROR_IF(!e->seqs || !e->finishing || !e->scratch, d, PH_ERR_NO_MEMORY,
@@ -195,41 +193,16 @@ static ph_status finish_create(engine *e, diag *d) {
   return PH_OK;
 }
 
-static engine *engine_alloc(const engine_params *p) {
+static engine *engine_alloc(const ph_engine_params *p) {
   engine *e = calloc(1, sizeof *e);
   if (!e) return NULL;
-  e->p = p ? *p : engine_params_default();
+  e->p = p ? *p : ph_engine_params_default();
   e->next_id = 1;
   pthread_mutex_init(&e->mu, NULL);
   return e;
 }
 
-ph_status engine_create_session(paged_session *s, const engine_params *p, int64_t eos_id,
-                                engine **out, diag *d) {
-  *out = NULL;
-  engine *e = engine_alloc(p);
-  if (!e) {
-    paged_session_free(s);
-    return diag_set(d, PH_ERR_NO_MEMORY, "engine: out of memory");
-  }
-  e->s = s;
-  const paged_session_params *sp = paged_session_params_of(s);
-  e->p.max_batch = sp->max_batch;
-  e->p.max_tokens = sp->max_tokens;
-  e->p.max_slots = sp->max_slots;
-  if (e->p.prefill_chunk <= 0) e->p.prefill_chunk = sp->max_tokens < 256 ? sp->max_tokens : 256;
-  if (eos_id >= 0) e->eos[e->n_eos++] = eos_id;
-  ph_status st = check_params(&e->p, d);
-  if (st == PH_OK) st = finish_create(e, d);
-  if (st != PH_OK) {
-    engine_free(e);
-    return st;
-  }
-  *out = e;
-  return PH_OK;
-}
-
-ph_status engine_create(const char *dir, const engine_params *p, engine **out, diag *d) {
+ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out, diag *d) {
   *out = NULL;
   engine *e = engine_alloc(p);
   RETURN_ERROR_IF(!e, d, PH_ERR_NO_MEMORY, "engine: out of memory");
@@ -343,7 +316,9 @@ void engine_free(engine *e) {
   free(e);
 }
 
-void engine_set_callback(engine *e, engine_token_fn fn, void *user) {
+void engine_set_capture_logits(engine *e, int on) { e->capture_logits = on != 0; }
+
+void engine_set_callback(engine *e, ph_token_fn fn, void *user) {
   e->cb = fn;
   e->cb_user = user;
 }
@@ -388,8 +363,8 @@ static ph_status refusal_of(const engine *e, uint64_t id, const int64_t *prompt,
   return sched_check_fits(e->sch, (int64_t)id, max_total_of(e, n_prompt, sp), d);
 }
 
-ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const sampling_params *sp,
-                     uint64_t *out_id, diag *d) {
+ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
+                     const ph_sampling_params *sp, uint64_t *out_id, diag *d) {
   RETURN_ERROR_IF(!e || (!prompt && n_prompt > 0) || n_prompt < 0 || !out_id, d,
                   PH_ERR_INVALID_ARGUMENT, "engine_add: NULL argument or negative length");
   request *r = calloc(1, sizeof *r);
@@ -420,7 +395,7 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const s
     r->capacity = cap;
     r->tokens = malloc((size_t)cap * sizeof *r->tokens);
     if (r->tokens) memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
-    if (e->p.capture_logits)
+    if (e->capture_logits)
       r->logits = malloc((size_t)(cap - n_prompt) * (size_t)e->vocab * sizeof *r->logits);
     /* the block table's storage for everything it can ever hold, so admission inside a step
      * does not allocate (the scheduler takes it over) */
@@ -428,7 +403,7 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt, const s
                                                  (int32_t)paged_session_block_size(e->s));
     r->sr.blocks.ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *r->sr.blocks.ids);
     r->sr.blocks.capacity = n_ids > 0 ? n_ids : 1;
-    ok = r->tokens && r->sr.blocks.ids && (!e->p.capture_logits || r->logits);
+    ok = r->tokens && r->sr.blocks.ids && (!e->capture_logits || r->logits);
   }
   if (ok) {
     pthread_mutex_lock(&e->mu);
@@ -452,7 +427,7 @@ ph_status engine_remove(engine *e, uint64_t id, diag *d) {
   pthread_mutex_lock(&e->mu);
   request *r = find_locked(e, id);
   int ok = 1;
-  if (r && r->finish == ENGINE_RUNNING && !r->remove_pending) {
+  if (r && r->finish == PH_FINISH_NONE && !r->remove_pending) {
     ok = grow((void **)&e->removals, &e->cap_removals, e->n_removals + 1, sizeof *e->removals);
     if (ok) {
       r->remove_pending = 1;
@@ -467,7 +442,7 @@ ph_status engine_remove(engine *e, uint64_t id, diag *d) {
 
 /* Publishes a finish (stepping thread). The scheduler lets go of the request first. A removal
  * still queued for it is skipped when drained (it is looked up by id then). */
-static void finish(engine *e, request *r, engine_finish why, ph_status st) {
+static void finish(engine *e, request *r, ph_finish_reason why, ph_status st) {
   diag d;
   pthread_mutex_lock(&e->mu); /* the scheduler writes fields other threads read (preemptions) */
   if (r->admitted) {
@@ -484,7 +459,7 @@ static void finish(engine *e, request *r, engine_finish why, ph_status st) {
 /* Joins the scheduler, or finishes with the refusal engine_add decided. */
 static void admit(engine *e, request *r) {
   if (r->refusal != PH_OK) {
-    finish(e, r, ENGINE_FINISH_ERROR, r->refusal);
+    finish(e, r, PH_FINISH_ERROR, r->refusal);
     return;
   }
   const int64_t max_total = max_total_of(e, r->n_prompt, &r->sp);
@@ -500,7 +475,7 @@ static void admit(engine *e, request *r) {
     e->n_live++;
   }
   pthread_mutex_unlock(&e->mu);
-  if (st != PH_OK) finish(e, r, ENGINE_FINISH_ERROR, st);
+  if (st != PH_OK) finish(e, r, PH_FINISH_ERROR, st);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
@@ -515,17 +490,17 @@ static int is_stop(const engine *e, const request *r, int64_t tok) {
 }
 
 /* Samples request r's next token from its last logits row and publishes it; returns the finish
- * it causes (ENGINE_RUNNING: none; the caller finishes it once the batch is done with). A row
+ * it causes (PH_FINISH_NONE: none; the caller finishes it once the batch is done with). A row
  * holding NaN or an infinity is no distribution: the request ends with PH_ERR_NON_FINITE and
  * nothing is published (the others in the batch go on). */
-static engine_finish emit(engine *e, request *r, const float *row) {
+static ph_finish_reason emit(engine *e, request *r, const float *row) {
   const int64_t t = r->n_generated;
   const int64_t bad = sampler_first_nonfinite(row, e->vocab);
   if (bad >= 0) {
     r->bad_step = e->steps;
     r->bad_index = bad;
     r->bad_value = row[bad];
-    return ENGINE_FINISH_ERROR;
+    return PH_FINISH_ERROR;
   }
   const int64_t tok = sampler_sample(row, e->vocab, &r->sp, t, e->scratch, e->scratch_bytes);
   if (r->logits) memcpy(r->logits + t * e->vocab, row, (size_t)e->vocab * sizeof *row);
@@ -534,18 +509,19 @@ static engine_finish emit(engine *e, request *r, const float *row) {
   r->n_generated = t + 1;
   if (t == 0) r->t_first = now_s();
   pthread_mutex_unlock(&e->mu);
-  if (e->cb) e->cb(e->cb_user, r->id, tok, ENGINE_RUNNING);
-  if (is_stop(e, r, tok)) return ENGINE_FINISH_STOP;
+  if (e->cb) e->cb(e->cb_user, r->id, tok, PH_FINISH_NONE);
+  if (is_stop(e, r, tok)) return PH_FINISH_STOP;
   if (r->n_generated >= r->sp.max_new_tokens || r->n_prompt + r->n_generated > e->max_context)
-    return ENGINE_FINISH_LENGTH;
+    return PH_FINISH_LENGTH;
   r->sr.n_total++; /* the new token is known; the scheduler runs it next */
-  return ENGINE_RUNNING;
+  return PH_FINISH_NONE;
 }
 
-ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
+ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
   const double t0 = now_s();
-  engine_step_info si;
+  ph_step_info si;
   memset(&si, 0, sizeof si);
+  e->n_admitted = 0;
   /* 1. drain the inbox, then the removals (a request added and removed before this step
    * joins and is aborted at once) */
   pthread_mutex_lock(&e->mu);
@@ -559,7 +535,7 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
   RETURN_ERROR_IF(!ok, d, PH_ERR_NO_MEMORY, "engine_step: out of memory");
   for (int64_t i = 0; i < n_fresh; i++) {
     admit(e, e->draining[i]);
-    si.n_finished += e->draining[i]->finish != ENGINE_RUNNING; /* refused: finished here */
+    si.n_finished += e->draining[i]->finish != PH_FINISH_NONE; /* refused: finished here */
   }
   /* removals queued up to now, including any made while admitting; an id finished (and maybe
    * released) since it was queued is skipped */
@@ -576,8 +552,8 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
     pthread_mutex_lock(&e->mu);
     request *r = find_locked(e, e->draining_ids[i]);
     pthread_mutex_unlock(&e->mu);
-    if (r && r->finish == ENGINE_RUNNING) {
-      finish(e, r, ENGINE_FINISH_ABORTED, PH_OK);
+    if (r && r->finish == PH_FINISH_NONE) {
+      finish(e, r, PH_FINISH_ABORTED, PH_OK);
       si.n_finished++;
     }
   }
@@ -592,7 +568,7 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
   pthread_mutex_unlock(&e->mu);
   FORWARD_IF_ERROR(sst);
   si.n_preempted = b.n_preempted;
-  si.n_admitted = b.n_admitted;
+  e->n_admitted = b.n_admitted;
   if (b.n_entries > 0) {
     /* 3. run */
     const double t_now = now_s();
@@ -614,20 +590,19 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
       const sched_entry *en = &b.entries[k];
       if (!en->sample) continue;
       request *r = (request *)((char *)en->req - offsetof(request, sr));
-      const engine_finish f = emit(e, r, paged_session_last_logits(e->s, k));
-      si.n_sampled += f != ENGINE_FINISH_ERROR;
-      if (f != ENGINE_RUNNING) {
+      const ph_finish_reason f = emit(e, r, paged_session_last_logits(e->s, k));
+      si.n_generated += f != PH_FINISH_ERROR;
+      if (f != PH_FINISH_NONE) {
         e->finishing[n_done] = r;
         r->finish_next = f;
         n_done++;
       }
     }
-    si.n_seqs = b.n_entries;
+    si.batch_size = b.n_entries;
     si.n_tokens = b.n_tokens;
     for (int32_t k = 0; k < n_done; k++) {
       request *r = e->finishing[k];
-      finish(e, r, r->finish_next,
-             r->finish_next == ENGINE_FINISH_ERROR ? PH_ERR_NON_FINITE : PH_OK);
+      finish(e, r, r->finish_next, r->finish_next == PH_FINISH_ERROR ? PH_ERR_NON_FINITE : PH_OK);
     }
     si.n_finished += n_done;
   }
@@ -643,6 +618,8 @@ ph_status engine_step(engine *e, engine_step_info *info, diag *d) {
   if (info) *info = si;
   return PH_OK;
 }
+
+int32_t engine_step_admitted(const engine *e) { return e->n_admitted; }
 
 int engine_busy(engine *e) {
   pthread_mutex_lock(&e->mu);
@@ -672,20 +649,20 @@ static void format_message(const request *r, char *out, size_t size) {
     out[0] = '\0';
 }
 
-ph_status engine_request_info_get(engine *e, uint64_t id, engine_request_info *out, diag *d) {
+ph_status engine_request_info_get(engine *e, uint64_t id, ph_request_info *out, diag *d) {
   pthread_mutex_lock(&e->mu);
   request *r = find_locked(e, id);
   if (r) {
     memset(out, 0, sizeof *out);
     out->finish = r->finish;
-    out->status = r->finish == ENGINE_RUNNING ? PH_OK : r->status;
-    if (r->finish == ENGINE_FINISH_ERROR) format_message(r, out->message, sizeof out->message);
+    out->status = r->finish == PH_FINISH_NONE ? PH_OK : r->status;
+    if (r->finish == PH_FINISH_ERROR) format_message(r, out->message, sizeof out->message);
     out->n_prompt = r->n_prompt;
     out->n_generated = r->n_generated;
     out->n_preemptions = r->sr.n_preemptions;
     const double end = r->t_done > 0 ? r->t_done : now_s();
     out->queue_ms = r->t_sched > 0 ? 1e3 * (r->t_sched - r->t_add) : -1;
-    out->ttft_ms = r->t_first > 0 ? 1e3 * (r->t_first - r->t_add) : -1;
+    out->time_to_first_token_ms = r->t_first > 0 ? 1e3 * (r->t_first - r->t_add) : -1;
     out->total_ms = 1e3 * (end - r->t_add);
   }
   pthread_mutex_unlock(&e->mu);
@@ -731,7 +708,7 @@ ph_status engine_release(engine *e, uint64_t id, diag *d) {
   ph_status st = PH_OK;
   if (!r) {
     st = diag_set(d, PH_ERR_NOT_FOUND, "request %llu is not known", (unsigned long long)id);
-  } else if (r->finish == ENGINE_RUNNING) {
+  } else if (r->finish == PH_FINISH_NONE) {
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "request %llu has not finished",
                   (unsigned long long)id);
   } else {
@@ -752,4 +729,4 @@ uint64_t engine_work(engine *e) {
 int64_t engine_vocab(const engine *e) { return e->vocab; }
 int64_t engine_max_context(const engine *e) { return e->max_context; }
 paged_session *engine_session(engine *e) { return e->s; }
-const engine_params *engine_params_of(const engine *e) { return &e->p; }
+const ph_engine_params *engine_params_of(const engine *e) { return &e->p; }

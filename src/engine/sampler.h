@@ -17,21 +17,23 @@
 #include <stdint.h>
 
 #include "base/diag.h"
+#include "pagedhybrid.h"
 
-#define SAMPLING_MAX_STOP 16
+#define SAMPLING_MAX_STOP PH_MAX_STOP_TOKENS
 #define SAMPLER_MAX_VOCAB INT32_MAX
 
-typedef struct sampling_params {
-  float temperature;        /* >= 0, finite; 0 = greedy */
-  int32_t top_k;            /* >= 0; 0 = off; 1 = greedy */
-  float top_p;              /* (0, 1]; 1 = off */
-  float min_p;              /* [0, 1); 0 = off; relative to the most probable token */
-  uint64_t seed;            /* with the token index, the only source of randomness */
-  int64_t max_new_tokens;   /* >= 1; the engine stops the request after this many tokens */
-  int32_t n_stop_token_ids; /* [0, SAMPLING_MAX_STOP] */
-  int64_t stop_token_ids[SAMPLING_MAX_STOP]; /* first n_stop_token_ids used, each in [0, vocab) */
-  int ignore_eos;                            /* 1: the model's eos id does not stop the request */
-} sampling_params;
+/* A request's sampling parameters are the public ph_sampling_params (include/pagedhybrid.h);
+ * the engine and the public API pass the same struct. What sampling_params_validate allows:
+ *   temperature       >= 0, finite; 0 = greedy
+ *   top_k             >= 0; 0 = off; 1 = greedy
+ *   top_p             (0, 1]; 1 = off
+ *   min_p             [0, 1); 0 = off; relative to the most probable token
+ *   seed              with the token index, the only source of randomness
+ *   max_new_tokens    >= 1; the engine stops the request after this many tokens
+ *   n_stop_token_ids  [0, SAMPLING_MAX_STOP]; the first n of stop_token_ids are used, each in
+ *                     [0, vocab)
+ *   ignore_eos        1: the model's eos id does not stop the request */
+typedef ph_sampling_params sampling_params;
 
 /* Greedy (temperature 0, top_k 0, top_p 1, min_p 0), seed 0, max_new_tokens 16, no stop ids,
  * ignore_eos 0. Start from this and change fields, so new fields never break callers. */

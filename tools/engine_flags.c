@@ -1,0 +1,83 @@
+/* engine_flags — the engine options of run and bench. See engine_flags.h. */
+#include "engine_flags.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef enum flag {
+  F_MAX_BATCH,
+  F_MAX_TOKENS,
+  F_PREFILL_CHUNK,
+  F_NUM_BLOCKS,
+  F_MEMORY,
+  F_THREADS,
+  F_BLOCK_SIZE,
+  F_MAX_CONTEXT,
+  F_IO_DTYPE,
+  N_FLAGS
+} flag;
+
+typedef struct flag_rule {
+  const char *name;
+  int64_t min, max; /* integers; io-dtype has none */
+} flag_rule;
+
+static const flag_rule RULES[N_FLAGS] = {
+    [F_MAX_BATCH] = {"max-batch", 1, 4096},
+    [F_MAX_TOKENS] = {"max-tokens", 1, (int64_t)1 << 24},
+    [F_PREFILL_CHUNK] = {"prefill-chunk", 1, (int64_t)1 << 24},
+    [F_NUM_BLOCKS] = {"num-blocks", 2, INT32_MAX},
+    [F_MEMORY] = {"memory", 1, (int64_t)1 << 30},
+    [F_THREADS] = {"threads", 0, 1024},
+    [F_BLOCK_SIZE] = {"block-size", 16, 1 << 20},
+    [F_MAX_CONTEXT] = {"max-context", 1, (int64_t)1 << 24},
+    [F_IO_DTYPE] = {"io-dtype", 0, 0},
+};
+
+static int flag_of(const char *name) {
+  for (int f = 0; f < N_FLAGS; f++)
+    if (strcmp(RULES[f].name, name) == 0) return f;
+  return -1;
+}
+
+/* The flag's value when the command has it and it was given, else NULL. */
+static const char *given(const cli_args *a, flag f) {
+  for (int i = 0; i < a->n_options; i++)
+    if (strcmp(a->options[i].name, RULES[f].name) == 0) return a->values[i];
+  return NULL;
+}
+
+int engine_flags_parse(cli_args *a, ph_engine_params *p) {
+  int64_t v[N_FLAGS] = {0};
+  int rc;
+  for (int i = 0; i < a->n_options; i++) {
+    const int f = flag_of(a->options[i].name);
+    if (f < 0) continue;
+    if (f == F_IO_DTYPE)
+      rc = cli_get_dtype(a, RULES[f].name, &p->io_dtype);
+    else
+      rc = cli_get_int(a, RULES[f].name, RULES[f].min, RULES[f].max, &v[f]);
+    if (rc) return rc;
+  }
+  if (v[F_NUM_BLOCKS] && v[F_MEMORY])
+    return cli_usage_error(a, "give --num-blocks or --memory, not both");
+  if (v[F_BLOCK_SIZE] & (v[F_BLOCK_SIZE] - 1))
+    return cli_usage_error(a, "--block-size must be a power of two, got %lld",
+                           (long long)v[F_BLOCK_SIZE]);
+  if (v[F_PREFILL_CHUNK] && v[F_MAX_TOKENS] && v[F_PREFILL_CHUNK] > v[F_MAX_TOKENS])
+    return cli_usage_error(a, "--prefill-chunk %lld is above --max-tokens %lld",
+                           (long long)v[F_PREFILL_CHUNK], (long long)v[F_MAX_TOKENS]);
+  p->max_batch_size = (int32_t)v[F_MAX_BATCH];
+  p->max_scheduled_tokens = v[F_MAX_TOKENS];
+  p->prefill_chunk = v[F_PREFILL_CHUNK];
+  p->num_blocks = (int32_t)v[F_NUM_BLOCKS];
+  p->memory_bytes = v[F_MEMORY] << 20;
+  p->n_threads = (int)v[F_THREADS];
+  p->block_size = v[F_BLOCK_SIZE];
+  p->max_context = v[F_MAX_CONTEXT];
+  return CLI_EXIT_OK;
+}
+
+int engine_flags_checkpoint_only(const cli_args *a) {
+  return given(a, F_BLOCK_SIZE) || given(a, F_MAX_CONTEXT) || given(a, F_IO_DTYPE);
+}

@@ -1,0 +1,32 @@
+/* engine_flags — the engine options `run` and `bench` share, parsed by one function into the
+ * engine's own parameters (ph_engine_params).
+ *
+ * A command lists the rows it offers in its own option table (with its own help text); the
+ * parser reads those of the flags below that the table has, in the table's order, with one range
+ * and one message each, then checks how they combine:
+ *   --max-batch N      [1, 4096]         max_batch_size
+ *   --max-tokens N     [1, 2^24]         max_scheduled_tokens
+ *   --prefill-chunk N  [1, 2^24]         prefill_chunk (not above --max-tokens when both given)
+ *   --num-blocks N     [2, INT32_MAX]    num_blocks (not with --memory)
+ *   --memory MiB       [1, 2^30]         memory_bytes = MiB << 20
+ *   --threads N        [0, 1024]         n_threads (0: all CPUs)
+ *   --block-size N     [16, 2^20]        block_size, a power of two   (checkpoints only)
+ *   --max-context N    [1, 2^24]         max_context                  (checkpoints only)
+ *   --io-dtype f32|f16|bf16              io_dtype                     (checkpoints only)
+ * A flag not given leaves its field 0 (the engine's default, include/pagedhybrid.h). A bad value
+ * is a usage error (tools/cli.h: printed, CLI_EXIT_USAGE). */
+#ifndef PH_TOOLS_ENGINE_FLAGS_H
+#define PH_TOOLS_ENGINE_FLAGS_H
+
+#include "cli.h"
+#include "pagedhybrid.h"
+
+/* Fills *p (start from ph_engine_params_default()) from the engine flags a has. Returns
+ * CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */
+int engine_flags_parse(cli_args *a, ph_engine_params *p);
+
+/* 1 when a has any of the checkpoint-only flags (--block-size, --max-context, --io-dtype): a
+ * package fixes them in its graph. */
+int engine_flags_checkpoint_only(const cli_args *a);
+
+#endif /* PH_TOOLS_ENGINE_FLAGS_H */
