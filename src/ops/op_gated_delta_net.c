@@ -19,7 +19,7 @@
  * the V-major state once and writes it once, eight value rows at a time transposed in
  * registers, with the same lanes, the same per-element sums in increasing key index and no
  * fused multiply-add: its bits equal the reference's. The kernel is chosen once per process by
- * MatMulWT's rule (op_matmul.h: the CPU, PH_KERNELS, matmul_wt_force_variant): scalar runs the
+ * kernels/dispatch.h (the CPU, PH_KERNELS, kernel_force_variant): scalar runs the
  * reference, avx2 and avx512 run the AVX2 kernel. Never from the shapes.
  * Not yet: compact state updates (state_update_capacity > 0), per-key-dim decay [N,Hv,Dk], the
  * uniform [B,S,H,D] spelling without cu_seqlens.
@@ -28,10 +28,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/dispatch.h"
+#include "kernels/vec.h"
 #include "ops/op.h"
-#include "ops/op_matmul.h"
 #include "ops/op_util.h"
-#include "ops/vec_kernels.h"
 #include "tensor/dtype.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -685,7 +685,7 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   j.out = out[0];
   j.final_state = fs;
   j.ws_bytes = gdn_ws_layout(&g, NULL, NULL);
-  j.fused = GDN_X86 && matmul_wt_variant_active() != MATMUL_WT_SCALAR;
+  j.fused = GDN_X86 && kernel_variant_active() != KERNEL_SCALAR;
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
                   PH_ERR_INTERNAL, "GatedDeltaNet: scratch is %zu bytes, %d threads need %zu",

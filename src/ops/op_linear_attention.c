@@ -26,7 +26,7 @@
 
 #include "ops/op.h"
 #include "ops/op_util.h"
-#include "ops/vec_kernels.h"
+#include "kernels/vec.h"
 #include "tensor/dtype.h"
 
 enum { LA_IN_Q, LA_IN_K, LA_IN_V, LA_IN_PAST, LA_IN_DECAY, LA_IN_BETA };
