@@ -4,6 +4,8 @@
  * everywhere), avx2 (AVX2+FMA+F16C) and avx512 (AVX-512 F/BW/VL and what avx2 needs). Each row of
  * the table (kernels/dispatch.c) names the variant and gives every kernel it has:
  *   matmul_wt           MatMulWT's dot-product kernels (kernels/matmul_wt.h)
+ *   gated_delta_decode  GatedDeltaNet's one-token step on a V-major state, or NULL where the
+ *                       variant runs the scalar reference (kernels/gated_delta.h)
  * A new kernel is a new column here and one entry per row; tests/benches walk the table.
  *
  * The variant is chosen once per process, from the CPU (cpu_features(), which honours
@@ -19,6 +21,7 @@
 #define PH_KERNELS_DISPATCH_H
 
 #include "base/diag.h"
+#include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
 
 typedef enum kernel_variant {
@@ -32,6 +35,7 @@ typedef enum kernel_variant {
 typedef struct kernel_set {
   const char *name;                   /* "scalar", "avx2", "avx512": PH_KERNELS spells these */
   const matmul_wt_kernels *matmul_wt; /* never NULL; its entries are NULL where not built */
+  gated_delta_decode_fn gated_delta_decode; /* NULL: the scalar reference path */
 } kernel_set;
 
 /* "scalar", "avx2", "avx512"; "?" for a value outside the enum. */
