@@ -1,6 +1,6 @@
 /* test_gdn_variants — the GatedDeltaNet decode kernels (one token per sequence) give the bits of
  * the scalar reference: every variant the CPU runs (kernel_force_variant picks it, as
- * MatMulWT's rule does at run time) against scalar with memcmp, over shapes whose Dk and Dv are
+ * kernels/dispatch.h does at run time) against scalar with memcmp, over shapes whose Dk and Dv are
  * and are not multiples of 8 and 16, every update rule, with and without an initial state, with
  * the final state aliasing the initial one and with no final state asked for. A batch mixing a
  * prefill sequence with decode ones is included (the prefill path is shared by all variants).
