@@ -273,6 +273,7 @@ typedef struct ph_step_info {
   int32_t pages_used, pages_total, slots_used, slots_total;
   uint64_t state_bytes_moved;
   double seconds;
+  int32_t n_admitted; /* waiting requests admitted (given pages and a state slot) this step */
 } ph_step_info;
 
 /* One step: schedule, run, sample, commit. info may be NULL. */
@@ -295,6 +296,34 @@ PH_API ph_status ph_engine_request_info(ph_engine *engine, uint64_t id, ph_reque
 PH_API int64_t ph_engine_read_tokens(ph_engine *engine, uint64_t id, int64_t *out, int64_t max);
 /* Forgets a finished request. */
 PH_API ph_status ph_engine_release_request(ph_engine *engine, uint64_t id);
+
+/* Every token request id has generated so far, without consuming them (ph_engine_read_tokens
+ * keeps its own cursor); *n receives the count. NULL (and *n 0) for an unknown or released id.
+ * The pointer is valid until the request is released; read it between steps, on the stepping
+ * thread. */
+PH_API const int64_t *ph_engine_request_tokens(ph_engine *engine, uint64_t id, int64_t *n);
+
+/* Logits capture. With capture on, requests added afterwards keep the logits row each of their
+ * tokens was sampled from: ph_engine_request_logits returns [n, vocab_size] F32 (row j produced
+ * token j; *n as ph_engine_request_tokens), NULL for an unknown id or one added with capture
+ * off. Costs vocab_size * 4 bytes per token a request may generate, allocated when it is added.
+ * Call before adding requests from other threads. Default off. */
+PH_API ph_status ph_engine_set_capture_logits(ph_engine *engine, int on);
+PH_API const float *ph_engine_request_logits(ph_engine *engine, uint64_t id, int64_t *n);
+
+/* What an open engine serves, and the parameters it resolved at creation. */
+typedef struct ph_engine_info {
+  ph_engine_params params;         /* every 0 replaced by the value it stands for */
+  int64_t vocab_size;              /* logits per row; token ids are below it */
+  int64_t max_context;             /* positions a request may reach (prompt + generated) */
+  int64_t block_size;              /* tokens per KV page */
+  int32_t kv_pages;                /* KV pages requests can hold (the null page not counted) */
+  int64_t cache_bytes;             /* KV pages + fixed-state slots, allocated at creation */
+  int64_t state_bytes_per_request; /* one fixed-state slot (conv + recurrent state) */
+  int64_t kv_bytes_per_token;      /* KV page bytes per token over all attention layers */
+} ph_engine_info;
+
+PH_API ph_status ph_engine_get_info(const ph_engine *engine, ph_engine_info *out);
 
 #ifdef __cplusplus
 }

@@ -568,7 +568,7 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
   pthread_mutex_unlock(&e->mu);
   FORWARD_IF_ERROR(sst);
   si.n_preempted = b.n_preempted;
-  e->n_admitted = b.n_admitted;
+  e->n_admitted = si.n_admitted = b.n_admitted;
   if (b.n_entries > 0) {
     /* 3. run */
     const double t_now = now_s();
