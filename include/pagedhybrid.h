@@ -200,6 +200,21 @@ PH_API int64_t ph_model_kv_bytes_per_token(const ph_model *model, ph_dtype kv_dt
 
 typedef struct ph_engine ph_engine;
 
+/* Logits capture: what requests keep of their logits (F32, vocab_size a row), read with
+ * ph_engine_request_logits. The memory is allocated when a request is added: one row per token
+ * it may generate (SAMPLED) or per position it may run (POSITIONS). */
+typedef enum ph_logits_capture {
+  PH_CAPTURE_NONE = 0,
+  PH_CAPTURE_SAMPLED = 1,   /* the row each token was sampled from: n_generated rows, row j
+                               produced generated token j */
+  PH_CAPTURE_POSITIONS = 2, /* the row of every position run: n_prompt + n_generated - 1 rows
+                               (the last token is never run), row t computed at position t
+                               predicts token t + 1. Needs every row of the LM head:
+                               set it in ph_engine_params.capture_logits so that a checkpoint's
+                               graph is built so; a package that prunes its LM head to the last
+                               row per sequence cannot give it (PH_ERR_UNSUPPORTED) */
+} ph_logits_capture;
+
 typedef struct ph_engine_params {
   int32_t max_batch_size;       /* sequences per step; 0: the package's, capped at 64, else 16 */
   int64_t max_scheduled_tokens; /* token budget per step; 0: the package's, else 2048 */
@@ -211,6 +226,8 @@ typedef struct ph_engine_params {
   int64_t block_size;           /* checkpoints: tokens per page (0: 16) */
   int64_t max_context;          /* checkpoints: context bound (0: min(max_position, 32768)) */
   ph_dtype io_dtype;            /* checkpoints: activation dtype (PH_DTYPE_INVALID: f32) */
+  ph_logits_capture capture_logits; /* what requests keep of their logits (0: nothing); see
+                                       ph_engine_set_capture_logits */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);
@@ -303,12 +320,12 @@ PH_API ph_status ph_engine_release_request(ph_engine *engine, uint64_t id);
  * thread. */
 PH_API const int64_t *ph_engine_request_tokens(ph_engine *engine, uint64_t id, int64_t *n);
 
-/* Logits capture. With capture on, requests added afterwards keep the logits row each of their
- * tokens was sampled from: ph_engine_request_logits returns [n, vocab_size] F32 (row j produced
- * token j; *n as ph_engine_request_tokens), NULL for an unknown id or one added with capture
- * off. Costs vocab_size * 4 bytes per token a request may generate, allocated when it is added.
- * Call before adding requests from other threads. Default off. */
-PH_API ph_status ph_engine_set_capture_logits(ph_engine *engine, int on);
+/* Changes the capture for requests added from now on (call before adding requests from other
+ * threads). PH_CAPTURE_POSITIONS is PH_ERR_UNSUPPORTED unless the engine was created with it
+ * (its graph computes every row of the LM head). */
+PH_API ph_status ph_engine_set_capture_logits(ph_engine *engine, ph_logits_capture mode);
+/* The captured rows of request id, [*n, vocab_size]; NULL (and *n 0) for an unknown id or one
+ * added with capture off. Valid until the request is released; read between steps. */
 PH_API const float *ph_engine_request_logits(ph_engine *engine, uint64_t id, int64_t *n);
 
 /* What an open engine serves, and the parameters it resolved at creation. */

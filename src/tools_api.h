@@ -3,11 +3,11 @@
  * The tools serve through the public API (include/pagedhybrid.h: ph_model_*, ph_engine_*) like
  * any embedding program. What the public API does not carry, because it is not serving, comes
  * from here: writing packages, reading them back for inspection, writing random-weight test
- * checkpoints, the CLI's own file formats. This header names the internal modules those need
- * and nothing that drives a model: no engine internals (engine/engine.h), no sessions
- * (runtime/), no pools (cache/), no executor or ops. tests/test_layers.sh checks both rules: a
- * tool includes only pagedhybrid.h, this header and its own tools/ headers, and this header
- * includes only the list below.
+ * checkpoints, the CLI's own file formats, and generate's dense reference layout. This header
+ * names the internal headers those need and nothing that serves: no engine internals
+ * (engine/engine.h), no paged session (runtime/paged_session.h), no pools (cache/), no ops.
+ * tests/test_layers.sh checks both rules: a tool includes only pagedhybrid.h, this header and its
+ * own tools/ headers, and this header includes only the list below.
  *
  * Why a header in src/ and not include/: include/ is installed and is what an embedder sees;
  * these are internal interfaces with no stability promise, whose symbols are hidden in the
@@ -27,8 +27,11 @@
  *   run          engine/request_file.h: the JSONL request file (docs/run.md) and its result
  *                lines; base/wfile.h (--out written whole); io/onnx.h: onnx_is_package
  *   bench        models/package.h: a package's parameter and initializer bytes; io/onnx.h
- *   generate     its own sessions (see tools/cmd_generate.c: the one tool not yet on the
- *                engine; test_layers.sh names it as the exception)
+ *   generate     the paged layout runs on the engine (ph_engine_*); the dense layout on
+ *                runtime/dense_session.h, the one header of a layer that runs a model: the
+ *                engine serves only the paged graph, and the dense graph is the reference the
+ *                golden logits were made with (tools/cmd_generate.c); models/package.h
+ *                (package_read_graph for a dense package), io/genai_config.h, base/wfile.h
  */
 #ifndef PH_TOOLS_API_H
 #define PH_TOOLS_API_H
@@ -45,6 +48,7 @@
 #include "models/package.h"
 #include "models/tiny.h"
 #include "pagedhybrid.h"
+#include "runtime/dense_session.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
 

@@ -306,7 +306,7 @@ static ph_status prove_one(const char *dir, const ph_engine_params *p, ph_engine
                            diag *d) {
   ph_engine *solo = NULL;
   ph_status s = ph_engine_create(dir, p, &solo);
-  if (s == PH_OK) s = ph_engine_set_capture_logits(solo, 1);
+  if (s == PH_OK) s = ph_engine_set_capture_logits(solo, PH_CAPTURE_SAMPLED);
   if (s != PH_OK) {
     engine_failed(solo, s, d);
     ph_engine_free(solo);
@@ -470,7 +470,7 @@ int cmd_demo(int argc, char **argv) {
   ph_engine_info info;
   ph_status s = ph_engine_create(dir, &p, &e);
   if (s == PH_OK)
-    s = ph_engine_set_capture_logits(e, 1); /* every logits row, compared with
+    s = ph_engine_set_capture_logits(e, PH_CAPTURE_SAMPLED); /* every logits row, compared with
                                             the run alone */
   if (s == PH_OK) s = ph_engine_get_info(e, &info);
   if (s != PH_OK) {

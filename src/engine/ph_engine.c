@@ -112,15 +112,14 @@ const int64_t *ph_engine_request_tokens(ph_engine *pe, uint64_t id, int64_t *n) 
   return t;
 }
 
-ph_status ph_engine_set_capture_logits(ph_engine *pe, int on) {
+ph_status ph_engine_set_capture_logits(ph_engine *pe, ph_logits_capture mode) {
   NEED_ENGINE(pe);
-  engine_set_capture_logits(pe->e, on);
-  return PH_OK;
+  return engine_set_capture(pe->e, mode, &pe->err);
 }
 
 const float *ph_engine_request_logits(ph_engine *pe, uint64_t id, int64_t *n) {
   int64_t k = 0;
-  const float *l = pe && pe->e && engine_tokens(pe->e, id, &k) ? engine_logits(pe->e, id) : NULL;
+  const float *l = pe && pe->e ? engine_captured(pe->e, id, &k) : NULL;
   if (n) *n = l ? k : 0;
   return l;
 }
