@@ -106,8 +106,9 @@ static ph_status run_dense(dense_session *sess, gen_seq *q, int n, diag *d) {
  * for k == 0, else each sequence's k-th generated token); a sequence whose context is full
  * leaves the batch. Sequence i asks for T_i - n_prompt + 1 tokens and keeps T_i - n_prompt: the
  * engine runs its last kept token (to sample the one dropped), which gives row T_i - 1. A
- * sequence with nothing to generate (its prompt fills the context) is not a request; the
- * engine runs no position of it, so its rows exist only when --logits-out is not asked. */
+ * sequence with nothing to generate (its prompt fills the context) is not a request (the
+ * engine refuses a prompt that leaves no room): it prints as before, but no position of it is
+ * run, so --logits-out is PH_ERR_LIMIT for it. */
 static ph_status run_paged(ph_engine *e, gen_seq *q, int n, int64_t K, int want_rows, diag *d) {
   ph_engine_info info;
   ph_status s = ph_engine_get_info(e, &info);
