@@ -1,12 +1,12 @@
 /* engine_steps — what `pagedhybrid bench` (tools/cmd_bench.c) and bench/bench_threads.c share
  * when they drive the engine: the benchmark prompts and the test for a steady decode step.
- * Header-only, for programs inside the project (it uses the internal engine.h). */
+ * Header-only, over the public API (pagedhybrid.h: ph_step_info). */
 #ifndef PH_BENCH_ENGINE_STEPS_H
 #define PH_BENCH_ENGINE_STEPS_H
 
 #include <stdint.h>
 
-#include "engine/engine.h"
+#include "pagedhybrid.h"
 
 /* A fixed hash of (request, position) in [0, vocab): the same prompts in every run, and no two
  * requests (or repeats, given distinct request numbers) sharing one. */

@@ -200,6 +200,21 @@ PH_API int64_t ph_model_kv_bytes_per_token(const ph_model *model, ph_dtype kv_dt
 
 typedef struct ph_engine ph_engine;
 
+/* Logits capture: what requests keep of their logits (F32, vocab_size a row), read with
+ * ph_engine_request_logits. The memory is allocated when a request is added: one row per token
+ * it may generate (SAMPLED) or per position it may run (POSITIONS). */
+typedef enum ph_logits_capture {
+  PH_CAPTURE_NONE = 0,
+  PH_CAPTURE_SAMPLED = 1,   /* the row each token was sampled from: n_generated rows, row j
+                               produced generated token j */
+  PH_CAPTURE_POSITIONS = 2, /* the row of every position run: n_prompt + n_generated - 1 rows
+                               (the last token is never run), row t computed at position t
+                               predicts token t + 1. Needs every row of the LM head:
+                               set it in ph_engine_params.capture_logits so that a checkpoint's
+                               graph is built so; a package that prunes its LM head to the last
+                               row per sequence cannot give it (PH_ERR_UNSUPPORTED) */
+} ph_logits_capture;
+
 typedef struct ph_engine_params {
   int32_t max_batch_size;       /* sequences per step; 0: the package's, capped at 64, else 16 */
   int64_t max_scheduled_tokens; /* token budget per step; 0: the package's, else 2048 */
@@ -211,6 +226,8 @@ typedef struct ph_engine_params {
   int64_t block_size;           /* checkpoints: tokens per page (0: 16) */
   int64_t max_context;          /* checkpoints: context bound (0: min(max_position, 32768)) */
   ph_dtype io_dtype;            /* checkpoints: activation dtype (PH_DTYPE_INVALID: f32) */
+  ph_logits_capture capture_logits; /* what requests keep of their logits (0: nothing); see
+                                       ph_engine_set_capture_logits */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);
@@ -273,6 +290,7 @@ typedef struct ph_step_info {
   int32_t pages_used, pages_total, slots_used, slots_total;
   uint64_t state_bytes_moved;
   double seconds;
+  int32_t n_admitted; /* waiting requests admitted (given pages and a state slot) this step */
 } ph_step_info;
 
 /* One step: schedule, run, sample, commit. info may be NULL. */
@@ -295,6 +313,34 @@ PH_API ph_status ph_engine_request_info(ph_engine *engine, uint64_t id, ph_reque
 PH_API int64_t ph_engine_read_tokens(ph_engine *engine, uint64_t id, int64_t *out, int64_t max);
 /* Forgets a finished request. */
 PH_API ph_status ph_engine_release_request(ph_engine *engine, uint64_t id);
+
+/* Every token request id has generated so far, without consuming them (ph_engine_read_tokens
+ * keeps its own cursor); *n receives the count. NULL (and *n 0) for an unknown or released id.
+ * The pointer is valid until the request is released; read it between steps, on the stepping
+ * thread. */
+PH_API const int64_t *ph_engine_request_tokens(ph_engine *engine, uint64_t id, int64_t *n);
+
+/* Changes the capture for requests added from now on (call before adding requests from other
+ * threads). PH_CAPTURE_POSITIONS is PH_ERR_UNSUPPORTED unless the engine was created with it
+ * (its graph computes every row of the LM head). */
+PH_API ph_status ph_engine_set_capture_logits(ph_engine *engine, ph_logits_capture mode);
+/* The captured rows of request id, [*n, vocab_size]; NULL (and *n 0) for an unknown id or one
+ * added with capture off. Valid until the request is released; read between steps. */
+PH_API const float *ph_engine_request_logits(ph_engine *engine, uint64_t id, int64_t *n);
+
+/* What an open engine serves, and the parameters it resolved at creation. */
+typedef struct ph_engine_info {
+  ph_engine_params params;         /* every 0 replaced by the value it stands for */
+  int64_t vocab_size;              /* logits per row; token ids are below it */
+  int64_t max_context;             /* positions a request may reach (prompt + generated) */
+  int64_t block_size;              /* tokens per KV page */
+  int32_t kv_pages;                /* KV pages requests can hold (the null page not counted) */
+  int64_t cache_bytes;             /* KV pages + fixed-state slots, allocated at creation */
+  int64_t state_bytes_per_request; /* one fixed-state slot (conv + recurrent state) */
+  int64_t kv_bytes_per_token;      /* KV page bytes per token over all attention layers */
+} ph_engine_info;
+
+PH_API ph_status ph_engine_get_info(const ph_engine *engine, ph_engine_info *out);
 
 #ifdef __cplusplus
 }

@@ -253,8 +253,141 @@ static void test_refusals(void) {
   ph_engine_free(e);
 }
 
+/* ph_engine_get_info, ph_engine_request_tokens, the logits capture (PH_CAPTURE_POSITIONS and
+ * PH_CAPTURE_SAMPLED) and ph_step_info.n_admitted. The references the engine did not make: the
+ * checkpoint's geometry through ph_model (KV and state bytes), the parameters asked for, and the
+ * dense session run over the same tokens (every position's row within PAIR_F32_TOL of the
+ * row's scale). The two capture modes must agree bit for bit on the sampled rows. */
+static void test_info_and_capture(void) {
+  char dir[1024];
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-f32/checkpoint");
+  ph_engine_params p = ph_engine_params_default();
+  p.max_context = 128;
+  p.num_blocks = 16;
+  p.block_size = 32;
+  p.capture_logits = PH_CAPTURE_POSITIONS;
+  ph_engine *e = NULL, *es = NULL;
+  CHECK_STATUS(ph_engine_create(dir, &p, &e), PH_OK, e ? ph_engine_error(e) : "");
+  p.capture_logits = PH_CAPTURE_SAMPLED;
+  CHECK_STATUS(ph_engine_create(dir, &p, &es), PH_OK, es ? ph_engine_error(es) : "");
+  ph_model *m = NULL;
+  CHECK_STATUS(ph_model_open(dir, NULL, &m), PH_OK, m ? ph_model_error(m) : "");
+  if (!e || !es || !m) {
+    ph_engine_free(e);
+    ph_engine_free(es);
+    ph_model_free(m);
+    return;
+  }
+  ph_engine_info in;
+  memset(&in, 0xff, sizeof in);
+  CHECK_STATUS(ph_engine_get_info(e, &in), PH_OK, "info");
+  ph_model_info mi;
+  CHECK_STATUS(ph_model_get_info(m, &mi), PH_OK, "model info");
+  CHECK_EQ_INT(in.vocab_size, mi.vocab_size);
+  CHECK_EQ_INT(in.max_context, 128);
+  CHECK_EQ_INT(in.block_size, 32);
+  CHECK_EQ_INT(in.kv_pages, 15); /* num_blocks counts the null page */
+  CHECK_EQ_INT(in.params.num_blocks, 16);
+  CHECK_EQ_INT(in.params.max_batch_size, 16); /* 0 resolved: a checkpoint's default */
+  CHECK_EQ_INT(in.params.max_requests, 16);   /* = max_batch_size */
+  CHECK_EQ_INT(in.params.max_scheduled_tokens, 2048);
+  CHECK_EQ_INT(in.params.capture_logits, PH_CAPTURE_POSITIONS);
+  CHECK_EQ_INT(in.kv_bytes_per_token, ph_model_kv_bytes_per_token(m, PH_DTYPE_F32));
+  CHECK_EQ_INT(in.state_bytes_per_request, ph_model_fixed_state_bytes(m, PH_DTYPE_F32));
+  CHECK_EQ_INT(in.cache_bytes, (int64_t)16 * 32 * in.kv_bytes_per_token +
+                                   (int64_t)in.params.max_requests * in.state_bytes_per_request);
+  CHECK(ph_engine_get_info(NULL, &in) == PH_ERR_INVALID_ARGUMENT);
+  CHECK(ph_engine_get_info(e, NULL) == PH_ERR_INVALID_ARGUMENT);
+
+  /* a checkpoint's default engine prunes its LM head: every position cannot be captured */
+  CHECK(ph_engine_set_capture_logits(es, PH_CAPTURE_POSITIONS) == PH_ERR_UNSUPPORTED);
+  CHECK_CONTAINS(ph_engine_error(es), "prunes its LM head");
+  CHECK(ph_engine_set_capture_logits(es, (ph_logits_capture)7) == PH_ERR_INVALID_ARGUMENT);
+
+  const int64_t prompt[5] = {11, 22, 33, 44, 55};
+  enum { P = 5, G = 4 };
+  ph_sampling_params sp = ph_sampling_params_default();
+  sp.max_new_tokens = G;
+  sp.ignore_eos = 1;
+  uint64_t id = 0, ids = 0;
+  CHECK_STATUS(ph_engine_add_request(e, prompt, P, &sp, &id), PH_OK, "add");
+  CHECK_STATUS(ph_engine_add_request(es, prompt, P, &sp, &ids), PH_OK, "add");
+  int64_t n = -1;
+  CHECK(ph_engine_request_tokens(e, id, &n) != NULL && n == 0); /* queued: none yet */
+  CHECK(ph_engine_request_logits(e, id, &n) != NULL && n == 0);
+  int32_t admitted[2 * G] = {0};
+  for (int k = 0; k < 2 * G && ph_engine_busy(e); k++) {
+    ph_step_info si;
+    CHECK_STATUS(ph_engine_step(e, &si), PH_OK, ph_engine_error(e));
+    admitted[k] = si.n_admitted;
+  }
+  while (ph_engine_busy(es))
+    if (ph_engine_step(es, NULL) != PH_OK) break;
+  CHECK_EQ_INT(admitted[0], 1);
+  CHECK_EQ_INT(admitted[1], 0);
+
+  int64_t nt = 0, nts = 0, nr = 0, nrs = 0, polled[G + 1];
+  const int64_t *tok = ph_engine_request_tokens(e, id, &nt);
+  const int64_t *toks = ph_engine_request_tokens(es, ids, &nts);
+  CHECK(tok && toks && nt == G && nts == G && memcmp(tok, toks, G * sizeof *tok) == 0);
+  /* not consuming: the poll still sees all of them, and the tokens stay */
+  CHECK_EQ_INT(ph_engine_read_tokens(e, id, polled, G + 1), G);
+  CHECK(tok && memcmp(polled, tok, G * sizeof *tok) == 0);
+  CHECK(ph_engine_request_tokens(e, id, &nt) == tok && nt == G);
+  const float *rows = ph_engine_request_logits(e, id, &nr);
+  const float *rows_s = ph_engine_request_logits(es, ids, &nrs);
+  CHECK(rows != NULL && nr == P + G - 1); /* the last token is never run */
+  CHECK(rows_s != NULL && nrs == G);
+  const int64_t V = in.vocab_size;
+  if (rows && rows_s && tok && nr == P + G - 1 && nrs == G) {
+    /* the sampled rows are positions P-1 .. P+G-2 of every position, bit for bit */
+    CHECK(memcmp(rows + (P - 1) * V, rows_s, (size_t)(G * V) * sizeof *rows) == 0);
+    /* every row against the dense session over prompt + the generated tokens run */
+    dense_session *ds = NULL;
+    diag d;
+    CHECK_STATUS(dense_session_create(m, 128, 1, &ds, &d), PH_OK, d.msg);
+    int64_t seq[P + G];
+    memcpy(seq, prompt, sizeof prompt);
+    memcpy(seq + P, tok, G * sizeof *tok);
+    float *ref = malloc((size_t)((P + G - 1) * V) * sizeof *ref);
+    if (ds && ref) {
+      CHECK_STATUS(dense_session_step(ds, seq, P + G - 1, ref, &d), PH_OK, d.msg);
+      int bad = 0;
+      for (int64_t t = 0; t < P + G - 1; t++) {
+        double scale = 0, worst = 0;
+        for (int64_t v = 0; v < V; v++) {
+          const double x = fabs(ref[t * V + v]), diff = fabs(rows[t * V + v] - ref[t * V + v]);
+          if (!(x <= scale)) scale = x;
+          if (!(diff <= worst)) worst = diff;
+        }
+        if (!(worst <= PAIR_F32_TOL * scale) && bad++ == 0)
+          printf("  position %lld: captured row differs from the dense row by %g (scale %g)\n",
+                 (long long)t, worst, scale);
+      }
+      CHECK_EQ_INT(bad, 0);
+    }
+    free(ref);
+    dense_session_free(ds);
+  }
+  CHECK(ph_engine_request_logits(e, 999, &n) == NULL && n == 0);
+  CHECK(ph_engine_request_tokens(e, 999, &n) == NULL && n == 0);
+  CHECK_STATUS(ph_engine_release_request(e, id), PH_OK, "release");
+  CHECK(ph_engine_request_logits(e, id, &n) == NULL && n == 0);
+  /* capture off for requests added now: no rows */
+  CHECK_STATUS(ph_engine_set_capture_logits(e, PH_CAPTURE_NONE), PH_OK, "capture off");
+  CHECK_STATUS(ph_engine_add_request(e, prompt, P, &sp, &id), PH_OK, "add");
+  while (ph_engine_busy(e))
+    if (ph_engine_step(e, NULL) != PH_OK) break;
+  CHECK(ph_engine_request_logits(e, id, &n) == NULL && n == 0);
+  CHECK(ph_engine_request_tokens(e, id, &n) != NULL && n == G);
+  ph_engine_free(e);
+  ph_engine_free(es);
+  ph_model_free(m);
+}
+
 int main(void) {
   RUN(test_threads_callback_poll);
   RUN(test_refusals);
+  RUN(test_info_and_capture);
   return check_finish();
 }

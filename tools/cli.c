@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fmap.h"
-#include "tensor/dtype.h"
+#include "tools_api.h"
 
 static int find_option(const cli_args *a, const char *name, size_t len) {
   for (int i = 0; i < a->n_options; i++)

@@ -10,7 +10,7 @@
  *            only steady ones count (B sequences, B tokens, B sampled, no preemption); the
  *            median step gives B / step tokens per second
  *   memory   peak resident set (getrusage ru_maxrss) after the model runs, and the engine's
- *            KV pages + state slots (paged_session_cache_bytes)
+ *            KV pages + state slots (ph_engine_info.cache_bytes)
  *   machine  DRAM read bandwidth and fp32 FMA peak (bench/roofline.h), measured after the model
  *            runs (so the probe's 1 GiB buffer stays out of the peak RSS)
  * Every figure is the median over --repeats. Decode is compared with the bandwidth as bytes read
@@ -32,11 +32,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "engine/engine.h"
 #include "engine_flags.h"
-#include "io/onnx.h"
-#include "models/model.h"
-#include "models/package.h"
+#include "pagedhybrid.h"
+#include "tools_api.h"
 
 #if defined(__x86_64__) && defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,fma"))), apply_to = function)
@@ -143,18 +141,25 @@ static int parse_batches(cli_args *a, bench_config *c) {
   return CLI_EXIT_OK;
 }
 
+/* The engine's vocabulary (ph_engine_get_info cannot fail on an open engine). */
+static int64_t vocab_of(const ph_engine *e) {
+  ph_engine_info in;
+  return ph_engine_get_info(e, &in) == PH_OK ? in.vocab_size : 0;
+}
+
 /* Steps e until nothing is queued or running. */
-static ph_status drain(engine *e, diag *d) {
-  for (int64_t k = 0; engine_busy(e); k++) {
+static ph_status drain(ph_engine *e, diag *d) {
+  for (int64_t k = 0; ph_engine_busy(e); k++) {
     RETURN_ERROR_IF(k == MAX_LOOP, d, PH_ERR_INTERNAL, "the engine did not go idle");
-    FORWARD_IF_ERROR(engine_step(e, NULL, d));
+    FORWARD_IF_ERROR(engine_failed(e, ph_engine_step(e, NULL), d));
   }
   return PH_OK;
 }
 
-static ph_status finish_ok(engine *e, uint64_t id, diag *d) {
+static ph_status finish_ok(ph_engine *e, uint64_t id, diag *d) {
   ph_request_info in;
-  FORWARD_IF_ERROR(engine_request_info_get(e, id, &in, d));
+  FORWARD_IF_ERROR(
+      engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &in), d));
   if (in.finish == PH_FINISH_ERROR)
     return diag_set(d, in.status, "the engine refused a benchmark request: %s", in.message);
   return PH_OK;
@@ -162,9 +167,9 @@ static ph_status finish_ok(engine *e, uint64_t id, diag *d) {
 
 /* ---- prefill ------------------------------------------------------------------------------- */
 
-static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefill_result *out,
+static ph_status bench_prefill(ph_engine *e, const bench_config *c, int rep, prefill_result *out,
                                diag *d) {
-  const int64_t V = engine_vocab(e);
+  const int64_t V = vocab_of(e);
   int64_t *prompt = malloc((size_t)c->prompt * sizeof *prompt);
   RETURN_ERROR_IF(!prompt, d, PH_ERR_NO_MEMORY, "out of memory for a %lld-token prompt",
                   (long long)c->prompt);
@@ -175,18 +180,21 @@ static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefil
   sp.max_new_tokens = 1;
   sp.ignore_eos = 1;
   uint64_t id = 0;
-  ph_status s = engine_add(e, prompt, c->prompt, &sp, &id, d);
+  ph_status s = engine_call_failed("ph_engine_add_request",
+                                   ph_engine_add_request(e, prompt, c->prompt, &sp, &id), d);
   free(prompt);
   FORWARD_IF_ERROR(s);
   int64_t steps = 0;
-  for (; engine_busy(e); steps++) {
+  for (; ph_engine_busy(e); steps++) {
     RETURN_ERROR_IF(steps == MAX_LOOP, d, PH_ERR_INTERNAL, "the prefill request never finished");
-    FORWARD_IF_ERROR(engine_step(e, NULL, d));
+    FORWARD_IF_ERROR(engine_failed(e, ph_engine_step(e, NULL), d));
   }
   FORWARD_IF_ERROR(finish_ok(e, id, d));
   ph_request_info in;
-  FORWARD_IF_ERROR(engine_request_info_get(e, id, &in, d));
-  FORWARD_IF_ERROR(engine_release(e, id, d));
+  FORWARD_IF_ERROR(
+      engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &in), d));
+  FORWARD_IF_ERROR(
+      engine_call_failed("ph_engine_release_request", ph_engine_release_request(e, id), d));
   out->ttft_ms = in.time_to_first_token_ms;
   out->tok_s =
       in.time_to_first_token_ms > 0 ? (double)c->prompt / (in.time_to_first_token_ms * 1e-3) : 0.0;
@@ -197,9 +205,9 @@ static ph_status bench_prefill(engine *e, const bench_config *c, int rep, prefil
 /* ---- decode -------------------------------------------------------------------------------- */
 
 /* One repeat at batch B: *step_s is the median steady step (0 when there was none). */
-static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, int rep,
+static ph_status bench_decode_once(ph_engine *e, const bench_config *c, int64_t B, int rep,
                                    double *step_s, int64_t *n_steady, diag *d) {
-  const int64_t V = engine_vocab(e), n_steps = c->decode_steps;
+  const int64_t V = vocab_of(e), n_steps = c->decode_steps;
   uint64_t *ids = calloc((size_t)B, sizeof *ids);
   double *times = calloc((size_t)n_steps, sizeof *times);
   ph_status s = ids && times ? PH_OK : diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
@@ -210,38 +218,43 @@ static ph_status bench_decode_once(engine *e, const bench_config *c, int64_t B, 
     int64_t prompt[DECODE_PROMPT];
     for (int j = 0; j < DECODE_PROMPT; j++)
       prompt[j] = bench_prompt_token((uint64_t)(rep * 4096 + b), (uint64_t)j, V);
-    s = engine_add(e, prompt, DECODE_PROMPT, &sp, &ids[b], d);
+    s = engine_call_failed("ph_engine_add_request",
+                           ph_engine_add_request(e, prompt, DECODE_PROMPT, &sp, &ids[b]), d);
   }
   /* prompts, until the first step where every sequence decodes one token: the warm-up */
   ph_step_info si;
   memset(&si, 0, sizeof si);
   for (int64_t k = 0; s == PH_OK && !bench_steady_step(&si, B); k++) {
-    if (k == MAX_LOOP || (k > 0 && !engine_busy(e))) {
+    if (k == MAX_LOOP || (k > 0 && !ph_engine_busy(e))) {
       s = diag_set(d, PH_ERR_INTERNAL, "batch %lld never reached a steady decode step",
                    (long long)B);
       break;
     }
-    s = engine_step(e, &si, d);
+    s = engine_failed(e, ph_engine_step(e, &si), d);
   }
   *n_steady = 0;
   for (int64_t k = 0; s == PH_OK && k < n_steps; k++) {
     const double t0 = roofline_now();
-    s = engine_step(e, &si, d);
+    s = engine_failed(e, ph_engine_step(e, &si), d);
     const double t = roofline_now() - t0;
     if (s == PH_OK && bench_steady_step(&si, B)) times[(*n_steady)++] = t;
   }
   *step_s = s == PH_OK ? median(times, *n_steady) : 0.0;
   for (int64_t b = 0; s == PH_OK && b < B; b++) s = finish_ok(e, ids[b], d);
-  for (int64_t b = 0; s == PH_OK && b < B; b++) s = engine_remove(e, ids[b], d);
+  for (int64_t b = 0; s == PH_OK && b < B; b++)
+    s = engine_call_failed("ph_engine_remove_request", ph_engine_remove_request(e, ids[b]), d);
   if (s == PH_OK) s = drain(e, d);
-  for (int64_t b = 0; s == PH_OK && b < B; b++) s = engine_release(e, ids[b], d);
+  for (int64_t b = 0; s == PH_OK && b < B; b++)
+    s = engine_call_failed("ph_engine_release_request", ph_engine_release_request(e, ids[b]), d);
   free(ids);
   free(times);
   return s;
 }
 
-static ph_status bench_decode(engine *e, const bench_config *c, decode_result *r, diag *d) {
-  const ph_engine_params *p = engine_params_of(e);
+static ph_status bench_decode(ph_engine *e, const bench_config *c, decode_result *r, diag *d) {
+  ph_engine_info info;
+  FORWARD_IF_ERROR(engine_call_failed("ph_engine_get_info", ph_engine_get_info(e, &info), d));
+  const ph_engine_params *p = &info.params;
   const int64_t B = r->batch;
   if (B > p->max_batch_size) {
     r->skipped = "above the engine's max_batch";
@@ -287,16 +300,14 @@ static double decode_bytes_per_step(const model_facts *m, const decode_result *r
 
 /* ---- model facts --------------------------------------------------------------------------- */
 
-static void session_facts(engine *e, model_facts *m) {
-  paged_session *s = engine_session(e);
-  m->vocab = engine_vocab(e);
-  m->max_context = engine_max_context(e);
-  m->block_size = paged_session_block_size(s);
-  m->cache_bytes = paged_session_cache_bytes(s);
-  m->kv_pages = block_pool_n_blocks(paged_session_blocks(s)) - 1;
-  m->state_bytes_per_seq = state_pool_slot_bytes(paged_session_states(s));
-  m->kv_bytes_per_token =
-      m->block_size > 0 ? kv_buffers_bytes_per_block(paged_session_kv(s)) / m->block_size : 0;
+static void session_facts(const ph_engine_info *in, model_facts *m) {
+  m->vocab = in->vocab_size;
+  m->max_context = in->max_context;
+  m->block_size = in->block_size;
+  m->cache_bytes = in->cache_bytes;
+  m->kv_pages = in->kv_pages;
+  m->state_bytes_per_seq = in->state_bytes_per_request;
+  m->kv_bytes_per_token = in->kv_bytes_per_token;
 }
 
 /* Parameters and weight bytes: the checkpoint's tensors (ph_model_get_info), or the package's
@@ -546,13 +557,19 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
     for (int i = 0; i < c->n_batches; i++)
       if (c->batches[i] > p.max_batch_size) p.max_batch_size = (int32_t)c->batches[i];
   if (p.num_blocks == 0 && p.memory_bytes == 0) p.num_blocks = pages_needed(c, &p);
-  engine *e = NULL;
+  ph_engine *e = NULL;
   const double t0 = roofline_now();
-  FORWARD_IF_ERROR(engine_create(dir, &p, &e, d));
+  ph_status s = ph_engine_create(dir, &p, &e);
+  ph_engine_info info;
+  if (s == PH_OK) s = ph_engine_get_info(e, &info);
+  if (s != PH_OK) {
+    engine_failed(e, s, d);
+    ph_engine_free(e);
+    return s;
+  }
   r->m.load_s = roofline_now() - t0;
-  r->p = *engine_params_of(e);
-  session_facts(e, &r->m);
-  ph_status s = PH_OK;
+  r->p = info.params;
+  session_facts(&info, &r->m);
   if (c->prompt >= r->m.max_context)
     s = diag_set(d, PH_ERR_LIMIT, "--prompt %lld does not fit the context of %lld",
                  (long long)c->prompt, (long long)r->m.max_context);
@@ -575,7 +592,7 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
   struct rusage ru;
   if (s == PH_OK && getrusage(RUSAGE_SELF, &ru) == 0)
     r->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024; /* KiB on Linux */
-  engine_free(e);
+  ph_engine_free(e);
   if (s == PH_OK) s = weight_facts(dir, &r->m, d);
   if (s == PH_OK) measure_machine(c->threads, &r->ml);
   r->total_s = roofline_now() - t_start;

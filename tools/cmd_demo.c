@@ -19,8 +19,9 @@
 #include <time.h>
 
 #include "cli.h"
-#include "engine/engine.h"
-#include "models/tiny.h"
+#include "engine_flags.h"
+#include "pagedhybrid.h"
+#include "tools_api.h"
 
 #define BLOCK_SIZE    16 /* tokens per KV page */
 #define MAX_BATCH     4  /* sequences per step = state slots */
@@ -105,7 +106,7 @@ static void init_requests(demo_req *reqs, int64_t vocab) {
       h ^= h >> 29;
       r->prompt[j] = (int64_t)(h % (uint64_t)vocab);
     }
-    r->sp = sampling_params_default();
+    r->sp = ph_sampling_params_default();
     r->sp.max_new_tokens = r->spec->max_new;
     r->sp.temperature = r->spec->temperature;
     r->sp.top_p = r->spec->top_p;
@@ -183,19 +184,20 @@ typedef struct totals {
   double wall_s;
 } totals;
 
-static ph_status add_request(engine *e, demo_req *r, diag *d) {
-  return engine_add(e, r->prompt, r->spec->n_prompt, &r->sp, &r->id, d);
+static ph_status add_request(ph_engine *e, demo_req *r, diag *d) {
+  return engine_call_failed("ph_engine_add_request",
+                            ph_engine_add_request(e, r->prompt, r->spec->n_prompt, &r->sp, &r->id),
+                            d);
 }
 
 /* Prints what happened to each request in the step just run. */
-static void print_events(engine *e, demo_req *reqs) {
+static void print_events(ph_engine *e, const ph_step_info *si, demo_req *reqs) {
   int32_t first_admissions = 0;
   for (int i = 0; i < N_REQ; i++) {
     demo_req *r = &reqs[i];
     if (!r->id || r->finished) continue;
     ph_request_info in;
-    diag d;
-    if (engine_request_info_get(e, r->id, &in, &d) != PH_OK) continue;
+    if (ph_engine_request_info(e, r->id, &in) != PH_OK) continue;
     if (!r->admitted && in.queue_ms >= 0) {
       r->admitted = 1;
       first_admissions++;
@@ -223,7 +225,7 @@ static void print_events(engine *e, demo_req *reqs) {
   }
   /* the engine counts admissions, not who: a preempted request waits at the front of the queue,
    * so when exactly one is pending it is the one that came back */
-  const int32_t back = engine_step_admitted(e) - first_admissions;
+  const int32_t back = si->n_admitted - first_admissions;
   int n_pending = 0, last = -1;
   for (int i = 0; i < N_REQ; i++)
     if (reqs[i].readmit_pending && !reqs[i].finished) {
@@ -246,12 +248,12 @@ static void print_events(engine *e, demo_req *reqs) {
 #define STEP_ROW  "  %4d %4d %4d | %4d %6lld %7.0f | %5s %5s | %s\n"
 
 /* Runs the script on e; one line per step. */
-static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
+static ph_status serve(ph_engine *e, demo_req *reqs, totals *t, diag *d) {
   memset(t, 0, sizeof *t);
   int n_added = 0;
   const double t0 = seconds();
   printf(STEP_HEAD);
-  for (int step = 0; n_added < N_REQ || engine_busy(e); step++) {
+  for (int step = 0; n_added < N_REQ || ph_engine_busy(e); step++) {
     for (int i = 0; i < N_REQ; i++)
       if (SCRIPT[i].arrive_step == step) {
         FORWARD_IF_ERROR(add_request(e, &reqs[i], d));
@@ -264,8 +266,9 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
       demo_req *r = &reqs[i];
       int64_t n = 0;
       if (!r->id || r->finished || r->removed || r->spec->remove_at <= 0) continue;
-      if (engine_tokens(e, r->id, &n) && n >= r->spec->remove_at) {
-        FORWARD_IF_ERROR(engine_remove(e, r->id, d));
+      if (ph_engine_request_tokens(e, r->id, &n) && n >= r->spec->remove_at) {
+        FORWARD_IF_ERROR(
+            engine_call_failed("ph_engine_remove_request", ph_engine_remove_request(e, r->id), d));
         r->removed = 1;
         printf("         x request %llu removed by the caller after %lld tokens (mid-decode)\n",
                (unsigned long long)r->id, (long long)n);
@@ -274,7 +277,7 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
     RETURN_ERROR_IF(step == MAX_STEPS, d, PH_ERR_INTERNAL,
                     "the engine still has work after %d steps", MAX_STEPS);
     ph_step_info si;
-    FORWARD_IF_ERROR(engine_step(e, &si, d));
+    FORWARD_IF_ERROR(engine_failed(e, ph_engine_step(e, &si), d));
     char moved[CLI_BYTES_BUF], pages[24], slots[24];
     snprintf(pages, sizeof pages, "%d/%d", si.pages_used, si.pages_total);
     snprintf(slots, sizeof slots, "%d/%d", si.slots_used, si.slots_total);
@@ -282,7 +285,7 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
            si.seconds > 0 ? (double)si.n_tokens / si.seconds : 0.0, pages, slots,
            cli_bytes(si.state_bytes_moved, moved, sizeof moved));
     if (ferror(stdout)) return diag_set(d, PH_ERR_IO, "writing stdout failed");
-    print_events(e, reqs);
+    print_events(e, &si, reqs);
     t->steps = step + 1;
     t->tokens_run += si.n_tokens;
     t->tokens_generated += si.n_generated;
@@ -290,7 +293,8 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
   }
   t->wall_s = seconds() - t0;
   for (int i = 0; i < N_REQ; i++)
-    FORWARD_IF_ERROR(engine_request_info_get(e, reqs[i].id, &reqs[i].info, d));
+    FORWARD_IF_ERROR(engine_call_failed("ph_engine_request_info",
+                                        ph_engine_request_info(e, reqs[i].id, &reqs[i].info), d));
   return PH_OK;
 }
 
@@ -298,30 +302,41 @@ static ph_status serve(engine *e, demo_req *reqs, totals *t, diag *d) {
 
 /* Runs r alone on a fresh engine and compares with the batched run in e. Prints one line;
  * sets r->identical. A removed request is compared on the tokens it got before removal. */
-static ph_status prove_one(const char *dir, const ph_engine_params *p, engine *e, demo_req *r,
+static ph_status prove_one(const char *dir, const ph_engine_params *p, ph_engine *e, demo_req *r,
                            diag *d) {
-  engine *solo = NULL;
-  FORWARD_IF_ERROR(engine_create(dir, p, &solo, d));
-  engine_set_capture_logits(solo, 1);
+  ph_engine *solo = NULL;
+  ph_status s = ph_engine_create(dir, p, &solo);
+  if (s == PH_OK) s = ph_engine_set_capture_logits(solo, PH_CAPTURE_SAMPLED);
+  if (s != PH_OK) {
+    engine_failed(solo, s, d);
+    ph_engine_free(solo);
+    return s;
+  }
   uint64_t id = 0;
-  ph_status s = engine_add(solo, r->prompt, r->spec->n_prompt, &r->sp, &id, d);
-  for (int step = 0; s == PH_OK && engine_busy(solo); step++)
+  s = engine_call_failed("ph_engine_add_request",
+                         ph_engine_add_request(solo, r->prompt, r->spec->n_prompt, &r->sp, &id), d);
+  for (int step = 0; s == PH_OK && ph_engine_busy(solo); step++)
     s = step == MAX_STEPS ? diag_set(d, PH_ERR_INTERNAL,
                                      "alone run of request %llu: still "
                                      "busy after %d steps",
                                      (unsigned long long)r->id, MAX_STEPS)
-                          : engine_step(solo, NULL, d);
+                          : engine_failed(solo, ph_engine_step(solo, NULL), d);
   ph_request_info solo_info;
-  if (s == PH_OK) s = engine_request_info_get(solo, id, &solo_info, d);
+  if (s == PH_OK)
+    s = engine_call_failed("ph_engine_request_info", ph_engine_request_info(solo, id, &solo_info),
+                           d);
   if (s != PH_OK) {
-    engine_free(solo);
+    ph_engine_free(solo);
     return s;
   }
-  const int64_t V = engine_vocab(e);
+  ph_engine_info ei;
+  FORWARD_IF_ERROR(engine_call_failed("ph_engine_get_info", ph_engine_get_info(e, &ei), d));
+  const int64_t V = ei.vocab_size;
   int64_t n_batched = 0, n_solo = 0;
-  const int64_t *tb = engine_tokens(e, r->id, &n_batched);
-  const int64_t *ts = engine_tokens(solo, id, &n_solo);
-  const float *lb = engine_logits(e, r->id), *ls = engine_logits(solo, id);
+  const int64_t *tb = ph_engine_request_tokens(e, r->id, &n_batched);
+  const int64_t *ts = ph_engine_request_tokens(solo, id, &n_solo);
+  const float *lb = ph_engine_request_logits(e, r->id, NULL),
+              *ls = ph_engine_request_logits(solo, id, NULL);
   const int prefix = r->info.finish == PH_FINISH_ABORTED;
   const char *why = NULL;
   char detail[160] = "";
@@ -365,13 +380,13 @@ static ph_status prove_one(const char *dir, const ph_engine_params *p, engine *e
            note);
   else
     printf("   request %llu: DIFFERENT %s (%s)\n", (unsigned long long)r->id, why, detail);
-  engine_free(solo);
+  ph_engine_free(solo);
   return PH_OK;
 }
 
 /* ---- 4. the summary -------------------------------------------------------------------------- */
 
-static void summary(engine *e, const demo_req *reqs, const totals *t) {
+static void summary(ph_engine *e, const demo_req *reqs, const totals *t) {
   printf("\n5. summary\n\n"
          "   id prompt arrive generated finish  preempted  TTFT ms  total ms  alone\n");
   for (int i = 0; i < N_REQ; i++) {
@@ -394,7 +409,7 @@ static void summary(engine *e, const demo_req *reqs, const totals *t) {
   for (int i = 0; i < 2 && i < N_REQ; i++) {
     const demo_req *r = &reqs[i];
     int64_t n = 0;
-    const int64_t *gen = engine_tokens(e, r->id, &n);
+    const int64_t *gen = ph_engine_request_tokens(e, r->id, &n);
     char label[96];
     printf("\n   request %llu, %s:\n", (unsigned long long)r->id,
            sampling_str(&r->sp, (char[64]){0}, 64));
@@ -451,12 +466,20 @@ int cmd_demo(int argc, char **argv) {
   p.n_threads = (int)threads;
   diag d;
   diag_clear(&d);
-  engine *e = NULL;
-  ph_status s = engine_create(dir, &p, &e, &d);
-  if (s != PH_OK) return cli_lib_error(s, d.msg);
-  engine_set_capture_logits(e, 1); /* every logits row, compared with the run alone */
+  ph_engine *e = NULL;
+  ph_engine_info info;
+  ph_status s = ph_engine_create(dir, &p, &e);
+  if (s == PH_OK)
+    s = ph_engine_set_capture_logits(e, PH_CAPTURE_SAMPLED); /* every logits row, compared with
+                                            the run alone */
+  if (s == PH_OK) s = ph_engine_get_info(e, &info);
+  if (s != PH_OK) {
+    engine_failed(e, s, &d);
+    ph_engine_free(e);
+    return cli_lib_error(s, d.msg);
+  }
   demo_req reqs[N_REQ];
-  init_requests(reqs, engine_vocab(e));
+  init_requests(reqs, info.vocab_size);
   char cache[CLI_BYTES_BUF];
   printf("\n3. serve: %d requests through one engine: %d KV pages of %d tokens and %d state\n"
          "   slots (%s, as planned above); at most %d sequences and %d tokens a\n"
@@ -467,12 +490,12 @@ int cmd_demo(int argc, char **argv) {
          "   Events: > arrives and x removed by the caller (before the step line that\n"
          "   follows); + admitted, ! preempted, - finished (by the step line above).\n\n",
          N_REQ, pages, BLOCK_SIZE, MAX_BATCH,
-         cli_bytes((uint64_t)paged_session_cache_bytes(engine_session(e)), cache, sizeof cache),
-         MAX_BATCH, MAX_TOKENS, PREFILL_CHUNK);
+         cli_bytes((uint64_t)info.cache_bytes, cache, sizeof cache), MAX_BATCH, MAX_TOKENS,
+         PREFILL_CHUNK);
   totals t;
   s = serve(e, reqs, &t, &d);
   if (s != PH_OK) {
-    engine_free(e);
+    ph_engine_free(e);
     return ferror(stdout) ? cli_flush_stdout() : cli_lib_error(s, d.msg);
   }
   int n_removed = 0;
@@ -492,11 +515,11 @@ int cmd_demo(int argc, char **argv) {
     n_bad += s == PH_OK && !reqs[i].identical;
   }
   if (s != PH_OK) {
-    engine_free(e);
+    ph_engine_free(e);
     return cli_lib_error(s, d.msg);
   }
   summary(e, reqs, &t);
-  engine_free(e);
+  ph_engine_free(e);
   if (n_bad) {
     char msg[128];
     snprintf(msg, sizeof msg, "%d request(s) differ from running alone (batch invariance broken)",

@@ -19,11 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/fmap.h"
 #include "cli.h"
-#include "io/inference_metadata.h"
-#include "models/export.h"
-#include "tensor/dtype.h"
+#include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
     {"out", "DIR", "package directory to write (also -o; created; must be empty unless --force)"},

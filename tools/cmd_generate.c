@@ -1,10 +1,17 @@
 /* pagedhybrid generate --model DIR --tokens 1,2,3 [--tokens 4,5 ...] — greedy generation.
  *
  * One or more prompts. On the packed paged layout (a paged package, or a checkpoint with
- * --layout paged, the default for several prompts) all sequences run packed in one batch: the
- * prompts in one prefill step, then one greedy step with every sequence each; pages and state
- * slots come from the session's pools and the state bytes moved per step are reported. On the
- * dense layout the sequences run one after another.
+ * --layout paged, the default for several prompts) the sequences are requests of the serving
+ * engine (ph_engine_*, include/pagedhybrid.h), sized so that they run packed in one batch: the
+ * prompts in one prefill step (a chunk and a token budget that hold every prompt), then one
+ * greedy step with every sequence each; the pages in use and the state bytes moved per step are
+ * reported. Each request asks for one token more than it prints: the engine runs a token only
+ * to sample the next, and the logits of the last printed token are part of --logits-out. Its
+ * rows come from the engine's capture of every position (PH_CAPTURE_POSITIONS).
+ * On the dense layout (a dense package, or a checkpoint with one prompt by default) the
+ * sequences run one after another on a dense session (src/runtime/dense_session.h through
+ * src/tools_api.h): the engine serves only the paged graph, and the dense graph is the reference
+ * the golden logits were made with, so it stays.
  *
  * Prints each prompt, its generated token ids and its finish reason. A sequence stops at
  * --max-new tokens or when it fills the context (every position the model has rotary rows for),
@@ -23,16 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/wfile.h"
 #include "cli.h"
-#include "io/genai_config.h"
-#include "io/onnx.h"
-#include "io/safetensors.h"
-#include "models/model.h"
-#include "models/package.h"
-#include "models/registry.h"
-#include "runtime/dense_session.h"
-#include "runtime/paged_session.h"
+#include "pagedhybrid.h"
+#include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
@@ -86,8 +86,6 @@ typedef struct gen_seq {
   int64_t *tokens; /* [T]: prompt then generated */
   int64_t n_prompt, T;
   float *logits; /* [T, V] */
-  int32_t slot;
-  block_table bt;
 } gen_seq;
 
 /* Dense: each sequence alone, one after another. */
@@ -104,47 +102,77 @@ static ph_status run_dense(dense_session *sess, gen_seq *q, int n, diag *d) {
   return PH_OK;
 }
 
-/* Paged: every sequence packed in each step; a sequence whose context is full leaves the batch
- * (step k runs the prompts for k == 0, else each sequence's k-th generated token). */
-static ph_status run_paged(paged_session *s, gen_seq *q, int n, int all_rows, diag *d) {
-  const int64_t V = paged_session_vocab(s), K = paged_session_block_size(s);
-  paged_seq batch[MAX_SEQS];
-  int who[MAX_SEQS];
-  int64_t max_gen = 0;
+/* Paged: every sequence a request of the engine, packed in each step (step k runs the prompts
+ * for k == 0, else each sequence's k-th generated token); a sequence whose context is full
+ * leaves the batch. Sequence i asks for T_i - n_prompt + 1 tokens and keeps T_i - n_prompt: the
+ * engine runs its last kept token (to sample the one dropped), which gives row T_i - 1. A
+ * sequence with nothing to generate (its prompt fills the context) is not a request (the
+ * engine refuses a prompt that leaves no room): it prints as before, but no position of it is
+ * run, so --logits-out is PH_ERR_LIMIT for it. */
+static ph_status run_paged(ph_engine *e, gen_seq *q, int n, int64_t K, int want_rows, diag *d) {
+  ph_engine_info info;
+  ph_status s = ph_engine_get_info(e, &info);
+  RETURN_ERROR_IF(s != PH_OK, d, s, "ph_engine_get_info: %s", ph_engine_error(e));
+  const int64_t V = info.vocab_size;
+  uint64_t id[MAX_SEQS] = {0};
+  int64_t pages = 0;
+  for (int i = 0; i < n; i++) /* as the paged session checks them, before any step */
+    for (int64_t t = 0; t < q[i].n_prompt; t++)
+      RETURN_ERROR_IF(q[i].tokens[t] >= V, d, PH_ERR_INVALID_ARGUMENT,
+                      "sequence %d: token %lld at %lld is outside the vocabulary [0, %lld)", i,
+                      (long long)q[i].tokens[t], (long long)t, (long long)V);
   for (int i = 0; i < n; i++) {
-    FORWARD_IF_ERROR(state_pool_alloc(paged_session_states(s), &q[i].slot, d));
-    FORWARD_IF_ERROR(block_table_reserve(&q[i].bt, paged_session_blocks(s), q[i].T, (int32_t)K, d));
-    if (q[i].T - q[i].n_prompt > max_gen) max_gen = q[i].T - q[i].n_prompt;
+    pages += (q[i].T + K - 1) / K;
+    if (q[i].T == q[i].n_prompt) {
+      RETURN_ERROR_IF(want_rows, d, PH_ERR_LIMIT,
+                      "seq%d: a prompt of %lld tokens fills the context of %lld: the engine runs "
+                      "none of it, and --logits-out needs its rows",
+                      i, (long long)q[i].n_prompt, (long long)q[i].T);
+      continue;
+    }
+    ph_sampling_params sp = ph_sampling_params_default(); /* greedy */
+    sp.max_new_tokens = q[i].T - q[i].n_prompt + 1;
+    sp.ignore_eos = 1;
+    s = ph_engine_add_request(e, q[i].tokens, q[i].n_prompt, &sp, &id[i]);
+    RETURN_ERROR_IF(s != PH_OK, d, s, "ph_engine_add_request: %s", ph_status_message(s));
   }
   uint64_t moved = 0;
   int64_t steps = 0;
-  for (int64_t k = 0; k <= max_gen; k++) {
-    int nb = 0;
-    for (int i = 0; i < n; i++) {
-      if (k > 0 && q[i].n_prompt + k > q[i].T) continue; /* done */
-      const int64_t past = k == 0 ? 0 : q[i].n_prompt + k - 1, len = k == 0 ? q[i].n_prompt : 1;
-      if (k > 0) q[i].tokens[past] = argmax(q[i].logits + (past - 1) * V, V);
-      who[nb] = i;
-      batch[nb++] = (paged_seq){q[i].slot, &q[i].bt, past, q[i].tokens + past, len};
+  while (ph_engine_busy(e)) {
+    ph_step_info si;
+    s = ph_engine_step(e, &si);
+    RETURN_ERROR_IF(s != PH_OK, d, s, "%s", ph_engine_error(e));
+    moved += si.state_bytes_moved;
+    steps += si.batch_size > 0;
+  }
+  for (int i = 0; i < n; i++) {
+    if (!id[i]) continue;
+    ph_request_info in;
+    s = ph_engine_request_info(e, id[i], &in);
+    RETURN_ERROR_IF(s != PH_OK, d, s, "ph_engine_request_info: %s", ph_status_message(s));
+    RETURN_ERROR_IF(in.finish == PH_FINISH_ERROR, d, in.status, "%s%s", n > 1 ? (char[16]){0} : "",
+                    in.message);
+    int64_t n_tok = 0, n_rows = 0;
+    const int64_t *tok = ph_engine_request_tokens(e, id[i], &n_tok);
+    RETURN_ERROR_IF(!tok || n_tok != q[i].T - q[i].n_prompt + 1, d, PH_ERR_INTERNAL,
+                    "seq%d: the engine generated %lld tokens, %lld asked for", i, (long long)n_tok,
+                    (long long)(q[i].T - q[i].n_prompt + 1));
+    memcpy(q[i].tokens + q[i].n_prompt, tok, (size_t)(n_tok - 1) * sizeof *tok);
+    if (want_rows) {
+      const float *rows = ph_engine_request_logits(e, id[i], &n_rows);
+      RETURN_ERROR_IF(!rows || n_rows != q[i].T, d, PH_ERR_INTERNAL,
+                      "seq%d: the engine kept %lld logits rows, %lld expected", i,
+                      (long long)n_rows, (long long)q[i].T);
+      memcpy(q[i].logits, rows, (size_t)(q[i].T * V) * sizeof *rows);
     }
-    FORWARD_IF_ERROR(paged_session_run(s, batch, nb, d));
-    for (int b = 0; b < nb; b++)
-      for (int64_t j = 0; j < batch[b].n; j++) {
-        const float *row = paged_session_token_logits(s, b, j);
-        if (!row && !all_rows) continue; /* a pruned LM head: greedy needs only the last row */
-        RETURN_ERROR_IF(!row, d, PH_ERR_UNSUPPORTED,
-                        "the package prunes its LM head to the last row per sequence; "
-                        "--logits-out and prompt rows need the full logits");
-        memcpy(q[who[b]].logits + (batch[b].past + j) * V, row, (size_t)V * sizeof(float));
-      }
-    moved += paged_session_last_stats(s).state_bytes_moved;
-    steps++;
+    s = ph_engine_release_request(e, id[i]);
+    RETURN_ERROR_IF(s != PH_OK, d, s, "ph_engine_release_request: %s", ph_status_message(s));
   }
   char moved_s[CLI_BYTES_BUF], per_step[CLI_BYTES_BUF];
   fprintf(stderr,
-          "paged: %d sequences packed, %lld steps, %d pages of %lld tokens in use, "
+          "paged: %d sequences packed, %lld steps, %lld pages of %lld tokens in use, "
           "state bytes moved %s (%s per step)\n",
-          n, (long long)steps, block_pool_used_count(paged_session_blocks(s)), (long long)K,
+          n, (long long)steps, (long long)pages, (long long)K,
           cli_bytes(moved, moved_s, sizeof moved_s),
           cli_bytes(steps ? moved / (uint64_t)steps : 0, per_step, sizeof per_step));
   return PH_OK;
@@ -156,18 +184,21 @@ static int64_t rows_within(const gen_seq *q, int64_t max_new, int64_t context) {
   return q->n_prompt + (room < max_new ? (room > 0 ? room : 0) : max_new);
 }
 
-/* The pool sizes a packed run of these sequences needs, each at most `context` tokens. */
-static paged_session_params paged_params(const gen_seq *q, int n, int64_t threads, int64_t K,
-                                         int64_t max_new, int64_t context) {
-  paged_session_params p = paged_session_params_default();
-  int64_t pages = 1, tokens = 0;
+/* Engine parameters for a packed run of these sequences, each at most `context` tokens: one
+ * batch of all of them, every prompt whole in the first step, pages for every token. */
+static ph_engine_params paged_params(const gen_seq *q, int n, int64_t threads, int64_t K,
+                                     int64_t max_new, int64_t context) {
+  ph_engine_params p = ph_engine_params_default();
+  int64_t pages = 1, tokens = 0, chunk = 1; /* the null page */
   for (int i = 0; i < n; i++) {
     pages += (rows_within(&q[i], max_new, context) + K - 1) / K;
     tokens += q[i].n_prompt > 1 ? q[i].n_prompt : 1;
+    if (q[i].n_prompt > chunk) chunk = q[i].n_prompt;
   }
-  p.n_blocks = (int32_t)(pages < INT32_MAX ? pages : INT32_MAX);
-  p.max_slots = p.max_batch = n;
-  p.max_tokens = tokens;
+  p.num_blocks = (int32_t)(pages < INT32_MAX ? pages : INT32_MAX);
+  p.max_requests = p.max_batch_size = n;
+  p.max_scheduled_tokens = tokens;
+  p.prefill_chunk = chunk;
   p.n_threads = (int)threads;
   return p;
 }
@@ -249,7 +280,6 @@ int cmd_generate(int argc, char **argv) {
       for (int k = 0; k < i; k++) free(q[k].tokens);
       return rc;
     }
-    block_table_init(&q[i].bt);
   }
   /* A package directory (model.onnx) runs its graph, in the layout and page size it was
    * exported with; anything else is a checkpoint. */
@@ -273,19 +303,20 @@ int cmd_generate(int argc, char **argv) {
   diag d;
   diag_clear(&d);
   dense_session *dense = NULL;
-  paged_session *ps = NULL;
+  ph_engine *eng = NULL;
   genai_config gc;
-  /* the context: what the caller bounds it to, else what the model was built or exported for
-   * (model_default_context); the session's own rows cap it */
+  int64_t K = block, V = 0;
+  /* the context: what the caller bounds it to, else what the model was exported for; the
+   * session's own rows cap it (a checkpoint's: what its builder makes by default) */
   int64_t context = max_ctx > 0 ? max_ctx : INT64_MAX;
   if (is_package) {
     s = genai_config_read(dir, &gc, &d);
     if (s == PH_OK) paged = gc.paged;
     if (s == PH_OK && max_ctx <= 0 && gc.context_length > 0) context = gc.context_length;
+    if (s == PH_OK) K = gc.dynamic_batching.block_size;
   } else {
-    s = ph_model_open(dir, NULL, &m);
+    s = ph_model_open(dir, NULL, &m); /* its errors, before any graph is built */
     if (s != PH_OK) diag_set(&d, s, "%s", m ? ph_model_error(m) : ph_status_message(s));
-    if (s == PH_OK && max_ctx <= 0) context = model_default_context(model_config(m));
   }
   if (s == PH_OK && !paged) {
     if (is_package) {
@@ -295,21 +326,37 @@ int cmd_generate(int argc, char **argv) {
     } else {
       s = dense_session_create(m, max_ctx, (int)threads, &dense, &d);
     }
-  } else if (s == PH_OK) {
-    const int64_t K = is_package ? gc.dynamic_batching.block_size : block;
-    paged_session_params p = paged_params(q, n, threads, K, max_new, context);
-    if (is_package) {
-      s = paged_session_create_package(dir, &gc, &p, &ps, &d);
-    } else {
-      model_options o = model_options_default();
-      o.block_size = block;
-      o.max_context = max_ctx;
-      s = paged_session_create_model(m, &o, &p, &ps, &d);
+    if (s == PH_OK) {
+      V = dense_session_vocab(dense);
+      if (dense_session_max_context(dense) < context) context = dense_session_max_context(dense);
     }
-  }
-  if (s == PH_OK) {
-    const int64_t rows = dense ? dense_session_max_context(dense) : paged_session_max_context(ps);
-    if (rows < context) context = rows;
+  } else if (s == PH_OK) {
+    ph_model_free(m); /* the engine opens the checkpoint itself */
+    m = NULL;
+    /* pages for every token up to the context (a checkpoint's default context is at most
+     * 32768 tokens; fewer pages used than made changes nothing) */
+    ph_engine_params p =
+        paged_params(q, n, threads, K, max_new, context < INT64_MAX ? context : 32768);
+    if (!is_package) {
+      p.block_size = block;
+      p.max_context = max_ctx;
+    }
+    /* --logits-out: every position's row (a checkpoint's graph keeps its whole LM head) */
+    if (cli_get(&a, "logits-out")) p.capture_logits = PH_CAPTURE_POSITIONS;
+    ph_engine_info info;
+    s = ph_engine_create(dir, &p, &eng);
+    if (s == PH_ERR_UNSUPPORTED && eng && strstr(ph_engine_error(eng), "prunes its LM head"))
+      diag_set(&d, s,
+               "the package prunes its LM head to the last row per sequence; "
+               "--logits-out and prompt rows need the full logits");
+    if (s == PH_OK) s = ph_engine_get_info(eng, &info);
+    if (s != PH_OK && !d.msg[0])
+      diag_set(&d, s, "%s",
+               eng && ph_engine_error(eng)[0] ? ph_engine_error(eng) : ph_status_message(s));
+    if (s == PH_OK) {
+      V = info.vocab_size;
+      if (info.max_context < context) context = info.max_context;
+    }
   }
   for (int i = 0; s == PH_OK && i < n; i++) {
     if (q[i].n_prompt > context) {
@@ -326,7 +373,6 @@ int cmd_generate(int argc, char **argv) {
     else
       q[i].tokens = t;
   }
-  const int64_t V = dense ? dense_session_vocab(dense) : ps ? paged_session_vocab(ps) : 0;
   for (int i = 0; s == PH_OK && i < n; i++) {
     q[i].logits = calloc((size_t)(q[i].T * V), sizeof(float));
     if (!q[i].logits)
@@ -334,18 +380,17 @@ int cmd_generate(int argc, char **argv) {
   }
   if (s == PH_OK)
     s = dense ? run_dense(dense, q, n, &d)
-              : run_paged(ps, q, n, cli_get(&a, "logits-out") != NULL, &d);
+              : run_paged(eng, q, n, K, cli_get(&a, "logits-out") != NULL, &d);
   for (int i = 0; s == PH_OK && i < n; i++) print_seq(&q[i], i, n, max_new, context);
   const char *out = cli_get(&a, "logits-out");
   if (s == PH_OK && out) s = write_logits(out, q, n, V, &d);
   rc = s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);
   for (int i = 0; i < n; i++) {
-    if (ps) block_table_release(&q[i].bt, paged_session_blocks(ps), &d);
     free(q[i].tokens);
     free(q[i].logits);
   }
   dense_session_free(dense);
-  paged_session_free(ps);
+  ph_engine_free(eng);
   ph_model_free(m);
   return rc;
 }

@@ -29,13 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fmap.h"
 #include "cli.h"
-#include "io/genai_config.h"
-#include "io/onnx.h"
-#include "models/model.h"
-#include "models/package.h"
-#include "tensor/dtype.h"
+#include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
     {"json", NULL, "print one JSON object instead of text"},

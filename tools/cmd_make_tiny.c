@@ -4,9 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/diag.h"
 #include "cli.h"
-#include "models/tiny.h"
+#include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
     {"out", "DIR", "directory to write (created; must be empty unless --force)"},

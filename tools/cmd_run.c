@@ -15,7 +15,7 @@
  * Memory: the index (32 bytes a line), ~24 bytes a line here, what the engine holds for the
  * requests that arrived and are not finished, and result lines waiting for an earlier one.
  *
- * Step counting: "the engine has run k steps" counts the engine_step calls made here. While
+ * Step counting: "the engine has run k steps" counts the ph_engine_step calls made here. While
  * nothing is queued or running the counter jumps to the next arrival (an idle step would change
  * nothing), so a file whose requests arrive at steps 0 and 1000 does not spin 1000 times.
  * Output is a function of the file and the engine parameters, except the timing fields
@@ -28,12 +28,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/wfile.h"
 #include "cli.h"
-#include "engine/engine.h"
-#include "engine/request_file.h"
 #include "engine_flags.h"
-#include "io/onnx.h"
+#include "pagedhybrid.h"
+#include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR|PKG", "Hugging Face checkpoint directory, or a package exported --layout paged"},
@@ -136,7 +134,7 @@ static int64_t index_of_id(const run_state *rs, uint64_t id) {
 
 /* Turns every request finished in the last step into its line, releases it, and writes the
  * lines that are next in input order. */
-static ph_status collect(run_state *rs, engine *e, diag *d) {
+static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
   RETURN_ERROR_IF(rs->out_of_memory, d, PH_ERR_NO_MEMORY, "out of memory recording finishes");
   for (int64_t k = 0; k < rs->n_finished; k++) {
     const uint64_t id = rs->finished[k];
@@ -145,9 +143,10 @@ static ph_status collect(run_state *rs, engine *e, diag *d) {
                     "engine request %llu finished but is not a pending request of the file",
                     (unsigned long long)id);
     ph_request_info info;
-    FORWARD_IF_ERROR(engine_request_info_get(e, id, &info, d));
+    FORWARD_IF_ERROR(
+        engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &info), d));
     int64_t n_tokens = 0;
-    const int64_t *tokens = engine_tokens(e, id, &n_tokens);
+    const int64_t *tokens = ph_engine_request_tokens(e, id, &n_tokens);
     const request_timing t = {info.queue_ms,    info.time_to_first_token_ms,
                               info.total_ms,    info.n_prompt,
                               info.n_generated, info.n_preemptions};
@@ -168,7 +167,8 @@ static ph_status collect(run_state *rs, engine *e, diag *d) {
                                             is_error ? msg : NULL, &line, d));
     free(rs->text[i]); /* the id */
     rs->text[i] = line;
-    FORWARD_IF_ERROR(engine_release(e, id, d));
+    FORWARD_IF_ERROR(
+        engine_call_failed("ph_engine_release_request", ph_engine_release_request(e, id), d));
     rs->eid[i] |= EID_DONE;
     if (info.finish >= PH_FINISH_LENGTH && info.finish <= PH_FINISH_ERROR)
       rs->n_by_reason[info.finish]++;
@@ -185,11 +185,12 @@ static ph_status collect(run_state *rs, engine *e, diag *d) {
 }
 
 /* Parses request i's line again and adds it; the engine copies the prompt, the parse is freed. */
-static ph_status add_request(run_state *rs, engine *e, int64_t i, diag *d) {
+static ph_status add_request(run_state *rs, ph_engine *e, int64_t i, diag *d) {
   request_spec r;
   FORWARD_IF_ERROR(request_file_get(rs->file, i, &r, d));
   uint64_t id = 0;
-  ph_status st = engine_add(e, r.prompt, r.n_prompt, &r.sampling, &id, d);
+  ph_status st = engine_call_failed(
+      "ph_engine_add_request", ph_engine_add_request(e, r.prompt, r.n_prompt, &r.sampling, &id), d);
   request_spec_free(&r);
   FORWARD_IF_ERROR(st);
   const size_t n = strlen(r.id) + 1;
@@ -225,13 +226,13 @@ static int64_t arrive_step_of(const run_state *rs, int64_t k) {
 
 /* The loop: arrivals and removals at their steps, one engine step at a time, results collected
  * after every step. */
-static ph_status drive(run_state *rs, engine *e, int64_t progress, run_totals *t, diag *d) {
+static ph_status drive(run_state *rs, ph_engine *e, int64_t progress, run_totals *t, diag *d) {
   const int64_t n = rs->n;
   int64_t next_removal = 0, idle_busy = 0;
   uint64_t step = 0;
   const double t0 = now_s();
-  while (rs->n_added < n || engine_busy(e)) {
-    if (!engine_busy(e) && rs->n_added < n && (uint64_t)arrive_step_of(rs, rs->n_added) > step)
+  while (rs->n_added < n || ph_engine_busy(e)) {
+    if (!ph_engine_busy(e) && rs->n_added < n && (uint64_t)arrive_step_of(rs, rs->n_added) > step)
       step = (uint64_t)arrive_step_of(rs, rs->n_added); /* nothing to run until then */
     while (rs->n_added < n && (uint64_t)arrive_step_of(rs, rs->n_added) <= step)
       FORWARD_IF_ERROR(add_request(rs, e, arrival(rs, rs->n_added), d));
@@ -239,10 +240,11 @@ static ph_status drive(run_state *rs, engine *e, int64_t progress, run_totals *t
          next_removal++) {
       const int64_t i = rs->removals[next_removal].index;
       if (!(rs->eid[i] & EID_DONE)) /* else it finished before its removal step */
-        FORWARD_IF_ERROR(engine_remove(e, rs->eid[i], d));
+        FORWARD_IF_ERROR(engine_call_failed("ph_engine_remove_request",
+                                            ph_engine_remove_request(e, rs->eid[i]), d));
     }
     ph_step_info si;
-    FORWARD_IF_ERROR(engine_step(e, &si, d));
+    FORWARD_IF_ERROR(engine_failed(e, ph_engine_step(e, &si), d));
     step++;
     t->steps++;
     t->n_run += si.n_tokens;
@@ -251,7 +253,7 @@ static ph_status drive(run_state *rs, engine *e, int64_t progress, run_totals *t
     t->seconds = now_s() - t0;
     FORWARD_IF_ERROR(collect(rs, e, d));
     /* a live request with nothing scheduled step after step is an engine bug, not a long run */
-    idle_busy = si.batch_size == 0 && engine_busy(e) ? idle_busy + 1 : 0;
+    idle_busy = si.batch_size == 0 && ph_engine_busy(e) ? idle_busy + 1 : 0;
     RETURN_ERROR_IF(idle_busy > 64, d, PH_ERR_INTERNAL,
                     "the engine scheduled nothing for %lld steps while requests were live "
                     "(%d running, %d waiting)",
@@ -346,7 +348,7 @@ int cmd_run(int argc, char **argv) {
   request_file *file = NULL;
   run_state rs;
   memset(&rs, 0, sizeof rs);
-  engine *e = NULL;
+  ph_engine *e = NULL;
   run_totals t;
   memset(&t, 0, sizeof t);
   /* The output first: an unwritable --out is reported before any work. --out is written like
@@ -366,10 +368,13 @@ int cmd_run(int argc, char **argv) {
                  "%s fixes them in its graph",
                  dir);
   if (s == PH_OK) s = run_state_init(&rs, file, &d);
-  if (s == PH_OK) s = engine_create(dir, &p, &e, &d);
+  if (s == PH_OK) {
+    s = ph_engine_create(dir, &p, &e); /* on failure e (when set) says why */
+    s = engine_failed(e, s, &d);
+  }
   if (s == PH_OK) {
     rs.out = out;
-    engine_set_callback(e, on_token, &rs);
+    ph_engine_set_callback(e, on_token, &rs);
     s = drive(&rs, e, progress, &t, &d);
   }
   if (s == PH_OK) {
@@ -396,7 +401,7 @@ int cmd_run(int argc, char **argv) {
                  "--strict: %lld of %lld requests finished with an error (the first: %s)",
                  (long long)rs.n_by_reason[PH_FINISH_ERROR], (long long)rs.n, rs.first_error);
   rc = s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);
-  engine_free(e);
+  ph_engine_free(e);
   if (rs.file) run_state_free(&rs);
   request_file_close(file);
   return rc;

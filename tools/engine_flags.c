@@ -81,3 +81,14 @@ int engine_flags_parse(cli_args *a, ph_engine_params *p) {
 int engine_flags_checkpoint_only(const cli_args *a) {
   return given(a, F_BLOCK_SIZE) || given(a, F_MAX_CONTEXT) || given(a, F_IO_DTYPE);
 }
+
+ph_status engine_failed(const ph_engine *e, ph_status s, diag *d) {
+  if (s == PH_OK) return s;
+  const char *detail = e ? ph_engine_error(e) : "";
+  return diag_set(d, s, "%s", detail[0] ? detail : ph_status_message(s));
+}
+
+ph_status engine_call_failed(const char *call, ph_status s, diag *d) {
+  if (s == PH_OK) return s;
+  return diag_set(d, s, "%s: %s", call, ph_status_message(s));
+}

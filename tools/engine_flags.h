@@ -1,5 +1,5 @@
 /* engine_flags — the engine options `run` and `bench` share, parsed by one function into the
- * engine's own parameters (ph_engine_params).
+ * engine's own parameters (ph_engine_params), and the public engine's errors as a diag.
  *
  * A command lists the rows it offers in its own option table (with its own help text); the
  * parser reads those of the flags below that the table has, in the table's order, with one range
@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "pagedhybrid.h"
+#include "tools_api.h"
 
 /* Fills *p (start from ph_engine_params_default()) from the engine flags a has. Returns
  * CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */
@@ -28,5 +29,13 @@ int engine_flags_parse(cli_args *a, ph_engine_params *p);
 /* 1 when a has any of the checkpoint-only flags (--block-size, --max-context, --io-dtype): a
  * package fixes them in its graph. */
 int engine_flags_checkpoint_only(const cli_args *a);
+
+/* A failed ph_engine_create or ph_engine_step as the tool's diag, with the engine's detail
+ * (ph_engine_error). Returns s; PH_OK leaves d alone. */
+ph_status engine_failed(const ph_engine *e, ph_status s, diag *d);
+
+/* A failed ph_engine_* call that keeps no detail on the object (add, remove, request info,
+ * release: they may run on other threads): "call: status message". Returns s. */
+ph_status engine_call_failed(const char *call, ph_status s, diag *d);
 
 #endif /* PH_TOOLS_ENGINE_FLAGS_H */

@@ -36,8 +36,10 @@ typedef struct request {
   ph_status refusal; /* decided by engine_add, reported at the next step; PH_OK: admissible */
   char *message;     /* heap, the refusal's message (NULL otherwise) */
   int64_t n_generated, n_polled;
-  float *logits; /* capture_logits: [capacity - n_prompt, vocab] */
-  int admitted;  /* passed sched_add */
+  float *logits; /* PH_CAPTURE_SAMPLED: [capacity - n_prompt, vocab]; PH_CAPTURE_POSITIONS:
+                    [capacity - 1, vocab] (the last token is never run) */
+  ph_logits_capture capture; /* the engine's capture mode when it was added */
+  int admitted;              /* passed sched_add */
   int remove_pending;
   ph_finish_reason finish_next; /* decided during a step, published after it */
   /* non-finite logits (status PH_ERR_NON_FINITE): what the message names, formatted when read
@@ -57,8 +59,8 @@ typedef struct req_map {
 } req_map;
 
 struct engine {
-  ph_engine_params p; /* as resolved at creation */
-  int capture_logits; /* requests added now keep their logits rows */
+  ph_engine_params p;               /* as resolved at creation */
+  ph_logits_capture capture_logits; /* what requests added now keep of their logits */
   paged_session *s;
   runtime_source src; /* the package or checkpoint (its mapping: the graph's weights point in) */
   sched *sch;
@@ -213,11 +215,14 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
   if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
   paged_session_params sp = session_params(&e->p);
   /* sampling reads each sequence's last row only: a pruned LM head skips the vocab-wide
-   * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c) */
-  runtime_build rb = {e->p.block_size, e->p.max_context, e->p.io_dtype, 1};
+   * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c), unless
+   * every position's row is to be captured */
+  runtime_build rb = {e->p.block_size, e->p.max_context, e->p.io_dtype,
+                      e->p.capture_logits != PH_CAPTURE_POSITIONS};
   if ((st = runtime_paged_session(&e->src, &rb, &sp, &e->s, d)) != PH_OK) goto fail;
   if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
   if ((st = finish_create(e, d)) != PH_OK) goto fail;
+  if ((st = engine_set_capture(e, e->p.capture_logits, d)) != PH_OK) goto fail;
   *out = e;
   return PH_OK;
 fail:
@@ -316,7 +321,23 @@ void engine_free(engine *e) {
   free(e);
 }
 
-void engine_set_capture_logits(engine *e, int on) { e->capture_logits = on != 0; }
+void engine_set_capture_logits(engine *e, int on) {
+  e->capture_logits = on ? PH_CAPTURE_SAMPLED : PH_CAPTURE_NONE;
+}
+
+ph_status engine_set_capture(engine *e, ph_logits_capture mode, diag *d) {
+  RETURN_ERROR_IF(
+      mode != PH_CAPTURE_NONE && mode != PH_CAPTURE_SAMPLED && mode != PH_CAPTURE_POSITIONS, d,
+      PH_ERR_INVALID_ARGUMENT, "logits capture mode %d: expected 0, 1 or 2", (int)mode);
+  RETURN_ERROR_IF(mode == PH_CAPTURE_POSITIONS && paged_session_prunes_lm_head(e->s), d,
+                  PH_ERR_UNSUPPORTED,
+                  "%s prunes its LM head to the last row per sequence; capturing every "
+                  "position's logits needs the full logits%s",
+                  e->src.is_package ? "the package" : "the graph",
+                  e->src.is_package ? "" : " (create the engine with capture_logits set)");
+  e->capture_logits = mode;
+  return PH_OK;
+}
 
 void engine_set_callback(engine *e, ph_token_fn fn, void *user) {
   e->cb = fn;
@@ -395,15 +416,18 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
     r->capacity = cap;
     r->tokens = malloc((size_t)cap * sizeof *r->tokens);
     if (r->tokens) memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
-    if (e->capture_logits)
-      r->logits = malloc((size_t)(cap - n_prompt) * (size_t)e->vocab * sizeof *r->logits);
+    r->capture = e->capture_logits;
+    const int64_t rows = r->capture == PH_CAPTURE_POSITIONS ? cap - 1
+                         : r->capture == PH_CAPTURE_SAMPLED ? cap - n_prompt
+                                                            : 0;
+    if (rows > 0) r->logits = malloc((size_t)rows * (size_t)e->vocab * sizeof *r->logits);
     /* the block table's storage for everything it can ever hold, so admission inside a step
      * does not allocate (the scheduler takes it over) */
     const int32_t n_ids = block_table_blocks_for(max_total_of(e, n_prompt, &r->sp),
                                                  (int32_t)paged_session_block_size(e->s));
     r->sr.blocks.ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *r->sr.blocks.ids);
     r->sr.blocks.capacity = n_ids > 0 ? n_ids : 1;
-    ok = r->tokens && r->sr.blocks.ids && (!e->capture_logits || r->logits);
+    ok = r->tokens && r->sr.blocks.ids && (rows <= 0 || r->logits);
   }
   if (ok) {
     pthread_mutex_lock(&e->mu);
@@ -503,7 +527,8 @@ static ph_finish_reason emit(engine *e, request *r, const float *row) {
     return PH_FINISH_ERROR;
   }
   const int64_t tok = sampler_sample(row, e->vocab, &r->sp, t, e->scratch, e->scratch_bytes);
-  if (r->logits) memcpy(r->logits + t * e->vocab, row, (size_t)e->vocab * sizeof *row);
+  if (r->logits && r->capture == PH_CAPTURE_SAMPLED)
+    memcpy(r->logits + t * e->vocab, row, (size_t)e->vocab * sizeof *row);
   pthread_mutex_lock(&e->mu);
   r->tokens[r->n_prompt + t] = tok;
   r->n_generated = t + 1;
@@ -515,6 +540,21 @@ static ph_finish_reason emit(engine *e, request *r, const float *row) {
     return PH_FINISH_LENGTH;
   r->sr.n_total++; /* the new token is known; the scheduler runs it next */
   return PH_FINISH_NONE;
+}
+
+/* PH_CAPTURE_POSITIONS: every row this step ran, kept at its position (a recomputed prefix
+ * after a preemption writes the same bytes again). */
+static void capture_positions(engine *e, const sched_batch *b) {
+  for (int32_t k = 0; k < b->n_entries; k++) {
+    const sched_entry *en = &b->entries[k];
+    request *r = (request *)((char *)en->req - offsetof(request, sr));
+    if (!r->logits || r->capture != PH_CAPTURE_POSITIONS) continue;
+    for (int64_t j = 0; j < en->n_tokens && en->start + j < r->capacity - 1; j++) {
+      const float *row = paged_session_token_logits(e->s, k, j);
+      if (row) /* never NULL: engine_set_capture refuses a pruned LM head */
+        memcpy(r->logits + (en->start + j) * e->vocab, row, (size_t)e->vocab * sizeof *row);
+    }
+  }
 }
 
 ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
@@ -568,7 +608,7 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
   pthread_mutex_unlock(&e->mu);
   FORWARD_IF_ERROR(sst);
   si.n_preempted = b.n_preempted;
-  e->n_admitted = b.n_admitted;
+  e->n_admitted = si.n_admitted = b.n_admitted;
   if (b.n_entries > 0) {
     /* 3. run */
     const double t_now = now_s();
@@ -584,6 +624,7 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
     FORWARD_IF_ERROR(paged_session_run(e->s, e->seqs, b.n_entries, d));
     FORWARD_IF_ERROR(sched_commit(e->sch, &b, d));
     e->steps++;
+    capture_positions(e, &b);
     /* 4. sample and commit tokens; finishes wait until the batch is no longer read */
     int32_t n_done = 0;
     for (int32_t k = 0; k < b.n_entries; k++) {
@@ -699,6 +740,20 @@ const float *engine_logits(engine *e, uint64_t id) {
   request *r = find_locked(e, id);
   pthread_mutex_unlock(&e->mu);
   return r ? r->logits : NULL;
+}
+
+const float *engine_captured(engine *e, uint64_t id, int64_t *n_rows) {
+  pthread_mutex_lock(&e->mu);
+  request *r = find_locked(e, id);
+  int64_t n = 0;
+  if (r && r->logits)
+    n = r->capture == PH_CAPTURE_SAMPLED ? r->n_generated
+        : r->n_generated > 0             ? r->n_prompt + r->n_generated - 1
+                                         : 0;
+  const float *l = r ? r->logits : NULL;
+  pthread_mutex_unlock(&e->mu);
+  if (n_rows) *n_rows = l ? n : 0;
+  return l;
 }
 
 ph_status engine_release(engine *e, uint64_t id, diag *d) {

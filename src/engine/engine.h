@@ -50,7 +50,10 @@ typedef struct engine engine;
  *   num_blocks            KV pages incl. the null page: genai_config's num_blocks + 1, else as
  *                         many as fit in memory_bytes (1 GiB when 0) after the state slots
  *   max_requests          state slots (requests holding state at once): max_batch_size
- *   block_size, max_context, io_dtype: checkpoints only (a package fixes them in its graph) */
+ *   block_size, max_context, io_dtype: checkpoints only (a package fixes them in its graph)
+ *   capture_logits        PH_CAPTURE_NONE; PH_CAPTURE_POSITIONS builds a checkpoint's graph
+ *                         with every row of the LM head (it is pruned to the last row otherwise)
+ *                         and is refused for a package that prunes it */
 
 /* Opens dir: an exported package (model.onnx + genai_config.json with the paged layout; the
  * binding and dynamic batching defaults come from genai_config.json) or a Hugging Face
@@ -63,6 +66,11 @@ void engine_free(engine *e); /* NULL-safe */
 /* Requests added after this call keep every sampled position's logits row (engine_logits; tests
  * and the demo). Call it before adding requests from other threads. Default off. */
 void engine_set_capture_logits(engine *e, int on);
+/* The capture mode of include/pagedhybrid.h (ph_engine_set_capture_logits) for requests added
+ * from now on: none, the sampled rows, or every position's row (PH_ERR_UNSUPPORTED when the
+ * graph prunes its LM head to the last row per sequence, as a checkpoint's does unless created
+ * with capture_logits PH_CAPTURE_POSITIONS; PH_ERR_INVALID_ARGUMENT for another value). */
+ph_status engine_set_capture(engine *e, ph_logits_capture mode, diag *d);
 
 /* Called on the stepping thread for each new token (token >= 0, reason PH_FINISH_NONE), and
  * once when a request finishes (token -1, reason set). Must not call engine_step. */
@@ -106,6 +114,11 @@ int64_t engine_poll(engine *e, uint64_t id, int64_t *out, int64_t max);
  * is released; read them between steps. */
 const int64_t *engine_tokens(engine *e, uint64_t id, int64_t *n);
 const float *engine_logits(engine *e, uint64_t id);
+/* The captured rows and their count in the request's capture mode: PH_CAPTURE_SAMPLED
+ * n_generated rows (row j produced token j); PH_CAPTURE_POSITIONS n_prompt + n_generated - 1
+ * rows once a token is out (row t was computed at position t and predicts token t + 1), else 0.
+ * NULL (and 0) for an unknown id or one added without capture. Read between steps. */
+const float *engine_captured(engine *e, uint64_t id, int64_t *n_rows);
 /* Forgets a finished request (its record and buffers). PH_ERR_INVALID_ARGUMENT if it has not
  * finished, PH_ERR_NOT_FOUND if unknown. */
 ph_status engine_release(engine *e, uint64_t id, diag *d);

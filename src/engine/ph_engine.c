@@ -9,9 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/block_pool.h"
+#include "cache/kv_buffers.h"
+#include "cache/state_pool.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "pagedhybrid.h"
+#include "runtime/paged_session.h"
 
 struct ph_engine {
   engine *e; /* NULL when opening failed */
@@ -99,4 +103,41 @@ ph_status ph_engine_release_request(ph_engine *pe, uint64_t id) {
   diag d;
   diag_clear(&d);
   return engine_release(pe->e, id, &d);
+}
+
+const int64_t *ph_engine_request_tokens(ph_engine *pe, uint64_t id, int64_t *n) {
+  int64_t k = 0;
+  const int64_t *t = pe && pe->e ? engine_tokens(pe->e, id, &k) : NULL;
+  if (n) *n = t ? k : 0;
+  return t;
+}
+
+ph_status ph_engine_set_capture_logits(ph_engine *pe, ph_logits_capture mode) {
+  NEED_ENGINE(pe);
+  return engine_set_capture(pe->e, mode, &pe->err);
+}
+
+const float *ph_engine_request_logits(ph_engine *pe, uint64_t id, int64_t *n) {
+  int64_t k = 0;
+  const float *l = pe && pe->e ? engine_captured(pe->e, id, &k) : NULL;
+  if (n) *n = l ? k : 0;
+  return l;
+}
+
+ph_status ph_engine_get_info(const ph_engine *pe, ph_engine_info *out) {
+  if (!pe || !out) return PH_ERR_INVALID_ARGUMENT;
+  if (!pe->e) return PH_ERR_INVALID_ARGUMENT; /* const: the object's error is left as it is */
+  memset(out, 0, sizeof *out);
+  engine *e = pe->e;
+  paged_session *s = engine_session(e);
+  out->params = *engine_params_of(e);
+  out->vocab_size = engine_vocab(e);
+  out->max_context = engine_max_context(e);
+  out->block_size = paged_session_block_size(s);
+  out->kv_pages = block_pool_n_blocks(paged_session_blocks(s)) - 1;
+  out->cache_bytes = paged_session_cache_bytes(s);
+  out->state_bytes_per_request = state_pool_slot_bytes(paged_session_states(s));
+  out->kv_bytes_per_token =
+      out->block_size > 0 ? kv_buffers_bytes_per_block(paged_session_kv(s)) / out->block_size : 0;
+  return PH_OK;
 }

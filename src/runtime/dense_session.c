@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/exec.h"
 #include "graph/abi_names.h"
 #include "graph/prepare.h"
 #include "models/model.h"

@@ -13,7 +13,10 @@
 #include <stdint.h>
 
 #include "base/diag.h"
-#include "exec/exec.h"
+#include "graph/graph.h"
+#include "pagedhybrid.h"
+
+typedef struct executor executor; /* exec/exec.h */
 
 typedef struct dense_session dense_session;
 
