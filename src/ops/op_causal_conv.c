@@ -257,4 +257,5 @@ static ph_status cc_run(const gnode *n, const tensor *const *in, tensor *const *
 }
 
 const op_def op_def_causal_conv_with_state = {
-    "com.microsoft", "CausalConvWithState", 2, 4, 1, 2, cc_infer, cc_run, cc_scratch_bytes};
+    "com.microsoft", "CausalConvWithState", 2, 4,   1, 2, cc_infer,
+    cc_run,          cc_scratch_bytes,      0, NULL};

@@ -483,5 +483,5 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   return PH_OK;
 }
 
-const op_def op_def_gated_delta_net = {"com.microsoft", "GatedDeltaNet",  3, 11, 1, 3, gdn_infer,
-                                       gdn_run,         gdn_scratch_bytes};
+const op_def op_def_gated_delta_net = {"com.microsoft", "GatedDeltaNet",   3, 11,  1, 3, gdn_infer,
+                                       gdn_run,         gdn_scratch_bytes, 0, NULL};

@@ -155,5 +155,5 @@ static ph_status gn_run(const gnode *n, const tensor *const *in, tensor *const *
   return PH_OK;
 }
 
-const op_def op_def_gated_rms_norm = {"com.microsoft", "GatedRMSNorm",  3, 3, 1, 1, gn_infer,
-                                      gn_run,          gn_scratch_bytes};
+const op_def op_def_gated_rms_norm = {"com.microsoft", "GatedRMSNorm",   3, 3,   1, 1, gn_infer,
+                                      gn_run,          gn_scratch_bytes, 0, NULL};

@@ -534,4 +534,4 @@ static ph_status gqa_run(const gnode *n, const tensor *const *in, tensor *const 
 }
 
 const op_def op_def_group_query_attention = {
-    "com.microsoft", "GroupQueryAttention", 7, 16, 3, 4, gqa_infer, gqa_run, gqa_scratch};
+    "com.microsoft", "GroupQueryAttention", 7, 16, 3, 4, gqa_infer, gqa_run, gqa_scratch, 0, NULL};

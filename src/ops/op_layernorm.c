@@ -185,7 +185,7 @@ static ph_status sln_run(const gnode *n, const tensor *const *in, tensor *const 
 }
 
 const op_def op_def_simplified_layer_norm = {
-    "", "SimplifiedLayerNormalization", 2, 2, 1, 2, sln_infer, sln_run, NULL};
+    "", "SimplifiedLayerNormalization", 2, 2, 1, 2, sln_infer, sln_run, NULL, 0, NULL};
 
 /* ============================== SkipSimplifiedLayerNormalization ============================== */
 
@@ -339,5 +339,14 @@ static ph_status skln_run(const gnode *n, const tensor *const *in, tensor *const
   return PH_OK;
 }
 
-const op_def op_def_skip_simplified_layer_norm = {
-    "com.microsoft", "SkipSimplifiedLayerNormalization", 3, 4, 1, 4, skln_infer, skln_run, NULL};
+const op_def op_def_skip_simplified_layer_norm = {"com.microsoft",
+                                                  "SkipSimplifiedLayerNormalization",
+                                                  3,
+                                                  4,
+                                                  1,
+                                                  4,
+                                                  skln_infer,
+                                                  skln_run,
+                                                  NULL,
+                                                  0,
+                                                  NULL};

@@ -395,5 +395,5 @@ static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *
   return PH_OK;
 }
 
-const op_def op_def_linear_attention = {"com.microsoft", "LinearAttention", 3, 6, 1, 2, la_infer,
-                                        la_run,          la_scratch_bytes};
+const op_def op_def_linear_attention = {"com.microsoft", "LinearAttention", 3, 6,   1, 2, la_infer,
+                                        la_run,          la_scratch_bytes,  0, NULL};

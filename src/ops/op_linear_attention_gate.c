@@ -149,4 +149,4 @@ static ph_status lg_run(const gnode *n, const tensor *const *in, tensor *const *
 }
 
 const op_def op_def_linear_attention_gate = {
-    "com.microsoft", "LinearAttentionGate", 3, 4, 1, 2, lg_infer, lg_run, NULL};
+    "com.microsoft", "LinearAttentionGate", 3, 4, 1, 2, lg_infer, lg_run, NULL, 0, NULL};

@@ -182,7 +182,8 @@ static ph_status matmul_run(const gnode *n, const tensor *const *in, tensor *con
   return PH_OK;
 }
 
-const op_def op_def_matmul = {"", "MatMul", 2, 2, 1, 1, matmul_infer, matmul_run, matmul_scratch};
+const op_def op_def_matmul = {"",         "MatMul",       2, 2,   1, 1, matmul_infer,
+                              matmul_run, matmul_scratch, 0, NULL};
 
 /* ---- MatMulWT ------------------------------------------------------------------------------ */
 
@@ -385,5 +386,5 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
 }
 
 const op_def op_def_matmul_wt = {
-    "pagedhybrid.internal", "MatMulWT",       2, 3, 1, 1, matmul_wt_infer,
-    matmul_wt_run,          matmul_wt_scratch};
+    "pagedhybrid.internal", "MatMulWT",        2, 3,   1, 1, matmul_wt_infer,
+    matmul_wt_run,          matmul_wt_scratch, 0, NULL};

@@ -202,4 +202,4 @@ static ph_status reduce_sum_run(const gnode *n, const tensor *const *in, tensor 
 }
 
 const op_def op_def_reduce_sum = {
-    "", "ReduceSum", 1, 2, 1, 1, reduce_sum_infer, reduce_sum_run, reduce_sum_scratch};
+    "", "ReduceSum", 1, 2, 1, 1, reduce_sum_infer, reduce_sum_run, reduce_sum_scratch, 0, NULL};

@@ -193,7 +193,7 @@ static ph_status reshape_infer(const gnode *n, const tinfo *in, tinfo *out, diag
   return PH_OK;
 }
 
-const op_def op_def_reshape = {"", "Reshape", 2, 2, 1, 1, reshape_infer, copy_run, NULL};
+const op_def op_def_reshape = {"", "Reshape", 2, 2, 1, 1, reshape_infer, copy_run, NULL, 0, NULL};
 
 /* ---- Transpose ------------------------------------------------------------------------------ */
 
@@ -260,7 +260,8 @@ static ph_status transpose_run(const gnode *n, const tensor *const *in, tensor *
   return PH_OK;
 }
 
-const op_def op_def_transpose = {"", "Transpose", 1, 1, 1, 1, transpose_infer, transpose_run, NULL};
+const op_def op_def_transpose = {"",   "Transpose", 1,   1, 1, 1, transpose_infer, transpose_run,
+                                 NULL, 0,           NULL};
 
 /* ---- Split ---------------------------------------------------------------------------------- */
 
@@ -351,7 +352,8 @@ static ph_status split_run(const gnode *n, const tensor *const *in, tensor *cons
   return PH_OK;
 }
 
-const op_def op_def_split = {"", "Split", 1, 2, 1, SPLIT_MAX_OUTPUTS, split_infer, split_run, NULL};
+const op_def op_def_split = {"",          "Split",   1,    2, 1,   SPLIT_MAX_OUTPUTS,
+                             split_infer, split_run, NULL, 0, NULL};
 
 /* ---- Slice ---------------------------------------------------------------------------------- */
 
@@ -465,7 +467,7 @@ static ph_status slice_run(const gnode *n, const tensor *const *in, tensor *cons
   return PH_OK;
 }
 
-const op_def op_def_slice = {"", "Slice", 3, 5, 1, 1, slice_infer, slice_run, NULL};
+const op_def op_def_slice = {"", "Slice", 3, 5, 1, 1, slice_infer, slice_run, NULL, 0, NULL};
 
 /* ---- Concat --------------------------------------------------------------------------------- */
 
@@ -535,8 +537,8 @@ static ph_status concat_run(const gnode *n, const tensor *const *in, tensor *con
   return PH_OK;
 }
 
-const op_def op_def_concat = {"",           "Concat",   1,   CONCAT_MAX_INPUTS, 1, 1,
-                              concat_infer, concat_run, NULL};
+const op_def op_def_concat = {
+    "", "Concat", 1, CONCAT_MAX_INPUTS, 1, 1, concat_infer, concat_run, NULL, 0, NULL};
 
 /* ---- Unsqueeze ------------------------------------------------------------------------------ */
 
@@ -566,7 +568,8 @@ static ph_status unsqueeze_infer(const gnode *n, const tinfo *in, tinfo *out, di
   return PH_OK;
 }
 
-const op_def op_def_unsqueeze = {"", "Unsqueeze", 2, 2, 1, 1, unsqueeze_infer, copy_run, NULL};
+const op_def op_def_unsqueeze = {"",       "Unsqueeze", 2, 2,   1, 1, unsqueeze_infer,
+                                 copy_run, NULL,        0, NULL};
 
 /* ---- Squeeze -------------------------------------------------------------------------------- */
 
@@ -605,7 +608,7 @@ static ph_status squeeze_infer(const gnode *n, const tinfo *in, tinfo *out, diag
   return PH_OK;
 }
 
-const op_def op_def_squeeze = {"", "Squeeze", 1, 2, 1, 1, squeeze_infer, copy_run, NULL};
+const op_def op_def_squeeze = {"", "Squeeze", 1, 2, 1, 1, squeeze_infer, copy_run, NULL, 0, NULL};
 
 /* ---- Shape ---------------------------------------------------------------------------------- */
 
@@ -644,4 +647,4 @@ static ph_status shape_run(const gnode *n, const tensor *const *in, tensor *cons
   return PH_OK;
 }
 
-const op_def op_def_shape = {"", "Shape", 1, 1, 1, 1, shape_infer, shape_run, NULL};
+const op_def op_def_shape = {"", "Shape", 1, 1, 1, 1, shape_infer, shape_run, NULL, 0, NULL};

@@ -249,5 +249,14 @@ static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *
   return PH_OK;
 }
 
-const op_def op_def_varlen_causal_conv_with_state = {
-    "com.microsoft", "VarlenCausalConvWithState", 5, 6, 2, 3, vc_infer, vc_run, vc_scratch_bytes};
+const op_def op_def_varlen_causal_conv_with_state = {"com.microsoft",
+                                                     "VarlenCausalConvWithState",
+                                                     5,
+                                                     6,
+                                                     2,
+                                                     3,
+                                                     vc_infer,
+                                                     vc_run,
+                                                     vc_scratch_bytes,
+                                                     0,
+                                                     NULL};
