@@ -449,13 +449,16 @@ static ph_status slice_infer(const gnode *n, const tinfo *in, tinfo *out, diag *
   return PH_OK;
 }
 
+/* The clamped starts, lengths and steps of these shapes and constant bounds. */
+static ph_status slice_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return slice_parse(n, in, plan, d);
+}
+
 static ph_status slice_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                            diag *d) {
-  (void)ctx;
-  tinfo ti[5];
-  op_tinfos_of(n, in, ti, 5);
-  slice_params p;
-  FORWARD_IF_ERROR(slice_parse(n, ti, &p, d));
+  (void)n;
+  RETURN_ERROR_IF(!ctx->plan, d, PH_ERR_INTERNAL, "Slice: run without a plan");
+  const slice_params p = *(const slice_params *)ctx->plan;
   const tensor *x = in[0];
   int64_t s[GRAPH_MAX_DIMS], is[GRAPH_MAX_DIMS], base = 0;
   strides_of(x->rank, x->dims, s);
@@ -467,7 +470,8 @@ static ph_status slice_run(const gnode *n, const tensor *const *in, tensor *cons
   return PH_OK;
 }
 
-const op_def op_def_slice = {"", "Slice", 3, 5, 1, 1, slice_infer, slice_run, NULL, 0, NULL};
+const op_def op_def_slice = {
+    "", "Slice", 3, 5, 1, 1, slice_infer, slice_run, NULL, sizeof(slice_params), slice_plan};
 
 /* ---- Concat --------------------------------------------------------------------------------- */
 
