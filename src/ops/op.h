@@ -4,10 +4,10 @@
  * op_def and registers it in ops_registry.c's table. An op has:
  *   infer  — the contract: checks arity (also enforced from min/max fields), attributes, input
  *            dtypes and ranks, and computes output dtype and shape. Called at build time with
- *            static shapes (unknown dims are -1; it must propagate unknowns, never guess) and at
- *            run time with concrete shapes. Errors are typed (PH_ERR_INVALID_ARGUMENT for a bad
- *            attribute, PH_ERR_TENSOR_SHAPE for ranks/dims, PH_ERR_TENSOR_DTYPE for dtypes) and
- *            the executor/graph prefix the node name.
+ *            static shapes (unknown dims are -1; it must propagate unknowns, never guess) and
+ *            with concrete shapes each time the executor plans. Errors are typed
+ *            (PH_ERR_INVALID_ARGUMENT for a bad attribute, PH_ERR_TENSOR_SHAPE for ranks/dims,
+ *            PH_ERR_TENSOR_DTYPE for dtypes) and the executor/graph prefix the node name.
  *   run    — computes outputs from inputs. Outputs may alias inputs only where the op's schema
  *            allows it (cache and state outputs); such ops must read what they need before
  *            writing. Kernels are single-threaded and pure; run() may split independent work
