@@ -7,8 +7,9 @@
  *   CHECK_STATUS(op_test_run(&n, in, out, 2, &d), PH_OK, d.msg);
  *
  * op_test_run resolves the op, runs infer() with static shapes first (every dim known: the
- * same checks the graph makes at build time), allocates each NULL output with the inferred
- * shape (a caller-provided output must match it), then run() on a pool of n_threads.
+ * same checks the graph makes at build time), then the op's plan hook on the same types as the
+ * executor does when shapes change (op.h), allocates each NULL output with the inferred shape (a
+ * caller-provided output must match it), then run() on a pool of n_threads with that plan.
  */
 #ifndef PH_TESTS_OP_TESTING_H
 #define PH_TESTS_OP_TESTING_H
@@ -87,24 +88,42 @@ static inline ph_status op_test_run_ex(const gnode *n, tensor **in, tensor **out
   for (int i = 0; i < n->n_inputs; i++)
     if (in[i]) ti[i] = tensor_tinfo(in[i], (const_mask >> i) & 1u);
   FORWARD_IF_ERROR(def->infer(&node, ti, to, d));
+  void *plan = NULL;
+  if (def->plan && def->plan_bytes) {
+    plan = aligned_alloc(OP_PLAN_ALIGN,
+                         (def->plan_bytes + OP_PLAN_ALIGN - 1) / OP_PLAN_ALIGN * OP_PLAN_ALIGN);
+    if (!plan) return diag_set(d, PH_ERR_NO_MEMORY, "out of memory for a plan");
+    memset(plan, 0, def->plan_bytes);
+    ph_status ps = def->plan(&node, ti, plan, d);
+    if (ps != PH_OK) {
+      free(plan);
+      return ps;
+    }
+  }
   for (int i = 0; i < n->n_outputs; i++) {
     if (to[i].dtype == PH_DTYPE_INVALID) continue;
     if (!out[i]) {
       out[i] = tensor_new(to[i].dtype, to[i].rank, to[i].dims);
       continue;
     }
-    RETURN_ERROR_IF(out[i]->rank != to[i].rank || out[i]->dtype != to[i].dtype, d, PH_ERR_INTERNAL,
-                    "output %d: caller buffer does not match inferred type", i);
-    for (int k = 0; k < to[i].rank; k++)
-      RETURN_ERROR_IF(out[i]->dims[k] != to[i].dims[k], d, PH_ERR_INTERNAL,
-                      "output %d: caller buffer dim %d is %lld, inferred %lld", i, k,
-                      (long long)out[i]->dims[k], (long long)to[i].dims[k]);
+    int ok = out[i]->rank == to[i].rank && out[i]->dtype == to[i].dtype;
+    for (int k = 0; ok && k < to[i].rank; k++) ok = out[i]->dims[k] == to[i].dims[k];
+    if (!ok) {
+      free(plan);
+      return diag_set(d, PH_ERR_INTERNAL, "output %d: caller buffer does not match inferred type",
+                      i);
+    }
   }
   pool *p = NULL;
-  FORWARD_IF_ERROR(pool_create(n_threads, &p, d));
+  ph_status pst = pool_create(n_threads, &p, d);
+  if (pst != PH_OK) {
+    free(plan);
+    return pst;
+  }
   op_ctx ctx;
   memset(&ctx, 0, sizeof ctx);
   ctx.pool = p;
+  ctx.plan = plan;
   size_t scratch = def->scratch_bytes ? def->scratch_bytes(&node, ti, n_threads) : 0;
   if (scratch) {
     ctx.scratch = aligned_alloc(64, (scratch + 63) / 64 * 64);
@@ -112,6 +131,7 @@ static inline ph_status op_test_run_ex(const gnode *n, tensor **in, tensor **out
   }
   ph_status s = def->run(&node, (const tensor *const *)in, (tensor *const *)out, &ctx, d);
   free(ctx.scratch);
+  free(plan);
   pool_free(p);
   return s;
 }

@@ -2,10 +2,11 @@
  *
  * Per value the executor keeps one `tensor` (dims, dtype, data pointer) that kernels receive
  * directly, so running a node is two small pointer arrays and a call. Planning rewrites those
- * tensors; binding only swaps data pointers.
+ * tensors and the nodes' plans (op.h); binding only swaps data pointers.
  */
 #include "exec/exec.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -36,9 +37,11 @@ struct executor {
   int *out_bound;
   int64_t *sig; /* [n_inputs * (1 + GRAPH_MAX_DIMS)] shapes of the current plan */
   int planned;
-  int64_t *offset;  /* [n_values] arena offset, -1 if not in the arena */
-  placement *order; /* [n_values] planning scratch */
-  interval *busy;   /* [n_values] planning scratch */
+  int64_t *offset;      /* [n_values] arena offset, -1 if not in the arena */
+  placement *order;     /* [n_values] planning scratch */
+  interval *busy;       /* [n_values] planning scratch */
+  unsigned char *plans; /* every node's plan storage (op_def.plan_bytes), one block */
+  size_t *plan_off;     /* [n_nodes] offset in plans, or SIZE_MAX without a plan */
   unsigned char *arena;
   size_t arena_cap;
   void *scratch;
@@ -101,6 +104,29 @@ ph_status exec_create(graph *g, int n_threads, executor **out, diag *d) {
       if (n->inputs[k] >= 0 && e->last_use[n->inputs[k]] < i) e->last_use[n->inputs[k]] = i;
   }
   for (int i = 0; i < g->n_outputs; i++) e->last_use[g->outputs[i]] = g->n_nodes;
+  /* plan storage: fixed per op, so it is sized here once and never reallocated */
+  e->plan_off = counted_calloc(e, (size_t)g->n_nodes, sizeof(size_t));
+  if (!e->plan_off) {
+    exec_free(e);
+    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory creating an executor");
+  }
+  size_t plan_total = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const gnode *n = &g->nodes[i];
+    e->plan_off[i] = SIZE_MAX;
+    if (n->dead || !n->op->plan || n->op->plan_bytes == 0) continue;
+    e->plan_off[i] = plan_total;
+    plan_total += (n->op->plan_bytes + OP_PLAN_ALIGN - 1) / OP_PLAN_ALIGN * OP_PLAN_ALIGN;
+  }
+  if (plan_total > 0) {
+    e->n_allocs++;
+    e->plans = aligned_alloc(OP_PLAN_ALIGN, plan_total);
+    if (!e->plans) {
+      exec_free(e);
+      return diag_set(d, PH_ERR_NO_MEMORY, "out of memory for %zu bytes of node plans", plan_total);
+    }
+    memset(e->plans, 0, plan_total);
+  }
   *out = e;
   return PH_OK;
 }
@@ -119,6 +145,8 @@ void exec_free(executor *e) {
   free(e->out);
   free(e->out_bound);
   free(e->sig);
+  free(e->plans);
+  free(e->plan_off);
   free(e->arena);
   free(e->scratch);
   free(e);
@@ -237,6 +265,8 @@ static ph_status infer_all(executor *e, diag *d) {
       in[k] = tensor_type(&e->vt[v], val->kind == VALUE_INITIALIZER ? val->type.data : NULL);
     }
     ph_status s = n->op->infer(n, in, out, d);
+    if (s == PH_OK && e->plan_off[i] != SIZE_MAX)
+      s = n->op->plan(n, in, e->plans + e->plan_off[i], d);
     if (s != PH_OK) return diag_prefix(d, "node %s (%s)", n->name, n->op_type);
     for (int k = 0; k < n->n_outputs; k++) {
       int v = n->outputs[k];
@@ -406,7 +436,7 @@ ph_status exec_run(executor *e, diag *d) {
   }
   FORWARD_IF_ERROR(bind_outputs(e, d));
   double t1 = now_ns();
-  op_ctx ctx = {e->pool, e->scratch, e->scratch_cap};
+  op_ctx ctx = {e->pool, e->scratch, e->scratch_cap, NULL};
   const tensor *in[GRAPH_MAX_IO];
   tensor *out[GRAPH_MAX_IO];
   double kernel = 0.0;
@@ -417,6 +447,7 @@ ph_status exec_run(executor *e, diag *d) {
     for (int k = 0; k < n->n_inputs; k++) in[k] = n->inputs[k] >= 0 ? &e->vt[n->inputs[k]] : NULL;
     for (int k = 0; k < n->n_outputs; k++)
       out[k] = n->outputs[k] >= 0 ? &e->vt[n->outputs[k]] : NULL;
+    ctx.plan = e->plan_off[i] != SIZE_MAX ? e->plans + e->plan_off[i] : NULL;
     double k0 = now_ns();
     ph_status s = n->op->run(n, in, out, &ctx, d);
     kernel += now_ns() - k0;

@@ -6,7 +6,9 @@
  * the executor's arena and stay valid until the next run.
  *
  * Planning: from the bound input shapes the executor infers every value's concrete shape (the
- * ops' infer functions, the same contract checks as at build time), gives each intermediate an
+ * ops' infer functions, the same contract checks as at build time), lets each op with a plan
+ * hook compute its node's run-time geometry once into storage the executor owns (op.h: sized
+ * per op, allocated once at exec_create, handed to run() as ctx->plan), gives each intermediate an
  * offset in one arena by value lifetime (greedy, largest first, 64-byte aligned), and sizes one
  * scratch region for the largest op workspace. A plan is reused while input shapes repeat; when
  * they change it is recomputed, and memory is reallocated only when the new plan needs more

@@ -320,6 +320,37 @@ static void test_no_allocation_once_sized(void) {
   graph_free(g);
 }
 
+/* Node plans (op.h) follow the shapes: one executor run on 5, 2, 8 and again 5 rows gives the
+ * hand-computed result each time (MatMul's plan holds the row count: a plan kept from the
+ * previous shape would compute the wrong rows), and repeating a shape reuses the plan. */
+static void test_plan_follows_shapes(void) {
+  diag d;
+  graph *g = affine_graph(PH_DTYPE_F32, &d);
+  CHECK(g != NULL);
+  if (!g) return;
+  executor *e = NULL;
+  CHECK_STATUS(exec_create(g, 2, &e, &d), PH_OK, d.msg);
+  static const int rows[] = {5, 2, 8, 8, 5};
+  for (size_t c = 0; c < sizeof rows / sizeof rows[0]; c++) {
+    float a[8 * 4];
+    for (int i = 0; i < rows[c] * 4; i++) a[i] = (float)((i + (int)c) % 7) - 3.0f;
+    tensor ta = tens(PH_DTYPE_F32, 2, (int64_t[]){rows[c], 4}, a);
+    CHECK_STATUS(exec_bind_input(e, 0, &ta, &d), PH_OK, d.msg);
+    CHECK_STATUS(exec_run(e, &d), PH_OK, d.msg);
+    const tensor *z = exec_output(e, 0);
+    CHECK_EQ_INT(z->dims[0], rows[c]);
+    const float *out = z->data;
+    for (int r = 0; r < rows[c]; r++)
+      for (int n = 0; n < 3; n++) {
+        double want = BIAS[n];
+        for (int k = 0; k < 4; k++) want += (double)a[r * 4 + k] * W_ROWS[n][k];
+        CHECK_NEAR(out[r * 3 + n], want, 0); /* exact: see run_affine */
+      }
+  }
+  exec_free(e);
+  graph_free(g);
+}
+
 int main(void) {
   RUN(test_build_and_run);
   RUN(test_prepare_matches);
@@ -327,5 +358,6 @@ int main(void) {
   RUN(test_contract_errors);
   RUN(test_in_place_state);
   RUN(test_no_allocation_once_sized);
+  RUN(test_plan_follows_shapes);
   return check_finish();
 }

@@ -192,4 +192,4 @@ static ph_status cast_run(const gnode *n, const tensor *const *in, tensor *const
   return PH_OK;
 }
 
-const op_def op_def_cast = {"", "Cast", 1, 1, 1, 1, cast_infer, cast_run, NULL};
+const op_def op_def_cast = {"", "Cast", 1, 1, 1, 1, cast_infer, cast_run, NULL, 0, NULL};

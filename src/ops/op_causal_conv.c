@@ -221,20 +221,17 @@ static void cc_task(void *ctx, size_t task, int thread) {
   }
 }
 
+static ph_status cc_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return cc_resolve(n, in, plan, d);
+}
+
 static ph_status cc_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                         diag *d) {
-  RETURN_ERROR_IF(n->n_inputs > 4, d, PH_ERR_INVALID_ARGUMENT,
-                  "CausalConvWithState: takes 2 to 4 inputs, got %d", n->n_inputs);
-  tinfo ti[4], to[2];
-  op_tinfos_of(n, in, ti, 4);
-  memset(to, 0, sizeof to);
-  cc_geom g;
-  FORWARD_IF_ERROR(cc_resolve(n, ti, &g, d));
-  FORWARD_IF_ERROR(cc_infer(n, ti, to, d));
+  const cc_geom *gp = ctx->plan; /* cc_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "CausalConvWithState: run without a plan");
+  const cc_geom g = *gp;
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "CausalConvWithState: output 0 is required");
-  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
   tensor *present = n->n_outputs > 1 ? out[1] : NULL;
-  if (present) FORWARD_IF_ERROR(op_check_out(n, present, &to[1], 1, d));
 
   cc_job j;
   memset(&j, 0, sizeof j);
@@ -257,4 +254,5 @@ static ph_status cc_run(const gnode *n, const tensor *const *in, tensor *const *
 }
 
 const op_def op_def_causal_conv_with_state = {
-    "com.microsoft", "CausalConvWithState", 2, 4, 1, 2, cc_infer, cc_run, cc_scratch_bytes};
+    "com.microsoft",  "CausalConvWithState", 2,      4, 1, 2, cc_infer, cc_run,
+    cc_scratch_bytes, sizeof(cc_geom),       cc_plan};

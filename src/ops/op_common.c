@@ -118,20 +118,6 @@ tinfo op_tinfo_of(const tensor *t) {
   return ti;
 }
 
-void op_tinfos_of(const gnode *n, const tensor *const *in, tinfo *ti, int cap) {
-  memset(ti, 0, sizeof(tinfo) * (size_t)cap);
-  for (int i = 0; i < n->n_inputs && i < cap; i++)
-    if (in[i]) ti[i] = op_tinfo_of(in[i]);
-}
-
-ph_status op_check_out(const gnode *n, const tensor *t, const tinfo *want, int idx, diag *d) {
-  int ok = t->dtype == want->dtype && t->rank == want->rank;
-  for (int i = 0; ok && i < want->rank; i++) ok = t->dims[i] == want->dims[i];
-  RETURN_ERROR_IF(!ok, d, PH_ERR_INTERNAL, "%s: output %d buffer does not match the inferred type",
-                  op_type_of(n), idx);
-  return PH_OK;
-}
-
 const char *op_dtype_name(ph_dtype dt) {
   const char *s = dtype_safetensors_name(dt);
   return s ? s : "INVALID";

@@ -279,7 +279,7 @@ static ph_status binary_run(bin_op op, const tensor *const *in, tensor *const *o
     (void)n;                                                                                       \
     return binary_run(OPV, in, out, ctx, d);                                                       \
   }                                                                                                \
-  const op_def op_def_##lower = {"", Name, 2, 2, 1, 1, lower##_infer, lower##_run, NULL};
+  const op_def op_def_##lower = {"", Name, 2, 2, 1, 1, lower##_infer, lower##_run, NULL, 0, NULL};
 
 BINARY_OP(add, BIN_ADD, "Add")
 BINARY_OP(sub, BIN_SUB, "Sub")
@@ -396,7 +396,7 @@ static ph_status unary_run(un_op op, const tensor *const *in, tensor *const *out
     (void)d;                                                                                       \
     return unary_run(OPV, in, out, ctx);                                                           \
   }                                                                                                \
-  const op_def op_def_##lower = {"", Name, 1, 1, 1, 1, lower##_infer, lower##_run, NULL};
+  const op_def op_def_##lower = {"", Name, 1, 1, 1, 1, lower##_infer, lower##_run, NULL, 0, NULL};
 
 UNARY_OP(sigmoid, UN_SIGMOID, "Sigmoid")
 UNARY_OP(softplus, UN_SOFTPLUS, "Softplus")

@@ -443,19 +443,24 @@ static void gdn_task(void *ctx, size_t task, int thread) {
   }
 }
 
+/* The plan is the geometry without cu_seqlens' data: that changes from run to run. */
+static ph_status gdn_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  gdn_geom *g = plan;
+  FORWARD_IF_ERROR(gdn_resolve(n, in, g, d));
+  g->cu = NULL;
+  return PH_OK;
+}
+
 static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                          diag *d) {
-  tinfo ti[GDN_N_IN], to[3];
-  op_tinfos_of(n, in, ti, GDN_N_IN);
-  memset(to, 0, sizeof to);
-  gdn_geom g;
-  FORWARD_IF_ERROR(gdn_resolve(n, ti, &g, d));
-  FORWARD_IF_ERROR(gdn_infer(n, ti, to, d));
+  const gdn_geom *gp = ctx->plan; /* gdn_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "GatedDeltaNet: run without a plan");
+  gdn_geom g = *gp;
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "GatedDeltaNet: output 0 is required");
-  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
   tensor *fs = n->n_outputs > 1 ? out[1] : NULL;
-  if (fs) FORWARD_IF_ERROR(op_check_out(n, fs, &to[1], 1, d));
+  g.cu = in[GDN_IN_CU] ? in[GDN_IN_CU]->data : NULL;
   RETURN_ERROR_IF(!g.cu, d, PH_ERR_INTERNAL, "GatedDeltaNet: cu_seqlens has no data");
+  FORWARD_IF_ERROR(gdn_check_cu(&g, d));
 
   gdn_job j;
   memset(&j, 0, sizeof j);
@@ -483,5 +488,6 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   return PH_OK;
 }
 
-const op_def op_def_gated_delta_net = {"com.microsoft", "GatedDeltaNet",  3, 11, 1, 3, gdn_infer,
-                                       gdn_run,         gdn_scratch_bytes};
+const op_def op_def_gated_delta_net = {
+    "com.microsoft",   "GatedDeltaNet",  3,       11, 1, 3, gdn_infer, gdn_run,
+    gdn_scratch_bytes, sizeof(gdn_geom), gdn_plan};

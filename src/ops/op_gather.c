@@ -99,4 +99,4 @@ static ph_status gather_run(const gnode *n, const tensor *const *in, tensor *con
   return PH_OK;
 }
 
-const op_def op_def_gather = {"", "Gather", 2, 2, 1, 1, gather_infer, gather_run, NULL};
+const op_def op_def_gather = {"", "Gather", 2, 2, 1, 1, gather_infer, gather_run, NULL, 0, NULL};

@@ -90,7 +90,7 @@ static const char *const GQA_IN_NAMES[GQA_N_IN] = {"query",
 
 static int64_t gqa_mul(int64_t a, int64_t b) { return a < 0 || b < 0 ? -1 : a * b; }
 
-/* ---- geometry, shared by infer, scratch_bytes and run ---- */
+/* ---- geometry: resolved by infer, scratch_bytes and plan; run() reads the plan ---- */
 
 typedef struct gqa_geom {
   ph_dtype dt;
@@ -472,12 +472,16 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
   }
 }
 
+static ph_status gqa_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return gqa_resolve(n, in, op_wants_output(n, 3), plan, d);
+}
+
 static ph_status gqa_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                          diag *d) {
-  tinfo ti[GRAPH_MAX_IO];
-  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
-  gqa_geom g;
-  FORWARD_IF_ERROR(gqa_resolve(n, ti, n->n_outputs > 3 && out[3], &g, d));
+  (void)n;
+  const gqa_geom *gp = ctx->plan; /* gqa_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "run without a plan");
+  const gqa_geom g = *gp;
   RETURN_ERROR_IF(!out[0] || !out[1] || !out[2], d, PH_ERR_INVALID_ARGUMENT,
                   "outputs output, present_key and present_value are required");
   const int n_threads = pool_threads(ctx->pool);
@@ -534,4 +538,5 @@ static ph_status gqa_run(const gnode *n, const tensor *const *in, tensor *const 
 }
 
 const op_def op_def_group_query_attention = {
-    "com.microsoft", "GroupQueryAttention", 7, 16, 3, 4, gqa_infer, gqa_run, gqa_scratch};
+    "com.microsoft", "GroupQueryAttention", 7,       16, 3, 4, gqa_infer, gqa_run,
+    gqa_scratch,     sizeof(gqa_geom),      gqa_plan};

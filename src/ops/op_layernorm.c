@@ -172,20 +172,23 @@ static void sln_row(void *ctx, size_t task, int thread) {
   if (j->inv_std) ((float *)j->inv_std->data)[task] = inv;
 }
 
+static ph_status sln_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return sln_resolve(n, in, plan, d);
+}
+
 static ph_status sln_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                          diag *d) {
-  tinfo ti[GRAPH_MAX_IO];
-  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
-  sln_geom g;
-  FORWARD_IF_ERROR(sln_resolve(n, ti, &g, d));
+  const sln_geom *g = ctx->plan; /* sln_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!g, d, PH_ERR_INTERNAL, "run without a plan");
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INVALID_ARGUMENT, "output Y is required");
-  sln_job j = {&g, in[0], in[1], out[0], n->n_outputs > 1 ? out[1] : NULL};
-  pool_run(ctx->pool, (size_t)g.rows, sln_row, &j);
+  sln_job j = {g, in[0], in[1], out[0], n->n_outputs > 1 ? out[1] : NULL};
+  pool_run(ctx->pool, (size_t)g->rows, sln_row, &j);
   return PH_OK;
 }
 
 const op_def op_def_simplified_layer_norm = {
-    "", "SimplifiedLayerNormalization", 2, 2, 1, 2, sln_infer, sln_run, NULL};
+    "",      "SimplifiedLayerNormalization", 2, 2, 1, 2, sln_infer, sln_run, NULL, sizeof(sln_geom),
+    sln_plan};
 
 /* ============================== SkipSimplifiedLayerNormalization ============================== */
 
@@ -318,12 +321,15 @@ static void skln_row(void *ctx, size_t task, int thread) {
   if (j->inv_std) ((float *)j->inv_std->data)[r] = inv;
 }
 
+static ph_status skln_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return skln_resolve(n, in, plan, d);
+}
+
 static ph_status skln_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                           diag *d) {
-  tinfo ti[GRAPH_MAX_IO];
-  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
-  skln_geom g;
-  FORWARD_IF_ERROR(skln_resolve(n, ti, &g, d));
+  const skln_geom *gp = ctx->plan; /* skln_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "run without a plan");
+  const skln_geom g = *gp;
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INVALID_ARGUMENT, "output 0 is required");
   skln_job j = {&g,
                 in[0],
@@ -339,5 +345,14 @@ static ph_status skln_run(const gnode *n, const tensor *const *in, tensor *const
   return PH_OK;
 }
 
-const op_def op_def_skip_simplified_layer_norm = {
-    "com.microsoft", "SkipSimplifiedLayerNormalization", 3, 4, 1, 4, skln_infer, skln_run, NULL};
+const op_def op_def_skip_simplified_layer_norm = {"com.microsoft",
+                                                  "SkipSimplifiedLayerNormalization",
+                                                  3,
+                                                  4,
+                                                  1,
+                                                  4,
+                                                  skln_infer,
+                                                  skln_run,
+                                                  NULL,
+                                                  sizeof(skln_geom),
+                                                  skln_plan};

@@ -360,18 +360,17 @@ static void la_task(void *ctx, size_t task, int thread) {
   if (j->present) tensor_store_f32(j->present, off, g->Dk * g->Dv, ws.S);
 }
 
+static ph_status la_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return la_resolve(n, in, plan, d);
+}
+
 static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                         diag *d) {
-  tinfo ti[6], to[2];
-  op_tinfos_of(n, in, ti, 6);
-  memset(to, 0, sizeof to);
-  la_geom g;
-  FORWARD_IF_ERROR(la_resolve(n, ti, &g, d));
-  FORWARD_IF_ERROR(la_infer(n, ti, to, d));
+  const la_geom *gp = ctx->plan; /* la_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "LinearAttention: run without a plan");
+  const la_geom g = *gp;
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "LinearAttention: output 0 is required");
-  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
   tensor *present = n->n_outputs > 1 ? out[1] : NULL;
-  if (present) FORWARD_IF_ERROR(op_check_out(n, present, &to[1], 1, d));
 
   la_job j;
   memset(&j, 0, sizeof j);
@@ -395,5 +394,6 @@ static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *
   return PH_OK;
 }
 
-const op_def op_def_linear_attention = {"com.microsoft", "LinearAttention", 3, 6, 1, 2, la_infer,
-                                        la_run,          la_scratch_bytes};
+const op_def op_def_linear_attention = {
+    "com.microsoft",  "LinearAttention", 3,      6, 1, 2, la_infer, la_run,
+    la_scratch_bytes, sizeof(la_geom),   la_plan};

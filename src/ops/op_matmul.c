@@ -159,17 +159,26 @@ static size_t matmul_scratch(const gnode *n, const tinfo *in, int n_threads) {
   return (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)(g.K + 2 * g.N) * sizeof(float);
 }
 
+/* The broadcast geometry of these shapes (infer has checked them). */
+static ph_status matmul_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  (void)n;
+  (void)d;
+  int rank[2] = {in[0].rank, in[1].rank};
+  const int64_t *dims[2] = {in[0].dims, in[1].dims};
+  mm_geometry(rank, dims, plan);
+  return PH_OK;
+}
+
 static ph_status matmul_run(const gnode *n, const tensor *const *in, tensor *const *out,
                             op_ctx *ctx, diag *d) {
   (void)n;
+  RETURN_ERROR_IF(!ctx->plan, d, PH_ERR_INTERNAL, "MatMul: run without a plan");
   mm_job j;
   memset(&j, 0, sizeof j);
   j.a = in[0];
   j.b = in[1];
   j.y = out[0];
-  int rank[2] = {in[0]->rank, in[1]->rank};
-  const int64_t *dims[2] = {in[0]->dims, in[1]->dims};
-  mm_geometry(rank, dims, &j.g);
+  j.g = *(const mm_geom *)ctx->plan;
   j.n_rows = j.g.n_batch * j.g.M;
   if (j.n_rows == 0 || j.g.N == 0) return PH_OK;
   int T = pool_threads(ctx->pool);
@@ -182,7 +191,9 @@ static ph_status matmul_run(const gnode *n, const tensor *const *in, tensor *con
   return PH_OK;
 }
 
-const op_def op_def_matmul = {"", "MatMul", 2, 2, 1, 1, matmul_infer, matmul_run, matmul_scratch};
+const op_def op_def_matmul = {
+    "",         "MatMul", 2, 2, 1, 1, matmul_infer, matmul_run, matmul_scratch, sizeof(mm_geom),
+    matmul_plan};
 
 /* ---- MatMulWT ------------------------------------------------------------------------------ */
 
@@ -385,5 +396,5 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
 }
 
 const op_def op_def_matmul_wt = {
-    "pagedhybrid.internal", "MatMulWT",       2, 3, 1, 1, matmul_wt_infer,
-    matmul_wt_run,          matmul_wt_scratch};
+    "pagedhybrid.internal", "MatMulWT",        2, 3,   1, 1, matmul_wt_infer,
+    matmul_wt_run,          matmul_wt_scratch, 0, NULL};

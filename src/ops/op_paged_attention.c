@@ -182,6 +182,19 @@ static ph_status pa_check_i32(const gnode *n, const tinfo *t, int idx, int rank,
   return op_check_rank(n, t, rank, what, d);
 }
 
+/* attention_metadata's m entries (data only: at run time, or when a constant at build time). */
+static ph_status pa_check_metadata(const int32_t *md, int64_t m, diag *d) {
+  for (int64_t i = 0; i < m; i++)
+    RETURN_ERROR_IF(md[i] < 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "PagedAttention: attention_metadata[%lld] = %d is negative", (long long)i,
+                    (int)md[i]);
+  RETURN_ERROR_IF(m == 3 && md[1] > 0 && md[2] > md[1], d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: attention_metadata max_kv_len_lower_bound %d exceeds "
+                  "max_kv_len_bound %d",
+                  (int)md[2], (int)md[1]);
+  return PH_OK;
+}
+
 static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *d) {
   memset(g, 0, sizeof *g);
   RETURN_ERROR_IF(n->n_inputs < 8 || n->n_inputs > PA_N_IN, d, PH_ERR_INVALID_ARGUMENT,
@@ -350,17 +363,7 @@ static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *
     RETURN_ERROR_IF(m >= 0 && m != 2 && m != 3, d, PH_ERR_TENSOR_SHAPE,
                     "PagedAttention: attention_metadata must have 2 or 3 entries, got %lld",
                     (long long)m);
-    if (t->data && m >= 0) {
-      const int32_t *md = t->data;
-      for (int64_t i = 0; i < m; i++)
-        RETURN_ERROR_IF(md[i] < 0, d, PH_ERR_INVALID_ARGUMENT,
-                        "PagedAttention: attention_metadata[%lld] = %d is negative", (long long)i,
-                        (int)md[i]);
-      RETURN_ERROR_IF(m == 3 && md[1] > 0 && md[2] > md[1], d, PH_ERR_INVALID_ARGUMENT,
-                      "PagedAttention: attention_metadata max_kv_len_lower_bound %d exceeds "
-                      "max_kv_len_bound %d",
-                      (int)md[2], (int)md[1]);
-    }
+    if (t->data && m >= 0) FORWARD_IF_ERROR(pa_check_metadata(t->data, m, d));
   }
   if (g->scale == 0.0f && g->D > 0) g->scale = (float)(1.0 / sqrt((double)g->D));
 #undef PA_HAS
@@ -546,30 +549,26 @@ static ph_status pa_check_data(const pa_job *j, diag *d) {
   return PH_OK;
 }
 
+static ph_status pa_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return pa_resolve(n, in, plan, d);
+}
+
 static ph_status pa_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                         diag *d) {
-  RETURN_ERROR_IF(n->n_inputs > PA_N_IN, d, PH_ERR_INVALID_ARGUMENT,
-                  "PagedAttention: takes 8 to 17 inputs, got %d", n->n_inputs);
-  tinfo ti[PA_N_IN], to[3];
-  op_tinfos_of(n, in, ti, PA_N_IN);
-  memset(to, 0, sizeof to);
-  pa_geom g;
-  FORWARD_IF_ERROR(pa_resolve(n, ti, &g, d));
-  FORWARD_IF_ERROR(pa_infer(n, ti, to, d));
+  const pa_geom *gp = ctx->plan; /* pa_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "PagedAttention: run without a plan");
+  const pa_geom g = *gp;
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "PagedAttention: output 0 is required");
-  FORWARD_IF_ERROR(op_check_out(n, out[0], &to[0], 0, d));
   tensor *kc = n->n_outputs > 2 ? out[1] : NULL, *vc = n->n_outputs > 2 ? out[2] : NULL;
   RETURN_ERROR_IF(!kc != !vc, d, PH_ERR_INVALID_ARGUMENT,
                   "PagedAttention: key_cache_out and value_cache_out come together");
-  if (kc) {
-    FORWARD_IF_ERROR(op_check_out(n, kc, &to[1], 1, d));
-    FORWARD_IF_ERROR(op_check_out(n, vc, &to[2], 2, d));
-  }
   const int n_threads = pool_threads(ctx->pool);
   const size_t need = pa_slice_floats(&g) * sizeof(float) * (size_t)n_threads;
   RETURN_ERROR_IF(ctx->scratch_bytes < need || (need && !ctx->scratch), d, PH_ERR_INTERNAL,
                   "PagedAttention: scratch is %zu bytes, %zu needed for %d threads",
                   ctx->scratch_bytes, need, n_threads);
+  if (g.has_meta)
+    FORWARD_IF_ERROR(pa_check_metadata(in[PA_IN_METADATA]->data, in[PA_IN_METADATA]->dims[0], d));
 
   pa_job j;
   memset(&j, 0, sizeof j);
@@ -605,5 +604,6 @@ static ph_status pa_run(const gnode *n, const tensor *const *in, tensor *const *
   return PH_OK;
 }
 
-const op_def op_def_paged_attention = {"com.microsoft", "PagedAttention", 8,         17, 1, 3,
-                                       pa_infer,        pa_run,           pa_scratch};
+const op_def op_def_paged_attention = {
+    "com.microsoft", "PagedAttention", 8,      17, 1, 3, pa_infer, pa_run,
+    pa_scratch,      sizeof(pa_geom),  pa_plan};

@@ -121,14 +121,18 @@ typedef union rs_acc {
   int64_t i;
 } rs_acc;
 
+/* The parsed axes (a constant input or the attribute) for this rank. */
+static ph_status reduce_sum_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return rs_parse(n, in, in[0].rank, plan, d);
+}
+
 static ph_status reduce_sum_run(const gnode *n, const tensor *const *in, tensor *const *out,
                                 op_ctx *ctx, diag *d) {
+  (void)n;
   const tensor *x = in[0];
   tensor *y = out[0];
-  tinfo ti[2];
-  op_tinfos_of(n, in, ti, 2);
-  rs_plan p;
-  FORWARD_IF_ERROR(rs_parse(n, ti, x->rank, &p, d));
+  RETURN_ERROR_IF(!ctx->plan, d, PH_ERR_INTERNAL, "ReduceSum: run without a plan");
+  const rs_plan p = *(const rs_plan *)ctx->plan;
   int64_t nx = tensor_numel(x), ny = tensor_numel(y);
   size_t es = dtype_size(x->dtype);
   if (p.noop) {
@@ -201,5 +205,14 @@ static ph_status reduce_sum_run(const gnode *n, const tensor *const *in, tensor 
   return PH_OK;
 }
 
-const op_def op_def_reduce_sum = {
-    "", "ReduceSum", 1, 2, 1, 1, reduce_sum_infer, reduce_sum_run, reduce_sum_scratch};
+const op_def op_def_reduce_sum = {"",
+                                  "ReduceSum",
+                                  1,
+                                  2,
+                                  1,
+                                  1,
+                                  reduce_sum_infer,
+                                  reduce_sum_run,
+                                  reduce_sum_scratch,
+                                  sizeof(rs_plan),
+                                  reduce_sum_plan};

@@ -37,7 +37,7 @@
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
 
-/* ---- geometry, shared by infer, scratch_bytes and run ---- */
+/* ---- geometry: resolved by infer, scratch_bytes and plan; run() reads the plan ---- */
 
 typedef struct rope_geom {
   int64_t B, S, N, H;  /* batch, positions, heads, head size; -1 = unknown */
@@ -339,39 +339,50 @@ static void rope_row(void *ctx, size_t task, int thread) {
   }
 }
 
+static ph_status rope_plan_common(const gnode *n, const tinfo *in, void *plan, int mrope, diag *d) {
+  return rope_resolve(n, in, mrope, plan, d);
+}
+
+static ph_status rope_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return rope_plan_common(n, in, plan, 0, d);
+}
+
+static ph_status mrope_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return rope_plan_common(n, in, plan, 1, d);
+}
+
 static ph_status rope_run_common(const gnode *n, const tensor *const *in, tensor *const *out,
                                  op_ctx *ctx, int mrope, diag *d) {
-  tinfo ti[GRAPH_MAX_IO];
-  op_tinfos_of(n, in, ti, GRAPH_MAX_IO);
-  rope_geom g;
-  FORWARD_IF_ERROR(rope_resolve(n, ti, mrope, &g, d));
+  (void)n;
+  const rope_geom *g = ctx->plan; /* rope_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!g, d, PH_ERR_INTERNAL, "run without a plan");
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INVALID_ARGUMENT, "output 0 is required");
   const int n_threads = pool_threads(ctx->pool);
-  const size_t need = rope_slice_floats(&g) * sizeof(float) * (size_t)n_threads;
+  const size_t need = rope_slice_floats(g) * sizeof(float) * (size_t)n_threads;
   RETURN_ERROR_IF(ctx->scratch_bytes < need, d, PH_ERR_INTERNAL,
                   "scratch is %zu bytes, %zu needed for %d threads", ctx->scratch_bytes, need,
                   n_threads);
   /* every position is checked before anything is written */
   const int64_t *p = in[1]->data;
-  if (!mrope && g.pos_offset_form) {
-    RETURN_ERROR_IF(g.B * g.S > 0 && (p[0] < 0 || p[0] > g.max_pos - g.S), d,
+  if (!mrope && g->pos_offset_form) {
+    RETURN_ERROR_IF(g->B * g->S > 0 && (p[0] < 0 || p[0] > g->max_pos - g->S), d,
                     PH_ERR_INVALID_ARGUMENT,
                     "position offset %lld + %lld positions exceeds the %lld cos/sin rows",
-                    (long long)p[0], (long long)g.S, (long long)g.max_pos);
+                    (long long)p[0], (long long)g->S, (long long)g->max_pos);
   } else {
-    const int64_t count = (mrope ? 3 : 1) * g.B * g.S;
+    const int64_t count = (mrope ? 3 : 1) * g->B * g->S;
     for (int64_t i = 0; i < count; i++)
-      RETURN_ERROR_IF(p[i] < 0 || p[i] >= g.max_pos, d, PH_ERR_INVALID_ARGUMENT,
+      RETURN_ERROR_IF(p[i] < 0 || p[i] >= g->max_pos, d, PH_ERR_INVALID_ARGUMENT,
                       "position_ids[%lld] = %lld is outside the cos/sin cache [0, %lld)",
-                      (long long)i, (long long)p[i], (long long)g.max_pos);
+                      (long long)i, (long long)p[i], (long long)g->max_pos);
   }
-  rope_job j = {&g, in[0], in[1], in[2], in[3], out[0], ctx->scratch, dtype_size(in[0]->dtype)};
-  if (g.rot == 0) { /* nothing rotates (a zero head size): a copy */
+  rope_job j = {g, in[0], in[1], in[2], in[3], out[0], ctx->scratch, dtype_size(in[0]->dtype)};
+  if (g->rot == 0) { /* nothing rotates (a zero head size): a copy */
     if (out[0]->data != in[0]->data)
       memcpy(out[0]->data, in[0]->data, (size_t)tensor_numel(in[0]) * j.esize);
     return PH_OK;
   }
-  pool_run(ctx->pool, (size_t)(g.B * g.S), rope_row, &j);
+  pool_run(ctx->pool, (size_t)(g->B * g->S), rope_row, &j);
   return PH_OK;
 }
 
@@ -385,7 +396,9 @@ static ph_status mrope_run(const gnode *n, const tensor *const *in, tensor *cons
   return rope_run_common(n, in, out, ctx, 1, d);
 }
 
-const op_def op_def_rotary_embedding = {"com.microsoft", "RotaryEmbedding", 4,           4, 1, 1,
-                                        rope_infer,      rope_run,          rope_scratch};
+const op_def op_def_rotary_embedding = {
+    "com.microsoft", "RotaryEmbedding", 4,        4, 1, 1, rope_infer, rope_run,
+    rope_scratch,    sizeof(rope_geom), rope_plan};
 const op_def op_def_mrotary_embedding = {
-    "com.microsoft", "MRotaryEmbedding", 4, 4, 1, 1, mrope_infer, mrope_run, mrope_scratch};
+    "com.microsoft", "MRotaryEmbedding", 4,         4, 1, 1, mrope_infer, mrope_run,
+    mrope_scratch,   sizeof(rope_geom),  mrope_plan};

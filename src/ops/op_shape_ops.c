@@ -193,7 +193,7 @@ static ph_status reshape_infer(const gnode *n, const tinfo *in, tinfo *out, diag
   return PH_OK;
 }
 
-const op_def op_def_reshape = {"", "Reshape", 2, 2, 1, 1, reshape_infer, copy_run, NULL};
+const op_def op_def_reshape = {"", "Reshape", 2, 2, 1, 1, reshape_infer, copy_run, NULL, 0, NULL};
 
 /* ---- Transpose ------------------------------------------------------------------------------ */
 
@@ -260,7 +260,8 @@ static ph_status transpose_run(const gnode *n, const tensor *const *in, tensor *
   return PH_OK;
 }
 
-const op_def op_def_transpose = {"", "Transpose", 1, 1, 1, 1, transpose_infer, transpose_run, NULL};
+const op_def op_def_transpose = {"",   "Transpose", 1,   1, 1, 1, transpose_infer, transpose_run,
+                                 NULL, 0,           NULL};
 
 /* ---- Split ---------------------------------------------------------------------------------- */
 
@@ -351,7 +352,8 @@ static ph_status split_run(const gnode *n, const tensor *const *in, tensor *cons
   return PH_OK;
 }
 
-const op_def op_def_split = {"", "Split", 1, 2, 1, SPLIT_MAX_OUTPUTS, split_infer, split_run, NULL};
+const op_def op_def_split = {"",          "Split",   1,    2, 1,   SPLIT_MAX_OUTPUTS,
+                             split_infer, split_run, NULL, 0, NULL};
 
 /* ---- Slice ---------------------------------------------------------------------------------- */
 
@@ -447,13 +449,16 @@ static ph_status slice_infer(const gnode *n, const tinfo *in, tinfo *out, diag *
   return PH_OK;
 }
 
+/* The clamped starts, lengths and steps of these shapes and constant bounds. */
+static ph_status slice_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return slice_parse(n, in, plan, d);
+}
+
 static ph_status slice_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
                            diag *d) {
-  (void)ctx;
-  tinfo ti[5];
-  op_tinfos_of(n, in, ti, 5);
-  slice_params p;
-  FORWARD_IF_ERROR(slice_parse(n, ti, &p, d));
+  (void)n;
+  RETURN_ERROR_IF(!ctx->plan, d, PH_ERR_INTERNAL, "Slice: run without a plan");
+  const slice_params p = *(const slice_params *)ctx->plan;
   const tensor *x = in[0];
   int64_t s[GRAPH_MAX_DIMS], is[GRAPH_MAX_DIMS], base = 0;
   strides_of(x->rank, x->dims, s);
@@ -465,7 +470,8 @@ static ph_status slice_run(const gnode *n, const tensor *const *in, tensor *cons
   return PH_OK;
 }
 
-const op_def op_def_slice = {"", "Slice", 3, 5, 1, 1, slice_infer, slice_run, NULL};
+const op_def op_def_slice = {
+    "", "Slice", 3, 5, 1, 1, slice_infer, slice_run, NULL, sizeof(slice_params), slice_plan};
 
 /* ---- Concat --------------------------------------------------------------------------------- */
 
@@ -535,8 +541,8 @@ static ph_status concat_run(const gnode *n, const tensor *const *in, tensor *con
   return PH_OK;
 }
 
-const op_def op_def_concat = {"",           "Concat",   1,   CONCAT_MAX_INPUTS, 1, 1,
-                              concat_infer, concat_run, NULL};
+const op_def op_def_concat = {
+    "", "Concat", 1, CONCAT_MAX_INPUTS, 1, 1, concat_infer, concat_run, NULL, 0, NULL};
 
 /* ---- Unsqueeze ------------------------------------------------------------------------------ */
 
@@ -566,7 +572,8 @@ static ph_status unsqueeze_infer(const gnode *n, const tinfo *in, tinfo *out, di
   return PH_OK;
 }
 
-const op_def op_def_unsqueeze = {"", "Unsqueeze", 2, 2, 1, 1, unsqueeze_infer, copy_run, NULL};
+const op_def op_def_unsqueeze = {"",       "Unsqueeze", 2, 2,   1, 1, unsqueeze_infer,
+                                 copy_run, NULL,        0, NULL};
 
 /* ---- Squeeze -------------------------------------------------------------------------------- */
 
@@ -605,7 +612,7 @@ static ph_status squeeze_infer(const gnode *n, const tinfo *in, tinfo *out, diag
   return PH_OK;
 }
 
-const op_def op_def_squeeze = {"", "Squeeze", 1, 2, 1, 1, squeeze_infer, copy_run, NULL};
+const op_def op_def_squeeze = {"", "Squeeze", 1, 2, 1, 1, squeeze_infer, copy_run, NULL, 0, NULL};
 
 /* ---- Shape ---------------------------------------------------------------------------------- */
 
@@ -644,4 +651,4 @@ static ph_status shape_run(const gnode *n, const tensor *const *in, tensor *cons
   return PH_OK;
 }
 
-const op_def op_def_shape = {"", "Shape", 1, 1, 1, 1, shape_infer, shape_run, NULL};
+const op_def op_def_shape = {"", "Shape", 1, 1, 1, 1, shape_infer, shape_run, NULL, 0, NULL};

@@ -1,8 +1,9 @@
 /* op_util — the shared toolkit of the operator files (src/ops/op_*.c): typed attribute getters,
  * optional input/output tests, static-shape helpers and numpy broadcasting of dims.
  *
- * Every op's infer() runs twice: at build time on static types whose dims (or rank) may be
- * unknown (-1), and at run time on concrete shapes. These helpers read -1 as "unknown" throughout,
+ * Every op's infer() runs at build time on static types whose dims (or rank) may be unknown
+ * (-1), and again on concrete shapes each time the executor re-plans (then the op's plan hook
+ * follows, on the same types: op.h). These helpers read -1 as "unknown" throughout,
  * propagate it and never guess. Errors carry the typed statuses op.h prescribes and a message
  * that starts with the node's op type ("LinearAttention: ...") and names the attribute, input or
  * dim with expected vs got; the graph and the executor add the node name. Nothing here
@@ -46,15 +47,10 @@ int op_has_input(const gnode *n, const tinfo *in, int i);
 /* Optional output i is requested: i < n->n_outputs and not an empty slot (-1 in a graph; a node
  * without an outputs array, as tests build, requests every slot it has). */
 int op_wants_output(const gnode *n, int i);
-/* The static type of a run-time tensor, data pointer included, so that run() can re-derive its
- * parameters with infer()'s own code. */
+/* The static type of a run-time tensor, data pointer included (for callers outside the
+ * executor that size an op's scratch from tensors they hold, as bench/bench_matmul.c does). run()
+ * never re-derives its geometry from its tensors: an op with a geometry reads its plan (op.h). */
 tinfo op_tinfo_of(const tensor *t);
-/* ti[0..cap) = op_tinfo_of(in[i]) for the node's inputs; NULL inputs and slots from
- * min(n_inputs, cap) on are zeroed (dtype PH_DTYPE_INVALID, rank 0). */
-void op_tinfos_of(const gnode *n, const tensor *const *in, tinfo *ti, int cap);
-/* An output buffer t must have the inferred type want (dtype, rank, every dim): otherwise
- * PH_ERR_INTERNAL naming output idx, since the caller allocated it from another inference. */
-ph_status op_check_out(const gnode *n, const tensor *t, const tinfo *want, int idx, diag *d);
 
 /* ---- static shapes (dims < 0 are unknown) -------------------------------------------------- */
 

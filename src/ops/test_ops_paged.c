@@ -1047,9 +1047,22 @@ static void test_paged_errors(void) {
   int32_t *md = io.in[16]->data;
   md[0] = -1;
   CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  {
+    /* the metadata is a graph input, not a constant: only run() sees its values */
+    tensor *o[3] = {NULL, NULL, NULL};
+    CHECK_STATUS(op_test_run_ex(&io.node, io.in, o, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_CONTAINS(d.msg, "attention_metadata[0] = -1");
+    free_all(o, 3);
+  }
   md[0] = 64;
   md[2] = 5000;
   CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  {
+    tensor *o[3] = {NULL, NULL, NULL};
+    CHECK_STATUS(op_test_run_ex(&io.node, io.in, o, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_CONTAINS(d.msg, "max_kv_len_lower_bound");
+    free_all(o, 3);
+  }
   md[2] = 1;
   {
     int32_t m4[4] = {1, 2, 3, 4};
