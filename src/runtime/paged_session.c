@@ -1,4 +1,4 @@
-/* paged_session — the packed paged graph bound to its pools. See paged_session.h.
+/* paged_session — the packed paged graph bound to its hybrid cache. See paged_session.h.
  * N tokens, B sequences, P pages of K tokens.
  */
 #include "runtime/paged_session.h"

@@ -104,7 +104,7 @@ typedef struct paged_seq {
 } paged_seq;
 
 /* Runs one packed step over seqs[B] (distinct slots). Text positions: all position planes read
- * past + j. Errors leave the pools' bookkeeping unchanged (state is scattered back even when the
+ * past + j. Errors leave the cache's bookkeeping unchanged (state is scattered back even when the
  * graph fails): PH_ERR_INVALID_ARGUMENT (B, n, slot, token id or page coverage, naming the
  * sequence), PH_ERR_LIMIT (tokens beyond max_tokens or the rotary context). */
 ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, diag *d);
