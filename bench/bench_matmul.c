@@ -1,6 +1,6 @@
 /* bench_matmul — kernel lab for MatMulWT (y [M, N] = A [M, K] W[N, K]^T): every kernel variant
- * this CPU runs (op_matmul.h: scalar reference, avx2, avx512), each validated against float64
- * and timed on the shapes that dominate a Qwen3.5-0.8B-shaped model, next to this machine's
+ * this CPU runs (kernels/dispatch.h: scalar reference, avx2, avx512), each validated against
+ * float64 and timed on the shapes that dominate a Qwen3.5-0.8B-shaped model, next to this machine's
  * DRAM bandwidth and fp32 FMA peak measured in the same run (roofline.h).
  *
  *   bench_matmul [--threads N] [--repeats N] [--variant scalar|avx2|avx512] [--case NAME]
@@ -21,8 +21,8 @@
 
 #include "base/pool.h"
 #include "base/rng.h"
+#include "kernels/dispatch.h"
 #include "ops/op.h"
-#include "ops/op_matmul.h"
 #include "ops/op_util.h"
 #include "roofline.h"
 #include "tensor/dtype.h"
@@ -184,13 +184,13 @@ int main(int argc, char **argv) {
                     "[--variant scalar|avx2|avx512] [--case NAME]\n");
     return 2;
   }
-  matmul_wt_variant vars[MATMUL_WT_N_VARIANTS];
+  kernel_variant vars[KERNEL_N_VARIANTS];
   int nv = 0;
-  for (int v = 0; v < MATMUL_WT_N_VARIANTS; v++) {
-    const char *name = matmul_wt_variant_name((matmul_wt_variant)v);
+  for (int v = 0; v < KERNEL_N_VARIANTS; v++) {
+    const char *name = kernel_variant_name((kernel_variant)v);
     if (only_variant && strcmp(only_variant, name) != 0) continue;
-    if (matmul_wt_variant_available((matmul_wt_variant)v))
-      vars[nv++] = (matmul_wt_variant)v;
+    if (kernel_variant_available((kernel_variant)v))
+      vars[nv++] = (kernel_variant)v;
     else
       printf("%-16s %-7s not available on this CPU\n", "", name);
   }
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
     }
     double base = 0;
     for (int vi = 0; vi < nv; vi++) {
-      if (matmul_wt_force_variant(vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
+      if (kernel_force_variant(vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
         failed = 1;
         continue;
       }
@@ -232,8 +232,8 @@ int main(int argc, char **argv) {
       char dims[32];
       snprintf(dims, sizeof dims, "%lldx%lld", (long long)c->K, (long long)c->N);
       printf("%-16s %-7s %8lld %8s %9.1f %7.1f %9.3f %7.1f %7.3f %8.2f", c->name,
-             matmul_wt_variant_name(vars[vi]), (long long)c->M, dims, sec * 1e6, gbs, gbs / bw,
-             gflops, gflops / fma, err);
+             kernel_variant_name(vars[vi]), (long long)c->M, dims, sec * 1e6, gbs, gbs / bw, gflops,
+             gflops / fma, err);
       if (vi > 0) printf("  x%.1f", base / sec);
       printf("%s\n", c->decode ? "  (bandwidth-bound)" : "  (compute-bound)");
       /* a loose sanity check; test_matmul_wt holds the exact bounds */

@@ -13,8 +13,9 @@ allowed() { # module -> the modules it may include besides itself
   case "$1" in
   base) echo "" ;;
   tensor) echo "base" ;;
+  kernels) echo "base tensor" ;;
   graph) echo "base tensor ops" ;;
-  ops) echo "base tensor graph" ;;
+  ops) echo "base tensor graph kernels" ;;
   exec) echo "base tensor graph ops" ;;
   io) echo "base tensor graph" ;;
   cache) echo "base tensor" ;;

@@ -1,4 +1,5 @@
-/* op_gated_delta_net — com.microsoft GatedDeltaNet v1, packed varlen layout: contract + kernels.
+/* op_gated_delta_net — com.microsoft GatedDeltaNet v1, packed varlen layout: the contract, the
+ * token loads and the split over threads; the compute is kernels/gated_delta.h.
  *
  * Letters: N packed tokens, B sequences, Hq = Hk query/key heads, Hv value heads (a multiple of
  * Hq; value head h reads q/k head h/(Hv/Hq)), Dk key width, Dv value width, C chunk length.
@@ -11,16 +12,18 @@
  *
  * Work is split over (sequence, value head) pairs; each pair is one single-threaded kernel
  * call. A sequence of one token runs token by token; a longer one runs in chunks of the WY/UT
- * form (as op_linear_attention.c, docs/ops-linear.md), chunks anchored at that sequence's first
- * token, so a sequence's results never depend on the other sequences of the call nor on the
- * thread count. A pair reads its whole initial state before writing: final_state may alias it.
- * A sequence of one token (decode) has two kernels with one summation order: the scalar
- * reference (gdn_token, on a K-major copy of the state) and gdn_decode_f32_avx2, which reads
- * the V-major state once and writes it once, eight value rows at a time transposed in
- * registers, with the same lanes, the same per-element sums in increasing key index and no
- * fused multiply-add: its bits equal the reference's. The kernel is chosen once per process by
- * MatMulWT's rule (op_matmul.h: the CPU, PH_KERNELS, matmul_wt_force_variant): scalar runs the
- * reference, avx2 and avx512 run the AVX2 kernel. Never from the shapes.
+ * form, chunks anchored at that sequence's first token, so a sequence's results never depend on
+ * the other sequences of the call nor on the thread count. Both are the core LinearAttention
+ * runs too (kernels/gated_delta.h: gated_delta_token, gated_delta_chunk, on a K-major copy of
+ * the state), with G = 1 and a per-head decay. A pair reads its whole initial state before
+ * writing: final_state may alias it.
+ * A sequence of one token (decode) has two kernels with one summation order: that reference
+ * and the variant's V-major decode kernel (kernels/gated_delta_avx2.c), which reads the V-major
+ * state once and writes it once, eight value rows at a time transposed in registers, with the
+ * same lanes, the same per-element sums in increasing key index and no fused multiply-add: its
+ * bits equal the reference's. The kernel is chosen once per process by kernels/dispatch.h (the
+ * CPU, PH_KERNELS, kernel_force_variant): scalar runs the reference, avx2 and avx512 run the
+ * AVX2 kernel. Never from the shapes.
  * Not yet: compact state updates (state_update_capacity > 0), per-key-dim decay [N,Hv,Dk], the
  * uniform [B,S,H,D] spelling without cu_seqlens.
  */
@@ -28,20 +31,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/dispatch.h"
+#include "kernels/gated_delta.h"
+#include "kernels/vec.h"
 #include "ops/op.h"
-#include "ops/op_matmul.h"
 #include "ops/op_util.h"
-#include "ops/vec_kernels.h"
 #include "tensor/dtype.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define GDN_X86  1
-/* AVX2 only, no FMA: the products are rounded before the sums, as in the reference. */
-#define GDN_AVX2 __attribute__((target("avx2")))
-#else
-#define GDN_X86 0
-#endif
 
 enum {
   GDN_IN_Q,
@@ -59,8 +54,6 @@ enum {
 };
 
 #define GDN_MAX_CHUNK 256
-/* Log decays are clamped here (e^-1e4 is 0 in f32 anyway) so that chunk sums stay finite. */
-#define GDN_G_FLOOR   (-1.0e4)
 
 /* ---- the contract ---------------------------------------------------------------------------- */
 
@@ -275,23 +268,9 @@ static ph_status gdn_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d)
 
 /* ---- workspace ------------------------------------------------------------------------------- */
 
-typedef struct gdn_ws {
-  float *S;    /* [Dk][max(Dv,8)]  the running state, K-major inside (V-major on the boundary);
-                * the fused decode kernel's [Dk][8] tile */
-  float *K;    /* [C][Dk]   keys (normalised if asked); at the chunk end e^{γ_L-γ_s} k_s */
-  float *V;    /* [C][Dv]   values, overwritten with U */
-  float *Q;    /* [C][Dk]   queries */
-  float *A;    /* [C][C]    β_t e^{γ_t-γ_s} k_t·k_s, s < t */
-  float *QK;   /* [C][C]    e^{γ_t-γ_s} q_t·k_s, s <= t */
-  float *beta; /* [C] */
-  float *gl;   /* [C]       log decay g of each token */
-  float *eg;   /* [C]       e^{γ_t} */
-  double *gam; /* [C]       γ_t, cumulative from the chunk start */
-  float *t0;   /* [max(Dk,Dv)] */
-  float *t1;   /* [Dv] */
-} gdn_ws;
-
-static size_t gdn_align(size_t b) { return (b + 63) & ~(size_t)63; }
+/* One thread's workspace is kernels/gated_delta.h's, with G = 1 and a per-head decay. Its S is
+ * the running state K-major inside (V-major on the boundary), with at least 8 columns: the fused
+ * decode kernel's [Dk][8] tile. */
 
 /* The scratch stride of the chunk matrices: the longest chunk any sequence of the call can
  * have. Only a stride: the chunk boundaries are at multiples of g->chunk in each sequence. */
@@ -300,29 +279,21 @@ static int64_t gdn_stride(const gdn_geom *g) {
   return c < 1 ? 1 : c;
 }
 
-static size_t gdn_ws_layout(const gdn_geom *g, char *base, gdn_ws *ws) {
-  size_t C = (size_t)gdn_stride(g), Dk = (size_t)g->Dk, Dv = (size_t)g->Dv;
-  size_t Dm = Dk > Dv ? Dk : Dv;
-  size_t off = 0;
-#define GDN_CARVE(field, type, count)                                                              \
-  do {                                                                                             \
-    if (base) ws->field = (type *)(void *)(base + off);                                            \
-    off += gdn_align((count) * sizeof(type));                                                      \
-  } while (0)
-  GDN_CARVE(S, float, Dk *(Dv > 8 ? Dv : 8));
-  GDN_CARVE(K, float, C *Dk);
-  GDN_CARVE(V, float, C *Dv);
-  GDN_CARVE(Q, float, C *Dk);
-  GDN_CARVE(A, float, C *C);
-  GDN_CARVE(QK, float, C *C);
-  GDN_CARVE(beta, float, C);
-  GDN_CARVE(gl, float, C);
-  GDN_CARVE(eg, float, C);
-  GDN_CARVE(gam, double, C);
-  GDN_CARVE(t0, float, Dm);
-  GDN_CARVE(t1, float, Dv);
-#undef GDN_CARVE
-  return off;
+static void gdn_shape(const gdn_geom *g, gated_delta_shape *sh) {
+  sh->Dk = g->Dk;
+  sh->Dv = g->Dv;
+  sh->G = 1;
+  sh->C = gdn_stride(g);
+  sh->per_dim = 0;
+  sh->gated = g->gated;
+  sh->delta = g->delta;
+  sh->scale = g->scale;
+}
+
+static size_t gdn_ws_layout(const gdn_geom *g, char *base, gated_delta_ws *ws) {
+  gated_delta_shape sh;
+  gdn_shape(g, &sh);
+  return gated_delta_ws_layout(&sh, 8, base, ws);
 }
 
 static size_t gdn_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
@@ -340,7 +311,8 @@ typedef struct gdn_job {
   tensor *out, *final_state;
   char *scratch;
   size_t ws_bytes;
-  int fused; /* 1: decode tokens run gdn_decode_f32_avx2 (chosen once per run, see the top) */
+  gated_delta_shape sh;
+  gated_delta_decode_fn decode; /* the variant's V-major decode kernel, NULL: the reference */
 } gdn_job;
 
 static void gdn_l2(float *x, int64_t n) {
@@ -350,7 +322,8 @@ static void gdn_l2(float *x, int64_t n) {
 
 /* Loads packed token tok (value head h) into row i of the workspace, with the gate and beta
  * activations applied: gl[i] is the log decay g, beta[i] the effective β. */
-static void gdn_load_token(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok, int64_t i) {
+static void gdn_load_token(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok,
+                           int64_t i) {
   const gdn_geom *g = j->g;
   int64_t Dk = g->Dk, Dv = g->Dv, hq = h / (g->Hv / g->Hq);
   float *kr = ws->K + i * Dk, *qr = ws->Q + i * Dk;
@@ -382,165 +355,31 @@ static void gdn_store_out(const gdn_job *j, int64_t h, int64_t tok, const float 
   tensor_store_f32(j->out, (tok * j->g->Hv + h) * j->g->Dv, j->g->Dv, o);
 }
 
-/* One token, exactly the order of spec/abi.md §2.4. */
-static void gdn_token(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok) {
-  const gdn_geom *g = j->g;
-  int64_t Dk = g->Dk, Dv = g->Dv;
-  float *S = ws->S, *k = ws->K, *u = ws->V, *o = ws->t1, *pred = ws->t0;
+/* Where the core's output rows go: token tok0 + t of value head h. */
+typedef struct gdn_out {
+  const gdn_job *j;
+  int64_t h, tok0;
+} gdn_out;
+
+static void gdn_store_row(void *ctx, int64_t jq, int64_t t, const float *o) {
+  const gdn_out *w = ctx;
+  (void)jq; /* G = 1 */
+  gdn_store_out(w->j, w->h, w->tok0 + t, o);
+}
+
+/* One token, exactly the order of spec/abi.md §2.4, on the K-major state in ws->S. */
+static void gdn_token(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok) {
   gdn_load_token(j, ws, h, tok, 0);
-  if (g->gated) {
-    float a = expf(ws->gl[0]);
-    for (int64_t e = 0; e < Dk * Dv; e++) S[e] *= a;
-  }
-  if (g->delta) {
-    vec_state_read(pred, S, k, Dk, Dv);
-    for (int64_t c = 0; c < Dv; c++) u[c] = ws->beta[0] * (u[c] - pred[c]);
-  }
-  for (int64_t r = 0; r < Dk; r++) vec_axpy(S + r * Dv, k[r], u, Dv);
-  vec_state_read(o, S, ws->Q, Dk, Dv);
-  for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
-  gdn_store_out(j, h, tok, o);
+  gdn_out w = {j, h, tok};
+  gated_delta_token(&j->sh, ws, gdn_store_row, &w);
 }
-
-/* ---- fused decode: one token, the V-major state read once and written once ---------------- */
-
-/* One decode step of one (sequence, value head) pair, everything the fused kernels need. */
-typedef struct gdn_dec {
-  const float *src; /* [Dv][Dk] V-major initial state; NULL: zeros */
-  float *dst;       /* [Dv][Dk] V-major final state; NULL: not wanted; may equal src */
-  const float *k;   /* [Dk] key (normalised if asked) */
-  const float *q;   /* [Dk] query */
-  const float *v;   /* [Dv] value */
-  float *o;         /* [Dv] output, scaled */
-  float *tile;      /* [Dk][8] scratch: the decayed state of eight value rows, K-major */
-  float a, beta, scale;
-  int gated, delta;
-  int64_t Dk, Dv;
-} gdn_dec;
-
-/* Value rows [c0, c0+w), w <= 8, in the order of gdn_token: decay, pred_c = Σ_r k_r S_rc in
- * increasing r, u = β (v − pred), S_rc += k_r u_c, o_c = Σ_r q_r S_rc in increasing r, o *= scale.
- * The rows are read whole before any is written, so dst may equal src. */
-static void gdn_decode_cols_ref(const gdn_dec *p, int64_t c0, int64_t w) {
-  const int64_t Dk = p->Dk;
-  float pred[8] = {0}, u[8], o[8] = {0};
-  float *T = p->tile;
-  for (int64_t r = 0; r < Dk; r++) {
-    for (int64_t l = 0; l < w; l++) {
-      float x = p->src ? p->src[(c0 + l) * Dk + r] : 0.0f;
-      if (p->gated) x *= p->a;
-      T[r * 8 + l] = x;
-      if (p->delta) pred[l] += p->k[r] * x;
-    }
-  }
-  for (int64_t l = 0; l < w; l++)
-    u[l] = p->delta ? p->beta * (p->v[c0 + l] - pred[l]) : p->v[c0 + l];
-  for (int64_t r = 0; r < Dk; r++) {
-    for (int64_t l = 0; l < w; l++) {
-      float y = T[r * 8 + l] + p->k[r] * u[l];
-      o[l] += p->q[r] * y;
-      T[r * 8 + l] = y;
-    }
-  }
-  for (int64_t l = 0; l < w; l++) p->o[c0 + l] = o[l] * p->scale;
-  if (p->dst)
-    for (int64_t l = 0; l < w; l++)
-      for (int64_t r = 0; r < Dk; r++) p->dst[(c0 + l) * Dk + r] = T[r * 8 + l];
-}
-
-#if GDN_X86
-/* In place: x[j][l] <- x[l][j] for an 8 x 8 block. */
-GDN_AVX2 static inline void gdn_tr8(__m256 *x) {
-  __m256 t0 = _mm256_unpacklo_ps(x[0], x[1]), t1 = _mm256_unpackhi_ps(x[0], x[1]);
-  __m256 t2 = _mm256_unpacklo_ps(x[2], x[3]), t3 = _mm256_unpackhi_ps(x[2], x[3]);
-  __m256 t4 = _mm256_unpacklo_ps(x[4], x[5]), t5 = _mm256_unpackhi_ps(x[4], x[5]);
-  __m256 t6 = _mm256_unpacklo_ps(x[6], x[7]), t7 = _mm256_unpackhi_ps(x[6], x[7]);
-  __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  x[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  x[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  x[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  x[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  x[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  x[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  x[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  x[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
-/* Pass 1 of eight value rows at key index r: x is their state at r (lane l = row c0 + l). */
-GDN_AVX2 static inline __m256 gdn_dec_in(const gdn_dec *p, float *T, int64_t r, __m256 x,
-                                         __m256 pred) {
-  if (p->gated) x = _mm256_mul_ps(x, _mm256_set1_ps(p->a));
-  _mm256_storeu_ps(T + r * 8, x);
-  if (p->delta) pred = _mm256_add_ps(pred, _mm256_mul_ps(_mm256_set1_ps(p->k[r]), x));
-  return pred;
-}
-
-/* gdn_decode_cols_ref for every value row, eight rows per step with lane l = row c0 + l (the
- * reference's lanes and order, bit for bit); the Dv % 8 last rows go through the reference. */
-GDN_AVX2 static void gdn_decode_f32_avx2(const gdn_dec *p) {
-  const int64_t Dk = p->Dk, Dv = p->Dv;
-  float *T = p->tile;
-  int64_t c0 = 0;
-  for (; c0 + 8 <= Dv; c0 += 8) {
-    const float *src = p->src ? p->src + c0 * Dk : NULL;
-    __m256 pred = _mm256_setzero_ps(), x[8];
-    int64_t r = 0;
-    for (; r + 8 <= Dk; r += 8) {
-      for (int l = 0; l < 8; l++)
-        x[l] = src ? _mm256_loadu_ps(src + l * Dk + r) : _mm256_setzero_ps();
-      gdn_tr8(x);
-      for (int j = 0; j < 8; j++) pred = gdn_dec_in(p, T, r + j, x[j], pred);
-    }
-    for (; r < Dk; r++) {
-      __m256 xr =
-          src ? _mm256_setr_ps(src[r], src[Dk + r], src[2 * Dk + r], src[3 * Dk + r],
-                               src[4 * Dk + r], src[5 * Dk + r], src[6 * Dk + r], src[7 * Dk + r])
-              : _mm256_setzero_ps();
-      pred = gdn_dec_in(p, T, r, xr, pred);
-    }
-    __m256 u = _mm256_loadu_ps(p->v + c0);
-    if (p->delta) u = _mm256_mul_ps(_mm256_set1_ps(p->beta), _mm256_sub_ps(u, pred));
-    __m256 o = _mm256_setzero_ps();
-    float *dst = p->dst ? p->dst + c0 * Dk : NULL;
-    for (r = 0; r + 8 <= Dk; r += 8) {
-      for (int j = 0; j < 8; j++) {
-        x[j] = _mm256_add_ps(_mm256_loadu_ps(T + (r + j) * 8),
-                             _mm256_mul_ps(_mm256_set1_ps(p->k[r + j]), u));
-        o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(p->q[r + j]), x[j]));
-      }
-      if (dst) {
-        gdn_tr8(x);
-        for (int l = 0; l < 8; l++) _mm256_storeu_ps(dst + l * Dk + r, x[l]);
-      }
-    }
-    for (; r < Dk; r++) {
-      __m256 y =
-          _mm256_add_ps(_mm256_loadu_ps(T + r * 8), _mm256_mul_ps(_mm256_set1_ps(p->k[r]), u));
-      o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(p->q[r]), y));
-      if (dst) {
-        float t[8];
-        _mm256_storeu_ps(t, y);
-        for (int l = 0; l < 8; l++) dst[l * Dk + r] = t[l];
-      }
-    }
-    _mm256_storeu_ps(p->o + c0, _mm256_mul_ps(o, _mm256_set1_ps(p->scale)));
-  }
-  if (c0 < Dv) gdn_decode_cols_ref(p, c0, Dv - c0);
-}
-#endif
 
 /* The decode step of pair (b, h) at packed token tok, V-major state in, V-major state out. */
-static void gdn_decode(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok, int64_t off) {
+static void gdn_decode(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok,
+                       int64_t off) {
   const gdn_geom *g = j->g;
   gdn_load_token(j, ws, h, tok, 0);
-  gdn_dec p = {
+  gated_delta_dec p = {
       .src = j->state ? (const float *)j->state->data + off : NULL,
       .dst = j->final_state ? (float *)j->final_state->data + off : NULL,
       .k = ws->K,
@@ -556,80 +395,28 @@ static void gdn_decode(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t to
       .Dk = g->Dk,
       .Dv = g->Dv,
   };
-#if GDN_X86
-  gdn_decode_f32_avx2(&p);
-#else
-  gdn_decode_cols_ref(&p, 0, 0); /* unreachable: j->fused is 0 off x86 */
-#endif
+  j->decode(&p);
   gdn_store_out(j, h, tok, ws->t1);
 }
 
-/* One chunk of L tokens from packed token tok0 (the WY/UT form; see docs/ops-gdn.md):
- *   (I + A) U = β⊙V − (β e^γ K) S0,   A_ts = β_t e^{γ_t−γ_s} k_t·k_s  (s < t)
- *   o_t = scale (S0^T e^{γ_t} q_t + Σ_{s<=t} e^{γ_t−γ_s} (q_t·k_s) u_s)
- *   S_end = e^{γ_L} S0 + Σ_s e^{γ_L−γ_s} k_s u_s^T
- * Exponents are sums of g over (s, t], s <= t: never positive for g <= 0. */
-static void gdn_chunk(const gdn_job *j, const gdn_ws *ws, int64_t h, int64_t tok0, int64_t L) {
-  const gdn_geom *g = j->g;
-  int64_t C = gdn_stride(g), Dk = g->Dk, Dv = g->Dv;
-  float *S = ws->S, *K = ws->K, *U = ws->V, *tmp = ws->t0, *o = ws->t1;
-
-  for (int64_t i = 0; i < L; i++) {
-    gdn_load_token(j, ws, h, tok0 + i, i);
-    double gv = ws->gl[i];
-    if (gv < GDN_G_FLOOR) gv = GDN_G_FLOOR;
-    ws->gam[i] = (i ? ws->gam[i - 1] : 0.0) + gv;
-    ws->eg[i] = expf((float)ws->gam[i]);
-  }
-  for (int64_t t = 0; t < L; t++) {
-    const float *kt = K + t * Dk, *qt = ws->Q + t * Dk;
-    for (int64_t s = 0; s <= t; s++) {
-      const float *ks = K + s * Dk;
-      float e = expf((float)(ws->gam[t] - ws->gam[s]));
-      if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * vec_dot(kt, ks, Dk);
-      ws->QK[t * C + s] = e * vec_dot(qt, ks, Dk);
-    }
-  }
-  if (g->delta) {
-    for (int64_t t = 0; t < L; t++) {
-      for (int64_t r = 0; r < Dk; r++) tmp[r] = ws->eg[t] * K[t * Dk + r];
-      vec_state_read(o, S, tmp, Dk, Dv);
-      float *ut = U + t * Dv;
-      for (int64_t c = 0; c < Dv; c++) ut[c] = ws->beta[t] * (ut[c] - o[c]);
-      for (int64_t s = 0; s < t; s++) vec_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
-    }
-  }
-  for (int64_t t = 0; t < L; t++) {
-    const float *qt = ws->Q + t * Dk;
-    for (int64_t r = 0; r < Dk; r++) tmp[r] = ws->eg[t] * qt[r];
-    vec_state_read(o, S, tmp, Dk, Dv);
-    const float *qk = ws->QK + t * C;
-    for (int64_t s = 0; s <= t; s++) vec_axpy(o, qk[s], U + s * Dv, Dv);
-    for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
-    gdn_store_out(j, h, tok0 + t, o);
-  }
-  double gend = ws->gam[L - 1];
-  for (int64_t s = 0; s < L; s++) {
-    float e = expf((float)(gend - ws->gam[s]));
-    for (int64_t r = 0; r < Dk; r++) K[s * Dk + r] *= e;
-  }
-  float egend = ws->eg[L - 1];
-  for (int64_t r = 0; r < Dk; r++) {
-    float *sr = S + r * Dv;
-    for (int64_t c = 0; c < Dv; c++) sr[c] *= egend;
-    for (int64_t s = 0; s < L; s++) vec_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
-  }
+/* One chunk of L tokens from packed token tok0: the WY/UT form of kernels/gated_delta.h
+ * (docs/ops-gdn.md) on the K-major state in ws->S. */
+static void gdn_chunk(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok0,
+                      int64_t L) {
+  for (int64_t i = 0; i < L; i++) gdn_load_token(j, ws, h, tok0 + i, i);
+  gdn_out w = {j, h, tok0};
+  gated_delta_chunk(&j->sh, ws, L, gdn_store_row, &w);
 }
 
 static void gdn_task(void *ctx, size_t task, int thread) {
   const gdn_job *j = ctx;
   const gdn_geom *g = j->g;
-  gdn_ws ws;
+  gated_delta_ws ws;
   gdn_ws_layout(g, j->scratch + (size_t)thread * j->ws_bytes, &ws);
   int64_t b = (int64_t)task / g->Hv, h = (int64_t)task % g->Hv;
   int64_t Dk = g->Dk, Dv = g->Dv, off = (b * g->Hv + h) * Dk * Dv;
   int64_t start = j->cu[b], len = (int64_t)j->cu[b + 1] - start;
-  if (len == 1 && j->fused) {
+  if (len == 1 && j->decode) {
     gdn_decode(j, &ws, h, start, off);
     return;
   }
@@ -685,7 +472,8 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   j.out = out[0];
   j.final_state = fs;
   j.ws_bytes = gdn_ws_layout(&g, NULL, NULL);
-  j.fused = GDN_X86 && matmul_wt_variant_active() != MATMUL_WT_SCALAR;
+  gdn_shape(&g, &j.sh);
+  j.decode = kernel_set_of(kernel_variant_active())->gated_delta_decode;
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
                   PH_ERR_INTERNAL, "GatedDeltaNet: scratch is %zu bytes, %d threads need %zu",

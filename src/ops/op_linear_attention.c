@@ -1,4 +1,5 @@
-/* op_linear_attention — com.microsoft LinearAttention (dense, K-major state): contract + kernels.
+/* op_linear_attention — com.microsoft LinearAttention (dense, K-major state): the contract, the
+ * token loads and the split over threads; the compute is kernels/gated_delta.h.
  *
  * Shapes (letters used throughout this file): B sequences, T tokens per sequence, Hq query heads
  * (q_num_heads), Hv value heads (kv_num_heads: the state has one [Dk][Dv] matrix per value
@@ -11,11 +12,13 @@
  * after the write, scale on the read). Heads group contiguously: query head h reads state h/(Hq/Hv)
  * when Hq >= Hv; value head h reads query head h/(Hv/Hq) when Hv > Hq.
  *
- * Two kernels compute the same math in f32 whatever the storage dtype (outputs rounded once):
- *   la_head_recurrent — token by token; used when T == 1 (decode).
- *   la_head_chunked   — C tokens at a time in the WY/UT form of spec/model-math.md §2; used when
- *                       T > 1, chunks anchored at the call's first token. Exponentials are only
- *                       ever taken of sums of g over (s, t] with s <= t (see docs/ops-linear.md).
+ * Two kernels compute the same math in f32 whatever the storage dtype (outputs rounded once),
+ * both the core GatedDeltaNet runs too (kernels/gated_delta.h):
+ *   la_head_recurrent — token by token (gated_delta_token); used when T == 1 (decode).
+ *   la_head_chunked   — C tokens at a time in the WY/UT form of spec/model-math.md §2
+ *                       (gated_delta_chunk); used when T > 1, chunks anchored at the call's first
+ *                       token. Exponentials are only ever taken of sums of g over (s, t] with
+ *                       s <= t (see docs/ops-linear.md).
  * Work is split over (sequence, value head) pairs; each pair is one single-threaded kernel call
  * writing disjoint outputs, so results do not depend on the thread count. A pair reads its
  * whole past state before writing its present state: present_state may alias past_state.
@@ -24,18 +27,15 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/gated_delta.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
-#include "ops/vec_kernels.h"
 #include "tensor/dtype.h"
 
 enum { LA_IN_Q, LA_IN_K, LA_IN_V, LA_IN_PAST, LA_IN_DECAY, LA_IN_BETA };
 
 /* chunk_size is a tuning hint; larger values only grow the C^2 scratch, so they are capped. */
 #define LA_MAX_CHUNK 256
-/* Log decays below this are clamped: e^-1e4 is 0 in f32 either way, and the clamp keeps the
- * chunk's cumulative sums finite so that differences of them never become inf - inf = NaN. */
-#define LA_G_FLOOR   (-1.0e4)
 
 /* ---- the contract ---------------------------------------------------------------------------- */
 
@@ -219,24 +219,9 @@ static ph_status la_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
 
 /* ---- workspace ------------------------------------------------------------------------------- */
 
-/* One thread's slice of ctx->scratch. C is the longest chunk this call can see, G the number of
- * query heads one value head serves, Dg the width of the decay (1 per head, Dk per key dim). */
-typedef struct la_ws {
-  float *S;    /* [Dk][Dv]   the running state, K-major like the boundary layout */
-  float *K;    /* [C][Dk]    keys; at the chunk end overwritten with e^{γ_C-γ_s} k_s */
-  float *V;    /* [C][Dv]    values; overwritten in place with U (what each token writes) */
-  float *Q;    /* [G][C][Dk] queries */
-  float *A;    /* [C][C]     β_t e^{γ_t-γ_s} k_t·k_s for s < t (delta rules only) */
-  float *QK;   /* [G][C][C]  e^{γ_t-γ_s} q_t·k_s for s <= t */
-  float *beta; /* [C] */
-  float *gl;   /* [C][Dg]    the raw log decay of each token */
-  float *eg;   /* [C][Dg]    e^{γ_t}: decay from the chunk start through token t */
-  double *gam; /* [C][Dg]    γ_t = Σ_{s<=t} g_s, in double so differences of sums stay exact */
-  float *t0;   /* [max(Dk,Dv)] */
-  float *t1;   /* [Dv] */
-} la_ws;
-
-static size_t la_align(size_t b) { return (b + 63) & ~(size_t)63; }
+/* One thread's slice of ctx->scratch is kernels/gated_delta.h's workspace: C is the longest
+ * chunk this call can see, G the number of query heads one value head serves, the decay per
+ * head or per key dim. */
 
 static int64_t la_group(const la_geom *g) { return g->Hq > g->Hv ? g->Hq / g->Hv : 1; }
 
@@ -245,31 +230,22 @@ static int64_t la_max_chunk(const la_geom *g) {
   return g->T < g->chunk ? g->T : g->chunk;
 }
 
+static void la_shape(const la_geom *g, gated_delta_shape *sh) {
+  sh->Dk = g->Dk;
+  sh->Dv = g->Dv;
+  sh->G = la_group(g);
+  sh->C = la_max_chunk(g);
+  sh->per_dim = g->decay_per_dim == 1;
+  sh->gated = g->gated;
+  sh->delta = g->delta;
+  sh->scale = g->scale;
+}
+
 /* Bytes of one thread's workspace; carves it from base when base is not NULL. */
-static size_t la_ws_layout(const la_geom *g, char *base, la_ws *ws) {
-  size_t C = (size_t)la_max_chunk(g), G = (size_t)la_group(g);
-  size_t Dk = (size_t)g->Dk, Dv = (size_t)g->Dv, Dg = g->decay_per_dim == 1 ? Dk : 1;
-  size_t Dm = Dk > Dv ? Dk : Dv;
-  size_t off = 0;
-#define LA_CARVE(field, type, count)                                                               \
-  do {                                                                                             \
-    if (base) ws->field = (type *)(void *)(base + off);                                            \
-    off += la_align((count) * sizeof(type));                                                       \
-  } while (0)
-  LA_CARVE(S, float, Dk *Dv);
-  LA_CARVE(K, float, C *Dk);
-  LA_CARVE(V, float, C *Dv);
-  LA_CARVE(Q, float, G *C *Dk);
-  LA_CARVE(A, float, C *C);
-  LA_CARVE(QK, float, G *C *C);
-  LA_CARVE(beta, float, C);
-  LA_CARVE(gl, float, C *Dg);
-  LA_CARVE(eg, float, C *Dg);
-  LA_CARVE(gam, double, C *Dg);
-  LA_CARVE(t0, float, Dm);
-  LA_CARVE(t1, float, Dv);
-#undef LA_CARVE
-  return off;
+static size_t la_ws_layout(const la_geom *g, char *base, gated_delta_ws *ws) {
+  gated_delta_shape sh;
+  la_shape(g, &sh);
+  return gated_delta_ws_layout(&sh, 1, base, ws);
 }
 
 static size_t la_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
@@ -286,6 +262,7 @@ typedef struct la_job {
   tensor *out, *present;
   char *scratch;
   size_t ws_bytes;
+  gated_delta_shape sh;
 } la_job;
 
 /* Where head vectors of token t of sequence b start (elements). */
@@ -295,8 +272,8 @@ static int64_t la_row(const la_geom *g, int64_t b, int64_t t, int64_t H, int64_t
 }
 
 /* Loads token t's key, value, queries, beta and log decay into row i of the workspace. */
-static void la_load_token(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int64_t t,
-                          int64_t i, int64_t C) {
+static void la_load_token(const la_job *j, const gated_delta_ws *ws, int64_t b, int64_t h,
+                          int64_t t, int64_t i, int64_t C) {
   const la_geom *g = j->g;
   int64_t G = la_group(g), Dk = g->Dk, Dv = g->Dv;
   int64_t hk = g->Hk == g->Hv ? h : h / (g->Hv / g->Hk);
@@ -327,131 +304,36 @@ static void la_store_out(const la_job *j, int64_t b, int64_t t, int64_t oh, cons
   tensor_store_f32(j->out, la_row(g, b, t, ho, oh, g->Dv), g->Dv, o);
 }
 
-/* Token by token, exactly the order of spec/abi.md §2.4. */
-static void la_head_recurrent(const la_job *j, const la_ws *ws, int64_t b, int64_t h) {
-  const la_geom *g = j->g;
-  int64_t G = la_group(g), Dk = g->Dk, Dv = g->Dv;
-  float *S = ws->S, *k = ws->K, *u = ws->V, *o = ws->t1, *pred = ws->t0;
-  for (int64_t t = 0; t < g->T; t++) {
+/* Where the core's output rows go: token t0 + t of sequence b, the heads of value head h. */
+typedef struct la_out {
+  const la_job *j;
+  int64_t b, h, t0;
+} la_out;
+
+static void la_store_row(void *ctx, int64_t jq, int64_t t, const float *o) {
+  const la_out *w = ctx;
+  la_store_out(w->j, w->b, w->t0 + t, la_out_head(w->j->g, w->h, jq), o);
+}
+
+/* Token by token, exactly the order of spec/abi.md §2.4 (kernels/gated_delta.h). */
+static void la_head_recurrent(const la_job *j, const gated_delta_ws *ws, int64_t b, int64_t h) {
+  for (int64_t t = 0; t < j->g->T; t++) {
     la_load_token(j, ws, b, h, t, 0, 1);
-    if (g->gated) {
-      if (g->decay_per_dim == 1) {
-        for (int64_t r = 0; r < Dk; r++) {
-          float a = expf(ws->gl[r]);
-          for (int64_t c = 0; c < Dv; c++) S[r * Dv + c] *= a;
-        }
-      } else {
-        float a = expf(ws->gl[0]);
-        for (int64_t e = 0; e < Dk * Dv; e++) S[e] *= a;
-      }
-    }
-    if (g->delta) {
-      vec_state_read(pred, S, k, Dk, Dv);
-      for (int64_t c = 0; c < Dv; c++) u[c] = ws->beta[0] * (u[c] - pred[c]);
-    }
-    for (int64_t r = 0; r < Dk; r++) vec_axpy(S + r * Dv, k[r], u, Dv);
-    for (int64_t jq = 0; jq < G; jq++) {
-      vec_state_read(o, S, ws->Q + jq * Dk, Dk, Dv);
-      for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
-      la_store_out(j, b, t, la_out_head(g, h, jq), o);
-    }
+    la_out w = {j, b, h, t};
+    gated_delta_token(&j->sh, ws, la_store_row, &w);
   }
 }
 
-/* One chunk of L tokens starting at token t0, from the state S0 in ws->S to the state after the
- * chunk, in place. With γ_t the decay summed from the chunk start through token t:
- *   (I + A) U = β⊙V − (β⊙e^γ⊙K) S0,     A_ts = β_t (k_t · e^{γ_t−γ_s}⊙k_s)  for s < t
- *   o_t = scale (S0^T (e^{γ_t}⊙q_t) + Σ_{s<=t} (q_t · e^{γ_t−γ_s}⊙k_s) u_s)
- *   S_end = e^{γ_L}⊙S0 + Σ_s (e^{γ_L−γ_s}⊙k_s) u_s^T
- * Every exponent is a sum of g over (s, t] with s <= t, so for g <= 0 every factor is in [0, 1]
- * and no intermediate can overflow however strong the decay. */
-static void la_chunk(const la_job *j, const la_ws *ws, int64_t b, int64_t h, int64_t t0, int64_t L,
-                     int64_t C) {
-  const la_geom *g = j->g;
-  int64_t G = la_group(g), Dk = g->Dk, Dv = g->Dv;
-  int per_dim = g->decay_per_dim == 1;
-  int64_t Dg = per_dim ? Dk : 1;
-  float *S = ws->S, *K = ws->K, *U = ws->V, *tmp = ws->t0, *o = ws->t1;
-
-  for (int64_t i = 0; i < L; i++) {
-    la_load_token(j, ws, b, h, t0 + i, i, C);
-    for (int64_t r = 0; r < Dg; r++) {
-      double gv = ws->gl[i * Dg + r];
-      if (gv < LA_G_FLOOR) gv = LA_G_FLOOR;
-      ws->gam[i * Dg + r] = (i ? ws->gam[(i - 1) * Dg + r] : 0.0) + gv;
-      ws->eg[i * Dg + r] = expf((float)ws->gam[i * Dg + r]);
-    }
-  }
-
-  /* Pairwise products within the chunk. Per key dim the decay sits inside the dot product, so
-   * the decayed key e^{γ_t−γ_s}⊙k_s is formed once per pair and shared by A and every query. */
-  for (int64_t t = 0; t < L; t++) {
-    const float *kt = K + t * Dk;
-    for (int64_t s = 0; s <= t; s++) {
-      const float *ks = K + s * Dk;
-      if (per_dim) {
-        const double *gt = ws->gam + t * Dk, *gs = ws->gam + s * Dk;
-        for (int64_t r = 0; r < Dk; r++) tmp[r] = expf((float)(gt[r] - gs[r])) * ks[r];
-        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * vec_dot(kt, tmp, Dk);
-        for (int64_t jq = 0; jq < G; jq++)
-          ws->QK[(jq * C + t) * C + s] = vec_dot(ws->Q + (jq * C + t) * Dk, tmp, Dk);
-      } else {
-        float e = expf((float)(ws->gam[t] - ws->gam[s]));
-        if (g->delta && s < t) ws->A[t * C + s] = ws->beta[t] * e * vec_dot(kt, ks, Dk);
-        for (int64_t jq = 0; jq < G; jq++)
-          ws->QK[(jq * C + t) * C + s] = e * vec_dot(ws->Q + (jq * C + t) * Dk, ks, Dk);
-      }
-    }
-  }
-
-  /* U by forward substitution; row t needs only rows s < t, which are final by then. For the
-   * non-delta rules U = V (β = 1, no retrieval). */
-  if (g->delta) {
-    for (int64_t t = 0; t < L; t++) {
-      const float *eg = ws->eg + t * Dg;
-      for (int64_t r = 0; r < Dk; r++) tmp[r] = eg[per_dim ? r : 0] * K[t * Dk + r];
-      vec_state_read(o, S, tmp, Dk, Dv);
-      float *ut = U + t * Dv;
-      for (int64_t c = 0; c < Dv; c++) ut[c] = ws->beta[t] * (ut[c] - o[c]);
-      for (int64_t s = 0; s < t; s++) vec_axpy(ut, -ws->A[t * C + s], U + s * Dv, Dv);
-    }
-  }
-
-  for (int64_t jq = 0; jq < G; jq++) {
-    int64_t oh = la_out_head(g, h, jq);
-    for (int64_t t = 0; t < L; t++) {
-      const float *qt = ws->Q + (jq * C + t) * Dk, *eg = ws->eg + t * Dg;
-      for (int64_t r = 0; r < Dk; r++) tmp[r] = eg[per_dim ? r : 0] * qt[r];
-      vec_state_read(o, S, tmp, Dk, Dv);
-      const float *qk = ws->QK + (jq * C + t) * C;
-      for (int64_t s = 0; s <= t; s++) vec_axpy(o, qk[s], U + s * Dv, Dv);
-      for (int64_t c = 0; c < Dv; c++) o[c] *= g->scale;
-      la_store_out(j, b, t0 + t, oh, o);
-    }
-  }
-
-  /* End state, in place: the keys are no longer needed, so they become e^{γ_L−γ_s}⊙k_s. */
-  const double *gend = ws->gam + (L - 1) * Dg;
-  for (int64_t s = 0; s < L; s++) {
-    const double *gs = ws->gam + s * Dg;
-    float *ks = K + s * Dk;
-    if (per_dim) {
-      for (int64_t r = 0; r < Dk; r++) ks[r] *= expf((float)(gend[r] - gs[r]));
-    } else {
-      float e = expf((float)(gend[0] - gs[0]));
-      for (int64_t r = 0; r < Dk; r++) ks[r] *= e;
-    }
-  }
-  const float *egend = ws->eg + (L - 1) * Dg;
-  for (int64_t r = 0; r < Dk; r++) {
-    float *sr = S + r * Dv;
-    float e = egend[per_dim ? r : 0];
-    for (int64_t c = 0; c < Dv; c++) sr[c] *= e;
-    for (int64_t s = 0; s < L; s++) vec_axpy(sr, K[s * Dk + r], U + s * Dv, Dv);
-  }
+/* One chunk of L tokens starting at token t0, from the state in ws->S to the state after the
+ * chunk, in place: the WY/UT form of kernels/gated_delta.h. */
+static void la_chunk(const la_job *j, const gated_delta_ws *ws, int64_t b, int64_t h, int64_t t0,
+                     int64_t L, int64_t C) {
+  for (int64_t i = 0; i < L; i++) la_load_token(j, ws, b, h, t0 + i, i, C);
+  la_out w = {j, b, h, t0};
+  gated_delta_chunk(&j->sh, ws, L, la_store_row, &w);
 }
 
-static void la_head_chunked(const la_job *j, const la_ws *ws, int64_t b, int64_t h) {
+static void la_head_chunked(const la_job *j, const gated_delta_ws *ws, int64_t b, int64_t h) {
   int64_t C = la_max_chunk(j->g);
   for (int64_t t0 = 0; t0 < j->g->T; t0 += C) {
     int64_t L = j->g->T - t0 < C ? j->g->T - t0 : C;
@@ -462,7 +344,7 @@ static void la_head_chunked(const la_job *j, const la_ws *ws, int64_t b, int64_t
 static void la_task(void *ctx, size_t task, int thread) {
   const la_job *j = ctx;
   const la_geom *g = j->g;
-  la_ws ws;
+  gated_delta_ws ws;
   la_ws_layout(g, j->scratch + (size_t)thread * j->ws_bytes, &ws);
   int64_t b = (int64_t)task / g->Hv, h = (int64_t)task % g->Hv;
   int64_t off = (b * g->Hv + h) * g->Dk * g->Dv;
@@ -503,6 +385,7 @@ static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *
   j.out = out[0];
   j.present = present;
   j.ws_bytes = la_ws_layout(&g, NULL, NULL);
+  la_shape(&g, &j.sh);
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
                   PH_ERR_INTERNAL, "LinearAttention: scratch is %zu bytes, %d threads need %zu",

@@ -12,34 +12,27 @@
  * bias may each be f32, f16 or bf16 (W's need not match A's); y has A's dtype.
  *
  * Batch invariance (architecture.md, numerics policy) is the contract of MatMulWT: y[m][n] is
- * bit-identical whatever M is and whichever rows share a kernel call. Every dot product uses the
- * same summation order, a function of K only: WT_LANES partial sums, element k going to partial
- * k % WT_LANES in increasing k, then a fixed pairwise tree (lanes l and l + 8, then + 4, + 2,
- * + 1), then + bias. The kernels for every row count are generated from one body, so the
- * per-element arithmetic is the same text; W conversions to f32 are exact, so converting on the
- * fly or not cannot change a product. Floating-point contraction (FMA) would break the
- * equivalence only if applied differently per kernel: gcc in ISO C mode does not contract, and
- * clang is told not to below. Work is split over column blocks (never K) with pool_run.
+ * bit-identical whatever M is and whichever rows share a kernel call. The dot products are the
+ * kernels' (kernels/matmul_wt.h: one summation order, a function of K only, for every row count
+ * and every variant); this file adds the bias (after the tree) and rounds to y's dtype. W
+ * conversions to f32 are exact, so converting on the fly or not cannot change a product. Work is
+ * split over column blocks (never K) with pool_run.
  *
- * Variants (op_matmul.h): the scalar kernels are the reference and the fallback; AVX2 and
- * AVX-512 kernels keep the same lanes and tree but fuse each multiply-add. One variant is chosen
- * per process from the CPU and PH_KERNELS, never from the shapes, so the invariance above holds
- * within each variant; the variants agree with the reference to rounding (test_matmul_wt.c).
+ * Variants: the kernels come from the variant kernels/dispatch.h chooses once per process (the
+ * CPU, PH_KERNELS, the test override), read once at the start of run(), never from the shapes,
+ * so the invariance above holds within each variant; the variants agree with the scalar
+ * reference to rounding (test_matmul_wt.c).
  *
  * Memory: nothing is allocated in run(). MatMul needs per-thread rows (scratch_bytes);
  * MatMulWT converts up to WT_MC rows of A to f32 at a time into scratch and, for f16 weights
  * with M > 1, WT_NW converted weight rows per thread. Tensor data may be unaligned
  * (safetensors views), so weights and bias are read with memcpy or unaligned vector loads.
  */
-#include "ops/op_matmul.h"
-
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cpu.h"
-#include "base/log.h"
+#include "kernels/dispatch.h"
+#include "kernels/matmul_wt.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -193,10 +186,8 @@ const op_def op_def_matmul = {"", "MatMul", 2, 2, 1, 1, matmul_infer, matmul_run
 
 /* ---- MatMulWT ------------------------------------------------------------------------------ */
 
-#define WT_LANES 16 /* partial sums per dot product: the fixed summation order */
-#define WT_NW    4  /* W rows per kernel call: four concurrent weight streams */
-#define WT_MC    64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
-#define WT_NB    32 /* output columns per task (a multiple of WT_NW) */
+#define WT_MC 64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
+#define WT_NB 32 /* output columns per task (a multiple of WT_NW) */
 
 static ph_status matmul_wt_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   RETURN_ERROR_IF(n->n_inputs < 2 || n->n_inputs > 3 || n->n_outputs != 1, d,
@@ -235,406 +226,6 @@ static ph_status matmul_wt_infer(const gnode *n, const tinfo *in, tinfo *out, di
   if (a->rank < 0) return PH_OK;
   for (int i = 0; i + 1 < a->rank; i++) out->dims[i] = a->dims[i];
   out->dims[a->rank - 1] = N;
-  return PH_OK;
-}
-
-/* Element k of a row of W, as f32; p points at the row's first byte (any alignment). */
-static inline float wt_ld_f32(const unsigned char *p, int64_t k) {
-  float f;
-  memcpy(&f, p + 4 * k, 4);
-  return f;
-}
-
-static inline float wt_ld_bf16(const unsigned char *p, int64_t k) {
-  uint16_t h;
-  memcpy(&h, p + 2 * k, 2);
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* f16 -> f32, exact for every input including subnormals, inf and NaN (the test checks all
- * 65536). Written without branches and without floating-point arithmetic on subnormals (which
- * costs a microcode assist per element on x86) so the kernels' loops vectorize. */
-static inline float wt_ld_f16(const unsigned char *p, int64_t k) {
-  uint16_t h;
-  memcpy(&h, p + 2 * k, 2);
-  uint32_t em = h & 0x7fffu;
-  uint32_t normal = (em << 13) + ((uint32_t)(127 - 15) << 23);
-  uint32_t special = (em << 13) | 0x7f800000u;
-  float sub = (float)(int32_t)em * 0x1p-24f; /* exact: em < 2^10 when used */
-  uint32_t sub_bits;
-  memcpy(&sub_bits, &sub, 4);
-  /* selects as masks: a conditional here kept gcc from vectorizing the loops */
-  uint32_t is_sub = 0u - (uint32_t)(em < 0x0400u);
-  uint32_t is_special = 0u - (uint32_t)(em >= 0x7c00u);
-  uint32_t bits = (sub_bits & is_sub) | (special & is_special) | (normal & ~(is_sub | is_special));
-  bits |= (uint32_t)(h & 0x8000u) << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-/* The fixed combine of one dot product's partial sums. */
-static inline float wt_tree(const float *acc) {
-  float s[WT_LANES];
-  for (int l = 0; l < WT_LANES; l++) s[l] = acc[l];
-  for (int w = WT_LANES / 2; w >= 1; w /= 2)
-    for (int l = 0; l < w; l++) s[l] += s[l + w];
-  return s[0];
-}
-
-/* sums[r * WT_NW + c] = dot(A row r, W row c) for R rows of A (f32, contiguous, K apart) and
- * WT_NW rows of W. One body for every R and every W dtype: the summation order above. */
-#define WT_KERNEL(NAME, LOAD, R)                                                                   \
-  static void NAME(const float *a, int64_t K, const unsigned char *const *w, float *sums) {        \
-    const unsigned char *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];                            \
-    float acc[R][WT_NW][WT_LANES];                                                                 \
-    memset(acc, 0, sizeof acc);                                                                    \
-    int64_t k = 0;                                                                                 \
-    for (; k + WT_LANES <= K; k += WT_LANES)                                                       \
-      for (int r = 0; r < (R); r++) {                                                              \
-        const float *ar = a + r * K + k;                                                           \
-        for (int l = 0; l < WT_LANES; l++) {                                                       \
-          float av = ar[l];                                                                        \
-          acc[r][0][l] += av * LOAD(w0, k + l);                                                    \
-          acc[r][1][l] += av * LOAD(w1, k + l);                                                    \
-          acc[r][2][l] += av * LOAD(w2, k + l);                                                    \
-          acc[r][3][l] += av * LOAD(w3, k + l);                                                    \
-        }                                                                                          \
-      }                                                                                            \
-    for (int r = 0; r < (R); r++) {                                                                \
-      for (int64_t l = 0; k + l < K; l++) {                                                        \
-        float av = a[r * K + k + l];                                                               \
-        acc[r][0][l] += av * LOAD(w0, k + l);                                                      \
-        acc[r][1][l] += av * LOAD(w1, k + l);                                                      \
-        acc[r][2][l] += av * LOAD(w2, k + l);                                                      \
-        acc[r][3][l] += av * LOAD(w3, k + l);                                                      \
-      }                                                                                            \
-      for (int c = 0; c < WT_NW; c++) sums[r * WT_NW + c] = wt_tree(acc[r][c]);                    \
-    }                                                                                              \
-  }
-
-WT_KERNEL(wt_f32_r1, wt_ld_f32, 1)
-WT_KERNEL(wt_f32_r4, wt_ld_f32, 4)
-WT_KERNEL(wt_bf16_r1, wt_ld_bf16, 1)
-WT_KERNEL(wt_bf16_r4, wt_ld_bf16, 4)
-WT_KERNEL(wt_f16_r1, wt_ld_f16, 1)
-WT_KERNEL(wt_f16_r4, wt_ld_f16, 4)
-
-/* ---- MatMulWT: SIMD variants ----------------------------------------------------------------
- * Same summation order as the scalar kernels above, lane for lane: partial l of a dot product is
- * SIMD lane l (AVX-512: one zmm per dot product; AVX2: two ymm, lanes 0-7 and 8-15), the K % 16
- * tail goes to lanes 0 .. K % 16 - 1 with the other lanes left untouched (masked), and the tree
- * adds the upper half onto the lower half four times, which is the reference's l + 8, + 4, + 2,
- * + 1. The one difference is the fused multiply-add: each step rounds a * w + acc once instead
- * of twice. AVX2 and AVX-512 perform the same operations on the same lanes, so they agree bit
- * for bit. Every function that uses intrinsics carries the target attribute; the rest of the
- * library stays baseline x86-64, and other architectures get the scalar kernels only. */
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define WT_X86 1
-#include <immintrin.h>
-#else
-#define WT_X86 0
-#endif
-
-/* Most A rows per kernel call: AVX-512 keeps 6 x WT_NW accumulators, WT_NW weight vectors and
- * one A vector in its 32 registers. */
-#define WT_RMAX 6
-
-typedef void (*wt_kernel_fn)(const float *a, int64_t K, const unsigned char *const *w, float *sums);
-
-/* One variant: kernels indexed [W dtype: f32, bf16, f16][rows per call], NULL where a variant
- * has no kernel for that row count (rows are then split into smaller calls; every call of a
- * variant computes each row with the same operations, so the split cannot change a bit). */
-typedef struct wt_variant {
-  const char *name;
-  wt_kernel_fn k[3][WT_RMAX + 1];
-} wt_variant;
-
-#if WT_X86
-
-#define WT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define WT_AVX2   __attribute__((target("avx2,fma,f16c")))
-#define WT_INLINE __attribute__((always_inline)) inline
-/* Fully unrolls the short register-tile loops (trip counts <= WT_RMAX, WT_NW) so that the
- * accumulator arrays live in registers; clang ignores the GCC spelling. */
-#if defined(__clang__)
-#define WT_UNROLL _Pragma("unroll")
-#else
-#define WT_UNROLL _Pragma("GCC unroll 8")
-#endif
-
-/* An address `bytes` past p for a prefetch only: computed as an integer, since it may lie past
- * the end of W where pointer arithmetic would be undefined (the prefetch itself never faults). */
-static inline const char *wt_ahead(const unsigned char *p, int64_t bytes) {
-  return (const char *)(uintptr_t)((uintptr_t)p + (uintptr_t)bytes);
-}
-
-/* -- AVX-512 -- */
-
-/* 16 W elements at p (any alignment) as f32. bf16 and f16 conversions are exact. */
-static WT_INLINE WT_AVX512 __m512 wt512_ld(const unsigned char *p, int wdt) {
-  if (wdt == PH_DTYPE_BF16) {
-    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i_u *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
-  }
-  if (wdt == PH_DTYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i_u *)p));
-  return _mm512_loadu_ps(p);
-}
-
-/* The W elements at p that m selects (the first K % 16), zeros elsewhere; reads nothing else. */
-static WT_INLINE WT_AVX512 __m512 wt512_ld_part(const unsigned char *p, int wdt, __mmask16 m) {
-  if (wdt == PH_DTYPE_BF16) {
-    __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
-  }
-  if (wdt == PH_DTYPE_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-  return _mm512_maskz_loadu_ps(m, p);
-}
-
-/* The reference tree over 16 lanes: (l, l + 8), then (l, l + 4), (l, l + 2), (l, l + 1). */
-static WT_INLINE WT_AVX512 float wt512_tree(__m512 v) {
-  __m256 lo = _mm512_castps512_ps256(v);
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
-
-/* sums[r * WT_NW + c] = dot(A row r, W row c) for R rows of A (f32, K apart) and WT_NW W rows.
- * R and wdt are constants in every caller, so the loops unroll and acc stays in registers. */
-static WT_INLINE WT_AVX512 void wt512_body(const float *a, int64_t K, const unsigned char *const *w,
-                                           float *sums, int R, int wdt) {
-  const int64_t es = wdt == PH_DTYPE_F32 ? 4 : 2;
-  __m512 acc[WT_RMAX][WT_NW];
-  WT_UNROLL
-  for (int r = 0; r < R; r++) {
-    WT_UNROLL
-    for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_setzero_ps();
-  }
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    __m512 wv[WT_NW];
-    WT_UNROLL
-    for (int c = 0; c < WT_NW; c++) wv[c] = wt512_ld(w[c] + k * es, wdt);
-    /* W rows are consecutive in memory and a task walks them in groups of WT_NW: fetch the
-     * same place in the next group, one line per stream per 64 bytes. A row of 2-4 KB is too
-     * short a stream for the hardware prefetcher to ramp up on (measured: decode +20-25 %
-     * bandwidth). */
-    if (es == 4 || !(k & 16)) {
-      WT_UNROLL
-      for (int c = 0; c < WT_NW; c++)
-        _mm_prefetch(wt_ahead(w[c], (k + WT_NW * K) * es), _MM_HINT_T0);
-    }
-    WT_UNROLL
-    for (int r = 0; r < R; r++) {
-      __m512 av = _mm512_loadu_ps(a + r * K + k);
-      WT_UNROLL
-      for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_fmadd_ps(av, wv[c], acc[r][c]);
-    }
-  }
-  if (k < K) {
-    __mmask16 m = (__mmask16)((1u << (unsigned)(K - k)) - 1u);
-    __m512 wv[WT_NW];
-    WT_UNROLL
-    for (int c = 0; c < WT_NW; c++) wv[c] = wt512_ld_part(w[c] + k * es, wdt, m);
-    WT_UNROLL
-    for (int r = 0; r < R; r++) {
-      __m512 av = _mm512_maskz_loadu_ps(m, a + r * K + k);
-      WT_UNROLL
-      for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_mask3_fmadd_ps(av, wv[c], acc[r][c], m);
-    }
-  }
-  WT_UNROLL
-  for (int r = 0; r < R; r++) {
-    WT_UNROLL
-    for (int c = 0; c < WT_NW; c++) sums[r * WT_NW + c] = wt512_tree(acc[r][c]);
-  }
-}
-
-#define WT512_KERNEL(NAME, DT, R)                                                                  \
-  static WT_AVX512 void NAME(const float *a, int64_t K, const unsigned char *const *w,             \
-                             float *sums) {                                                        \
-    wt512_body(a, K, w, sums, R, DT);                                                              \
-  }
-#define WT512_KERNELS(DTN, DT)                                                                     \
-  WT512_KERNEL(wt_##DTN##_avx512_r1, DT, 1)                                                        \
-  WT512_KERNEL(wt_##DTN##_avx512_r2, DT, 2)                                                        \
-  WT512_KERNEL(wt_##DTN##_avx512_r3, DT, 3)                                                        \
-  WT512_KERNEL(wt_##DTN##_avx512_r4, DT, 4)                                                        \
-  WT512_KERNEL(wt_##DTN##_avx512_r5, DT, 5)                                                        \
-  WT512_KERNEL(wt_##DTN##_avx512_r6, DT, 6)
-
-WT512_KERNELS(f32, PH_DTYPE_F32)
-WT512_KERNELS(bf16, PH_DTYPE_BF16)
-WT512_KERNELS(f16, PH_DTYPE_F16)
-
-/* -- AVX2 (16 ymm registers: one A row per call keeps 8 accumulators and 4 W vectors live) -- */
-
-/* 8 W elements at p (any alignment) as f32, exactly. */
-static WT_INLINE WT_AVX2 __m256 wt256_ld(const unsigned char *p, int wdt) {
-  if (wdt == PH_DTYPE_BF16) {
-    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i_u *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
-  }
-  if (wdt == PH_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i_u *)p));
-  return _mm256_loadu_ps((const float *)(const void *)p);
-}
-
-/* The reference tree over lanes lo (0-7) and hi (8-15). */
-static WT_INLINE WT_AVX2 float wt256_tree(__m256 lo, __m256 hi) {
-  __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
-
-static WT_INLINE WT_AVX2 void wt256_body(const float *a, int64_t K, const unsigned char *const *w,
-                                         float *sums, int wdt) {
-  const int64_t es = wdt == PH_DTYPE_F32 ? 4 : 2;
-  __m256 lo[WT_NW], hi[WT_NW];
-  WT_UNROLL
-  for (int c = 0; c < WT_NW; c++) lo[c] = hi[c] = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    if (es == 4 || !(k & 16)) { /* the next group's rows, one line per 64 bytes: see wt512_body */
-      WT_UNROLL
-      for (int c = 0; c < WT_NW; c++)
-        _mm_prefetch(wt_ahead(w[c], (k + WT_NW * K) * es), _MM_HINT_T0);
-    }
-    __m256 av = _mm256_loadu_ps(a + k);
-    WT_UNROLL
-    for (int c = 0; c < WT_NW; c++)
-      lo[c] = _mm256_fmadd_ps(av, wt256_ld(w[c] + k * es, wdt), lo[c]);
-    av = _mm256_loadu_ps(a + k + 8);
-    WT_UNROLL
-    for (int c = 0; c < WT_NW; c++)
-      hi[c] = _mm256_fmadd_ps(av, wt256_ld(w[c] + (k + 8) * es, wdt), hi[c]);
-  }
-  if (k < K) {
-    /* the tail through zero-padded copies (no masked 16-bit loads in AVX2); the blend keeps the
-     * lanes past the tail untouched, as the AVX-512 masked FMA does (-0 stays -0) */
-    int n = (int)(K - k);
-    float at[16] = {0}, wt[WT_NW][16] = {{0}};
-    int32_t keep[16];
-    for (int l = 0; l < 16; l++) keep[l] = l < n ? -1 : 0;
-    for (int l = 0; l < n; l++) at[l] = a[k + l];
-    for (int c = 0; c < WT_NW; c++)
-      for (int l = 0; l < n; l++)
-        wt[c][l] = wdt == PH_DTYPE_BF16  ? wt_ld_bf16(w[c], k + l)
-                   : wdt == PH_DTYPE_F16 ? wt_ld_f16(w[c], k + l)
-                                         : wt_ld_f32(w[c], k + l);
-    __m256 mlo = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i_u *)keep));
-    __m256 mhi = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i_u *)(keep + 8)));
-    __m256 alo = _mm256_loadu_ps(at), ahi = _mm256_loadu_ps(at + 8);
-    for (int c = 0; c < WT_NW; c++) {
-      __m256 flo = _mm256_fmadd_ps(alo, _mm256_loadu_ps(wt[c]), lo[c]);
-      __m256 fhi = _mm256_fmadd_ps(ahi, _mm256_loadu_ps(wt[c] + 8), hi[c]);
-      lo[c] = _mm256_blendv_ps(lo[c], flo, mlo);
-      hi[c] = _mm256_blendv_ps(hi[c], fhi, mhi);
-    }
-  }
-  WT_UNROLL
-  for (int c = 0; c < WT_NW; c++) sums[c] = wt256_tree(lo[c], hi[c]);
-}
-
-#define WT256_KERNEL(NAME, DT)                                                                     \
-  static WT_AVX2 void NAME(const float *a, int64_t K, const unsigned char *const *w,               \
-                           float *sums) {                                                          \
-    wt256_body(a, K, w, sums, DT);                                                                 \
-  }
-WT256_KERNEL(wt_f32_avx2_r1, PH_DTYPE_F32)
-WT256_KERNEL(wt_bf16_avx2_r1, PH_DTYPE_BF16)
-WT256_KERNEL(wt_f16_avx2_r1, PH_DTYPE_F16)
-
-#endif /* WT_X86 */
-
-/* ---- MatMulWT: variant table and choice ---------------------------------------------------- */
-
-static const wt_variant WT_VARIANTS[MATMUL_WT_N_VARIANTS] = {
-    [MATMUL_WT_SCALAR] = {"scalar",
-                          {{NULL, wt_f32_r1, NULL, NULL, wt_f32_r4},
-                           {NULL, wt_bf16_r1, NULL, NULL, wt_bf16_r4},
-                           {NULL, wt_f16_r1, NULL, NULL, wt_f16_r4}}},
-#if WT_X86
-    [MATMUL_WT_AVX2] = {"avx2",
-                        {{NULL, wt_f32_avx2_r1}, {NULL, wt_bf16_avx2_r1}, {NULL, wt_f16_avx2_r1}}},
-    [MATMUL_WT_AVX512] = {"avx512",
-                          {{NULL, wt_f32_avx512_r1, wt_f32_avx512_r2, wt_f32_avx512_r3,
-                            wt_f32_avx512_r4, wt_f32_avx512_r5, wt_f32_avx512_r6},
-                           {NULL, wt_bf16_avx512_r1, wt_bf16_avx512_r2, wt_bf16_avx512_r3,
-                            wt_bf16_avx512_r4, wt_bf16_avx512_r5, wt_bf16_avx512_r6},
-                           {NULL, wt_f16_avx512_r1, wt_f16_avx512_r2, wt_f16_avx512_r3,
-                            wt_f16_avx512_r4, wt_f16_avx512_r5, wt_f16_avx512_r6}}},
-#else
-    [MATMUL_WT_AVX2] = {"avx2", {{NULL}}},
-    [MATMUL_WT_AVX512] = {"avx512", {{NULL}}},
-#endif
-};
-
-const char *matmul_wt_variant_name(matmul_wt_variant v) {
-  return (unsigned)v < MATMUL_WT_N_VARIANTS ? WT_VARIANTS[v].name : "?";
-}
-
-int matmul_wt_variant_available(matmul_wt_variant v) {
-  if (v == MATMUL_WT_SCALAR) return 1;
-  if (!WT_X86 || (unsigned)v >= MATMUL_WT_N_VARIANTS) return 0;
-  const ph_cpu_features *f = cpu_features();
-  int avx2 = f->avx2 && f->fma && f->f16c;
-  if (v == MATMUL_WT_AVX2) return avx2;
-  return avx2 && f->avx512f && f->avx512bw && f->avx512vl;
-}
-
-/* The best available variant not above want. */
-static matmul_wt_variant wt_best_up_to(matmul_wt_variant want) {
-  int v = (int)want;
-  while (v > MATMUL_WT_SCALAR && !matmul_wt_variant_available((matmul_wt_variant)v)) v--;
-  return (matmul_wt_variant)v;
-}
-
-static pthread_once_t wt_choice_once = PTHREAD_ONCE_INIT;
-static matmul_wt_variant wt_choice;
-static _Atomic int wt_forced = -1; /* matmul_wt_force_variant's choice, -1 while none */
-
-/* Reads PH_KERNELS once (see op_matmul.h). */
-static void wt_choose(void) {
-  const char *env = getenv("PH_KERNELS");
-  matmul_wt_variant want = MATMUL_WT_AVX512;
-  if (env && *env && strcmp(env, "auto") != 0) {
-    int known = 0;
-    for (int v = 0; v < MATMUL_WT_N_VARIANTS; v++)
-      if (strcmp(env, WT_VARIANTS[v].name) == 0) {
-        want = (matmul_wt_variant)v;
-        known = 1;
-      }
-    if (!known)
-      LOG_WARN("PH_KERNELS=%s is not one of scalar, avx2, avx512, auto; choosing from the CPU",
-               env);
-  }
-  wt_choice = wt_best_up_to(want);
-  if (env && wt_choice != want && strcmp(env, WT_VARIANTS[want].name) == 0)
-    LOG_WARN("PH_KERNELS=%s: this CPU cannot run it; MatMulWT uses %s", env,
-             WT_VARIANTS[wt_choice].name);
-}
-
-matmul_wt_variant matmul_wt_variant_active(void) {
-  int forced = atomic_load(&wt_forced);
-  if (forced >= 0) return (matmul_wt_variant)forced;
-  pthread_once(&wt_choice_once, wt_choose);
-  return wt_choice;
-}
-
-ph_status matmul_wt_force_variant(matmul_wt_variant v, diag *d) {
-  RETURN_ERROR_IF(!matmul_wt_variant_available(v), d, PH_ERR_UNSUPPORTED,
-                  "MatMulWT: the %s kernels cannot run on this CPU or build",
-                  matmul_wt_variant_name(v));
-  atomic_store(&wt_forced, (int)v);
   return PH_OK;
 }
 
@@ -770,14 +361,14 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
   j.bias_dtype = bias ? bias->dtype : PH_DTYPE_INVALID;
   j.y = out[0]->data;
   j.y_dtype = out[0]->dtype;
-  matmul_wt_variant v = matmul_wt_variant_active();
-  const wt_variant *var = &WT_VARIANTS[v];
-  j.k = var->k[w->dtype == PH_DTYPE_BF16 ? 1 : w->dtype == PH_DTYPE_F16 ? 2 : 0];
-  j.k_f32 = var->k[0];
+  kernel_variant v = kernel_variant_active();
+  const matmul_wt_kernels *ks = kernel_set_of(v)->matmul_wt;
+  j.k = ks->k[w->dtype == PH_DTYPE_BF16 ? 1 : w->dtype == PH_DTYPE_F16 ? 2 : 0];
+  j.k_f32 = ks->k[0];
   size_t need = wt_scratch_floats(M, j.K, w->dtype, pool_threads(ctx->pool)) * sizeof(float);
   RETURN_ERROR_IF(ctx->scratch_bytes < need, d, PH_ERR_INTERNAL,
                   "MatMulWT: scratch of %zu bytes, need %zu", ctx->scratch_bytes, need);
-  if (v == MATMUL_WT_SCALAR && w->dtype == PH_DTYPE_F16 && M > 1 && j.K > 0)
+  if (v == KERNEL_SCALAR && w->dtype == PH_DTYPE_F16 && M > 1 && j.K > 0)
     j.w_f32 = (float *)ctx->scratch + min64(M, WT_MC) * j.K;
   /* with K == 0 the kernels read nothing, but still offset this pointer */
   static const float no_rows[1] = {0.0f};

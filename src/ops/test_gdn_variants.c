@@ -1,6 +1,6 @@
 /* test_gdn_variants — the GatedDeltaNet decode kernels (one token per sequence) give the bits of
- * the scalar reference: every variant the CPU runs (matmul_wt_force_variant picks it, as
- * MatMulWT's rule does at run time) against scalar with memcmp, over shapes whose Dk and Dv are
+ * the scalar reference: every variant the CPU runs (kernel_force_variant picks it, as
+ * kernels/dispatch.h does at run time) against scalar with memcmp, over shapes whose Dk and Dv are
  * and are not multiples of 8 and 16, every update rule, with and without an initial state, with
  * the final state aliasing the initial one and with no final state asked for. A batch mixing a
  * prefill sequence with decode ones is included (the prefill path is shared by all variants).
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/dispatch.h"
 #include "op_testing.h"
-#include "ops/op_matmul.h"
 
 enum { IQ, IK, IV, ICU, IDECAY, IBETA, ISTATE, IALOG, IDTB, NIN };
 
@@ -93,11 +93,11 @@ static void check_case(const vcase *c, uint64_t seed) {
   memset(&d, 0, sizeof d);
   tensor *in[NIN], *ref[2] = {NULL, NULL};
   make_inputs(c, seed, in);
-  CHECK_STATUS(matmul_wt_force_variant(MATMUL_WT_SCALAR, &d), PH_OK, d.msg);
+  CHECK_STATUS(kernel_force_variant(KERNEL_SCALAR, &d), PH_OK, d.msg);
   CHECK_STATUS(run_case(c, in, ref, 2, 1, &d), PH_OK, d.msg);
-  for (int v = MATMUL_WT_AVX2; v < MATMUL_WT_N_VARIANTS; v++) {
-    if (!matmul_wt_variant_available((matmul_wt_variant)v)) continue;
-    CHECK_STATUS(matmul_wt_force_variant((matmul_wt_variant)v, &d), PH_OK, d.msg);
+  for (int v = KERNEL_AVX2; v < KERNEL_N_VARIANTS; v++) {
+    if (!kernel_variant_available((kernel_variant)v)) continue;
+    CHECK_STATUS(kernel_force_variant((kernel_variant)v, &d), PH_OK, d.msg);
     tensor *o[2] = {NULL, NULL}, *o1[1] = {NULL};
     CHECK_STATUS(run_case(c, in, o, 2, 3, &d), PH_OK, d.msg);
     CHECK_STATUS(run_case(c, in, o1, 1, 1, &d), PH_OK, d.msg);
@@ -115,7 +115,7 @@ static void check_case(const vcase *c, uint64_t seed) {
     }
     if (!ok)
       fprintf(stderr, "  %s differs from scalar: Hq %lld x%lld Dk %lld Dv %lld rule %s state %d\n",
-              matmul_wt_variant_name((matmul_wt_variant)v), (long long)c->Hq, (long long)c->ratio,
+              kernel_variant_name((kernel_variant)v), (long long)c->Hq, (long long)c->ratio,
               (long long)c->Dk, (long long)c->Dv, v_rules[c->rule], c->has_state);
     CHECK(ok);
     g_compared++;
@@ -149,7 +149,7 @@ static void test_decode_variants_bitwise(void) {
     fprintf(stderr, "       no GatedDeltaNet variant besides scalar is available on this CPU\n");
   diag d;
   memset(&d, 0, sizeof d);
-  CHECK_STATUS(matmul_wt_force_variant(MATMUL_WT_SCALAR, &d), PH_OK, d.msg);
+  CHECK_STATUS(kernel_force_variant(KERNEL_SCALAR, &d), PH_OK, d.msg);
 }
 
 int main(void) {

@@ -1,5 +1,5 @@
-/* test_matmul_wt — every MatMulWT kernel variant this CPU runs (op_matmul.h: scalar reference,
- * AVX2, AVX-512), each forced in turn and checked:
+/* test_matmul_wt — every MatMulWT kernel variant this CPU runs (kernels/dispatch.h: scalar
+ * reference, AVX2, AVX-512), each forced in turn and checked:
  *
  *   accuracy     against a float64 reference over the grid M x K x N x W dtype x bias below,
  *                within the rounding bound derived at wt_bound();
@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/dispatch.h"
 #include "op_testing.h"
-#include "ops/op_matmul.h"
 
 static const ph_dtype WDTS[] = {PH_DTYPE_F32, PH_DTYPE_BF16, PH_DTYPE_F16};
 #define N_WDTS 3
@@ -47,41 +47,41 @@ static tensor *wt_run(const tensor *a, const tensor *w, const tensor *bias, int 
 }
 
 /* The variants this CPU runs, in enum order; returns how many. */
-static int available_variants(matmul_wt_variant *v) {
+static int available_variants(kernel_variant *v) {
   int n = 0;
-  for (int i = 0; i < MATMUL_WT_N_VARIANTS; i++)
-    if (matmul_wt_variant_available((matmul_wt_variant)i)) v[n++] = (matmul_wt_variant)i;
+  for (int i = 0; i < KERNEL_N_VARIANTS; i++)
+    if (kernel_variant_available((kernel_variant)i)) v[n++] = (kernel_variant)i;
   return n;
 }
 
-static void force(matmul_wt_variant v) {
+static void force(kernel_variant v) {
   diag d;
-  CHECK_STATUS(matmul_wt_force_variant(v, &d), PH_OK, d.msg);
+  CHECK_STATUS(kernel_force_variant(v, &d), PH_OK, d.msg);
 }
 
 /* ---- the hook ------------------------------------------------------------------------------- */
 
 static void test_variants(void) {
-  matmul_wt_variant v[MATMUL_WT_N_VARIANTS];
+  kernel_variant v[KERNEL_N_VARIANTS];
   int n = available_variants(v);
   CHECK(n >= 1);
-  CHECK(v[0] == MATMUL_WT_SCALAR);
+  CHECK(v[0] == KERNEL_SCALAR);
   printf("  MatMulWT variants on this CPU:");
-  for (int i = 0; i < n; i++) printf(" %s", matmul_wt_variant_name(v[i]));
-  printf(" (default: %s)\n", matmul_wt_variant_name(matmul_wt_variant_active()));
-  CHECK_EQ_STR(matmul_wt_variant_name(MATMUL_WT_AVX512), "avx512");
-  CHECK_EQ_STR(matmul_wt_variant_name((matmul_wt_variant)7), "?");
+  for (int i = 0; i < n; i++) printf(" %s", kernel_variant_name(v[i]));
+  printf(" (default: %s)\n", kernel_variant_name(kernel_variant_active()));
+  CHECK_EQ_STR(kernel_variant_name(KERNEL_AVX512), "avx512");
+  CHECK_EQ_STR(kernel_variant_name((kernel_variant)7), "?");
   diag d;
-  CHECK_STATUS(matmul_wt_force_variant((matmul_wt_variant)7, &d), PH_ERR_UNSUPPORTED, d.msg);
-  for (int i = 0; i < MATMUL_WT_N_VARIANTS; i++) {
-    matmul_wt_variant want = (matmul_wt_variant)i;
-    ph_status s = matmul_wt_force_variant(want, &d);
-    if (matmul_wt_variant_available(want)) {
+  CHECK_STATUS(kernel_force_variant((kernel_variant)7, &d), PH_ERR_UNSUPPORTED, d.msg);
+  for (int i = 0; i < KERNEL_N_VARIANTS; i++) {
+    kernel_variant want = (kernel_variant)i;
+    ph_status s = kernel_force_variant(want, &d);
+    if (kernel_variant_available(want)) {
       CHECK_STATUS(s, PH_OK, d.msg);
-      CHECK(matmul_wt_variant_active() == want);
+      CHECK(kernel_variant_active() == want);
     } else {
       CHECK_STATUS(s, PH_ERR_UNSUPPORTED, d.msg);
-      CHECK_CONTAINS(d.msg, matmul_wt_variant_name(want));
+      CHECK_CONTAINS(d.msg, kernel_variant_name(want));
     }
   }
 }
@@ -130,9 +130,9 @@ static void test_grid(void) {
   static const int64_t Ks[] = {1, 7, 16, 31, 64, 100, 1024, 1031};
   static const int64_t Ns[] = {1, 3, 4, 5, 17, 64, 100};
   enum { NM = 12, NK = 8, NN = 7 };
-  matmul_wt_variant v[MATMUL_WT_N_VARIANTS];
+  kernel_variant v[KERNEL_N_VARIANTS];
   int nv = available_variants(v);
-  variant_stats st[MATMUL_WT_N_VARIANTS];
+  variant_stats st[KERNEL_N_VARIANTS];
   memset(st, 0, sizeof st);
   int64_t avx_mismatch = 0, avx_compared = 0, cases = 0;
   rng r = rng_seed(31);
@@ -170,14 +170,14 @@ static void test_grid(void) {
                 ref[i] += b;
                 mag[i] += fabs(b);
               }
-            tensor *y[MATMUL_WT_N_VARIANTS] = {NULL};
+            tensor *y[KERNEL_N_VARIANTS] = {NULL};
             for (int vi = 0; vi < nv; vi++) {
               force(v[vi]);
               y[vi] = wt_run(a, w, with_bias ? bias : NULL, 1 + (int)((ki + ni + mi) % 3));
               if (!y[vi]) continue;
               char what[128];
               snprintf(what, sizeof what, "%s W %s M %lld K %lld N %lld bias %d",
-                       matmul_wt_variant_name(v[vi]), dtn(WDTS[wi]), (long long)M, (long long)K,
+                       kernel_variant_name(v[vi]), dtn(WDTS[wi]), (long long)M, (long long)K,
                        (long long)N, with_bias);
               const float *yv = y[vi]->data, *ys = y[0] ? (const float *)y[0]->data : NULL;
               variant_stats *s = &st[vi];
@@ -218,7 +218,7 @@ static void test_grid(void) {
     variant_stats *s = &st[vi];
     printf("  %-7s vs float64: max %.2f u (%.3f of the bound); vs scalar: %.1f%% bit-identical, "
            "max %.2f u\n",
-           matmul_wt_variant_name(v[vi]), s->worst_u, s->worst_vs_bound,
+           kernel_variant_name(v[vi]), s->worst_u, s->worst_vs_bound,
            100.0 * (double)s->same_as_scalar / (double)(s->outputs ? s->outputs : 1),
            s->worst_vs_scalar);
     CHECK_EQ_INT(s->over_bound, 0);
@@ -284,7 +284,7 @@ static int64_t invariance_case(ph_dtype wdt, ph_dtype adt, int64_t M, int64_t K,
     }
   if (bad)
     fprintf(stderr, "  batch invariance (%s): W %s A %s M %lld K %lld N %lld: %lld rows differ\n",
-            matmul_wt_variant_name(matmul_wt_variant_active()), dtn(wdt), dtn(adt), (long long)M,
+            kernel_variant_name(kernel_variant_active()), dtn(wdt), dtn(adt), (long long)M,
             (long long)K, (long long)N, (long long)bad);
   tensor_free(full);
   tensor_free(a);
@@ -302,7 +302,7 @@ static void test_batch_invariance(void) {
       {PH_DTYPE_F16, PH_DTYPE_F32, 13, 31, 37},    {PH_DTYPE_F16, PH_DTYPE_F16, 65, 64, 5},
       {PH_DTYPE_F32, PH_DTYPE_F32, 13, 7, 37},     {PH_DTYPE_F32, PH_DTYPE_BF16, 9, 1024, 64},
   };
-  matmul_wt_variant v[MATMUL_WT_N_VARIANTS];
+  kernel_variant v[KERNEL_N_VARIANTS];
   int nv = available_variants(v);
   rng r = rng_seed(32);
   for (int vi = 0; vi < nv; vi++) {
@@ -310,7 +310,7 @@ static void test_batch_invariance(void) {
     int64_t bad = 0, compared = 0;
     for (size_t ci = 0; ci < sizeof CFG / sizeof CFG[0]; ci++)
       bad += invariance_case(CFG[ci].w, CFG[ci].a, CFG[ci].M, CFG[ci].K, CFG[ci].N, &r, &compared);
-    printf("  %-7s %lld rows compared bit for bit, %lld differ\n", matmul_wt_variant_name(v[vi]),
+    printf("  %-7s %lld rows compared bit for bit, %lld differ\n", kernel_variant_name(v[vi]),
            (long long)compared, (long long)bad);
     CHECK_EQ_INT(bad, 0);
     CHECK(compared > 0);
@@ -324,7 +324,7 @@ static void test_batch_invariance(void) {
  * 16-lane loop; 2 rows: the multi-row kernels. */
 static void test_conversions(void) {
   static const int64_t Ks[] = {1, 16, 35}, ATS[] = {0, 5, 33};
-  matmul_wt_variant v[MATMUL_WT_N_VARIANTS];
+  kernel_variant v[KERNEL_N_VARIANTS];
   int nv = available_variants(v);
   for (int vi = 0; vi < nv; vi++) {
     force(v[vi]);
@@ -344,7 +344,7 @@ static void test_conversions(void) {
             int ok = isnan(want) ? isnan(got) : got == want;
             if (!ok && !bad)
               fprintf(stderr, "  %s %s 0x%04x: got %.9g want %.9g (K %lld)\n",
-                      matmul_wt_variant_name(v[vi]), dtn(WDTS[di]), (unsigned)h, got, want,
+                      kernel_variant_name(v[vi]), dtn(WDTS[di]), (unsigned)h, got, want,
                       (long long)K);
             bad += !ok;
           }

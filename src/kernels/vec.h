@@ -1,9 +1,9 @@
-/* vec_kernels — the f32 vector primitives the recurrent-state kernels share (LinearAttention,
- * GatedDeltaNet). Single-threaded and pure; the summation order of vec_dot depends on n alone
- * (eight fixed lanes combined in a fixed tree), which keeps every caller batch-invariant.
- * Written as eight explicit lanes so that baseline -O2 vectorizes them. */
-#ifndef PH_OPS_VEC_KERNELS_H
-#define PH_OPS_VEC_KERNELS_H
+/* vec — the f32 vector primitives the recurrent-state kernels share (kernels/gated_delta.c, for
+ * LinearAttention and GatedDeltaNet). Single-threaded and pure; the summation order of vec_dot
+ * depends on n alone (eight fixed lanes combined in a fixed tree), which keeps every caller
+ * batch-invariant. Written as eight explicit lanes so that baseline -O2 vectorizes them. */
+#ifndef PH_KERNELS_VEC_H
+#define PH_KERNELS_VEC_H
 
 #include <stdint.h>
 
@@ -49,4 +49,4 @@ static inline void vec_state_read(float *y, const float *S, const float *w, int6
   for (int64_t r = 0; r < Dk; r++) vec_axpy(y, w[r], S + r * Dv, Dv);
 }
 
-#endif /* PH_OPS_VEC_KERNELS_H */
+#endif /* PH_KERNELS_VEC_H */

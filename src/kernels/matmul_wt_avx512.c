@@ -1,0 +1,132 @@
+/* matmul_wt_avx512 — the AVX-512 F/BW/VL MatMulWT kernels (kernels/matmul_wt.h), R = 1..6 rows
+ * of A per call. Same summation order as the scalar kernels, lane for lane: partial l of a dot
+ * product is zmm lane l, the K % 16 tail goes to lanes 0 .. K % 16 - 1 with the other lanes left
+ * untouched (masked), and the tree adds the upper half onto the lower half four times, which is
+ * the reference's l + 8, + 4, + 2, + 1. The one difference is the fused multiply-add: each step
+ * rounds a * w + acc once instead of twice. matmul_wt_avx2.c performs the same operations on the
+ * same lanes, so the two agree bit for bit. Every function that uses intrinsics carries the
+ * target attribute; the rest of the library stays baseline x86-64, and other architectures get
+ * an empty table (kernels/dispatch.c never picks it there).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/matmul_wt.h"
+#include "tensor/dtype.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#if WT_X86
+#include <immintrin.h>
+
+/* 16 W elements at p (any alignment) as f32. bf16 and f16 conversions are exact. */
+static WT_INLINE WT_AVX512 __m512 wt512_ld(const unsigned char *p, int wdt) {
+  if (wdt == PH_DTYPE_BF16) {
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i_u *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+  if (wdt == PH_DTYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i_u *)p));
+  return _mm512_loadu_ps(p);
+}
+
+/* The W elements at p that m selects (the first K % 16), zeros elsewhere; reads nothing else. */
+static WT_INLINE WT_AVX512 __m512 wt512_ld_part(const unsigned char *p, int wdt, __mmask16 m) {
+  if (wdt == PH_DTYPE_BF16) {
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+  if (wdt == PH_DTYPE_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_maskz_loadu_ps(m, p);
+}
+
+/* The reference tree over 16 lanes: (l, l + 8), then (l, l + 4), (l, l + 2), (l, l + 1). */
+static WT_INLINE WT_AVX512 float wt512_tree(__m512 v) {
+  __m256 lo = _mm512_castps512_ps256(v);
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+/* sums[r * WT_NW + c] = dot(A row r, W row c) for R rows of A (f32, K apart) and WT_NW W rows.
+ * R and wdt are constants in every caller, so the loops unroll and acc stays in registers. */
+static WT_INLINE WT_AVX512 void wt512_body(const float *a, int64_t K, const unsigned char *const *w,
+                                           float *sums, int R, int wdt) {
+  const int64_t es = wdt == PH_DTYPE_F32 ? 4 : 2;
+  __m512 acc[WT_RMAX][WT_NW];
+  WT_UNROLL
+  for (int r = 0; r < R; r++) {
+    WT_UNROLL
+    for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 wv[WT_NW];
+    WT_UNROLL
+    for (int c = 0; c < WT_NW; c++) wv[c] = wt512_ld(w[c] + k * es, wdt);
+    /* W rows are consecutive in memory and a task walks them in groups of WT_NW: fetch the
+     * same place in the next group, one line per stream per 64 bytes. A row of 2-4 KB is too
+     * short a stream for the hardware prefetcher to ramp up on (measured: decode +20-25 %
+     * bandwidth). */
+    if (es == 4 || !(k & 16)) {
+      WT_UNROLL
+      for (int c = 0; c < WT_NW; c++)
+        _mm_prefetch(wt_ahead(w[c], (k + WT_NW * K) * es), _MM_HINT_T0);
+    }
+    WT_UNROLL
+    for (int r = 0; r < R; r++) {
+      __m512 av = _mm512_loadu_ps(a + r * K + k);
+      WT_UNROLL
+      for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_fmadd_ps(av, wv[c], acc[r][c]);
+    }
+  }
+  if (k < K) {
+    __mmask16 m = (__mmask16)((1u << (unsigned)(K - k)) - 1u);
+    __m512 wv[WT_NW];
+    WT_UNROLL
+    for (int c = 0; c < WT_NW; c++) wv[c] = wt512_ld_part(w[c] + k * es, wdt, m);
+    WT_UNROLL
+    for (int r = 0; r < R; r++) {
+      __m512 av = _mm512_maskz_loadu_ps(m, a + r * K + k);
+      WT_UNROLL
+      for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_mask3_fmadd_ps(av, wv[c], acc[r][c], m);
+    }
+  }
+  WT_UNROLL
+  for (int r = 0; r < R; r++) {
+    WT_UNROLL
+    for (int c = 0; c < WT_NW; c++) sums[r * WT_NW + c] = wt512_tree(acc[r][c]);
+  }
+}
+
+#define WT512_KERNEL(NAME, DT, R)                                                                  \
+  static WT_AVX512 void NAME(const float *a, int64_t K, const unsigned char *const *w,             \
+                             float *sums) {                                                        \
+    wt512_body(a, K, w, sums, R, DT);                                                              \
+  }
+#define WT512_KERNELS(DTN, DT)                                                                     \
+  WT512_KERNEL(wt_##DTN##_avx512_r1, DT, 1)                                                        \
+  WT512_KERNEL(wt_##DTN##_avx512_r2, DT, 2)                                                        \
+  WT512_KERNEL(wt_##DTN##_avx512_r3, DT, 3)                                                        \
+  WT512_KERNEL(wt_##DTN##_avx512_r4, DT, 4)                                                        \
+  WT512_KERNEL(wt_##DTN##_avx512_r5, DT, 5)                                                        \
+  WT512_KERNEL(wt_##DTN##_avx512_r6, DT, 6)
+
+WT512_KERNELS(f32, PH_DTYPE_F32)
+WT512_KERNELS(bf16, PH_DTYPE_BF16)
+WT512_KERNELS(f16, PH_DTYPE_F16)
+
+const matmul_wt_kernels matmul_wt_avx512_kernels = {
+    {{NULL, wt_f32_avx512_r1, wt_f32_avx512_r2, wt_f32_avx512_r3, wt_f32_avx512_r4,
+      wt_f32_avx512_r5, wt_f32_avx512_r6},
+     {NULL, wt_bf16_avx512_r1, wt_bf16_avx512_r2, wt_bf16_avx512_r3, wt_bf16_avx512_r4,
+      wt_bf16_avx512_r5, wt_bf16_avx512_r6},
+     {NULL, wt_f16_avx512_r1, wt_f16_avx512_r2, wt_f16_avx512_r3, wt_f16_avx512_r4,
+      wt_f16_avx512_r5, wt_f16_avx512_r6}}};
+#else
+const matmul_wt_kernels matmul_wt_avx512_kernels = {{{NULL}}};
+#endif /* WT_X86 */
