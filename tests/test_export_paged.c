@@ -172,8 +172,8 @@ static int run_two(paged_session *s, float *out, int64_t V) {
   int ok = 1;
   for (int i = 0; i < 2; i++) {
     block_table_init(&bt[i]);
-    ok &= state_pool_alloc(paged_session_states(s), &slot[i], &d) == PH_OK;
-    ok &= block_table_reserve(&bt[i], paged_session_blocks(s), 8, 16, &d) == PH_OK;
+    slot[i] = -1;
+    ok &= hybrid_cache_reserve(paged_session_cache(s), &bt[i], &slot[i], 8, &d) == PH_OK;
   }
   paged_seq seqs[2] = {{slot[0], &bt[0], 0, a, 5}, {slot[1], &bt[1], 0, b, 3}};
   ok = ok && paged_session_run(s, seqs, 2, &d) == PH_OK;
@@ -181,8 +181,8 @@ static int run_two(paged_session *s, float *out, int64_t V) {
   const float *l = ok ? paged_session_logits(s, &rows) : NULL;
   if (l && rows == 8) memcpy(out, l, (size_t)(8 * V) * sizeof *out);
   for (int i = 0; i < 2; i++) {
-    block_table_release(&bt[i], paged_session_blocks(s), &d);
-    state_pool_release(paged_session_states(s), slot[i], &d);
+    hybrid_cache_release(paged_session_cache(s), &bt[i], &slot[i], &d);
+    free(bt[i].ids);
   }
   return ok && rows == 8;
 }

@@ -177,9 +177,7 @@ static float *run_paged(const char *dir, const int64_t *tokens, int64_t n, model
   int32_t slot = -1;
   block_table bt;
   block_table_init(&bt);
-  if (s && state_pool_alloc(paged_session_states(s), &slot, &d) == PH_OK &&
-      block_table_reserve(&bt, paged_session_blocks(s), n, paged_session_block_size(s), &d) ==
-          PH_OK) {
+  if (s && hybrid_cache_reserve(paged_session_cache(s), &bt, &slot, n, &d) == PH_OK) {
     paged_seq one = {slot, &bt, 0, tokens, n};
     const ph_status st = paged_session_run(s, &one, 1, &d);
     CHECK_STATUS(st, PH_OK, d.msg);
@@ -187,8 +185,9 @@ static float *run_paged(const char *dir, const int64_t *tokens, int64_t n, model
     out = st == PH_OK ? calloc((size_t)(n * V), sizeof *out) : NULL;
     for (int64_t j = 0; out && j < n; j++)
       memcpy(out + j * V, paged_session_token_logits(s, 0, j), (size_t)V * sizeof *out);
-    block_table_release(&bt, paged_session_blocks(s), &d);
+    hybrid_cache_release(paged_session_cache(s), &bt, &slot, &d);
   }
+  free(bt.ids);
   paged_session_free(s);
   ph_model_free(m);
   return out;

@@ -192,8 +192,9 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
 
 static void admit(paged_session *s, const hf_config *c, seq *q, int64_t n_tokens, int dirty) {
   diag d;
-  CHECK_STATUS(state_pool_alloc(paged_session_states(s), &q->slot, &d), PH_OK, d.msg);
-  CHECK_STATUS(block_table_reserve(&q->bt, paged_session_blocks(s), n_tokens, BLOCK, &d), PH_OK,
+  q->slot = -1; /* a new sequence: the cache gives it a slot with its pages */
+  CHECK_EQ_INT(paged_session_block_size(s), BLOCK);
+  CHECK_STATUS(hybrid_cache_reserve(paged_session_cache(s), &q->bt, &q->slot, n_tokens, &d), PH_OK,
                d.msg);
   if (dirty) dirty_pages(s, NULL, c, q->bt.ids, q->bt.n_blocks);
   q->live = 1;
@@ -201,8 +202,9 @@ static void admit(paged_session *s, const hf_config *c, seq *q, int64_t n_tokens
 
 static void retire(paged_session *s, seq *q) {
   diag d;
-  CHECK_STATUS(block_table_release(&q->bt, paged_session_blocks(s), &d), PH_OK, d.msg);
-  CHECK_STATUS(state_pool_release(paged_session_states(s), q->slot, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_release(paged_session_cache(s), &q->bt, &q->slot, &d), PH_OK, d.msg);
+  free(q->bt.ids);
+  block_table_init(&q->bt);
   q->live = 0;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cache/block_pool.h"
+#include "cache/hybrid_cache.h"
 #include "cache/kv_buffers.h"
 #include "cache/state_pool.h"
 #include "check.h"
@@ -510,6 +511,155 @@ static void test_state_compaction(void) {
   state_pool_free(p);
 }
 
+/* ---- the hybrid cache: pages, page buffers and slots behind one owner --------------------------
+ */
+
+static const int32_t hy_full[2] = {1, 3};
+
+/* Full-attention layers 1 and 3 (4-token pages, 1 head of 4), linear layers 0..2 (small_state). */
+static hybrid_cache_params hybrid_params(int32_t n_blocks, int32_t max_slots) {
+  hybrid_cache_params p = {.kv = {.n_full = 2,
+                                  .full_layers = hy_full,
+                                  .n_kv_heads = 1,
+                                  .head_size = 4,
+                                  .block_size = 4,
+                                  .n_blocks = n_blocks,
+                                  .dtype = PH_DTYPE_F32},
+                           .state = small_state(max_slots)};
+  return p;
+}
+
+static void test_hybrid_reserve_release(void) {
+  diag d;
+  hybrid_cache_params hp = hybrid_params(1 + 3, 2); /* 3 pages of 4 tokens, 2 slots */
+  hybrid_cache *c = NULL;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_OK, d.msg);
+  if (!c) return;
+  CHECK_EQ_INT(hybrid_cache_block_size(c), 4);
+  CHECK_EQ_INT(hybrid_cache_n_blocks(c), 4);
+  CHECK_EQ_INT(hybrid_cache_max_slots(c), 2);
+  block_table a, b, x;
+  block_table_init(&a);
+  block_table_init(&b);
+  block_table_init(&x);
+  int32_t sa = -1, sb = -1, sx = -1;
+  /* admission: a slot and the pages together */
+  CHECK_STATUS(hybrid_cache_reserve(c, &a, &sa, 5, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(sa, 0);
+  CHECK_EQ_INT(a.n_blocks, 2);
+  CHECK_EQ_INT(hybrid_cache_pages_used(c), 2);
+  CHECK_EQ_INT(hybrid_cache_slots_used(c), 1);
+  /* no room for the pages: the slot it took goes back, nothing changed */
+  CHECK_STATUS(hybrid_cache_reserve(c, &b, &sb, 9, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_EQ_INT(sb, -1);
+  CHECK_EQ_INT(b.n_blocks, 0);
+  CHECK_EQ_INT(hybrid_cache_slots_used(c), 1);
+  CHECK_EQ_INT(hybrid_cache_pages_used(c), 2);
+  CHECK_STATUS(hybrid_cache_reserve(c, &b, &sb, 4, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(sb, 1);
+  CHECK_EQ_INT(b.n_blocks, 1);
+  /* no free slot: no room, and no page taken */
+  CHECK_STATUS(hybrid_cache_reserve(c, &x, &sx, 1, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "slots are in use");
+  CHECK_EQ_INT(sx, -1);
+  CHECK_EQ_INT(x.n_blocks, 0);
+  CHECK_EQ_INT(hybrid_cache_pages_used(c), 3);
+  /* a running sequence grows: its slot stays, only missing pages are taken */
+  CHECK_STATUS(hybrid_cache_reserve(c, &a, &sa, 8, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(sa, 0);
+  CHECK_EQ_INT(a.n_blocks, 2);
+  CHECK_STATUS(hybrid_cache_reserve(c, &a, &sa, 9, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_EQ_INT(a.n_blocks, 2);
+  CHECK_EQ_INT(sa, 0);
+  /* the session's binding: page views of full layers, state views of the bound slots */
+  tensor k, v, cv, rv;
+  CHECK_STATUS(hybrid_cache_kv_views(c, 3, &k, &v, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(k.dims[0], 4);
+  CHECK_EQ_INT(k.dims[1], 4);
+  CHECK(k.data != v.data);
+  CHECK_STATUS(hybrid_cache_kv_views(c, 0, &k, &v, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(hybrid_cache_state_views(c, 0, &cv, &rv, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  const int32_t both[2] = {0, 1};
+  CHECK_STATUS(hybrid_cache_bind(c, both, 2, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(hybrid_cache_bound_is_slice(c), 1);
+  CHECK_STATUS(hybrid_cache_state_views(c, 2, &cv, &rv, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(cv.dims[0], 2);
+  CHECK_EQ_INT(rv.dims[0], 2);
+  CHECK_EQ_INT(rv.dtype, PH_DTYPE_F32);
+  /* nothing is given back while a step is bound */
+  CHECK_STATUS(hybrid_cache_release(c, &a, &sa, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_EQ_INT(sa, 0);
+  CHECK_EQ_INT(a.n_blocks, 2);
+  CHECK_STATUS(hybrid_cache_unbind(c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(hybrid_cache_bytes_moved(c), 0);
+  /* release: slot and pages back, the table keeps its storage */
+  int32_t *ids = a.ids;
+  const int32_t cap = a.capacity;
+  CHECK_STATUS(hybrid_cache_release(c, &a, &sa, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(sa, -1);
+  CHECK_EQ_INT(a.n_blocks, 0);
+  CHECK(a.ids == ids);
+  CHECK_EQ_INT(a.capacity, cap);
+  CHECK_EQ_INT(hybrid_cache_slots_used(c), 1);
+  CHECK_EQ_INT(hybrid_cache_pages_used(c), 1);
+  CHECK(!hybrid_cache_slot_in_use(c, 0));
+  /* compaction: b moves from slot 1 into the hole */
+  state_move moves[2];
+  int32_t n_moves = -1;
+  CHECK_STATUS(hybrid_cache_compact(c, moves, 2, &n_moves, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(n_moves, 1);
+  CHECK_EQ_INT(moves[0].from, 1);
+  CHECK_EQ_INT(moves[0].to, 0);
+  CHECK_EQ_INT(hybrid_cache_bytes_moved(c), state_pool_slot_bytes(hybrid_cache_states(c)));
+  sb = moves[0].to;
+  int32_t order[3];
+  const int32_t slots[3] = {2, 0, 1};
+  hybrid_cache_slot_order(slots, 3, order);
+  CHECK_EQ_INT(order[0], 1);
+  CHECK_EQ_INT(order[2], 0);
+  CHECK(hybrid_cache_slots_are_slice(both, 2));
+  CHECK(!hybrid_cache_slots_are_slice(slots, 3));
+  CHECK_STATUS(hybrid_cache_release(c, &b, &sb, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(hybrid_cache_pages_used(c), 0);
+  CHECK_EQ_INT(hybrid_cache_slots_used(c), 0);
+  CHECK_STATUS(hybrid_cache_release(c, &b, &sb, &d), PH_OK, d.msg); /* holds nothing: no-op */
+  free(a.ids);
+  free(b.ids);
+  free(x.ids);
+  hybrid_cache_free(c);
+  hybrid_cache_free(NULL);
+}
+
+static void test_hybrid_memory_budget(void) {
+  diag d;
+  hybrid_cache_params hp = hybrid_params(1, 3);
+  const int64_t per_block = kv_geometry_bytes_per_block(&hp.kv); /* 2 layers * K,V * 4*4 f32 */
+  const int64_t per_slot = state_geometry_slot_bytes(&hp.state);
+  CHECK_EQ_INT(per_block, 2 * 2 * 4 * 4 * 4);
+  hp.kv.n_blocks = 0;
+  hp.memory_bytes = 3 * per_slot + 5 * per_block + per_block - 1; /* 5 pages and change */
+  hybrid_cache *c = NULL;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_OK, d.msg);
+  if (!c) return;
+  CHECK_EQ_INT(hybrid_cache_n_blocks(c), 5);
+  kv_geometry kg = hp.kv;
+  kg.n_blocks = 5;
+  CHECK_EQ_INT(hybrid_cache_bytes(c),
+               kv_geometry_total_bytes(&kg) + state_pool_bytes(hybrid_cache_states(c)));
+  hybrid_cache_free(c);
+  c = NULL;
+  hp.memory_bytes = 3 * per_slot + 2 * per_block - 1; /* one page: not enough */
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "holds 3 state slots");
+  CHECK(c == NULL);
+  hp.memory_bytes = 0;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "needs a memory budget");
+  hp = hybrid_params(4, 0); /* a part refuses: nothing is left allocated */
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK(c == NULL);
+}
+
 int main(void) {
   RUN(test_pool_basics);
   RUN(test_pool_reuses_freed);
@@ -521,5 +671,7 @@ int main(void) {
   RUN(test_state_slice_zero_copy);
   RUN(test_state_gather_counts_bytes);
   RUN(test_state_compaction);
+  RUN(test_hybrid_reserve_release);
+  RUN(test_hybrid_memory_budget);
   return check_finish();
 }

@@ -184,8 +184,7 @@ static ph_status finish_create(engine *e, diag *d) {
   sp.max_tokens = e->p.max_scheduled_tokens;
   sp.prefill_chunk = e->p.prefill_chunk;
   sp.block_size = (int32_t)paged_session_block_size(e->s);
-  FORWARD_IF_ERROR(
-      sched_create(&sp, paged_session_blocks(e->s), paged_session_states(e->s), &e->sch, d));
+  FORWARD_IF_ERROR(sched_create(&sp, paged_session_cache(e->s), &e->sch, d));
   e->seqs = calloc((size_t)e->p.max_batch_size, sizeof *e->seqs);
   e->finishing = calloc((size_t)e->p.max_batch_size, sizeof *e->finishing);
   e->scratch_bytes = sampler_scratch_bytes(e->vocab);
@@ -598,8 +597,8 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
     }
   }
   /* 2. schedule */
-  state_pool *states = paged_session_states(e->s);
-  const uint64_t moved0 = state_pool_bytes_moved(states);
+  const hybrid_cache *cache = paged_session_cache(e->s);
+  const uint64_t moved0 = hybrid_cache_bytes_moved(cache);
   sched_batch b;
   /* under the lock: the scheduler updates requests' preemption counts, which
    * engine_request_info_get reads from other threads (it allocates nothing; microseconds) */
@@ -650,11 +649,11 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
   si.step = e->steps;
   si.n_running = sched_n_running(e->sch);
   si.n_waiting = sched_n_waiting(e->sch);
-  si.pages_total = block_pool_n_blocks(paged_session_blocks(e->s)) - 1;
-  si.pages_used = block_pool_used_count(paged_session_blocks(e->s));
-  si.slots_total = state_pool_max_slots(states);
-  si.slots_used = state_pool_used_count(states);
-  si.state_bytes_moved = state_pool_bytes_moved(states) - moved0;
+  si.pages_total = hybrid_cache_n_blocks(cache) - 1;
+  si.pages_used = hybrid_cache_pages_used(cache);
+  si.slots_total = hybrid_cache_max_slots(cache);
+  si.slots_used = hybrid_cache_slots_used(cache);
+  si.state_bytes_moved = hybrid_cache_bytes_moved(cache) - moved0;
   si.seconds = now_s() - t0;
   if (info) *info = si;
   return PH_OK;

@@ -2,7 +2,8 @@
  *
  * Modelled on ONNX Runtime GenAI's Engine/Request (../shared/spec/abi.md §8.6) and vLLM's
  * scheduler. An engine owns one paged_session (graph, executor, KV pages, state slots), the
- * scheduler over its pools, and the requests. engine_step() is one iteration:
+ * scheduler that asks the session's hybrid cache for room, and the requests. engine_step() is one
+ * iteration:
  *   schedule (scheduler.h: token budget, running first, request-only chunk boundaries, admission
  *   of pages + slot together, preemption by recompute) → bind the packed inputs and the state
  *   slots → run → sample the requests whose chunk reached their last known token → commit

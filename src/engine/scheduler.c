@@ -12,14 +12,13 @@ typedef struct req_queue {
 
 struct sched {
   sched_params p;
-  block_pool *kv;             /* borrowed */
-  state_pool *states;         /* borrowed */
+  hybrid_cache *cache;        /* borrowed: pages and slots */
   req_queue running;          /* oldest admitted at head */
   req_queue waiting;          /* next to admit at head */
   sched_entry *chosen;        /* [max_batch] entries in scheduling order */
   sched_entry *sorted;        /* [max_batch] the same, by ascending slot: the batch handed out */
   int32_t *slots;             /* [max_batch] slots of `sorted` */
-  int32_t *order;             /* [max_batch] scratch for state_pool_slot_order */
+  int32_t *order;             /* [max_batch] scratch for hybrid_cache_slot_order */
   const block_table **tables; /* [max_batch] */
   state_move *moves;          /* [max_slots] compaction moves */
   int32_t max_moves;
@@ -116,20 +115,21 @@ static void queue_push_front(req_queue *q, sched_req *r) {
 /* ---- create / free ----------------------------------------------------------------------------
  */
 
-ph_status sched_create(const sched_params *p, block_pool *kv, state_pool *states, sched **out,
-                       diag *d) {
+ph_status sched_create(const sched_params *p, hybrid_cache *cache, sched **out, diag *d) {
   RETURN_ERROR_IF(!out, d, PH_ERR_INVALID_ARGUMENT, "sched_create: out is NULL");
   *out = NULL;
   FORWARD_IF_ERROR(sched_params_validate(p, d));
-  RETURN_ERROR_IF(!kv || !states, d, PH_ERR_INVALID_ARGUMENT, "sched_create: %s pool is NULL",
-                  !kv ? "block" : "state");
+  RETURN_ERROR_IF(!cache, d, PH_ERR_INVALID_ARGUMENT,
+                  "sched_create: the cache is NULL: its block pool is NULL and it has no slots");
+  RETURN_ERROR_IF(p->block_size != hybrid_cache_block_size(cache), d, PH_ERR_INVALID_ARGUMENT,
+                  "sched_create: block_size %d is not the cache's page size %d", (int)p->block_size,
+                  (int)hybrid_cache_block_size(cache));
   sched *s = calloc(1, sizeof *s);
   if (!s) return diag_set(d, PH_ERR_NO_MEMORY, "sched_create: scheduler struct");
   s->p = *p;
-  s->kv = kv;
-  s->states = states;
+  s->cache = cache;
   size_t nb = (size_t)p->max_batch;
-  s->max_moves = state_pool_max_slots(states);
+  s->max_moves = hybrid_cache_max_slots(cache);
   s->chosen = calloc(nb, sizeof *s->chosen);
   s->sorted = calloc(nb, sizeof *s->sorted);
   s->slots = calloc(nb, sizeof *s->slots);
@@ -152,7 +152,7 @@ void sched_free(sched *s) {
     while (queues[q]->head) {
       sched_req *r = queues[q]->head;
       if (sched_finish(s, r, NULL) == PH_OK) continue;
-      /* A pool refused (a binding is still active): unlink anyway so freeing terminates. */
+      /* The cache refused (a binding is still active): unlink anyway so freeing terminates. */
       queue_unlink(queues[q], r);
       r->state = SCHED_FINISHED;
       r->owner = NULL;
@@ -171,7 +171,7 @@ void sched_free(sched *s) {
 
 ph_status sched_check_fits(const sched *s, int64_t id, int64_t max_total, diag *d) {
   /* Blocks for max_total, computed here without overflow for any int64 count. */
-  const int32_t usable = block_pool_n_blocks(s->kv) - 1;
+  const int32_t usable = hybrid_cache_n_blocks(s->cache) - 1;
   const int64_t need = max_total / s->p.block_size + (max_total % s->p.block_size != 0);
   RETURN_ERROR_IF(need > usable, d, PH_ERR_LIMIT,
                   "sched_add: request %lld can never fit: max_total %lld tokens need %lld "
@@ -198,7 +198,7 @@ ph_status sched_add(sched *s, sched_req *r, diag *d) {
                   (long long)r->max_total, (long long)r->n_total);
   FORWARD_IF_ERROR(sched_check_fits(s, r->id, r->max_total, d));
   const int64_t need = r->max_total / s->p.block_size + (r->max_total % s->p.block_size != 0);
-  /* The table's ids storage is sized for max_total now so that block_table_reserve never grows
+  /* The table's ids storage is sized for max_total now so that hybrid_cache_reserve never grows
    * it inside sched_schedule (block_table storage is plain heap: see block_pool.h).
    * Storage the caller put there already (large enough, holding no blocks) is taken over
    * instead, so an engine can allocate it outside its step loop. */
@@ -227,11 +227,9 @@ ph_status sched_finish(sched *s, sched_req *r, diag *d) {
   if (r->state == SCHED_FINISHED) return PH_OK;
   RETURN_ERROR_IF(r->owner != s, d, PH_ERR_INVALID_ARGUMENT,
                   "sched_finish: request %lld is not queued in this scheduler", (long long)r->id);
-  if (r->slot >= 0) {
-    FORWARD_IF_ERROR(state_pool_release(s->states, r->slot, d));
-    r->slot = -1;
-  }
-  FORWARD_IF_ERROR(block_table_release(&r->blocks, s->kv, d));
+  FORWARD_IF_ERROR(hybrid_cache_release(s->cache, &r->blocks, &r->slot, d));
+  free(r->blocks.ids); /* the storage sched_add gave it, or took over */
+  block_table_init(&r->blocks);
   queue_unlink(r->state == SCHED_RUNNING ? &s->running : &s->waiting, r);
   r->state = SCHED_FINISHED;
   r->owner = NULL;
@@ -245,10 +243,7 @@ ph_status sched_finish(sched *s, sched_req *r, diag *d) {
 /* Preemption by recompute: pages and slot go back, the table keeps its storage (no allocation
  * when it runs again), and the request waits at the front of the queue. */
 static ph_status preempt(sched *s, sched_req *r, diag *d) {
-  FORWARD_IF_ERROR(state_pool_release(s->states, r->slot, d));
-  r->slot = -1;
-  FORWARD_IF_ERROR(block_pool_decref_n(s->kv, r->blocks.n_blocks, r->blocks.ids, d));
-  r->blocks.n_blocks = 0;
+  FORWARD_IF_ERROR(hybrid_cache_release(s->cache, &r->blocks, &r->slot, d));
   r->n_computed = 0;
   r->n_preemptions++;
   queue_unlink(&s->running, r);
@@ -260,7 +255,7 @@ static ph_status preempt(sched *s, sched_req *r, diag *d) {
 /* Moves live slots down to [0, used) and re-points the running requests that moved. */
 static ph_status compact_slots(sched *s, diag *d) {
   int32_t n_moves = 0;
-  FORWARD_IF_ERROR(state_pool_compact(s->states, s->moves, s->max_moves, &n_moves, d));
+  FORWARD_IF_ERROR(hybrid_cache_compact(s->cache, s->moves, s->max_moves, &n_moves, d));
   for (int32_t m = 0; m < n_moves; m++)
     for (sched_req *r = s->running.head; r; r = r->next) {
       s->work++;
@@ -318,10 +313,9 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   /* Holes left by finished requests; also refuses (changing nothing) while a step is bound. */
   FORWARD_IF_ERROR(compact_slots(s, d));
 
-  const int32_t bs = s->p.block_size;
   int64_t budget = s->p.max_tokens;
   int32_t n = 0, n_preempted = 0, n_admitted = 0;
-  diag local; /* a reservation refused for lack of blocks is handled here, not reported */
+  diag local; /* a reservation refused for lack of room is handled here, not reported */
 
   /* 1. running requests, oldest first; victims are taken from the tail (newest), which is never
    * a request scheduled earlier in this pass (those precede r). */
@@ -333,7 +327,8 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
       continue;
     }
     for (;;) {
-      ph_status st = block_table_reserve(&r->blocks, s->kv, r->n_computed + len, bs, &local);
+      ph_status st =
+          hybrid_cache_reserve(s->cache, &r->blocks, &r->slot, r->n_computed + len, &local);
       if (st == PH_OK) break;
       if (st != PH_ERR_LIMIT) {
         diag_copy(d, &local);
@@ -356,21 +351,13 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
     s->work++;
     int64_t len = chunk_of(s, w);
     if (len == 0 || len > budget) break;
-    int32_t slot = -1;
-    ph_status st = state_pool_alloc(s->states, &slot, &local);
+    /* a slot and the blocks of the first chunk, together or not at all */
+    ph_status st = hybrid_cache_reserve(s->cache, &w->blocks, &w->slot, len, &local);
     if (st == PH_ERR_LIMIT) break;
     if (st != PH_OK) {
       diag_copy(d, &local);
       return st;
     }
-    st = block_table_reserve(&w->blocks, s->kv, len, bs, &local);
-    if (st != PH_OK) {
-      FORWARD_IF_ERROR(state_pool_release(s->states, slot, d));
-      if (st == PH_ERR_LIMIT) break;
-      diag_copy(d, &local);
-      return st;
-    }
-    w->slot = slot;
     queue_unlink(&s->waiting, w);
     w->state = SCHED_RUNNING;
     queue_push_back(&s->running, w);
@@ -382,7 +369,7 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   /* 3. holes left by preemption, then the batch by ascending slot. */
   FORWARD_IF_ERROR(compact_slots(s, d));
   for (int32_t i = 0; i < n; i++) s->slots[i] = s->chosen[i].req->slot;
-  state_pool_slot_order(s->slots, n, s->order);
+  hybrid_cache_slot_order(s->slots, n, s->order);
   for (int32_t i = 0; i < n; i++) {
     s->sorted[i] = s->chosen[s->order[i]];
     s->slots[i] = s->sorted[i].req->slot;
@@ -395,7 +382,7 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   out->slots = s->slots;
   out->tables = s->tables;
   out->n_entries = n;
-  out->slots_are_slice = n > 0 && state_pool_slots_are_slice(s->slots, n);
+  out->slots_are_slice = n > 0 && hybrid_cache_slots_are_slice(s->slots, n);
   out->n_tokens = s->p.max_tokens - budget;
   out->n_preempted = n_preempted;
   out->n_admitted = n_admitted;

@@ -15,13 +15,15 @@
  * others, and after preemption (docs/scheduler.md).
  *
  * Owns: the waiting and running queues (intrusive links inside the caller's sched_req, no
- * allocation per step), each linked request's KV block table and state slot (taken from and
- * returned to the borrowed block_pool and state_pool), and the batch storage returned by
- * sched_schedule (allocated once at sched_create).
+ * allocation per step), the storage of each linked request's block table, and the batch storage
+ * returned by sched_schedule (allocated once at sched_create). It decides who runs and asks the
+ * borrowed hybrid cache (src/cache/hybrid_cache.h) for room: hybrid_cache_reserve for a
+ * request's pages and slot, hybrid_cache_release on preemption and finish, hybrid_cache_compact
+ * for the slots; it allocates from no pool itself.
  * Must never: compute, touch KV or state memory (only block ids and slot numbers; slot moves
- * are done by state_pool_compact), sample, or know about tokens' values.
+ * are done by the cache), sample, or know about tokens' values.
  * Not thread-safe: the engine loop is the only caller, and it calls sched_schedule and
- * sched_finish only while no state_pool binding is active.
+ * sched_finish only while no state binding is active.
  *
  * Errors: PH_ERR_INVALID_ARGUMENT for bad params, a malformed request or a stale batch (the
  * message names the field or the request id); PH_ERR_LIMIT for a request that can never fit the
@@ -33,8 +35,7 @@
 #include <stdint.h>
 
 #include "base/diag.h"
-#include "cache/block_pool.h"
-#include "cache/state_pool.h"
+#include "cache/hybrid_cache.h"
 
 typedef struct sched sched;
 
@@ -43,11 +44,11 @@ typedef struct sched_params {
   int64_t max_tokens;    /* token budget per step (sum of the chunks), >= prefill_chunk */
   int64_t prefill_chunk; /* prompt chunk length in tokens, >= 1; chunk boundaries are its
                             multiples */
-  int32_t block_size;    /* tokens per KV block, >= 1; must match the KV buffers */
+  int32_t block_size;    /* tokens per KV block, >= 1; must be the cache's block size */
 } sched_params;
 
 /* max_batch 32, max_tokens 2048, prefill_chunk 512, block_size 16. block_size must be set to
- * the KV buffers' page size by the engine. */
+ * the cache's page size (hybrid_cache_block_size) by the engine. */
 sched_params sched_params_default(void);
 
 /* PH_OK when every field is in range; otherwise PH_ERR_INVALID_ARGUMENT naming the first bad
@@ -75,7 +76,7 @@ typedef struct sched_req {
   int64_t n_computed;    /* tokens whose KV and state are in cache, <= n_total */
   block_table blocks;    /* KV block ids in token order; RUNNING: >= ceil(n_computed/block_size)
                             blocks. ids storage is reserved for max_total at sched_add */
-  int32_t slot;          /* state_pool slot while RUNNING, -1 otherwise; may change at
+  int32_t slot;          /* state slot while RUNNING, -1 otherwise; may change at
                             sched_schedule (slot compaction): read it from the batch */
   sched_req_state state; /* see sched_req_state */
   int64_t n_preemptions; /* times it was preempted (recomputed from token 0) */
@@ -109,7 +110,7 @@ typedef struct sched_entry {
 /* A step's batch. Arrays are owned by the scheduler (allocated at sched_create) and valid until
  * the next sched_schedule, sched_free, or a sched_finish of a request in it. Entries are ordered
  * by ascending slot (batch order never changes results: batch invariance), so slots[] is the
- * state_pool_bind argument and, when slots_are_slice, the binding is zero-copy. */
+ * hybrid_cache_bind argument and, when slots_are_slice, the binding is zero-copy. */
 typedef struct sched_batch {
   const sched_entry *entries; /* [n_entries] */
   const int32_t *slots;       /* [n_entries] entries[b].req->slot, ascending */
@@ -122,17 +123,17 @@ typedef struct sched_batch {
   uint64_t step;              /* step number, checked by sched_commit */
 } sched_batch;
 
-/* Creates a scheduler over kv (block ids) and states (slots); both are borrowed and must
- * outlive it, and the scheduler must be their only user of ids/slots. *out owned by the caller
- * (sched_free). PH_ERR_INVALID_ARGUMENT (params, NULL pools), PH_ERR_NO_MEMORY. */
-ph_status sched_create(const sched_params *p, block_pool *kv, state_pool *states, sched **out,
-                       diag *d);
+/* Creates a scheduler over cache (pages and slots); it is borrowed and must outlive the
+ * scheduler, and the scheduler must be the only one asking it for room. *out owned by the caller
+ * (sched_free). PH_ERR_INVALID_ARGUMENT (params, a NULL cache, block_size other than the
+ * cache's), PH_ERR_NO_MEMORY. */
+ph_status sched_create(const sched_params *p, hybrid_cache *cache, sched **out, diag *d);
 
-/* Finishes every linked request (pages and slots back to the pools, which must still exist)
+/* Finishes every linked request (pages and slots back to the cache, which must still exist)
  * and frees the scheduler. NULL is a no-op. */
 void sched_free(sched *s);
 
-/* PH_OK when a request of max_total tokens fits the block pool at all; else PH_ERR_LIMIT with
+/* PH_OK when a request of max_total tokens fits the cache's pages at all; else PH_ERR_LIMIT with
  * sched_add's message (naming id). Reads only fixed fields: callable from any thread while the
  * scheduler lives (the engine refuses such a request when it is added). */
 ph_status sched_check_fits(const sched *s, int64_t id, int64_t max_total, diag *d);
@@ -150,9 +151,10 @@ ph_status sched_add(sched *s, sched_req *r, diag *d);
 
 /* Chooses the next step's batch into *out (zeroed first, also on failure) (see docs/scheduler.md
  * for the order):
- *  1. slot compaction (state_pool_compact; moved requests are re-pointed);
+ *  1. slot compaction (hybrid_cache_compact; moved requests are re-pointed);
  *  2. running requests, oldest admitted first: each gets its whole chunk if the batch and budget
- *     have room, after reserving its KV blocks. When the pool is short, the most recently
+ *     have room, after reserving its KV blocks (hybrid_cache_reserve). When the cache has no
+ *     room, the most recently
  *     admitted running request not yet scheduled this step (possibly this one) is preempted:
  *     its blocks and slot go back, n_computed = 0, n_preemptions++, and it goes to the FRONT of
  *     the waiting queue. Repeats until the reservation succeeds or this request was preempted;
@@ -163,7 +165,7 @@ ph_status sched_add(sched *s, sched_req *r, diag *d);
  * Allocates nothing. Costs O(running requests + max_batch), whatever the length of the waiting
  * queue. PH_ERR_INVALID_ARGUMENT when a request it may touch (every running one, the first
  * max_batch waiting ones) is inconsistent (n_total outside [max(n_prompt, n_computed),
- * max_total], checked before anything changes) or a state_pool binding is active; other pool
+ * max_total], checked before anything changes) or a state binding is active; other cache
  * errors are forwarded. */
 ph_status sched_schedule(sched *s, sched_batch *out, diag *d);
 
@@ -172,10 +174,10 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d);
  * latest batch of s or was already committed; nothing changes then. */
 ph_status sched_commit(sched *s, const sched_batch *b, diag *d);
 
-/* Removes r at any time and in any state: releases its slot and blocks (and their storage),
- * unlinks it, state = FINISHED. A no-op for an already finished request.
- * PH_ERR_INVALID_ARGUMENT when r is linked into another scheduler, or a pool refuses (a
- * binding is active: nothing changes). */
+/* Removes r at any time and in any state: releases its slot and blocks (hybrid_cache_release)
+ * and frees the table's storage, unlinks it, state = FINISHED. A no-op for an already finished
+ * request. PH_ERR_INVALID_ARGUMENT when r is linked into another scheduler, or the cache refuses
+ * (a binding is active: nothing changes). */
 ph_status sched_finish(sched *s, sched_req *r, diag *d);
 
 int32_t sched_n_waiting(const sched *s);

@@ -8,6 +8,7 @@
 
 #include "base/rng.h"
 #include "cache/block_pool.h"
+#include "cache/hybrid_cache.h"
 #include "cache/state_pool.h"
 #include "check.h"
 #include "engine/scheduler.h"
@@ -17,12 +18,14 @@
 static const int32_t one_layer[1] = {0};
 
 typedef struct env {
-  block_pool *kv;
+  hybrid_cache *cache;
+  block_pool *kv; /* the cache's parts, for the checks */
   state_pool *st;
   sched *s;
 } env;
 
-/* A scheduler over n_blocks KV ids (one is the null block) and max_slots tiny state slots. */
+/* A scheduler over a cache of n_blocks KV ids (one is the null block; no full-attention layer, so
+ * no page memory) and max_slots tiny state slots. */
 static int env_open(env *e, sched_params p, int32_t n_blocks, int32_t max_slots) {
   diag d;
   memset(e, 0, sizeof *e);
@@ -35,11 +38,19 @@ static int env_open(env *e, sched_params p, int32_t n_blocks, int32_t max_slots)
                       .head_k = 2,
                       .io_dtype = PH_DTYPE_F32,
                       .max_slots = max_slots};
+  hybrid_cache_params cp = {.kv = {.n_full = 0,
+                                   .n_kv_heads = 1,
+                                   .head_size = 1,
+                                   .block_size = p.block_size,
+                                   .n_blocks = n_blocks,
+                                   .dtype = PH_DTYPE_F32},
+                            .state = g};
   int ok = 1;
-  CHECK_STATUS(block_pool_create(n_blocks, &e->kv, &d), PH_OK, d.msg);
-  CHECK_STATUS(state_pool_create(&g, &e->st, &d), PH_OK, d.msg);
-  if (e->kv && e->st) {
-    ph_status s = sched_create(&p, e->kv, e->st, &e->s, &d);
+  CHECK_STATUS(hybrid_cache_create(&cp, &e->cache, &d), PH_OK, d.msg);
+  if (e->cache) {
+    e->kv = hybrid_cache_blocks(e->cache);
+    e->st = hybrid_cache_states(e->cache);
+    ph_status s = sched_create(&p, e->cache, &e->s, &d);
     CHECK_STATUS(s, PH_OK, d.msg);
     ok = s == PH_OK;
   } else {
@@ -50,8 +61,7 @@ static int env_open(env *e, sched_params p, int32_t n_blocks, int32_t max_slots)
 
 static void env_close(env *e) {
   sched_free(e->s);
-  state_pool_free(e->st);
-  block_pool_free(e->kv);
+  hybrid_cache_free(e->cache);
 }
 
 static sched_params params(int32_t max_batch, int64_t max_tokens, int64_t chunk, int32_t bs) {
@@ -427,13 +437,17 @@ static void test_params_and_refusals(void) {
   p = sched_params_default();
   CHECK_STATUS(sched_params_validate(&p, &d), PH_OK, d.msg);
   sched *s = NULL;
-  CHECK_STATUS(sched_create(&p, NULL, NULL, &s, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(sched_create(&p, NULL, &s, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "block pool is NULL");
   CHECK(s == NULL);
   sched_free(NULL);
 
   env e;
   if (!env_open(&e, params(4, 64, 64, 16), 1 + 4, 2)) return; /* 4 blocks = 64 tokens */
+  p = params(4, 64, 64, 8); /* pages of 8 tokens over a cache of 16-token pages */
+  CHECK_STATUS(sched_create(&p, e.cache, &s, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "block_size 8 is not the cache's page size 16");
+  CHECK(s == NULL);
   sched_req r;
   sched_req_init(&r, 41, 0, 5);
   CHECK_STATUS(sched_add(e.s, &r, &d), PH_ERR_INVALID_ARGUMENT, d.msg);

@@ -1,4 +1,4 @@
-/* paged_session — the packed paged graph bound to its pools. See paged_session.h.
+/* paged_session — the packed paged graph bound to its hybrid cache. See paged_session.h.
  * N tokens, B sequences, P pages of K tokens.
  */
 #include "runtime/paged_session.h"
@@ -24,9 +24,7 @@ struct paged_session {
   graph *g;
   executor *e;
   paged_session_params p;
-  block_pool *blocks;
-  kv_buffers *kv;
-  state_pool *states;
+  hybrid_cache *cache; /* pages, page buffers and slots (src/cache/hybrid_cache.h) */
   int n_layers;
   layer_bind layers[HF_MAX_LAYERS];
   int in_ids, in_pos, in_table, in_cu, in_past, in_meta, out_logits;
@@ -237,39 +235,27 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
     }
   }
   s->block_size = n_full ? kd[1] : 16;
-  kv_geometry kg = {.n_full = n_full,
-                    .full_layers = full,
-                    .n_kv_heads = n_full ? (int32_t)kd[2] : 1,
-                    .head_size = n_full ? (int32_t)kd[3] : 1,
-                    .block_size = (int32_t)s->block_size,
-                    .n_blocks = s->p.n_blocks,
-                    .dtype = n_full ? kv_dt : PH_DTYPE_F32};
-  state_geometry sg = {.n_linear = n_lin,
-                       .linear_layers = lin,
-                       .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
-                       .conv_kernel = (int32_t)(n_lin ? cd[2] + 1 : 2),
-                       .n_v_heads = (int32_t)(n_lin ? rd[1] : 1),
-                       .head_v = (int32_t)(n_lin ? rd[2] : 1),
-                       .head_k = (int32_t)(n_lin ? rd[3] : 1),
-                       .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32,
-                       .max_slots = s->p.max_slots};
-  if (s->p.n_blocks == 0) { /* size the pages from the memory budget left after the slots */
-    kg.n_blocks = 1;        /* a block's and a slot's bytes do not depend on the counts */
-    const int64_t per_block = n_full ? kv_geometry_bytes_per_block(&kg) : 1;
-    const int64_t per_slot = state_geometry_slot_bytes(&sg);
-    const int64_t left = s->p.memory_bytes - per_slot * s->p.max_slots;
-    RETURN_ERROR_IF(per_block <= 0 || per_slot < 0 || left < 2 * per_block, d, PH_ERR_LIMIT,
-                    "a memory budget of %lld bytes holds %d state slots of %lld bytes but not "
-                    "two KV pages of %lld bytes",
-                    (long long)s->p.memory_bytes, s->p.max_slots, (long long)per_slot,
-                    (long long)per_block);
-    const int64_t n = left / per_block;
-    s->p.n_blocks = (int32_t)(n > INT32_MAX - 1 ? INT32_MAX - 1 : n);
-    kg.n_blocks = s->p.n_blocks;
-  }
-  FORWARD_IF_ERROR(kv_buffers_create(&kg, &s->kv, d));
-  FORWARD_IF_ERROR(block_pool_create(s->p.n_blocks, &s->blocks, d));
-  return state_pool_create(&sg, &s->states, d);
+  /* the cache this graph needs; n_blocks 0 sizes the pages from the memory budget */
+  hybrid_cache_params cp = {.kv = {.n_full = n_full,
+                                   .full_layers = full,
+                                   .n_kv_heads = n_full ? (int32_t)kd[2] : 1,
+                                   .head_size = n_full ? (int32_t)kd[3] : 1,
+                                   .block_size = (int32_t)s->block_size,
+                                   .n_blocks = s->p.n_blocks,
+                                   .dtype = n_full ? kv_dt : PH_DTYPE_F32},
+                            .state = {.n_linear = n_lin,
+                                      .linear_layers = lin,
+                                      .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
+                                      .conv_kernel = (int32_t)(n_lin ? cd[2] + 1 : 2),
+                                      .n_v_heads = (int32_t)(n_lin ? rd[1] : 1),
+                                      .head_v = (int32_t)(n_lin ? rd[2] : 1),
+                                      .head_k = (int32_t)(n_lin ? rd[3] : 1),
+                                      .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32,
+                                      .max_slots = s->p.max_slots},
+                            .memory_bytes = s->p.memory_bytes};
+  FORWARD_IF_ERROR(hybrid_cache_create(&cp, &s->cache, d));
+  s->p.n_blocks = hybrid_cache_n_blocks(s->cache);
+  return PH_OK;
 }
 
 static ph_status bind_io(paged_session *s, const paged_binding *b, diag *d) {
@@ -324,7 +310,7 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   if ((st = exec_create(g, s->p.n_threads, &s->e, d)) != PH_OK) goto fail;
   if ((st = bind_io(s, bind, d)) != PH_OK) goto fail;
   if ((st = bind_layers(s, bind, d)) != PH_OK) goto fail;
-  s->bytes = kv_buffers_bytes(s->kv) + state_pool_bytes(s->states);
+  s->bytes = hybrid_cache_bytes(s->cache);
   int64_t mb = s->max_context < INT32_MAX ? (s->max_context + s->block_size - 1) / s->block_size
                                           : s->p.n_blocks - 1;
   if (mb > s->p.n_blocks - 1) mb = s->p.n_blocks - 1;
@@ -354,9 +340,7 @@ void paged_session_free(paged_session *s) {
   if (!s) return;
   exec_free(s->e);
   graph_free(s->g);
-  block_pool_free(s->blocks);
-  kv_buffers_free(s->kv);
-  state_pool_free(s->states);
+  hybrid_cache_free(s->cache);
   free(s->ids);
   free(s->pos);
   free(s->cu);
@@ -380,7 +364,7 @@ static ph_status check_step(const paged_session *s, const paged_seq *seqs, int32
     RETURN_ERROR_IF(q->n < 1 || !q->tokens || q->past < 0, d, PH_ERR_INVALID_ARGUMENT,
                     "sequence %d: %lld new tokens after %lld (need >= 1 after >= 0)", b,
                     (long long)q->n, (long long)q->past);
-    RETURN_ERROR_IF(!state_pool_slot_in_use(s->states, q->slot), d, PH_ERR_INVALID_ARGUMENT,
+    RETURN_ERROR_IF(!hybrid_cache_slot_in_use(s->cache, q->slot), d, PH_ERR_INVALID_ARGUMENT,
                     "sequence %d: state slot %d is not allocated", b, q->slot);
     for (int32_t c = 0; c < b; c++)
       RETURN_ERROR_IF(seqs[c].slot == q->slot, d, PH_ERR_INVALID_ARGUMENT,
@@ -452,13 +436,10 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
     const layer_bind *l = &s->layers[i];
     if (l->kind == PAGED_LAYER_NONE) continue;
     tensor t0, t1;
-    if (l->kind == PAGED_LAYER_KV) {
-      FORWARD_IF_ERROR(kv_buffers_key(s->kv, i, &t0, d));
-      FORWARD_IF_ERROR(kv_buffers_value(s->kv, i, &t1, d));
-    } else {
-      FORWARD_IF_ERROR(state_pool_bound_conv(s->states, i, &t0, d));
-      FORWARD_IF_ERROR(state_pool_bound_recurrent(s->states, i, &t1, d));
-    }
+    if (l->kind == PAGED_LAYER_KV)
+      FORWARD_IF_ERROR(hybrid_cache_kv_views(s->cache, i, &t0, &t1, d));
+    else
+      FORWARD_IF_ERROR(hybrid_cache_state_views(s->cache, i, &t0, &t1, d));
     /* the present outputs are the past buffers: updated in place */
     FORWARD_IF_ERROR(exec_bind_input(s->e, l->in0, &t0, d));
     FORWARD_IF_ERROR(exec_bind_input(s->e, l->in1, &t1, d));
@@ -472,13 +453,13 @@ ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, 
   int64_t N = 0;
   FORWARD_IF_ERROR(check_step(s, seqs, B, &N, d));
   for (int32_t b = 0; b < B; b++) s->slots[b] = seqs[b].slot;
-  const uint64_t moved0 = state_pool_bytes_moved(s->states);
-  FORWARD_IF_ERROR(state_pool_bind(s->states, s->slots, B, d));
-  const int zero_copy = state_pool_bound_is_slice(s->states);
+  const uint64_t moved0 = hybrid_cache_bytes_moved(s->cache);
+  FORWARD_IF_ERROR(hybrid_cache_bind(s->cache, s->slots, B, d));
+  const int zero_copy = hybrid_cache_bound_is_slice(s->cache);
   ph_status st = bind_step(s, seqs, B, N, d);
   if (st == PH_OK) st = exec_run(s->e, d);
   diag ud;
-  ph_status su = state_pool_unbind(s->states, &ud); /* scatters back even after a failure */
+  ph_status su = hybrid_cache_unbind(s->cache, &ud); /* scatters back even after a failure */
   if (st == PH_OK && su != PH_OK) {
     diag_copy(d, &ud);
     st = su;
@@ -493,7 +474,7 @@ ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, 
   s->last_N = N;
   s->stats = (paged_step_stats){.n_tokens = N,
                                 .n_seqs = B,
-                                .state_bytes_moved = state_pool_bytes_moved(s->states) - moved0,
+                                .state_bytes_moved = hybrid_cache_bytes_moved(s->cache) - moved0,
                                 .state_zero_copy = zero_copy};
   return PH_OK;
 }
@@ -532,9 +513,10 @@ int64_t paged_session_vocab(const paged_session *s) { return s->vocab; }
 int64_t paged_session_cache_bytes(const paged_session *s) { return s->bytes; }
 int64_t paged_session_block_size(const paged_session *s) { return s->block_size; }
 int64_t paged_session_max_context(const paged_session *s) { return s->max_context; }
-block_pool *paged_session_blocks(paged_session *s) { return s->blocks; }
-state_pool *paged_session_states(paged_session *s) { return s->states; }
-kv_buffers *paged_session_kv(paged_session *s) { return s->kv; }
+hybrid_cache *paged_session_cache(paged_session *s) { return s->cache; }
+block_pool *paged_session_blocks(paged_session *s) { return hybrid_cache_blocks(s->cache); }
+state_pool *paged_session_states(paged_session *s) { return hybrid_cache_states(s->cache); }
+kv_buffers *paged_session_kv(paged_session *s) { return hybrid_cache_kv(s->cache); }
 executor *paged_session_executor(paged_session *s) { return s->e; }
 const paged_session_params *paged_session_params_of(const paged_session *s) { return &s->p; }
 paged_step_stats paged_session_last_stats(const paged_session *s) { return s->stats; }

@@ -1,17 +1,18 @@
 /* paged_session — the packed paged graph bound to its memory: the runner under `generate` for
  * several sequences and under the engine (src/engine).
  *
- * Owns the graph (prepared for the CPU), the executor, and the three pools of the ABI's memory
- * (../shared/spec/abi.md §8.1): the KV block pool and one page buffer per full-attention layer
- * (src/cache/block_pool.h, kv_buffers.h), and the fixed-state slot pool for the conv and
- * recurrent states of the linear layers (src/cache/state_pool.h). A step receives B sequences,
- * each with its state slot, its block table, how many tokens are already cached and its new
- * tokens; the session packs input_ids [N], position_ids, cumulative_sequence_lengths,
+ * Owns the graph (prepared for the CPU), the executor, and the hybrid cache of the ABI's memory
+ * (../shared/spec/abi.md §8.1; src/cache/hybrid_cache.h), created from the geometry the graph's
+ * inputs declare: the KV block pool and one page buffer per full-attention layer, and the
+ * fixed-state slot pool for the conv and recurrent states of the linear layers. A step receives B
+ * sequences, each with its state slot, its block table, how many tokens are already cached and its
+ * new tokens; the session packs input_ids [N], position_ids, cumulative_sequence_lengths,
  * past_sequence_lengths, block_table [B, max_blocks] and attention_metadata, binds every page
  * buffer as both past and present (written in place by PagedAttention) and the slots' states as
  * the [B, ...] state inputs and outputs (zero copies when the slots are consecutive, counted
- * otherwise), and runs. It never decides which sequences run or which pages/slots they get:
- * callers allocate from the pools it exposes (the engine's scheduler, or `generate`).
+ * otherwise), and runs. It never decides which sequences run or which pages/slots they get: the
+ * engine's scheduler asks the cache (paged_session_cache) for room; the session binds what the
+ * cache holds, and checks each step's sequences against it (a caller may hand any paged_seq).
  *
  * Bindings come from a paged_binding: graph names and which layers hold KV pages or fixed state
  * — what genai_config.json's inputs/outputs and state_groups say (paged_binding_from_genai), so a
@@ -24,9 +25,7 @@
 #include <stdint.h>
 
 #include "base/diag.h"
-#include "cache/block_pool.h"
-#include "cache/kv_buffers.h"
-#include "cache/state_pool.h"
+#include "cache/hybrid_cache.h"
 #include "exec/exec.h"
 #include "graph/graph.h"
 #include "io/genai_config.h"
@@ -105,7 +104,7 @@ typedef struct paged_seq {
 } paged_seq;
 
 /* Runs one packed step over seqs[B] (distinct slots). Text positions: all position planes read
- * past + j. Errors leave the pools' bookkeeping unchanged (state is scattered back even when the
+ * past + j. Errors leave the cache's bookkeeping unchanged (state is scattered back even when the
  * graph fails): PH_ERR_INVALID_ARGUMENT (B, n, slot, token id or page coverage, naming the
  * sequence), PH_ERR_LIMIT (tokens beyond max_tokens or the rotary context). */
 ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, diag *d);
@@ -123,6 +122,9 @@ int64_t paged_session_cache_bytes(const paged_session *s); /* KV pages + state s
 int64_t paged_session_block_size(const paged_session *s);
 int64_t paged_session_max_context(const paged_session *s); /* rotary rows: positions < this */
 int paged_session_prunes_lm_head(const paged_session *s);
+/* The cache the session binds: callers reserve and release pages and slots through it. */
+hybrid_cache *paged_session_cache(paged_session *s);
+/* Its parts (hybrid_cache_blocks / _states / _kv), for inspection by tests and tools. */
 block_pool *paged_session_blocks(paged_session *s);
 state_pool *paged_session_states(paged_session *s);
 kv_buffers *paged_session_kv(paged_session *s);
