@@ -150,8 +150,9 @@ static ph_status check_params(const ph_engine_params *p, diag *d) {
           p->prefill_chunk > p->max_scheduled_tokens || p->max_requests < p->max_batch_size ||
           p->num_blocks < 0 || p->memory_bytes < 0,
       d, PH_ERR_INVALID_ARGUMENT,
-      "engine params: max_batch %d, max_tokens %lld, prefill_chunk %lld (1.."
-      "max_tokens), max_slots %d (>= max_batch), n_blocks %d, memory_bytes %lld",
+      "engine params: max_batch_size %d, max_scheduled_tokens %lld, prefill_chunk %lld (1.."
+      "max_scheduled_tokens), max_requests %d (>= max_batch_size), num_blocks %d, memory_bytes "
+      "%lld",
       p->max_batch_size, (long long)p->max_scheduled_tokens, (long long)p->prefill_chunk,
       p->max_requests, p->num_blocks, (long long)p->memory_bytes);
   return PH_OK;

@@ -129,15 +129,15 @@ ph_status ph_engine_get_info(const ph_engine *pe, ph_engine_info *out) {
   if (!pe->e) return PH_ERR_INVALID_ARGUMENT; /* const: the object's error is left as it is */
   memset(out, 0, sizeof *out);
   engine *e = pe->e;
-  paged_session *s = engine_session(e);
+  hybrid_cache *c = paged_session_cache(engine_session(e));
   out->params = *engine_params_of(e);
   out->vocab_size = engine_vocab(e);
   out->max_context = engine_max_context(e);
-  out->block_size = paged_session_block_size(s);
-  out->kv_pages = block_pool_n_blocks(paged_session_blocks(s)) - 1;
-  out->cache_bytes = paged_session_cache_bytes(s);
-  out->state_bytes_per_request = state_pool_slot_bytes(paged_session_states(s));
+  out->block_size = hybrid_cache_block_size(c);
+  out->kv_pages = hybrid_cache_n_blocks(c) - 1; /* without the null page */
+  out->cache_bytes = hybrid_cache_bytes(c);
+  out->state_bytes_per_request = state_pool_slot_bytes(hybrid_cache_states(c));
   out->kv_bytes_per_token =
-      out->block_size > 0 ? kv_buffers_bytes_per_block(paged_session_kv(s)) / out->block_size : 0;
+      out->block_size > 0 ? kv_buffers_bytes_per_block(hybrid_cache_kv(c)) / out->block_size : 0;
   return PH_OK;
 }
