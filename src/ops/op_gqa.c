@@ -47,6 +47,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attend.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -438,16 +439,6 @@ static void gqa_present_task(void *ctx, size_t task, int thread) {
   }
 }
 
-/* Key row t of one kv head in present [B, Hkv, T, D]: row 0's offset plus t rows. */
-typedef struct gqa_rows {
-  int64_t base, D;
-} gqa_rows;
-
-static int64_t gqa_row(const void *ctx, int64_t t) {
-  const gqa_rows *r = ctx;
-  return r->base + t * r->D;
-}
-
 /* Phase 2, task (b, query head): all S queries of this head against present. */
 static void gqa_attend_task(void *ctx, size_t task, int thread) {
   const gqa_job *j = ctx;
@@ -455,7 +446,12 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
   const int64_t b = (int64_t)task / g->Hq, h = (int64_t)task % g->Hq, D = g->D;
   const int64_t kvh = h / (g->Hq / g->Hkv);
   const int64_t L = (int64_t)j->seqlens[b] + 1, Pb = L - g->S;
-  const gqa_rows rows = {(b * g->Hkv + kvh) * g->T * D, D}; /* present row 0 of this kv head */
+  /* present rows 0..T-1 of this kv head, contiguous (kernels/attend.h) */
+  const size_t row0 = (size_t)((b * g->Hkv + kvh) * g->T * D) * j->esize;
+  const attend_kv kv_rows = {.k = (const char *)j->present_k->data + row0,
+                             .v = (const char *)j->present_v->data + row0,
+                             .dt = g->dt,
+                             .row_stride = D};
   /* slice: scores [T], q [D], k or v row [D], acc [D], cos [rot/2], sin [rot/2] */
   float *scores = j->scratch + (size_t)thread * gqa_slice_floats(g);
   float *q = scores + g->T, *kv = q + D, *acc = kv + D, *c = acc + D;
@@ -466,8 +462,8 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
     const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
     tensor_load_f32(j->q, gqa_q_off(j, b, s, h), D, q);
     if (g->rotary) gqa_rotate(j, q, gqa_pos(j, b, s), c, sn);
-    op_attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, j->present_k,
-                  j->present_v, gqa_row, &rows, scores, kv, acc);
+    attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, &kv_rows, scores, kv,
+               acc);
     tensor_store_f32(j->out, (b * g->S + s) * g->Hq * D + h * D, D, acc);
   }
 }

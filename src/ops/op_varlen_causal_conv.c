@@ -22,10 +22,10 @@
  * Work is split over (sequence, block of VC_BLOCK channels); a task reads its block's state and
  * rows before writing, so final_state may alias initial_state.
  */
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/conv.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 
@@ -200,12 +200,7 @@ static void vc_task(void *ctx, size_t task, int thread) {
   }
 
   for (int64_t i = 0; i < nc; i++) {
-    const float *xi = X + i * F, *wi = W + i * K;
-    for (int64_t t = 0; t < L; t++) {
-      float acc = bias[i];
-      for (int64_t k = 0; k < K; k++) acc += wi[k] * xi[t + k * g->dil];
-      y[t] = g->silu ? acc / (1.0f + expf(-acc)) : acc;
-    }
+    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, y);
     for (int64_t t = 0; t < L; t++) tensor_set_f32(j->out, (r0 + t) * Ch + c0 + i, y[t]);
     tensor_store_f32(j->final_state, (b * Ch + c0 + i) * P, P, X + i * F + L);
   }
