@@ -1,4 +1,6 @@
-/* op_causal_conv — com.microsoft CausalConvWithState (dense, ndim = 1): contract + kernel.
+/* op_causal_conv — com.microsoft CausalConvWithState (dense, ndim = 1): the contract, the gather
+ * into f32 rows and the split over threads; one channel's sum and activation are
+ * conv_causal_channel (kernels/conv.h), shared with VarlenCausalConvWithState.
  *
  * Letters: B sequences, Ch channels, L tokens, K taps, P = (K-1)*dilation carried positions.
  *   input [B,Ch,L] (channels_last: [B,L,Ch])  weight [Ch,1,K]  bias [Ch] (optional)

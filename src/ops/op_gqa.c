@@ -40,8 +40,9 @@
  *   query head h reads kv head h / (Hq/Hkv). Softmax in f32 with the maximum subtracted; the
  *   output is sum_j e_j v_j / sum_j e_j rounded once to F.
  * present never aliases past (the shapes differ). Work: phase 1 builds present over (b, kv head)
- * tasks, phase 2 runs one single-threaded kernel per (b, query head) task; no reduction spans
- * tasks, so results are bit-identical for any thread count and any batch neighbours.
+ * tasks, phase 2 runs one single-threaded task per (b, query head), each query row through
+ * attend_row (kernels/attend.h, PagedAttention's core too); no reduction spans tasks, so
+ * results are bit-identical for any thread count and any batch neighbours.
  * Scratch: (T + 4*D) floats per thread (one score row, q, one k/v row, accumulator, cos/sin).
  */
 #include <math.h>

@@ -41,8 +41,9 @@
  * positions below max_pos. Unsupported: LATENT, is_causal = 0, quantized caches.
  *
  * Work: phase 1 writes K/V over kv-head tasks (rows in order, so duplicate slots resolve the same
- * way for every thread count); phase 2 runs one single-threaded kernel per (sequence, query head)
- * task. Every output element is computed by the same code whatever the batch or thread count.
+ * way for every thread count); phase 2 runs one task per (sequence, query head), each query row
+ * through attend_row (kernels/attend.h, GroupQueryAttention's core too) over the sequence's
+ * pages. Every output element is computed by the same code whatever the batch or thread count.
  */
 #include <math.h>
 #include <stdint.h>

@@ -12,8 +12,9 @@
  * with x_full = concat(initial_state[b], its rows) over time:
  *   y[t] = act(bias + Σ_j w[j] · x_full[t + j*dilation]),  final_state[b] = x_full[L_b .. L_b+P)
  * so nothing is read across a sequence boundary and a sequence of 0 tokens keeps its state.
- * The arithmetic is the dense CausalConvWithState's, term for term, so a sequence gives the
- * same bits alone, packed with others, or through the dense op.
+ * The arithmetic is the dense CausalConvWithState's (both run conv_causal_channel,
+ * kernels/conv.h), so a sequence gives the same bits alone, packed with others, or through the
+ * dense op.
  *
  * cap > 0 (the compact state_update capsule) is PH_ERR_UNSUPPORTED for now; capture_count without
  * it is PH_ERR_INVALID_ARGUMENT. Malformed offsets are a synchronous PH_ERR_INVALID_ARGUMENT here
