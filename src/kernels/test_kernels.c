@@ -21,6 +21,9 @@
  *                       of order) giving the bits of contiguous rows.
  *   conv_causal_channel (one implementation today: both causal convs' core) against a double
  *                       reference within CONV_TOL (derived beside it), silu on/off, dilation.
+ *   rope_rotate_f32     (one implementation today: RotaryEmbedding's, PagedAttention's and
+ *                       GroupQueryAttention's rotation) against a double reference within
+ *                       ROPE_TOL (derived beside it), both pairings; in place gives the bits.
  * Shapes: 1, odd sizes, and sizes around 8/16/64/256. A failing case is printed by name with its
  * error; NaN or infinity in any result fails. Each grid prints its worst NMSE.
  */
@@ -38,6 +41,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
+#include "kernels/rope.h"
 #include "tensor/dtype.h"
 
 #define MATMUL_WT_NMSE         1e-10
@@ -563,6 +567,64 @@ static void grid_conv_causal(const kernel_variant *vs, int n_vs) {
   printf("  conv_causal_channel: worst error / tolerance %.3g\n", worst);
 }
 
+/* ---- rope_rotate_f32 ------------------------------------------------------------------------ */
+
+/* rope_rotate_f32, the one implementation: against a double reference within ROPE_TOL, and in
+ * place giving the bits of out of place. */
+static void grid_rope(const kernel_variant *vs, int n_vs) {
+  (void)vs;
+  (void)n_vs; /* one implementation in every variant today */
+  static const int64_t rots[] = {2, 6, 16, 18, 64, 128};
+  const double u = FLT_EPSILON / 2.0;
+  double worst = 0.0;
+  rng r = rng_seed(0x726f7065u);
+  for (size_t ri = 0; ri < sizeof rots / sizeof rots[0]; ri++)
+    for (int il = 0; il < 2; il++) {
+      const int64_t rot = rots[ri], h = rot / 2;
+      float *x = malloc((size_t)rot * sizeof(float)), *y = malloc((size_t)rot * sizeof(float));
+      float *yi = malloc((size_t)rot * sizeof(float)), *c = malloc((size_t)h * sizeof(float));
+      float *sn = malloc((size_t)h * sizeof(float));
+      for (int64_t i = 0; i < rot; i++) x[i] = rng_range(&r, -4.0f, 4.0f);
+      for (int64_t i = 0; i < h; i++) {
+        float th = rng_range(&r, -100.0f, 100.0f);
+        c[i] = cosf(th);
+        sn[i] = sinf(th);
+      }
+      rope_rotate_f32(x, c, sn, rot, il, y);
+      memcpy(yi, x, (size_t)rot * sizeof(float));
+      rope_rotate_f32(yi, c, sn, rot, il, yi);
+      double ratio = 0.0;
+      for (int64_t i = 0; i < h; i++) {
+        const int64_t ia = il ? 2 * i : i, ib = il ? 2 * i + 1 : i + h;
+        const double a = x[ia], b = x[ib], ci = c[i], si = sn[i];
+        const double ra = a * ci - b * si, rb = b * ci + a * si;
+        /* ROPE_TOL: fl(fl(a c) - fl(b s)) differs from a c - b s by at most
+         * (2u + u^2)(|a c| + |b s|): each product and the difference rounded once (u = 2^-24);
+         * likewise for b c + a s. */
+        const double ta = (2.0 * u + u * u) * (fabs(a * ci) + fabs(b * si)) + FLT_MIN;
+        const double tb = (2.0 * u + u * u) * (fabs(b * ci) + fabs(a * si)) + FLT_MIN;
+        const double ea = isfinite(y[ia]) ? fabs(y[ia] - ra) / ta : INFINITY;
+        const double eb = isfinite(y[ib]) ? fabs(y[ib] - rb) / tb : INFINITY;
+        if (!(ea <= ratio)) ratio = ea;
+        if (!(eb <= ratio)) ratio = eb;
+      }
+      if (ratio > worst) worst = ratio;
+      char name[160];
+      snprintf(name, sizeof name, "rope_rotate_f32 rot=%lld interleaved=%d: vs double reference",
+               (long long)rot, il);
+      case_result(ratio <= 1.0, name, ratio);
+      snprintf(name, sizeof name, "rope_rotate_f32 rot=%lld interleaved=%d: in place, same bits",
+               (long long)rot, il);
+      case_result(memcmp(y, yi, (size_t)rot * sizeof(float)) == 0, name, 0.0);
+      free(x);
+      free(y);
+      free(yi);
+      free(c);
+      free(sn);
+    }
+  printf("  rope_rotate_f32: worst error / tolerance %.3g\n", worst);
+}
+
 /* ---- the grid ------------------------------------------------------------------------------- */
 
 typedef struct kernel_column {
@@ -571,13 +633,14 @@ typedef struct kernel_column {
 } kernel_column;
 
 /* One row per kernel of kernel_set (kernels/dispatch.h), and one per single-implementation core
- * (gated_delta_chunk, attend_row, conv_causal_channel: scalar only, outside the table). */
+ * (gated_delta_chunk, attend_row, conv_causal_channel, rope_rotate_f32: outside the table). */
 static const kernel_column COLUMNS[] = {
     {"matmul_wt", grid_matmul_wt},
     {"gated_delta_decode", grid_gated_delta_decode},
     {"gated_delta_chunk", grid_gated_delta_chunk},
     {"attend_row", grid_attend_row},
     {"conv_causal_channel", grid_conv_causal},
+    {"rope_rotate_f32", grid_rope},
 };
 
 static void test_kernel_grid(void) {

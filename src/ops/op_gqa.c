@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "kernels/attend.h"
+#include "kernels/rope.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -385,19 +386,7 @@ static void gqa_rotate(const gqa_job *j, float *x, int64_t p, float *c, float *s
   const int64_t h = j->g->rot / 2;
   tensor_load_f32(j->cos, p * h, h, c);
   tensor_load_f32(j->sin, p * h, h, sn);
-  if (j->g->interleaved) {
-    for (int64_t i = 0; i < h; i++) {
-      float a = x[2 * i], b = x[2 * i + 1];
-      x[2 * i] = a * c[i] - b * sn[i];
-      x[2 * i + 1] = b * c[i] + a * sn[i];
-    }
-  } else {
-    for (int64_t i = 0; i < h; i++) {
-      float a = x[i], b = x[i + h];
-      x[i] = a * c[i] - b * sn[i];
-      x[i + h] = b * c[i] + a * sn[i];
-    }
-  }
+  rope_rotate_f32(x, c, sn, j->g->rot, j->g->interleaved, x);
 }
 
 /* Phase 1, task (b, kv head): present rows = valid past, new keys/values, zeros. */

@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "kernels/attend.h"
+#include "kernels/rope.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -428,15 +429,9 @@ static void pa_prep(const pa_job *j, float *x, const tensor *w, int64_t p, float
   }
   if (g->rotary) {
     const int64_t h = g->rot / 2;
-    float *y = x + g->rot_off;
     tensor_load_f32(j->cos, p * h, h, c);
     tensor_load_f32(j->sin, p * h, h, sn);
-    for (int64_t i = 0; i < h; i++) {
-      const int64_t ia = g->interleaved ? 2 * i : i, ib = g->interleaved ? 2 * i + 1 : i + h;
-      const float a = y[ia], b = y[ib];
-      y[ia] = a * c[i] - b * sn[i];
-      y[ib] = b * c[i] + a * sn[i];
-    }
+    rope_rotate_f32(x + g->rot_off, c, sn, g->rot, g->interleaved, x + g->rot_off);
   }
 }
 
