@@ -7,6 +7,10 @@
  *   gated_delta_decode  GatedDeltaNet's one-token step on a V-major state, or NULL where the
  *                       variant runs the scalar reference (kernels/gated_delta.h)
  * A new kernel is a new column here and one entry per row; tests/benches walk the table.
+ * Cores with one implementation only (gated_delta_chunk/_token, attend_row in kernels/attend.h,
+ * conv_causal_channel in kernels/conv.h, rope_rotate_f32 in kernels/rope.h) are called directly
+ * and have no column: they get one when a second variant of them exists. test_kernels checks
+ * them in its grid all the same.
  *
  * The variant is chosen once per process, from the CPU (cpu_features(), which honours
  * PH_CPU_DISABLE) and the environment variable PH_KERNELS = scalar | avx2 | avx512 | auto

@@ -14,9 +14,20 @@
  *                       aliased, and no final state asked for.
  *   gated_delta_chunk   (one implementation today) against L recurrent steps, NMSE at most
  *                       GATED_DELTA_CHUNK_NMSE, state and outputs.
+ *   attend_row          (one implementation today: PagedAttention's and GroupQueryAttention's
+ *                       core) against a double reference, per element within ATTEND_TOL (an
+ *                       error bound derived beside it from the inputs), f32/f16/bf16 rows, with
+ *                       softcap, head sink and a window start; and paged addressing (pages out
+ *                       of order) giving the bits of contiguous rows.
+ *   conv_causal_channel (one implementation today: both causal convs' core) against a double
+ *                       reference within CONV_TOL (derived beside it), silu on/off, dilation.
+ *   rope_rotate_f32     (one implementation today: RotaryEmbedding's, PagedAttention's and
+ *                       GroupQueryAttention's rotation) against a double reference within
+ *                       ROPE_TOL (derived beside it), both pairings; in place gives the bits.
  * Shapes: 1, odd sizes, and sizes around 8/16/64/256. A failing case is printed by name with its
  * error; NaN or infinity in any result fails. Each grid prints its worst NMSE.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,9 +36,12 @@
 
 #include "base/rng.h"
 #include "check.h"
+#include "kernels/attend.h"
+#include "kernels/conv.h"
 #include "kernels/dispatch.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
+#include "kernels/rope.h"
 #include "tensor/dtype.h"
 
 #define MATMUL_WT_NMSE         1e-10
@@ -334,6 +348,283 @@ static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
          GATED_DELTA_CHUNK_NMSE);
 }
 
+/* ---- attend_row ----------------------------------------------------------------------------- */
+
+static const ph_dtype AT_DTYPES[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
+static const char *const AT_DTYPE_NAMES[3] = {"f32", "f16", "bf16"};
+
+/* Stores f in dtype dt at element i of buf and gives back the value stored, as f32. */
+static float at_put(void *buf, ph_dtype dt, int64_t i, float f) {
+  if (dt == PH_DTYPE_F32) {
+    ((float *)buf)[i] = f;
+    return f;
+  }
+  uint16_t h = dt == PH_DTYPE_F16 ? f32_to_f16(f) : f32_to_bf16(f);
+  ((uint16_t *)buf)[i] = h;
+  return dt == PH_DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+/* The straightforward reference, in double, on the stored values kf/vf (row t at t * D):
+ * scores, softcap, max, exponentials, sums and the division, as attend.h writes them. */
+static void at_reference(const float *q, const float *kf, const float *vf, int64_t D, int64_t lo,
+                         int64_t hi, float scale, float softcap, const float *sink, double *o,
+                         double *A, double *R) {
+  int64_t n = hi - lo + 1;
+  double *s = malloc((size_t)n * sizeof(double)), m = -INFINITY;
+  *A = 0.0;
+  for (int64_t t = lo; t <= hi; t++) {
+    double dot = 0.0, a = 0.0;
+    for (int64_t e = 0; e < D; e++) {
+      dot += (double)q[e] * kf[t * D + e];
+      a += fabs((double)q[e] * kf[t * D + e]);
+    }
+    if (a > *A) *A = a;
+    double sc = dot * (double)scale;
+    if (softcap > 0.0f) sc = softcap * tanh(sc / softcap);
+    s[t - lo] = sc;
+    if (sc > m) m = sc;
+  }
+  if (sink && *sink > m) m = *sink;
+  double sum = 0.0;
+  *R = sink ? m - *sink : 0.0;
+  for (int64_t e = 0; e < D; e++) o[e] = 0.0;
+  for (int64_t t = lo; t <= hi; t++) {
+    double w = exp(s[t - lo] - m);
+    if (m - s[t - lo] > *R) *R = m - s[t - lo];
+    sum += w;
+    for (int64_t e = 0; e < D; e++) o[e] += w * vf[t * D + e];
+  }
+  if (sink) sum += exp(*sink - m);
+  for (int64_t e = 0; e < D; e++) o[e] /= sum;
+  free(s);
+}
+
+/* attend_row, the one implementation (scalar, in every variant): against the double reference
+ * within ATTEND_TOL (below), and the paged addressing bit-identical to the contiguous one. */
+static void grid_attend_row(const kernel_variant *vs, int n_vs) {
+  (void)vs;
+  (void)n_vs; /* one implementation in every variant today */
+  static const int64_t Ds[] = {1, 3, 8, 64, 128};
+  static const int64_t ns[] = {1, 2, 17, 100};
+  static const int64_t los[] = {0, 5};
+  static const int64_t PAGE = 4; /* rows per page in the paged copy */
+  const double u = FLT_EPSILON / 2.0;
+  double worst = 0.0;
+  rng r = rng_seed(0x617474656e64u);
+  for (int di = 0; di < 3; di++)
+    for (size_t Di = 0; Di < sizeof Ds / sizeof Ds[0]; Di++)
+      for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t li = 0; li < sizeof los / sizeof los[0]; li++)
+          for (int opt = 0; opt < 6; opt++) { /* softcap off/on x sink none/small/large */
+            const ph_dtype dt = AT_DTYPES[di];
+            const size_t es = dtype_size(dt);
+            const int64_t D = Ds[Di], lo = los[li], hi = lo + ns[ni] - 1, T = hi + 1;
+            const int64_t n_pages = (T + PAGE - 1) / PAGE, stride = D + 3; /* rows apart */
+            const float scale = 1.0f / sqrtf((float)D), softcap = opt & 1 ? 5.0f : 0.0f;
+            const float sink_v = opt >= 4 ? 4.0f : 0.3f, *sink = opt >= 2 ? &sink_v : NULL;
+            float *q = malloc((size_t)D * sizeof(float));
+            float *kf = malloc((size_t)(T * D) * sizeof(float));
+            float *vf = malloc((size_t)(T * D) * sizeof(float));
+            /* contiguous: rows stride apart; paged: page order reversed, rows stride apart */
+            char *kc = calloc((size_t)(T * stride), es), *vc = calloc((size_t)(T * stride), es);
+            char *kp = calloc((size_t)(n_pages * PAGE * stride), es);
+            char *vp = calloc((size_t)(n_pages * PAGE * stride), es);
+            int32_t *pages = malloc((size_t)n_pages * sizeof(int32_t));
+            for (int64_t pg = 0; pg < n_pages; pg++) pages[pg] = (int32_t)(n_pages - 1 - pg);
+            for (int64_t e = 0; e < D; e++) q[e] = rng_range(&r, -2.0f, 2.0f);
+            for (int64_t t = 0; t < T; t++) {
+              int64_t slot = (int64_t)pages[t / PAGE] * PAGE + t % PAGE;
+              for (int64_t e = 0; e < D; e++) {
+                kf[t * D + e] = at_put(kc, dt, t * stride + e, rng_range(&r, -2.0f, 2.0f));
+                vf[t * D + e] = at_put(vc, dt, t * stride + e, rng_range(&r, -1.0f, 1.0f));
+                at_put(kp, dt, slot * stride + e, kf[t * D + e]);
+                at_put(vp, dt, slot * stride + e, vf[t * D + e]);
+              }
+            }
+            const attend_kv cont = {.k = kc, .v = vc, .dt = dt, .row_stride = stride};
+            const attend_kv paged = {.k = kp,
+                                     .v = vp,
+                                     .dt = dt,
+                                     .row_stride = stride,
+                                     .pages = pages,
+                                     .page_rows = PAGE};
+            float *scores = malloc((size_t)(hi - lo + 1) * sizeof(float));
+            float *row = malloc((size_t)D * sizeof(float));
+            float *oc = malloc((size_t)D * sizeof(float)), *op = malloc((size_t)D * sizeof(float));
+            double *ref = malloc((size_t)D * sizeof(double)), A = 0.0, R = 0.0;
+            attend_row(q, D, lo, hi, scale, softcap, sink, &cont, scores, row, oc);
+            attend_row(q, D, lo, hi, scale, softcap, sink, &paged, scores, row, op);
+            at_reference(q, kf, vf, D, lo, hi, scale, softcap, sink, ref, &A, &R);
+            /* ATTEND_TOL, first-order error bound of attend_row's f32 arithmetic (u = 2^-24,
+             * n = hi-lo+1 rows, A = max_t Σ_e |q_e k_te|, R = max_t (m - s_t), V = max |v|):
+             *   scores: D-term dot (D u A), the scale and the softcap's division (2 u scale A),
+             *           tanhf (2 ulp) and its product (u): e_s = (D+2) u scale A + 3 u softcap;
+             *   weights e^{s_t - m}: e_s, the subtraction (u R) and expf (<= 2 u, glibc < 1 ulp);
+             *           the shift by m is common to every term and cancels in the ratio:
+             *           e_w = e_s + u R + 2 u relative;
+             *   numerator Σ w_t v_t and denominator Σ w_t (+ sink): n products and n additions
+             *           each, (n+1) u relative of Σ w |v| <= V Σ w; the division: u;
+             *   so |o - ref| <= V (2 e_w + (2n + 3) u), and twice that for the second-order
+             *   terms. Worst-case; the measured error is printed below, far under it. */
+            double V = 0.0;
+            for (int64_t i = 0; i < T * D; i++)
+              if (fabs(vf[i]) > V) V = fabs(vf[i]);
+            const double e_s = (double)(D + 2) * u * scale * A + 3.0 * u * softcap;
+            const double e_w = e_s + u * R + 2.0 * u;
+            const double tol = 2.0 * V * (2.0 * e_w + (double)(2 * (hi - lo + 1) + 3) * u);
+            double err = 0.0;
+            for (int64_t e = 0; e < D; e++) {
+              double x = isfinite(oc[e]) ? fabs(oc[e] - ref[e]) : INFINITY;
+              if (!(x <= err)) err = x; /* NaN/inf propagate to err as failure */
+            }
+            if (tol > 0.0 && err / tol > worst) worst = err / tol;
+            char name[200];
+            snprintf(name, sizeof name,
+                     "attend_row %s D=%lld lo=%lld n=%lld softcap=%g sink=%s: vs double "
+                     "reference (err %.3g, tol %.3g)",
+                     AT_DTYPE_NAMES[di], (long long)D, (long long)lo, (long long)(hi - lo + 1),
+                     (double)softcap, sink ? (opt >= 4 ? "4" : "0.3") : "none", err, tol);
+            case_result(err <= tol, name, err);
+            snprintf(name, sizeof name,
+                     "attend_row %s D=%lld lo=%lld n=%lld opt=%d: paged rows give the "
+                     "contiguous bits",
+                     AT_DTYPE_NAMES[di], (long long)D, (long long)lo, (long long)(hi - lo + 1),
+                     opt);
+            case_result(memcmp(oc, op, (size_t)D * sizeof(float)) == 0, name, 0.0);
+            free(q);
+            free(kf);
+            free(vf);
+            free(kc);
+            free(vc);
+            free(kp);
+            free(vp);
+            free(pages);
+            free(scores);
+            free(row);
+            free(oc);
+            free(op);
+            free(ref);
+          }
+  printf("  attend_row: worst error / tolerance %.3g\n", worst);
+}
+
+/* ---- conv_causal_channel -------------------------------------------------------------------- */
+
+/* conv_causal_channel, the one implementation: against a double reference within the bound
+ * derived below. */
+static void grid_conv_causal(const kernel_variant *vs, int n_vs) {
+  (void)vs;
+  (void)n_vs; /* one implementation in every variant today */
+  static const int64_t Ks[] = {1, 2, 3, 4, 7};
+  static const int64_t dils[] = {1, 2, 3};
+  static const int64_t Ls[] = {1, 2, 5, 33};
+  const double u = FLT_EPSILON / 2.0;
+  double worst = 0.0;
+  rng r = rng_seed(0x636f6e76u);
+  for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+    for (size_t di = 0; di < sizeof dils / sizeof dils[0]; di++)
+      for (size_t li = 0; li < sizeof Ls / sizeof Ls[0]; li++)
+        for (int opt = 0; opt < 4; opt++) { /* silu off/on x bias 0/random */
+          const int64_t K = Ks[ki], dil = dils[di], L = Ls[li], F = (K - 1) * dil + L;
+          const int silu = opt & 1;
+          const float bias = opt & 2 ? rng_range(&r, -1.0f, 1.0f) : 0.0f;
+          float *x = malloc((size_t)F * sizeof(float)), *w = malloc((size_t)K * sizeof(float));
+          float *y = malloc((size_t)L * sizeof(float));
+          for (int64_t i = 0; i < F; i++) x[i] = rng_range(&r, -2.0f, 2.0f);
+          for (int64_t k = 0; k < K; k++) w[k] = rng_range(&r, -1.0f, 1.0f);
+          conv_causal_channel(x, w, K, dil, bias, silu, L, y);
+          double err_ratio = 0.0, err = 0.0, tol_at = 0.0;
+          for (int64_t t = 0; t < L; t++) {
+            double a = bias, M = fabs(bias);
+            for (int64_t k = 0; k < K; k++) {
+              a += (double)w[k] * x[t + k * dil];
+              M += fabs((double)w[k] * x[t + k * dil]);
+            }
+            double ref = silu ? a / (1.0 + exp(-a)) : a;
+            /* CONV_TOL: the f32 sum of bias and K products in order, (K+1) u M with
+             * M = |bias| + Σ_k |w_k x|; silu's slope is at most 1.1, and its f32 evaluation
+             * (expf <= 2 u, the addition, the division) adds 4 u |y|; twice that for the
+             * second-order terms: tol = 2 (1.1 (K+1) u M + 4 u |ref|) (+ FLT_MIN). */
+            double tol = 2.0 * (1.1 * (double)(K + 1) * u * M + 4.0 * u * fabs(ref)) + FLT_MIN;
+            double e = isfinite(y[t]) ? fabs(y[t] - ref) : INFINITY;
+            if (!(e / tol <= err_ratio)) {
+              err_ratio = e / tol;
+              err = e;
+              tol_at = tol;
+            }
+          }
+          if (err_ratio > worst) worst = err_ratio;
+          char name[200];
+          snprintf(name, sizeof name,
+                   "conv_causal_channel K=%lld dil=%lld L=%lld silu=%d bias=%d: vs double "
+                   "reference (err %.3g, tol %.3g)",
+                   (long long)K, (long long)dil, (long long)L, silu, (opt >> 1) & 1, err, tol_at);
+          case_result(err_ratio <= 1.0, name, err);
+          free(x);
+          free(w);
+          free(y);
+        }
+  printf("  conv_causal_channel: worst error / tolerance %.3g\n", worst);
+}
+
+/* ---- rope_rotate_f32 ------------------------------------------------------------------------ */
+
+/* rope_rotate_f32, the one implementation: against a double reference within ROPE_TOL, and in
+ * place giving the bits of out of place. */
+static void grid_rope(const kernel_variant *vs, int n_vs) {
+  (void)vs;
+  (void)n_vs; /* one implementation in every variant today */
+  static const int64_t rots[] = {2, 6, 16, 18, 64, 128};
+  const double u = FLT_EPSILON / 2.0;
+  double worst = 0.0;
+  rng r = rng_seed(0x726f7065u);
+  for (size_t ri = 0; ri < sizeof rots / sizeof rots[0]; ri++)
+    for (int il = 0; il < 2; il++) {
+      const int64_t rot = rots[ri], h = rot / 2;
+      float *x = malloc((size_t)rot * sizeof(float)), *y = malloc((size_t)rot * sizeof(float));
+      float *yi = malloc((size_t)rot * sizeof(float)), *c = malloc((size_t)h * sizeof(float));
+      float *sn = malloc((size_t)h * sizeof(float));
+      for (int64_t i = 0; i < rot; i++) x[i] = rng_range(&r, -4.0f, 4.0f);
+      for (int64_t i = 0; i < h; i++) {
+        float th = rng_range(&r, -100.0f, 100.0f);
+        c[i] = cosf(th);
+        sn[i] = sinf(th);
+      }
+      rope_rotate_f32(x, c, sn, rot, il, y);
+      memcpy(yi, x, (size_t)rot * sizeof(float));
+      rope_rotate_f32(yi, c, sn, rot, il, yi);
+      double ratio = 0.0;
+      for (int64_t i = 0; i < h; i++) {
+        const int64_t ia = il ? 2 * i : i, ib = il ? 2 * i + 1 : i + h;
+        const double a = x[ia], b = x[ib], ci = c[i], si = sn[i];
+        const double ra = a * ci - b * si, rb = b * ci + a * si;
+        /* ROPE_TOL: fl(fl(a c) - fl(b s)) differs from a c - b s by at most
+         * (2u + u^2)(|a c| + |b s|): each product and the difference rounded once (u = 2^-24);
+         * likewise for b c + a s. */
+        const double ta = (2.0 * u + u * u) * (fabs(a * ci) + fabs(b * si)) + FLT_MIN;
+        const double tb = (2.0 * u + u * u) * (fabs(b * ci) + fabs(a * si)) + FLT_MIN;
+        const double ea = isfinite(y[ia]) ? fabs(y[ia] - ra) / ta : INFINITY;
+        const double eb = isfinite(y[ib]) ? fabs(y[ib] - rb) / tb : INFINITY;
+        if (!(ea <= ratio)) ratio = ea;
+        if (!(eb <= ratio)) ratio = eb;
+      }
+      if (ratio > worst) worst = ratio;
+      char name[160];
+      snprintf(name, sizeof name, "rope_rotate_f32 rot=%lld interleaved=%d: vs double reference",
+               (long long)rot, il);
+      case_result(ratio <= 1.0, name, ratio);
+      snprintf(name, sizeof name, "rope_rotate_f32 rot=%lld interleaved=%d: in place, same bits",
+               (long long)rot, il);
+      case_result(memcmp(y, yi, (size_t)rot * sizeof(float)) == 0, name, 0.0);
+      free(x);
+      free(y);
+      free(yi);
+      free(c);
+      free(sn);
+    }
+  printf("  rope_rotate_f32: worst error / tolerance %.3g\n", worst);
+}
+
 /* ---- the grid ------------------------------------------------------------------------------- */
 
 typedef struct kernel_column {
@@ -341,11 +632,15 @@ typedef struct kernel_column {
   void (*grid)(const kernel_variant *vs, int n_vs);
 } kernel_column;
 
-/* One row per kernel of kernel_set (kernels/dispatch.h). */
+/* One row per kernel of kernel_set (kernels/dispatch.h), and one per single-implementation core
+ * (gated_delta_chunk, attend_row, conv_causal_channel, rope_rotate_f32: outside the table). */
 static const kernel_column COLUMNS[] = {
     {"matmul_wt", grid_matmul_wt},
     {"gated_delta_decode", grid_gated_delta_decode},
     {"gated_delta_chunk", grid_gated_delta_chunk},
+    {"attend_row", grid_attend_row},
+    {"conv_causal_channel", grid_conv_causal},
+    {"rope_rotate_f32", grid_rope},
 };
 
 static void test_kernel_grid(void) {

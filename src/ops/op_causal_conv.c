@@ -1,4 +1,6 @@
-/* op_causal_conv — com.microsoft CausalConvWithState (dense, ndim = 1): contract + kernel.
+/* op_causal_conv — com.microsoft CausalConvWithState (dense, ndim = 1): the contract, the gather
+ * into f32 rows and the split over threads; one channel's sum and activation are
+ * conv_causal_channel (kernels/conv.h), shared with VarlenCausalConvWithState.
  *
  * Letters: B sequences, Ch channels, L tokens, K taps, P = (K-1)*dilation carried positions.
  *   input [B,Ch,L] (channels_last: [B,L,Ch])  weight [Ch,1,K]  bias [Ch] (optional)
@@ -13,10 +15,10 @@
  * state and input before writing anything, so present_state may alias past_state (and output
  * may alias input). Each output element is computed by the same code whatever the split.
  */
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/conv.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 
@@ -194,15 +196,8 @@ static void cc_task(void *ctx, size_t task, int thread) {
     }
   }
 
-  for (int64_t i = 0; i < nc; i++) {
-    const float *xi = X + i * F, *wi = W + i * K;
-    float *yi = Y + i * L;
-    for (int64_t t = 0; t < L; t++) {
-      float acc = bias[i];
-      for (int64_t k = 0; k < K; k++) acc += wi[k] * xi[t + k * g->dil];
-      yi[t] = g->silu ? acc / (1.0f + expf(-acc)) : acc;
-    }
-  }
+  for (int64_t i = 0; i < nc; i++)
+    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, Y + i * L);
 
   if (!g->channels_last) {
     for (int64_t i = 0; i < nc; i++) {

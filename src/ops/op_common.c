@@ -1,6 +1,5 @@
 /* op_common — what the op files share: the contract toolkit of op_util.h (attributes, optional
  * slots, static shapes, broadcasting). Tensor element access is src/tensor's (tensor.h). */
-#include <math.h>
 #include <string.h>
 
 #include "ops/op.h"
@@ -172,30 +171,4 @@ ph_status op_broadcast(const gnode *n, const char *what, int ra, const int64_t *
   }
   *ro = r;
   return PH_OK;
-}
-
-void op_attend_row(const float *q, int64_t D, int64_t lo, int64_t p, float scale, float softcap,
-                   const float *sink, const tensor *k, const tensor *v, op_attn_row_fn row,
-                   const void *ctx, float *scores, float *kv, float *acc) {
-  float m = -INFINITY;
-  for (int64_t t = lo; t <= p; t++) {
-    tensor_load_f32(k, row(ctx, t), D, kv);
-    float dot = 0.0f;
-    for (int64_t e = 0; e < D; e++) dot += q[e] * kv[e];
-    float sc = dot * scale;
-    if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
-    scores[t - lo] = sc;
-    if (sc > m) m = sc;
-  }
-  if (sink && *sink > m) m = *sink;
-  float sum = 0.0f;
-  for (int64_t e = 0; e < D; e++) acc[e] = 0.0f;
-  for (int64_t t = lo; t <= p; t++) {
-    const float w = expf(scores[t - lo] - m);
-    sum += w;
-    tensor_load_f32(v, row(ctx, t), D, kv);
-    for (int64_t e = 0; e < D; e++) acc[e] += w * kv[e];
-  }
-  if (sink) sum += expf(*sink - m);
-  for (int64_t e = 0; e < D; e++) acc[e] = acc[e] / sum;
 }

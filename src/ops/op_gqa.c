@@ -40,13 +40,16 @@
  *   query head h reads kv head h / (Hq/Hkv). Softmax in f32 with the maximum subtracted; the
  *   output is sum_j e_j v_j / sum_j e_j rounded once to F.
  * present never aliases past (the shapes differ). Work: phase 1 builds present over (b, kv head)
- * tasks, phase 2 runs one single-threaded kernel per (b, query head) task; no reduction spans
- * tasks, so results are bit-identical for any thread count and any batch neighbours.
+ * tasks, phase 2 runs one single-threaded task per (b, query head), each query row through
+ * attend_row (kernels/attend.h, PagedAttention's core too); no reduction spans tasks, so
+ * results are bit-identical for any thread count and any batch neighbours.
  * Scratch: (T + 4*D) floats per thread (one score row, q, one k/v row, accumulator, cos/sin).
  */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attend.h"
+#include "kernels/rope.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -383,19 +386,7 @@ static void gqa_rotate(const gqa_job *j, float *x, int64_t p, float *c, float *s
   const int64_t h = j->g->rot / 2;
   tensor_load_f32(j->cos, p * h, h, c);
   tensor_load_f32(j->sin, p * h, h, sn);
-  if (j->g->interleaved) {
-    for (int64_t i = 0; i < h; i++) {
-      float a = x[2 * i], b = x[2 * i + 1];
-      x[2 * i] = a * c[i] - b * sn[i];
-      x[2 * i + 1] = b * c[i] + a * sn[i];
-    }
-  } else {
-    for (int64_t i = 0; i < h; i++) {
-      float a = x[i], b = x[i + h];
-      x[i] = a * c[i] - b * sn[i];
-      x[i + h] = b * c[i] + a * sn[i];
-    }
-  }
+  rope_rotate_f32(x, c, sn, j->g->rot, j->g->interleaved, x);
 }
 
 /* Phase 1, task (b, kv head): present rows = valid past, new keys/values, zeros. */
@@ -438,16 +429,6 @@ static void gqa_present_task(void *ctx, size_t task, int thread) {
   }
 }
 
-/* Key row t of one kv head in present [B, Hkv, T, D]: row 0's offset plus t rows. */
-typedef struct gqa_rows {
-  int64_t base, D;
-} gqa_rows;
-
-static int64_t gqa_row(const void *ctx, int64_t t) {
-  const gqa_rows *r = ctx;
-  return r->base + t * r->D;
-}
-
 /* Phase 2, task (b, query head): all S queries of this head against present. */
 static void gqa_attend_task(void *ctx, size_t task, int thread) {
   const gqa_job *j = ctx;
@@ -455,7 +436,12 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
   const int64_t b = (int64_t)task / g->Hq, h = (int64_t)task % g->Hq, D = g->D;
   const int64_t kvh = h / (g->Hq / g->Hkv);
   const int64_t L = (int64_t)j->seqlens[b] + 1, Pb = L - g->S;
-  const gqa_rows rows = {(b * g->Hkv + kvh) * g->T * D, D}; /* present row 0 of this kv head */
+  /* present rows 0..T-1 of this kv head, contiguous (kernels/attend.h) */
+  const size_t row0 = (size_t)((b * g->Hkv + kvh) * g->T * D) * j->esize;
+  const attend_kv kv_rows = {.k = (const char *)j->present_k->data + row0,
+                             .v = (const char *)j->present_v->data + row0,
+                             .dt = g->dt,
+                             .row_stride = D};
   /* slice: scores [T], q [D], k or v row [D], acc [D], cos [rot/2], sin [rot/2] */
   float *scores = j->scratch + (size_t)thread * gqa_slice_floats(g);
   float *q = scores + g->T, *kv = q + D, *acc = kv + D, *c = acc + D;
@@ -466,8 +452,8 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
     const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
     tensor_load_f32(j->q, gqa_q_off(j, b, s, h), D, q);
     if (g->rotary) gqa_rotate(j, q, gqa_pos(j, b, s), c, sn);
-    op_attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, j->present_k,
-                  j->present_v, gqa_row, &rows, scores, kv, acc);
+    attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, &kv_rows, scores, kv,
+               acc);
     tensor_store_f32(j->out, (b * g->S + s) * g->Hq * D + h * D, D, acc);
   }
 }

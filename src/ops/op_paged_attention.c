@@ -41,13 +41,16 @@
  * positions below max_pos. Unsupported: LATENT, is_causal = 0, quantized caches.
  *
  * Work: phase 1 writes K/V over kv-head tasks (rows in order, so duplicate slots resolve the same
- * way for every thread count); phase 2 runs one single-threaded kernel per (sequence, query head)
- * task. Every output element is computed by the same code whatever the batch or thread count.
+ * way for every thread count); phase 2 runs one task per (sequence, query head), each query row
+ * through attend_row (kernels/attend.h, GroupQueryAttention's core too) over the sequence's
+ * pages. Every output element is computed by the same code whatever the batch or thread count.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/attend.h"
+#include "kernels/rope.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -426,19 +429,14 @@ static void pa_prep(const pa_job *j, float *x, const tensor *w, int64_t p, float
   }
   if (g->rotary) {
     const int64_t h = g->rot / 2;
-    float *y = x + g->rot_off;
     tensor_load_f32(j->cos, p * h, h, c);
     tensor_load_f32(j->sin, p * h, h, sn);
-    for (int64_t i = 0; i < h; i++) {
-      const int64_t ia = g->interleaved ? 2 * i : i, ib = g->interleaved ? 2 * i + 1 : i + h;
-      const float a = y[ia], b = y[ib];
-      y[ia] = a * c[i] - b * sn[i];
-      y[ib] = b * c[i] + a * sn[i];
-    }
+    rope_rotate_f32(x + g->rot_off, c, sn, g->rot, g->interleaved, x + g->rot_off);
   }
 }
 
-/* Slot of position t of sequence b through the block table (the read path). */
+/* Slot of position t of sequence b through the block table (the write path; attention reads
+ * the same slots through attend_kv's pages). */
 static int64_t pa_slot(const pa_job *j, int64_t b, int64_t t) {
   const pa_geom *g = j->g;
   return (int64_t)j->bt[b * g->MB + t / g->BS] * g->BS + t % g->BS;
@@ -472,24 +470,20 @@ static void pa_write_task(void *ctx, size_t task, int thread) {
     }
 }
 
-/* Key row t of sequence b, kv head kvh, in the pages: its slot's row. */
-typedef struct pa_rows {
-  const pa_job *j;
-  int64_t b, kvh;
-} pa_rows;
-
-static int64_t pa_row(const void *ctx, int64_t t) {
-  const pa_rows *r = ctx;
-  return (pa_slot(r->j, r->b, t) * r->j->g->Hkv + r->kvh) * r->j->g->D;
-}
-
 /* Phase 2, task (sequence, query head). */
 static void pa_attend_task(void *ctx, size_t task, int thread) {
   const pa_job *j = ctx;
   const pa_geom *g = j->g;
   const int64_t b = (int64_t)task / g->Hq, h = (int64_t)task % g->Hq, D = g->D;
   const int64_t kvh = h / (g->Hq / g->Hkv);
-  const pa_rows rows = {j, b, kvh};
+  /* keys and values of this kv head through sequence b's block table row (kernels/attend.h) */
+  const size_t es = dtype_size(g->dt);
+  const attend_kv kv_rows = {.k = (const char *)j->kc->data + (size_t)(kvh * D) * es,
+                             .v = (const char *)j->vc->data + (size_t)(kvh * D) * es,
+                             .dt = g->dt,
+                             .row_stride = g->Hkv * D,
+                             .pages = j->bt + b * g->MB,
+                             .page_rows = g->BS};
   float *scores = j->scratch + (size_t)thread * pa_slice_floats(g);
   float *q = scores + g->MB * g->BS, *kv = q + D, *acc = kv + D, *c = acc + D;
   float *sn = c + g->rot / 2;
@@ -499,8 +493,8 @@ static void pa_attend_task(void *ctx, size_t task, int thread) {
     const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
     tensor_load_f32(j->q, pa_q_off(g, r, h), D, q);
     pa_prep(j, q, j->qn, p, c, sn);
-    op_attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, j->kc, j->vc, pa_row,
-                  &rows, scores, kv, acc);
+    attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, &kv_rows, scores, kv,
+               acc);
     tensor_store_f32(j->out, r * g->Hq * D + h * D, D, acc);
   }
 }

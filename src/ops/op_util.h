@@ -76,19 +76,4 @@ ph_status op_norm_axis(const gnode *n, int64_t axis, int r, int *out, diag *d);
 ph_status op_broadcast(const gnode *n, const char *what, int ra, const int64_t *a, int rb,
                        const int64_t *b, int *ro, int64_t *o, diag *d);
 
-/* ---- attention ------------------------------------------------------------------------------ */
-
-/* Element offset, in the key and value tensors, of key row t (D elements) of one head. */
-typedef int64_t (*op_attn_row_fn)(const void *ctx, int64_t t);
-
-/* Softmax attention of one query row q[D] (rotated if needed; scale is applied here) over key
- * rows t in [lo, p]: score = (q . k_t) * scale, softcapped as softcap * tanh(score / softcap)
- * when softcap > 0, a head sink (*sink, may be NULL) joining the max and the denominator, and
- * acc[D] = sum_t softmax_t * v_t. Rows are read from k and v (any float dtype) at row(ctx, t).
- * Work buffers: scores[p - lo + 1], kv[D]. GroupQueryAttention and PagedAttention both use it,
- * so the two compute each row in the same order. */
-void op_attend_row(const float *q, int64_t D, int64_t lo, int64_t p, float scale, float softcap,
-                   const float *sink, const tensor *k, const tensor *v, op_attn_row_fn row,
-                   const void *ctx, float *scores, float *kv, float *acc);
-
 #endif /* PH_OPS_OP_UTIL_H */

@@ -12,8 +12,9 @@
  * with x_full = concat(initial_state[b], its rows) over time:
  *   y[t] = act(bias + Σ_j w[j] · x_full[t + j*dilation]),  final_state[b] = x_full[L_b .. L_b+P)
  * so nothing is read across a sequence boundary and a sequence of 0 tokens keeps its state.
- * The arithmetic is the dense CausalConvWithState's, term for term, so a sequence gives the
- * same bits alone, packed with others, or through the dense op.
+ * The arithmetic is the dense CausalConvWithState's (both run conv_causal_channel,
+ * kernels/conv.h), so a sequence gives the same bits alone, packed with others, or through the
+ * dense op.
  *
  * cap > 0 (the compact state_update capsule) is PH_ERR_UNSUPPORTED for now; capture_count without
  * it is PH_ERR_INVALID_ARGUMENT. Malformed offsets are a synchronous PH_ERR_INVALID_ARGUMENT here
@@ -22,10 +23,10 @@
  * Work is split over (sequence, block of VC_BLOCK channels); a task reads its block's state and
  * rows before writing, so final_state may alias initial_state.
  */
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/conv.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 
@@ -200,12 +201,7 @@ static void vc_task(void *ctx, size_t task, int thread) {
   }
 
   for (int64_t i = 0; i < nc; i++) {
-    const float *xi = X + i * F, *wi = W + i * K;
-    for (int64_t t = 0; t < L; t++) {
-      float acc = bias[i];
-      for (int64_t k = 0; k < K; k++) acc += wi[k] * xi[t + k * g->dil];
-      y[t] = g->silu ? acc / (1.0f + expf(-acc)) : acc;
-    }
+    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, y);
     for (int64_t t = 0; t < L; t++) tensor_set_f32(j->out, (r0 + t) * Ch + c0 + i, y[t]);
     tensor_store_f32(j->final_state, (b * Ch + c0 + i) * P, P, X + i * F + L);
   }

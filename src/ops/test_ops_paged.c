@@ -28,8 +28,8 @@
  *    D squares and about 8 more roundings, (D / 2 + 8) u relative, of elements at most
  *    1.5 sqrt(D) (norm weight <= 1.5): the f32 bound, and the slack added to the ulp. Values
  *    are copies: exact.
- *  - against GroupQueryAttention: exact (both call op_attend_row on the same f32 rows in the same
- *    order; pages change only where a row is read from).
+ *  - against GroupQueryAttention: exact (both call attend_row, kernels/attend.h, on the same f32
+ *    rows in the same order; pages change only where a row is read from).
  */
 #include <math.h>
 #include <stdio.h>
@@ -928,7 +928,7 @@ static void test_paged_vs_gqa(void) {
       double *ref = calloc((size_t)(S * Hq * D), sizeof(double));
       for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = at(go[0], i);
       double scale = 0.0, err = tensor_max_abs_diff(io.out[0], ref, S * Hq * D, &scale);
-      CHECK(err == 0); /* the same op_attend_row on the same rows: see the top */
+      CHECK(err == 0); /* the same attend_row on the same rows: see the top */
       free(ref);
     }
     free_all(go, 3);
