@@ -11,7 +11,7 @@
  *
  * Owns: the three parts (block_pool.h, kv_buffers.h, state_pool.h), freed with it.
  * Must never: decide which sequence runs, compute, or know about tokens' values.
- * Not thread-safe: the engine loop (or `generate`) is the only caller.
+ * Not thread-safe: the engine loop (tests aside) is the only caller.
  *
  * Errors: PH_ERR_LIMIT is "no room" (too few free pages or slots; nothing changed);
  * PH_ERR_INVALID_ARGUMENT for bad geometry, bad ids/slots, or a release or compaction while a
