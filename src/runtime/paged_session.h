@@ -1,5 +1,5 @@
-/* paged_session — the packed paged graph bound to its memory: the runner under `generate` for
- * several sequences and under the engine (src/engine).
+/* paged_session — the packed paged graph bound to its memory: the runner under the engine
+ * (src/engine; `generate`'s paged layout runs through the engine too) and the tests.
  *
  * Owns the graph (prepared for the CPU), the executor, and the hybrid cache of the ABI's memory
  * (../shared/spec/abi.md §8.1; src/cache/hybrid_cache.h), created from the geometry the graph's
