@@ -314,8 +314,7 @@ static const Onnx__NodeProto *node_named(const pkg *p, const char *fmt, int laye
   return NULL;
 }
 
-static int consumes(const pkg *p, const Onnx__NodeProto *n, const char *value) {
-  (void)p;
+static int consumes(const Onnx__NodeProto *n, const char *value) {
   for (size_t k = 0; n && k < n->n_input; k++)
     if (strcmp(n->input[k], value) == 0) return 1;
   return 0;
@@ -340,12 +339,12 @@ static void check_gated_attention(const pkg *p, const Onnx__NodeProto *pa, int l
     memcpy(sz, sizes->raw_data.data, sizeof sz);
     CHECK(sh[0] == 0 && sh[1] == H && sh[2] == 2 * D && sz[0] == D && sz[1] == D);
   }
-  CHECK(consumes(p, split, view->output[0]));
+  CHECK(consumes(split, view->output[0]));
   /* the gate half (output 1) reaches the Sigmoid through a Reshape; the query half does not */
   const Onnx__NodeProto *gview = producer(p->g, sig->input[0]);
-  CHECK(gview && consumes(p, gview, split->output[1]) && !consumes(p, gview, split->output[0]));
-  CHECK(consumes(p, mul, pa->output[0]) && consumes(p, mul, sig->output[0]));
-  CHECK(consumes(p, o, mul->output[0]));
+  CHECK(gview && consumes(gview, split->output[1]) && !consumes(gview, split->output[0]));
+  CHECK(consumes(mul, pa->output[0]) && consumes(mul, sig->output[0]));
+  CHECK(consumes(o, mul->output[0]));
 }
 
 /* Every node of op t->op: domain, arity, slot by slot, attributes; returns the layer ids seen. */

@@ -731,10 +731,7 @@ static void test_io_dtype_golden(void) {
   const hf_config *c = model_config(m);
   const int64_t V = c->vocab_size;
   char path[1024];
-  json_error_t je;
-  json_t *man =
-      json_load_file(check_data(path, sizeof path, "golden/qwen35-tiny-f32/manifest.json"), 0, &je);
-  CHECK(man != NULL);
+  json_t *man = golden_manifest();
   st_set *ref = NULL;
   diag d;
   CHECK_STATUS(
@@ -749,14 +746,12 @@ static void test_io_dtype_golden(void) {
     paged_session *ps = open_session(m, dts[k], 0);
     double dev = 0;
     for (int s = 0; ps && s < (int)json_array_size(seqs); s++) {
-      const json_t *t = json_object_get(json_array_get(seqs, (size_t)s), "tokens");
-      const int64_t n = (int64_t)json_array_size(t);
+      int64_t toks[MAX_TOK];
+      const int64_t n = golden_tokens(man, s, toks);
       char name[32];
       snprintf(name, sizeof name, "seq%d.logits", s);
       const st_tensor *rt = st_find(ref, name);
-      if (!CHECK(n >= 1 && n <= MAX_TOK && rt && shape_numel(&rt->shape) == n * V)) continue;
-      int64_t toks[MAX_TOK];
-      for (int64_t j = 0; j < n; j++) toks[j] = json_integer_value(json_array_get(t, (size_t)j));
+      if (!CHECK(n >= 1 && rt && shape_numel(&rt->shape) == n * V)) continue;
       float *lg = calloc((size_t)(n * V), sizeof *lg);
       run_alone(ps, c, toks, n, lg);
       double err = 0, scale = 0;
