@@ -150,8 +150,11 @@ static ph_status run_paged(ph_engine *e, gen_seq *q, int n, int64_t K, int want_
     ph_request_info in;
     s = ph_engine_request_info(e, id[i], &in);
     RETURN_ERROR_IF(s != PH_OK, d, s, "ph_engine_request_info: %s", ph_status_message(s));
-    RETURN_ERROR_IF(in.finish == PH_FINISH_ERROR, d, in.status, "%s%s", n > 1 ? (char[16]){0} : "",
-                    in.message);
+    if (in.finish == PH_FINISH_ERROR) {
+      char tag[16] = "";
+      if (n > 1) snprintf(tag, sizeof tag, "seq%d: ", i);
+      return diag_set(d, in.status, "%s%s", tag, in.message);
+    }
     int64_t n_tok = 0, n_rows = 0;
     const int64_t *tok = ph_engine_request_tokens(e, id[i], &n_tok);
     RETURN_ERROR_IF(!tok || n_tok != q[i].T - q[i].n_prompt + 1, d, PH_ERR_INTERNAL,
@@ -314,7 +317,7 @@ int cmd_generate(int argc, char **argv) {
     if (s == PH_OK) paged = gc.paged;
     if (s == PH_OK && max_ctx <= 0 && gc.context_length > 0) context = gc.context_length;
     if (s == PH_OK) K = gc.dynamic_batching.block_size;
-  } else {
+  } else if (!paged) {                /* the paged layout's engine opens the checkpoint itself */
     s = ph_model_open(dir, NULL, &m); /* its errors, before any graph is built */
     if (s != PH_OK) diag_set(&d, s, "%s", m ? ph_model_error(m) : ph_status_message(s));
   }
@@ -331,8 +334,6 @@ int cmd_generate(int argc, char **argv) {
       if (dense_session_max_context(dense) < context) context = dense_session_max_context(dense);
     }
   } else if (s == PH_OK) {
-    ph_model_free(m); /* the engine opens the checkpoint itself */
-    m = NULL;
     /* pages for every token up to the context (a checkpoint's default context is at most
      * 32768 tokens; fewer pages used than made changes nothing) */
     ph_engine_params p =
