@@ -329,17 +329,23 @@ static void paged_defaults(const export_options *o, ph_dtype *io, int64_t *K) {
   *K = o->block_size ? o->block_size : o->target == EXPORT_TARGET_CPU ? 16 : 256;
 }
 
-ph_status export_build(const ph_model *m, const export_options *o, export_built *out, diag *d) {
+/* What any export refuses before building: no config, no weights (unless config_only), options
+ * that are wrong for this model. */
+static ph_status check_inputs(const ph_model *m, const export_options *opt, diag *d) {
+  const hf_config *c = model_config(m);
+  RETURN_ERROR_IF(!c, d, PH_ERR_INVALID_ARGUMENT, "the model has no parsed configuration");
+  RETURN_ERROR_IF(!model_weights_of(m) && !opt->config_only, d, PH_ERR_INVALID_ARGUMENT,
+                  "the model was opened without weights; export needs them (or config_only)");
+  return check_options(c, opt, d);
+}
+
+/* export_build once check_inputs has passed. */
+static ph_status build_checked(const ph_model *m, const export_options *o, export_built *out,
+                               diag *d) {
   memset(out, 0, sizeof *out);
-  RETURN_ERROR_IF(!m, d, PH_ERR_INVALID_ARGUMENT, "export: NULL model");
-  export_options opt = o ? *o : export_options_default();
+  const export_options opt = *o;
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
-  RETURN_ERROR_IF(!c, d, PH_ERR_INVALID_ARGUMENT, "the model has no parsed configuration");
-  RETURN_ERROR_IF(!w && !opt.config_only, d, PH_ERR_INVALID_ARGUMENT,
-                  "the model was opened without weights; export needs them (or config_only)");
-  FORWARD_IF_ERROR(check_options(c, &opt, d));
-
   model_options qo = model_options_default();
   qo.max_context = opt.max_context;
   qo.weight_dtype = opt.dtype;
@@ -377,16 +383,23 @@ void export_built_free(export_built *b) {
   memset(b, 0, sizeof *b);
 }
 
+ph_status export_build(const ph_model *m, const export_options *o, export_built *out, diag *d) {
+  memset(out, 0, sizeof *out);
+  RETURN_ERROR_IF(!m, d, PH_ERR_INVALID_ARGUMENT, "export: NULL model");
+  const export_options opt = o ? *o : export_options_default();
+  FORWARD_IF_ERROR(check_inputs(m, &opt, d));
+  return build_checked(m, &opt, out, d);
+}
+
 ph_status model_export(const ph_model *m, const char *out_dir, const export_options *o, diag *d) {
   RETURN_ERROR_IF(!m || !out_dir || !out_dir[0], d, PH_ERR_INVALID_ARGUMENT,
                   "model_export: NULL model or empty output directory");
   export_options opt = o ? *o : export_options_default();
   const hf_config *c = model_config(m);
-  RETURN_ERROR_IF(!c, d, PH_ERR_INVALID_ARGUMENT, "the model has no parsed configuration");
-  FORWARD_IF_ERROR(check_options(c, &opt, d));
+  FORWARD_IF_ERROR(check_inputs(m, &opt, d));
   FORWARD_IF_ERROR(check_out_dir(out_dir, model_dir(m), opt.force, d));
   export_built built;
-  FORWARD_IF_ERROR(export_build(m, &opt, &built, d));
+  FORWARD_IF_ERROR(build_checked(m, &opt, &built, d));
   graph *g = built.g;
   const int64_t K = built.block_size;
   ph_status s = PH_OK;
