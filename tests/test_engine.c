@@ -246,8 +246,8 @@ static void take_outcome(engine *e, uint64_t id, outcome *o) {
  * writes the first broken rule into why. */
 static int pools_consistent(engine *e, const ph_step_info *si, char *why, size_t why_bytes) {
   paged_session *s = engine_session(e);
-  block_pool *kv = paged_session_blocks(s);
-  state_pool *st = paged_session_states(s);
+  block_pool *kv = hybrid_cache_blocks(paged_session_cache(s));
+  state_pool *st = hybrid_cache_states(paged_session_cache(s));
   const ph_engine_params *p = engine_params_of(e);
   const int32_t n_ids = block_pool_n_blocks(kv);
   int64_t sum = 0;
@@ -320,8 +320,8 @@ static void drain(engine *e, run_stats *rs) {
 
 static void check_idle_pools(engine *e) {
   paged_session *s = engine_session(e);
-  CHECK_EQ_INT(block_pool_used_count(paged_session_blocks(s)), 0);
-  CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), 0);
+  CHECK_EQ_INT(block_pool_used_count(hybrid_cache_blocks(paged_session_cache(s))), 0);
+  CHECK_EQ_INT(state_pool_used_count(hybrid_cache_states(paged_session_cache(s))), 0);
 }
 
 /* Runs q alone in e (idle) to its end. */

@@ -107,7 +107,7 @@ static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, m
 static void dirty_pages(paged_session *s, const model_weights *w, const hf_config *c,
                         const int32_t *ids, int n) {
   (void)w;
-  kv_buffers *kv = paged_session_kv(s);
+  kv_buffers *kv = hybrid_cache_kv(paged_session_cache(s));
   for (int i = 0; i < (int)c->n_layers; i++) {
     if (c->layer_kind[i] != PH_LAYER_FULL_ATTENTION) continue;
     for (int which = 0; which < 2; which++) {
@@ -145,8 +145,8 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
       for (int which = 0; which < 2; which++) {
         const float *ref = dense_session_state(q->dense, i, which, &rank, dims); /* [Hkv, P, D] */
         tensor v;
-        CHECK_STATUS(which ? kv_buffers_value(paged_session_kv(s), i, &v, &d)
-                           : kv_buffers_key(paged_session_kv(s), i, &v, &d),
+        CHECK_STATUS(which ? kv_buffers_value(hybrid_cache_kv(paged_session_cache(s)), i, &v, &d)
+                           : kv_buffers_key(hybrid_cache_kv(paged_session_cache(s)), i, &v, &d),
                      PH_OK, d.msg);
         double err = 0, scale = 0;
         float row[256];
@@ -163,10 +163,12 @@ static void compare_states(paged_session *s, const hf_config *c, const seq *q, w
       }
     } else {
       tensor cv, rv;
-      CHECK_STATUS(state_pool_slot_conv(paged_session_states(s), i, q->slot, &cv, &d), PH_OK,
-                   d.msg);
-      CHECK_STATUS(state_pool_slot_recurrent(paged_session_states(s), i, q->slot, &rv, &d), PH_OK,
-                   d.msg);
+      CHECK_STATUS(
+          state_pool_slot_conv(hybrid_cache_states(paged_session_cache(s)), i, q->slot, &cv, &d),
+          PH_OK, d.msg);
+      CHECK_STATUS(state_pool_slot_recurrent(hybrid_cache_states(paged_session_cache(s)), i,
+                                             q->slot, &rv, &d),
+                   PH_OK, d.msg);
       const float *rc = dense_session_state(q->dense, i, 0, &rank, dims); /* [C, K-1] */
       const int64_t nc = dims[0] * dims[1];
       float *pc = malloc((size_t)nc * sizeof *pc);
@@ -345,15 +347,15 @@ static void test_packed_vs_dense_and_alone(void) {
         break;
       }
   /* removal released E's pages and slot; the pools balance */
-  CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), N_SEQ - 1);
+  CHECK_EQ_INT(state_pool_used_count(hybrid_cache_states(paged_session_cache(s))), N_SEQ - 1);
   int32_t held = 0;
   for (int i = 0; i < N_SEQ; i++) held += seqs[i].live ? seqs[i].bt.n_blocks : 0;
-  CHECK_EQ_INT(block_pool_used_count(paged_session_blocks(s)), held);
+  CHECK_EQ_INT(block_pool_used_count(hybrid_cache_blocks(paged_session_cache(s))), held);
   for (int i = 0; i < N_SEQ; i++)
     if (seqs[i].live) retire(s, &seqs[i]);
   CHECK(alone_matches(s, c, seqs));
-  CHECK_EQ_INT(block_pool_used_count(paged_session_blocks(s)), 0);
-  CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), 0);
+  CHECK_EQ_INT(block_pool_used_count(hybrid_cache_blocks(paged_session_cache(s))), 0);
+  CHECK_EQ_INT(state_pool_used_count(hybrid_cache_states(paged_session_cache(s))), 0);
   free_seqs(seqs, s);
   paged_session_free(s);
   ph_model_free(m);
@@ -859,7 +861,7 @@ static void test_bad_steps(void) {
     CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_ERR_LIMIT, "context");
     one.past = 0;
     CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_OK, d.msg);
-    CHECK_EQ_INT(state_pool_used_count(paged_session_states(s)), 1);
+    CHECK_EQ_INT(state_pool_used_count(hybrid_cache_states(paged_session_cache(s))), 1);
     retire(s, &q);
   }
   paged_session_free(s);

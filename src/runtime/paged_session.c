@@ -514,9 +514,6 @@ int64_t paged_session_cache_bytes(const paged_session *s) { return s->bytes; }
 int64_t paged_session_block_size(const paged_session *s) { return s->block_size; }
 int64_t paged_session_max_context(const paged_session *s) { return s->max_context; }
 hybrid_cache *paged_session_cache(paged_session *s) { return s->cache; }
-block_pool *paged_session_blocks(paged_session *s) { return hybrid_cache_blocks(s->cache); }
-state_pool *paged_session_states(paged_session *s) { return hybrid_cache_states(s->cache); }
-kv_buffers *paged_session_kv(paged_session *s) { return hybrid_cache_kv(s->cache); }
 executor *paged_session_executor(paged_session *s) { return s->e; }
 const paged_session_params *paged_session_params_of(const paged_session *s) { return &s->p; }
 paged_step_stats paged_session_last_stats(const paged_session *s) { return s->stats; }

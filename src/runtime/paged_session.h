@@ -124,10 +124,6 @@ int64_t paged_session_max_context(const paged_session *s); /* rotary rows: posit
 int paged_session_prunes_lm_head(const paged_session *s);
 /* The cache the session binds: callers reserve and release pages and slots through it. */
 hybrid_cache *paged_session_cache(paged_session *s);
-/* Its parts (hybrid_cache_blocks / _states / _kv), for inspection by tests and tools. */
-block_pool *paged_session_blocks(paged_session *s);
-state_pool *paged_session_states(paged_session *s);
-kv_buffers *paged_session_kv(paged_session *s);
 executor *paged_session_executor(paged_session *s);
 const paged_session_params *paged_session_params_of(const paged_session *s);
 
