@@ -25,6 +25,7 @@
 #define ABI_CU_SEQLENS     "cumulative_sequence_lengths" /* i32 [B+1], packed (plural, §8.1) */
 #define ABI_PAST_SEQLENS   "past_sequence_lengths"       /* i32 [B], packed */
 #define ABI_ATTN_METADATA  "attention_metadata"          /* i32 [3], packed, host */
+#define ABI_SLOT_MAPPING   "slot_mapping" /* i32 [N], packed LATENT (MLA) graphs: flat page slot */
 #define ABI_LOGITS         "logits"                      /* f32 [B, S, V] / [N, V] / [B, V] */
 
 /* ---- per-layer cache templates (exactly one %d: the layer index) -------------------------- */
