@@ -11,6 +11,7 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "models/model.h"
 #include "runtime/dense_session.h"
@@ -104,6 +105,51 @@ static double compare(const char *what, const float *got, const float *ref, int6
   return rel;
 }
 
+/* DeepSeek's dense cache holds HF's per-head key [nope (dn) | RoPE(k_pe) (dr)] and the value
+ * zero-padded to dn + dr (src/models/deepseek.c). The reference key stores k_pe as HF's
+ * rope_interleave path leaves it, [evens | odds] of the rotated adjacent pairs, so its rope column
+ * j reads ours at 2j (j < dr/2) or 2(j - dr/2) + 1; the value is the first dv columns, and the
+ * padding must be exactly zero. */
+static void check_mla_state(golden *g, dense_session *s, int seq, int layer) {
+  const hf_config *c = model_config(g->model);
+  const int64_t dn = c->mla.qk_nope_head_dim, dr = c->mla.qk_rope_head_dim, dv = c->mla.v_head_dim;
+  for (int which = 0; which < 2; which++) {
+    char name[128];
+    snprintf(name, sizeof name, "seq%d.layer%02d.%s", seq, layer, which ? "value" : "key");
+    int64_t n = 0;
+    const float *ref = ref_tensor(g, name, &n);
+    int rank;
+    int64_t dims[4];
+    const float *got = dense_session_state(s, layer, which, &rank, dims);
+    if (!ref || !got) continue;
+    const int64_t H = dims[0], L = dims[1], D = dims[2], W = which ? dv : dn + dr;
+    CHECK_EQ_INT(D, dn + dr);
+    CHECK_EQ_INT(L * H * W, n);
+    if (L * H * W != n || D != dn + dr) continue;
+    float *t = malloc((size_t)n * sizeof(float));
+    int64_t nonzero_pad = 0;
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t p = 0; p < L; p++) {
+        const float *row = got + (h * L + p) * D;
+        float *dst = t + (p * H + h) * W;
+        for (int64_t j = 0; j < W; j++) {
+          int64_t src = j;
+          if (!which && j >= dn) {
+            const int64_t k = j - dn, half = dr / 2;
+            src = dn + (k < half ? 2 * k : 2 * (k - half) + 1);
+          }
+          dst[j] = row[src];
+        }
+        for (int64_t j = W; which && j < D; j++) nonzero_pad += row[j] != 0.0f;
+      }
+    CHECK_EQ_INT(nonzero_pad, 0);
+    double rel = compare(name, t, ref, n);
+    CHECK(rel <= TOL);
+    if (rel > g_worst_state) g_worst_state = rel;
+    free(t);
+  }
+}
+
 /* Runs sequence `seq` in chunks (sizes in splits, summing to its length) and checks every row of
  * logits and the final states. */
 static void run_sequence(golden *g, dense_session *s, int seq, const int64_t *splits,
@@ -135,6 +181,10 @@ static void run_sequence(golden *g, dense_session *s, int seq, const int64_t *sp
   }
   const hf_config *c = model_config(g->model);
   for (int layer = 0; layer < (int)c->n_layers; layer++) {
+    if (c->family == FAMILY_DEEPSEEK) {
+      check_mla_state(g, s, seq, layer);
+      continue;
+    }
     int full = c->layer_kind[layer] == PH_LAYER_FULL_ATTENTION;
     for (int which = 0; which < 2; which++) {
       const char *kind =
@@ -205,9 +255,13 @@ static void check_set(const char *set) {
 
 static void test_golden_f32(void) { check_set("qwen35-tiny-f32"); }
 static void test_golden_bf16_vlm(void) { check_set("qwen35-tiny-bf16-vlm"); }
+static void test_golden_qwen35_moe(void) { check_set("qwen35-moe-tiny"); }
+static void test_golden_deepseek_v3_moe(void) { check_set("deepseek-v3-tiny-moe"); }
 
 int main(void) {
   RUN(test_golden_f32);
   RUN(test_golden_bf16_vlm);
+  RUN(test_golden_qwen35_moe);
+  RUN(test_golden_deepseek_v3_moe);
   return check_finish();
 }

@@ -481,6 +481,15 @@ static void test_ort_rotary_ops(void) {
   check_set_rotary("qwen35-tiny-bf16-vlm", PH_DTYPE_INVALID, 1, EXPORT_ROTARY_OPS);
 }
 
+/* The MoE models (issue 14): Qwen3.5-MoE's experts on ONNX Runtime's MoE with its own routing,
+ * DeepSeek-V3's MLA (decomposed, GroupQueryAttention) with its routing in standard ops feeding the
+ * same MoE op (docs/moe.md). ONNX Runtime runs both dense exports to the golden references and to
+ * our executor's numbers (the same bounds as the dense models). */
+static void test_ort_moe(void) {
+  check_set("qwen35-moe-tiny", PH_DTYPE_INVALID, 1);
+  check_set("deepseek-v3-tiny-moe", PH_DTYPE_INVALID, 1);
+}
+
 /* The packed paged export cannot run on ORT's CPU EP (PagedAttention, GatedDeltaNet and
  * VarlenCausalConvWithState have CUDA kernels only, ort-1.30.md §1), but ORT checks the whole
  * graph against its schemas when it loads it: types, arities, attributes of every node. The
@@ -606,6 +615,7 @@ int main(void) {
   RUN(test_ort_f16_weights);
   RUN(test_ort_stored_bf16_weights);
   RUN(test_ort_rotary_ops);
+  RUN(test_ort_moe);
   RUN(test_ort_paged_schema);
   return check_finish();
 }

@@ -315,9 +315,11 @@ static void check_set(const char *set) {
 
 static void test_paged_f32(void) { check_set("qwen35-tiny-f32"); }
 static void test_paged_bf16_vlm(void) { check_set("qwen35-tiny-bf16-vlm"); }
+static void test_paged_qwen35_moe(void) { check_set("qwen35-moe-tiny"); }
 
 int main(void) {
   RUN(test_paged_f32);
   RUN(test_paged_bf16_vlm);
+  RUN(test_paged_qwen35_moe);
   return check_finish();
 }

@@ -214,25 +214,28 @@ int skip_rms_norm(builder *b, const char *name, int x, int skip, int gain, float
  * f32 (GenAI's builder casts around it the same way, docs/genai-builder.md §1.2), so a
  * half-precision graph rounds once after the rotation instead of also rounding the angles' cos and
  * sin. */
-void rotary_caches(builder *b, const double *inv_freq, double attention_factor) {
+void rotary_caches(builder *b, const double *inv_freq, double attention_factor, ph_dtype dt) {
   const hf_config *c = b->c;
   int64_t half = c->rope.rotary_dim / 2;
   void *cs_p = NULL, *sn_p = NULL;
-  b->cos = graph_add_initializer_alloc(b->g, ABI_COS_CACHE, PH_DTYPE_F32,
-                                       shape_2d(b->max_context, half), &cs_p);
-  b->sin = graph_add_initializer_alloc(b->g, ABI_SIN_CACHE, PH_DTYPE_F32,
-                                       shape_2d(b->max_context, half), &sn_p);
+  b->cos =
+      graph_add_initializer_alloc(b->g, ABI_COS_CACHE, dt, shape_2d(b->max_context, half), &cs_p);
+  b->sin =
+      graph_add_initializer_alloc(b->g, ABI_SIN_CACHE, dt, shape_2d(b->max_context, half), &sn_p);
   if (!cs_p || !sn_p) return;
-  float *cs = cs_p, *sn = sn_p;
+  const size_t es = dtype_size(dt);
   /* angle p * inv_freq_j in double (the golden reference is f64; HF's single fp32 multiply
-   * differs only in the last bits, model-math §7.15); NULL inv_freq: theta^(-2j/rot) */
+   * differs only in the last bits, model-math §7.15); NULL inv_freq: theta^(-2j/rot); rounded
+   * once to f32, then (f16 / bf16 caches) once more */
   for (int64_t p = 0; p < b->max_context; p++)
     for (int64_t j = 0; j < half; j++) {
       double inv = inv_freq ? inv_freq[j]
                             : pow(c->rope.theta, -2.0 * (double)j / (double)c->rope.rotary_dim);
       double ang = (double)p * inv;
-      cs[p * half + j] = (float)(cos(ang) * attention_factor);
-      sn[p * half + j] = (float)(sin(ang) * attention_factor);
+      float cv = (float)(cos(ang) * attention_factor), sv = (float)(sin(ang) * attention_factor);
+      size_t at = (size_t)(p * half + j) * es;
+      dtype_convert((char *)cs_p + at, dt, &cv, PH_DTYPE_F32, 1, NULL);
+      dtype_convert((char *)sn_p + at, dt, &sv, PH_DTYPE_F32, 1, NULL);
     }
 }
 

@@ -43,6 +43,7 @@ typedef struct builder {
   int cu, past_lens, block_table, metadata; /* packed layout graph inputs */
   int64_t block_size;                       /* packed: tokens per KV page */
   int slot_mapping;                         /* packed LATENT graphs: slot_mapping [N], else -1 */
+  int layer;                                /* the layer being built (for per-layer weights) */
 } builder;
 
 /* The value ids of the graph's inputs and outputs the forward pass reads and writes; the
@@ -112,9 +113,9 @@ int f32_fill(builder *b, const char *name, int64_t n, float v);
 int rms_norm(builder *b, const char *name, int x, int gain, float eps);
 int skip_rms_norm(builder *b, const char *name, int x, int skip, int gain, float eps, int *sum);
 
-/* cos_cache / sin_cache [max_context, rot/2] f32 (ABI names), angle p * inv_freq[j] (NULL:
+/* cos_cache / sin_cache [max_context, rot/2] in dt (ABI names), angle p * inv_freq[j] (NULL:
  * theta^(-2j/rot)), each multiplied by attention_factor (YaRN's; 1 otherwise). */
-void rotary_caches(builder *b, const double *inv_freq, double attention_factor);
+void rotary_caches(builder *b, const double *inv_freq, double attention_factor, ph_dtype dt);
 
 /* Dense GroupQueryAttention lengths from attention_mask: b->seqlens_k, b->total. */
 void attention_lengths(builder *b, int mask);

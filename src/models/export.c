@@ -233,32 +233,17 @@ static ph_status check_genai_names(const graph *g, const genai_config *gc, const
 
 /* ---- the export ---------------------------------------------------------------------------- */
 
-/* What the export builds: Qwen3.5/3.6/3.8 and Qwen3-Next with dense MLPs, either layout. The
- * refusal names what is missing for this checkpoint in the layout asked for: the MLA export
- * (dense, or paged: PagedAttention in LATENT mode) for DeepSeek, the MoE export (both layouts)
- * for sparse MLP layers. */
-static ph_status check_family(const hf_config *c, export_layout layout, diag *d) {
-  int moe_layer = -1;
-  for (int i = 0; i < (int)c->n_layers && moe_layer < 0; i++)
-    if (c->layer_is_moe[i]) moe_layer = i;
-  char moe[160] = "";
-  if (moe_layer >= 0)
-    snprintf(moe, sizeof moe, "sparse MoE MLP of %lld experts, top-%lld, from layer %d",
-             (long long)c->moe.n_experts, (long long)c->moe.n_experts_per_tok, moe_layer);
-  RETURN_ERROR_IF(c->family == FAMILY_DEEPSEEK, d, PH_ERR_UNSUPPORTED,
-                  "model_type %s (multi-head latent attention%s%s): the %s export%s not built yet; "
-                  "export builds Qwen3.5/3.6/3.8 and Qwen3-Next with dense MLPs",
-                  c->model_type, moe[0] ? "; " : "", moe,
-                  layout == EXPORT_LAYOUT_PAGED ? "paged MLA (LATENT PagedAttention)" : "dense MLA",
-                  moe[0] ? " and the MoE export are" : " is");
-  RETURN_ERROR_IF(c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT, d,
-                  PH_ERR_UNSUPPORTED,
-                  "model_type %s (family %s): export builds Qwen3.5/3.6/3.8 and Qwen3-Next only",
+/* What the export builds: Qwen3.5/3.6/3.8 and Qwen3-Next (dense or MoE MLPs) and DeepSeek-V2/V3
+ * (MLA, dense or DeepSeekMoE MLPs), either layout. The paged layout routes a Qwen3.5 hybrid to
+ * SEPARATE PagedAttention and an eligible MLA model to LATENT (models/mla.h decides eligibility
+ * from the geometry, in build_checked once the paged defaults are known). */
+static ph_status check_family(const hf_config *c, diag *d) {
+  RETURN_ERROR_IF(c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT &&
+                      c->family != FAMILY_DEEPSEEK,
+                  d, PH_ERR_UNSUPPORTED,
+                  "model_type %s (family %s): export builds Qwen3.5/3.6/3.8, Qwen3-Next and "
+                  "DeepSeek-V2/V3 only",
                   c->model_type, model_family_name(c->family));
-  RETURN_ERROR_IF(moe[0], d, PH_ERR_UNSUPPORTED,
-                  "model_type %s (%s): the MoE export (dense and paged layouts) is not built yet; "
-                  "export builds Qwen3.5/3.6/3.8 and Qwen3-Next with dense MLPs",
-                  c->model_type, moe);
   return PH_OK;
 }
 
@@ -267,7 +252,7 @@ static ph_status check_options(const hf_config *c, const export_options *o, diag
                       o->dtype != PH_DTYPE_F16 && o->dtype != PH_DTYPE_BF16,
                   d, PH_ERR_UNSUPPORTED, "export weight dtype %s: expected f32, f16 or bf16",
                   ph_dtype_name(o->dtype));
-  FORWARD_IF_ERROR(check_family(c, o->layout, d));
+  FORWARD_IF_ERROR(check_family(c, d));
   RETURN_ERROR_IF(o->max_context < 0, d, PH_ERR_INVALID_ARGUMENT, "max_context %lld is negative",
                   (long long)o->max_context);
   RETURN_ERROR_IF(c->max_position_embeddings > 0 && o->max_context > c->max_position_embeddings, d,

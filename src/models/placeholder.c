@@ -28,6 +28,7 @@ ph_status placeholder_weights_create(const hf_config *c, placeholder_weights **o
   p->w.layout = weights_default_layout(c);
   p->w.experts = EXPERTS_FUSED;
   p->w.n_layers = (int)c->n_layers;
+  p->w.placeholder = 1;
   p->w.layer = calloc((size_t)p->w.n_layers * W_ROLE_COUNT + 1, sizeof *p->w.layer);
   if (!p->tensors || !p->w.layer) {
     s = diag_set(d, PH_ERR_NO_MEMORY, "placeholder weights: out of memory");
@@ -37,6 +38,11 @@ ph_status placeholder_weights_create(const hf_config *c, placeholder_weights **o
     size_t bytes = (size_t)shape_numel(&p->expected[i].shape) * dtype_size(dt);
     if (bytes > p->zeros_bytes) p->zeros_bytes = bytes;
   }
+  /* the MoE builder reads a layer's whole repacked expert block [E, 2I, H] from here */
+  const size_t moe_bytes =
+      (size_t)(c->moe.n_experts * 2 * c->moe.moe_intermediate_size * c->hidden_size) *
+      dtype_size(dt);
+  if (moe_bytes > p->zeros_bytes) p->zeros_bytes = moe_bytes;
   p->zeros_bytes = p->zeros_bytes ? p->zeros_bytes : 64;
   p->zeros =
       mmap(NULL, p->zeros_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "graph/abi_names.h"
+#include "models/moe.h"
 #include "models/qwen35_builder.h"
 #include "tensor/dtype.h"
 
@@ -439,14 +440,6 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
 }
 
-static int mlp(builder *b, int layer, int x) {
-  snprintf(b->scope, sizeof b->scope, "/model/layers.%d/mlp", layer);
-  int g = linear(b, "gate_proj", x, wref_of(lw(b, layer, W_MLP_GATE)));
-  int u = linear(b, "up_proj", x, wref_of(lw(b, layer, W_MLP_UP)));
-  int silu = NODE1(b, "Mul", "act/Mul", 0, NULL, g, NODE1(b, "Sigmoid", "act/Sigmoid", 0, NULL, g));
-  int h = NODE1(b, "Mul", "Mul", 0, NULL, silu, u);
-  return linear(b, "down_proj", h, wref_of(lw(b, layer, W_MLP_DOWN)));
-}
 
 /* ---- the forward pass (model-math §1) ------------------------------------------------------ */
 
@@ -466,8 +459,8 @@ static int decoder_layer(builder *b, int i, int branch, int *residual, graph_io 
                   : linear_attention(b, i, h, past[0], past[1], &present[0], &present[1]);
   snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
   int ln2 = io_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
-  return mlp(b, i,
-             skip_rms_norm(b, "post_attention_layernorm", mixed, *residual, ln2, eps, residual));
+  int h2 = skip_rms_norm(b, "post_attention_layernorm", mixed, *residual, ln2, eps, residual);
+  return c->layer_is_moe[i] ? moe_block(b, i, h2) : dense_mlp(b, i, h2);
 }
 
 /* Embed, n_layers decoder layers, the head: the logits' value id; the presents into io. */
@@ -487,11 +480,6 @@ int64_t qwen35_default_context(const hf_config *c) {
 static ph_status check_supported(const hf_config *c, diag *d) {
   RETURN_ERROR_IF(c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT, d,
                   PH_ERR_UNSUPPORTED, "the qwen35 builder does not build %s models", c->model_type);
-  for (int i = 0; i < (int)c->n_layers; i++)
-    RETURN_ERROR_IF(c->layer_is_moe[i], d, PH_ERR_UNSUPPORTED,
-                    "layer %d has a sparse MoE MLP: the MoE graph (dense and paged layouts) is not "
-                    "built yet (%s)",
-                    i, c->model_type);
   RETURN_ERROR_IF(c->attention_bias, d, PH_ERR_UNSUPPORTED, "attention_bias=true is not supported");
   RETURN_ERROR_IF(
       c->lin.n_key_heads > 0 && c->lin.n_value_heads / c->lin.n_key_heads > GRAPH_MAX_IO, d,
@@ -516,7 +504,7 @@ ph_status qwen35_build(const hf_config *c, const model_weights *w, const model_o
     qwen35_packed_inputs(&b, &io);
   else
     qwen35_dense_inputs(&b, &io);
-  rotary_caches(&b, NULL, 1.0);
+  rotary_caches(&b, NULL, 1.0, PH_DTYPE_F32);
   if (!b.paged) attention_lengths(&b, io.mask);
   io.logits = forward(&b, &io);
   if (b.paged)

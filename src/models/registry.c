@@ -3,9 +3,11 @@
 
 #include <string.h>
 
+#include "models/deepseek.h"
 #include "models/qwen35.h"
 
 static const model_family_def QWEN35 = {"qwen35", qwen35_build, qwen35_default_context};
+static const model_family_def DEEPSEEK = {"deepseek", deepseek_build, deepseek_default_context};
 
 model_options model_options_default(void) {
   model_options o;
@@ -20,6 +22,8 @@ const model_family_def *model_family_for(const hf_config *c, diag *d) {
   case FAMILY_QWEN35:
   case FAMILY_QWEN3_NEXT:
     return &QWEN35;
+  case FAMILY_DEEPSEEK:
+    return &DEEPSEEK;
   default:
     break;
   }

@@ -134,6 +134,7 @@ typedef struct model_weights {
   int64_t n_parameters;                  /* elements of all bound tensors */
   int64_t n_bytes;                       /* bytes of all bound tensors */
   size_t n_unused;                       /* checkpoint tensors no role binds (vision, MTP) */
+  int placeholder; /* every tensor reads zeros (models/placeholder.h: config-only packages) */
 } model_weights;
 
 /* Finds every expected tensor in `set` (layout and expert form detected from the names present,

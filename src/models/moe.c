@@ -1,0 +1,318 @@
+/* moe — the sparse MoE MLP of Qwen3.5-MoE / Qwen3-Next and DeepSeek-V2/V3 as ONNX nodes. See
+ * moe.h; the math is ../shared/spec/model-math.md §4.2 and §5.4, and docs/moe.md says why the
+ * graph has this form.
+ *
+ * The experts are one com.microsoft::MoE node (ONNX Runtime 1.30 has a CPU kernel for it; our
+ * executor runs it as grouped matmuls over the routed tokens): router logits in, the op applies a
+ * softmax over all experts, takes the top k and optionally renormalises their weights; experts are
+ * SwiGLU with fc1 rows interleaved (gate_i, up_i), the only SwiGLU form ONNX Runtime's CPU kernel
+ * takes (swiglu_fusion=1), activation_alpha 1 and activation_beta 0 (SiLU(gate) * up exactly).
+ *
+ * Qwen's routing is exactly that op's (softmax, top-k, renormalise: always for Qwen3.5-MoE, as
+ * norm_topk_prob says for Qwen3-Next). DeepSeek's is not (sigmoid scores, a selection bias,
+ * group-limited selection, no renormalisation in V2, routed_scaling_factor), so it is built from
+ * standard ops that select exactly as Hugging Face does, and the op is handed
+ * log(w) on the selected experts and log(w) - 60000 elsewhere with normalize 0: its softmax then
+ * weighs expert i by w_i / sum(w_selected), and one Mul by sum(w_selected) * scale (or scale alone
+ * when norm_topk_prob renormalises) restores HF's weights up to f32 rounding.
+ */
+#include "models/moe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/dtype.h"
+
+/* Penalty added to log(w) of an unselected expert: exp(-60000) is 0 in every float type, and it
+ * stays finite when the router is rounded to f16 (max 65504). */
+#define MOE_UNSELECTED_PENALTY 60000.0f
+
+/* One expert tensor's [rows, H] block for expert e as a (data, dtype) pair. */
+typedef struct expert_src {
+  const uint8_t *data;
+  ph_dtype dtype;
+} expert_src;
+
+/* Copies rows [r0, r0 + n) of src (row width cols, dtype src.dtype) into dst (dtype dt). */
+static int copy_rows(void *dst, ph_dtype dt, expert_src src, int64_t r0, int64_t n, int64_t cols) {
+  const size_t es = dtype_size(src.dtype);
+  return dtype_convert(dst, dt, src.data + (size_t)(r0 * cols) * es, src.dtype, (size_t)(n * cols),
+                       NULL) == PH_OK
+             ? 0
+             : -1;
+}
+
+/* fc1 [E, 2I, H] with rows interleaved per expert (gate_0, up_0, gate_1, up_1, ...) and fc2
+ * [E, H, I], in the stored dtype, from the fused checkpoint tensors (gate_up [E, 2I, H]: gate
+ * rows then up rows; down [E, H, I]) or the per-expert ones. */
+static int expert_weights(builder *b, int layer, int *fc1, int *fc2) {
+  const hf_config *c = b->c;
+  const int64_t E = c->moe.n_experts, I = c->moe.moe_intermediate_size, H = c->hidden_size;
+  const st_tensor *gate_up = lw(b, layer, W_MOE_GATE_UP_FUSED);
+  const st_tensor *down = lw(b, layer, W_MOE_DOWN_FUSED);
+  const st_tensor *first = b->w->placeholder ? lw(b, layer, W_MOE_ROUTER)
+                           : gate_up         ? gate_up
+                                             : weights_expert(b->w, layer, 0, 0);
+  if (!first) return -1;
+  const ph_dtype dt = stored_as(b, first->dtype);
+  char name[192];
+  snprintf(name, sizeof name, "%slayers.%d.mlp.experts.fc1_swiglu_interleaved",
+           weight_layout_prefix(b->w->layout), layer);
+  if (b->w->placeholder) { /* zeros, repacked or not: lazy views of the zero mapping */
+    *fc1 = graph_add_initializer_lazy(b->g, name, dt, shape_3d(E, 2 * I, H), first->data,
+                                      first->dtype, 0);
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.fc2", weight_layout_prefix(b->w->layout),
+             layer);
+    *fc2 =
+        graph_add_initializer_lazy(b->g, name, dt, shape_3d(E, H, I), first->data, first->dtype, 0);
+    goto cast;
+  }
+  void *p1 = NULL, *p2 = NULL;
+  *fc1 = graph_add_initializer_alloc(b->g, name, dt, shape_3d(E, 2 * I, H), &p1);
+  snprintf(name, sizeof name, "%slayers.%d.mlp.experts.fc2", weight_layout_prefix(b->w->layout),
+           layer);
+  *fc2 = graph_add_initializer_alloc(b->g, name, dt, shape_3d(E, H, I), &p2);
+  if (*fc1 < 0 || *fc2 < 0) return -1;
+  const size_t es = dtype_size(dt);
+  uint8_t *d1 = p1, *d2 = p2;
+  for (int64_t e = 0; e < E; e++) {
+    expert_src g, u, dn;
+    int64_t g0 = 0, u0 = 0;
+    if (gate_up) {
+      const size_t sz = dtype_size(gate_up->dtype);
+      g = u = (expert_src){(const uint8_t *)gate_up->data + (size_t)(e * 2 * I * H) * sz,
+                           gate_up->dtype};
+      u0 = I;
+      dn = (expert_src){(const uint8_t *)down->data + (size_t)(e * H * I) * dtype_size(down->dtype),
+                        down->dtype};
+    } else {
+      const st_tensor *tg = weights_expert(b->w, layer, (int)e, 0),
+                      *tu = weights_expert(b->w, layer, (int)e, 1),
+                      *td = weights_expert(b->w, layer, (int)e, 2);
+      if (!tg || !tu || !td) return -1;
+      g = (expert_src){tg->data, tg->dtype};
+      u = (expert_src){tu->data, tu->dtype};
+      dn = (expert_src){td->data, td->dtype};
+    }
+    uint8_t *row = d1 + (size_t)(e * 2 * I * H) * es;
+    for (int64_t i = 0; i < I; i++) {
+      if (copy_rows(row + (size_t)(2 * i * H) * es, dt, g, g0 + i, 1, H) < 0 ||
+          copy_rows(row + (size_t)((2 * i + 1) * H) * es, dt, u, u0 + i, 1, H) < 0)
+        return -1;
+    }
+    if (copy_rows(d2 + (size_t)(e * H * I) * es, dt, dn, 0, H, I) < 0) return -1;
+  }
+cast:
+  if (dt != b->io) { /* ONNX's MoE takes T weights; our prepare pass reads the stored ones */
+    *fc1 = cast_to(b, "experts/fc1/Cast", *fc1, dtype_to_onnx(b->io));
+    *fc2 = cast_to(b, "experts/fc2/Cast", *fc2, dtype_to_onnx(b->io));
+  }
+  return 0;
+}
+
+static int moe_node(builder *b, int x, int router, int normalize) {
+  int fc1 = -1, fc2 = -1;
+  if (expert_weights(b, b->layer, &fc1, &fc2) < 0) {
+    if (graph_status(b->g) == PH_OK)
+      diag_set(&b->g->err, PH_ERR_NO_MEMORY, "layer %d: repacking the expert weights failed",
+               b->layer);
+    return -1;
+  }
+  gattr a[6] = {attr_string("activation_type", "swiglu"),
+                attr_int("k", b->c->moe.n_experts_per_tok),
+                attr_int("normalize_routing_weights", normalize),
+                attr_int("swiglu_fusion", 1),
+                attr_float("activation_alpha", 1.0f),
+                attr_float("activation_beta", 0.0f)};
+  return node1(b, "MoE", "com.microsoft", "MoE", 5, (int[]){x, router, fc1, -1, fc2}, 6, a);
+}
+
+/* down(SiLU(gate x) * up x) over the given three weights, under "<scope>/<name>/". */
+static int swiglu(builder *b, const char *name, int x, weight_role gate, weight_role up,
+                  weight_role down) {
+  char nm[128];
+  snprintf(nm, sizeof nm, "%s/gate_proj", name);
+  int g = linear(b, nm, x, wref_of(lw(b, b->layer, gate)));
+  snprintf(nm, sizeof nm, "%s/up_proj", name);
+  int u = linear(b, nm, x, wref_of(lw(b, b->layer, up)));
+  snprintf(nm, sizeof nm, "%s/act/Sigmoid", name);
+  int sg = NODE1(b, "Sigmoid", nm, 0, NULL, g);
+  snprintf(nm, sizeof nm, "%s/act/Mul", name);
+  int silu = NODE1(b, "Mul", nm, 0, NULL, g, sg);
+  snprintf(nm, sizeof nm, "%s/Mul", name);
+  int h = NODE1(b, "Mul", nm, 0, NULL, silu, u);
+  snprintf(nm, sizeof nm, "%s/down_proj", name);
+  return linear(b, nm, h, wref_of(lw(b, b->layer, down)));
+}
+
+/* [T, E] router logits: x W^T with x flattened to rows; in f32 when f32 is asked for. */
+static int router_logits(builder *b, int x, int f32) {
+  int rows = reshape(b, "router/Reshape", x, 2, (int64_t[]){-1, b->c->hidden_size});
+  if (!f32 || b->io == PH_DTYPE_F32)
+    return linear(b, "router", rows, wref_of(lw(b, b->layer, W_MOE_ROUTER)));
+  rows = cast_to(b, "router/input/Cast", rows, ONNX_FLOAT);
+  ph_dtype io = b->io;
+  b->io = PH_DTYPE_F32; /* the router's weight is cast to f32, not the io dtype */
+  int y = linear(b, "router", rows, wref_of(lw(b, b->layer, W_MOE_ROUTER)));
+  b->io = io;
+  return y;
+}
+
+/* Qwen3.5-MoE / Qwen3-Next (§4.2): the op's own routing, plus the shared expert scaled by
+ * sigmoid(x w_gate). */
+static int qwen_moe(builder *b, int x) {
+  const hf_config *c = b->c;
+  const int normalize = c->family == FAMILY_QWEN35 ? 1 : c->moe.norm_topk_prob;
+  int y = moe_node(b, x, router_logits(b, x, 0), normalize);
+  if (c->moe.shared_intermediate_size <= 0) return y;
+  int shared = swiglu(b, "shared_expert", x, W_SHARED_GATE, W_SHARED_UP, W_SHARED_DOWN);
+  int sg = linear(b, "shared_expert_gate", x, wref_of(lw(b, b->layer, W_SHARED_EXPERT_GATE)));
+  sg = NODE1(b, "Sigmoid", "shared_expert_gate/Sigmoid", 0, NULL, sg);
+  shared = NODE1(b, "Mul", "shared_expert/gate/Mul", 0, NULL, shared, sg);
+  return NODE1(b, "Add", "Add", 0, NULL, y, shared);
+}
+
+static int f32_scalar(builder *b, const char *name, float v) {
+  char full[192];
+  snprintf(full, sizeof full, "%s/%s", b->scope, name);
+  return graph_add_initializer_copy(b->g, full, PH_DTYPE_F32, shape_1d(1), &v);
+}
+
+/* A [T, n] mask with 1 at the k indices [T, k] (i64) of each row: ReduceSum over OneHot. */
+static int index_mask(builder *b, const char *name, int idx, int64_t n) {
+  char nm[128], cn[128];
+  snprintf(cn, sizeof cn, "%s/depth", name);
+  int depth = const_i64(b, cn, 1, &n);
+  snprintf(cn, sizeof cn, "%s/values", name);
+  float ov[2] = {0.0f, 1.0f};
+  char full[192];
+  snprintf(full, sizeof full, "%s/%s", b->scope, cn);
+  int values = graph_add_initializer_copy(b->g, full, PH_DTYPE_F32, shape_1d(2), ov);
+  snprintf(nm, sizeof nm, "%s/OneHot", name);
+  gattr ax = attr_int("axis", -1);
+  int oh = node1(b, "OneHot", "", nm, 3, (int[]){idx, depth, values}, 1, &ax);
+  snprintf(nm, sizeof nm, "%s/ReduceSum", name);
+  snprintf(cn, sizeof cn, "%s/axes", name);
+  gattr keep = attr_int("keepdims", 0);
+  return NODE1(b, "ReduceSum", nm, 1, &keep, oh, const_i64(b, cn, 1, (int64_t[]){1}));
+}
+
+/* TopK(x, k) along the last axis: output 0 values, 1 indices (i64). */
+static void top_k(builder *b, const char *name, int x, int64_t k, int *values, int *indices) {
+  char cn[128];
+  snprintf(cn, sizeof cn, "%s/k", name);
+  int out[2] = {-1, -1};
+  gattr a[3] = {attr_int("axis", -1), attr_int("largest", 1), attr_int("sorted", 1)};
+  node_n(b, "TopK", "", name, 2, (int[]){x, const_i64(b, cn, 1, &k)}, 2, out, 3, a);
+  if (values) *values = out[0];
+  if (indices) *indices = out[1];
+}
+
+/* DeepSeek-V2/V3 (§5.4): scores, the selection HF makes (greedy, or group-limited with a group
+ * scored by its largest score (V2) or the sum of its two largest biased scores (V3), dropped
+ * groups' scores masked to 0.0 as HF masks them), then the MoE op over log(w), rescaled. */
+static int deepseek_routed(builder *b, int x) {
+  const hf_config *c = b->c;
+  const int64_t E = c->moe.n_experts, K = c->moe.n_experts_per_tok, G = c->moe.n_group;
+  const int sigmoid = strcmp(c->moe.scoring_func, "sigmoid") == 0;
+  const int noaux = strcmp(c->moe.topk_method, "noaux_tc") == 0;
+  const int grouped = (noaux || strcmp(c->moe.topk_method, "group_limited_greedy") == 0) && G > 1;
+  const float scale = (float)c->moe.routed_scaling_factor;
+  if (!sigmoid && !grouped && !c->moe.norm_topk_prob) {
+    /* softmax + greedy top-k, unnormalised: the op's own routing; then the scaling factor */
+    int y = moe_node(b, x, router_logits(b, x, 0), 0);
+    if (scale == 1.0f) return y;
+    int s = f32_scalar(b, "routed_scaling_factor", scale);
+    if (b->io != PH_DTYPE_F32)
+      s = cast_to(b, "routed_scaling_factor/Cast", s, dtype_to_onnx(b->io));
+    return NODE1(b, "Mul", "routed_scaling/Mul", 0, NULL, y, s);
+  }
+  int logits = router_logits(b, x, 1); /* [T, E] f32 */
+  int s;
+  if (sigmoid) {
+    s = NODE1(b, "Sigmoid", "router/Sigmoid", 0, NULL, logits);
+  } else {
+    gattr ax = attr_int("axis", -1);
+    s = node1(b, "Softmax", "", "router/Softmax", 1, (int[]){logits}, 1, &ax);
+  }
+  int choice = s;
+  if (noaux) {
+    char bn[192];
+    snprintf(bn, sizeof bn, "%s.f32", lw(b, b->layer, W_MOE_ROUTER_BIAS)->name);
+    choice = NODE1(b, "Add", "router/bias/Add", 0, NULL, s,
+                   const_named(b, lw(b, b->layer, W_MOE_ROUTER_BIAS), bn, F32_COPY, PH_DTYPE_F32));
+  }
+  if (grouped) {
+    int g3 = reshape(b, "groups/Reshape", choice, 3, (int64_t[]){-1, G, E / G});
+    int top = -1;
+    top_k(b, "groups/TopK", g3, noaux ? 2 : 1, &top, NULL);
+    gattr keep = attr_int("keepdims", 0);
+    int gscore = NODE1(b, "ReduceSum", "groups/score", 1, &keep, top,
+                       const_i64(b, "groups/score/axes", 1, (int64_t[]){-1}));
+    int gidx = -1;
+    top_k(b, "groups/keep/TopK", gscore, c->moe.topk_group, NULL, &gidx);
+    int gmask = index_mask(b, "groups/keep/mask", gidx, G);
+    gmask = NODE1(b, "Unsqueeze", "groups/keep/Unsqueeze", 0, NULL, gmask,
+                  const_i64(b, "groups/keep/axes", 1, (int64_t[]){-1}));
+    int masked = NODE1(b, "Mul", "groups/mask/Mul", 0, NULL, g3, gmask);
+    choice = reshape(b, "groups/mask/Reshape", masked, 2, (int64_t[]){-1, E});
+  }
+  int eidx = -1;
+  top_k(b, "experts/TopK", choice, K, NULL, &eidx);
+  int emask = index_mask(b, "experts/mask", eidx, E);
+  /* router = log(s) + (mask - 1) * 60000: finite log-weights on the k chosen experts */
+  int one = f32_scalar(b, "one", 1.0f), pen = f32_scalar(b, "penalty", MOE_UNSELECTED_PENALTY);
+  int off = NODE1(b, "Sub", "experts/mask/Sub", 0, NULL, emask, one);
+  off = NODE1(b, "Mul", "experts/penalty/Mul", 0, NULL, off, pen);
+  int router = NODE1(b, "Add", "experts/router/Add", 0, NULL,
+                     NODE1(b, "Log", "experts/Log", 0, NULL, s), off);
+  if (b->io != PH_DTYPE_F32)
+    router = cast_to(b, "experts/router/Cast", router, dtype_to_onnx(b->io));
+  int y = moe_node(b, x, router, 0);
+  /* the op weighed expert i by w_i / sum(w_sel): times sum(w_sel) * scale, or scale alone when
+   * HF renormalises (w_i / (sum + 1e-20) * scale) */
+  int factor = f32_scalar(b, "routed_scaling_factor", scale);
+  if (!c->moe.norm_topk_prob) {
+    int wsel = NODE1(b, "Mul", "weights/Mul", 0, NULL, s, emask);
+    gattr keep = attr_int("keepdims", 1);
+    int sum = NODE1(b, "ReduceSum", "weights/ReduceSum", 1, &keep, wsel,
+                    const_i64(b, "weights/axes", 1, (int64_t[]){-1}));
+    factor = NODE1(b, "Mul", "weights/scale/Mul", 0, NULL, sum, factor);
+    /* [T, 1] -> the MoE output's leading dims */
+    int shp = NODE1(b, "Shape", "weights/Shape", 0, NULL, x);
+    int lead = NODE1(b, "Slice", "weights/Slice", 0, NULL, shp,
+                     const_i64(b, "weights/starts", 1, (int64_t[]){0}),
+                     const_i64(b, "weights/ends", 1, (int64_t[]){-1}),
+                     const_i64(b, "weights/slice_axes", 1, (int64_t[]){0}));
+    int shape = node1(b, "Concat", "", "weights/Concat", 2,
+                      (int[]){lead, const_i64(b, "weights/one", 1, (int64_t[]){1})}, 1,
+                      (gattr[]){attr_int("axis", 0)});
+    factor = NODE1(b, "Reshape", "weights/Reshape", 0, NULL, factor, shape);
+  }
+  if (b->io != PH_DTYPE_F32) factor = cast_to(b, "weights/Cast", factor, dtype_to_onnx(b->io));
+  return NODE1(b, "Mul", "routed_scaling/Mul", 0, NULL, y, factor);
+}
+
+static int deepseek_moe(builder *b, int x) {
+  int y = deepseek_routed(b, x);
+  if (b->c->moe.n_shared_experts <= 0) return y;
+  int shared = swiglu(b, "shared_experts", x, W_DS_SHARED_GATE, W_DS_SHARED_UP, W_DS_SHARED_DOWN);
+  return NODE1(b, "Add", "Add", 0, NULL, y, shared);
+}
+
+int moe_block(builder *b, int layer, int x) {
+  snprintf(b->scope, sizeof b->scope, "/model/layers.%d/mlp", layer);
+  b->layer = layer;
+  return b->c->family == FAMILY_DEEPSEEK ? deepseek_moe(b, x) : qwen_moe(b, x);
+}
+
+int dense_mlp(builder *b, int layer, int x) {
+  snprintf(b->scope, sizeof b->scope, "/model/layers.%d/mlp", layer);
+  b->layer = layer;
+  int g = linear(b, "gate_proj", x, wref_of(lw(b, layer, W_MLP_GATE)));
+  int u = linear(b, "up_proj", x, wref_of(lw(b, layer, W_MLP_UP)));
+  int silu = NODE1(b, "Mul", "act/Mul", 0, NULL, g, NODE1(b, "Sigmoid", "act/Sigmoid", 0, NULL, g));
+  int h = NODE1(b, "Mul", "Mul", 0, NULL, silu, u);
+  return linear(b, "down_proj", h, wref_of(lw(b, layer, W_MLP_DOWN)));
+}
