@@ -965,7 +965,7 @@ static void test_paged_errors(void) {
     int64_t ival;
     ph_status want;
   } bad_attrs[] = {
-      {"kv_cache_layout", "LATENT", 0, PH_ERR_UNSUPPORTED},
+      {"kv_cache_layout", "LATENT", 0, PH_ERR_INVALID_ARGUMENT}, /* kv_num_heads 2, a value */
       {"kv_cache_layout", "BLOCKED", 0, PH_ERR_INVALID_ARGUMENT},
       {"is_causal", NULL, 0, PH_ERR_UNSUPPORTED},
       {"k_quant_type", "PER_TENSOR", 0, PH_ERR_UNSUPPORTED},
