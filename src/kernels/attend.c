@@ -37,14 +37,15 @@ void attend_row(const float *q, int64_t D, int64_t lo, int64_t hi, float scale, 
     if (sc > m) m = sc;
   }
   if (sink && *sink > m) m = *sink;
+  const int64_t Dv = kv->v_width > 0 ? kv->v_width : D;
   float sum = 0.0f;
-  for (int64_t e = 0; e < D; e++) acc[e] = 0.0f;
+  for (int64_t e = 0; e < Dv; e++) acc[e] = 0.0f;
   for (int64_t t = lo; t <= hi; t++) {
     const float w = expf(scores[t - lo] - m);
     sum += w;
-    attend_load(kv->v, kv->dt, attend_off(kv, t), D, row);
-    for (int64_t e = 0; e < D; e++) acc[e] += w * row[e];
+    attend_load(kv->v, kv->dt, attend_off(kv, t), Dv, row);
+    for (int64_t e = 0; e < Dv; e++) acc[e] += w * row[e];
   }
   if (sink) sum += expf(*sink - m);
-  for (int64_t e = 0; e < D; e++) acc[e] = acc[e] / sum;
+  for (int64_t e = 0; e < Dv; e++) acc[e] = acc[e] / sum;
 }

@@ -364,11 +364,12 @@ static float at_put(void *buf, ph_dtype dt, int64_t i, float f) {
   return dt == PH_DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
-/* The straightforward reference, in double, on the stored values kf/vf (row t at t * D):
- * scores, softcap, max, exponentials, sums and the division, as attend.h writes them. */
-static void at_reference(const float *q, const float *kf, const float *vf, int64_t D, int64_t lo,
-                         int64_t hi, float scale, float softcap, const float *sink, double *o,
-                         double *A, double *R) {
+/* The straightforward reference, in double, on the stored values kf (row t at t * D) and vf
+ * (row t at t * Dv): scores, softcap, max, exponentials, sums and the division, as attend.h
+ * writes them. */
+static void at_reference(const float *q, const float *kf, const float *vf, int64_t D, int64_t Dv,
+                         int64_t lo, int64_t hi, float scale, float softcap, const float *sink,
+                         double *o, double *A, double *R) {
   int64_t n = hi - lo + 1;
   double *s = malloc((size_t)n * sizeof(double)), m = -INFINITY;
   *A = 0.0;
@@ -387,20 +388,22 @@ static void at_reference(const float *q, const float *kf, const float *vf, int64
   if (sink && *sink > m) m = *sink;
   double sum = 0.0;
   *R = sink ? m - *sink : 0.0;
-  for (int64_t e = 0; e < D; e++) o[e] = 0.0;
+  for (int64_t e = 0; e < Dv; e++) o[e] = 0.0;
   for (int64_t t = lo; t <= hi; t++) {
     double w = exp(s[t - lo] - m);
     if (m - s[t - lo] > *R) *R = m - s[t - lo];
     sum += w;
-    for (int64_t e = 0; e < D; e++) o[e] += w * vf[t * D + e];
+    for (int64_t e = 0; e < Dv; e++) o[e] += w * vf[t * Dv + e];
   }
   if (sink) sum += exp(*sink - m);
-  for (int64_t e = 0; e < D; e++) o[e] /= sum;
+  for (int64_t e = 0; e < Dv; e++) o[e] /= sum;
   free(s);
 }
 
 /* attend_row, the one implementation (scalar, in every variant): against the double reference
- * within ATTEND_TOL (below), and the paged addressing bit-identical to the contiguous one. */
+ * within ATTEND_TOL (below), and the paged addressing bit-identical to the contiguous one. Two
+ * value layouts: separate value rows D wide, and the latent one (PagedAttention LATENT): values
+ * are the first Dv = (D + 1) / 2 elements of the key rows themselves (v == k). */
 static void grid_attend_row(const kernel_variant *vs, int n_vs) {
   (void)vs;
   (void)n_vs; /* one implementation in every variant today */
@@ -415,13 +418,17 @@ static void grid_attend_row(const kernel_variant *vs, int n_vs) {
     for (size_t Di = 0; Di < sizeof Ds / sizeof Ds[0]; Di++)
       for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
         for (size_t li = 0; li < sizeof los / sizeof los[0]; li++)
-          for (int opt = 0; opt < 6; opt++) { /* softcap off/on x sink none/small/large */
+          for (int opt = 0; opt < 12; opt++) { /* softcap off/on x sink none/small/large x
+                                                * separate/latent values */
             const ph_dtype dt = AT_DTYPES[di];
             const size_t es = dtype_size(dt);
+            const int latent = opt >= 6;
             const int64_t D = Ds[Di], lo = los[li], hi = lo + ns[ni] - 1, T = hi + 1;
+            const int64_t Dv = latent ? (D + 1) / 2 : D;
             const int64_t n_pages = (T + PAGE - 1) / PAGE, stride = D + 3; /* rows apart */
-            const float scale = 1.0f / sqrtf((float)D), softcap = opt & 1 ? 5.0f : 0.0f;
-            const float sink_v = opt >= 4 ? 4.0f : 0.3f, *sink = opt >= 2 ? &sink_v : NULL;
+            const int o6 = opt % 6;
+            const float scale = 1.0f / sqrtf((float)D), softcap = o6 & 1 ? 5.0f : 0.0f;
+            const float sink_v = o6 >= 4 ? 4.0f : 0.3f, *sink = o6 >= 2 ? &sink_v : NULL;
             float *q = malloc((size_t)D * sizeof(float));
             float *kf = malloc((size_t)(T * D) * sizeof(float));
             float *vf = malloc((size_t)(T * D) * sizeof(float));
@@ -436,14 +443,20 @@ static void grid_attend_row(const kernel_variant *vs, int n_vs) {
               int64_t slot = (int64_t)pages[t / PAGE] * PAGE + t % PAGE;
               for (int64_t e = 0; e < D; e++) {
                 kf[t * D + e] = at_put(kc, dt, t * stride + e, rng_range(&r, -2.0f, 2.0f));
-                vf[t * D + e] = at_put(vc, dt, t * stride + e, rng_range(&r, -1.0f, 1.0f));
                 at_put(kp, dt, slot * stride + e, kf[t * D + e]);
+                if (latent) {
+                  if (e < Dv) vf[t * Dv + e] = kf[t * D + e];
+                  continue;
+                }
+                vf[t * D + e] = at_put(vc, dt, t * stride + e, rng_range(&r, -1.0f, 1.0f));
                 at_put(vp, dt, slot * stride + e, vf[t * D + e]);
               }
             }
-            const attend_kv cont = {.k = kc, .v = vc, .dt = dt, .row_stride = stride};
+            const attend_kv cont = {
+                .k = kc, .v = latent ? kc : vc, .v_width = Dv, .dt = dt, .row_stride = stride};
             const attend_kv paged = {.k = kp,
-                                     .v = vp,
+                                     .v = latent ? kp : vp,
+                                     .v_width = Dv,
                                      .dt = dt,
                                      .row_stride = stride,
                                      .pages = pages,
@@ -454,7 +467,7 @@ static void grid_attend_row(const kernel_variant *vs, int n_vs) {
             double *ref = malloc((size_t)D * sizeof(double)), A = 0.0, R = 0.0;
             attend_row(q, D, lo, hi, scale, softcap, sink, &cont, scores, row, oc);
             attend_row(q, D, lo, hi, scale, softcap, sink, &paged, scores, row, op);
-            at_reference(q, kf, vf, D, lo, hi, scale, softcap, sink, ref, &A, &R);
+            at_reference(q, kf, vf, D, Dv, lo, hi, scale, softcap, sink, ref, &A, &R);
             /* ATTEND_TOL, first-order error bound of attend_row's f32 arithmetic (u = 2^-24,
              * n = hi-lo+1 rows, A = max_t Σ_e |q_e k_te|, R = max_t (m - s_t), V = max |v|):
              *   scores: D-term dot (D u A), the scale and the softcap's division (2 u scale A),
@@ -467,30 +480,31 @@ static void grid_attend_row(const kernel_variant *vs, int n_vs) {
              *   so |o - ref| <= V (2 e_w + (2n + 3) u), and twice that for the second-order
              *   terms. Worst-case; the measured error is printed below, far under it. */
             double V = 0.0;
-            for (int64_t i = 0; i < T * D; i++)
+            for (int64_t i = 0; i < T * Dv; i++)
               if (fabs(vf[i]) > V) V = fabs(vf[i]);
             const double e_s = (double)(D + 2) * u * scale * A + 3.0 * u * softcap;
             const double e_w = e_s + u * R + 2.0 * u;
             const double tol = 2.0 * V * (2.0 * e_w + (double)(2 * (hi - lo + 1) + 3) * u);
             double err = 0.0;
-            for (int64_t e = 0; e < D; e++) {
+            for (int64_t e = 0; e < Dv; e++) {
               double x = isfinite(oc[e]) ? fabs(oc[e] - ref[e]) : INFINITY;
               if (!(x <= err)) err = x; /* NaN/inf propagate to err as failure */
             }
             if (tol > 0.0 && err / tol > worst) worst = err / tol;
             char name[200];
             snprintf(name, sizeof name,
-                     "attend_row %s D=%lld lo=%lld n=%lld softcap=%g sink=%s: vs double "
-                     "reference (err %.3g, tol %.3g)",
-                     AT_DTYPE_NAMES[di], (long long)D, (long long)lo, (long long)(hi - lo + 1),
-                     (double)softcap, sink ? (opt >= 4 ? "4" : "0.3") : "none", err, tol);
+                     "attend_row %s D=%lld Dv=%lld%s lo=%lld n=%lld softcap=%g sink=%s: vs "
+                     "double reference (err %.3g, tol %.3g)",
+                     AT_DTYPE_NAMES[di], (long long)D, (long long)Dv, latent ? " (latent)" : "",
+                     (long long)lo, (long long)(hi - lo + 1), (double)softcap,
+                     sink ? (o6 >= 4 ? "4" : "0.3") : "none", err, tol);
             case_result(err <= tol, name, err);
             snprintf(name, sizeof name,
                      "attend_row %s D=%lld lo=%lld n=%lld opt=%d: paged rows give the "
                      "contiguous bits",
                      AT_DTYPE_NAMES[di], (long long)D, (long long)lo, (long long)(hi - lo + 1),
                      opt);
-            case_result(memcmp(oc, op, (size_t)D * sizeof(float)) == 0, name, 0.0);
+            case_result(memcmp(oc, op, (size_t)Dv * sizeof(float)) == 0, name, 0.0);
             free(q);
             free(kf);
             free(vf);

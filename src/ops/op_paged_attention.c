@@ -1,35 +1,49 @@
-/* op_paged_attention — com.microsoft PagedAttention, kv_cache_layout SEPARATE: causal attention of
- * packed (varlen) query rows over a paged KV cache (spec/abi.md §1).
+/* op_paged_attention — com.microsoft PagedAttention: causal attention of packed (varlen) query
+ * rows over a paged KV cache (spec/abi.md §1), kv_cache_layout SEPARATE (a key and a value
+ * cache) or LATENT (absorbed multi-head latent attention, abi.md §1.8: one latent cache).
  *
- * Letters: N packed rows, B sequences, Hq query heads, Hkv kv heads, D head size, NP pages,
- * BS block_size (tokens per page), MB max_blocks_per_sequence. F is the IO dtype.
+ * Letters: N packed rows, B sequences, Hq query heads, Hkv kv heads, D head size, Dv value width
+ * (v_head_size; D in SEPARATE), NP pages, BS block_size (tokens per page), MB
+ * max_blocks_per_sequence. F is the IO dtype.
  *   in 0  query        F [N,Hq*D], or packed [N,(Hq+2*Hkv)*D] (q | k | v) when key/value absent
  *   in 1  key          F [N,Hkv*D] (optional, with value)      in 2 value  F [N,Hkv*D]
  *   in 3  key_cache    F [NP,BS,Hkv,D]                         in 4 value_cache (same)
  *   in 5  cumulative_sequence_length int32 [B+1]   in 6 past_seqlens int32 [B]
  *   in 7  block_table  int32 [B,MB]
- *   in 8  cos_cache, in 9 sin_cache  F [max_pos, rot/2] (both iff do_rotary; rot/2 % 8 == 0)
+ *   in 8  cos_cache, in 9 sin_cache  F or f32 [max_pos, rot/2] (both iff do_rotary; rot/2 % 8
+ *         == 0)
  *   in 10 slot_mapping int32 [N] (optional; -1 skips the row's write)
  *   in 11 head_sink    F [Hq]    in 12 q_norm_weight, in 13 k_norm_weight  F [D] (paired)
  *   in 14 k_scale, in 15 v_scale: only with quantized caches -> PH_ERR_UNSUPPORTED
  *   in 16 attention_metadata int32 [2] or [3]: validated (non-negative, lower <= max_kv when
  *         max_kv is known), never used: the CPU kernel derives every length from the inputs, so
  *         the bounds cannot change a result.
- *   out 0 output F [N,Hq*D]; out 1/2 key_cache_out/value_cache_out (both or neither).
+ *   out 0 output F [N,Hq*Dv]; out 1/2 key_cache_out/value_cache_out (SEPARATE: both or neither;
+ *         LATENT: key_cache_out only, a third output is INVALID_ARGUMENT as in ORT's inference).
  * F is f32, f16 or bf16 and the caches have F's dtype. ONNX Runtime's schema accepts only
  * f16/bf16; f32 is accepted here as well (CPU tests, f32 graphs).
+ *
+ * LATENT (Hkv = 1, key required): each cache row [l + r] = [latent c (l) ; k_pe (r)] is the key
+ * of every query head, and its first Dv (= l) elements are the value; the output per head is Dv
+ * wide. value, value_cache, head_sink, q/k_norm_weight and v_scale must be absent and
+ * v_quant_type/v_cache_dtype unset; Dv = v_head_size in [1, D] (0: D); scale must be non-zero
+ * whenever Dv != D (either layout). RoPE (do_rotary, rotary_offset = l) then turns only the k_pe
+ * suffix of the key and the matching channels of each query head.
  *
  * Cache outputs alias the cache inputs: the executor binds the same buffer and the op updates
  * it in place. When an output buffer differs from its input the whole input cache is copied into
  * it first and the copy is updated (the input is left untouched). When the cache outputs are not
  * requested the input caches are updated in place, as the schema describes.
  *
- * Semantics (abi.md §1.7) for sequence b, rows [cu[b], cu[b+1]), local index j, position
+ * Semantics (abi.md §1.7, §1.8) for sequence b, rows [cu[b], cu[b+1]), local index j, position
  * p = past_seqlens[b] + j:
  *   1. Q and K heads: optional fused RMSNorm (f32: x * w / sqrt(mean(x^2) + qk_norm_epsilon)),
- *      then optional RoPE at position p on channels [rotary_offset, rotary_offset + rot).
- *   2. K (rounded to F) and V go to slot slot_mapping[row] if given (skipped for -1), else to
- *      block_table[b][p / BS] * BS + p % BS. All writes happen before any attention.
+ *      then optional RoPE at position p on channels [rotary_offset, rotary_offset + rot) with
+ *      rope_rotate_f32 (kernels/rope.h, RotaryEmbedding's own rotation: the key stored in the
+ *      cache has the bits RotaryEmbedding gives the same row; the rotated query stays f32).
+ *   2. K (rounded to F) and V (SEPARATE) go to slot slot_mapping[row] if given (skipped for -1),
+ *      else to block_table[b][p / BS] * BS + p % BS. All writes happen before any attention;
+ *      reads always go through the block table.
  *   3. Query p attends keys max(0, p-W+1)..p of sequence b (W = local_window_size > 0: the W
  *      newest keys including itself), read through the block table; head h reads kv head
  *      h / (Hq/Hkv). Scores q.k * scale (scale 0 -> 1/sqrt(D)), then softcap*tanh(s/softcap)
@@ -38,7 +52,7 @@
  * Validation before any write (typed errors): block_size a power of two >= 16, D % 8 == 0,
  * table dims, cu starts at 0 / ends at N / non-decreasing, past >= 0, past + q_len - 1 <
  * MB*BS, every block id read or written in [0, NP), slot_mapping in [-1, NP*BS), rotary
- * positions below max_pos. Unsupported: LATENT, is_causal = 0, quantized caches.
+ * positions below max_pos (else INVALID_ARGUMENT). Unsupported: is_causal = 0, quantized caches.
  *
  * Work: phase 1 writes K/V over kv-head tasks (rows in order, so duplicate slots resolve the same
  * way for every thread count); phase 2 runs one task per (sequence, query head), each query row
@@ -96,10 +110,11 @@ static const char *const PA_IN_NAMES[PA_N_IN] = {"query",
 
 typedef struct pa_geom {
   ph_dtype dt;
-  int64_t Hq, Hkv, D, N, B, NP, BS, MB;
+  int64_t Hq, Hkv, D, Dv, N, B, NP, BS, MB; /* Dv: value/output width per head */
   int64_t window, rot, rot_off, max_pos;
   float scale, softcap, eps;
   int packed, rotary, interleaved, has_slots, has_sink, has_norm, has_meta;
+  int latent; /* kv_cache_layout LATENT: one cache, values = each key row's first Dv elements */
 } pa_geom;
 
 static int64_t pa_mul(int64_t a, int64_t b) { return a < 0 || b < 0 ? -1 : a * b; }
@@ -116,11 +131,22 @@ static ph_status pa_attrs(const gnode *n, pa_geom *g, diag *d) {
                   (long long)g->Hq, (long long)g->Hkv);
   const char *layout = NULL;
   FORWARD_IF_ERROR(op_attr_string(n, "kv_cache_layout", "SEPARATE", &layout, d));
-  RETURN_ERROR_IF(strcmp(layout, "LATENT") == 0, d, PH_ERR_UNSUPPORTED,
-                  "PagedAttention: kv_cache_layout LATENT is not supported yet (LATENT arrives "
-                  "with MLA)");
-  RETURN_ERROR_IF(strcmp(layout, "SEPARATE") != 0, d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(strcmp(layout, "SEPARATE") != 0 && strcmp(layout, "LATENT") != 0, d,
+                  PH_ERR_INVALID_ARGUMENT,
                   "PagedAttention: kv_cache_layout \"%s\" is not SEPARATE or LATENT", layout);
+  g->latent = strcmp(layout, "LATENT") == 0;
+  RETURN_ERROR_IF(g->latent && g->Hkv != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: kv_cache_layout LATENT needs kv_num_heads = 1 (one latent row "
+                  "per token), got %lld",
+                  (long long)g->Hkv);
+  RETURN_ERROR_IF(g->latent && n->n_outputs > 2, d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: kv_cache_layout LATENT has at most 2 outputs (output, "
+                  "key_cache_out; value_cache_out must be absent), got %d",
+                  n->n_outputs);
+  RETURN_ERROR_IF(!g->latent && n->n_outputs == 2, d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: has 1 or 3 outputs in SEPARATE (the cache outputs come "
+                  "together), got %d",
+                  n->n_outputs);
   FORWARD_IF_ERROR(op_attr_float(n, "scale", 0.0f, &g->scale, d));
   RETURN_ERROR_IF(!(g->scale >= 0.0f) || isinf(g->scale), d, PH_ERR_INVALID_ARGUMENT,
                   "PagedAttention: scale must be finite and >= 0, got %g", (double)g->scale);
@@ -157,6 +183,10 @@ static ph_status pa_attrs(const gnode *n, pa_geom *g, diag *d) {
   for (int i = 0; i < 2; i++) {
     const char *q = NULL;
     FORWARD_IF_ERROR(op_attr_string(n, quant[i], "NONE", &q, d));
+    RETURN_ERROR_IF(g->latent && i == 1 && strcmp(q, "NONE") != 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "PagedAttention: v_quant_type must be NONE in LATENT (there is no value "
+                    "cache), got \"%s\"",
+                    q);
     RETURN_ERROR_IF(
         strcmp(q, "NONE") != 0 && strcmp(q, "PER_TENSOR") != 0 && strcmp(q, "PER_CHANNEL") != 0, d,
         PH_ERR_INVALID_ARGUMENT, "PagedAttention: %s \"%s\" is not NONE, PER_TENSOR or PER_CHANNEL",
@@ -168,6 +198,10 @@ static ph_status pa_attrs(const gnode *n, pa_geom *g, diag *d) {
   for (int i = 0; i < 2; i++) {
     const char *c = NULL;
     FORWARD_IF_ERROR(op_attr_string(n, cdt[i], "", &c, d));
+    RETURN_ERROR_IF(g->latent && i == 1 && c[0] != '\0', d, PH_ERR_INVALID_ARGUMENT,
+                    "PagedAttention: v_cache_dtype must be unset in LATENT (there is no value "
+                    "cache), got \"%s\"",
+                    c);
     RETURN_ERROR_IF(c[0] != '\0' && strcmp(c, "float16") != 0 && strcmp(c, "bfloat16") != 0, d,
                     PH_ERR_UNSUPPORTED,
                     "PagedAttention: %s \"%s\" is not supported (the cache has the query dtype)",
@@ -202,19 +236,29 @@ static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *
   memset(g, 0, sizeof *g);
   RETURN_ERROR_IF(n->n_inputs < 8 || n->n_inputs > PA_N_IN, d, PH_ERR_INVALID_ARGUMENT,
                   "PagedAttention: takes 8 to 17 inputs, got %d", n->n_inputs);
-  RETURN_ERROR_IF(n->n_outputs != 1 && n->n_outputs != 3, d, PH_ERR_INVALID_ARGUMENT,
-                  "PagedAttention: has 1 or 3 outputs (the cache outputs come together), got %d",
-                  n->n_outputs);
-  FORWARD_IF_ERROR(pa_attrs(n, g, d));
+  RETURN_ERROR_IF(n->n_outputs < 1 || n->n_outputs > 3, d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: has 1 to 3 outputs, got %d", n->n_outputs);
+  FORWARD_IF_ERROR(pa_attrs(n, g, d)); /* and the output count of the layout */
   tinfo in[PA_N_IN];
   memset(in, 0, sizeof in);
   for (int i = 0; i < n->n_inputs; i++) in[i] = in_[i];
 #define PA_HAS(i) (in[i].dtype != PH_DTYPE_INVALID)
+  if (g->latent) {
+    /* abi.md §1.6: the latent row is the key; nothing of a value path may be bound */
+    RETURN_ERROR_IF(!PA_HAS(PA_IN_KEY), d, PH_ERR_INVALID_ARGUMENT,
+                    "PagedAttention: key (the latent row [N, head_size]) is required in LATENT");
+    static const int none[] = {PA_IN_VALUE,  PA_IN_VALUE_CACHE, PA_IN_HEAD_SINK,
+                               PA_IN_Q_NORM, PA_IN_K_NORM,      PA_IN_V_SCALE};
+    for (size_t k = 0; k < sizeof none / sizeof none[0]; k++)
+      RETURN_ERROR_IF(PA_HAS(none[k]), d, PH_ERR_INVALID_ARGUMENT,
+                      "PagedAttention: %s must be absent in LATENT", PA_IN_NAMES[none[k]]);
+  }
   for (int i = 0; i < 8; i++)
-    if (i != PA_IN_KEY && i != PA_IN_VALUE)
+    if (i != PA_IN_KEY && i != PA_IN_VALUE && (i != PA_IN_VALUE_CACHE || !g->latent))
       RETURN_ERROR_IF(!PA_HAS(i), d, PH_ERR_INVALID_ARGUMENT, "PagedAttention: %s is required",
                       PA_IN_NAMES[i]);
-  RETURN_ERROR_IF(PA_HAS(PA_IN_KEY) != PA_HAS(PA_IN_VALUE), d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(!g->latent && PA_HAS(PA_IN_KEY) != PA_HAS(PA_IN_VALUE), d,
+                  PH_ERR_INVALID_ARGUMENT,
                   "PagedAttention: key and value come together (both absent: packed QKV)");
   g->packed = !PA_HAS(PA_IN_KEY);
   RETURN_ERROR_IF(PA_HAS(PA_IN_COS) != PA_HAS(PA_IN_SIN), d, PH_ERR_INVALID_ARGUMENT,
@@ -234,13 +278,18 @@ static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *
   g->dt = in[PA_IN_QUERY].dtype;
   RETURN_ERROR_IF(!dtype_is_compute_float(g->dt), d, PH_ERR_TENSOR_DTYPE,
                   "PagedAttention: query dtype %s is not f32, f16 or bf16", ph_dtype_name(g->dt));
-  static const int fl[] = {PA_IN_KEY,         PA_IN_VALUE,  PA_IN_KEY_CACHE,
-                           PA_IN_VALUE_CACHE, PA_IN_COS,    PA_IN_SIN,
-                           PA_IN_HEAD_SINK,   PA_IN_Q_NORM, PA_IN_K_NORM};
+  static const int fl[] = {PA_IN_KEY,       PA_IN_VALUE,  PA_IN_KEY_CACHE, PA_IN_VALUE_CACHE,
+                           PA_IN_HEAD_SINK, PA_IN_Q_NORM, PA_IN_K_NORM};
   for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++)
     RETURN_ERROR_IF(PA_HAS(fl[k]) && in[fl[k]].dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
                     "PagedAttention: %s is %s but query is %s", PA_IN_NAMES[fl[k]],
                     ph_dtype_name(in[fl[k]].dtype), ph_dtype_name(g->dt));
+  /* cos/sin: the query's dtype, or f32 (tables kept exact in f32 for f16/bf16 activations) */
+  for (int k = PA_IN_COS; k <= PA_IN_SIN; k++)
+    RETURN_ERROR_IF(PA_HAS(k) && in[k].dtype != g->dt && in[k].dtype != PH_DTYPE_F32, d,
+                    PH_ERR_TENSOR_DTYPE,
+                    "PagedAttention: %s is %s; it must have the query's dtype %s, or be F32",
+                    PA_IN_NAMES[k], ph_dtype_name(in[k].dtype), ph_dtype_name(g->dt));
 
   /* query / key / value */
   const tinfo *q = &in[PA_IN_QUERY];
@@ -255,7 +304,7 @@ static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *
                     g->packed ? " (packed: num_heads + 2 * kv_num_heads)" : "");
     g->D = op_dim(q, 1) / heads;
   }
-  for (int k = PA_IN_KEY; k <= PA_IN_VALUE && !g->packed; k++) {
+  for (int k = PA_IN_KEY; k <= (g->latent ? PA_IN_KEY : PA_IN_VALUE) && !g->packed; k++) {
     const tinfo *t = &in[k];
     FORWARD_IF_ERROR(op_check_rank(n, t, 2,
                                    k == PA_IN_KEY ? "key [N, kv_num_heads*head_size]"
@@ -275,7 +324,7 @@ static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *
 
   /* caches [NP, BS, Hkv, D] */
   g->NP = g->BS = -1;
-  for (int k = PA_IN_KEY_CACHE; k <= PA_IN_VALUE_CACHE; k++) {
+  for (int k = PA_IN_KEY_CACHE; k <= (g->latent ? PA_IN_KEY_CACHE : PA_IN_VALUE_CACHE); k++) {
     const tinfo *t = &in[k];
     FORWARD_IF_ERROR(op_check_rank(n, t, 4,
                                    k == PA_IN_KEY_CACHE
@@ -297,9 +346,22 @@ static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *
                   (long long)g->BS);
   int64_t v_head = 0;
   FORWARD_IF_ERROR(op_attr_int(n, "v_head_size", 0, &v_head, d));
-  RETURN_ERROR_IF(v_head != 0 && g->D >= 0 && v_head != g->D, d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(v_head < 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: v_head_size must be >= 0 (0: head_size), got %lld",
+                  (long long)v_head);
+  RETURN_ERROR_IF(!g->latent && v_head != 0 && g->D >= 0 && v_head != g->D, d,
+                  PH_ERR_INVALID_ARGUMENT,
                   "PagedAttention: v_head_size %lld must equal head_size %lld in SEPARATE",
                   (long long)v_head, (long long)g->D);
+  RETURN_ERROR_IF(g->latent && g->D >= 0 && v_head > g->D, d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: v_head_size %lld must lie in [1, head_size = %lld] in LATENT",
+                  (long long)v_head, (long long)g->D);
+  g->Dv = v_head != 0 ? v_head : g->D;
+  /* ORT's rule: a narrower value needs the caller's scale (1/sqrt(head_size) would be a guess) */
+  RETURN_ERROR_IF(g->scale == 0.0f && g->D >= 0 && g->Dv != g->D, d, PH_ERR_INVALID_ARGUMENT,
+                  "PagedAttention: scale must be given (non-zero) when v_head_size %lld differs "
+                  "from head_size %lld",
+                  (long long)g->Dv, (long long)g->D);
 
   /* cu [B+1], past [B], block_table [B, MB] */
   FORWARD_IF_ERROR(
@@ -376,13 +438,10 @@ static ph_status pa_resolve(const gnode *n, const tinfo *in_, pa_geom *g, diag *
 static ph_status pa_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   pa_geom g;
   FORWARD_IF_ERROR(pa_resolve(n, in, &g, d));
-  const int64_t od[2] = {g.N, pa_mul(g.Hq, g.D)};
+  const int64_t od[2] = {g.N, pa_mul(g.Hq, g.Dv)};
   const int64_t cd[4] = {g.NP, g.BS, g.Hkv, g.D};
   out[0] = tinfo_make(g.dt, 2, od);
-  if (n->n_outputs > 2) {
-    out[1] = tinfo_make(g.dt, 4, cd);
-    out[2] = tinfo_make(g.dt, 4, cd);
-  }
+  for (int k = 1; k < n->n_outputs; k++) out[k] = tinfo_make(g.dt, 4, cd);
   return PH_OK;
 }
 
@@ -465,8 +524,9 @@ static void pa_write_task(void *ctx, size_t task, int thread) {
         memcpy((char *)j->kc->data + (size_t)dst * es, (const char *)j->k->data + (size_t)koff * es,
                (size_t)D * es);
       }
-      memcpy((char *)j->vc->data + (size_t)dst * es, (const char *)j->v->data + (size_t)voff * es,
-             (size_t)D * es);
+      if (!g->latent) /* LATENT: the values are the key row's first Dv elements */
+        memcpy((char *)j->vc->data + (size_t)dst * es, (const char *)j->v->data + (size_t)voff * es,
+               (size_t)D * es);
     }
 }
 
@@ -479,7 +539,9 @@ static void pa_attend_task(void *ctx, size_t task, int thread) {
   /* keys and values of this kv head through sequence b's block table row (kernels/attend.h) */
   const size_t es = dtype_size(g->dt);
   const attend_kv kv_rows = {.k = (const char *)j->kc->data + (size_t)(kvh * D) * es,
-                             .v = (const char *)j->vc->data + (size_t)(kvh * D) * es,
+                             .v = (const char *)(g->latent ? j->kc : j->vc)->data +
+                                  (size_t)(kvh * D) * es,
+                             .v_width = g->Dv,
                              .dt = g->dt,
                              .row_stride = g->Hkv * D,
                              .pages = j->bt + b * g->MB,
@@ -495,7 +557,7 @@ static void pa_attend_task(void *ctx, size_t task, int thread) {
     pa_prep(j, q, j->qn, p, c, sn);
     attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, &kv_rows, scores, kv,
                acc);
-    tensor_store_f32(j->out, r * g->Hq * D + h * D, D, acc);
+    tensor_store_f32(j->out, (r * g->Hq + h) * g->Dv, g->Dv, acc);
   }
 }
 
@@ -553,8 +615,8 @@ static ph_status pa_run(const gnode *n, const tensor *const *in, tensor *const *
   RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "PagedAttention: run without a plan");
   const pa_geom g = *gp;
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "PagedAttention: output 0 is required");
-  tensor *kc = n->n_outputs > 2 ? out[1] : NULL, *vc = n->n_outputs > 2 ? out[2] : NULL;
-  RETURN_ERROR_IF(!kc != !vc, d, PH_ERR_INVALID_ARGUMENT,
+  tensor *kc = n->n_outputs > 1 ? out[1] : NULL, *vc = n->n_outputs > 2 ? out[2] : NULL;
+  RETURN_ERROR_IF(!g.latent && !kc != !vc, d, PH_ERR_INVALID_ARGUMENT,
                   "PagedAttention: key_cache_out and value_cache_out come together");
   const int n_threads = pool_threads(ctx->pool);
   const size_t need = pa_slice_floats(&g) * sizeof(float) * (size_t)n_threads;
@@ -584,12 +646,12 @@ static ph_status pa_run(const gnode *n, const tensor *const *in, tensor *const *
   FORWARD_IF_ERROR(pa_check_data(&j, d));
 
   /* The caches: in place when aliased (or not requested), else a full copy first. */
-  const tensor *ikc = in[PA_IN_KEY_CACHE], *ivc = in[PA_IN_VALUE_CACHE];
+  const tensor *ikc = in[PA_IN_KEY_CACHE], *ivc = g.latent ? NULL : in[PA_IN_VALUE_CACHE];
   const size_t cache_bytes = (size_t)tensor_numel(ikc) * dtype_size(g.dt);
   if (kc && kc->data != ikc->data) memcpy(kc->data, ikc->data, cache_bytes);
   if (vc && vc->data != ivc->data) memcpy(vc->data, ivc->data, cache_bytes);
   j.kc = kc ? kc : (tensor *)(uintptr_t)ikc;
-  j.vc = vc ? vc : (tensor *)(uintptr_t)ivc;
+  j.vc = vc ? vc : (tensor *)(uintptr_t)ivc; /* NULL in LATENT */
 
   if (g.N > 0) {
     pool_run(ctx->pool, (size_t)g.Hkv, pa_write_task, &j);

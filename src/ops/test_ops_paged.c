@@ -321,6 +321,7 @@ typedef struct pa_case {
   int Hq, Hkv, D, BS, B;
   int32_t ql[PA_MAXB], past[PA_MAXB];
   int rotary, interleaved, rot, norm, sink, slots, packed, window, meta;
+  int rot_off, cos_f32; /* rotary_offset; cos/sin tables in f32 whatever dt */
   float softcap, scale;
 } pa_case;
 
@@ -393,8 +394,8 @@ static void pa_build(const pa_case *c, pa_io *io, uint64_t seed) {
   io->max_pos += 3;
   if (c->rotary) {
     int64_t rd[2] = {io->max_pos, c->rot / 2};
-    io->in[8] = mk(c->dt, 2, rd);
-    io->in[9] = mk(c->dt, 2, rd);
+    io->in[8] = mk(c->cos_f32 ? PH_DTYPE_F32 : c->dt, 2, rd);
+    io->in[9] = mk(c->cos_f32 ? PH_DTYPE_F32 : c->dt, 2, rd);
     fill_rope(io->in[8], io->in[9], io->max_pos, c->rot / 2);
     n_in = 10;
   }
@@ -436,6 +437,7 @@ static void pa_build(const pa_case *c, pa_io *io, uint64_t seed) {
   if (c->rotary) {
     io->attrs[na++] = attr_int("do_rotary", 1);
     io->attrs[na++] = attr_int("rotary_interleaved", c->interleaved);
+    if (c->rot_off) io->attrs[na++] = attr_int("rotary_offset", c->rot_off);
   }
   if (c->norm) io->attrs[na++] = attr_float("qk_norm_epsilon", 1e-5f);
   io->node = op_test_node("PagedAttention", "com.microsoft", n_in, 3, io->attrs, na);
@@ -462,6 +464,8 @@ static void ref_prep(const pa_case *c, const pa_io *io, double *x, const tensor 
     const int64_t h = c->rot / 2;
     for (int64_t i = 0; i < h; i++) {
       int64_t ia = c->interleaved ? 2 * i : i, ib = c->interleaved ? 2 * i + 1 : i + h;
+      ia += c->rot_off;
+      ib += c->rot_off;
       double cs = at(io->in[8], p * h + i), sn = at(io->in[9], p * h + i);
       double a = x[ia], b = x[ib];
       x[ia] = a * cs - b * sn;
@@ -785,6 +789,33 @@ static void test_paged_features(void) {
        .interleaved = 1,
        .rot = 16,
        .packed = 1},
+      /* rotary_offset (channels [8, 24) and [16, 32) of 32), f32 cos/sin under f16 */
+      {.dt = PH_DTYPE_F32,
+       .Hq = 4,
+       .Hkv = 2,
+       .D = 32,
+       .BS = 16,
+       .B = 2,
+       .ql = {4, 18},
+       .past = {9, 0},
+       .rotary = 1,
+       .interleaved = 1,
+       .rot = 16,
+       .rot_off = 8,
+       .norm = 1},
+      {.dt = PH_DTYPE_F16,
+       .Hq = 2,
+       .Hkv = 1,
+       .D = 32,
+       .BS = 16,
+       .B = 2,
+       .ql = {7, 12},
+       .past = {3, 20},
+       .rotary = 1,
+       .rot = 16,
+       .rot_off = 16,
+       .cos_f32 = 1,
+       .slots = 1},
       /* attention_metadata [2] and [3] */
       {.dt = PH_DTYPE_F32,
        .Hq = 2,
@@ -965,7 +996,7 @@ static void test_paged_errors(void) {
     int64_t ival;
     ph_status want;
   } bad_attrs[] = {
-      {"kv_cache_layout", "LATENT", 0, PH_ERR_UNSUPPORTED},
+      {"kv_cache_layout", "LATENT", 0, PH_ERR_INVALID_ARGUMENT}, /* kv_num_heads 2, a value */
       {"kv_cache_layout", "BLOCKED", 0, PH_ERR_INVALID_ARGUMENT},
       {"is_causal", NULL, 0, PH_ERR_UNSUPPORTED},
       {"k_quant_type", "PER_TENSOR", 0, PH_ERR_UNSUPPORTED},
