@@ -216,6 +216,16 @@ static int absorbed_weights(builder *b, int layer, const st_tensor *wq, wref *q_
   const int64_t dn = c->mla.qk_nope_head_dim, dv = c->mla.v_head_dim, hid = c->hidden_size;
   const int64_t in = wq->shape.dims[1];
   const st_tensor *kvb = lw(b, layer, W_MLA_KV_B), *wo = lw(b, layer, W_MLA_O);
+  char qn[192], on[192];
+  snprintf(qn, sizeof qn, "%slayers.%d.self_attn.q_absorbed.weight",
+           weight_layout_prefix(b->w->layout), layer);
+  snprintf(on, sizeof on, "%slayers.%d.self_attn.o_absorbed.weight",
+           weight_layout_prefix(b->w->layout), layer);
+  if (b->w->placeholder) { /* zeros absorb to zeros: views of the zero mapping */
+    *q_abs = (wref){arena_strdup(&b->g->arena, qn), wq->dtype, H * (l + r), in, wq->data};
+    *o_abs = (wref){arena_strdup(&b->g->arena, on), wo->dtype, hid, H * l, wo->data};
+    return 0;
+  }
   double *q = calloc((size_t)(H * (l + r) * in), sizeof *q);
   double *o = calloc((size_t)(hid * H * l), sizeof *o);
   double *uk = malloc((size_t)((dn + dv) * l) * sizeof *uk);
@@ -249,13 +259,8 @@ static int absorbed_weights(builder *b, int layer, const st_tensor *wq, wref *q_
     }
   }
   if (rc == 0) {
-    char name[192];
-    snprintf(name, sizeof name, "%slayers.%d.self_attn.q_absorbed.weight",
-             weight_layout_prefix(b->w->layout), layer);
-    *q_abs = computed_weight(b, name, stored_as(b, wq->dtype), H * (l + r), in, q);
-    snprintf(name, sizeof name, "%slayers.%d.self_attn.o_absorbed.weight",
-             weight_layout_prefix(b->w->layout), layer);
-    *o_abs = computed_weight(b, name, stored_as(b, wo->dtype), hid, H * l, o);
+    *q_abs = computed_weight(b, qn, stored_as(b, wq->dtype), H * (l + r), in, q);
+    *o_abs = computed_weight(b, on, stored_as(b, wo->dtype), hid, H * l, o);
   }
   free(q);
   free(o);
@@ -318,6 +323,7 @@ static wref kv_b_padded(builder *b, int layer) {
   const size_t es = dtype_size(dt), se = dtype_size(kvb->dtype);
   const int64_t rows = H * (dn + dn + dr);
   wref w = {NULL, dt, rows, l, NULL};
+  if (b->w->placeholder) return (wref){kvb->name, kvb->dtype, rows, l, kvb->data};
   char name[192];
   snprintf(name, sizeof name, "%s.v_padded", kvb->name);
   w.name = arena_strdup(&b->g->arena, name);

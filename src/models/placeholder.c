@@ -43,6 +43,17 @@ ph_status placeholder_weights_create(const hf_config *c, placeholder_weights **o
       (size_t)(c->moe.n_experts * 2 * c->moe.moe_intermediate_size * c->hidden_size) *
       dtype_size(dt);
   if (moe_bytes > p->zeros_bytes) p->zeros_bytes = moe_bytes;
+  /* the DeepSeek builder reads its absorbed [H (l + r), in] / [hidden, H l] and padded kv_b
+   * [H (2 dn + dr), l] projections from here too */
+  if (c->family == FAMILY_DEEPSEEK) {
+    const int64_t H = c->n_heads, l = c->mla.kv_lora_rank, r = c->mla.qk_rope_head_dim;
+    const int64_t in = c->mla.q_lora_rank ? c->mla.q_lora_rank : c->hidden_size;
+    const int64_t dn = c->mla.qk_nope_head_dim;
+    const int64_t n[3] = {H * (l + r) * in, c->hidden_size * H * l, H * (2 * dn + r) * l};
+    for (int k = 0; k < 3; k++)
+      if ((size_t)n[k] * dtype_size(dt) > p->zeros_bytes)
+        p->zeros_bytes = (size_t)n[k] * dtype_size(dt);
+  }
   p->zeros_bytes = p->zeros_bytes ? p->zeros_bytes : 64;
   p->zeros =
       mmap(NULL, p->zeros_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
