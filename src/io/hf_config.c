@@ -614,7 +614,7 @@ static ph_status parse_rope(reader *r, hf_config *c, diag *d) {
       get_double(pick(p, s, NULL, "beta_fast"), "beta_fast", 32.0, 0, &c->rope.beta_fast, d));
   FORWARD_IF_ERROR(
       get_double(pick(p, s, NULL, "beta_slow"), "beta_slow", 1.0, 0, &c->rope.beta_slow, d));
-  FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "mscale"), "mscale", 1.0, 0, &c->rope.mscale, d));
+  FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "mscale"), "mscale", 0.0, 0, &c->rope.mscale, d));
   FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "mscale_all_dim"), "mscale_all_dim", 0.0, 0,
                               &c->rope.mscale_all_dim, d));
   FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "attention_factor"), "attention_factor", 0.0, 1,

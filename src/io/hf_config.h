@@ -95,7 +95,8 @@ typedef struct hf_config {
     rope_scaling_kind scaling;
     double factor;
     int64_t original_max_position_embeddings;
-    double beta_fast, beta_slow, mscale, mscale_all_dim;
+    double beta_fast, beta_slow; /* YaRN; defaults 32, 1 */
+    double mscale, mscale_all_dim; /* YaRN; 0 when absent (HF None) */
     double attention_factor; /* YaRN "attention_factor"; 0 when absent (then derived) */
     int truncate;            /* YaRN "truncate" (default true): floor/ceil the ramp bounds */
     /* MLA rope pairing, 1 = adjacent pairs (2i, 2i+1), 0 = halves (i, i + r/2):
