@@ -56,12 +56,13 @@ typedef struct reader {
   int is_next;   /* qwen3_next */
   int is_v3;     /* deepseek_v3 (defaults differ from v2) */
   int is_glm;    /* glm_moe_dsa (V3-style routing, its own defaults) */
-  int sigmoid;   /* is_v3 || is_glm: sigmoid / noaux_tc routing defaults */
+  int is_lite;   /* glm4_moe_lite (GLM-4.7-Flash: DeepSeek-V3's MLA and routing, GLM defaults) */
+  int sigmoid;   /* is_v3 || is_glm || is_lite: sigmoid / noaux_tc routing defaults */
 } reader;
 
 static const char SUPPORTED_TYPES[] =
     "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe, qwen3_next, deepseek_v2, deepseek_v3, "
-    "glm_moe_dsa";
+    "glm_moe_dsa, glm4_moe_lite";
 
 /* ---- field access ------------------------------------------------------------------------- */
 
@@ -237,7 +238,7 @@ static ph_status parse_identity(reader *r, hf_config *c, diag *d) {
   } else if (strcmp(type, "qwen3_next") == 0) {
     c->family = FAMILY_QWEN3_NEXT;
   } else if (strcmp(type, "deepseek_v2") == 0 || strcmp(type, "deepseek_v3") == 0 ||
-             strcmp(type, "glm_moe_dsa") == 0) {
+             strcmp(type, "glm_moe_dsa") == 0 || strcmp(type, "glm4_moe_lite") == 0) {
     c->family = FAMILY_DEEPSEEK;
   } else {
     return diag_set(d, PH_ERR_UNKNOWN_MODEL_TYPE, "model_type \"%.64s\" is not supported (%s)",
@@ -272,7 +273,8 @@ static ph_status parse_identity(reader *r, hf_config *c, diag *d) {
   r->is_next = c->family == FAMILY_QWEN3_NEXT;
   r->is_v3 = strcmp(tt, "deepseek_v3") == 0;
   r->is_glm = strcmp(tt, "glm_moe_dsa") == 0;
-  r->sigmoid = r->is_v3 || r->is_glm;
+  r->is_lite = strcmp(tt, "glm4_moe_lite") == 0;
+  r->sigmoid = r->is_v3 || r->is_glm || r->is_lite;
 
   const json_t *arch = field(&r->root, "architectures");
   if (arch) {
@@ -327,8 +329,9 @@ static ph_status parse_common(reader *r, hf_config *c, diag *d) {
   FORWARD_IF_ERROR(get_int(t, "max_position_embeddings", 0, 0, 0, LIM_POSITIONS,
                            &c->max_position_embeddings, d));
   if (!deepseek) FORWARD_IF_ERROR(get_int(t, "head_dim", 0, 256, 1, LIM_HEAD_DIM, &c->head_dim, d));
-  /* GlmMoeDsaConfig defaults rms_norm_eps to 1e-5; every other family to 1e-6. */
-  FORWARD_IF_ERROR(get_double(t, "rms_norm_eps", r->is_glm ? 1e-5 : 1e-6, 1, &c->rms_norm_eps, d));
+  /* The GLM configs default rms_norm_eps to 1e-5; every other family to 1e-6. */
+  FORWARD_IF_ERROR(
+      get_double(t, "rms_norm_eps", r->is_glm || r->is_lite ? 1e-5 : 1e-6, 1, &c->rms_norm_eps, d));
   RETURN_ERROR_IF(c->rms_norm_eps >= 1.0, d, PH_ERR_CONFIG_INVALID,
                   "%srms_norm_eps = %g: must be below 1", t->prefix, c->rms_norm_eps);
   FORWARD_IF_ERROR(get_bool(pick(&r->text, &r->root, NULL, "tie_word_embeddings"),
@@ -429,7 +432,7 @@ static ph_status apply_mlp_only_layers(const scope *t, hf_config *c, diag *d) {
   return PH_OK;
 }
 
-/* mlp_layer_types (glm_moe_dsa): "dense" / "sparse" per layer, overriding the
+/* mlp_layer_types (glm_moe_dsa, glm4_moe_lite): "dense" / "sparse" per layer, overriding the
  * first_k_dense_replace pattern as HF does. "sparse" needs n_routed_experts > 0. */
 static ph_status apply_mlp_layer_types(const scope *t, hf_config *c, diag *d) {
   const json_t *v = field(t, "mlp_layer_types");
@@ -463,15 +466,19 @@ static ph_status parse_moe(reader *r, hf_config *c, diag *d) {
   FORWARD_IF_ERROR(
       get_bool(t, "norm_topk_prob", deepseek ? r->sigmoid : 1, &c->moe.norm_topk_prob, d));
   if (r->is_moe35) c->moe.norm_topk_prob = 1;
-  FORWARD_IF_ERROR(get_double(t, "routed_scaling_factor", r->sigmoid ? 2.5 : 1.0, 1,
-                              &c->moe.routed_scaling_factor, d));
+  FORWARD_IF_ERROR(get_double(t, "routed_scaling_factor",
+                              r->is_lite   ? 1.8
+                              : r->sigmoid ? 2.5
+                                           : 1.0,
+                              1, &c->moe.routed_scaling_factor, d));
   FORWARD_IF_ERROR(get_string(t, "scoring_func", 0, r->sigmoid ? "sigmoid" : "softmax",
                               c->moe.scoring_func, sizeof c->moe.scoring_func, d));
   FORWARD_IF_ERROR(get_string(t, "topk_method", 0, r->sigmoid ? "noaux_tc" : "greedy",
                               c->moe.topk_method, sizeof c->moe.topk_method, d));
-  if (r->is_glm) {
-    /* HF's GLM-MoE-DSA router is always V3's: sigmoid scores, e_score_correction_bias,
-     * group-limited top-k; it reads neither key (type-checked above, then overridden). */
+  if (r->is_glm || r->is_lite) {
+    /* HF's GLM routers (glm_moe_dsa, glm4_moe_lite) are always V3's: sigmoid scores,
+     * e_score_correction_bias, group-limited top-k; it reads neither key (type-checked above, then
+     * overridden). */
     snprintf(c->moe.scoring_func, sizeof c->moe.scoring_func, "sigmoid");
     snprintf(c->moe.topk_method, sizeof c->moe.topk_method, "noaux_tc");
   }
@@ -488,8 +495,12 @@ static ph_status parse_moe(reader *r, hf_config *c, diag *d) {
   if (deepseek) {
     int64_t freq;
     FORWARD_IF_ERROR(get_int(t, "n_routed_experts", 0, 0, 0, LIM_EXPERTS, &c->moe.n_experts, d));
-    FORWARD_IF_ERROR(get_int(t, "first_k_dense_replace", 0, r->is_glm ? 3 : 0, 0, LIM_STEP,
-                             &c->moe.first_k_dense_replace, d));
+    /* GlmMoeDsaConfig: 3 dense layers; Glm4MoeLiteConfig: 1 (its mlp_layer_types default). */
+    FORWARD_IF_ERROR(get_int(t, "first_k_dense_replace", 0,
+                             r->is_glm    ? 3
+                             : r->is_lite ? 1
+                                          : 0,
+                             0, LIM_STEP, &c->moe.first_k_dense_replace, d));
     FORWARD_IF_ERROR(get_int(t, "moe_layer_freq", 0, 1, 1, LIM_STEP, &freq, d));
     FORWARD_IF_ERROR(get_int(t, "n_shared_experts", 0, r->sigmoid ? 1 : 0, 0, LIM_EXPERTS,
                              &c->moe.n_shared_experts, d));
@@ -500,7 +511,7 @@ static ph_status parse_moe(reader *r, hf_config *c, diag *d) {
     for (int64_t i = 0; i < c->n_layers; i++)
       c->layer_is_moe[i] =
           c->moe.n_experts > 0 && i >= c->moe.first_k_dense_replace && i % freq == 0;
-    if (r->is_glm) FORWARD_IF_ERROR(apply_mlp_layer_types(t, c, d));
+    if (r->is_glm || r->is_lite) FORWARD_IF_ERROR(apply_mlp_layer_types(t, c, d));
   } else if (r->is_moe35) {
     FORWARD_IF_ERROR(get_int(t, "num_experts", 1, 0, 1, LIM_EXPERTS, &c->moe.n_experts, d));
     for (int64_t i = 0; i < c->n_layers; i++) c->layer_is_moe[i] = 1;
@@ -636,11 +647,11 @@ static ph_status parse_rope(reader *r, hf_config *c, diag *d) {
                               &c->rope.mrope_interleaved, d));
   }
   if (c->family == FAMILY_DEEPSEEK) {
-    /* Only HF's deepseek_v3 reads rope_interleave. deepseek_v2 always rotates adjacent pairs
-     * (view_as_complex over (2i, 2i+1)); glm_moe_dsa always rotate_half. The key is still
-     * type-checked where HF ignores it. */
+    /* Only HF's deepseek_v3 and glm4_moe_lite read rope_interleave (default true). deepseek_v2
+     * always rotates adjacent pairs (view_as_complex over (2i, 2i+1)); glm_moe_dsa always
+     * rotate_half. The key is still type-checked where HF ignores it. */
     FORWARD_IF_ERROR(get_bool(t, "rope_interleave", 1, &c->rope.interleave, d));
-    if (!r->is_v3) c->rope.interleave = r->is_glm ? 0 : 1;
+    if (!r->is_v3 && !r->is_lite) c->rope.interleave = r->is_glm ? 0 : 1;
   }
   return PH_OK;
 }

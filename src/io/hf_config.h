@@ -10,6 +10,8 @@
  *   deepseek_v2, deepseek_v3              MLA (fields parsed and validated; not run yet)
  *   glm_moe_dsa                           GLM-5 MLA (+ DSA indexer): parsed far enough for
  *                                         models/mla.h to decide LATENT eligibility
+ *   glm4_moe_lite                         GLM-4.7-Flash: DeepSeek-V3's MLA and routing with
+ *                                         GLM defaults (glm4_moe, GLM-4.5, is not MLA: refused)
  * Anything else is PH_ERR_UNKNOWN_MODEL_TYPE naming the type and the supported list.
  *
  * Rules (see ../shared/spec/model-math.md §1, §4, §5, §6):
@@ -42,7 +44,7 @@
 typedef enum model_family {
   FAMILY_QWEN35 = 1,     /* qwen3_5_text / qwen3_5 / *_moe */
   FAMILY_QWEN3_NEXT = 2, /* qwen3_next */
-  FAMILY_DEEPSEEK = 3,   /* MLA: deepseek_v2 / deepseek_v3 / glm_moe_dsa */
+  FAMILY_DEEPSEEK = 3,   /* MLA: deepseek_v2 / deepseek_v3 / glm_moe_dsa / glm4_moe_lite */
 } model_family;
 
 typedef enum rope_scaling_kind {
@@ -95,14 +97,14 @@ typedef struct hf_config {
     rope_scaling_kind scaling;
     double factor;
     int64_t original_max_position_embeddings;
-    double beta_fast, beta_slow; /* YaRN; defaults 32, 1 */
+    double beta_fast, beta_slow;   /* YaRN; defaults 32, 1 */
     double mscale, mscale_all_dim; /* YaRN; 0 when absent (HF None) */
-    double attention_factor; /* YaRN "attention_factor"; 0 when absent (then derived) */
-    int truncate;            /* YaRN "truncate" (default true): floor/ceil the ramp bounds */
+    double attention_factor;       /* YaRN "attention_factor"; 0 when absent (then derived) */
+    int truncate;                  /* YaRN "truncate" (default true): floor/ceil the ramp bounds */
     /* MLA rope pairing, 1 = adjacent pairs (2i, 2i+1), 0 = halves (i, i + r/2):
      * deepseek_v2 always 1 (HF rotates adjacent pairs as complex numbers; no key);
-     * deepseek_v3 rope_interleave, default 1 (HF de-interleaves, then rotate_half: the same
-     * adjacent pairs); glm_moe_dsa always 0 (HF applies rotate_half to q_pe/k_pe). */
+     * deepseek_v3 and glm4_moe_lite rope_interleave, default 1 (HF rotates the same adjacent
+     * pairs); glm_moe_dsa always 0 (HF applies rotate_half to q_pe/k_pe). */
     int interleave;
   } rope;
 

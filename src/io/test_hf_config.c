@@ -682,6 +682,50 @@ static void test_glm_moe_dsa(void) {
   CHECK_CONTAINS(d.msg, "glm_moe_dsa");
 }
 
+/* GLM-4.7-Flash (glm4_moe_lite): Glm4MoeLiteConfig's defaults written out. DeepSeek-V3's model
+ * with GLM defaults; no DSA. */
+static const char GLM4_MOE_LITE[] =
+    "{\"architectures\":[\"Glm4MoeLiteForCausalLM\"],\"model_type\":\"glm4_moe_lite\","
+    "\"hidden_size\":2048,\"num_hidden_layers\":47,\"num_attention_heads\":20,"
+    "\"num_key_value_heads\":20,\"vocab_size\":154880,\"intermediate_size\":10240,"
+    "\"moe_intermediate_size\":1536,\"n_routed_experts\":64,\"n_shared_experts\":1,"
+    "\"num_experts_per_tok\":4,\"kv_lora_rank\":512,\"q_lora_rank\":768,"
+    "\"qk_rope_head_dim\":64,\"v_head_dim\":256,\"qk_nope_head_dim\":192,"
+    "\"rope_parameters\":{\"rope_theta\":1000000,\"rope_type\":\"default\"},"
+    "\"dtype\":\"bfloat16\"}";
+
+static void test_glm4_moe_lite(void) {
+  hf_config c;
+  diag d;
+  CHECK_STATUS(parse_str(GLM4_MOE_LITE, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.family, FAMILY_DEEPSEEK);
+  CHECK_EQ_INT(count_kind(&c, PH_LAYER_MLA), 47);
+  CHECK_EQ_INT(c.head_dim, 256);
+  CHECK_EQ_INT(c.mla.q_lora_rank, 768);
+  CHECK_EQ_INT(c.rope.interleave, 1); /* rope_interleave default true */
+  CHECK_NEAR(c.rms_norm_eps, 1e-5, 0);
+  CHECK_NEAR(c.moe.routed_scaling_factor, 1.8, 0);
+  CHECK_EQ_INT(c.moe.n_group, 1);
+  CHECK_EQ_INT(c.moe.topk_group, 1);
+  CHECK_EQ_INT(c.moe.norm_topk_prob, 1);
+  CHECK_EQ_INT(c.moe.n_shared_experts, 1);
+  CHECK_EQ_STR(c.moe.scoring_func, "sigmoid");
+  CHECK_EQ_STR(c.moe.topk_method, "noaux_tc");
+  CHECK_EQ_INT(c.layer_is_moe[0], 0); /* [dense] + [sparse] * 46 */
+  CHECK_EQ_INT(c.layer_is_moe[1], 1);
+  CHECK_EQ_INT(c.layer_is_moe[46], 1);
+  CHECK_EQ_INT(c.mla_feat.use_dsa, 0);
+  CHECK_EQ_INT(c.mla_feat.index_topk, 0);
+  CHECK_NEAR(c.mla.softmax_scale, 0.0625, 0);
+  const char *j =
+      edit(GLM4_MOE_LITE, "\"kv_lora_rank\":512,",
+           "\"kv_lora_rank\":512,\"rope_interleave\":false,\"first_k_dense_replace\":2,");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.rope.interleave, 0); /* read, as in V3 */
+  CHECK_EQ_INT(c.layer_is_moe[1], 0);
+  CHECK_EQ_INT(c.layer_is_moe[2], 1);
+}
+
 /* ---- rope spellings, dtype and wrapper fallbacks ------------------------------------------- */
 
 static void test_rope_parameters_win(void) {
@@ -977,6 +1021,7 @@ int main(void) {
   RUN(test_mla_feature_defaults);
   RUN(test_err_mla_feature_types);
   RUN(test_glm_moe_dsa);
+  RUN(test_glm4_moe_lite);
   RUN(test_rope_parameters_win);
   RUN(test_dtype_and_wrapper_fallbacks);
   RUN(test_base_is_valid);

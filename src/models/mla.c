@@ -15,7 +15,7 @@ static ph_status check_is_mla(const hf_config *c, diag *d) {
   RETURN_ERROR_IF(c->family != FAMILY_DEEPSEEK, d, PH_ERR_UNSUPPORTED,
                   "LATENT PagedAttention needs an MLA config: model_type \"%s\" has no "
                   "kv_lora_rank (multi-head latent attention: deepseek_v2, deepseek_v3, "
-                  "glm_moe_dsa)",
+                  "glm_moe_dsa, glm4_moe_lite)",
                   c->model_type);
   const struct {
     const char *name;

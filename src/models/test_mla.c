@@ -135,6 +135,16 @@ static void test_eligible(void) {
       CHECK_STATUS(mla_latent_check(&c, bs, PH_DTYPE_F32, MLA_CHECK_CPU, &d), PH_OK, names[i]);
     }
   }
+  /* GLM-4.7-Flash (glm4_moe_lite): l 512, r 64, no DSA. */
+  if (parse("{\"model_type\":\"glm4_moe_lite\",\"hidden_size\":2048,\"num_hidden_layers\":47,"
+            "\"num_attention_heads\":20,\"vocab_size\":154880,\"intermediate_size\":10240,"
+            "\"moe_intermediate_size\":1536,\"n_routed_experts\":64,\"num_experts_per_tok\":4,"
+            "\"kv_lora_rank\":512,\"q_lora_rank\":768,\"qk_rope_head_dim\":64,"
+            "\"v_head_dim\":256,\"qk_nope_head_dim\":192,\"num_nextn_predict_layers\":1}",
+            &c)) {
+    diag_clear(&d);
+    CHECK_STATUS(mla_latent_check(&c, 256, PH_DTYPE_BF16, 0, &d), PH_OK, d.msg);
+  }
   /* Real V3 carries num_nextn_predict_layers = 1: a plain export is eligible. */
   if (parse(V3, &c)) CHECK_EQ_INT(c.mla_feat.num_nextn_predict_layers, 1);
   /* GLM with use_dsa false: the vestigial indexer (index_topk 2048) is not refused. */
