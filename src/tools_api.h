@@ -19,7 +19,8 @@
  *   export       models/export.h: model_export, export_options, the target and layout names;
  *                io/inference_metadata.h (the metadata an export writes)
  *   inspect      models/model.h (model_config, model_weights_of, model_check_finite: the
- *                checkpoint's config and weights behind a ph_model); models/package.h
+ *                checkpoint's config and weights behind a ph_model; through it
+ *                models/weights.h weights_param_counts: active parameters); models/package.h
  *                (package_read, package_check_graph); io/genai_config.h, io/onnx.h (a
  *                package's files); tensor/tensor.h (nonfinite_scan over initializers)
  *   make-tiny,   models/tiny.h: tiny_params, tiny_apply_preset, tiny_write

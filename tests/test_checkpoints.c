@@ -209,6 +209,137 @@ static void test_qwen3_next_fused_names(void) {
   ph_model_free(m);
 }
 
+/* One tensor the published layout has: its exact name, shape and dtype (n_dims 0: must be
+ * absent). */
+typedef struct published {
+  const char *name;
+  int n_dims;
+  int64_t d0, d1, d2;
+  ph_dtype dtype;
+} published;
+
+/* Writes p into g_tmp/name and checks the file against `want` by literal name, independently
+ * of the weights table make-tiny writes from; then that it binds (weights_bind, every tensor
+ * used) and what the config says about the experts. */
+static void check_published(const char *name, tiny_params p, const published *want, size_t n) {
+  char dir[1024];
+  diag d;
+  diag_clear(&d);
+  ph_status s = tiny_write(tmp_dir(name, dir, sizeof dir), &p, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return;
+  st_set *set = NULL;
+  CHECK_STATUS(st_open_dir(dir, &set, &d), PH_OK, d.msg);
+  if (!set) return;
+  for (size_t i = 0; i < n; i++) {
+    const st_tensor *t = st_find(set, want[i].name);
+    if (want[i].n_dims == 0) {
+      if (!CHECK(t == NULL)) fprintf(stderr, "       %s: %s must be absent\n", name, want[i].name);
+      continue;
+    }
+    if (!CHECK(t != NULL)) {
+      fprintf(stderr, "       %s: %s missing\n", name, want[i].name);
+      continue;
+    }
+    const int64_t dims[3] = {want[i].d0, want[i].d1, want[i].d2};
+    int ok = t->shape.n_dims == want[i].n_dims && t->dtype == want[i].dtype;
+    for (int k = 0; ok && k < want[i].n_dims; k++) ok = t->shape.dims[k] == dims[k];
+    if (!CHECK(ok)) fprintf(stderr, "       %s: %s has the wrong shape or dtype\n", name, t->name);
+  }
+  st_close(set);
+  ph_model *m = open_ok(dir, 1);
+  if (m) CHECK_EQ_INT(model_weights_of(m)->n_unused, 0);
+  ph_model_free(m);
+}
+
+/* make-tiny against the published layouts, by literal tensor name (tiny defaults: hidden 64,
+ * vocab 256, 4 layers, 8 experts of width 32, shared width 32; DeepSeek 4 heads, q_lora 48,
+ * kv_lora 32, nope/rope/v 16, first layer dense):
+ *   DeepSeek-V3: per-expert mlp.experts.{e}.{gate,up,down}_proj.weight, the router
+ *     mlp.gate.weight and its noaux_tc bias mlp.gate.e_score_correction_bias in f32 (also in a
+ *     bf16 checkpoint), mlp.shared_experts.*, q_a/q_b with the q LoRA;
+ *   DeepSeek-V2: the same experts, no bias (greedy), q_proj (q_lora_rank null);
+ *   Qwen3.5-MoE causal LM and VLM: fused mlp.experts.gate_up_proj [E, 2I, H] and
+ *     mlp.experts.down_proj [E, H, I] with no .weight suffix, mlp.shared_expert.* and
+ *     mlp.shared_expert_gate.weight [1, H]; the VLM under model.language_model.;
+ *   Qwen3-Next: per-expert tensors, fused in_proj_qkvz / in_proj_ba. */
+static void test_tiny_published_layouts(void) {
+  const ph_dtype f32 = PH_DTYPE_F32, bf16 = PH_DTYPE_BF16;
+  tiny_params p = tiny_params_default();
+  p.model_type = "deepseek_v3";
+  p.dtype = PH_DTYPE_BF16;
+  const published v3[] = {
+      {"model.layers.1.mlp.experts.0.gate_proj.weight", 2, 32, 64, 0, bf16},
+      {"model.layers.1.mlp.experts.7.up_proj.weight", 2, 32, 64, 0, bf16},
+      {"model.layers.3.mlp.experts.7.down_proj.weight", 2, 64, 32, 0, bf16},
+      {"model.layers.1.mlp.gate.weight", 2, 8, 64, 0, bf16},
+      {"model.layers.1.mlp.gate.e_score_correction_bias", 1, 8, 0, 0, f32},
+      {"model.layers.1.mlp.shared_experts.gate_proj.weight", 2, 32, 64, 0, bf16},
+      {"model.layers.1.mlp.shared_experts.down_proj.weight", 2, 64, 32, 0, bf16},
+      {"model.layers.0.mlp.gate_proj.weight", 2, 128, 64, 0, bf16}, /* dense first layer */
+      {"model.layers.0.mlp.gate.weight", 0, 0, 0, 0, bf16},
+      {"model.layers.1.mlp.experts.gate_up_proj", 0, 0, 0, 0, bf16},
+      {"model.layers.0.self_attn.q_a_proj.weight", 2, 48, 64, 0, bf16},
+      {"model.layers.0.self_attn.q_a_layernorm.weight", 1, 48, 0, 0, bf16},
+      {"model.layers.0.self_attn.q_b_proj.weight", 2, 4 * 32, 48, 0, bf16},
+      {"model.layers.0.self_attn.kv_a_proj_with_mqa.weight", 2, 48, 64, 0, bf16},
+      {"model.layers.0.self_attn.kv_a_layernorm.weight", 1, 32, 0, 0, bf16},
+      {"model.layers.0.self_attn.kv_b_proj.weight", 2, 4 * 32, 32, 0, bf16},
+      {"model.layers.0.self_attn.o_proj.weight", 2, 64, 4 * 16, 0, bf16},
+      {"lm_head.weight", 2, 256, 64, 0, bf16},
+  };
+  check_published("pub-deepseek-v3", p, v3, sizeof v3 / sizeof v3[0]);
+  p.model_type = "deepseek_v2";
+  p.dtype = PH_DTYPE_F32;
+  const published v2[] = {
+      {"model.layers.2.mlp.experts.5.down_proj.weight", 2, 64, 32, 0, f32},
+      {"model.layers.2.mlp.gate.weight", 2, 8, 64, 0, f32},
+      {"model.layers.2.mlp.gate.e_score_correction_bias", 0, 0, 0, 0, f32},
+      {"model.layers.0.self_attn.q_proj.weight", 2, 4 * 32, 64, 0, f32},
+      {"model.layers.0.self_attn.q_a_proj.weight", 0, 0, 0, 0, f32},
+  };
+  check_published("pub-deepseek-v2", p, v2, sizeof v2 / sizeof v2[0]);
+
+  p = tiny_params_default();
+  p.model_type = "qwen3_5_moe_text";
+  p.dtype = PH_DTYPE_BF16;
+  const published moe[] = {
+      {"model.layers.0.mlp.experts.gate_up_proj", 3, 8, 64, 64, bf16},
+      {"model.layers.3.mlp.experts.down_proj", 3, 8, 64, 32, bf16},
+      {"model.layers.0.mlp.experts.gate_up_proj.weight", 0, 0, 0, 0, bf16},
+      {"model.layers.0.mlp.experts.0.gate_proj.weight", 0, 0, 0, 0, bf16},
+      {"model.layers.0.mlp.gate.weight", 2, 8, 64, 0, bf16},
+      {"model.layers.0.mlp.shared_expert.gate_proj.weight", 2, 32, 64, 0, bf16},
+      {"model.layers.0.mlp.shared_expert.down_proj.weight", 2, 64, 32, 0, bf16},
+      {"model.layers.0.mlp.shared_expert_gate.weight", 2, 1, 64, 0, bf16},
+      {"model.layers.0.linear_attn.in_proj_qkv.weight", 2, 2 * 32 + 64, 64, 0, bf16},
+  };
+  check_published("pub-qwen35-moe", p, moe, sizeof moe / sizeof moe[0]);
+  p.layout = LAYOUT_VLM;
+  const published moe_vlm[] = {
+      {"model.language_model.layers.1.mlp.experts.gate_up_proj", 3, 8, 64, 64, bf16},
+      {"model.language_model.layers.1.mlp.experts.down_proj", 3, 8, 64, 32, bf16},
+      {"model.language_model.layers.1.mlp.shared_expert_gate.weight", 2, 1, 64, 0, bf16},
+      {"model.layers.1.mlp.experts.gate_up_proj", 0, 0, 0, 0, bf16},
+      {"model.language_model.embed_tokens.weight", 2, 256, 64, 0, bf16},
+      {"lm_head.weight", 2, 256, 64, 0, bf16},
+  };
+  check_published("pub-qwen35-moe-vlm", p, moe_vlm, sizeof moe_vlm / sizeof moe_vlm[0]);
+
+  p = tiny_params_default();
+  p.model_type = "qwen3_next";
+  const published next[] = {
+      {"model.layers.0.mlp.experts.7.gate_proj.weight", 2, 32, 64, 0, f32},
+      {"model.layers.0.mlp.experts.7.down_proj.weight", 2, 64, 32, 0, f32},
+      {"model.layers.0.mlp.experts.gate_up_proj", 0, 0, 0, 0, f32},
+      {"model.layers.0.mlp.gate.weight", 2, 8, 64, 0, f32},
+      {"model.layers.0.mlp.shared_expert_gate.weight", 2, 1, 64, 0, f32},
+      {"model.layers.0.linear_attn.in_proj_qkvz.weight", 2, 2 * 32 + 2 * 64, 64, 0, f32},
+      {"model.layers.0.linear_attn.in_proj_ba.weight", 2, 2 * 4, 64, 0, f32},
+  };
+  check_published("pub-qwen3-next", p, next, sizeof next / sizeof next[0]);
+}
+
 /* Rewrites the golden f32 checkpoint with one tensor changed by `edit` into a temp dir. */
 typedef void (*edit_fn)(st_write_entry *entries, size_t *n);
 
@@ -373,5 +504,6 @@ int main(void) {
   RUN(test_qwen3_next_fused_names);
   RUN(test_bad_checkpoints);
   RUN(test_moe_per_expert_form);
+  RUN(test_tiny_published_layouts);
   return check_finish();
 }

@@ -201,6 +201,117 @@ static size_t max_line_width(const char *text) {
   return cur > best ? cur : best;
 }
 
+/* inspect DIR --json on a config.json written into g_tmp/name (no weights). NULL on failure. */
+static json_t *inspect_config(const char *name, const char *cfg) {
+  char dir[1024], path[1100];
+  snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
+  diag d;
+  path_mkdirs(dir, &d);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  file_write_all(path, cfg, strlen(cfg), &d);
+  return inspect_json(dir, "--no-weights");
+}
+
+static int64_t json_int_at(json_t *o, const char *key) {
+  return (int64_t)json_integer_value(json_object_get(o, key));
+}
+
+/* MoE parameters (total and active per token) and the latent KV bytes per token.
+ *
+ * The make-tiny DeepSeek-V3 (hidden 64, vocab 256, 4 layers, 4 heads, q_lora 48, kv_lora 32,
+ * nope/rope/v 16, intermediate 128, 8 experts of width 32, top-2, one shared, first layer dense),
+ * counted by hand: embedding + LM head 2 * 256 * 64 = 32768, final norm 64; per layer MLA 3072 +
+ * 48 + 6144 + 3072 + 32 + 4096 + 4096 = 20560 and two norms 128; the dense MLP 3 * 128 * 64 =
+ * 24576; each MoE layer router 512 + bias 8 + shared 6144 + routed 8 * 6144 = 55816. Total
+ * 307608; active drops 6 of 8 routed experts in 3 layers: 307608 - 3 * 6 * 6144 = 197016.
+ * Latent KV: 4 layers x (32 + 16) = 192 values a token, 768 B in f32.
+ *
+ * DeepSeek-V3 and V2-Lite as published, counted the same way by a separate script (671.0B /
+ * 37.6B, the "671B total, 37B activated" of the model card; V2-Lite 15.7B / 2.66B, whose card's
+ * "2.4B" leaves out the 0.21B embedding table). */
+static void test_inspect_moe_and_latent(void) {
+  char args[2048], dir[1024];
+  snprintf(dir, sizeof dir, "%s/tiny-v3", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force --model-type deepseek_v3", dir);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *o = inspect_json(dir, "");
+  if (o) {
+    CHECK_EQ_INT(json_int_at(o, "parameters"), 307608);
+    CHECK_EQ_INT(json_int_at(o, "active_parameters"), 197016);
+    CHECK_EQ_INT(json_int_at(o, "moe_layers"), 3);
+    CHECK_EQ_INT(json_int_at(o, "latent_kv_bytes_per_token"), 4 * 48 * 4);
+    CHECK_EQ_INT(json_int_at(o, "kv_bytes_per_token"), 4 * 48 * 4);
+    json_decref(o);
+  }
+  /* the same with --no-weights: predicted, same numbers */
+  o = inspect_json(dir, "--no-weights --cache-dtype bf16");
+  if (o) {
+    CHECK_EQ_INT(json_int_at(o, "parameters"), 307608);
+    CHECK_EQ_INT(json_int_at(o, "active_parameters"), 197016);
+    CHECK_EQ_INT(json_int_at(o, "latent_kv_bytes_per_token"), 4 * 48 * 2);
+    json_decref(o);
+  }
+  snprintf(args, sizeof args, "inspect '%s'", dir);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "active        197016 per token (64.0%)");
+  CHECK_CONTAINS(g_stdout, "2 of 8");
+  CHECK_CONTAINS(g_stdout, "latent kv     768 B per token in f32 (384 B in f16)");
+  CHECK_CONTAINS(g_stdout, "one 48-value");
+
+  static const char v3[] =
+      "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"model_type\":\"deepseek_v3\","
+      "\"hidden_size\":7168,\"num_hidden_layers\":61,\"num_attention_heads\":128,"
+      "\"num_key_value_heads\":128,\"vocab_size\":129280,\"intermediate_size\":18432,"
+      "\"moe_intermediate_size\":2048,\"n_routed_experts\":256,\"n_shared_experts\":1,"
+      "\"num_experts_per_tok\":8,\"n_group\":8,\"topk_group\":4,\"first_k_dense_replace\":3,"
+      "\"q_lora_rank\":1536,\"kv_lora_rank\":512,\"qk_nope_head_dim\":128,"
+      "\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"num_nextn_predict_layers\":1,"
+      "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,\"original_max_position_embeddings\":4096,"
+      "\"mscale\":1.0,\"mscale_all_dim\":1.0},\"max_position_embeddings\":163840,"
+      "\"torch_dtype\":\"bfloat16\"}";
+  o = inspect_config("v3-config", v3);
+  if (o) {
+    CHECK_EQ_INT(json_int_at(o, "parameters"), 671026419200LL);
+    CHECK_EQ_INT(json_int_at(o, "active_parameters"), 37552297472LL);
+    CHECK_EQ_INT(json_int_at(o, "moe_layers"), 58);
+    CHECK_EQ_INT(json_int_at(o, "latent_kv_bytes_per_token"), 61 * 576 * 4); /* f32 */
+    CHECK_EQ_INT(json_int_at(json_object_get(o, "memory_plan_cuda"), "kv_bytes_per_token"),
+                 61 * 576 * 2);
+    json_decref(o);
+  }
+  static const char v2_lite[] =
+      "{\"model_type\":\"deepseek_v2\",\"hidden_size\":2048,\"num_hidden_layers\":27,"
+      "\"num_attention_heads\":16,\"vocab_size\":102400,\"intermediate_size\":10944,"
+      "\"moe_intermediate_size\":1408,\"n_routed_experts\":64,\"n_shared_experts\":2,"
+      "\"num_experts_per_tok\":6,\"first_k_dense_replace\":1,\"q_lora_rank\":null,"
+      "\"kv_lora_rank\":512,\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"v_head_dim\":128}";
+  o = inspect_config("v2-lite-config", v2_lite);
+  if (o) {
+    CHECK_EQ_INT(json_int_at(o, "parameters"), 15706484224LL);
+    CHECK_EQ_INT(json_int_at(o, "active_parameters"), 2661150208LL);
+    CHECK_EQ_INT(json_int_at(o, "moe_layers"), 26);
+    json_decref(o);
+  }
+  /* Qwen3.5-35B-A3B (text form): every layer MoE; the routed experts left out per token are
+   * 40 layers x (256 - 8) experts x 3 x 512 x 2048, whatever the rest counts. */
+  static const char a3b[] =
+      "{\"model_type\":\"qwen3_5_moe_text\",\"hidden_size\":2048,\"num_hidden_layers\":40,"
+      "\"num_attention_heads\":16,\"num_key_value_heads\":2,\"head_dim\":256,"
+      "\"linear_num_key_heads\":16,\"linear_num_value_heads\":32,\"linear_key_head_dim\":128,"
+      "\"linear_value_head_dim\":128,\"vocab_size\":248320,\"num_experts\":256,"
+      "\"num_experts_per_tok\":8,\"moe_intermediate_size\":512,"
+      "\"shared_expert_intermediate_size\":512,\"rope_parameters\":{\"rope_theta\":10000000,"
+      "\"partial_rotary_factor\":0.25,\"mrope_section\":[11,11,10]}}";
+  o = inspect_config("a3b-config", a3b);
+  if (o) {
+    CHECK_EQ_INT(json_int_at(o, "parameters") - json_int_at(o, "active_parameters"),
+                 40LL * 248 * 3 * 512 * 2048);
+    CHECK_EQ_INT(json_int_at(o, "moe_layers"), 40);
+    CHECK(json_is_null(json_object_get(o, "latent_kv_bytes_per_token")));
+    json_decref(o);
+  }
+}
+
 /* A Qwen3.5-27B-shaped config (model-math §6, VLM form) inspected without weights: the layer
  * pattern, state and KV figures of the table, and the parameter count computed by hand from the
  * tensor list (embedding + untied LM head + 48 GatedDeltaNet + 16 gated attention layers). */
@@ -241,6 +352,10 @@ static void test_inspect_27b_config_only(void) {
   check_ids(json_object_get(o, "full_attention_layers"), full, 16);
   check_ids(json_object_get(o, "linear_attention_layers"), lin, 48);
   CHECK_EQ_INT(json_integer_value(json_object_get(o, "parameters")), 26895998464LL);
+  /* dense: every parameter is active; not MLA: no latent KV */
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "active_parameters")), 26895998464LL);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "moe_layers")), 0);
+  CHECK(json_is_null(json_object_get(o, "latent_kv_bytes_per_token")));
   CHECK(json_is_false(json_object_get(o, "weights_loaded")));
   CHECK_EQ_INT(json_integer_value(json_object_get(o, "kv_bytes_per_token")), 2 * 65536); /* f32 */
   CHECK_EQ_INT(json_integer_value(
@@ -1090,6 +1205,7 @@ int main(void) {
   RUN(test_inspect_json_golden);
   RUN(test_make_tiny_then_inspect);
   RUN(test_inspect_27b_config_only);
+  RUN(test_inspect_moe_and_latent);
   RUN(test_generate_golden_logits);
   RUN(test_export);
   RUN(test_config_only_package);

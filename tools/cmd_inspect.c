@@ -109,6 +109,8 @@ typedef struct report {
   plan run, cuda;
   int checked;       /* --check-weights ran (and found everything finite) */
   int64_t n_checked; /* tensors it scanned */
+  int64_t active;    /* parameters one token reads (weights_param_counts); = parameters if dense */
+  int n_moe_layers;
 } report;
 
 static plan make_plan(const ph_model *m, const hf_config *c, const char *runtime, ph_dtype dt,
@@ -259,6 +261,25 @@ static void print_text(const report *r, const char *dir) {
   fieldf("parameters", "%lld (%s as stored)%s", (long long)in->parameters,
          cli_bytes((uint64_t)in->weight_bytes, m1, sizeof m1),
          in->weights_loaded ? "" : ", predicted from config.json");
+  if (r->n_moe_layers)
+    fieldf("active",
+           "%lld per token (%.1f%%): all but the routed experts, plus %lld of %lld "
+           "routed experts in each of %d MoE layers",
+           (long long)r->active,
+           in->parameters > 0 ? 100.0 * (double)r->active / (double)in->parameters : 0.0,
+           (long long)c->moe.n_experts_per_tok, (long long)c->moe.n_experts, r->n_moe_layers);
+  if (c->family == FAMILY_DEEPSEEK) {
+    char m2[CLI_BYTES_BUF];
+    const int64_t row = c->mla.kv_lora_rank + c->mla.qk_rope_head_dim;
+    fieldf("latent kv",
+           "%s per token in %s (%s in %s): %lld layers x one %lld-value row, kv_lora %lld + "
+           "rope %lld",
+           cli_bytes((uint64_t)r->run.kv_per_token, m1, sizeof m1),
+           ph_dtype_name(r->run.cache_dtype),
+           cli_bytes((uint64_t)r->cuda.kv_per_token, m2, sizeof m2),
+           ph_dtype_name(r->cuda.cache_dtype), (long long)c->n_layers, (long long)row,
+           (long long)c->mla.kv_lora_rank, (long long)c->mla.qk_rope_head_dim);
+  }
   if (r->w) {
     fieldf("tensors", "every expected tensor found, %s layout (%s)",
            r->w->layout == LAYOUT_VLM ? "VLM" : "causal LM",
@@ -319,6 +340,8 @@ static void print_json(const report *r) {
   json_object_set_new(g, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
   json_object_set_new(o, "geometry", g);
   json_object_set_new(o, "parameters", json_integer(in->parameters));
+  json_object_set_new(o, "active_parameters", json_integer(r->active));
+  json_object_set_new(o, "moe_layers", json_integer(r->n_moe_layers));
   json_object_set_new(o, "weight_bytes", json_integer(in->weight_bytes));
   json_object_set_new(o, "weights_loaded", json_boolean(in->weights_loaded));
   if (r->w) json_object_set_new(o, "tensors_unused", json_integer((json_int_t)r->w->n_unused));
@@ -330,6 +353,8 @@ static void print_json(const report *r) {
   json_object_set_new(o, "conv_state_bytes_per_sequence", json_integer(p->conv_state));
   json_object_set_new(o, "recurrent_state_bytes_per_sequence", json_integer(p->recurrent_state));
   json_object_set_new(o, "kv_bytes_per_token", json_integer(p->kv_per_token));
+  json_object_set_new(o, "latent_kv_bytes_per_token",
+                      c->family == FAMILY_DEEPSEEK ? json_integer(p->kv_per_token) : json_null());
   json_object_set_new(o, "memory_plan", plan_json(&r->run));
   json_object_set_new(o, "memory_plan_cuda", plan_json(&r->cuda));
   char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -758,6 +783,18 @@ int cmd_inspect(int argc, char **argv) {
   const ph_dtype half = PH_DTYPE_F16;
   const int64_t cuda_weights =
       r.info.dtype == half ? r.info.weight_bytes : r.info.parameters * (int64_t)dtype_size(half);
+  /* Active parameters: the config's prediction of what the routed experts take, subtracted from
+   * the count shown (the bound tensors' when loaded; the two agree, weights_bind checks every
+   * shape). */
+  int64_t pred_total = 0, pred_active = 0;
+  diag d;
+  diag_clear(&d);
+  if ((s = weights_param_counts(r.c, &pred_total, &pred_active, &d)) != PH_OK) {
+    ph_model_free(m);
+    return cli_lib_error(s, d.msg);
+  }
+  r.active = r.info.parameters - (pred_total - pred_active);
+  for (int i = 0; i < (int)r.c->n_layers; i++) r.n_moe_layers += r.c->layer_is_moe[i];
   r.run = make_plan(m, r.c, "cpu", cache_dtype, max_seqs, max_tokens, block, r.info.weight_bytes);
   r.cuda = make_plan(m, r.c, "cuda", half, max_seqs, max_tokens, 256, cuda_weights);
   if (cli_flag(&a, "json"))

@@ -55,10 +55,14 @@ typedef struct reader {
   int is_moe35;  /* qwen3_5_moe / qwen3_5_moe_text */
   int is_next;   /* qwen3_next */
   int is_v3;     /* deepseek_v3 (defaults differ from v2) */
+  int is_glm;    /* glm_moe_dsa (V3-style routing, its own defaults) */
+  int is_lite;   /* glm4_moe_lite (GLM-4.7-Flash: DeepSeek-V3's MLA and routing, GLM defaults) */
+  int sigmoid;   /* is_v3 || is_glm || is_lite: sigmoid / noaux_tc routing defaults */
 } reader;
 
 static const char SUPPORTED_TYPES[] =
-    "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe, qwen3_next, deepseek_v2, deepseek_v3";
+    "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe, qwen3_next, deepseek_v2, deepseek_v3, "
+    "glm_moe_dsa, glm4_moe_lite";
 
 /* ---- field access ------------------------------------------------------------------------- */
 
@@ -233,7 +237,8 @@ static ph_status parse_identity(reader *r, hf_config *c, diag *d) {
     wrapped_text_type = "qwen3_5_moe_text";
   } else if (strcmp(type, "qwen3_next") == 0) {
     c->family = FAMILY_QWEN3_NEXT;
-  } else if (strcmp(type, "deepseek_v2") == 0 || strcmp(type, "deepseek_v3") == 0) {
+  } else if (strcmp(type, "deepseek_v2") == 0 || strcmp(type, "deepseek_v3") == 0 ||
+             strcmp(type, "glm_moe_dsa") == 0 || strcmp(type, "glm4_moe_lite") == 0) {
     c->family = FAMILY_DEEPSEEK;
   } else {
     return diag_set(d, PH_ERR_UNKNOWN_MODEL_TYPE, "model_type \"%.64s\" is not supported (%s)",
@@ -267,6 +272,9 @@ static ph_status parse_identity(reader *r, hf_config *c, diag *d) {
   r->is_moe35 = strcmp(tt, "qwen3_5_moe_text") == 0;
   r->is_next = c->family == FAMILY_QWEN3_NEXT;
   r->is_v3 = strcmp(tt, "deepseek_v3") == 0;
+  r->is_glm = strcmp(tt, "glm_moe_dsa") == 0;
+  r->is_lite = strcmp(tt, "glm4_moe_lite") == 0;
+  r->sigmoid = r->is_v3 || r->is_glm || r->is_lite;
 
   const json_t *arch = field(&r->root, "architectures");
   if (arch) {
@@ -321,7 +329,9 @@ static ph_status parse_common(reader *r, hf_config *c, diag *d) {
   FORWARD_IF_ERROR(get_int(t, "max_position_embeddings", 0, 0, 0, LIM_POSITIONS,
                            &c->max_position_embeddings, d));
   if (!deepseek) FORWARD_IF_ERROR(get_int(t, "head_dim", 0, 256, 1, LIM_HEAD_DIM, &c->head_dim, d));
-  FORWARD_IF_ERROR(get_double(t, "rms_norm_eps", 1e-6, 1, &c->rms_norm_eps, d));
+  /* The GLM configs default rms_norm_eps to 1e-5; every other family to 1e-6. */
+  FORWARD_IF_ERROR(
+      get_double(t, "rms_norm_eps", r->is_glm || r->is_lite ? 1e-5 : 1e-6, 1, &c->rms_norm_eps, d));
   RETURN_ERROR_IF(c->rms_norm_eps >= 1.0, d, PH_ERR_CONFIG_INVALID,
                   "%srms_norm_eps = %g: must be below 1", t->prefix, c->rms_norm_eps);
   FORWARD_IF_ERROR(get_bool(pick(&r->text, &r->root, NULL, "tie_word_embeddings"),
@@ -422,6 +432,31 @@ static ph_status apply_mlp_only_layers(const scope *t, hf_config *c, diag *d) {
   return PH_OK;
 }
 
+/* mlp_layer_types (glm_moe_dsa, glm4_moe_lite): "dense" / "sparse" per layer, overriding the
+ * first_k_dense_replace pattern as HF does. "sparse" needs n_routed_experts > 0. */
+static ph_status apply_mlp_layer_types(const scope *t, hf_config *c, diag *d) {
+  const json_t *v = field(t, "mlp_layer_types");
+  if (!v) return PH_OK;
+  RETURN_ERROR_IF(!json_is_array(v), d, PH_ERR_CONFIG_INVALID,
+                  "%smlp_layer_types: expected an array, got %s", t->prefix, json_kind(v));
+  RETURN_ERROR_IF((int64_t)json_array_size(v) != c->n_layers, d, PH_ERR_CONFIG_INCONSISTENT,
+                  "%smlp_layer_types has %zu entries but %snum_hidden_layers = %lld", t->prefix,
+                  json_array_size(v), t->prefix, (long long)c->n_layers);
+  for (int64_t i = 0; i < c->n_layers; i++) {
+    const json_t *e = json_array_get(v, (size_t)i);
+    const char *s = json_is_string(e) ? json_string_value(e) : NULL;
+    RETURN_ERROR_IF(!s || (strcmp(s, "dense") != 0 && strcmp(s, "sparse") != 0), d,
+                    PH_ERR_CONFIG_INVALID,
+                    "%smlp_layer_types[%lld]: expected \"dense\" or \"sparse\", got %s%.40s%s",
+                    t->prefix, (long long)i, s ? "\"" : "", s ? s : json_kind(e), s ? "\"" : "");
+    c->layer_is_moe[i] = strcmp(s, "sparse") == 0;
+    RETURN_ERROR_IF(c->layer_is_moe[i] && c->moe.n_experts == 0, d, PH_ERR_CONFIG_INCONSISTENT,
+                    "%smlp_layer_types[%lld] = \"sparse\" but %sn_routed_experts is 0 or absent",
+                    t->prefix, (long long)i, t->prefix);
+  }
+  return PH_OK;
+}
+
 /* layer_is_moe[] and the MoE fields; the dense intermediate_size when some layer is dense. */
 static ph_status parse_moe(reader *r, hf_config *c, diag *d) {
   const scope *t = &r->text;
@@ -429,14 +464,24 @@ static ph_status parse_moe(reader *r, hf_config *c, diag *d) {
 
   /* Routing knobs, with the per-family HF defaults. Qwen3.5-MoE always renormalises. */
   FORWARD_IF_ERROR(
-      get_bool(t, "norm_topk_prob", deepseek ? r->is_v3 : 1, &c->moe.norm_topk_prob, d));
+      get_bool(t, "norm_topk_prob", deepseek ? r->sigmoid : 1, &c->moe.norm_topk_prob, d));
   if (r->is_moe35) c->moe.norm_topk_prob = 1;
-  FORWARD_IF_ERROR(get_double(t, "routed_scaling_factor", r->is_v3 ? 2.5 : 1.0, 1,
-                              &c->moe.routed_scaling_factor, d));
-  FORWARD_IF_ERROR(get_string(t, "scoring_func", 0, r->is_v3 ? "sigmoid" : "softmax",
+  FORWARD_IF_ERROR(get_double(t, "routed_scaling_factor",
+                              r->is_lite   ? 1.8
+                              : r->sigmoid ? 2.5
+                                           : 1.0,
+                              1, &c->moe.routed_scaling_factor, d));
+  FORWARD_IF_ERROR(get_string(t, "scoring_func", 0, r->sigmoid ? "sigmoid" : "softmax",
                               c->moe.scoring_func, sizeof c->moe.scoring_func, d));
-  FORWARD_IF_ERROR(get_string(t, "topk_method", 0, r->is_v3 ? "noaux_tc" : "greedy",
+  FORWARD_IF_ERROR(get_string(t, "topk_method", 0, r->sigmoid ? "noaux_tc" : "greedy",
                               c->moe.topk_method, sizeof c->moe.topk_method, d));
+  if (r->is_glm || r->is_lite) {
+    /* HF's GLM routers (glm_moe_dsa, glm4_moe_lite) are always V3's: sigmoid scores,
+     * e_score_correction_bias, group-limited top-k; it reads neither key (type-checked above, then
+     * overridden). */
+    snprintf(c->moe.scoring_func, sizeof c->moe.scoring_func, "sigmoid");
+    snprintf(c->moe.topk_method, sizeof c->moe.topk_method, "noaux_tc");
+  }
   static const char *const scorings[] = {"softmax", "sigmoid"};
   static const char *const methods[] = {"greedy", "group_limited_greedy", "noaux_tc"};
   RETURN_ERROR_IF(!str_in(c->moe.scoring_func, scorings, 2), d, PH_ERR_UNSUPPORTED,
@@ -450,10 +495,14 @@ static ph_status parse_moe(reader *r, hf_config *c, diag *d) {
   if (deepseek) {
     int64_t freq;
     FORWARD_IF_ERROR(get_int(t, "n_routed_experts", 0, 0, 0, LIM_EXPERTS, &c->moe.n_experts, d));
-    FORWARD_IF_ERROR(
-        get_int(t, "first_k_dense_replace", 0, 0, 0, LIM_STEP, &c->moe.first_k_dense_replace, d));
+    /* GlmMoeDsaConfig: 3 dense layers; Glm4MoeLiteConfig: 1 (its mlp_layer_types default). */
+    FORWARD_IF_ERROR(get_int(t, "first_k_dense_replace", 0,
+                             r->is_glm    ? 3
+                             : r->is_lite ? 1
+                                          : 0,
+                             0, LIM_STEP, &c->moe.first_k_dense_replace, d));
     FORWARD_IF_ERROR(get_int(t, "moe_layer_freq", 0, 1, 1, LIM_STEP, &freq, d));
-    FORWARD_IF_ERROR(get_int(t, "n_shared_experts", 0, r->is_v3 ? 1 : 0, 0, LIM_EXPERTS,
+    FORWARD_IF_ERROR(get_int(t, "n_shared_experts", 0, r->sigmoid ? 1 : 0, 0, LIM_EXPERTS,
                              &c->moe.n_shared_experts, d));
     FORWARD_IF_ERROR(
         get_int(t, "n_group", 0, r->is_v3 ? 8 : 1, 1, LIM_EXPERTS, &c->moe.n_group, d));
@@ -462,6 +511,7 @@ static ph_status parse_moe(reader *r, hf_config *c, diag *d) {
     for (int64_t i = 0; i < c->n_layers; i++)
       c->layer_is_moe[i] =
           c->moe.n_experts > 0 && i >= c->moe.first_k_dense_replace && i % freq == 0;
+    if (r->is_glm || r->is_lite) FORWARD_IF_ERROR(apply_mlp_layer_types(t, c, d));
   } else if (r->is_moe35) {
     FORWARD_IF_ERROR(get_int(t, "num_experts", 1, 0, 1, LIM_EXPERTS, &c->moe.n_experts, d));
     for (int64_t i = 0; i < c->n_layers; i++) c->layer_is_moe[i] = 1;
@@ -575,9 +625,12 @@ static ph_status parse_rope(reader *r, hf_config *c, diag *d) {
       get_double(pick(p, s, NULL, "beta_fast"), "beta_fast", 32.0, 0, &c->rope.beta_fast, d));
   FORWARD_IF_ERROR(
       get_double(pick(p, s, NULL, "beta_slow"), "beta_slow", 1.0, 0, &c->rope.beta_slow, d));
-  FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "mscale"), "mscale", 1.0, 0, &c->rope.mscale, d));
+  FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "mscale"), "mscale", 0.0, 0, &c->rope.mscale, d));
   FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "mscale_all_dim"), "mscale_all_dim", 0.0, 0,
                               &c->rope.mscale_all_dim, d));
+  FORWARD_IF_ERROR(get_double(pick(p, s, NULL, "attention_factor"), "attention_factor", 0.0, 1,
+                              &c->rope.attention_factor, d));
+  FORWARD_IF_ERROR(get_bool(pick(p, s, NULL, "truncate"), "truncate", 1, &c->rope.truncate, d));
 
   if (r->is_qwen35) {
     /* Only the qwen3_5 family has MRoPE; HF defaults the sections when none are written. */
@@ -593,8 +646,13 @@ static ph_status parse_rope(reader *r, hf_config *c, diag *d) {
     FORWARD_IF_ERROR(get_bool(pick(p, s, NULL, "mrope_interleaved"), "mrope_interleaved", 1,
                               &c->rope.mrope_interleaved, d));
   }
-  if (c->family == FAMILY_DEEPSEEK)
-    FORWARD_IF_ERROR(get_bool(t, "rope_interleave", r->is_v3, &c->rope.interleave, d));
+  if (c->family == FAMILY_DEEPSEEK) {
+    /* Only HF's deepseek_v3 and glm4_moe_lite read rope_interleave (default true). deepseek_v2
+     * always rotates adjacent pairs (view_as_complex over (2i, 2i+1)); glm_moe_dsa always
+     * rotate_half. The key is still type-checked where HF ignores it. */
+    FORWARD_IF_ERROR(get_bool(t, "rope_interleave", 1, &c->rope.interleave, d));
+    if (!r->is_v3 && !r->is_lite) c->rope.interleave = r->is_glm ? 0 : 1;
+  }
   return PH_OK;
 }
 
@@ -620,6 +678,52 @@ static ph_status parse_mla(reader *r, hf_config *c, diag *d) {
   if (c->rope.scaling == ROPE_SCALING_YARN && c->rope.mscale_all_dim != 0.0 && c->rope.factor > 1.0)
     m = 0.1 * c->rope.mscale_all_dim * log(c->rope.factor) + 1.0;
   c->mla.softmax_scale = m * m / sqrt((double)c->head_dim);
+  return PH_OK;
+}
+
+/* The MLA-family features models/mla.h refuses for LATENT (see hf_config.h, mla_feat). Only
+ * types are checked here: refusing is the export's business, and a dense run of the same
+ * checkpoint may still be fine. */
+static ph_status parse_mla_features(reader *r, hf_config *c, diag *d) {
+  const scope *t = &r->text;
+  if (c->family != FAMILY_DEEPSEEK) return PH_OK;
+  /* GlmMoeDsaConfig defaults the indexer to 2048 / 32 / 128 and runs it on every layer. */
+  const int64_t topk = r->is_glm ? 2048 : 0, heads = r->is_glm ? 32 : 0, dim = r->is_glm ? 128 : 0;
+  FORWARD_IF_ERROR(get_bool(t, "use_dsa", r->is_glm, &c->mla_feat.use_dsa, d));
+  FORWARD_IF_ERROR(get_int(t, "index_topk", 0, topk, 0, LIM_POSITIONS, &c->mla_feat.index_topk, d));
+  FORWARD_IF_ERROR(
+      get_int(t, "index_n_heads", 0, heads, 0, LIM_HEADS, &c->mla_feat.index_n_heads, d));
+  FORWARD_IF_ERROR(
+      get_int(t, "index_head_dim", 0, dim, 0, LIM_HEAD_DIM, &c->mla_feat.index_head_dim, d));
+
+  const json_t *cr = field(t, "compress_ratios");
+  RETURN_ERROR_IF(cr && !json_is_array(cr), d, PH_ERR_CONFIG_INVALID,
+                  "%scompress_ratios: expected an array, got %s", t->prefix, json_kind(cr));
+  c->mla_feat.n_compress_ratios = cr ? (int64_t)json_array_size(cr) : 0;
+  FORWARD_IF_ERROR(get_int(t, "o_lora_rank", 0, 0, 0, LIM_LORA, &c->mla_feat.o_lora_rank, d));
+  FORWARD_IF_ERROR(get_int(t, "o_groups", 0, 1, 0, LIM_HEADS, &c->mla_feat.o_groups, d));
+  FORWARD_IF_ERROR(get_int(t, "hc_mult", 0, 1, 0, LIM_HEADS, &c->mla_feat.hc_mult, d));
+  FORWARD_IF_ERROR(get_int(t, "num_nextn_predict_layers", 0, 0, 0, HF_MAX_LAYERS,
+                           &c->mla_feat.num_nextn_predict_layers, d));
+
+  static const char *const qk_keys[] = {"attn_qk_norm", "attn_qk_norm_full", "use_qk_norm",
+                                        "qk_layernorm"};
+  for (size_t i = 0; i < sizeof qk_keys / sizeof qk_keys[0]; i++) {
+    int on;
+    FORWARD_IF_ERROR(get_bool(t, qk_keys[i], 0, &on, d));
+    if (on && !c->mla_feat.qk_norm) {
+      c->mla_feat.qk_norm = 1;
+      snprintf(c->mla_feat.qk_norm_key, sizeof c->mla_feat.qk_norm_key, "%s", qk_keys[i]);
+    }
+  }
+  int use_window, sink, head_sink;
+  FORWARD_IF_ERROR(
+      get_int(t, "sliding_window", 0, 0, 0, LIM_POSITIONS, &c->mla_feat.sliding_window, d));
+  FORWARD_IF_ERROR(get_bool(t, "use_sliding_window", 1, &use_window, d));
+  if (!use_window) c->mla_feat.sliding_window = 0; /* Qwen2-style: a window written but off */
+  FORWARD_IF_ERROR(get_bool(t, "attention_sink", 0, &sink, d));
+  FORWARD_IF_ERROR(get_bool(t, "head_sink", 0, &head_sink, d));
+  c->mla_feat.head_sink = sink || head_sink;
   return PH_OK;
 }
 
@@ -683,6 +787,7 @@ static ph_status parse_root(const json_t *root, hf_config *c, diag *d) {
   FORWARD_IF_ERROR(parse_moe(&r, c, d));
   FORWARD_IF_ERROR(parse_rope(&r, c, d));
   FORWARD_IF_ERROR(parse_mla(&r, c, d));
+  FORWARD_IF_ERROR(parse_mla_features(&r, c, d));
   return derive_and_check(&r, c, d);
 }
 

@@ -8,6 +8,10 @@
  *                                         the vision part is ignored
  *   qwen3_next                            Qwen3-Next (fused in_proj_qkvz / in_proj_ba checkpoints)
  *   deepseek_v2, deepseek_v3              MLA (fields parsed and validated; not run yet)
+ *   glm_moe_dsa                           GLM-5 MLA (+ DSA indexer): parsed far enough for
+ *                                         models/mla.h to decide LATENT eligibility
+ *   glm4_moe_lite                         GLM-4.7-Flash: DeepSeek-V3's MLA and routing with
+ *                                         GLM defaults (glm4_moe, GLM-4.5, is not MLA: refused)
  * Anything else is PH_ERR_UNKNOWN_MODEL_TYPE naming the type and the supported list.
  *
  * Rules (see ../shared/spec/model-math.md §1, §4, §5, §6):
@@ -40,7 +44,7 @@
 typedef enum model_family {
   FAMILY_QWEN35 = 1,     /* qwen3_5_text / qwen3_5 / *_moe */
   FAMILY_QWEN3_NEXT = 2, /* qwen3_next */
-  FAMILY_DEEPSEEK = 3,   /* deepseek_v2 / deepseek_v3 */
+  FAMILY_DEEPSEEK = 3,   /* MLA: deepseek_v2 / deepseek_v3 / glm_moe_dsa / glm4_moe_lite */
 } model_family;
 
 typedef enum rope_scaling_kind {
@@ -68,7 +72,7 @@ typedef struct hf_config {
   double rms_norm_eps;
   int tie_word_embeddings;
   int attention_bias;
-  int64_t mtp_num_hidden_layers; /* informational; MTP weights are not loaded */
+  int64_t mtp_num_hidden_layers; /* Qwen; informational; MTP weights are not loaded */
   char output_gate_type[16];     /* "" | "swish" | "sigmoid" | "silu" (GDN z gate; see §4.6) */
 
   uint8_t layer_kind[HF_MAX_LAYERS];   /* ph_layer_kind per layer */
@@ -93,8 +97,15 @@ typedef struct hf_config {
     rope_scaling_kind scaling;
     double factor;
     int64_t original_max_position_embeddings;
-    double beta_fast, beta_slow, mscale, mscale_all_dim;
-    int interleave; /* DeepSeek rope_interleave (default 1 for v3, 0 for v2) */
+    double beta_fast, beta_slow;   /* YaRN; defaults 32, 1 */
+    double mscale, mscale_all_dim; /* YaRN; 0 when absent (HF None) */
+    double attention_factor;       /* YaRN "attention_factor"; 0 when absent (then derived) */
+    int truncate;                  /* YaRN "truncate" (default true): floor/ceil the ramp bounds */
+    /* MLA rope pairing, 1 = adjacent pairs (2i, 2i+1), 0 = halves (i, i + r/2):
+     * deepseek_v2 always 1 (HF rotates adjacent pairs as complex numbers; no key);
+     * deepseek_v3 and glm4_moe_lite rope_interleave, default 1 (HF rotates the same adjacent
+     * pairs); glm_moe_dsa always 0 (HF applies rotate_half to q_pe/k_pe). */
+    int interleave;
   } rope;
 
   struct {
@@ -121,6 +132,24 @@ typedef struct hf_config {
     double softmax_scale; /* derived: (dn+dr)^-1/2 * mscale^2 (YaRN) */
   } mla;
 
+  /* MLA-family features the LATENT export refuses (models/mla.h); parsed for FAMILY_DEEPSEEK
+   * only (zero for the others). JSON null reads as absent. */
+  struct {
+    int use_dsa; /* "use_dsa"; absent: 1 for glm_moe_dsa (HF runs the DSA indexer on every
+                  * layer), else 0. The caller may clear it for a full-attention export. */
+    int64_t index_topk, index_n_heads, index_head_dim; /* DSA indexer; absent: 0 (glm_moe_dsa:
+                                                        * HF defaults 2048, 32, 128) */
+    int64_t n_compress_ratios;        /* length of "compress_ratios" (DeepSeek-V4 CSA/HCA); 0 */
+    int64_t o_lora_rank;              /* DeepSeek-V4 low-rank output; absent 0 */
+    int64_t o_groups;                 /* DeepSeek-V4 grouped output; absent 1 */
+    int64_t hc_mult;                  /* hyper-connections; absent 1 */
+    int64_t num_nextn_predict_layers; /* MTP layers in the checkpoint (never loaded) */
+    int qk_norm;            /* attn_qk_norm || attn_qk_norm_full || use_qk_norm || qk_layernorm */
+    char qk_norm_key[24];   /* the first of those that was true, for messages */
+    int64_t sliding_window; /* 0 when absent, null, or use_sliding_window is false */
+    int head_sink;          /* attention_sink || head_sink */
+  } mla_feat;
+
   struct {             /* derived geometry */
     int64_t key_dim;   /* Hk*Dk */
     int64_t value_dim; /* Hv*Dv */
@@ -141,7 +170,8 @@ ph_status hf_config_load(const char *dir, hf_config *out, diag *d);
 int64_t hf_config_fixed_state_bytes(const hf_config *c, ph_dtype conv_dtype);
 
 /* KV bytes per token over all attention layers in kv_dtype: full attention 2*Hkv*D, MLA one
- * latent row (kv_lora_rank + qk_rope_head_dim). */
+ * latent row (kv_lora_rank + qk_rope_head_dim) per layer (MTP layers are not served and not
+ * counted). */
 int64_t hf_config_kv_bytes_per_token(const hf_config *c, ph_dtype kv_dtype);
 
 const char *model_family_name(model_family f);

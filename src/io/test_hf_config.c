@@ -454,7 +454,9 @@ static void test_deepseek_v2_lite(void) {
   CHECK_EQ_INT(count_kind(&c, PH_LAYER_MLA), 27);
   CHECK_EQ_INT(c.mla.q_lora_rank, 0);
   CHECK_EQ_INT(c.mla.v_head_dim, 128);
-  CHECK_EQ_INT(c.rope.interleave, 0);
+  /* HF's deepseek_v2 rotates adjacent pairs (2i, 2i+1) as complex numbers: interleaved, with
+   * no config key; a rope_interleave written anyway is ignored, as HF ignores it. */
+  CHECK_EQ_INT(c.rope.interleave, 1);
   CHECK_NEAR(c.rope.mscale_all_dim, 0.707, 0);
   CHECK_NEAR(c.mla.softmax_scale, 0.114721, 1e-6); /* 6 digits: <= 5e-7 off */
   CHECK_EQ_INT(c.layer_is_moe[0], 0);
@@ -463,8 +465,12 @@ static void test_deepseek_v2_lite(void) {
   CHECK_EQ_INT(c.moe.norm_topk_prob, 0);
   CHECK_EQ_INT(hf_config_kv_bytes_per_token(&c, PH_DTYPE_BF16), 27 * 576 * 2);
 
+  const char *j = edit(DEEPSEEK_V2_LITE, "\"rope_theta\":10000,",
+                       "\"rope_theta\":10000,\"rope_interleave\":false,");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.rope.interleave, 1);
   /* Without YaRN the scale is plain (dn+dr)^-1/2. */
-  const char *j = edit(DEEPSEEK_V2_LITE, "\"type\":\"yarn\"", "\"type\":\"default\"");
+  j = edit(DEEPSEEK_V2_LITE, "\"type\":\"yarn\"", "\"type\":\"default\"");
   CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
   /* the same double expression: a few ulps (~1e-16) apart at most */
   CHECK_NEAR(c.mla.softmax_scale, 1.0 / sqrt(192.0), 1e-12);
@@ -477,6 +483,247 @@ static void test_deepseek_v2_lite(void) {
   j = edit(DEEPSEEK_V2_LITE, "\"kv_lora_rank\":512,", "");
   CHECK_STATUS(parse_str(j, &c, &d), PH_ERR_CONFIG_MISSING_FIELD, d.msg);
   CHECK_CONTAINS(d.msg, "kv_lora_rank");
+}
+
+/* ---- MLA features the LATENT export refuses, glm_moe_dsa ----------------------------------- */
+
+static void test_mla_feature_defaults(void) {
+  hf_config c;
+  diag d;
+  CHECK_STATUS(parse_str(DEEPSEEK_V3, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.mla_feat.use_dsa, 0);
+  CHECK_EQ_INT(c.mla_feat.index_topk, 0);
+  CHECK_EQ_INT(c.mla_feat.index_n_heads, 0);
+  CHECK_EQ_INT(c.mla_feat.index_head_dim, 0);
+  CHECK_EQ_INT(c.mla_feat.n_compress_ratios, 0);
+  CHECK_EQ_INT(c.mla_feat.o_lora_rank, 0);
+  CHECK_EQ_INT(c.mla_feat.o_groups, 1);
+  CHECK_EQ_INT(c.mla_feat.hc_mult, 1);
+  CHECK_EQ_INT(c.mla_feat.num_nextn_predict_layers, 0);
+  CHECK_EQ_INT(c.mla_feat.qk_norm, 0);
+  CHECK_EQ_INT(c.mla_feat.sliding_window, 0);
+  CHECK_EQ_INT(c.mla_feat.head_sink, 0);
+  CHECK_EQ_INT(c.rope.truncate, 1);
+  CHECK_NEAR(c.rope.attention_factor, 0, 0);
+
+  /* Every field read when written (values as a DeepSeek-V3.2 / V4 / GLM config would have
+   * them). */
+  const char *j = edit(DEEPSEEK_V3, "\"rope_theta\":10000,",
+                       "\"rope_theta\":10000,\"use_dsa\":true,\"index_topk\":2048,"
+                       "\"index_n_heads\":64,\"index_head_dim\":128,\"compress_ratios\":[0,4,128],"
+                       "\"o_lora_rank\":1024,\"o_groups\":8,\"hc_mult\":4,"
+                       "\"num_nextn_predict_layers\":1,\"use_qk_norm\":true,\"attn_qk_norm\":false,"
+                       "\"sliding_window\":4096,\"head_sink\":true,\"rope_interleave\":false,");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.mla_feat.use_dsa, 1);
+  CHECK_EQ_INT(c.mla_feat.index_topk, 2048);
+  CHECK_EQ_INT(c.mla_feat.index_n_heads, 64);
+  CHECK_EQ_INT(c.mla_feat.index_head_dim, 128);
+  CHECK_EQ_INT(c.mla_feat.n_compress_ratios, 3);
+  CHECK_EQ_INT(c.mla_feat.o_lora_rank, 1024);
+  CHECK_EQ_INT(c.mla_feat.o_groups, 8);
+  CHECK_EQ_INT(c.mla_feat.hc_mult, 4);
+  CHECK_EQ_INT(c.mla_feat.num_nextn_predict_layers, 1);
+  CHECK_EQ_INT(c.mla_feat.qk_norm, 1);
+  CHECK_EQ_STR(c.mla_feat.qk_norm_key, "use_qk_norm");
+  CHECK_EQ_INT(c.mla_feat.sliding_window, 4096);
+  CHECK_EQ_INT(c.mla_feat.head_sink, 1);
+  CHECK_EQ_INT(c.rope.interleave, 0); /* deepseek_v3 honours rope_interleave */
+  /* A window written with use_sliding_window false is off (Qwen2 style); null is absent. */
+  j = edit(DEEPSEEK_V3, "\"rope_theta\":10000,",
+           "\"rope_theta\":10000,\"sliding_window\":4096,\"use_sliding_window\":false,"
+           "\"attention_sink\":true,\"index_topk\":null,");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.mla_feat.sliding_window, 0);
+  CHECK_EQ_INT(c.mla_feat.head_sink, 1);
+  CHECK_EQ_INT(c.mla_feat.index_topk, 0);
+  /* YaRN attention_factor and truncate. */
+  j = edit(DEEPSEEK_V3, "\"mscale_all_dim\":1.0",
+           "\"mscale_all_dim\":1.0,\"attention_factor\":1.5,"
+           "\"truncate\":false");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_NEAR(c.rope.attention_factor, 1.5, 0);
+  CHECK_EQ_INT(c.rope.truncate, 0);
+  /* Qwen configs never read them. */
+  CHECK_STATUS(
+      parse_str(edit(BASE, "\"attention_bias\":false,",
+                     "\"attention_bias\":false,\"use_qk_norm\":\"x\",\"sliding_window\":4,"),
+                &c, &d),
+      PH_OK, d.msg);
+  CHECK_EQ_INT(c.mla_feat.sliding_window, 0);
+}
+
+/* Wrong JSON types are PH_ERR_CONFIG_INVALID naming the field. */
+static void test_err_mla_feature_types(void) {
+  static const struct {
+    const char *insert, *field;
+  } cases[] = {
+      {"\"use_dsa\":1,", "use_dsa"},
+      {"\"index_topk\":\"2048\",", "index_topk"},
+      {"\"index_n_heads\":2.5,", "index_n_heads"},
+      {"\"index_head_dim\":-1,", "index_head_dim"},
+      {"\"compress_ratios\":4,", "compress_ratios"},
+      {"\"o_lora_rank\":true,", "o_lora_rank"},
+      {"\"o_groups\":[1],", "o_groups"},
+      {"\"hc_mult\":\"4\",", "hc_mult"},
+      {"\"num_nextn_predict_layers\":-1,", "num_nextn_predict_layers"},
+      {"\"attn_qk_norm\":1,", "attn_qk_norm"},
+      {"\"attn_qk_norm_full\":\"true\",", "attn_qk_norm_full"},
+      {"\"use_qk_norm\":0,", "use_qk_norm"},
+      {"\"qk_layernorm\":{},", "qk_layernorm"},
+      {"\"sliding_window\":\"4096\",", "sliding_window"},
+      {"\"use_sliding_window\":1,", "use_sliding_window"},
+      {"\"attention_sink\":1,", "attention_sink"},
+      {"\"head_sink\":\"yes\",", "head_sink"},
+      {"\"rope_interleave\":1,", "rope_interleave"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    hf_config c;
+    diag d;
+    char to[256];
+    snprintf(to, sizeof to, "\"rope_theta\":10000,%s", cases[i].insert);
+    CHECK_STATUS(parse_str(edit(DEEPSEEK_V3, "\"rope_theta\":10000,", to), &c, &d),
+                 PH_ERR_CONFIG_INVALID, cases[i].insert);
+    CHECK_CONTAINS(d.msg, cases[i].field);
+  }
+  /* Also in V2 and GLM configs, where HF ignores rope_interleave: still type-checked. */
+  hf_config c;
+  diag d;
+  CHECK_STATUS(parse_str(edit(DEEPSEEK_V2_LITE, "\"rope_theta\":10000,",
+                              "\"rope_theta\":10000,\"rope_interleave\":\"no\","),
+                         &c, &d),
+               PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK_CONTAINS(d.msg, "rope_interleave");
+}
+
+/* A GLM-5 config as published (GlmMoeDsaConfig's defaults written out): MLA, V3 routing, the
+ * DSA indexer on unless use_dsa is false. */
+static const char GLM_MOE_DSA[] =
+    "{\"architectures\":[\"GlmMoeDsaForCausalLM\"],\"model_type\":\"glm_moe_dsa\","
+    "\"hidden_size\":6144,\"num_hidden_layers\":78,\"num_attention_heads\":64,"
+    "\"num_key_value_heads\":64,\"vocab_size\":154880,\"intermediate_size\":12288,"
+    "\"moe_intermediate_size\":2048,\"n_routed_experts\":256,\"n_shared_experts\":1,"
+    "\"num_experts_per_tok\":8,\"routed_scaling_factor\":2.5,\"kv_lora_rank\":512,"
+    "\"q_lora_rank\":2048,\"qk_rope_head_dim\":64,\"v_head_dim\":256,\"qk_nope_head_dim\":192,"
+    "\"index_topk\":2048,\"num_nextn_predict_layers\":1,\"max_position_embeddings\":202752,"
+    "\"rope_parameters\":{\"rope_theta\":8000000,\"rope_type\":\"default\"},"
+    "\"tie_word_embeddings\":false,\"dtype\":\"bfloat16\"}";
+
+static void test_glm_moe_dsa(void) {
+  hf_config c;
+  diag d;
+  CHECK_STATUS(parse_str(GLM_MOE_DSA, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.family, FAMILY_DEEPSEEK);
+  CHECK_EQ_STR(c.model_type, "glm_moe_dsa");
+  CHECK_EQ_INT(count_kind(&c, PH_LAYER_MLA), 78);
+  CHECK_EQ_INT(c.head_dim, 256);
+  CHECK_EQ_INT(c.rope.rotary_dim, 64);
+  CHECK_EQ_INT(c.rope.interleave, 0); /* HF: rotate_half on q_pe / k_pe */
+  CHECK_NEAR(c.rope.theta, 8e6, 0);
+  CHECK_NEAR(c.mla.softmax_scale, 0.0625, 0); /* 256^-1/2, no YaRN */
+  CHECK_NEAR(c.rms_norm_eps, 1e-5, 0);        /* GlmMoeDsaConfig default */
+  CHECK_EQ_INT(c.mla_feat.use_dsa, 1);        /* absent: HF runs DSA on every layer */
+  CHECK_EQ_INT(c.mla_feat.index_topk, 2048);
+  CHECK_EQ_INT(c.mla_feat.index_n_heads, 32); /* defaults */
+  CHECK_EQ_INT(c.mla_feat.index_head_dim, 128);
+  CHECK_EQ_INT(c.mla_feat.num_nextn_predict_layers, 1);
+  CHECK_EQ_INT(c.moe.first_k_dense_replace, 3);
+  CHECK_EQ_INT(c.layer_is_moe[2], 0);
+  CHECK_EQ_INT(c.layer_is_moe[3], 1);
+  CHECK_EQ_INT(c.layer_is_moe[77], 1);
+  CHECK_EQ_INT(c.moe.n_group, 1);
+  CHECK_EQ_INT(c.moe.topk_group, 1);
+  CHECK_EQ_INT(c.moe.norm_topk_prob, 1);
+  CHECK_EQ_STR(c.moe.scoring_func, "sigmoid");
+  CHECK_EQ_STR(c.moe.topk_method, "noaux_tc");
+  CHECK_EQ_INT(hf_config_kv_bytes_per_token(&c, PH_DTYPE_BF16), 78 * 576 * 2);
+
+  /* use_dsa false: the full-attention export (the indexer fields stay, vestigial). HF's
+   * router ignores scoring_func / topk_method; so do we, after the type check. */
+  const char *j = edit(GLM_MOE_DSA, "\"index_topk\":2048,",
+                       "\"index_topk\":2048,\"use_dsa\":false,\"scoring_func\":\"softmax\","
+                       "\"topk_method\":\"greedy\",\"rope_interleave\":true,");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.mla_feat.use_dsa, 0);
+  CHECK_EQ_INT(c.mla_feat.index_topk, 2048);
+  CHECK_EQ_STR(c.moe.scoring_func, "sigmoid");
+  CHECK_EQ_STR(c.moe.topk_method, "noaux_tc");
+  CHECK_EQ_INT(c.rope.interleave, 0);
+
+  /* mlp_layer_types overrides first_k_dense_replace. */
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s",
+           edit(GLM_MOE_DSA, "\"num_hidden_layers\":78", "\"num_hidden_layers\":4"));
+  j = edit(buf, "\"index_topk\":2048,",
+           "\"index_topk\":2048,\"mlp_layer_types\":[\"dense\",\"sparse\",\"dense\",\"sparse\"],");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.layer_is_moe[0], 0);
+  CHECK_EQ_INT(c.layer_is_moe[1], 1);
+  CHECK_EQ_INT(c.layer_is_moe[2], 0);
+  CHECK_EQ_INT(c.layer_is_moe[3], 1);
+  j = edit(buf, "\"index_topk\":2048,", "\"index_topk\":2048,\"mlp_layer_types\":[\"dense\"],");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_ERR_CONFIG_INCONSISTENT, d.msg);
+  CHECK_CONTAINS(d.msg, "mlp_layer_types");
+  j = edit(buf, "\"index_topk\":2048,",
+           "\"index_topk\":2048,\"mlp_layer_types\":[\"dense\",\"moe\",\"dense\",\"dense\"],");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK_CONTAINS(d.msg, "mlp_layer_types[1]");
+  j = edit(buf, "\"index_topk\":2048,", "\"index_topk\":2048,\"mlp_layer_types\":\"dense\",");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_ERR_CONFIG_INVALID, d.msg);
+  CHECK_CONTAINS(d.msg, "mlp_layer_types");
+  j = edit(buf, "\"n_routed_experts\":256,", "");
+  j = edit(j, "\"index_topk\":2048,",
+           "\"index_topk\":2048,\"mlp_layer_types\":[\"dense\",\"sparse\",\"dense\",\"dense\"],");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_ERR_CONFIG_INCONSISTENT, d.msg);
+  CHECK_CONTAINS(d.msg, "n_routed_experts");
+  /* The unknown-type message lists glm_moe_dsa. */
+  CHECK_STATUS(parse_str(edit(GLM_MOE_DSA, "glm_moe_dsa", "glm4_moe"), &c, &d),
+               PH_ERR_UNKNOWN_MODEL_TYPE, d.msg);
+  CHECK_CONTAINS(d.msg, "glm_moe_dsa");
+}
+
+/* GLM-4.7-Flash (glm4_moe_lite): Glm4MoeLiteConfig's defaults written out. DeepSeek-V3's model
+ * with GLM defaults; no DSA. */
+static const char GLM4_MOE_LITE[] =
+    "{\"architectures\":[\"Glm4MoeLiteForCausalLM\"],\"model_type\":\"glm4_moe_lite\","
+    "\"hidden_size\":2048,\"num_hidden_layers\":47,\"num_attention_heads\":20,"
+    "\"num_key_value_heads\":20,\"vocab_size\":154880,\"intermediate_size\":10240,"
+    "\"moe_intermediate_size\":1536,\"n_routed_experts\":64,\"n_shared_experts\":1,"
+    "\"num_experts_per_tok\":4,\"kv_lora_rank\":512,\"q_lora_rank\":768,"
+    "\"qk_rope_head_dim\":64,\"v_head_dim\":256,\"qk_nope_head_dim\":192,"
+    "\"rope_parameters\":{\"rope_theta\":1000000,\"rope_type\":\"default\"},"
+    "\"dtype\":\"bfloat16\"}";
+
+static void test_glm4_moe_lite(void) {
+  hf_config c;
+  diag d;
+  CHECK_STATUS(parse_str(GLM4_MOE_LITE, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.family, FAMILY_DEEPSEEK);
+  CHECK_EQ_INT(count_kind(&c, PH_LAYER_MLA), 47);
+  CHECK_EQ_INT(c.head_dim, 256);
+  CHECK_EQ_INT(c.mla.q_lora_rank, 768);
+  CHECK_EQ_INT(c.rope.interleave, 1); /* rope_interleave default true */
+  CHECK_NEAR(c.rms_norm_eps, 1e-5, 0);
+  CHECK_NEAR(c.moe.routed_scaling_factor, 1.8, 0);
+  CHECK_EQ_INT(c.moe.n_group, 1);
+  CHECK_EQ_INT(c.moe.topk_group, 1);
+  CHECK_EQ_INT(c.moe.norm_topk_prob, 1);
+  CHECK_EQ_INT(c.moe.n_shared_experts, 1);
+  CHECK_EQ_STR(c.moe.scoring_func, "sigmoid");
+  CHECK_EQ_STR(c.moe.topk_method, "noaux_tc");
+  CHECK_EQ_INT(c.layer_is_moe[0], 0); /* [dense] + [sparse] * 46 */
+  CHECK_EQ_INT(c.layer_is_moe[1], 1);
+  CHECK_EQ_INT(c.layer_is_moe[46], 1);
+  CHECK_EQ_INT(c.mla_feat.use_dsa, 0);
+  CHECK_EQ_INT(c.mla_feat.index_topk, 0);
+  CHECK_NEAR(c.mla.softmax_scale, 0.0625, 0);
+  const char *j =
+      edit(GLM4_MOE_LITE, "\"kv_lora_rank\":512,",
+           "\"kv_lora_rank\":512,\"rope_interleave\":false,\"first_k_dense_replace\":2,");
+  CHECK_STATUS(parse_str(j, &c, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(c.rope.interleave, 0); /* read, as in V3 */
+  CHECK_EQ_INT(c.layer_is_moe[1], 0);
+  CHECK_EQ_INT(c.layer_is_moe[2], 1);
 }
 
 /* ---- rope spellings, dtype and wrapper fallbacks ------------------------------------------- */
@@ -771,6 +1018,10 @@ int main(void) {
   RUN(test_qwen3_next_80b);
   RUN(test_deepseek_v3);
   RUN(test_deepseek_v2_lite);
+  RUN(test_mla_feature_defaults);
+  RUN(test_err_mla_feature_types);
+  RUN(test_glm_moe_dsa);
+  RUN(test_glm4_moe_lite);
   RUN(test_rope_parameters_win);
   RUN(test_dtype_and_wrapper_fallbacks);
   RUN(test_base_is_valid);

@@ -351,18 +351,26 @@ static float init_value(rng *r, weight_init init, const shape *s) {
   return 0.0f;
 }
 
+/* The dtype a tensor is stored in: the checkpoint's, except DeepSeek's router bias
+ * (mlp.gate.e_score_correction_bias), which the published checkpoints keep in f32 next to bf16
+ * (or fp8) weights, as HF keeps the buffer in f32. */
+static ph_dtype tensor_dtype(const expected_tensor *e, ph_dtype dtype) {
+  return e->role == W_MOE_ROUTER_BIAS ? PH_DTYPE_F32 : dtype;
+}
+
 static ph_status fill_tensor(void *user, size_t index, void *dst, diag *d) {
   const fill_ctx *ctx = user;
   const expected_tensor *e = &ctx->tensors[index];
   rng r = rng_seed(ctx->seed ^ hash_str(e->name));
   int64_t n = shape_numel(&e->shape);
-  size_t es = dtype_size(ctx->dtype);
+  const ph_dtype dt = tensor_dtype(e, ctx->dtype);
+  size_t es = dtype_size(dt);
   float chunk[1024];
   for (int64_t i = 0; i < n; i += 1024) {
     int64_t m = n - i < 1024 ? n - i : 1024;
     for (int64_t j = 0; j < m; j++) chunk[j] = init_value(&r, e->init, &e->shape);
     FORWARD_IF_ERROR(
-        dtype_convert((char *)dst + (size_t)i * es, ctx->dtype, chunk, PH_DTYPE_F32, (size_t)m, d));
+        dtype_convert((char *)dst + (size_t)i * es, dt, chunk, PH_DTYPE_F32, (size_t)m, d));
   }
   return PH_OK;
 }
@@ -395,7 +403,7 @@ ph_status tiny_write(const char *dir, const tiny_params *p, diag *d) {
   expected_tensor *tensors = NULL;
   size_t n = 0;
   FORWARD_IF_ERROR(weights_expected(&cfg, p->layout, EXPERTS_FUSED, &tensors, &n, d));
-  /* The order the safetensors library writes in: by name (all tensors share one dtype). */
+  /* The order the safetensors library writes in: by name. */
   qsort(tensors, n, sizeof *tensors, compare_names);
   st_write_entry *entries = calloc(n, sizeof *entries);
   if (!entries) {
@@ -404,7 +412,7 @@ ph_status tiny_write(const char *dir, const tiny_params *p, diag *d) {
   }
   for (size_t i = 0; i < n; i++) {
     entries[i].name = tensors[i].name;
-    entries[i].dtype = p->dtype;
+    entries[i].dtype = tensor_dtype(&tensors[i], p->dtype);
     entries[i].shape = tensors[i].shape;
   }
   fill_ctx ctx = {tensors, p->seed, p->dtype};

@@ -19,7 +19,8 @@ typedef struct tiny_params {
   const char *model_type; /* text model type: qwen3_5_text | qwen3_5_moe_text | qwen3_next |
                              deepseek_v2 | deepseek_v3 */
   weight_layout layout;   /* LAYOUT_VLM writes the qwen3_5 / qwen3_5_moe wrapper */
-  ph_dtype dtype;         /* f32 | bf16 | f16 */
+  ph_dtype dtype;         /* f32 | bf16 | f16 (DeepSeek e_score_correction_bias: always f32,
+                             as in the published checkpoints) */
   uint64_t seed;
   uint64_t max_shard_bytes; /* 0: one model.safetensors; else sharded with an index */
 

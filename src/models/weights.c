@@ -223,6 +223,26 @@ static int expert_part_of(weight_role role) {
   return role == W_EXPERT_GATE ? 0 : role == W_EXPERT_UP ? 1 : role == W_EXPERT_DOWN ? 2 : -1;
 }
 
+ph_status weights_param_counts(const hf_config *c, int64_t *total, int64_t *active, diag *d) {
+  RETURN_ERROR_IF(!c, d, PH_ERR_INVALID_ARGUMENT, "weights_param_counts: NULL config");
+  expected_tensor *t = NULL;
+  size_t n = 0;
+  FORWARD_IF_ERROR(weights_expected(c, weights_default_layout(c), EXPERTS_FUSED, &t, &n, d));
+  int64_t all = 0, routed = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int64_t e = shape_numel(&t[i].shape);
+    const weight_role r = t[i].role;
+    all += e;
+    if (r == W_MOE_GATE_UP_FUSED || r == W_MOE_DOWN_FUSED || expert_part_of(r) >= 0) routed += e;
+  }
+  free(t);
+  /* Every MoE layer holds E equal experts: routed / E is one expert in each MoE layer. */
+  const int64_t per_expert = c->moe.n_experts > 0 ? routed / c->moe.n_experts : 0;
+  if (total) *total = all;
+  if (active) *active = all - routed + per_expert * c->moe.n_experts_per_tok;
+  return PH_OK;
+}
+
 static int first_moe_layer(const hf_config *c) {
   for (int i = 0; i < (int)c->n_layers; i++)
     if (c->layer_is_moe[i]) return i;

@@ -122,6 +122,14 @@ typedef struct expected_tensor {
 ph_status weights_expected(const hf_config *c, weight_layout layout, expert_form experts,
                            expected_tensor **out, size_t *n_out, diag *d);
 
+/* Parameter counts of the tensors weights_expected lists for c (its default layout, fused
+ * experts; the expert form does not change the counts). *total: every tensor, which equals the
+ * count of a bound checkpoint's tensors. *active: what one token's forward reads: every tensor
+ * except the routed experts, plus num_experts_per_tok routed experts in each MoE layer. The
+ * embedding table, the LM head, norms, routers (and e_score_correction_bias) and the shared
+ * experts count in full. A dense model has *active == *total. Either pointer may be NULL. */
+ph_status weights_param_counts(const hf_config *c, int64_t *total, int64_t *active, diag *d);
+
 /* Bound tensors: slot (role, layer) → tensor; per-expert roles index experts separately. */
 typedef struct model_weights {
   weight_layout layout;
