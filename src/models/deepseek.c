@@ -28,6 +28,7 @@
 
 #include "graph/abi_names.h"
 #include "models/builder.h"
+#include "models/mla.h"
 #include "models/moe.h"
 #include "tensor/dtype.h"
 
@@ -36,34 +37,6 @@ typedef struct mla_io {
   int past[HF_MAX_LAYERS][2];
   int present[HF_MAX_LAYERS][2];
 } mla_io;
-
-/* TEMPORARY (replaced by models/mla.h at the merge): YaRN inverse frequencies. */
-static double yarn_mscale(double scale, double m) {
-  return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
-}
-static void mla_rope_inv_freq(const hf_config *c, double *inv, double *attention_factor) {
-  const double r = (double)c->mla.qk_rope_head_dim, base = c->rope.theta;
-  const int64_t half = c->mla.qk_rope_head_dim / 2;
-  *attention_factor = 1.0;
-  for (int64_t j = 0; j < half; j++) inv[j] = pow(base, -2.0 * (double)j / r);
-  if (c->rope.scaling != ROPE_SCALING_YARN) return;
-  const double f = c->rope.factor, orig = (double)c->rope.original_max_position_embeddings;
-  const double pi = 3.14159265358979323846;
-  double lo = floor(r * log(orig / (c->rope.beta_fast * 2 * pi)) / (2 * log(base)));
-  double hi = ceil(r * log(orig / (c->rope.beta_slow * 2 * pi)) / (2 * log(base)));
-  if (lo < 0) lo = 0;
-  if (hi > r - 1) hi = r - 1;
-  if (lo == hi) hi += 0.001;
-  for (int64_t j = 0; j < half; j++) {
-    double ramp = ((double)j - lo) / (hi - lo);
-    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-    const double e = 1.0 - ramp, extrap = inv[j], interp = extrap / f;
-    inv[j] = interp * (1.0 - e) + extrap * e;
-  }
-  *attention_factor = c->rope.mscale != 0.0 && c->rope.mscale_all_dim != 0.0
-                          ? yarn_mscale(f, c->rope.mscale) / yarn_mscale(f, c->rope.mscale_all_dim)
-                          : yarn_mscale(f, 1.0);
-}
 
 int64_t deepseek_default_context(const hf_config *c) {
   const int64_t mpe = c->max_position_embeddings;
@@ -289,7 +262,7 @@ static int mla_latent(builder *b, int layer, int x, int past, int *present) {
   int key = node1(b, "Concat", "", "latent/Concat", 2, (int[]){cn, kpe}, 1, &ax);
   gattr pa[8] = {attr_int("num_heads", H),
                  attr_int("kv_num_heads", 1),
-                 attr_float("scale", (float)c->mla.softmax_scale),
+                 attr_float("scale", (float)mla_softmax_scale(c)),
                  attr_string("kv_cache_layout", "LATENT"),
                  attr_int("v_head_size", l),
                  attr_int("rotary_offset", l),
@@ -389,7 +362,7 @@ static int mla_dense(builder *b, int layer, int x, int past_k, int past_v, int *
                       node1(b, "Concat", "", "k/Concat", 2, (int[]){kvs[0], kpe}, 1, &ax), H * D);
   int v = merge_heads(b, "v/merge", kvs[1], H * D);
   gattr ga[3] = {attr_int("num_heads", H), attr_int("kv_num_heads", H),
-                 attr_float("scale", (float)c->mla.softmax_scale)};
+                 attr_float("scale", (float)mla_softmax_scale(c))};
   int out[3] = {-1, -1, -1};
   node_n(b, "GroupQueryAttention", "com.microsoft", "GroupQueryAttention", 7,
          (int[]){qfull, k, v, past_k, past_v, b->seqlens_k, b->total}, 3, out, 3, ga);
@@ -447,6 +420,8 @@ ph_status deepseek_build(const hf_config *c, const model_weights *w, const model
   FORWARD_IF_ERROR(graph_create(&g, d));
   builder b;
   ph_status s = builder_init(&b, g, c, w, opt, deepseek_default_context(c), d);
+  /* our executor runs LATENT over any float cache; the export checks its CUDA target first */
+  if (s == PH_OK && b.paged) s = mla_latent_check(c, b.block_size, b.io, MLA_CHECK_CPU, d);
   if (s != PH_OK) {
     graph_free(g);
     return s;
