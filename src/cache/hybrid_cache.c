@@ -9,6 +9,8 @@ struct hybrid_cache {
   kv_buffers *kv;
   state_pool *states;
   int32_t block_size;
+  int stateless;       /* no linear layers: sequences hold no slot, the state pool has none */
+  int stateless_bound; /* stateless: a step is bound (release and compaction are refused) */
 };
 
 ph_status hybrid_cache_create(const hybrid_cache_params *p, hybrid_cache **out, diag *d) {
@@ -16,7 +18,10 @@ ph_status hybrid_cache_create(const hybrid_cache_params *p, hybrid_cache **out, 
   *out = NULL;
   RETURN_ERROR_IF(!p, d, PH_ERR_INVALID_ARGUMENT, "hybrid_cache_create: params are NULL");
   kv_geometry kg = p->kv;
-  const state_geometry *sg = &p->state;
+  state_geometry sgv = p->state;
+  const state_geometry *sg = &sgv;
+  /* no fixed state, no slots: a sequence is its block table alone */
+  if (sgv.n_linear == 0) sgv.max_slots = 0;
   if (kg.n_blocks == 0) { /* size the pages from the memory budget left after the slots */
     RETURN_ERROR_IF(p->memory_bytes <= 0, d, PH_ERR_INVALID_ARGUMENT,
                     "hybrid_cache_create: n_blocks 0 needs a memory budget, got %lld bytes",
@@ -36,6 +41,7 @@ ph_status hybrid_cache_create(const hybrid_cache_params *p, hybrid_cache **out, 
   hybrid_cache *c = calloc(1, sizeof *c);
   RETURN_ERROR_IF(!c, d, PH_ERR_NO_MEMORY, "hybrid_cache_create: out of memory");
   c->block_size = kg.block_size;
+  c->stateless = sgv.n_linear == 0;
   ph_status st = kv_buffers_create(&kg, &c->kv, d);
   if (st == PH_OK) st = block_pool_create(kg.n_blocks, &c->blocks, d);
   if (st == PH_OK) st = state_pool_create(sg, &c->states, d);
@@ -61,7 +67,7 @@ void hybrid_cache_free(hybrid_cache *c) {
 ph_status hybrid_cache_reserve(hybrid_cache *c, block_table *blocks, int32_t *slot,
                                int64_t n_tokens, diag *d) {
   int32_t taken = -1;
-  if (*slot < 0) FORWARD_IF_ERROR(state_pool_alloc(c->states, &taken, d));
+  if (*slot < 0 && !c->stateless) FORWARD_IF_ERROR(state_pool_alloc(c->states, &taken, d));
   const ph_status st = block_table_reserve(blocks, c->blocks, n_tokens, c->block_size, d);
   if (st != PH_OK) {
     /* all or nothing: the slot just taken goes back (nothing is bound while room is asked for) */
@@ -73,6 +79,8 @@ ph_status hybrid_cache_reserve(hybrid_cache *c, block_table *blocks, int32_t *sl
 }
 
 ph_status hybrid_cache_release(hybrid_cache *c, block_table *blocks, int32_t *slot, diag *d) {
+  RETURN_ERROR_IF(c->stateless_bound, d, PH_ERR_INVALID_ARGUMENT,
+                  "hybrid_cache_release: pages released while a step is bound");
   if (*slot >= 0) {
     FORWARD_IF_ERROR(state_pool_release(c->states, *slot, d));
     *slot = -1;
@@ -84,6 +92,12 @@ ph_status hybrid_cache_release(hybrid_cache *c, block_table *blocks, int32_t *sl
 
 ph_status hybrid_cache_compact(hybrid_cache *c, state_move *moves, int32_t max_moves,
                                int32_t *n_moves, diag *d) {
+  if (c->stateless) { /* nothing to move; refused while bound like the pool's compaction */
+    *n_moves = 0;
+    RETURN_ERROR_IF(c->stateless_bound, d, PH_ERR_INVALID_ARGUMENT,
+                    "hybrid_cache_compact: a step is bound");
+    return PH_OK;
+  }
   return state_pool_compact(c->states, moves, max_moves, n_moves, d);
 }
 
@@ -99,19 +113,31 @@ int hybrid_cache_slots_are_slice(const int32_t *slots, int32_t n) {
  */
 
 ph_status hybrid_cache_bind(hybrid_cache *c, const int32_t *slots, int32_t batch, diag *d) {
-  return state_pool_bind(c->states, slots, batch, d);
+  if (!c->stateless) return state_pool_bind(c->states, slots, batch, d);
+  /* no state to bind: only the one-binding-at-a-time rule */
+  RETURN_ERROR_IF(c->stateless_bound, d, PH_ERR_INVALID_ARGUMENT,
+                  "hybrid_cache_bind: a step is bound");
+  RETURN_ERROR_IF(batch < 1, d, PH_ERR_INVALID_ARGUMENT, "hybrid_cache_bind: batch %d", (int)batch);
+  c->stateless_bound = 1;
+  return PH_OK;
 }
 
-ph_status hybrid_cache_unbind(hybrid_cache *c, diag *d) { return state_pool_unbind(c->states, d); }
+ph_status hybrid_cache_unbind(hybrid_cache *c, diag *d) {
+  if (!c->stateless) return state_pool_unbind(c->states, d);
+  RETURN_ERROR_IF(!c->stateless_bound, d, PH_ERR_INVALID_ARGUMENT,
+                  "hybrid_cache_unbind: nothing is bound");
+  c->stateless_bound = 0;
+  return PH_OK;
+}
 
 int hybrid_cache_bound_is_slice(const hybrid_cache *c) {
-  return state_pool_bound_is_slice(c->states);
+  return c->stateless ? c->stateless_bound : state_pool_bound_is_slice(c->states);
 }
 
 ph_status hybrid_cache_kv_views(const hybrid_cache *c, int32_t layer, tensor *key, tensor *value,
                                 diag *d) {
   FORWARD_IF_ERROR(kv_buffers_key(c->kv, layer, key, d));
-  return kv_buffers_value(c->kv, layer, value, d);
+  return value ? kv_buffers_value(c->kv, layer, value, d) : PH_OK;
 }
 
 ph_status hybrid_cache_state_views(const hybrid_cache *c, int32_t layer, tensor *conv,
@@ -128,6 +154,8 @@ int32_t hybrid_cache_n_blocks(const hybrid_cache *c) { return block_pool_n_block
 int32_t hybrid_cache_pages_used(const hybrid_cache *c) { return block_pool_used_count(c->blocks); }
 int32_t hybrid_cache_max_slots(const hybrid_cache *c) { return state_pool_max_slots(c->states); }
 int32_t hybrid_cache_slots_used(const hybrid_cache *c) { return state_pool_used_count(c->states); }
+int hybrid_cache_has_state(const hybrid_cache *c) { return !c->stateless; }
+int hybrid_cache_key_only(const hybrid_cache *c) { return kv_buffers_geometry(c->kv).key_only; }
 int hybrid_cache_slot_in_use(const hybrid_cache *c, int32_t slot) {
   return state_pool_slot_in_use(c->states, slot);
 }

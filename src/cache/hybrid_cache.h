@@ -1,6 +1,9 @@
 /* hybrid_cache — the one owner of a hybrid model's cache memory: the KV block pool, the KV page
- * buffers of the full-attention layers and the fixed-state slot pool of the linear layers, created
- * together from one geometry and handed out together.
+ * buffers of the attention layers (K and V, or K alone for LATENT: kv_geometry.key_only) and the
+ * fixed-state slot pool of the linear layers, created together from one geometry and handed out
+ * together. A model without linear layers (state.n_linear 0: DeepSeek MLA, or every layer full
+ * attention) has no fixed state: its sequences hold no slot (reserve leaves *slot at -1, the
+ * pool has 0 slots whatever state.max_slots says) and a step binds no state.
  *
  * Who calls what (docs/cache.md): the session creates the cache from the geometry its graph needs
  * and binds what the cache says (hybrid_cache_bind, the page and state views); the scheduler
@@ -50,8 +53,9 @@ void hybrid_cache_free(hybrid_cache *c);
 /* ---- room: the scheduler's calls ---------------------------------------------------------------
  */
 
-/* Makes one sequence hold enough for n_tokens tokens: when *slot < 0 it takes a state slot first
- * (the lowest free one, zeroed: a new sequence starts from empty state) and writes it to *slot;
+/* Makes one sequence hold enough for n_tokens tokens: when *slot < 0 and the cache has fixed
+ * state (hybrid_cache_has_state) it takes a state slot first (the lowest free one, zeroed: a new
+ * sequence starts from empty state) and writes it to *slot;
  * then blocks grows to ceil(n_tokens / block_size) pages (never shrinks). All or nothing:
  * PH_ERR_LIMIT ("no room": no free slot, or too few free pages) leaves *slot and blocks as they
  * were. blocks' storage may grow (PH_ERR_NO_MEMORY) unless its capacity already covers n_tokens. */
@@ -83,19 +87,21 @@ int hybrid_cache_slots_are_slice(const int32_t *slots, int32_t n);
  */
 
 /* Binds a step's B sequences: batch row b is slot slots[b] (distinct, allocated); zero-copy when
- * the slots are a slice, gathered into staging (bytes counted) otherwise (state_pool_bind). */
+ * the slots are a slice, gathered into staging (bytes counted) otherwise (state_pool_bind).
+ * Without fixed state slots is not read (may be NULL): the call only marks the step bound. */
 ph_status hybrid_cache_bind(hybrid_cache *c, const int32_t *slots, int32_t batch, diag *d);
 
 /* Ends the binding, scattering a gathered one back. */
 ph_status hybrid_cache_unbind(hybrid_cache *c, diag *d);
 
-/* 1 when the active binding is a zero-copy slice. */
+/* 1 when the active binding is a zero-copy slice (always, while bound, without fixed state). */
 int hybrid_cache_bound_is_slice(const hybrid_cache *c);
 
-/* Views of model layer `layer`: the page buffers [n_blocks, block_size, Hkv, D] of a
- * full-attention layer (always valid), or the bound state [B, conv_dim, K-1] / f32
- * [B, Hv, Dv, Dk] of a linear layer (valid until unbind). Bound as past and present both.
- * PH_ERR_INVALID_ARGUMENT when the layer is not of that kind, or nothing is bound. */
+/* Views of model layer `layer`: the page buffers [n_blocks, block_size, Hkv, D] of an
+ * attention layer (always valid; value may be NULL, and must be for a key-only cache), or the
+ * bound state [B, conv_dim, K-1] / f32 [B, Hv, Dv, Dk] of a linear layer (valid until unbind).
+ * Bound as past and present both. PH_ERR_INVALID_ARGUMENT when the layer is not of that kind, a
+ * value view is asked of a key-only cache, or nothing is bound. */
 ph_status hybrid_cache_kv_views(const hybrid_cache *c, int32_t layer, tensor *key, tensor *value,
                                 diag *d);
 ph_status hybrid_cache_state_views(const hybrid_cache *c, int32_t layer, tensor *conv,
@@ -108,8 +114,10 @@ ph_status hybrid_cache_state_views(const hybrid_cache *c, int32_t layer, tensor 
 int32_t hybrid_cache_block_size(const hybrid_cache *c);
 int32_t hybrid_cache_n_blocks(const hybrid_cache *c);   /* pages incl. the null page */
 int32_t hybrid_cache_pages_used(const hybrid_cache *c); /* pages held */
-int32_t hybrid_cache_max_slots(const hybrid_cache *c);  /* state slots */
+int32_t hybrid_cache_max_slots(const hybrid_cache *c);  /* state slots (0 without state) */
 int32_t hybrid_cache_slots_used(const hybrid_cache *c); /* slots held */
+int hybrid_cache_has_state(const hybrid_cache *c);      /* 1: linear layers; sequences hold slots */
+int hybrid_cache_key_only(const hybrid_cache *c);       /* 1: key pages only (LATENT) */
 int hybrid_cache_slot_in_use(const hybrid_cache *c, int32_t slot);
 int64_t hybrid_cache_bytes(const hybrid_cache *c);        /* page buffers + slot buffers */
 uint64_t hybrid_cache_bytes_moved(const hybrid_cache *c); /* state_pool_bytes_moved */

@@ -40,6 +40,8 @@ static ph_status check_geometry(const kv_geometry *g, int64_t *buffer, diag *d) 
                   (int)g->n_blocks);
   RETURN_ERROR_IF(!dtype_ok(g->dtype), d, PH_ERR_INVALID_ARGUMENT,
                   "kv geometry: dtype %d is not f32, f16 or bf16", (int)g->dtype);
+  RETURN_ERROR_IF(g->key_only != 0 && g->key_only != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "kv geometry: key_only %d is not 0 or 1", (int)g->key_only);
   int64_t dims[4] = {g->n_blocks, g->block_size, g->n_kv_heads, g->head_size};
   shape s = shape_make(4, dims);
   int64_t bytes = shape_bytes(&s, g->dtype);
@@ -53,12 +55,15 @@ static int64_t round_up(int64_t n) {
   return (n + KV_BUFFERS_ALIGN - 1) / KV_BUFFERS_ALIGN * KV_BUFFERS_ALIGN;
 }
 
+/* Page buffers per layer: K and V, or K alone (LATENT). */
+static int64_t n_caches(const kv_geometry *g) { return g->key_only ? 1 : 2; }
+
 int64_t kv_geometry_bytes_per_block(const kv_geometry *g) {
   int64_t buffer = 0;
   if (check_geometry(g, &buffer, NULL) != PH_OK) return -1;
   int64_t per_layer_block = buffer / g->n_blocks; /* block_size * Hkv * D * esize */
   if (g->n_full > 0 && per_layer_block > INT64_MAX / 2 / g->n_full) return -1;
-  return per_layer_block * 2 * g->n_full;
+  return per_layer_block * n_caches(g) * g->n_full;
 }
 
 int64_t kv_geometry_total_bytes(const kv_geometry *g) {
@@ -66,7 +71,7 @@ int64_t kv_geometry_total_bytes(const kv_geometry *g) {
   if (check_geometry(g, &buffer, NULL) != PH_OK) return -1;
   int64_t r = round_up(buffer);
   if (g->n_full > 0 && r > INT64_MAX / 2 / g->n_full) return -1;
-  return r * 2 * g->n_full;
+  return r * n_caches(g) * g->n_full;
 }
 
 ph_status kv_buffers_create(const kv_geometry *g, kv_buffers **out, diag *d) {
@@ -89,8 +94,8 @@ ph_status kv_buffers_create(const kv_geometry *g, kv_buffers **out, diag *d) {
   if (g->n_full > 0) memcpy(kv->layers, g->full_layers, (size_t)g->n_full * sizeof *kv->layers);
   for (int32_t i = 0; i < g->n_full; i++) {
     kv->keys[i] = pages_alloc_zeroed((size_t)kv->buffer_bytes);
-    kv->values[i] = pages_alloc_zeroed((size_t)kv->buffer_bytes);
-    if (!kv->keys[i] || !kv->values[i]) goto fail_mem;
+    if (!g->key_only) kv->values[i] = pages_alloc_zeroed((size_t)kv->buffer_bytes);
+    if (!kv->keys[i] || (!g->key_only && !kv->values[i])) goto fail_mem;
   }
   *out = kv;
   return PH_OK;
@@ -112,7 +117,9 @@ void kv_buffers_free(kv_buffers *kv) {
   free(kv);
 }
 
-int64_t kv_buffers_bytes(const kv_buffers *kv) { return kv->buffer_bytes * 2 * kv->g.n_full; }
+int64_t kv_buffers_bytes(const kv_buffers *kv) {
+  return kv->buffer_bytes * n_caches(&kv->g) * kv->g.n_full;
+}
 
 int64_t kv_buffers_bytes_per_block(const kv_buffers *kv) {
   return kv_geometry_bytes_per_block(&kv->g);
@@ -123,11 +130,14 @@ kv_geometry kv_buffers_geometry(const kv_buffers *kv) { return kv->g; }
 static ph_status view_of(const kv_buffers *kv, int32_t layer, int value, tensor *out, diag *d) {
   for (int32_t i = 0; i < kv->g.n_full; i++) {
     if (kv->layers[i] != layer) continue;
+    RETURN_ERROR_IF(value && kv->g.key_only, d, PH_ERR_INVALID_ARGUMENT,
+                    "kv_buffers: layer %d holds key pages only (LATENT): it has no value pages",
+                    (int)layer);
     int64_t dims[4] = {kv->g.n_blocks, kv->g.block_size, kv->g.n_kv_heads, kv->g.head_size};
     *out = tensor_make(kv->g.dtype, 4, dims, value ? kv->values[i] : kv->keys[i]);
     return PH_OK;
   }
-  return diag_set(d, PH_ERR_INVALID_ARGUMENT, "kv_buffers: layer %d is not a full-attention layer",
+  return diag_set(d, PH_ERR_INVALID_ARGUMENT, "kv_buffers: layer %d is not an attention layer",
                   (int)layer);
 }
 

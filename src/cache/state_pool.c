@@ -58,16 +58,20 @@ static ph_status check_geometry(const state_geometry *g, int64_t *conv_row, int6
                   (int)g->head_k);
   RETURN_ERROR_IF(!dtype_ok(g->io_dtype), d, PH_ERR_INVALID_ARGUMENT,
                   "state geometry: io dtype %d is not f32, f16 or bf16", (int)g->io_dtype);
-  RETURN_ERROR_IF(g->max_slots < 1, d, PH_ERR_INVALID_ARGUMENT, "state geometry: max_slots %d",
+  RETURN_ERROR_IF(g->max_slots < (g->n_linear > 0 ? 1 : 0), d, PH_ERR_INVALID_ARGUMENT,
+                  "state geometry: max_slots %d (>= 1 with linear layers, >= 0 without)",
                   (int)g->max_slots);
-  int64_t cdims[3] = {g->max_slots, g->conv_dim, g->conv_kernel - 1};
-  int64_t rdims[4] = {g->max_slots, g->n_v_heads, g->head_v, g->head_k};
+  /* one slot's rows (slot counts do not change a row's size) */
+  int64_t cdims[3] = {1, g->conv_dim, g->conv_kernel - 1};
+  int64_t rdims[4] = {1, g->n_v_heads, g->head_v, g->head_k};
   shape cs = shape_make(3, cdims), rs = shape_make(4, rdims);
   int64_t cb = shape_bytes(&cs, g->io_dtype), rb = shape_bytes(&rs, PH_DTYPE_F32);
-  RETURN_ERROR_IF(cb < 0 || rb < 0 || cb > INT64_MAX / 4 || rb > INT64_MAX / 4, d, PH_ERR_LIMIT,
-                  "state geometry: buffer size overflows");
-  *conv_row = cb / g->max_slots;
-  *rec_row = rb / g->max_slots;
+  RETURN_ERROR_IF(cb < 0 || rb < 0 ||
+                      (g->max_slots > 0 &&
+                       (cb > INT64_MAX / 4 / g->max_slots || rb > INT64_MAX / 4 / g->max_slots)),
+                  d, PH_ERR_LIMIT, "state geometry: buffer size overflows");
+  *conv_row = cb;
+  *rec_row = rb;
   return PH_OK;
 }
 
@@ -96,8 +100,9 @@ ph_status state_pool_create(const state_geometry *g, state_pool **out, diag *d) 
   p->rec = calloc(n, sizeof *p->rec);
   p->conv_stage = calloc(n, sizeof *p->conv_stage);
   p->rec_stage = calloc(n, sizeof *p->rec_stage);
-  p->used = calloc((size_t)g->max_slots, 1);
-  p->slots = calloc((size_t)g->max_slots, sizeof *p->slots);
+  size_t ns = g->max_slots > 0 ? (size_t)g->max_slots : 1;
+  p->used = calloc(ns, 1);
+  p->slots = calloc(ns, sizeof *p->slots);
   p->g.linear_layers = p->layers;
   if (!p->layers || !p->conv || !p->rec || !p->conv_stage || !p->rec_stage || !p->used || !p->slots)
     goto fail_mem;

@@ -36,7 +36,8 @@ typedef struct state_geometry {
   int32_t head_v;               /* Dv >= 1 */
   int32_t head_k;               /* Dk >= 1 */
   ph_dtype io_dtype;            /* conv state dtype: f32, f16 or bf16 */
-  int32_t max_slots;            /* concurrent sequences >= 1 */
+  int32_t max_slots;            /* concurrent sequences >= 1; 0 only when n_linear is 0 (a
+                                   model without fixed state holds no slots) */
 } state_geometry;
 
 typedef struct state_pool state_pool;

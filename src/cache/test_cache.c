@@ -660,6 +660,99 @@ static void test_hybrid_memory_budget(void) {
   CHECK(c == NULL);
 }
 
+/* DeepSeek MLA (PagedAttention LATENT): every layer holds one latent page cache [P, K, 1, l+r]
+ * and no value pages, and there is no fixed state, so sequences hold pages and no slot. */
+static void test_hybrid_latent(void) {
+  diag d;
+  static const int32_t layers[3] = {0, 1, 2};
+  /* DeepSeek-V3's latent row: kv_lora_rank 512 + qk_rope_head_dim 64, bf16, 16-token pages */
+  kv_geometry v3 = {.n_full = 61,
+                    .full_layers = NULL,
+                    .n_kv_heads = 1,
+                    .head_size = 512 + 64,
+                    .block_size = 16,
+                    .n_blocks = 1,
+                    .dtype = PH_DTYPE_BF16,
+                    .key_only = 1};
+  int32_t all61[61];
+  for (int i = 0; i < 61; i++) all61[i] = i;
+  v3.full_layers = all61;
+  CHECK_EQ_INT(kv_geometry_bytes_per_block(&v3), 61LL * 16 * 576 * 2); /* (l+r)*esize per layer */
+  v3.key_only = 0;
+  CHECK_EQ_INT(kv_geometry_bytes_per_block(&v3), 2LL * 61 * 16 * 576 * 2);
+  v3.key_only = 2;
+  CHECK_EQ_INT(kv_geometry_bytes_per_block(&v3), -1);
+
+  hybrid_cache_params hp = {.kv = {.n_full = 3,
+                                   .full_layers = layers,
+                                   .n_kv_heads = 1,
+                                   .head_size = 8,
+                                   .block_size = 4,
+                                   .n_blocks = 1 + 4,
+                                   .dtype = PH_DTYPE_F32,
+                                   .key_only = 1},
+                            .state = {.n_linear = 0,
+                                      .conv_dim = 1,
+                                      .conv_kernel = 2,
+                                      .n_v_heads = 1,
+                                      .head_v = 1,
+                                      .head_k = 1,
+                                      .io_dtype = PH_DTYPE_F32,
+                                      .max_slots = 8}}; /* ignored: no fixed state */
+  hybrid_cache *c = NULL;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_OK, d.msg);
+  if (!c) return;
+  CHECK(!hybrid_cache_has_state(c));
+  CHECK(hybrid_cache_key_only(c));
+  CHECK_EQ_INT(hybrid_cache_max_slots(c), 0);
+  CHECK_EQ_INT(kv_buffers_bytes_per_block(hybrid_cache_kv(c)), 3 * 4 * 8 * 4);
+  CHECK_EQ_INT(hybrid_cache_bytes(c), 3 * 5 * 4 * 8 * 4); /* keys only, 640 B buffers aligned */
+  tensor k, v;
+  CHECK_STATUS(hybrid_cache_kv_views(c, 2, &k, NULL, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(k.dims[2], 1);
+  CHECK_EQ_INT(k.dims[3], 8);
+  CHECK_STATUS(hybrid_cache_kv_views(c, 2, &k, &v, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "no value pages");
+  /* reserve takes pages and no slot, for more sequences than state.max_slots said */
+  block_table t[9];
+  int32_t slot[9];
+  for (int i = 0; i < 4; i++) {
+    block_table_init(&t[i]);
+    slot[i] = -1;
+    CHECK_STATUS(hybrid_cache_reserve(c, &t[i], &slot[i], 3, &d), PH_OK, d.msg);
+    CHECK_EQ_INT(slot[i], -1);
+    CHECK_EQ_INT(t[i].n_blocks, 1);
+  }
+  CHECK_EQ_INT(hybrid_cache_slots_used(c), 0);
+  block_table_init(&t[4]);
+  slot[4] = -1;
+  CHECK_STATUS(hybrid_cache_reserve(c, &t[4], &slot[4], 1, &d), PH_ERR_LIMIT, d.msg); /* pages */
+  /* a step binds no state; release and compaction wait for the unbind */
+  CHECK_STATUS(hybrid_cache_bind(c, slot, 4, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(hybrid_cache_bound_is_slice(c), 1);
+  CHECK_STATUS(hybrid_cache_bind(c, slot, 4, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(hybrid_cache_release(c, &t[0], &slot[0], &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_EQ_INT(t[0].n_blocks, 1);
+  state_move moves[1];
+  int32_t n_moves = -1;
+  CHECK_STATUS(hybrid_cache_compact(c, moves, 0, &n_moves, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(hybrid_cache_unbind(c, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_unbind(c, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(hybrid_cache_compact(c, moves, 0, &n_moves, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(n_moves, 0);
+  CHECK_STATUS(hybrid_cache_release(c, &t[0], &slot[0], &d), PH_OK, d.msg);
+  CHECK_EQ_INT(hybrid_cache_pages_used(c), 3);
+  CHECK_EQ_INT(hybrid_cache_bytes_moved(c), 0);
+  for (int i = 0; i < 5; i++) free(t[i].ids);
+  hybrid_cache_free(c);
+  /* a memory budget is all pages: no slot bytes are set aside */
+  hp.kv.n_blocks = 0;
+  hp.memory_bytes = 7 * 3 * 4 * 8 * 4 + 5;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_OK, d.msg);
+  if (c) CHECK_EQ_INT(hybrid_cache_n_blocks(c), 7);
+  hybrid_cache_free(c);
+}
+
 int main(void) {
   RUN(test_pool_basics);
   RUN(test_pool_reuses_freed);
@@ -673,5 +766,6 @@ int main(void) {
   RUN(test_state_compaction);
   RUN(test_hybrid_reserve_release);
   RUN(test_hybrid_memory_budget);
+  RUN(test_hybrid_latent);
   return check_finish();
 }

@@ -50,7 +50,9 @@ typedef struct engine engine;
  *   prefill_chunk         min(256, max_scheduled_tokens)
  *   num_blocks            KV pages incl. the null page: genai_config's num_blocks + 1, else as
  *                         many as fit in memory_bytes (1 GiB when 0) after the state slots
- *   max_requests          state slots (requests holding state at once): max_batch_size
+ *   max_requests          state slots (requests holding state at once): max_batch_size; a
+ *                         model without linear layers (DeepSeek MLA) has no fixed state and
+ *                         no slots, so its requests are bounded by pages alone
  *   block_size, max_context, io_dtype: checkpoints only (a package fixes them in its graph)
  *   capture_logits        PH_CAPTURE_NONE; PH_CAPTURE_POSITIONS builds a checkpoint's graph
  *                         with every row of the LM head (it is pruned to the last row otherwise)

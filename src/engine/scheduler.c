@@ -267,7 +267,8 @@ static ph_status compact_slots(sched *s, diag *d) {
   return PH_OK;
 }
 
-static ph_status check_request(const sched_req *r, diag *d) {
+/* has_state: the cache holds fixed state, so a running request holds a slot. */
+static ph_status check_request(const sched_req *r, int has_state, diag *d) {
   const char *why = NULL;
   if (r->n_total > r->max_total)
     why = "n_total is above max_total";
@@ -275,7 +276,7 @@ static ph_status check_request(const sched_req *r, diag *d) {
     why = "n_total is below n_prompt";
   else if (r->n_computed > r->n_total)
     why = "n_computed is above n_total";
-  else if (r->state == SCHED_RUNNING && r->slot < 0)
+  else if (r->state == SCHED_RUNNING && has_state && r->slot < 0)
     why = "running without a state slot";
   if (!why) return PH_OK;
   return diag_set(d, PH_ERR_INVALID_ARGUMENT,
@@ -300,15 +301,16 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   /* Every request this call may touch: the running ones and the first max_batch waiting ones
    * (admission takes at most that many). The rest of the queue is checked as it comes within
    * max_batch of its head, so a step costs O(running + max_batch), not O(queued). */
+  const int has_state = hybrid_cache_has_state(s->cache);
   for (const sched_req *r = s->running.head; r; r = r->next) {
     s->work++;
-    FORWARD_IF_ERROR(check_request(r, d));
+    FORWARD_IF_ERROR(check_request(r, has_state, d));
   }
   int32_t n_checked = 0;
   for (const sched_req *r = s->waiting.head; r && n_checked < s->p.max_batch; r = r->next) {
     s->work++;
     n_checked++;
-    FORWARD_IF_ERROR(check_request(r, d));
+    FORWARD_IF_ERROR(check_request(r, has_state, d));
   }
   /* Holes left by finished requests; also refuses (changing nothing) while a step is bound. */
   FORWARD_IF_ERROR(compact_slots(s, d));

@@ -76,7 +76,8 @@ typedef struct sched_req {
   int64_t n_computed;    /* tokens whose KV and state are in cache, <= n_total */
   block_table blocks;    /* KV block ids in token order; RUNNING: >= ceil(n_computed/block_size)
                             blocks. ids storage is reserved for max_total at sched_add */
-  int32_t slot;          /* state slot while RUNNING, -1 otherwise; may change at
+  int32_t slot;          /* state slot while RUNNING, -1 otherwise (and always -1 when the
+                            cache has no fixed state: hybrid_cache_has_state); may change at
                             sched_schedule (slot compaction): read it from the batch */
   sched_req_state state; /* see sched_req_state */
   int64_t n_preemptions; /* times it was preempted (recomputed from token 0) */

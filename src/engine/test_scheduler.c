@@ -59,6 +59,36 @@ static int env_open(env *e, sched_params p, int32_t n_blocks, int32_t max_slots)
   return ok;
 }
 
+/* The same over a cache with no fixed state (DeepSeek MLA: latent pages only): requests hold
+ * no slot, whatever max_slots says (it is 1 here: a cache that still handed out slots would admit
+ * one request at a time). */
+static int env_open_stateless(env *e, sched_params p, int32_t n_blocks) {
+  diag d;
+  memset(e, 0, sizeof *e);
+  hybrid_cache_params cp = {.kv = {.n_full = 0,
+                                   .n_kv_heads = 1,
+                                   .head_size = 1,
+                                   .block_size = p.block_size,
+                                   .n_blocks = n_blocks,
+                                   .dtype = PH_DTYPE_F32,
+                                   .key_only = 1},
+                            .state = {.n_linear = 0,
+                                      .conv_dim = 1,
+                                      .conv_kernel = 2,
+                                      .n_v_heads = 1,
+                                      .head_v = 1,
+                                      .head_k = 1,
+                                      .io_dtype = PH_DTYPE_F32,
+                                      .max_slots = 1}};
+  CHECK_STATUS(hybrid_cache_create(&cp, &e->cache, &d), PH_OK, d.msg);
+  if (!e->cache) return 0;
+  e->kv = hybrid_cache_blocks(e->cache);
+  e->st = hybrid_cache_states(e->cache);
+  ph_status s = sched_create(&p, e->cache, &e->s, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  return s == PH_OK;
+}
+
 static void env_close(env *e) {
   sched_free(e->s);
   hybrid_cache_free(e->cache);
@@ -415,6 +445,49 @@ static void test_preemption(void) {
   CHECK_EQ_INT(block_pool_used_count(e.kv), 2);
   engine_after_step(e.s, &b);
   env_close(&e); /* frees with requests still linked: everything goes back */
+}
+
+/* A model without fixed state: requests run holding pages and no slot; preemption frees pages
+ * only and the victim is readmitted and recomputed, as with slots. */
+static void test_stateless_cache(void) {
+  diag d;
+  sched_batch b;
+  env e;
+  if (!env_open_stateless(&e, params(4, 16, 8, 4), 1 + 6)) return;
+  CHECK_EQ_INT(hybrid_cache_max_slots(e.cache), 0);
+  sched_req a, bq, c;
+  sched_req_init(&a, 1, 8, 8);
+  sched_req_init(&bq, 2, 8, 12);
+  sched_req_init(&c, 3, 4, 2);
+  CHECK_STATUS(sched_add(e.s, &a, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_add(e.s, &bq, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_schedule(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(b.n_admitted, 2); /* no slot needed: both at once */
+  CHECK_EQ_INT(b.n_entries, 2);
+  CHECK_EQ_INT(a.slot, -1);
+  CHECK_EQ_INT(bq.slot, -1);
+  engine_after_step(e.s, &b);
+  CHECK_STATUS(sched_add(e.s, &c, &d), PH_OK, d.msg);
+  int preempted_steps = 0, max_running = 0;
+  for (int step = 0; step < 500 && (a.state != SCHED_FINISHED || bq.state != SCHED_FINISHED ||
+                                    c.state != SCHED_FINISHED);
+       step++) {
+    CHECK_STATUS(sched_schedule(e.s, &b, &d), PH_OK, d.msg);
+    preempted_steps += b.n_preempted > 0;
+    for (int32_t i = 0; i < b.n_entries; i++) CHECK_EQ_INT(b.slots[i], -1);
+    if (sched_n_running(e.s) > max_running) max_running = sched_n_running(e.s);
+    CHECK_EQ_INT(hybrid_cache_slots_used(e.cache), 0);
+    engine_after_step(e.s, &b);
+  }
+  CHECK(preempted_steps > 0);
+  CHECK(bq.n_preemptions > 0);
+  CHECK(max_running >= 2);
+  CHECK_EQ_INT(a.state, SCHED_FINISHED);
+  CHECK_EQ_INT(bq.state, SCHED_FINISHED);
+  CHECK_EQ_INT(c.state, SCHED_FINISHED);
+  CHECK_EQ_INT(bq.n_total, 20); /* recomputed after preemption, then ran to the end */
+  CHECK_EQ_INT(block_pool_used_count(e.kv), 0);
+  env_close(&e);
 }
 
 /* ---- refusals, finish, commit, compaction -----------------------------------------------------
@@ -847,6 +920,7 @@ int main(void) {
   RUN(test_chunks_alone_vs_crowd);
   RUN(test_caps_and_fifo);
   RUN(test_preemption);
+  RUN(test_stateless_cache);
   RUN(test_params_and_refusals);
   RUN(test_finish_and_commit);
   RUN(test_slot_compaction);

@@ -16,6 +16,12 @@
  *   state_groups (which layers hold paged K/V, fixed conv state, fixed recurrent state) and
  *   session_options.provider_options [{"cuda": {"enable_cuda_graph": "0"}}]; the top level adds
  *   engine.dynamic_batching; search.past_present_share_buffer is true.
+ * - the LATENT variant of the paged layout (DeepSeek MLA: PagedAttention kv_cache_layout LATENT,
+ *   one latent page cache per layer, abi.md §1.8/§9.1): inputs name slot_mapping and no
+ *   position_ids, attention_metadata or past/present_value_names (the paged_kv layers hold key
+ *   pages only). inputs.slot_mapping is our key (no ORT GenAI release is known to bind it:
+ *   UNCONFIRMED); its presence is what makes the absent keys mean "none" instead of GenAI's
+ *   default names (docs/export.md "LATENT packages").
  * Compact state updates (state_update_capacity > 0) are neither written nor accepted.
  */
 #ifndef PH_IO_GENAI_CONFIG_H
@@ -75,6 +81,7 @@ typedef struct genai_config {
   char input_ids[GENAI_MAX_NAME], attention_mask[GENAI_MAX_NAME], position_ids[GENAI_MAX_NAME];
   char block_table[GENAI_MAX_NAME], cumulative_sequence_lengths[GENAI_MAX_NAME];
   char past_sequence_lengths[GENAI_MAX_NAME], attention_metadata[GENAI_MAX_NAME];
+  char slot_mapping[GENAI_MAX_NAME]; /* paged LATENT only; "" otherwise */
   char past_key_names[GENAI_MAX_NAME], past_value_names[GENAI_MAX_NAME];
   char past_conv_names[GENAI_MAX_NAME], past_recurrent_names[GENAI_MAX_NAME];
   char logits[GENAI_MAX_NAME];
@@ -103,10 +110,12 @@ genai_config genai_config_dense(const hf_config *c, int64_t context_length);
  * attention_mask, plus the paged inputs, past_present_share_buffer true, CUDA graphs disabled,
  * and state groups in the order paged_kv (every attention layer), fixed_conv and fixed_recurrent
  * (every linear-attention layer; both omitted, with their templates, when there is none), each
- * with ascending layer ids. dynamic_batching holds the arguments (present = 1), with one page
- * budget: num_blocks when > 0 (the factor is then dropped to 0), else gpu_utilization_factor when
- * > 0, else neither (GenAI's runtime default). Arguments are not validated here;
- * genai_config_read checks what comes back. */
+ * with ascending layer ids. A model with MLA layers (DeepSeek) gets the LATENT variant:
+ * slot_mapping, no position_ids, attention_metadata or value templates, and the page geometry
+ * of its latent cache (num_key_value_heads 1, head_size kv_lora_rank + qk_rope_head_dim).
+ * dynamic_batching holds the arguments (present = 1), with one page budget: num_blocks when > 0
+ * (the factor is then dropped to 0), else gpu_utilization_factor when > 0, else neither (GenAI's
+ * runtime default). Arguments are not validated here; genai_config_read checks what comes back. */
 genai_config genai_config_paged(const hf_config *c, int64_t context_length, int64_t block_size,
                                 int64_t max_batch_size, double gpu_utilization_factor,
                                 int64_t num_blocks, int64_t max_scheduled_tokens);
@@ -129,8 +138,11 @@ ph_status genai_config_write(const genai_config *g, const char *dir, diag *d);
  * contain exactly one %d (PH_ERR_CONFIG_INVALID otherwise); state groups and dynamic batching
  * are validated (PH_ERR_CONFIG_INVALID naming the key path, PH_ERR_LIMIT past the array sizes
  * above; engine.dynamic_batching.block_size must be a power of two >= 16, PagedAttention's
- * rule); decoder.filename must be a plain file name (no '/', '\', "." or ".."); token ids at or
- * beyond vocab_size and query heads that are not a multiple of key/value heads are
+ * rule); decoder.filename must be a plain file name (no '/', '\', "." or ".."); inputs.slot_mapping
+ * (LATENT) makes absent position_ids, attention_metadata and value templates read as "" (not
+ * GenAI's defaults), is PH_ERR_CONFIG_INVALID in a dense config, and past_value_names named
+ * without present_value_names (or the reverse) beside it is PH_ERR_CONFIG_INCONSISTENT; token
+ * ids at or beyond vocab_size and query heads that are not a multiple of key/value heads are
  * PH_ERR_CONFIG_INCONSISTENT; state_update_capacity > 0 is PH_ERR_UNSUPPORTED. The older
  * "paged_kv" / "fixed" + "bindings" form of state_groups is accepted. This checks the file alone;
  * models/package.h checks it against the graph it names. docs/import.md lists every key. */

@@ -142,6 +142,16 @@ static ph_status get_template(const scope *s, const char *key, const char *def, 
   return PH_OK;
 }
 
+/* get_template, except that def NULL leaves an absent key "" (no template). */
+static ph_status get_optional_template(const scope *s, const char *key, const char *def, char *buf,
+                                       diag *d) {
+  if (!def && !get(s, key)) {
+    buf[0] = '\0';
+    return PH_OK;
+  }
+  return get_template(s, key, def ? def : "", buf, d);
+}
+
 static ph_status get_bool(const scope *s, const char *key, int def, int *out, diag *d) {
   const json_t *v = get(s, key);
   *out = def;
@@ -518,21 +528,30 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
    * (abi.md §8.1). */
   const int pg = g->paged;
   FORWARD_IF_ERROR(get_object(&dec, "inputs", "model.decoder.inputs.", &in, d));
+  /* slot_mapping (our key, docs/export.md "LATENT packages") marks the LATENT variant: its graph
+   * has no position_ids, attention_metadata or value pages, so their absent keys mean none */
+  FORWARD_IF_ERROR(get_string(&in, "slot_mapping", "", g->slot_mapping, GENAI_MAX_NAME, d));
+  const int lat = g->slot_mapping[0] != '\0';
+  RETURN_ERROR_IF(lat && !pg, d, PH_ERR_CONFIG_INVALID,
+                  "%s: model.decoder.inputs.slot_mapping = \"%s\" in a dense config: slot_mapping "
+                  "is an input of the packed paged layout (engine.dynamic_batching is absent)",
+                  file, g->slot_mapping);
   FORWARD_IF_ERROR(get_string(&in, "input_ids", ABI_INPUT_IDS, g->input_ids, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(get_string(&in, "attention_mask", pg ? "" : ABI_ATTENTION_MASK,
                               g->attention_mask, GENAI_MAX_NAME, d));
-  FORWARD_IF_ERROR(
-      get_string(&in, "position_ids", ABI_POSITION_IDS, g->position_ids, GENAI_MAX_NAME, d));
+  FORWARD_IF_ERROR(get_string(&in, "position_ids", lat ? "" : ABI_POSITION_IDS, g->position_ids,
+                              GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(
       get_string(&in, "block_table", pg ? ABI_BLOCK_TABLE : "", g->block_table, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(get_string(&in, "cumulative_sequence_lengths", pg ? ABI_CU_SEQLENS : "",
                               g->cumulative_sequence_lengths, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(get_string(&in, "past_sequence_lengths", pg ? ABI_PAST_SEQLENS : "",
                               g->past_sequence_lengths, GENAI_MAX_NAME, d));
-  FORWARD_IF_ERROR(get_string(&in, "attention_metadata", pg ? ABI_ATTN_METADATA : "",
+  FORWARD_IF_ERROR(get_string(&in, "attention_metadata", pg && !lat ? ABI_ATTN_METADATA : "",
                               g->attention_metadata, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(get_template(&in, "past_key_names", ABI_PAST_KEY, g->past_key_names, d));
-  FORWARD_IF_ERROR(get_template(&in, "past_value_names", ABI_PAST_VALUE, g->past_value_names, d));
+  FORWARD_IF_ERROR(get_optional_template(&in, "past_value_names", lat ? NULL : ABI_PAST_VALUE,
+                                         g->past_value_names, d));
   FORWARD_IF_ERROR(get_template(&in, "past_conv_names", ABI_PAST_CONV, g->past_conv_names, d));
   FORWARD_IF_ERROR(
       get_template(&in, "past_recurrent_names", ABI_PAST_RECURRENT, g->past_recurrent_names, d));
@@ -541,8 +560,16 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
   FORWARD_IF_ERROR(get_string(&out, "logits", ABI_LOGITS, g->logits, GENAI_MAX_NAME, d));
   FORWARD_IF_ERROR(
       get_template(&out, "present_key_names", ABI_PRESENT_KEY, g->present_key_names, d));
-  FORWARD_IF_ERROR(
-      get_template(&out, "present_value_names", ABI_PRESENT_VALUE, g->present_value_names, d));
+  FORWARD_IF_ERROR(get_optional_template(
+      &out, "present_value_names", lat ? NULL : ABI_PRESENT_VALUE, g->present_value_names, d));
+  /* a LATENT config names both value templates (SEPARATE pages written through slot_mapping)
+   * or neither (key pages only) */
+  RETURN_ERROR_IF(
+      lat && !g->past_value_names[0] != !g->present_value_names[0], d, PH_ERR_CONFIG_INCONSISTENT,
+      "%s: model.decoder.%s is given but %s is not; paged_kv layers have value pages "
+      "through both or through neither (LATENT: key pages only)",
+      file, g->past_value_names[0] ? "inputs.past_value_names" : "outputs.present_value_names",
+      g->past_value_names[0] ? "outputs.present_value_names" : "inputs.past_value_names");
   FORWARD_IF_ERROR(
       get_template(&out, "present_conv_names", ABI_PRESENT_CONV, g->present_conv_names, d));
   FORWARD_IF_ERROR(get_template(&out, "present_recurrent_names", ABI_PRESENT_RECURRENT,

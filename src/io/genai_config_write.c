@@ -106,6 +106,16 @@ genai_config genai_config_paged(const hf_config *c, int64_t context_length, int6
   }
   for (int k = 0; k < 3; k++)
     if (groups[k].n_layer_ids > 0) g.state_groups[g.n_state_groups++] = groups[k];
+  if (c->geom.n_full > 0 && c->layer_kind[groups[0].layer_ids[0]] == PH_LAYER_MLA) {
+    /* LATENT (docs/export.md "LATENT packages"): the page cache is the latent row [.., 1, l+r];
+     * PagedAttention writes it through slot_mapping, positions come from the lengths */
+    g.position_ids[0] = '\0';
+    g.attention_metadata[0] = '\0';
+    g.past_value_names[0] = g.present_value_names[0] = '\0';
+    SET_NAME(g.slot_mapping, ABI_SLOT_MAPPING);
+    g.num_key_value_heads = 1;
+    g.head_size = c->mla.kv_lora_rank + c->mla.qk_rope_head_dim;
+  }
   g.dynamic_batching.present = 1;
   g.dynamic_batching.block_size = block_size;
   g.dynamic_batching.max_batch_size = max_batch_size;
@@ -243,6 +253,7 @@ static json_t *inputs_json(const genai_config *g, int *ok) {
   put_name(in, "cumulative_sequence_lengths", g->cumulative_sequence_lengths, ok);
   put_name(in, "past_sequence_lengths", g->past_sequence_lengths, ok);
   put_name(in, "attention_metadata", g->attention_metadata, ok);
+  put_name(in, "slot_mapping", g->slot_mapping, ok);
   put_name(in, "past_key_names", g->past_key_names, ok);
   put_name(in, "past_value_names", g->past_value_names, ok);
   put_name(in, "past_conv_names", g->past_conv_names, ok);

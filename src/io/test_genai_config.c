@@ -308,6 +308,7 @@ static void check_same_config(const genai_config *a, const genai_config *b) {
                            a->cumulative_sequence_lengths,
                            a->past_sequence_lengths,
                            a->attention_metadata,
+                           a->slot_mapping,
                            a->past_key_names,
                            a->past_value_names,
                            a->past_conv_names,
@@ -324,6 +325,7 @@ static void check_same_config(const genai_config *a, const genai_config *b) {
                            b->cumulative_sequence_lengths,
                            b->past_sequence_lengths,
                            b->attention_metadata,
+                           b->slot_mapping,
                            b->past_key_names,
                            b->past_value_names,
                            b->past_conv_names,
@@ -585,6 +587,117 @@ static void test_paged_variants(void) {
   CHECK_EQ_STR(genai_state_kind_name((genai_state_kind)7), "unknown");
 }
 
+/* DeepSeek-V2-Lite (27 MLA layers, kv_lora_rank 512, qk_rope_head_dim 64). */
+static const char DEEPSEEK_V2_LITE[] =
+    "{\"architectures\":[\"DeepseekV2ForCausalLM\"],\"model_type\":\"deepseek_v2\","
+    "\"hidden_size\":2048,\"num_hidden_layers\":27,\"num_attention_heads\":16,"
+    "\"num_key_value_heads\":16,\"vocab_size\":102400,\"intermediate_size\":10944,"
+    "\"moe_intermediate_size\":1408,\"n_routed_experts\":64,\"n_shared_experts\":2,"
+    "\"num_experts_per_tok\":6,\"n_group\":1,\"topk_group\":1,\"topk_method\":\"greedy\","
+    "\"scoring_func\":\"softmax\",\"norm_topk_prob\":false,\"routed_scaling_factor\":1.0,"
+    "\"first_k_dense_replace\":1,\"moe_layer_freq\":1,\"q_lora_rank\":null,\"kv_lora_rank\":512,"
+    "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"rope_theta\":10000,"
+    "\"max_position_embeddings\":163840,\"rms_norm_eps\":1e-06,\"tie_word_embeddings\":false,"
+    "\"torch_dtype\":\"bfloat16\"}";
+
+/* The LATENT package (DeepSeek MLA, docs/export.md "LATENT packages"): slot_mapping, no
+ * position_ids, attention_metadata or value templates, one paged_kv group of every layer, the
+ * latent cache's geometry; written, read back the same, and rewritten byte for byte. */
+static void test_paged_latent(void) {
+  hf_config c;
+  if (!parse_hf(DEEPSEEK_V2_LITE, &c)) return;
+  genai_config g = genai_config_paged(&c, 4096, 16, 8, 0, 0, 2048);
+  CHECK_EQ_STR(g.slot_mapping, "slot_mapping");
+  CHECK_EQ_STR(g.position_ids, "");
+  CHECK_EQ_STR(g.attention_metadata, "");
+  CHECK_EQ_STR(g.past_value_names, "");
+  CHECK_EQ_STR(g.present_value_names, "");
+  CHECK_EQ_STR(g.past_conv_names, "");
+  CHECK_EQ_STR(g.past_key_names, "past_key_values.%d.key");
+  CHECK_EQ_STR(g.present_key_names, "present.%d.key");
+  CHECK_EQ_INT(g.num_key_value_heads, 1);
+  CHECK_EQ_INT(g.head_size, 512 + 64);
+  CHECK_EQ_INT(g.num_attention_heads, 16);
+  CHECK_EQ_INT(g.n_state_groups, 1);
+  CHECK_EQ_INT(g.state_groups[0].kind, GENAI_STATE_PAGED_KV);
+  CHECK_EQ_INT(g.state_groups[0].n_layer_ids, 27);
+  CHECK_EQ_INT(g.state_groups[0].layer_ids[26], 26);
+  check_round_trip(&g, "paged-latent");
+  const char *dir = tmp_dir("paged-latent");
+  const char *text = file_text(dir);
+  CHECK(strstr(text, "position_ids") == NULL);
+  CHECK(strstr(text, "attention_metadata") == NULL);
+  CHECK(strstr(text, ".value") == NULL && strstr(text, "value_names") == NULL);
+  CHECK(strstr(text, "conv_state") == NULL && strstr(text, "fixed_") == NULL);
+  static const char *const order[] = {"input_ids",
+                                      "block_table",
+                                      "cumulative_sequence_lengths",
+                                      "past_sequence_lengths",
+                                      "slot_mapping",
+                                      "past_key_names",
+                                      "outputs",
+                                      "logits",
+                                      "present_key_names",
+                                      "state_groups"};
+  check_key_order(text, order, sizeof order / sizeof order[0]);
+  json_t *root = file_json(dir);
+  CHECK_EQ_STR(json_string_value(jpath(root, "model.decoder.inputs.slot_mapping")), "slot_mapping");
+  json_decref(root);
+
+  /* a file written by hand: the keys GenAI would default are absent and stay absent */
+  static const char HAND[] =
+      "{\"model\": {\"type\": \"deepseek_v2\", \"decoder\": {\"num_hidden_layers\": 2, "
+      "\"inputs\": {\"slot_mapping\": \"slots\"}, \"state_groups\": [{\"kind\": \"paged_kv\", "
+      "\"layer_ids\": [0, 1]}]}}, \"engine\": {\"dynamic_batching\": {\"block_size\": 16}}}";
+  genai_config r;
+  diag d;
+  CHECK_STATUS(genai_config_read(put("latent-hand", HAND), &r, &d), PH_OK, d.msg);
+  CHECK_EQ_STR(r.slot_mapping, "slots");
+  CHECK_EQ_STR(r.position_ids, "");
+  CHECK_EQ_STR(r.attention_metadata, "");
+  CHECK_EQ_STR(r.past_value_names, "");
+  CHECK_EQ_STR(r.present_value_names, "");
+  CHECK_EQ_STR(r.past_key_names, "past_key_values.%d.key");
+  CHECK_EQ_STR(r.block_table, "block_table");
+  /* without slot_mapping the same file takes GenAI's defaults (K/V pages, position_ids) */
+  static const char NO_SLOTS[] =
+      "{\"model\": {\"type\": \"deepseek_v2\", \"decoder\": {\"num_hidden_layers\": 2}}, "
+      "\"engine\": {\"dynamic_batching\": {}}}";
+  CHECK_STATUS(genai_config_read(put("latent-none", NO_SLOTS), &r, &d), PH_OK, d.msg);
+  CHECK_EQ_STR(r.slot_mapping, "");
+  CHECK_EQ_STR(r.position_ids, "position_ids");
+  CHECK_EQ_STR(r.attention_metadata, "attention_metadata");
+  CHECK_EQ_STR(r.past_value_names, "past_key_values.%d.value");
+
+  /* typed errors */
+  expect("latent-dense",
+         "{\"model\": {\"type\": \"deepseek_v2\", \"decoder\": {\"inputs\": "
+         "{\"slot_mapping\": \"slot_mapping\"}}}}",
+         PH_ERR_CONFIG_INVALID, "model.decoder.inputs.slot_mapping = \"slot_mapping\" in a dense");
+  expect("latent-half-value",
+         "{\"model\": {\"type\": \"deepseek_v2\", \"decoder\": {\"num_hidden_layers\": 2, "
+         "\"inputs\": {\"slot_mapping\": \"slot_mapping\", \"past_value_names\": "
+         "\"past_key_values.%d.value\"}}}, \"engine\": {\"dynamic_batching\": {}}}",
+         PH_ERR_CONFIG_INCONSISTENT,
+         "model.decoder.inputs.past_value_names is given but outputs.present_value_names is not");
+  expect("latent-half-value-out",
+         "{\"model\": {\"type\": \"deepseek_v2\", \"decoder\": {\"num_hidden_layers\": 2, "
+         "\"inputs\": {\"slot_mapping\": \"slot_mapping\"}, \"outputs\": "
+         "{\"present_value_names\": \"present.%d.value\"}}}, \"engine\": "
+         "{\"dynamic_batching\": {}}}",
+         PH_ERR_CONFIG_INCONSISTENT,
+         "model.decoder.outputs.present_value_names is given but inputs.past_value_names is not");
+  expect("latent-slot-int",
+         "{\"model\": {\"type\": \"deepseek_v2\", \"decoder\": {\"inputs\": "
+         "{\"slot_mapping\": 3}}}, \"engine\": {\"dynamic_batching\": {}}}",
+         PH_ERR_CONFIG_INVALID, "model.decoder.inputs.slot_mapping is an integer");
+  expect("latent-bad-value-template",
+         "{\"model\": {\"type\": \"deepseek_v2\", \"decoder\": {\"inputs\": "
+         "{\"slot_mapping\": \"s\", \"past_value_names\": \"v\"}}}, \"engine\": "
+         "{\"dynamic_batching\": {}}}",
+         PH_ERR_CONFIG_INVALID, "must contain exactly one %d");
+}
+
 /* The dense writer's bytes, as packages have been written before the paged layout existed. */
 static const char DENSE_TINY[] =
     "{\n"
@@ -748,7 +861,8 @@ static void test_paged_read(void) {
       "{\"model\": {\"type\": \"qwen3_5_text\", \"decoder\": {\"num_hidden_layers\": 8, "
       "\"state_groups\": [{\"kind\": \"paged_kv\", \"layer_ids\": [3, 7], \"bindings\": "
       "{\"key\": {\"input\": \"past_key_values.%d.key\", \"output\": \"present.%d.key\"}, "
-      "\"value\": {\"input\": \"past_key_values.%d.value\", \"output\": \"present.%d.value\"}}}, "
+      "\"value\": {\"input\": \"past_key_values.%d.value\", \"output\": "
+      "\"present.%d.value\"}}}, "
       "{\"kind\": \"fixed\", \"layer_ids\": [0, 1, 2, 4, 5, 6], \"bindings\": {\"state\": "
       "{\"input\": \"past_key_values.%d.conv_state\", \"output\": "
       "\"present.%d.conv_state\"}}}, {\"kind\": \"fixed\", \"layer_ids\": [0, 1, 2, 4, 5, 6], "
@@ -772,8 +886,8 @@ static void test_paged_read(void) {
   CHECK(strstr(text, "bindings") == NULL);
 }
 
-/* A paged config with the given decoder extras (after num_hidden_layers 64) and top-level extras
- * (after model; default: dynamic batching). */
+/* A paged config with the given decoder extras (after num_hidden_layers 64) and top-level
+ * extras (after model; default: dynamic batching). */
 static const char *paged_doc(const char *decoder_extra, const char *top_extra) {
   static char buf[2][4096];
   static int turn;
@@ -1017,6 +1131,7 @@ int main(void) {
   RUN(test_parse_in_memory);
   RUN(test_paged_qwen38);
   RUN(test_paged_variants);
+  RUN(test_paged_latent);
   RUN(test_dense_unchanged);
   RUN(test_paged_read);
   RUN(test_paged_errors);

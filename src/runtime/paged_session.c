@@ -17,7 +17,8 @@
 
 typedef struct layer_bind {
   paged_layer_kind kind;
-  int in0, in1, out0, out1; /* executor indices: key/value or conv/recurrent */
+  int in0, in1, out0, out1; /* executor indices: key/value or conv/recurrent; LATENT: key only
+                               (in1, out1 -1) */
 } layer_bind;
 
 struct paged_session {
@@ -27,12 +28,14 @@ struct paged_session {
   hybrid_cache *cache; /* pages, page buffers and slots (src/cache/hybrid_cache.h) */
   int n_layers;
   layer_bind layers[HF_MAX_LAYERS];
-  int in_ids, in_pos, in_table, in_cu, in_past, in_meta, out_logits;
+  int in_ids, in_pos, in_table, in_cu, in_past, in_meta, in_slots, out_logits; /* -1: unbound
+                                                                      optional input */
   int pos_planes; /* 3: position_ids [3, N]; 1: [N] */
   int pruned;     /* logits [B, V] (the first dim is named batch_size) instead of [N, V] */
   int64_t block_size, vocab, max_context;
   /* packed step inputs, sized at creation (a step allocates nothing) */
   int64_t *ids, *pos;                /* [max_tokens], [3 * max_tokens] */
+  int32_t *slot_map;                 /* [max_tokens] slot_mapping: flat page slot per token */
   int32_t *cu, *past, *table, *meta; /* [max_batch+1], [max_batch], [max_batch * max_blocks], [3] */
   int32_t max_blocks;                /* per sequence: pages of max_context tokens */
   const block_table **tables;        /* [max_batch] */
@@ -47,26 +50,36 @@ paged_session_params paged_session_params_default(void) {
   return p;
 }
 
+#define SET_NAME(dst, src) snprintf((dst), PAGED_NAME, "%s", (src))
+
 void paged_binding_for_config(const hf_config *c, paged_binding *out) {
   memset(out, 0, sizeof *out);
-  snprintf(out->input_ids, PAGED_NAME, "%s", ABI_INPUT_IDS);
-  snprintf(out->position_ids, PAGED_NAME, "%s", ABI_POSITION_IDS);
-  snprintf(out->block_table, PAGED_NAME, "%s", ABI_BLOCK_TABLE);
-  snprintf(out->cu_seqlens, PAGED_NAME, "%s", ABI_CU_SEQLENS);
-  snprintf(out->past_seqlens, PAGED_NAME, "%s", ABI_PAST_SEQLENS);
-  snprintf(out->metadata, PAGED_NAME, "%s", ABI_ATTN_METADATA);
-  snprintf(out->logits, PAGED_NAME, "%s", ABI_LOGITS);
-  snprintf(out->past_key_fmt, PAGED_NAME, "%s", ABI_PAST_KEY);
-  snprintf(out->past_value_fmt, PAGED_NAME, "%s", ABI_PAST_VALUE);
-  snprintf(out->past_conv_fmt, PAGED_NAME, "%s", ABI_PAST_CONV);
-  snprintf(out->past_recurrent_fmt, PAGED_NAME, "%s", ABI_PAST_RECURRENT);
-  snprintf(out->present_key_fmt, PAGED_NAME, "%s", ABI_PRESENT_KEY);
-  snprintf(out->present_value_fmt, PAGED_NAME, "%s", ABI_PRESENT_VALUE);
-  snprintf(out->present_conv_fmt, PAGED_NAME, "%s", ABI_PRESENT_CONV);
-  snprintf(out->present_recurrent_fmt, PAGED_NAME, "%s", ABI_PRESENT_RECURRENT);
+  /* DeepSeek's packed graph (PagedAttention LATENT): slot_mapping instead of position_ids and
+   * attention_metadata, one latent page cache per layer */
+  const int latent = c->family == FAMILY_DEEPSEEK;
+  SET_NAME(out->input_ids, ABI_INPUT_IDS);
+  SET_NAME(out->position_ids, latent ? "" : ABI_POSITION_IDS);
+  SET_NAME(out->block_table, ABI_BLOCK_TABLE);
+  SET_NAME(out->cu_seqlens, ABI_CU_SEQLENS);
+  SET_NAME(out->past_seqlens, ABI_PAST_SEQLENS);
+  SET_NAME(out->metadata, latent ? "" : ABI_ATTN_METADATA);
+  SET_NAME(out->slot_mapping, latent ? ABI_SLOT_MAPPING : "");
+  SET_NAME(out->logits, ABI_LOGITS);
+  SET_NAME(out->past_key_fmt, ABI_PAST_KEY);
+  SET_NAME(out->present_key_fmt, ABI_PRESENT_KEY);
+  if (!latent) {
+    SET_NAME(out->past_value_fmt, ABI_PAST_VALUE);
+    SET_NAME(out->past_conv_fmt, ABI_PAST_CONV);
+    SET_NAME(out->past_recurrent_fmt, ABI_PAST_RECURRENT);
+    SET_NAME(out->present_value_fmt, ABI_PRESENT_VALUE);
+    SET_NAME(out->present_conv_fmt, ABI_PRESENT_CONV);
+    SET_NAME(out->present_recurrent_fmt, ABI_PRESENT_RECURRENT);
+  }
   out->n_layers = (int)c->n_layers;
   for (int i = 0; i < out->n_layers; i++)
-    out->kind[i] = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION ? PAGED_LAYER_KV : PAGED_LAYER_FIXED;
+    out->kind[i] = c->layer_kind[i] == PH_LAYER_MLA              ? PAGED_LAYER_LATENT
+                   : c->layer_kind[i] == PH_LAYER_FULL_ATTENTION ? PAGED_LAYER_KV
+                                                                 : PAGED_LAYER_FIXED;
 }
 
 ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, diag *d) {
@@ -84,16 +97,17 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
     const char *src, *key;
   } names[] = {
       {out->input_ids, gc->input_ids, "inputs.input_ids"},
-      {out->position_ids, gc->position_ids, "inputs.position_ids"},
+      {out->position_ids, gc->position_ids, NULL}, /* optional: a LATENT graph has none */
       {out->block_table, gc->block_table, "inputs.block_table"},
       {out->cu_seqlens, gc->cumulative_sequence_lengths, "inputs.cumulative_sequence_lengths"},
       {out->past_seqlens, gc->past_sequence_lengths, "inputs.past_sequence_lengths"},
-      {out->metadata, gc->attention_metadata, "inputs.attention_metadata"},
+      {out->metadata, gc->attention_metadata, NULL}, /* optional (abi.md §1.2 input 16) */
+      {out->slot_mapping, gc->slot_mapping, NULL},   /* optional (input 10); LATENT binds it */
       {out->logits, gc->logits, "outputs.logits"},
       {out->past_key_fmt, gc->past_key_names, "inputs.past_key_names"},
-      {out->past_value_fmt, gc->past_value_names, "inputs.past_value_names"},
+      {out->past_value_fmt, gc->past_value_names, NULL}, /* absent: LATENT, checked below */
       {out->present_key_fmt, gc->present_key_names, "outputs.present_key_names"},
-      {out->present_value_fmt, gc->present_value_names, "outputs.present_value_names"},
+      {out->present_value_fmt, gc->present_value_names, NULL},
       {out->past_conv_fmt, gc->past_conv_names, NULL},
       {out->past_recurrent_fmt, gc->past_recurrent_names, NULL},
       {out->present_conv_fmt, gc->present_conv_names, NULL},
@@ -104,10 +118,19 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
                     "genai_config.json: model.decoder.%s is missing", names[i].key);
     snprintf(names[i].dst, PAGED_NAME, "%s", names[i].src);
   }
+  /* paged_kv layers hold K and V pages when the config names value templates, the latent key
+   * pages alone (LATENT) when it names none; LATENT writes through slot_mapping */
+  RETURN_ERROR_IF(
+      !out->past_value_fmt[0] != !out->present_value_fmt[0], d, PH_ERR_CONFIG_INCONSISTENT,
+      "genai_config.json: model.decoder.%s is named but %s is not; paged_kv layers "
+      "bind value pages through both (K and V) or neither (LATENT)",
+      out->past_value_fmt[0] ? "inputs.past_value_names" : "outputs.present_value_names",
+      out->past_value_fmt[0] ? "outputs.present_value_names" : "inputs.past_value_names");
+  const paged_layer_kind pkv = out->past_value_fmt[0] ? PAGED_LAYER_KV : PAGED_LAYER_LATENT;
   out->n_layers = (int)gc->num_hidden_layers;
   int conv[HF_MAX_LAYERS] = {0}, rec[HF_MAX_LAYERS] = {0};
   if (gc->n_state_groups == 0) /* GenAI's legacy contract: every layer holds paged K/V */
-    for (int i = 0; i < out->n_layers; i++) out->kind[i] = PAGED_LAYER_KV;
+    for (int i = 0; i < out->n_layers; i++) out->kind[i] = pkv;
   for (int g = 0; g < gc->n_state_groups; g++) {
     const genai_state_group *sg = &gc->state_groups[g];
     for (int k = 0; k < sg->n_layer_ids; k++) {
@@ -118,9 +141,9 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
         RETURN_ERROR_IF(out->kind[l] != PAGED_LAYER_NONE || conv[l] || rec[l], d,
                         PH_ERR_CONFIG_INVALID,
                         "genai_config.json: layer %d is in a paged_kv group and another group", l);
-        out->kind[l] = PAGED_LAYER_KV;
+        out->kind[l] = pkv;
       } else {
-        RETURN_ERROR_IF(out->kind[l] == PAGED_LAYER_KV, d, PH_ERR_CONFIG_INVALID,
+        RETURN_ERROR_IF(out->kind[l] == pkv, d, PH_ERR_CONFIG_INVALID,
                         "genai_config.json: layer %d is in a paged_kv group and a fixed group", l);
         (sg->kind == GENAI_STATE_FIXED_CONV ? conv : rec)[l] = 1;
         out->kind[l] = PAGED_LAYER_FIXED;
@@ -128,6 +151,12 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
     }
   }
   for (int l = 0; l < out->n_layers; l++) {
+    RETURN_ERROR_IF(out->kind[l] == PAGED_LAYER_LATENT && !out->slot_mapping[0], d,
+                    PH_ERR_CONFIG_INCONSISTENT,
+                    "genai_config.json: layer %d is paged_kv with no value pages "
+                    "(past_value_names absent: LATENT) but inputs.slot_mapping is absent; a "
+                    "LATENT package writes its latent pages through slot_mapping",
+                    l);
     RETURN_ERROR_IF(conv[l] != rec[l], d, PH_ERR_UNSUPPORTED,
                     "genai_config.json: layer %d has a %s state but no %s state; this runtime "
                     "binds conv and recurrent state together (GatedDeltaNet layers)",
@@ -157,6 +186,11 @@ static ph_status need_input(paged_session *s, const char *name, int *idx, diag *
   *idx = exec_input_index(s->e, name);
   RETURN_ERROR_IF(*idx < 0, d, PH_ERR_INVALID_ARGUMENT, "the graph has no input \"%s\"", name);
   return PH_OK;
+}
+
+/* An optional input: bound when named and the graph has it, else *idx = -1. */
+static void optional_input(paged_session *s, const char *name, int *idx) {
+  *idx = name[0] ? exec_input_index(s->e, name) : -1;
 }
 
 static ph_status need_output(paged_session *s, const char *name, int *idx, diag *d) {
@@ -196,18 +230,28 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
   int64_t kd[4] = {0}, cd[3] = {0}, rd[4] = {0};
   ph_dtype kv_dt = PH_DTYPE_INVALID, conv_dt = PH_DTYPE_INVALID;
   char name[PAGED_NAME + 16];
+  int n_latent = 0, n_kv = 0;
   s->n_layers = b->n_layers;
   for (int i = 0; i < b->n_layers; i++) {
     layer_bind *l = &s->layers[i];
     l->kind = b->kind[i];
+    l->in0 = l->in1 = l->out0 = l->out1 = -1;
     if (l->kind == PAGED_LAYER_NONE) continue;
-    const int kv = l->kind == PAGED_LAYER_KV;
+    const int latent = l->kind == PAGED_LAYER_LATENT;
+    const int kv = l->kind == PAGED_LAYER_KV || latent;
+    n_latent += latent;
+    n_kv += l->kind == PAGED_LAYER_KV;
+    RETURN_ERROR_IF(n_latent && n_kv, d, PH_ERR_UNSUPPORTED,
+                    "paged session: layer %d mixes LATENT (key-only) and key/value page layers "
+                    "in one graph; the page pool has one geometry",
+                    i);
     const char *f[4] = {kv ? b->past_key_fmt : b->past_conv_fmt,
                         kv ? b->past_value_fmt : b->past_recurrent_fmt,
                         kv ? b->present_key_fmt : b->present_conv_fmt,
                         kv ? b->present_value_fmt : b->present_recurrent_fmt};
     int *idx[4] = {&l->in0, &l->in1, &l->out0, &l->out1};
     for (int k = 0; k < 4; k++) {
+      if (latent && (k == 1 || k == 3)) continue; /* no value cache */
       fmt_name(name, sizeof name, f[k], i);
       FORWARD_IF_ERROR(k < 2 ? need_input(s, name, idx[k], d) : need_output(s, name, idx[k], d));
     }
@@ -242,7 +286,8 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
                                    .head_size = n_full ? (int32_t)kd[3] : 1,
                                    .block_size = (int32_t)s->block_size,
                                    .n_blocks = s->p.n_blocks,
-                                   .dtype = n_full ? kv_dt : PH_DTYPE_F32},
+                                   .dtype = n_full ? kv_dt : PH_DTYPE_F32,
+                                   .key_only = n_latent > 0},
                             .state = {.n_linear = n_lin,
                                       .linear_layers = lin,
                                       .conv_dim = (int32_t)(n_lin ? cd[1] : 1),
@@ -260,17 +305,27 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
 
 static ph_status bind_io(paged_session *s, const paged_binding *b, diag *d) {
   FORWARD_IF_ERROR(need_input(s, b->input_ids, &s->in_ids, d));
-  FORWARD_IF_ERROR(need_input(s, b->position_ids, &s->in_pos, d));
   FORWARD_IF_ERROR(need_input(s, b->block_table, &s->in_table, d));
   FORWARD_IF_ERROR(need_input(s, b->cu_seqlens, &s->in_cu, d));
   FORWARD_IF_ERROR(need_input(s, b->past_seqlens, &s->in_past, d));
-  FORWARD_IF_ERROR(need_input(s, b->metadata, &s->in_meta, d));
   FORWARD_IF_ERROR(need_output(s, b->logits, &s->out_logits, d));
+  /* optional: a LATENT graph has slot_mapping and neither position_ids nor attention_metadata */
+  optional_input(s, b->position_ids, &s->in_pos);
+  optional_input(s, b->metadata, &s->in_meta);
+  optional_input(s, b->slot_mapping, &s->in_slots);
   tinfo t;
-  find_input(s->g, b->position_ids, &t);
-  RETURN_ERROR_IF(!(t.rank == 1 || (t.rank == 2 && t.dims[0] == 3)), d, PH_ERR_INVALID_ARGUMENT,
-                  "graph input %s must be [N] or [3, N]", b->position_ids);
-  s->pos_planes = t.rank == 2 ? 3 : 1;
+  s->pos_planes = 0;
+  if (s->in_pos >= 0) {
+    find_input(s->g, b->position_ids, &t);
+    RETURN_ERROR_IF(!(t.rank == 1 || (t.rank == 2 && t.dims[0] == 3)), d, PH_ERR_INVALID_ARGUMENT,
+                    "graph input %s must be [N] or [3, N]", b->position_ids);
+    s->pos_planes = t.rank == 2 ? 3 : 1;
+  }
+  if (s->in_slots >= 0) {
+    find_input(s->g, b->slot_mapping, &t);
+    RETURN_ERROR_IF(t.rank != 1 || t.dtype != PH_DTYPE_I32, d, PH_ERR_INVALID_ARGUMENT,
+                    "graph input %s must be int32 [N]", b->slot_mapping);
+  }
   const gvalue *lv = &s->g->values[s->g->outputs[s->out_logits]];
   RETURN_ERROR_IF(lv->type.rank != 2 || lv->type.dims[1] < 1, d, PH_ERR_INVALID_ARGUMENT,
                   "graph output %s must be [rows, vocab] with a fixed vocab", b->logits);
@@ -318,14 +373,15 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   const size_t T = (size_t)s->p.max_tokens, B = (size_t)s->p.max_batch;
   s->ids = malloc(T * sizeof *s->ids);
   s->pos = malloc(3 * T * sizeof *s->pos);
+  s->slot_map = malloc(T * sizeof *s->slot_map);
   s->cu = malloc((B + 1) * sizeof *s->cu);
   s->past = malloc(B * sizeof *s->past);
   s->table = malloc(B * (size_t)s->max_blocks * sizeof *s->table);
   s->meta = malloc(3 * sizeof *s->meta);
   s->tables = malloc(B * sizeof *s->tables);
   s->slots = malloc(B * sizeof *s->slots);
-  if (!s->ids || !s->pos || !s->cu || !s->past || !s->table || !s->meta || !s->tables ||
-      !s->slots) {
+  if (!s->ids || !s->pos || !s->slot_map || !s->cu || !s->past || !s->table || !s->meta ||
+      !s->tables || !s->slots) {
     st = diag_set(d, PH_ERR_NO_MEMORY, "paged session: out of memory");
     goto fail;
   }
@@ -343,6 +399,7 @@ void paged_session_free(paged_session *s) {
   hybrid_cache_free(s->cache);
   free(s->ids);
   free(s->pos);
+  free(s->slot_map);
   free(s->cu);
   free(s->past);
   free(s->table);
@@ -364,11 +421,13 @@ static ph_status check_step(const paged_session *s, const paged_seq *seqs, int32
     RETURN_ERROR_IF(q->n < 1 || !q->tokens || q->past < 0, d, PH_ERR_INVALID_ARGUMENT,
                     "sequence %d: %lld new tokens after %lld (need >= 1 after >= 0)", b,
                     (long long)q->n, (long long)q->past);
-    RETURN_ERROR_IF(!hybrid_cache_slot_in_use(s->cache, q->slot), d, PH_ERR_INVALID_ARGUMENT,
-                    "sequence %d: state slot %d is not allocated", b, q->slot);
-    for (int32_t c = 0; c < b; c++)
-      RETURN_ERROR_IF(seqs[c].slot == q->slot, d, PH_ERR_INVALID_ARGUMENT,
-                      "sequences %d and %d share state slot %d", c, b, q->slot);
+    if (hybrid_cache_has_state(s->cache)) { /* without fixed state sequences hold no slot */
+      RETURN_ERROR_IF(!hybrid_cache_slot_in_use(s->cache, q->slot), d, PH_ERR_INVALID_ARGUMENT,
+                      "sequence %d: state slot %d is not allocated", b, q->slot);
+      for (int32_t c = 0; c < b; c++)
+        RETURN_ERROR_IF(seqs[c].slot == q->slot, d, PH_ERR_INVALID_ARGUMENT,
+                        "sequences %d and %d share state slot %d", c, b, q->slot);
+    }
     RETURN_ERROR_IF(q->past + q->n > s->max_context, d, PH_ERR_LIMIT,
                     "sequence %d: %lld tokens exceed the model's context of %lld", b,
                     (long long)(q->past + q->n), (long long)s->max_context);
@@ -397,8 +456,13 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
     const paged_seq *q = &seqs[b];
     const int64_t at = s->cu[b];
     memcpy(s->ids + at, q->tokens, (size_t)q->n * sizeof *s->ids);
-    for (int64_t j = 0; j < q->n; j++)
-      for (int r = 0; r < s->pos_planes; r++) s->pos[r * N + at + j] = q->past + j;
+    const int64_t K = s->block_size;
+    for (int64_t j = 0; j < q->n; j++) {
+      const int64_t p = q->past + j;
+      for (int r = 0; r < s->pos_planes; r++) s->pos[r * N + at + j] = p;
+      /* the flat page slot PagedAttention writes token p to (abi.md §1.2 input 10) */
+      s->slot_map[at + j] = (int32_t)(q->blocks->ids[p / K] * K + p % K);
+    }
     s->cu[b + 1] = (int32_t)(at + q->n);
     s->past[b] = (int32_t)q->past;
     s->tables[b] = q->blocks;
@@ -421,29 +485,40 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
   tensor t;
   t = tensor_make(PH_DTYPE_I64, 1, (int64_t[]){N}, s->ids);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_ids, &t, d));
-  t = s->pos_planes == 3 ? tensor_make(PH_DTYPE_I64, 2, (int64_t[]){3, N}, s->pos)
-                         : tensor_make(PH_DTYPE_I64, 1, (int64_t[]){N}, s->pos);
-  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_pos, &t, d));
+  if (s->in_pos >= 0) {
+    t = s->pos_planes == 3 ? tensor_make(PH_DTYPE_I64, 2, (int64_t[]){3, N}, s->pos)
+                           : tensor_make(PH_DTYPE_I64, 1, (int64_t[]){N}, s->pos);
+    FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_pos, &t, d));
+  }
+  if (s->in_slots >= 0) {
+    t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){N}, s->slot_map);
+    FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_slots, &t, d));
+  }
   t = tensor_make(PH_DTYPE_I32, 2, (int64_t[]){B, max_blocks}, s->table);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_table, &t, d));
   t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){B + 1}, s->cu);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_cu, &t, d));
   t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){B}, s->past);
   FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_past, &t, d));
-  t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){3}, s->meta);
-  FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_meta, &t, d));
+  if (s->in_meta >= 0) {
+    t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){3}, s->meta);
+    FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_meta, &t, d));
+  }
   for (int i = 0; i < s->n_layers; i++) {
     const layer_bind *l = &s->layers[i];
     if (l->kind == PAGED_LAYER_NONE) continue;
     tensor t0, t1;
-    if (l->kind == PAGED_LAYER_KV)
+    if (l->kind == PAGED_LAYER_LATENT) /* the latent pages alone */
+      FORWARD_IF_ERROR(hybrid_cache_kv_views(s->cache, i, &t0, NULL, d));
+    else if (l->kind == PAGED_LAYER_KV)
       FORWARD_IF_ERROR(hybrid_cache_kv_views(s->cache, i, &t0, &t1, d));
     else
       FORWARD_IF_ERROR(hybrid_cache_state_views(s->cache, i, &t0, &t1, d));
     /* the present outputs are the past buffers: updated in place */
     FORWARD_IF_ERROR(exec_bind_input(s->e, l->in0, &t0, d));
-    FORWARD_IF_ERROR(exec_bind_input(s->e, l->in1, &t1, d));
     FORWARD_IF_ERROR(exec_bind_output(s->e, l->out0, &t0, d));
+    if (l->kind == PAGED_LAYER_LATENT) continue;
+    FORWARD_IF_ERROR(exec_bind_input(s->e, l->in1, &t1, d));
     FORWARD_IF_ERROR(exec_bind_output(s->e, l->out1, &t1, d));
   }
   return PH_OK;

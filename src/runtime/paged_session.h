@@ -3,20 +3,25 @@
  *
  * Owns the graph (prepared for the CPU), the executor, and the hybrid cache of the ABI's memory
  * (../shared/spec/abi.md §8.1; src/cache/hybrid_cache.h), created from the geometry the graph's
- * inputs declare: the KV block pool and one page buffer per full-attention layer, and the
- * fixed-state slot pool for the conv and recurrent states of the linear layers. A step receives B
- * sequences, each with its state slot, its block table, how many tokens are already cached and its
- * new tokens; the session packs input_ids [N], position_ids, cumulative_sequence_lengths,
- * past_sequence_lengths, block_table [B, max_blocks] and attention_metadata, binds every page
- * buffer as both past and present (written in place by PagedAttention) and the slots' states as
- * the [B, ...] state inputs and outputs (zero copies when the slots are consecutive, counted
+ * inputs declare: the KV block pool and the page buffers of the attention layers (K and V per
+ * full-attention layer, or the key cache alone per LATENT layer: DeepSeek MLA's latent row,
+ * abi.md §1.8), and the fixed-state slot pool for the conv and recurrent states of the linear
+ * layers (none when there are no linear layers: sequences then hold no slot). A step receives B
+ * sequences, each with its state slot, its block table, how many tokens are already cached and
+ * its new tokens; the session packs input_ids [N], cumulative_sequence_lengths,
+ * past_sequence_lengths, block_table [B, max_blocks], and when the graph has them position_ids,
+ * attention_metadata and slot_mapping [N] (the flat page slot of each token: block_table[b][p /
+ * block_size] * block_size + p % block_size at position p = past_b + j), binds every page buffer
+ * as both past and present (written in place by PagedAttention) and the slots' states as the
+ * [B, ...] state inputs and outputs (zero copies when the slots are consecutive, counted
  * otherwise), and runs. It never decides which sequences run or which pages/slots they get: the
  * engine's scheduler asks the cache (paged_session_cache) for room; the session binds what the
  * cache holds, and checks each step's sequences against it (a caller may hand any paged_seq).
  *
- * Bindings come from a paged_binding: graph names and which layers hold KV pages or fixed state
- * — what genai_config.json's inputs/outputs and state_groups say (paged_binding_from_genai), so a
- * package with the same ABI exported by another tool binds the same way.
+ * Bindings come from a paged_binding: graph names and which layers hold KV pages, latent pages
+ * or fixed state — what genai_config.json's inputs/outputs and state_groups say
+ * (paged_binding_from_genai), so a package with the same ABI exported by another tool binds the
+ * same way.
  * Not thread-safe: one caller drives it.
  */
 #ifndef PH_MODELS_PAGED_SESSION_H
@@ -35,14 +40,20 @@
 
 typedef enum paged_layer_kind {
   PAGED_LAYER_NONE,
-  PAGED_LAYER_KV,
-  PAGED_LAYER_FIXED
+  PAGED_LAYER_KV,    /* key and value pages (PagedAttention SEPARATE): past_key/value_fmt */
+  PAGED_LAYER_FIXED, /* conv and recurrent state in a slot: past_conv/recurrent_fmt */
+  PAGED_LAYER_LATENT /* key pages only (PagedAttention LATENT, MLA): past_key_fmt */
 } paged_layer_kind;
 
-/* Graph names and layer roles. The *_fmt templates contain one %d (the layer index). */
+/* Graph names and layer roles. The *_fmt templates contain one %d (the layer index).
+ * position_ids, metadata (attention_metadata) and slot_mapping are optional: "" binds nothing,
+ * and a name the graph has no input for is skipped too (a LATENT graph has no position_ids and
+ * no attention_metadata; a SEPARATE one no slot_mapping). A binding holds LATENT layers or KV
+ * layers, not both (one page geometry). */
 typedef struct paged_binding {
   char input_ids[PAGED_NAME], position_ids[PAGED_NAME], block_table[PAGED_NAME];
   char cu_seqlens[PAGED_NAME], past_seqlens[PAGED_NAME], metadata[PAGED_NAME], logits[PAGED_NAME];
+  char slot_mapping[PAGED_NAME];
   char past_key_fmt[PAGED_NAME], past_value_fmt[PAGED_NAME];
   char past_conv_fmt[PAGED_NAME], past_recurrent_fmt[PAGED_NAME];
   char present_key_fmt[PAGED_NAME], present_value_fmt[PAGED_NAME];
@@ -51,19 +62,27 @@ typedef struct paged_binding {
   paged_layer_kind kind[HF_MAX_LAYERS];
 } paged_binding;
 
-/* From a paged genai_config (its names and state_groups): paged_kv layers are KV, layers in
- * fixed_conv (and fixed_recurrent) are FIXED. PH_ERR_CONFIG_INVALID when the config is not the
- * paged layout or a layer is in fixed_conv but not fixed_recurrent (or the reverse). */
+/* From a paged genai_config (its names and state_groups): paged_kv layers are KV when the config
+ * names value templates (past_ and present_value_names), LATENT when it names neither (key pages
+ * only; the config must then name inputs.slot_mapping); layers in fixed_conv (and
+ * fixed_recurrent) are FIXED. PH_ERR_CONFIG_INVALID when the config is not the paged layout;
+ * PH_ERR_UNSUPPORTED when a layer is in fixed_conv but not fixed_recurrent (or the reverse);
+ * PH_ERR_CONFIG_INCONSISTENT when one value template is named without the other, or paged_kv
+ * layers have no value templates and the config has no slot_mapping. */
 ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, diag *d);
 
-/* The names our builder (models/qwen35) gives the paged graph, layers by the config's kinds. */
+/* The names our builders (models/qwen35, models/deepseek) give the paged graph, layers by the
+ * config's kinds: full attention KV, GatedDeltaNet FIXED, MLA LATENT. A DeepSeek (MLA) binding
+ * names slot_mapping and no position_ids, attention_metadata or value templates (the LATENT
+ * graph I/O of docs/graph-io.md); a Qwen one the reverse. */
 void paged_binding_for_config(const hf_config *c, paged_binding *out);
 
 typedef struct paged_session_params {
   int32_t n_blocks;     /* KV pages including the null page 0 (>= 2); 0: as many as fit in
                            memory_bytes after the state slots */
   int64_t memory_bytes; /* the budget used when n_blocks is 0 */
-  int32_t max_slots;    /* fixed-state slots = most sequences alive at once (>= 1) */
+  int32_t max_slots;    /* fixed-state slots = most sequences alive at once (>= 1); a graph
+                           without linear layers has none, whatever this says */
   int32_t max_batch;    /* most sequences in one step (>= 1; <= max_slots) */
   int64_t max_tokens;   /* most tokens in one step (>= 1) */
   int n_threads;        /* <= 0: all CPUs */
@@ -96,17 +115,19 @@ ph_status paged_session_create_model(const ph_model *m, const model_options *o,
 
 /* One sequence of a step. */
 typedef struct paged_seq {
-  int32_t slot;              /* its allocated state slot */
+  int32_t slot;              /* its allocated state slot (ignored without fixed state) */
   const block_table *blocks; /* pages covering tokens [0, past + n) */
   int64_t past;              /* tokens already in the cache (= position of tokens[0]) */
   const int64_t *tokens;     /* [n] new token ids in [0, vocab) */
   int64_t n;                 /* >= 1 */
 } paged_seq;
 
-/* Runs one packed step over seqs[B] (distinct slots). Text positions: all position planes read
- * past + j. Errors leave the cache's bookkeeping unchanged (state is scattered back even when the
- * graph fails): PH_ERR_INVALID_ARGUMENT (B, n, slot, token id or page coverage, naming the
- * sequence), PH_ERR_LIMIT (tokens beyond max_tokens or the rotary context). */
+/* Runs one packed step over seqs[B] (distinct slots when the cache has fixed state). Text
+ * positions: all position planes read past + j; slot_mapping row cu[b] + j reads
+ * blocks->ids[p / block_size] * block_size + p % block_size, p = past + j. Errors leave the cache's
+ * bookkeeping unchanged (state is scattered back even when the graph fails):
+ * PH_ERR_INVALID_ARGUMENT (B, n, slot, token id or page coverage, naming the sequence),
+ * PH_ERR_LIMIT (tokens beyond max_tokens or the rotary context). */
 ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, diag *d);
 
 /* Logits of the last run: row r of [rows, vocab] f32, valid until the next run. rows is N, or B
