@@ -143,9 +143,18 @@ static ph_status check_names(const genai_config *gc, const graph *g, diag *d) {
       {"cumulative_sequence_lengths", gc->cumulative_sequence_lengths},
       {"past_sequence_lengths", gc->past_sequence_lengths},
       {"attention_metadata", gc->attention_metadata},
+      {"slot_mapping", gc->slot_mapping},
   };
+  /* a LATENT package (inputs.slot_mapping named: docs/export.md) has no position_ids and no
+   * attention_metadata; every other paged package has both and no slot_mapping */
+  const int latent = gc->paged && gc->slot_mapping[0];
   for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
-    const int needed = i < 2 || (i == 2 ? !gc->paged : gc->paged);
+    const int needed = i == 0   ? 1
+                       : i == 1 ? !latent
+                       : i == 2 ? !gc->paged
+                       : i == 6 ? gc->paged && !latent
+                       : i == 7 ? latent
+                                : gc->paged;
     RETURN_ERROR_IF(needed && !ins[i].name[0], d, PH_ERR_CONFIG_INCONSISTENT,
                     CFG ": model.decoder.inputs.%s is empty; the %s layout needs it", ins[i].key,
                     gc->paged ? "paged" : "dense");
@@ -174,7 +183,9 @@ static ph_status check_layers(const genai_config *gc, const layer_inputs *li, di
     const genai_state_group *grp = &gc->state_groups[i];
     for (int j = 0; j < grp->n_layer_ids; j++) {
       uint8_t *w = want[grp->layer_ids[j]];
-      if (grp->kind == GENAI_STATE_PAGED_KV) w[ROLE_KEY] = w[ROLE_VALUE] = 1;
+      /* a paged_kv layer without value names is LATENT: key pages only */
+      if (grp->kind == GENAI_STATE_PAGED_KV)
+        w[ROLE_KEY] = 1, w[ROLE_VALUE] = gc->past_value_names[0] != 0;
       if (grp->kind == GENAI_STATE_FIXED_CONV) w[ROLE_CONV] = 1;
       if (grp->kind == GENAI_STATE_FIXED_RECURRENT) w[ROLE_RECURRENT] = 1;
     }
