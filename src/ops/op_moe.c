@@ -8,15 +8,17 @@
  * and dtype. Every tensor is f32, f16 or bf16, each its own (ORT wants one T; the CPU prepare
  * pass drops the Cast an exported graph puts in front of the weights, graph/prepare.h).
  *
- * Attributes: k (required, 1 <= k <= E); activation_type (required) must be "swiglu" and
- * swiglu_fusion 1 (fc1 rows interleaved per expert: row 2i is gate_i, row 2i+1 up_i), another
- * value is PH_ERR_UNSUPPORTED naming it; normalize_routing_weights 0 (default) or 1;
- * use_sparse_mixer must be 0; activation_alpha (default 1.702), activation_beta (default 1.0);
- * swiglu_limit (absent: no clamp).
+ * Attributes, with the schema's defaults (which ORT 1.30 applies; checked against it in
+ * tests/test_ort_moe.c): k (default 1; 1 <= k <= E); activation_type (default "relu") must be
+ * "swiglu" and swiglu_fusion (default 0) must be 1 (fc1 rows interleaved per expert: row 2i is
+ * gate_i, row 2i+1 up_i), another value is PH_ERR_UNSUPPORTED naming it;
+ * normalize_routing_weights 0 (default) or 1; use_sparse_mixer must be 0; activation_alpha
+ * (default 1.0), activation_beta (default 0.0); swiglu_limit (absent: no clamp).
  *
  * Per token, in f32: p = softmax(router row) over all E (max subtracted, expf, summed in expert
  * order, each divided by the sum); the k largest p in rank order j = 0..k-1, a tie going to the
- * LOWER expert index; w_j = p_j, or p_j / (p_0 + ... + p_{k-1}) (summed in rank order) when
+ * LOWER expert index (ORT's kernel sends an exact tie to the higher one: docs/ops-moe.md);
+ * w_j = p_j, or p_j / (p_0 + ... + p_{k-1}) (summed in rank order) when
  * normalize_routing_weights = 1. A route whose w_j is not > 0 is skipped (as ORT does). Expert e:
  * h = fc1_e x + b1_e; for each i, G = h[2i], L = h[2i+1], with a limit G = min(G, limit) and
  * L = clamp(L, -limit, limit); a_i = G * sigmoid(alpha G) * (L + beta); y_e = fc2_e a + b2_e.
@@ -74,15 +76,12 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* ---- contract -------------------------------------------------------------------------------- */
 
 static ph_status moe_attrs(const gnode *n, moe_plan *p, diag *d) {
-  const gattr *ka = node_attr(n, "k");
-  RETURN_ERROR_IF(!ka, d, PH_ERR_INVALID_ARGUMENT, "MoE: attribute k is required");
+  /* defaults are the schema's (ORT 1.30 fills them in): k 1, activation_type "relu" */
   FORWARD_IF_ERROR(op_attr_int(n, "k", 1, &p->k, d));
   RETURN_ERROR_IF(p->k < 1, d, PH_ERR_INVALID_ARGUMENT, "MoE: k must be >= 1, got %lld",
                   (long long)p->k);
-  RETURN_ERROR_IF(!node_attr(n, "activation_type"), d, PH_ERR_INVALID_ARGUMENT,
-                  "MoE: attribute activation_type is required");
   const char *act = NULL;
-  FORWARD_IF_ERROR(op_attr_string(n, "activation_type", NULL, &act, d));
+  FORWARD_IF_ERROR(op_attr_string(n, "activation_type", "relu", &act, d));
   RETURN_ERROR_IF(strcmp(act, "swiglu") != 0, d, PH_ERR_UNSUPPORTED,
                   "MoE: activation_type \"%s\" is not supported (only \"swiglu\")", act);
   int64_t fusion = 0, norm = 0, sparse = 0;
@@ -98,8 +97,8 @@ static ph_status moe_attrs(const gnode *n, moe_plan *p, diag *d) {
   FORWARD_IF_ERROR(op_attr_int(n, "use_sparse_mixer", 0, &sparse, d));
   RETURN_ERROR_IF(sparse != 0, d, PH_ERR_UNSUPPORTED,
                   "MoE: use_sparse_mixer %lld is not supported (only 0)", (long long)sparse);
-  FORWARD_IF_ERROR(op_attr_float(n, "activation_alpha", 1.702f, &p->alpha, d));
-  FORWARD_IF_ERROR(op_attr_float(n, "activation_beta", 1.0f, &p->beta, d));
+  FORWARD_IF_ERROR(op_attr_float(n, "activation_alpha", 1.0f, &p->alpha, d));
+  FORWARD_IF_ERROR(op_attr_float(n, "activation_beta", 0.0f, &p->beta, d));
   p->has_limit = node_attr(n, "swiglu_limit") != NULL;
   FORWARD_IF_ERROR(op_attr_float(n, "swiglu_limit", INFINITY, &p->limit, d));
   return PH_OK;
@@ -507,7 +506,7 @@ static ph_status moe_run(const gnode *n, const tensor *const *in, tensor *const 
       if (offs[e + 1]) active[j.n_active++] = (int32_t)e;
       offs[e + 1] += offs[e];
     }
-    /* offs[e] is now the start of e's rows; fill advancing a cursor kept in route_pos's place */
+    /* offs[e] is now the start of e's rows: fill them, offs[e] serving as e's cursor */
     for (int64_t r = 0; r < R; r++) {
       if (!(route_w[r] > 0.0f)) {
         route_pos[r] = -1;

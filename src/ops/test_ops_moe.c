@@ -104,13 +104,14 @@ typedef struct moe_case {
   int rank3;                    /* input [B, S, H] (B = 1 when T is odd) */
   ph_dtype io, w1dt, w2dt, bdt; /* input/router/output; fc1; fc2; biases */
   int bias1, bias2, normalize;
-  int ours; /* write alpha = 1, beta = 0 (else the defaults 1.702, 1.0) */
+  int attrs; /* 0: alpha 1, beta 0 written (ours); 1: absent (the defaults: the same values);
+              * 2: alpha 1.702, beta 1.0 written (GPT-OSS's form) */
   int has_limit;
   float limit;
 } moe_case;
 
-static float moe_alpha(const moe_case *c) { return c->ours ? 1.0f : 1.702f; }
-static float moe_beta(const moe_case *c) { return c->ours ? 0.0f : 1.0f; }
+static float moe_alpha(const moe_case *c) { return c->attrs == 2 ? 1.702f : 1.0f; }
+static float moe_beta(const moe_case *c) { return c->attrs == 2 ? 1.0f : 0.0f; }
 
 /* The attributes of a case (storage in attrs, at least 8); returns the count. */
 static int moe_attrs(const moe_case *c, gattr *a) {
@@ -119,9 +120,9 @@ static int moe_attrs(const moe_case *c, gattr *a) {
   a[n++] = attr_string("activation_type", "swiglu");
   a[n++] = attr_int("swiglu_fusion", 1);
   a[n++] = attr_int("normalize_routing_weights", c->normalize);
-  if (c->ours) {
-    a[n++] = attr_float("activation_alpha", 1.0f);
-    a[n++] = attr_float("activation_beta", 0.0f);
+  if (c->attrs != 1) {
+    a[n++] = attr_float("activation_alpha", moe_alpha(c));
+    a[n++] = attr_float("activation_beta", moe_beta(c));
   }
   if (c->has_limit) a[n++] = attr_float("swiglu_limit", c->limit);
   return n;
@@ -271,7 +272,10 @@ static void moe_case_name(const moe_case *c, char *b, size_t n) {
   snprintf(b, n, "MoE T%lld E%lld k%lld H%lld I%lld io %s w %s/%s norm %d bias %d%d %s%s",
            (long long)c->T, (long long)c->E, (long long)c->k, (long long)c->H, (long long)c->I,
            dtn(c->io), dtn(c->w1dt), dtn(c->w2dt), c->normalize, c->bias1, c->bias2,
-           c->ours ? "ours" : "defaults", c->has_limit ? " limit" : "");
+           c->attrs == 0   ? "ours"
+           : c->attrs == 1 ? "defaults"
+                           : "alpha 1.702",
+           c->has_limit ? " limit" : "");
 }
 
 /* Runs a case and checks it against the reference; returns the output (caller frees). */
@@ -321,7 +325,7 @@ static void test_moe_grid(void) {
                 c.rank3 = n_case % 5 == 0;
                 c.bias1 = n_case % 2 == 0;
                 c.bias2 = n_case % 3 != 0;
-                c.ours = n_case % 4 != 1;
+                c.attrs = n_case % 4 == 1 ? 1 : n_case % 4 == 3 ? 2 : 0;
                 c.has_limit = n_case % 7 == 3;
                 c.limit = 0.6f;
                 n_case++;
@@ -353,7 +357,7 @@ static void test_moe_ties(void) {
                       .w2dt = PH_DTYPE_F32,
                       .bdt = PH_DTYPE_F32,
                       .normalize = norm,
-                      .ours = 1};
+                      .attrs = 0};
         tensor *in[6] = {NULL};
         moe_alloc(&c, in);
         moe_fill(&c, in, &g);
@@ -409,7 +413,7 @@ static void test_moe_log_weights(void) {
                   .w1dt = PH_DTYPE_BF16,
                   .w2dt = PH_DTYPE_BF16,
                   .bdt = PH_DTYPE_F32,
-                  .ours = 1};
+                  .attrs = 0};
     tensor *in[6] = {NULL};
     moe_alloc(&c, in);
     moe_fill(&c, in, &g);
@@ -480,7 +484,7 @@ static void test_moe_batch_invariance(void) {
                     .bias1 = 1,
                     .bias2 = cfg != 1,
                     .normalize = cfg != 2,
-                    .ours = 1};
+                    .attrs = 0};
       tensor *in[6] = {NULL};
       moe_alloc(&c, in);
       moe_fill(&c, in, &g);
@@ -565,7 +569,7 @@ static void test_moe_chunks(void) {
                 .bdt = PH_DTYPE_F32,
                 .bias2 = 1,
                 .normalize = 1,
-                .ours = 1};
+                .attrs = 0};
   tensor *in[6] = {NULL};
   moe_alloc(&c, in);
   moe_fill(&c, in, &g);
@@ -606,7 +610,7 @@ static void test_moe_contract(void) {
                 .w1dt = PH_DTYPE_F32,
                 .w2dt = PH_DTYPE_F32,
                 .bdt = PH_DTYPE_F32,
-                .ours = 1};
+                .attrs = 0};
   tensor *in[8] = {NULL};
   moe_alloc(&c, in);
   moe_fill(&c, in, &g);
@@ -633,9 +637,24 @@ static void test_moe_contract(void) {
   bad[0] = attr_int("k", 5); /* > E */
   CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, bad, na, 1, ~0u, &d),
                PH_ERR_INVALID_ARGUMENT, d.msg);
-  /* k is required */
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, at + 1, na - 1, 1, ~0u, &d),
-               PH_ERR_INVALID_ARGUMENT, d.msg);
+  /* k absent is the schema's default, 1 (ORT fills it in): the same bits as k = 1 written */
+  {
+    tensor *o1[1] = {NULL}, *o2[1] = {NULL};
+    memcpy(bad, at, sizeof at);
+    bad[0] = attr_int("k", 1);
+    CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, o1, bad, na, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, o2, at + 1, na - 1, 1, ~0u, &d), PH_OK,
+                 d.msg);
+    if (o1[0] && o2[0]) CHECK(memcmp(o1[0]->data, o2[0]->data, 3 * 8 * 4) == 0);
+    free_all(o1, 1);
+    free_all(o2, 1);
+  }
+  /* activation_type absent is "relu": unsupported, named */
+  memcpy(bad, at, sizeof at);
+  bad[1] = attr_int("swiglu_fusion", 1);
+  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, bad, na, 1, ~0u, &d),
+               PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_CONTAINS(d.msg, "relu");
   /* fc3 present: unsupported, like ORT's CPU kernel */
   in[6] = tn(PH_DTYPE_F32, 3, (int64_t[]){4, 4, 8});
   CHECK_STATUS(run_op("MoE", "com.microsoft", 7, in, 1, out, at, na, 1, ~0u, &d),
