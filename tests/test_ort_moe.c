@@ -10,6 +10,10 @@
  * (ORT's CPU MoE kernel is registered for float). Logits are well separated, so both runtimes
  * route alike; exact ties are reported separately (ORT's tie rule differs: docs/ops-moe.md).
  *
+ * Also DeepSeek's router pieces in one graph (TopK on tied scores, OneHot of its indices and of
+ * negative / out-of-range ones, ReduceSum, Softmax, Log): bit-identical to ORT where the result
+ * is integral or copied, within 1e-6 of scale for the logs.
+ *
  * Tolerance: both runtimes compute the same f32 function and differ in summation order only
  * (MLAS SGEMM vs our 16-lane dot products): each is within a few units of 2^-24 times the sum of
  * |terms| of the float64 result, here below 1e-6 of the output's scale; 1e-5 of the scale (max
@@ -275,6 +279,133 @@ static void test_ort_moe_ties(void) {
   CHECK(e >= 0); /* both ran */
 }
 
+/* ---- the router's standard ops ------------------------------------------------------------ */
+
+/* DeepSeek's router pieces in one graph, on rows with many exact ties: TopK (K 3) values and
+ * indices, OneHot of those indices summed over k (the chosen-expert mask), Softmax and Log of
+ * the scores, and OneHot of given indices with negative and out-of-range values. Indices, masks
+ * and TopK values must match ORT exactly (ONNX: among equal values the lower index first);
+ * Softmax and Log within 1e-6 of their scale. */
+static void test_ort_router_ops(void) {
+  enum { T = 6, E = 8, K = 3 };
+  diag d;
+  graph *g = NULL;
+  CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+  if (!g) return;
+  int s = graph_add_input(g, "scores", PH_DTYPE_F32, 2, (int64_t[]){T, E}, NULL);
+  int ix = graph_add_input(g, "idx", PH_DTYPE_I64, 2, (int64_t[]){T, K}, NULL);
+  static const int64_t KV[1] = {K}, DEPTH[1] = {E}, AX1[1] = {1};
+  static const float OFF_ON[2] = {0.0f, 1.0f};
+  int k = graph_add_initializer_copy(g, "k", PH_DTYPE_I64, shape_1d(1), KV);
+  int depth = graph_add_initializer_copy(g, "depth", PH_DTYPE_I64, shape_1d(1), DEPTH);
+  int vals = graph_add_initializer_copy(g, "off_on", PH_DTYPE_F32, shape_1d(2), OFF_ON);
+  int ax1 = graph_add_initializer_copy(g, "axes1", PH_DTYPE_I64, shape_1d(1), AX1);
+  int tv = -1, ti = -1, oh = -1, mask = -1, p = -1, lp = -1, oh2 = -1;
+  int outs[2];
+  graph_add_node(g, "TopK", "", "topk", 2, (int[]){s, k}, 2,
+                 (const char *[]){"topk_values", "topk_indices"}, outs, 0, NULL);
+  tv = outs[0];
+  ti = outs[1];
+  graph_add_node(g, "OneHot", "", "onehot", 3, (int[]){ti, depth, vals}, 1,
+                 (const char *[]){"onehot"}, &oh, 0, NULL);
+  gattr keep0 = attr_int("keepdims", 0), axm1 = attr_int("axis", -1);
+  graph_add_node(g, "ReduceSum", "", "mask", 2, (int[]){oh, ax1}, 1, (const char *[]){"mask"},
+                 &mask, 1, &keep0);
+  graph_add_node(g, "Softmax", "", "softmax", 1, &s, 1, (const char *[]){"probs"}, &p, 1, &axm1);
+  graph_add_node(g, "Log", "", "log", 1, &p, 1, (const char *[]){"log_probs"}, &lp, 0, NULL);
+  graph_add_node(g, "OneHot", "", "onehot2", 3, (int[]){ix, depth, vals}, 1,
+                 (const char *[]){"onehot_given"}, &oh2, 0, NULL);
+  int o[5] = {tv, ti, mask, lp, oh2};
+  for (int i = 0; i < 5; i++) graph_mark_output(g, o[i], NULL);
+  ph_status st = graph_finalize(g, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  char pkg[1300];
+  snprintf(pkg, sizeof pkg, "%s/router_ops", g_tmp);
+  if (st == PH_OK) st = path_mkdirs(pkg, &d);
+  if (st == PH_OK) st = onnx_write_model(g, pkg, "test_ort_moe", &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  graph_free(g);
+  if (st != PH_OK) return;
+  float sc[T * E];
+  int64_t given[T * K];
+  rng r = rng_seed(1700);
+  for (int i = 0; i < T * E; i++) /* halves of small integers: ties everywhere */
+    sc[i] = (float)((int)rng_below(&r, 5) - 2) * 0.5f;
+  for (int i = 0; i < T * K; i++) given[i] = (int64_t)rng_below(&r, 3 * E) - (int64_t)E - 4;
+  /* ours */
+  graph *g2 = NULL;
+  st = onnx_read_model(pkg, &g2, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  executor *e = NULL;
+  if (st == PH_OK) st = exec_create(g2, 2, &e, &d);
+  tensor a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  a.dtype = PH_DTYPE_F32;
+  a.rank = 2;
+  a.dims[0] = T;
+  a.dims[1] = E;
+  a.data = sc;
+  b.dtype = PH_DTYPE_I64;
+  b.rank = 2;
+  b.dims[0] = T;
+  b.dims[1] = K;
+  b.data = given;
+  if (st == PH_OK) st = exec_bind_input(e, exec_input_index(e, "scores"), &a, &d);
+  if (st == PH_OK) st = exec_bind_input(e, exec_input_index(e, "idx"), &b, &d);
+  if (st == PH_OK) st = exec_run(e, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  /* ORT */
+  char in_path[1300], out_path[1300], cmd[6000];
+  snprintf(in_path, sizeof in_path, "%s/router_ops.in.safetensors", g_tmp);
+  snprintf(out_path, sizeof out_path, "%s/router_ops.out.safetensors", g_tmp);
+  st_write_entry we[2] = {{"scores", PH_DTYPE_F32, shape_2d(T, E), sc},
+                          {"idx", PH_DTYPE_I64, shape_2d(T, K), given}};
+  st_set *set = NULL;
+  int ran = 0;
+  if (st == PH_OK && st_write_file(in_path, we, 2, NULL, NULL, &d) == PH_OK) {
+    remove(out_path);
+    snprintf(cmd, sizeof cmd, "env -u LD_PRELOAD node '%s' '%s' '%s' '%s' cpu", g_script, pkg,
+             in_path, out_path);
+    int rc = system(cmd);
+    ran = check_report(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, __FILE__, __LINE__,
+                       "ONNX Runtime ran the router ops") &&
+          st_open_file(out_path, &set, &d) == PH_OK;
+  }
+  if (ran) {
+    static const char *const NAMES[5] = {"topk_values", "topk_indices", "mask", "log_probs",
+                                         "onehot_given"};
+    int all_same = 1;
+    for (int i = 0; i < 5; i++) {
+      const tensor *ours = exec_output(e, exec_output_index(e, NAMES[i]));
+      const st_tensor *theirs = st_find(set, NAMES[i]);
+      if (!CHECK(ours && theirs && theirs->dtype == ours->dtype &&
+                 shape_numel(&theirs->shape) == tensor_numel(ours))) {
+        fprintf(stderr, "  router ops: output %s missing or of another type\n", NAMES[i]);
+        continue;
+      }
+      int64_t n = tensor_numel(ours);
+      if (ours->dtype == PH_DTYPE_I64 || i != 3) {
+        int same = memcmp(ours->data, theirs->data, (size_t)n * dtype_size(ours->dtype)) == 0;
+        all_same &= same;
+        if (!CHECK(same)) fprintf(stderr, "  router ops: %s differs from ORT\n", NAMES[i]);
+      } else {
+        float theirs_f[T * E]; /* the mapped bytes need not be aligned for float */
+        memcpy(theirs_f, theirs->data, sizeof theirs_f);
+        double err = rel_diff(ours->data, theirs_f, n);
+        printf("  router ops: log_probs ours vs ORT: %.2e of scale (bound 1e-06)\n", err);
+        CHECK(err <= 1e-6);
+      }
+    }
+    if (all_same)
+      printf("  router ops: TopK, OneHot (negative and out-of-range indices), ReduceSum: "
+             "bit-identical to ORT\n");
+  }
+  st_close(set);
+  exec_free(e);
+  graph_free(g2);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   snprintf(g_script, sizeof g_script, "%s/tests/ort/run_ort.mjs", check_env("PH_SOURCE_DIR"));
@@ -299,5 +430,6 @@ int main(void) {
   }
   RUN(test_ort_moe_cases);
   RUN(test_ort_moe_ties);
+  RUN(test_ort_router_ops);
   return check_finish();
 }
