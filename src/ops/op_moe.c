@@ -184,8 +184,9 @@ static ph_status moe_resolve(const gnode *n, const tinfo *in, moe_plan *p, diag 
   p->I = I;
   p->chunk = 0;
   if (T > 0 && H > 0 && I > 0) {
-    int64_t per_token = p->k * (H + I) * (int64_t)sizeof(float);
-    int64_t c = MOE_CHUNK_BYTES / per_token;
+    /* in double: static dims from a file may be anything, and k is not yet bounded by E */
+    double per_token = (double)p->k * ((double)H + (double)I) * (double)sizeof(float);
+    int64_t c = per_token >= (double)MOE_CHUNK_BYTES ? 1 : (int64_t)(MOE_CHUNK_BYTES / per_token);
     p->chunk = min64(T, c < 1 ? 1 : c);
   }
   return PH_OK;

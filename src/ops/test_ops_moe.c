@@ -698,6 +698,18 @@ static void test_moe_contract(void) {
     CHECK_EQ_INT(to[0].rank, 2);
     CHECK_EQ_INT(to[0].dims[0], -1);
     CHECK_EQ_INT(to[0].dims[1], 8);
+    /* absurd static dims (a fuzzed file) are only shapes: no overflow while sizing chunks */
+    gattr big[10];
+    memcpy(big, at, sizeof at);
+    big[0] = attr_int("k", INT64_MAX / 2);
+    n.attrs = big;
+    ti[0].dims[0] = 3;
+    ti[0].dims[1] = ti[2].dims[2] = ti[4].dims[1] = INT64_MAX / 4;
+    ti[1].dims[0] = 3;
+    ti[1].dims[1] = ti[2].dims[0] = ti[4].dims[0] = -1;
+    ti[2].dims[1] = 2 * (INT64_MAX / 8);
+    ti[4].dims[2] = INT64_MAX / 8;
+    CHECK_STATUS(def->infer(&n, ti, to, &d), PH_OK, d.msg);
   }
   free_all(in, 8);
 }
