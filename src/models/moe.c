@@ -164,13 +164,17 @@ static int router_logits(builder *b, int x, int f32) {
 static int qwen_moe(builder *b, int x) {
   const hf_config *c = b->c;
   const int normalize = c->family == FAMILY_QWEN35 ? 1 : c->moe.norm_topk_prob;
+  /* the shared expert first: nothing reads x after the MoE node (ONNX Runtime 1.30's CPU MoE
+   * computes wrong values when its input is read after it; docs/moe.md) */
+  int shared = -1;
+  if (c->moe.shared_intermediate_size > 0) {
+    shared = swiglu(b, "shared_expert", x, W_SHARED_GATE, W_SHARED_UP, W_SHARED_DOWN);
+    int sg = linear(b, "shared_expert_gate", x, wref_of(lw(b, b->layer, W_SHARED_EXPERT_GATE)));
+    sg = NODE1(b, "Sigmoid", "shared_expert_gate/Sigmoid", 0, NULL, sg);
+    shared = NODE1(b, "Mul", "shared_expert/gate/Mul", 0, NULL, shared, sg);
+  }
   int y = moe_node(b, x, router_logits(b, x, 0), normalize);
-  if (c->moe.shared_intermediate_size <= 0) return y;
-  int shared = swiglu(b, "shared_expert", x, W_SHARED_GATE, W_SHARED_UP, W_SHARED_DOWN);
-  int sg = linear(b, "shared_expert_gate", x, wref_of(lw(b, b->layer, W_SHARED_EXPERT_GATE)));
-  sg = NODE1(b, "Sigmoid", "shared_expert_gate/Sigmoid", 0, NULL, sg);
-  shared = NODE1(b, "Mul", "shared_expert/gate/Mul", 0, NULL, shared, sg);
-  return NODE1(b, "Add", "Add", 0, NULL, y, shared);
+  return shared < 0 ? y : NODE1(b, "Add", "Add", 0, NULL, y, shared);
 }
 
 static int f32_scalar(builder *b, const char *name, float v) {
@@ -186,7 +190,7 @@ static int index_mask(builder *b, const char *name, int idx, int64_t n) {
   int depth = const_i64(b, cn, 1, &n);
   snprintf(cn, sizeof cn, "%s/values", name);
   float ov[2] = {0.0f, 1.0f};
-  char full[192];
+  char full[256];
   snprintf(full, sizeof full, "%s/%s", b->scope, cn);
   int values = graph_add_initializer_copy(b->g, full, PH_DTYPE_F32, shape_1d(2), ov);
   snprintf(nm, sizeof nm, "%s/OneHot", name);
@@ -269,9 +273,8 @@ static int deepseek_routed(builder *b, int x) {
                      NODE1(b, "Log", "experts/Log", 0, NULL, s), off);
   if (b->io != PH_DTYPE_F32)
     router = cast_to(b, "experts/router/Cast", router, dtype_to_onnx(b->io));
-  int y = moe_node(b, x, router, 0);
-  /* the op weighed expert i by w_i / sum(w_sel): times sum(w_sel) * scale, or scale alone when
-   * HF renormalises (w_i / (sum + 1e-20) * scale) */
+  /* the op weighs expert i by w_i / sum(w_sel): its output times sum(w_sel) * scale, or scale
+   * alone when HF renormalises (w_i / (sum + 1e-20) * scale) */
   int factor = f32_scalar(b, "routed_scaling_factor", scale);
   if (!c->moe.norm_topk_prob) {
     int wsel = NODE1(b, "Mul", "weights/Mul", 0, NULL, s, emask);
@@ -285,20 +288,24 @@ static int deepseek_routed(builder *b, int x) {
                      const_i64(b, "weights/starts", 1, (int64_t[]){0}),
                      const_i64(b, "weights/ends", 1, (int64_t[]){-1}),
                      const_i64(b, "weights/slice_axes", 1, (int64_t[]){0}));
-    int shape = node1(b, "Concat", "", "weights/Concat", 2,
-                      (int[]){lead, const_i64(b, "weights/one", 1, (int64_t[]){1})}, 1,
-                      (gattr[]){attr_int("axis", 0)});
-    factor = NODE1(b, "Reshape", "weights/Reshape", 0, NULL, factor, shape);
+    int lead_1 = node1(b, "Concat", "", "weights/Concat", 2,
+                       (int[]){lead, const_i64(b, "weights/one", 1, (int64_t[]){1})}, 1,
+                       (gattr[]){attr_int("axis", 0)});
+    factor = NODE1(b, "Reshape", "weights/Reshape", 0, NULL, factor, lead_1);
   }
   if (b->io != PH_DTYPE_F32) factor = cast_to(b, "weights/Cast", factor, dtype_to_onnx(b->io));
+  /* the MoE node last: nothing after it reads x (qwen_moe says why) */
+  int y = moe_node(b, x, router, 0);
   return NODE1(b, "Mul", "routed_scaling/Mul", 0, NULL, y, factor);
 }
 
 static int deepseek_moe(builder *b, int x) {
+  /* the shared experts first, as in qwen_moe */
+  int shared = b->c->moe.n_shared_experts > 0 ? swiglu(b, "shared_experts", x, W_DS_SHARED_GATE,
+                                                       W_DS_SHARED_UP, W_DS_SHARED_DOWN)
+                                              : -1;
   int y = deepseek_routed(b, x);
-  if (b->c->moe.n_shared_experts <= 0) return y;
-  int shared = swiglu(b, "shared_experts", x, W_DS_SHARED_GATE, W_DS_SHARED_UP, W_DS_SHARED_DOWN);
-  return NODE1(b, "Add", "Add", 0, NULL, y, shared);
+  return shared < 0 ? y : NODE1(b, "Add", "Add", 0, NULL, y, shared);
 }
 
 int moe_block(builder *b, int layer, int x) {
