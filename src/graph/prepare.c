@@ -69,6 +69,48 @@ static int rows_initializer(graph *g, int w, ph_dtype dt, diag *d) {
   return id;
 }
 
+/* MoE (com.microsoft) reads its expert weights, inputs 2 (fc1) and 4 (fc2), in any float dtype.
+ * An exported graph whose io dtype differs from the checkpoint's puts a Cast between the
+ * initializer and the MoE (ORT's MoE wants one dtype for all of them): the MoE is rewired to read
+ * the initializer itself when the Cast widens or keeps the dtype (exact), or a copy of it rounded
+ * to the Cast's target when the Cast narrows (the values the canonical graph means; a narrowed
+ * copy is also smaller than the source). The node is then internal: its inputs no longer share
+ * ORT's one dtype. The Cast dies with its last reader (mark_dead_nodes). */
+static ph_status moe_read_weights_directly(graph *g, int node, diag *d) {
+  static const int SLOTS[2] = {2, 4};
+  for (int s = 0; s < 2; s++) {
+    const gnode *n = &g->nodes[node];
+    if (n->n_inputs <= SLOTS[s]) continue;
+    int v = n->inputs[SLOTS[s]];
+    if (v < 0 || g->values[v].kind == VALUE_INITIALIZER) continue;
+    ph_dtype dt = PH_DTYPE_INVALID;
+    int w = weight_source(g, v, &dt);
+    if (w < 0) continue;
+    int src = w;
+    if (dt != g->values[w].type.dtype) {
+      const gvalue *wv = &g->values[w];
+      char name[512];
+      snprintf(name, sizeof name, "%s.%s", wv->name, ph_dtype_name(dt));
+      src = graph_find_value(g, name); /* one weight read by two MoE nodes */
+      if (src < 0) {
+        const ph_dtype from = wv->type.dtype;
+        const shape sh = shape_make(wv->type.rank, wv->type.dims);
+        /* the canonical bytes: a plain lazy view is them already, else materialize once */
+        const void *data = wv->lazy && !wv->src_transposed && wv->src_dtype == from
+                               ? wv->src
+                               : graph_initializer_data(g, w, d);
+        if (!data) return d ? d->status : PH_ERR_NO_MEMORY;
+        src = graph_add_initializer_lazy(g, name, dt, sh, data, from, 0);
+        if (src < 0) return diag_set(d, graph_status(g), "%s", g->err.msg);
+      }
+    }
+    gnode *m = &g->nodes[node];
+    m->inputs[SLOTS[s]] = src;
+    m->internal = 1;
+  }
+  return PH_OK;
+}
+
 static void mark_dead_nodes(graph *g) {
   int *uses = calloc((size_t)g->n_values, sizeof *uses);
   if (!uses) return; /* keeping dead nodes is only slower, never wrong */
@@ -113,6 +155,12 @@ ph_status graph_prepare_cpu(graph *g, diag *d) {
     n->domain = "pagedhybrid.internal";
     n->internal = 1;
     n->op = NULL;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const gnode *n = &g->nodes[i];
+    if (n->dead || strcmp(n->op_type, "MoE") != 0 || strcmp(n->domain, "com.microsoft") != 0)
+      continue;
+    FORWARD_IF_ERROR(moe_read_weights_directly(g, i, d));
   }
   mark_dead_nodes(g);
   g->finalized = 0;

@@ -6,6 +6,10 @@
  *   pagedhybrid.internal::MatMulWT(A, W[N, K]) that reads the weight in its stored dtype and
  *   the checkpoint's row-per-output layout (no transposed or upcast copy). A lazily transposed
  *   initializer (graph_add_initializer_transposed) is used as its source view directly.
+ * - com.microsoft::MoE whose expert weights (inputs 2 and 4) are a Cast of a float initializer
+ *   reads the initializer directly (a widening or same-dtype Cast), or a copy rounded to the
+ *   Cast's dtype (a narrowing one, so it sees the values the canonical graph means); the MoE
+ *   node becomes internal (its inputs no longer share one dtype as ORT's schema wants).
  * - Nodes whose outputs nobody reads any more (the Casts above) are marked dead.
  * Then the graph is finalized again, so the rewritten nodes pass their contract checks.
  */

@@ -1,5 +1,5 @@
 /* op_elementwise — Add, Sub, Mul, Div (ai.onnx opset 14, numpy multidirectional broadcasting)
- * and the unary Sigmoid, Softplus, Exp, Neg.
+ * and the unary Sigmoid, Softplus, Exp, Log, Neg.
  *
  * Binary ops: both inputs share one dtype, which the output keeps. f32/f16/bf16 are computed in
  * f32 and rounded once. i64 and i32 use integer arithmetic that wraps on overflow (two's
@@ -10,9 +10,10 @@
  * known d it must be d. All four share one loop: dims are coalesced to a few (outer, inner)
  * runs where each input's inner stride is 0 (broadcast) or 1, so the inner loops are flat.
  *
- * Unary ops: Sigmoid, Softplus and Exp take f32/f16/bf16; Neg also i64, i32, i8 (wrapping).
+ * Unary ops: Sigmoid, Softplus, Exp and Log take f32/f16/bf16; Neg also i64, i32, i8 (wrapping).
  * Sigmoid is 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below (no overflow either way); Softplus is
- * x for x > 20 (where log1p(e^x) == x in f32) else log1p(e^x).
+ * x for x > 20 (where log1p(e^x) == x in f32) else log1p(e^x). Log is libm's logf (log 0 = -inf,
+ * a negative x gives NaN, as IEEE says).
  *
  * Every output element depends only on its inputs, so large tensors are split over the pool
  * by rows without affecting results. run() never allocates: float rows go through 256-element
@@ -29,10 +30,10 @@
 #define EW_PARALLEL_MIN (1 << 15) /* below this many elements the pool is not worth it */
 
 typedef enum bin_op { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV } bin_op;
-typedef enum un_op { UN_SIGMOID, UN_SOFTPLUS, UN_EXP, UN_NEG } un_op;
+typedef enum un_op { UN_SIGMOID, UN_SOFTPLUS, UN_EXP, UN_LOG, UN_NEG } un_op;
 
 static const char *const BIN_NAMES[] = {"Add", "Sub", "Mul", "Div"};
-static const char *const UN_NAMES[] = {"Sigmoid", "Softplus", "Exp", "Neg"};
+static const char *const UN_NAMES[] = {"Sigmoid", "Softplus", "Exp", "Log", "Neg"};
 
 /* ---- broadcasting --------------------------------------------------------------------------- */
 
@@ -307,6 +308,9 @@ static void un_f32(un_op op, float *v, int64_t n) {
   case UN_EXP:
     for (int64_t i = 0; i < n; i++) v[i] = expf(v[i]);
     break;
+  case UN_LOG:
+    for (int64_t i = 0; i < n; i++) v[i] = logf(v[i]);
+    break;
   case UN_NEG:
     for (int64_t i = 0; i < n; i++) v[i] = -v[i];
     break;
@@ -401,4 +405,5 @@ static ph_status unary_run(un_op op, const tensor *const *in, tensor *const *out
 UNARY_OP(sigmoid, UN_SIGMOID, "Sigmoid")
 UNARY_OP(softplus, UN_SOFTPLUS, "Softplus")
 UNARY_OP(exp, UN_EXP, "Exp")
+UNARY_OP(log, UN_LOG, "Log")
 UNARY_OP(neg, UN_NEG, "Neg")

@@ -15,6 +15,7 @@
   X(sigmoid)                                                                                       \
   X(softplus)                                                                                      \
   X(exp)                                                                                           \
+  X(log)                                                                                           \
   X(neg)                                                                                           \
   X(cast)                                                                                          \
   X(reshape)                                                                                       \
@@ -37,7 +38,11 @@
   X(mrotary_embedding)                                                                             \
   X(paged_attention)                                                                               \
   X(varlen_causal_conv_with_state)                                                                 \
-  X(gated_delta_net)
+  X(gated_delta_net)                                                                               \
+  X(softmax)                                                                                       \
+  X(topk)                                                                                          \
+  X(onehot)                                                                                        \
+  X(moe)
 
 #define OP_DECLARE_(name) extern const op_def op_def_##name;
 OP_LIST(OP_DECLARE_)

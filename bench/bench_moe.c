@@ -1,0 +1,237 @@
+/* bench_moe — kernel lab for com.microsoft::MoE (src/ops/op_moe.c): every kernel variant this CPU
+ * runs, each timed on Qwen3.5-35B-A3B's expert shapes (H 2048, I 512, top-8) with fewer experts
+ * (64 instead of 256, so the weights fit a small machine), next to this machine's DRAM bandwidth
+ * and fp32 FMA peak measured in the same run (roofline.h).
+ *
+ *   bench_moe [--threads N] [--repeats N] [--variant scalar|avx2|avx512] [--case NAME]
+ *
+ * Cases: decode (T = 1, 4: k experts' weights read once per call, bandwidth-bound: reported as
+ * GB/s of the expert weights the call touches vs bandwidth; every call routes the same way, so
+ * part of those weights may stay in the last-level cache and the figure can pass 1.0 of bw) and
+ * prefill (T = 64, 512: every expert has rows, reported as GFLOP/s of the routed work,
+ * 2 T k 3 I H, vs the FMA peak). The op is
+ * called through its registry entry, with its plan and scratch, as the executor calls it. Each
+ * figure is the median of --repeats samples; the VM is shared, so compare ratios to the limits
+ * measured in the same run, not raw numbers. Correctness is test_ops_moe's: this only times.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pool.h"
+#include "base/rng.h"
+#include "kernels/dispatch.h"
+#include "ops/op.h"
+#include "ops/op_util.h"
+#include "roofline.h"
+#include "tensor/dtype.h"
+
+typedef struct bench_case {
+  const char *name;
+  int64_t T, E, k, H, I;
+  int decode; /* 1: report bandwidth, 0: report FLOP rate */
+} bench_case;
+
+static const bench_case CASES[] = {
+    {"decode", 1, 64, 8, 2048, 512, 1},
+    {"decode-4", 4, 64, 8, 2048, 512, 1},
+    {"prefill-64", 64, 64, 8, 2048, 512, 0},
+    {"prefill-512", 512, 64, 8, 2048, 512, 0},
+};
+#define N_CASES (sizeof CASES / sizeof CASES[0])
+
+static const char *arg_value(int argc, char **argv, const char *name, const char *def) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], name) == 0) return argv[i + 1];
+  return def;
+}
+
+typedef struct bench_setup {
+  const bench_case *c;
+  tensor t[5]; /* input, router, fc1, (unused), fc2 */
+  const op_def *op;
+  gnode node;
+  gattr attrs[6];
+  op_ctx ctx;
+  tensor y;
+  void *plan;
+} bench_setup;
+
+static tensor make(ph_dtype dt, int rank, const int64_t *dims) {
+  tensor t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dt;
+  t.rank = rank;
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= t.dims[i] = dims[i];
+  t.data = malloc((size_t)n * dtype_size(dt) + 1);
+  return t;
+}
+
+static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
+  memset(s, 0, sizeof *s);
+  s->c = c;
+  s->t[0] = make(PH_DTYPE_F32, 2, (int64_t[]){c->T, c->H});
+  s->t[1] = make(PH_DTYPE_F32, 2, (int64_t[]){c->T, c->E});
+  s->t[2] = make(PH_DTYPE_BF16, 3, (int64_t[]){c->E, 2 * c->I, c->H});
+  s->t[4] = make(PH_DTYPE_BF16, 3, (int64_t[]){c->E, c->H, c->I});
+  s->y = make(PH_DTYPE_F32, 2, (int64_t[]){c->T, c->H});
+  for (int i = 0; i < 5; i++)
+    if (i != 3 && !s->t[i].data) return 0;
+  if (!s->y.data) return 0;
+  rng r = rng_seed(7);
+  for (int i = 0; i < 5; i++) {
+    if (i == 3) continue;
+    int64_t n = 1;
+    for (int k = 0; k < s->t[i].rank; k++) n *= s->t[i].dims[k];
+    for (int64_t e = 0; e < n; e++) tensor_set_f32(&s->t[i], e, rng_range(&r, -1, 1));
+  }
+  s->attrs[0] = attr_int("k", c->k);
+  s->attrs[1] = attr_string("activation_type", "swiglu");
+  s->attrs[2] = attr_int("swiglu_fusion", 1);
+  s->attrs[3] = attr_int("normalize_routing_weights", 1);
+  s->attrs[4] = attr_float("activation_alpha", 1.0f);
+  s->attrs[5] = attr_float("activation_beta", 0.0f);
+  s->op = op_lookup("com.microsoft", "MoE");
+  if (!s->op) return 0;
+  s->node.name = "bench";
+  s->node.op_type = "MoE";
+  s->node.domain = "com.microsoft";
+  s->node.n_inputs = 5;
+  s->node.n_outputs = 1;
+  s->node.attrs = s->attrs;
+  s->node.n_attrs = 6;
+  s->node.op = s->op;
+  tinfo ti[5];
+  memset(ti, 0, sizeof ti);
+  for (int i = 0; i < 5; i++)
+    if (i != 3) ti[i] = op_tinfo_of(&s->t[i]);
+  s->plan = aligned_alloc(OP_PLAN_ALIGN,
+                          (s->op->plan_bytes + OP_PLAN_ALIGN - 1) / OP_PLAN_ALIGN * OP_PLAN_ALIGN);
+  if (!s->plan) return 0;
+  memset(s->plan, 0, s->op->plan_bytes);
+  diag d;
+  if (s->op->plan(&s->node, ti, s->plan, &d) != PH_OK) {
+    fprintf(stderr, "bench_moe: %s\n", d.msg);
+    return 0;
+  }
+  s->ctx.pool = p;
+  s->ctx.plan = s->plan;
+  s->ctx.scratch_bytes = s->op->scratch_bytes(&s->node, ti, threads);
+  s->ctx.scratch = aligned_alloc(64, (s->ctx.scratch_bytes + 63) / 64 * 64 + 64);
+  return s->ctx.scratch != NULL;
+}
+
+static void teardown(bench_setup *s) {
+  for (int i = 0; i < 5; i++) free(s->t[i].data);
+  free(s->y.data);
+  free(s->ctx.scratch);
+  free(s->plan);
+}
+
+static int run_once(bench_setup *s) {
+  const tensor *in[5] = {&s->t[0], &s->t[1], &s->t[2], NULL, &s->t[4]};
+  tensor *out[1] = {&s->y};
+  diag d;
+  ph_status st = s->op->run(&s->node, in, out, &s->ctx, &d);
+  if (st != PH_OK) fprintf(stderr, "bench_moe: %s: %s\n", ph_status_name(st), d.msg);
+  return st == PH_OK;
+}
+
+/* The number of distinct experts the routing of this input touches (for the decode figure). */
+static int64_t experts_touched(const bench_setup *s) {
+  const bench_case *c = s->c;
+  int used[1024] = {0};
+  int64_t n = 0;
+  for (int64_t t = 0; t < c->T; t++) {
+    const float *l = (const float *)s->t[1].data + t * c->E;
+    int taken[1024] = {0};
+    for (int64_t j = 0; j < c->k; j++) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < c->E; e++)
+        if (!taken[e] && (best < 0 || l[e] > l[best])) best = e;
+      taken[best] = 1;
+      if (!used[best]++) n++;
+    }
+  }
+  return n;
+}
+
+static double time_case(bench_setup *s, int repeats) {
+  double t[31];
+  int calls = 1;
+  double t0 = roofline_now();
+  run_once(s);
+  double one = roofline_now() - t0;
+  while (calls * one < 0.05) calls *= 2;
+  for (int rep = 0; rep < repeats; rep++) {
+    double a = roofline_now();
+    for (int i = 0; i < calls; i++) run_once(s);
+    t[rep] = (roofline_now() - a) / calls;
+  }
+  return roofline_median(t, repeats);
+}
+
+int main(int argc, char **argv) {
+  int threads = atoi(arg_value(argc, argv, "--threads", "2"));
+  int repeats = atoi(arg_value(argc, argv, "--repeats", "7"));
+  const char *only_variant = arg_value(argc, argv, "--variant", NULL);
+  const char *only_case = arg_value(argc, argv, "--case", NULL);
+  if (threads < 1 || threads > 16 || repeats < 1 || repeats > 31) {
+    fprintf(stderr, "usage: bench_moe [--threads 1..16] [--repeats 1..31] "
+                    "[--variant scalar|avx2|avx512] [--case NAME]\n");
+    return 2;
+  }
+  kernel_variant vars[KERNEL_N_VARIANTS];
+  int nv = 0;
+  for (int v = 0; v < KERNEL_N_VARIANTS; v++) {
+    const char *name = kernel_variant_name((kernel_variant)v);
+    if (only_variant && strcmp(only_variant, name) != 0) continue;
+    if (kernel_variant_available((kernel_variant)v)) vars[nv++] = (kernel_variant)v;
+  }
+  pool *p = NULL;
+  diag d;
+  if (pool_create(threads, &p, &d) != PH_OK) {
+    fprintf(stderr, "bench_moe: %s\n", d.msg);
+    return 1;
+  }
+  fprintf(stderr, "bench_moe: measuring this machine's limits ...\n");
+  double bw = roofline_bandwidth(threads), fma = roofline_fma(threads);
+  printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured now; "
+         "medians of %d)\n",
+         threads, bw, fma, repeats);
+  printf("%-12s %-7s %5s %7s %9s %7s %7s %8s %7s\n", "case", "variant", "T", "experts", "us/call",
+         "GB/s", "of bw", "GFLOP/s", "of FMA");
+  int failed = 0;
+  for (size_t ci = 0; ci < N_CASES; ci++) {
+    const bench_case *c = &CASES[ci];
+    if (only_case && strcmp(only_case, c->name) != 0) continue;
+    bench_setup s;
+    if (!setup(&s, c, p, threads)) {
+      fprintf(stderr, "bench_moe: %s: setup failed\n", c->name);
+      teardown(&s);
+      failed = 1;
+      continue;
+    }
+    int64_t touched = experts_touched(&s);
+    for (int vi = 0; vi < nv; vi++) {
+      if (kernel_force_variant(vars[vi], &d) != PH_OK || !run_once(&s)) {
+        failed = 1;
+        continue;
+      }
+      double sec = time_case(&s, repeats);
+      double wbytes = (double)touched * 3.0 * (double)(c->I * c->H) * 2.0;
+      double gbs = wbytes / sec / 1e9;
+      double gflops = 2.0 * (double)(c->T * c->k) * 3.0 * (double)(c->I * c->H) / sec / 1e9;
+      printf("%-12s %-7s %5lld %7lld %9.1f %7.1f %7.3f %8.1f %7.3f%s\n", c->name,
+             kernel_variant_name(vars[vi]), (long long)c->T, (long long)touched, sec * 1e6, gbs,
+             gbs / bw, gflops, gflops / fma,
+             c->decode ? "  (bandwidth-bound)" : "  (compute-bound)");
+    }
+    teardown(&s);
+  }
+  printf("GB/s: bf16 expert weights the call touches (each read once); GFLOP/s: 2 T k 3 I H.\n");
+  pool_free(p);
+  return failed;
+}
