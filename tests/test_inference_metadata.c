@@ -9,9 +9,10 @@
  * key; and a genai_config that disagrees with the graph is refused too.
  *
  * LATENT packages (DeepSeek MLA: slot_mapping, one key-only page cache per layer): a graph built
- * here with exactly the LATENT I/O over the tiny DeepSeek config's genai_config, and the
- * config-only export of that config with dense MLPs (first_k_dense_replace = every layer), whose
- * files are checked the same way. */
+ * here with exactly the LATENT I/O over the tiny DeepSeek config's genai_config, the
+ * config-only export of that config with dense MLPs (first_k_dense_replace = every layer), and
+ * the export of the golden tiny DeepSeek-V3 MoE checkpoint, whose files are checked the same
+ * way. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -807,6 +808,44 @@ static void test_latent_export(void) {
   ph_model_free(m);
 }
 
+/* The golden tiny DeepSeek-V3 checkpoint (MLA, DeepSeekMoE from layer 1) exported with its
+ * weights, packed paged for the CPU: the LATENT document, checked against the graph read back as
+ * a loader reads it (finalized and checked), and byte-identical from a second export. */
+static void test_latent_moe_export(void) {
+  char ckpt[1024], pkg[2][600];
+  check_data(ckpt, sizeof ckpt, DEEPSEEK_CKPT);
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  export_options o = export_options_default();
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.target = EXPORT_TARGET_CPU;
+  o.force = 1;
+  diag d;
+  for (int i = 0; i < 2; i++) {
+    snprintf(pkg[i], sizeof pkg[i], "%s/deepseek-moe-latent-%d", g_tmp, i);
+    remove_metadata(pkg[i]);
+    CHECK_STATUS(model_export(m, pkg[i], &o, &d), PH_OK, d.msg);
+  }
+  genai_config gc;
+  graph *g = read_package(pkg[0], PACKAGE_FINALIZE | PACKAGE_CHECK, &gc);
+  if (g) CHECK_STATUS(inference_metadata_check(pkg[0], g, &gc, &d), PH_OK, d.msg);
+  json_t *doc = load_doc(pkg[0]);
+  if (doc) check_latent_doc(doc, model_config(m));
+  char pa[1200], pb[1200];
+  snprintf(pa, sizeof pa, "%s/%s", pkg[0], INFERENCE_METADATA_FILE);
+  snprintf(pb, sizeof pb, "%s/%s", pkg[1], INFERENCE_METADATA_FILE);
+  char *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  CHECK_STATUS(file_read_all(pa, 1 << 24, &x, &nx, &d), PH_OK, d.msg);
+  CHECK_STATUS(file_read_all(pb, 1 << 24, &y, &ny, &d), PH_OK, d.msg);
+  CHECK(x && y && nx == ny && memcmp(x, y, nx) == 0);
+  free(x);
+  free(y);
+  json_decref(doc);
+  graph_free(g);
+  ph_model_free(m);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -820,6 +859,7 @@ int main(void) {
   RUN(test_config_only_27b);
   RUN(test_latent_graph);
   RUN(test_latent_export);
+  RUN(test_latent_moe_export);
   cli_testing_done();
   return check_finish();
 }
