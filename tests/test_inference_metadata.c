@@ -6,7 +6,13 @@
  * of KV pages and conv state, f32 V-major recurrent state, the page size. Then the document is
  * corrupted one fact at a time (a layer id, a dtype, a tensor name, a dim, a binding, a missing
  * group, a malformed file) and the checker must refuse each with its typed status, naming the
- * key; and a genai_config that disagrees with the graph is refused too. */
+ * key; and a genai_config that disagrees with the graph is refused too.
+ *
+ * LATENT packages (DeepSeek MLA: slot_mapping, one key-only page cache per layer): a graph built
+ * here with exactly the LATENT I/O over the tiny DeepSeek config's genai_config, the
+ * config-only export of that config with dense MLPs (first_k_dense_replace = every layer), and
+ * the export of the golden tiny DeepSeek-V3 MoE checkpoint, whose files are checked the same
+ * way. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -19,7 +25,9 @@
 #include "check.h"
 #include "cli_testing.h"
 #include "file_testing.h"
+#include "graph/graph.h"
 #include "io/genai_config.h"
+#include "io/hf_config.h"
 #include "io/inference_metadata.h"
 #include "io/onnx.h"
 #include "model_testing.h"
@@ -132,7 +140,8 @@ typedef struct corruption {
 #define PORTS_OUT "pipeline/workflow/components/decoder/ports/outputs/"
 #define GROUPS    "pipeline/workflow/serving/state_service/groups/"
 #define CONV_AL   GROUPS "fixed_conv/ports/decoder/"
-#define BINDINGS  "pipeline/workflow/components/decoder/contract/bindings/"
+#define CONTRACT  "pipeline/workflow/components/decoder/contract/"
+#define BINDINGS  CONTRACT "bindings/"
 
 /* Applies c to a copy of doc; NULL when the path does not lead anywhere (a broken case). */
 static char *corrupt(json_t *doc, const corruption *c) {
@@ -298,8 +307,23 @@ static void test_paged_package(void) {
       {"a workflow input's contract", SET,
        "pipeline/workflow/inputs/request.past_key_values.3.value/contract/dtype", "\"float32\"",
        PH_ERR_CONFIG_INCONSISTENT, "past_key_values.3.value"},
+      {"a SEPARATE package declared LATENT", SET, CONTRACT "parameters/kv_cache_layout",
+       "\"LATENT\"", PH_ERR_CONFIG_INCONSISTENT, "expected \"SEPARATE\""},
+      {"a SEPARATE package binding slot_mapping", SET, BINDINGS "slot_mapping", "\"slot_mapping\"",
+       PH_ERR_CONFIG_INCONSISTENT, "\"slot_mapping\" is not a PagedAttention"},
   };
   if (g) expect_refused(doc, cases, sizeof cases / sizeof cases[0], g, &gc);
+  /* SEPARATE may be said explicitly (it is PagedAttention's default, which absence means) */
+  if (g) {
+    json_t *copy = json_deep_copy(doc);
+    json_object_set_new(at(copy, CONTRACT "parameters"), "kv_cache_layout",
+                        json_string("SEPARATE"));
+    char *text = json_dumps(copy, JSON_COMPACT);
+    CHECK_STATUS(inference_metadata_check_text(text, strlen(text), "separate", g, &gc, &d), PH_OK,
+                 d.msg);
+    free(text);
+    json_decref(copy);
+  }
 
   /* malformed or missing file */
   diag_clear(&d);
@@ -490,6 +514,338 @@ static void test_config_only_27b(void) {
   ph_model_free(m);
 }
 
+/* ---- LATENT packages ----------------------------------------------------------------------- */
+
+#define DEEPSEEK_CKPT "golden/deepseek-v3-tiny-moe/checkpoint"
+#define LATENT_PAGE   16
+
+/* What a hand-built LATENT graph gets wrong on purpose (0: exactly the LATENT I/O). */
+enum {
+  LG_NO_SLOT_MAPPING = 1, /* no slot_mapping input */
+  LG_SLOTS_PER_SEQ = 2,   /* slot_mapping [batch_size] */
+  LG_VALUES = 4,          /* value pages beside the key pages, as SEPARATE has */
+};
+
+/* The LATENT packed graph I/O of c (docs/graph-io.md): input_ids i64 [N], block_table,
+ * cumulative_sequence_lengths, past_sequence_lengths, slot_mapping i32 [N], per layer
+ * past_key_values.{i}.key f32 [num_blocks, 16, 1, l+r]; outputs logits [N, vocab] and
+ * present.{i}.key. The body only gives the outputs their types. NULL on failure (reported). */
+static graph *latent_graph(const hf_config *c, unsigned flags) {
+  graph *g = NULL;
+  diag d;
+  CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+  if (!g) return NULL;
+  const char *tok[1] = {"num_tokens"}, *bt[2] = {"batch_size", "max_num_blocks"};
+  const char *b1[1] = {"batch_size_plus_1"}, *bs[1] = {"batch_size"};
+  const char *kv[4] = {"num_blocks", NULL, NULL, NULL}, *lg[2] = {"num_tokens", NULL};
+  const int64_t row = c->mla.kv_lora_rank + c->mla.qk_rope_head_dim;
+  const int ids = graph_add_input(g, "input_ids", PH_DTYPE_I64, 1, (int64_t[]){-1}, tok);
+  graph_add_input(g, "block_table", PH_DTYPE_I32, 2, (int64_t[]){-1, -1}, bt);
+  graph_add_input(g, "cumulative_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, b1);
+  graph_add_input(g, "past_sequence_lengths", PH_DTYPE_I32, 1, (int64_t[]){-1}, bs);
+  if (!(flags & LG_NO_SLOT_MAPPING))
+    graph_add_input(g, "slot_mapping", PH_DTYPE_I32, 1, (int64_t[]){-1},
+                    flags & LG_SLOTS_PER_SEQ ? bs : tok);
+  const float one_v = 1.0f;
+  const int one =
+      graph_add_initializer_copy(g, "one", PH_DTYPE_F32, shape_make(1, (int64_t[]){1}), &one_v);
+  char name[64];
+  for (int i = 0; i < (int)c->n_layers; i++)
+    for (int v = 0; v < ((flags & LG_VALUES) ? 2 : 1); v++) {
+      snprintf(name, sizeof name, "past_key_values.%d.%s", i, v ? "value" : "key");
+      const int past =
+          graph_add_input(g, name, PH_DTYPE_F32, 4, (int64_t[]){-1, LATENT_PAGE, 1, row}, kv);
+      snprintf(name, sizeof name, "present.%d.%s", i, v ? "value" : "key");
+      int present = -1;
+      graph_add_node(g, "Add", "", name, 2, (int[]){past, one}, 1, (const char *[]){name}, &present,
+                     0, NULL);
+      graph_mark_output(g, present, NULL);
+      graph_name_dims(g, present, 4, kv);
+    }
+  void *lm = NULL;
+  const int table = graph_add_initializer_alloc(
+      g, "lm_table", PH_DTYPE_F32, shape_make(2, (int64_t[]){c->vocab_size, c->vocab_size}), &lm);
+  int logits = -1;
+  graph_add_node(g, "Gather", "", "logits", 2, (int[]){table, ids}, 1, (const char *[]){"logits"},
+                 &logits, 0, NULL);
+  graph_mark_output(g, logits, NULL);
+  graph_name_dims(g, logits, 2, lg);
+  ph_status st = graph_finalize(g, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st != PH_OK) {
+    graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* The tiny DeepSeek config and its LATENT genai_config (16-token pages); 0 on failure. */
+static int latent_config(hf_config *c, genai_config *gc) {
+  char ckpt[1024];
+  diag d;
+  ph_status s = hf_config_load(check_data(ckpt, sizeof ckpt, DEEPSEEK_CKPT), c, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return 0;
+  *gc = genai_config_paged(c, 4096, LATENT_PAGE, 8, 0, 0, 2048);
+  return 1;
+}
+
+/* The document says what a LATENT graph is, checked here from the model config: the bindings
+ * are the controls, slot_mapping and each MLA layer's key pages (no value pages, no
+ * attention_metadata), the contract says LATENT, slot_mapping is packed like input_ids, the
+ * attention is multi_latent over the latent row, and there is no state service. */
+static void check_latent_doc(json_t *doc, const hf_config *c) {
+  char path[256];
+  int n_mla = 0;
+  for (int i = 0; i < (int)c->n_layers; i++) {
+    CHECK(c->layer_kind[i] == PH_LAYER_MLA);
+    n_mla += c->layer_kind[i] == PH_LAYER_MLA;
+    snprintf(path, sizeof path, BINDINGS "layer.%d.key_cache", i);
+    char want[64];
+    snprintf(want, sizeof want, "past_key_values.%d.key", i);
+    CHECK_EQ_STR(str_at(doc, path), want);
+    snprintf(path, sizeof path, BINDINGS "layer.%d.key_cache_out", i);
+    snprintf(want, sizeof want, "present.%d.key", i);
+    CHECK_EQ_STR(str_at(doc, path), want);
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(at(doc, CONTRACT "bindings"), key, v) {
+    if (strstr(key, "value") || strstr(key, "attention_metadata"))
+      fprintf(stderr, "  LATENT binding %s\n", key);
+    CHECK(!strstr(key, "value") && !strstr(key, "attention_metadata"));
+  }
+  CHECK_EQ_INT(json_object_size(at(doc, CONTRACT "bindings")), 4 + 2 * n_mla);
+  CHECK_EQ_STR(str_at(doc, BINDINGS "slot_mapping"), "slot_mapping");
+  CHECK_EQ_STR(str_at(doc, BINDINGS "past_seqlens"), "past_sequence_lengths");
+  CHECK_EQ_STR(str_at(doc, CONTRACT "parameters/kv_cache_layout"), "LATENT");
+  CHECK_EQ_INT(json_integer_value(at(doc, CONTRACT "parameters/block_size")), LATENT_PAGE);
+  CHECK_EQ_STR(str_at(doc, PORTS_IN "slot_mapping/dtype"), "int32");
+  CHECK_EQ_STR(str_at(doc, PORTS_IN "slot_mapping/batch_layout/kind"), "token_packed");
+  CHECK_EQ_STR(str_at(doc, PORTS_IN "slot_mapping/batch_layout/offsets"),
+               "request.cumulative_sequence_lengths");
+  CHECK_EQ_INT(json_integer_value(at(doc, PORTS_IN "slot_mapping/batch_layout/axis")), 0);
+  CHECK_EQ_STR(str_at(doc, PORTS_IN "past_key_values.0.key/batch_layout/kind"),
+               "runtime_sequence_state");
+  CHECK_EQ_INT(json_integer_value(at(doc, PORTS_IN "past_key_values.0.key/shape/#3")),
+               c->mla.kv_lora_rank + c->mla.qk_rope_head_dim);
+  CHECK(at(doc, PORTS_IN "position_ids") == NULL);
+  CHECK(at(doc, PORTS_IN "attention_metadata") == NULL);
+  CHECK(at(doc, PORTS_IN "past_key_values.0.value") == NULL);
+  CHECK_EQ_STR(str_at(doc, "pipeline/workflow/inputs/request.slot_mapping/source/name"),
+               "slot_mapping");
+  CHECK_EQ_STR(str_at(doc, "pipeline/workflow/steps/#0/inputs/slot_mapping"),
+               "request.slot_mapping");
+  CHECK_EQ_STR(str_at(doc, "model/attention/type"), "multi_latent");
+  CHECK_EQ_INT(json_integer_value(at(doc, "model/attention/num_kv_heads")), 1);
+  CHECK_EQ_INT(json_integer_value(at(doc, "model/attention/head_dim")),
+               c->mla.kv_lora_rank + c->mla.qk_rope_head_dim);
+  CHECK_EQ_INT(json_integer_value(at(doc, "model/attention/num_attention_heads")), c->n_heads);
+  CHECK_EQ_INT(json_object_size(at(doc, "pipeline/workflow/state")), 0);
+  CHECK(at(doc, "pipeline/workflow/serving") == NULL);
+  CHECK_EQ_INT(json_array_size(at(doc, "pipeline/workflow/manifest/capabilities")), 2);
+}
+
+/* A graph with exactly the LATENT I/O: written, checked, read; every LATENT fact corrupted is
+ * refused with its typed status; and graphs or genai_configs that disagree on LATENT are
+ * refused before any document is read. */
+static void test_latent_graph(void) {
+  hf_config c;
+  genai_config gc;
+  if (!latent_config(&c, &gc)) return;
+  CHECK(gc.slot_mapping[0] && !gc.past_value_names[0] && !gc.present_value_names[0]);
+  graph *g = latent_graph(&c, 0);
+  if (!g) return;
+  char pkg[600];
+  diag d;
+  snprintf(pkg, sizeof pkg, "%s/latent-graph", g_tmp);
+  CHECK_STATUS(path_mkdirs(pkg, &d), PH_OK, d.msg);
+  remove_metadata(pkg);
+  CHECK_STATUS(inference_metadata_write(g, &gc, pkg, &d), PH_OK, d.msg);
+  CHECK_STATUS(inference_metadata_check(pkg, g, &gc, &d), PH_OK, d.msg);
+  json_t *doc = load_doc(pkg);
+  if (!doc) {
+    graph_free(g);
+    return;
+  }
+  check_latent_doc(doc, &c);
+  const corruption cases[] = {
+      {"a value cache bound on a LATENT package", SET, BINDINGS "layer.0.value_cache",
+       "\"past_key_values.0.value\"", PH_ERR_CONFIG_INCONSISTENT,
+       "\"layer.0.value_cache\" is not a PagedAttention slot"},
+      {"attention_metadata bound", SET, BINDINGS "attention_metadata", "\"attention_metadata\"",
+       PH_ERR_CONFIG_INCONSISTENT, "\"attention_metadata\" is not a PagedAttention slot"},
+      {"slot_mapping unbound", DEL, BINDINGS "slot_mapping", NULL, PH_ERR_CONFIG_MISSING_FIELD,
+       "bindings.slot_mapping is missing"},
+      {"slot_mapping bound to another input", SET, BINDINGS "slot_mapping",
+       "\"past_sequence_lengths\"", PH_ERR_CONFIG_INCONSISTENT, "expected \"slot_mapping\""},
+      {"a key page output bound to the past", SET, BINDINGS "layer.1.key_cache_out",
+       "\"past_key_values.1.key\"", PH_ERR_CONFIG_INCONSISTENT, "expected \"present.1.key\""},
+      {"no kv_cache_layout", DEL, CONTRACT "parameters/kv_cache_layout", NULL,
+       PH_ERR_CONFIG_MISSING_FIELD, "kv_cache_layout is missing"},
+      {"kv_cache_layout SEPARATE", SET, CONTRACT "parameters/kv_cache_layout", "\"SEPARATE\"",
+       PH_ERR_CONFIG_INCONSISTENT, "expected \"LATENT\""},
+      {"kv_cache_layout of the wrong type", SET, CONTRACT "parameters/kv_cache_layout", "1",
+       PH_ERR_CONFIG_INVALID, "expected a string"},
+      {"grouped_query attention", SET, "model/attention/type", "\"grouped_query\"",
+       PH_ERR_CONFIG_INCONSISTENT, "expected \"multi_latent\""},
+      {"the latent heads", SET, "model/attention/num_kv_heads", "4", PH_ERR_CONFIG_INCONSISTENT,
+       "num_kv_heads: expected 1"},
+      {"slot_mapping without batch layout", DEL, PORTS_IN "slot_mapping/batch_layout", NULL,
+       PH_ERR_CONFIG_MISSING_FIELD, "missing (expected token_packed"},
+      {"slot_mapping request-aligned", SET, PORTS_IN "slot_mapping/batch_layout",
+       "{\"kind\": \"request_aligned\", \"axis\": 0}", PH_ERR_CONFIG_INCONSISTENT,
+       "expected \"token_packed\""},
+      {"slot_mapping int64", SET, "pipeline/workflow/inputs/request.slot_mapping/contract/dtype",
+       "\"int64\"", PH_ERR_CONFIG_INCONSISTENT, "expected \"int32\""},
+      {"a value page port", SET, PORTS_IN "past_key_values.0.value", "{}",
+       PH_ERR_CONFIG_INCONSISTENT, "no input \"past_key_values.0.value\""},
+      {"slot_mapping missing from the invoke", DEL,
+       "pipeline/workflow/steps/#0/inputs/slot_mapping", NULL, PH_ERR_CONFIG_MISSING_FIELD,
+       "slot_mapping is missing"},
+      {"a state service on a LATENT package", SET, "pipeline/workflow/serving", "{}",
+       PH_ERR_CONFIG_INCONSISTENT, "no state a state service would hold"},
+      {"a dense KV cell", SET, "pipeline/workflow/state/layer.0.key", "{}",
+       PH_ERR_CONFIG_INCONSISTENT, "\"layer.0.key\" is not the state cell"},
+  };
+  expect_refused(doc, cases, sizeof cases / sizeof cases[0], g, &gc);
+
+  /* genai_config and graph disagreeing on LATENT, refused before the document is read */
+  genai_config bad = gc;
+  bad.slot_mapping[0] = '\0'; /* key pages alone without slot_mapping */
+  CHECK_STATUS(inference_metadata_check(pkg, g, &bad, &d), PH_ERR_CONFIG_INCONSISTENT, d.msg);
+  CHECK_CONTAINS(d.msg, "\"slot_mapping\" is not named by genai_config.json");
+  bad = gc;
+  snprintf(bad.past_value_names, sizeof bad.past_value_names, "past_key_values.%%d.value");
+  snprintf(bad.present_value_names, sizeof bad.present_value_names, "present.%%d.value");
+  CHECK_STATUS(inference_metadata_check(pkg, g, &bad, &d), PH_ERR_CONFIG_INCONSISTENT, d.msg);
+  CHECK_CONTAINS(d.msg, "layer 0 has some paged_kv tensors but no input value");
+  struct {
+    unsigned flags;
+    int drop_slot_mapping;
+    const char *needle;
+  } graphs[] = {
+      {LG_NO_SLOT_MAPPING, 0, "names input \"slot_mapping\", which the graph does not have"},
+      {LG_NO_SLOT_MAPPING, 1, "no past_value_names template, and no inputs.slot_mapping"},
+      {LG_SLOTS_PER_SEQ, 0, "is not one slot per packed token"},
+      {LG_VALUES, 0, "\"past_key_values.0.value\" is not named by genai_config.json"},
+  };
+  for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
+    graph *other = latent_graph(&c, graphs[i].flags);
+    if (!other) continue;
+    bad = gc;
+    if (graphs[i].drop_slot_mapping) bad.slot_mapping[0] = '\0';
+    diag_clear(&d);
+    CHECK_STATUS(inference_metadata_check(pkg, other, &bad, &d), PH_ERR_CONFIG_INCONSISTENT, d.msg);
+    CHECK_CONTAINS(d.msg, graphs[i].needle);
+    /* the writer refuses the same, and writes nothing */
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/latent-bad-%zu", g_tmp, i);
+    CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+    remove_metadata(dir);
+    CHECK_STATUS(inference_metadata_write(other, &bad, dir, &d), PH_ERR_CONFIG_INCONSISTENT, d.msg);
+    CHECK_CONTAINS(d.msg, graphs[i].needle);
+    char path[900];
+    snprintf(path, sizeof path, "%s/%s", dir, INFERENCE_METADATA_FILE);
+    CHECK(!path_exists(path));
+    graph_free(other);
+  }
+  json_decref(doc);
+  graph_free(g);
+}
+
+/* The export of a LATENT package (--config-only: the tiny DeepSeek config with dense MLPs, so no
+ * MoE operator is needed) names slot_mapping and key pages only in genai_config.json, and its
+ * inference_metadata.json is the LATENT document, checked against the graph read back. */
+static void test_latent_export(void) {
+  char ckpt[1024], dir[600], path[700], pkg[600];
+  check_data(ckpt, sizeof ckpt, DEEPSEEK_CKPT "/config.json");
+  snprintf(dir, sizeof dir, "%s/deepseek-dense-mlp", g_tmp);
+  snprintf(pkg, sizeof pkg, "%s/deepseek-latent-pkg", g_tmp);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  char *text = NULL;
+  size_t n = 0;
+  diag d;
+  CHECK_STATUS(file_read_all(ckpt, 1 << 20, &text, &n, &d), PH_OK, d.msg);
+  if (!text) return;
+  /* every layer dense: "first_k_dense_replace": 1 -> 3 (the config has 3 layers) */
+  char *k = strstr(text, "\"first_k_dense_replace\": 1,");
+  CHECK(k != NULL && strstr(text, "\"num_hidden_layers\": 3,") != NULL);
+  if (k) k[strlen("\"first_k_dense_replace\": ")] = '3';
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  FILE *f = fopen(path, "wb");
+  CHECK(f && fwrite(text, 1, n, f) == n);
+  if (f) fclose(f);
+  free(text);
+  ph_model *m = mt_open(dir, 0);
+  if (!m) return;
+  export_options o = export_options_default();
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.target = EXPORT_TARGET_CPU;
+  o.config_only = 1;
+  o.force = 1;
+  remove_metadata(pkg);
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+  genai_config gc;
+  graph *g = read_package(pkg, PACKAGE_CONFIG_ONLY, &gc);
+  if (g) {
+    CHECK_STATUS(inference_metadata_check(pkg, g, &gc, &d), PH_OK, d.msg);
+    CHECK_EQ_STR(gc.slot_mapping, "slot_mapping");
+    CHECK_EQ_STR(gc.past_value_names, "");
+    CHECK(graph_find_value(g, "past_key_values.0.value") < 0);
+  }
+  json_t *doc = load_doc(pkg);
+  const hf_config *c = model_config(m);
+  if (doc && c->n_layers == 3) {
+    int dense = 1;
+    for (int i = 0; i < (int)c->n_layers; i++) dense &= c->layer_kind[i] == PH_LAYER_MLA;
+    CHECK(dense);
+    check_latent_doc(doc, c);
+    CHECK_EQ_STR(str_at(doc, PORTS_IN "past_key_values.2.key/dtype"), "float32");
+  }
+  json_decref(doc);
+  graph_free(g);
+  ph_model_free(m);
+}
+
+/* The golden tiny DeepSeek-V3 checkpoint (MLA, DeepSeekMoE from layer 1) exported with its
+ * weights, packed paged for the CPU: the LATENT document, checked against the graph read back as
+ * a loader reads it (finalized and checked), and byte-identical from a second export. */
+static void test_latent_moe_export(void) {
+  char ckpt[1024], pkg[2][600];
+  check_data(ckpt, sizeof ckpt, DEEPSEEK_CKPT);
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  export_options o = export_options_default();
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.target = EXPORT_TARGET_CPU;
+  o.force = 1;
+  diag d;
+  for (int i = 0; i < 2; i++) {
+    snprintf(pkg[i], sizeof pkg[i], "%s/deepseek-moe-latent-%d", g_tmp, i);
+    remove_metadata(pkg[i]);
+    CHECK_STATUS(model_export(m, pkg[i], &o, &d), PH_OK, d.msg);
+  }
+  genai_config gc;
+  graph *g = read_package(pkg[0], PACKAGE_FINALIZE | PACKAGE_CHECK, &gc);
+  if (g) CHECK_STATUS(inference_metadata_check(pkg[0], g, &gc, &d), PH_OK, d.msg);
+  json_t *doc = load_doc(pkg[0]);
+  if (doc) check_latent_doc(doc, model_config(m));
+  char pa[1200], pb[1200];
+  snprintf(pa, sizeof pa, "%s/%s", pkg[0], INFERENCE_METADATA_FILE);
+  snprintf(pb, sizeof pb, "%s/%s", pkg[1], INFERENCE_METADATA_FILE);
+  char *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  CHECK_STATUS(file_read_all(pa, 1 << 24, &x, &nx, &d), PH_OK, d.msg);
+  CHECK_STATUS(file_read_all(pb, 1 << 24, &y, &ny, &d), PH_OK, d.msg);
+  CHECK(x && y && nx == ny && memcmp(x, y, nx) == 0);
+  free(x);
+  free(y);
+  json_decref(doc);
+  graph_free(g);
+  ph_model_free(m);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -501,6 +857,9 @@ int main(void) {
   RUN(test_cpu_pruned);
   RUN(test_dense_package);
   RUN(test_config_only_27b);
+  RUN(test_latent_graph);
+  RUN(test_latent_export);
+  RUN(test_latent_moe_export);
   cli_testing_done();
   return check_finish();
 }

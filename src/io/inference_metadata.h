@@ -28,12 +28,18 @@
  * - KV, packed paged layout: not a state-service group (every state-service cell must be
  *   request-aligned, and a page pool has no request axis) but the decoder's component contract
  *   INFERENCE_METADATA_PAGED_KV_CONTRACT version "1": bindings PagedAttention's slot names ->
- *   graph names (block_table, cumulative_sequence_length, past_seqlens, attention_metadata, and
- *   "layer.<i>.key_cache" / "value_cache" / "key_cache_out" / "value_cache_out" per
- *   full-attention layer), parameters block_size (tokens per page) and aliasing "required";
+ *   graph names (block_table, cumulative_sequence_length, past_seqlens, attention_metadata and
+ *   slot_mapping where genai_config names them, and "layer.<i>.key_cache" / "value_cache" /
+ *   "key_cache_out" / "value_cache_out" per full-attention layer), parameters block_size (tokens
+ *   per page) and aliasing "required";
+ * - LATENT (DeepSeek MLA: genai_config names slot_mapping and no value templates): the same
+ *   contract with key_cache / key_cache_out per layer only, slot_mapping bound (its port
+ *   token_packed like input_ids), the parameter kv_cache_layout "LATENT" (absent, as in every
+ *   other package, means SEPARATE), no state service, model.attention.type "multi_latent";
  * - KV, dense layout: the state-service group "dense_kv" (kind full_attention, sequence_axis 2,
  *   layout "bnsh", update append), cells "layer.<i>.key" / ".value", aliases with role key/value;
- * - model: attention sizes, max_sequence_length (= context_length), vocab_size.
+ * - model: attention type and sizes (genai_config's heads and head_size: for LATENT the latent
+ *   page row), max_sequence_length (= context_length), vocab_size.
  * A layer's id is the model's layer index, the id genai_config's state_groups use.
  */
 #ifndef PH_IO_INFERENCE_METADATA_H
@@ -67,15 +73,18 @@ ph_status inference_metadata_write(const graph *g, const genai_config *gc, const
  *   (dense: the layers whose gc templates name graph inputs), each alias names exactly
  *   gc's past/present template for its layer, each cell carries the port's contract; the
  *   recurrent state is float32; the paged KV contract binds exactly gc's paged_kv layers to
- *   gc's past/present key and value names and gc's control inputs, with block_size = gc's
- *   engine.dynamic_batching.block_size = the pages' dim 1 (dense: the dense_kv group does);
+ *   gc's past/present key and value names (LATENT: key names only, kv_cache_layout "LATENT")
+ *   and gc's control inputs, with block_size = gc's engine.dynamic_batching.block_size = the
+ *   pages' dim 1 (dense: the dense_kv group does);
  * - schema_version "v1", the manifest's capabilities, the model sizes against gc.
  * Errors, naming the key path with what was expected and what was found: PH_ERR_NOT_FOUND (no
  * file), PH_ERR_JSON (malformed), PH_ERR_CONFIG_MISSING_FIELD (a key or entry missing),
  * PH_ERR_CONFIG_INVALID (a key of the wrong JSON type or an unknown value: a dtype, a layout
  * kind), PH_ERR_CONFIG_INCONSISTENT (a value that disagrees with the graph or gc: a dtype, a dim,
  * a layer id, a tensor name, an entry the graph does not have). gc and g disagreeing with each
- * other (a graph I/O gc does not name) is PH_ERR_CONFIG_INCONSISTENT too. */
+ * other (a graph I/O gc does not name, an input gc names that the graph lacks, a slot_mapping
+ * that is not [N] like input_ids, key pages without value templates or slot_mapping) is
+ * PH_ERR_CONFIG_INCONSISTENT too. */
 ph_status inference_metadata_check(const char *dir, const graph *g, const genai_config *gc,
                                    diag *d);
 

@@ -88,15 +88,17 @@ static ph_status classify(const genai_config *gc, const char *name, int is_outpu
   if (is_output) {
     if (named(gc->logits, name)) return *kind = MD_LOGITS, PH_OK;
   } else {
-    static const md_kind kinds[] = {MD_TOKENS,     MD_POSITIONS,    MD_MASK,         MD_BLOCK_TABLE,
-                                    MD_CU_SEQLENS, MD_PAST_SEQLENS, MD_ATTN_METADATA};
+    static const md_kind kinds[] = {MD_TOKENS,        MD_POSITIONS,   MD_MASK,
+                                    MD_BLOCK_TABLE,   MD_CU_SEQLENS,  MD_PAST_SEQLENS,
+                                    MD_ATTN_METADATA, MD_SLOT_MAPPING};
     const char *names[] = {gc->input_ids,
                            gc->position_ids,
                            gc->attention_mask,
                            gc->block_table,
                            gc->cumulative_sequence_lengths,
                            gc->past_sequence_lengths,
-                           gc->attention_metadata};
+                           gc->attention_metadata,
+                           gc->slot_mapping};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
       if (named(names[i], name)) return *kind = kinds[i], PH_OK;
   }
@@ -195,6 +197,31 @@ static ph_status check_discipline(const md_abi *a, const md_layers *graph_layers
   return PH_OK;
 }
 
+/* The table's input called name, NULL if none. */
+static const md_io *input_named(const md_abi *a, const char *name) {
+  for (int i = 0; i < a->n_io; i++)
+    if (!a->io[i].is_output && strcmp(md_io_value(a, &a->io[i])->name, name) == 0) return &a->io[i];
+  return NULL;
+}
+
+/* slot_mapping holds one page slot per packed token: [N], dim 0 input_ids' (the same symbol or
+ * the same number), so it is token_packed wherever input_ids is. */
+static ph_status check_slot_mapping(const md_abi *a, diag *d) {
+  const gvalue *ids = md_io_value(a, input_named(a, a->gc->input_ids));
+  const gvalue *sm = md_io_value(a, input_named(a, a->gc->slot_mapping));
+  char bi[MD_NAME_BYTES], bs[MD_NAME_BYTES];
+  const char *si = ids->type.rank == 1 ? md_dim_symbol(a->g, ids, 0, bi, sizeof bi) : NULL;
+  const char *ss = sm->type.rank == 1 ? md_dim_symbol(a->g, sm, 0, bs, sizeof bs) : NULL;
+  const int same =
+      ids->type.rank == 1 && sm->type.rank == 1 &&
+      (si && ss ? strcmp(si, ss) == 0 : !si && !ss && ids->type.dims[0] == sm->type.dims[0]);
+  RETURN_ERROR_IF(!same, d, PH_ERR_CONFIG_INCONSISTENT,
+                  "graph input \"%s\" (genai_config.json inputs.slot_mapping) is not one slot per "
+                  "packed token: expected rank 1 with %s's dim (%s is rank %d)",
+                  sm->name, ids->name, ids->name, ids->type.rank);
+  return PH_OK;
+}
+
 static void dim0_symbol(const md_abi *a, const char *name, char *out, size_t n) {
   out[0] = '\0';
   int id = name[0] ? graph_find_value(a->g, name) : -1;
@@ -237,6 +264,8 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
   a->g = g;
   a->gc = gc;
   a->paged = gc->paged;
+  a->latent =
+      gc->paged && gc->slot_mapping[0] && !gc->past_value_names[0] && !gc->present_value_names[0];
   RETURN_ERROR_IF(!gc->has_decoder || !gc->logits[0] || !gc->input_ids[0], d,
                   PH_ERR_CONFIG_MISSING_FIELD,
                   "genai_config.json has no model.decoder with input_ids and logits");
@@ -261,7 +290,18 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
   }
   static const md_kind kv_parts[2] = {MD_KEY, MD_VALUE};
   static const md_kind conv_part[1] = {MD_CONV}, rec_part[1] = {MD_RECURRENT};
-  if (s == PH_OK) s = check_discipline(a, &a->kv, GENAI_STATE_PAGED_KV, kv_parts, 2, d);
+  /* a KV layer without value templates is a LATENT one, which slot_mapping marks (a struct
+   * built by hand can lack both: genai_config_read gives GenAI's default names instead) */
+  if (s == PH_OK && a->kv.n > 0 && !a->latent &&
+      (!gc->past_value_names[0] || !gc->present_value_names[0]))
+    s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                 "genai_config.json gives layer %d key pages but no %s template, and no "
+                 "inputs.slot_mapping (only a LATENT package, which names slot_mapping, has key "
+                 "pages alone)",
+                 (int)a->kv.id[0],
+                 gc->past_value_names[0] ? "present_value_names" : "past_value_names");
+  if (s == PH_OK)
+    s = check_discipline(a, &a->kv, GENAI_STATE_PAGED_KV, kv_parts, a->latent ? 1 : 2, d);
   if (s == PH_OK) s = check_discipline(a, &a->conv, GENAI_STATE_FIXED_CONV, conv_part, 1, d);
   if (s == PH_OK) s = check_discipline(a, &a->rec, GENAI_STATE_FIXED_RECURRENT, rec_part, 1, d);
   /* a value layers_add missed: a value template matching where no key does */
@@ -273,10 +313,21 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
     s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
                  "genai_config.json names output \"%s\", which the graph does not have",
                  gc->logits);
-  if (s == PH_OK && !md_find_io(a, MD_TOKENS, -1, 0))
-    s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
-                 "genai_config.json names input \"%s\", which the graph does not have",
-                 gc->input_ids);
+  /* every input genai_config names is one the graph has (GenAI binds each by name) */
+  const char *named_inputs[] = {gc->input_ids,
+                                gc->position_ids,
+                                gc->attention_mask,
+                                gc->block_table,
+                                gc->cumulative_sequence_lengths,
+                                gc->past_sequence_lengths,
+                                gc->attention_metadata,
+                                gc->slot_mapping};
+  for (size_t i = 0; s == PH_OK && i < sizeof named_inputs / sizeof named_inputs[0]; i++)
+    if (named_inputs[i][0] && !input_named(a, named_inputs[i]))
+      s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                   "genai_config.json names input \"%s\", which the graph does not have",
+                   named_inputs[i]);
+  if (s == PH_OK && gc->slot_mapping[0]) s = check_slot_mapping(a, d);
   if (s == PH_OK && a->paged) {
     /* the pages' dim 1 is the page size genai_config promises GenAI's Engine */
     for (int i = 0; s == PH_OK && i < a->n_io; i++) {
@@ -303,6 +354,10 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
 }
 
 /* The names of the document, from the table. */
+const char *md_attention_type(const md_abi *a) {
+  return a->latent ? "multi_latent" : "grouped_query";
+}
+
 const char *md_group_layout(const md_abi *a, md_kind part) {
   return part == MD_KEY    ? MD_LAYOUT_KV
          : part == MD_CONV ? MD_LAYOUT_CONV

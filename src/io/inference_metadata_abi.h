@@ -4,10 +4,10 @@
  *
  * Both directions start from one table (md_abi): every graph input and output classified by the
  * genai_config name or template that gives it (token ids, positions, mask, logits, a paged
- * control input, or layer i's key, value, conv or recurrent state), with the batch layout its
- * dims call for, and the layer ids of each state discipline. Building the table is itself the
- * first check: a graph I/O genai_config does not name, or state groups that disagree with the
- * graph, stop both the writer and the checker.
+ * control input or slot_mapping, or layer i's key, value, conv or recurrent state), with the
+ * batch layout its dims call for, and the layer ids of each state discipline. Building the
+ * table is itself the first check: a graph I/O genai_config does not name, or state groups that
+ * disagree with the graph, stop both the writer and the checker.
  *
  * The module's files:
  * - inference_metadata_abi.c   the table (md_abi_build) and the names of the document both
@@ -42,6 +42,12 @@
 /* a tensor name, a cell or binding name, or one of them behind a prefix */
 #define MD_NAME_BYTES       (GENAI_MAX_NAME + 32)
 
+/* The paged KV contract's parameter naming PagedAttention's kv_cache_layout; written for LATENT
+ * only (absent: SEPARATE, the op's default). */
+#define MD_PARAM_KV_LAYOUT    "kv_cache_layout"
+#define MD_KV_LAYOUT_LATENT   "LATENT"
+#define MD_KV_LAYOUT_SEPARATE "SEPARATE"
+
 /* The serving controls every catalogue decoder declares (not graph inputs). */
 typedef struct md_serving_input {
   const char *name;     /* workflow input, "request.active" */
@@ -62,6 +68,7 @@ typedef enum md_kind {
   MD_CU_SEQLENS,
   MD_PAST_SEQLENS,
   MD_ATTN_METADATA,
+  MD_SLOT_MAPPING, /* PagedAttention's flat write slot per packed token (LATENT) */
   MD_KEY,
   MD_VALUE,
   MD_CONV,
@@ -94,6 +101,9 @@ typedef struct md_abi {
   const graph *g;
   const genai_config *gc;
   int paged;
+  /* paged KV layers hold key pages only (PagedAttention kv_cache_layout LATENT): gc names
+   * slot_mapping and no value templates (io/genai_config.h) */
+  int latent;
   int n_io;
   md_io *io;                         /* graph inputs in order, then outputs; malloc'ed */
   md_layers kv, conv, rec;           /* KV (paged or dense), conv and recurrent state */
@@ -103,9 +113,10 @@ typedef struct md_abi {
 
 /* Builds a's table for g and gc (a is overwritten). Errors: PH_ERR_CONFIG_MISSING_FIELD (gc has
  * no decoder with input_ids and logits), PH_ERR_UNSUPPORTED (a graph I/O without rank or with a
- * dtype the format cannot name), PH_ERR_CONFIG_INCONSISTENT (a graph I/O gc does not name, state
- * groups or page size that disagree with the graph), PH_ERR_NO_MEMORY; on error a holds nothing
- * to free. */
+ * dtype the format cannot name), PH_ERR_CONFIG_INCONSISTENT (a graph I/O gc does not name, an
+ * input gc names that the graph lacks, state groups or page size that disagree with the graph,
+ * paged KV layers without value templates and without slot_mapping, a slot_mapping that is not
+ * one entry per packed token), PH_ERR_NO_MEMORY; on error a holds nothing to free. */
 ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *d);
 
 /* Frees a's table; a second call is a no-op. */
@@ -128,6 +139,11 @@ const md_io *md_find_io(const md_abi *a, md_kind kind, int layer, int is_output)
 
 /* l as "[0, 1, 2]" into buf (n bytes, truncated to fit). */
 void md_layers_format(const md_layers *l, char *buf, size_t n);
+
+/* model.attention.type: "multi_latent" for a LATENT package (the pages hold MLA's compressed
+ * latent row), else "grouped_query" (the dense MLA graph runs GroupQueryAttention over
+ * decompressed heads, so its caches are GQA's). */
+const char *md_attention_type(const md_abi *a);
 
 /* The layout a state-service group of part (MD_KEY, MD_CONV or MD_RECURRENT) declares. */
 const char *md_group_layout(const md_abi *a, md_kind part);

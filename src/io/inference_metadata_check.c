@@ -266,7 +266,8 @@ static ph_status check_model(const json_t *root, const md_abi *a, diag *d) {
   json_t *m, *att;
   FORWARD_IF_ERROR(member(root, "", "model", JSON_OBJECT, &m, d));
   FORWARD_IF_ERROR(member(m, "model", "attention", JSON_OBJECT, &att, d));
-  FORWARD_IF_ERROR(expect_str(att, "model.attention", "type", "grouped_query", NULL, d));
+  FORWARD_IF_ERROR(expect_str(att, "model.attention", "type", md_attention_type(a),
+                              a->latent ? "(LATENT pages: the MLA latent row)" : NULL, d));
   FORWARD_IF_ERROR(expect_int(att, "model.attention", "num_kv_heads", gc->num_key_value_heads,
                               "(genai_config num_key_value_heads)", d));
   FORWARD_IF_ERROR(expect_int(att, "model.attention", "num_attention_heads",
@@ -286,7 +287,8 @@ static json_t *paged_bindings_want(const md_abi *a) {
   const char *controls[][2] = {{"block_table", gc->block_table},
                                {"cumulative_sequence_length", gc->cumulative_sequence_lengths},
                                {"past_seqlens", gc->past_sequence_lengths},
-                               {"attention_metadata", gc->attention_metadata}};
+                               {"attention_metadata", gc->attention_metadata},
+                               {"slot_mapping", gc->slot_mapping}};
   for (size_t i = 0; i < sizeof controls / sizeof controls[0]; i++)
     if (controls[i][1][0]) json_object_set_new(w, controls[i][0], json_string(controls[i][1]));
   const char *tmpl[4] = {gc->past_key_names, gc->past_value_names, gc->present_key_names,
@@ -295,6 +297,7 @@ static json_t *paged_bindings_want(const md_abi *a) {
                                       "value_cache_out"};
   for (int l = 0; l < a->kv.n; l++)
     for (int k = 0; k < 4; k++) {
+      if (a->latent && (k == 1 || k == 3)) continue; /* LATENT: key pages only */
       snprintf(key, sizeof key, "layer.%d.%s", (int)a->kv.id[l], slot[k]);
       json_object_set_new(w, key,
                           json_string(template_name(tmpl[k], a->kv.id[l], name, sizeof name)));
@@ -304,7 +307,7 @@ static json_t *paged_bindings_want(const md_abi *a) {
 
 static ph_status check_paged_contract(const json_t *c, const char *path, const md_abi *a, diag *d) {
   static const char *const keys[] = {"id", "version", "bindings", "parameters", NULL},
-                           *const pkeys[] = {"block_size", "aliasing", NULL};
+                           *const pkeys[] = {"block_size", "aliasing", MD_PARAM_KV_LAYOUT, NULL};
   char p[MD_PATH_BYTES], ids[600], what[700];
   json_t *b, *prm;
   RETURN_ERROR_IF(!json_is_object(c), d, PH_ERR_CONFIG_INVALID, "%s is %s, expected an object",
@@ -326,8 +329,16 @@ static ph_status check_paged_contract(const json_t *c, const char *path, const m
   FORWARD_IF_ERROR(only_keys(prm, p, pkeys, d));
   FORWARD_IF_ERROR(expect_int(prm, p, "block_size", a->gc->dynamic_batching.block_size,
                               "(genai_config engine.dynamic_batching.block_size)", d));
-  return expect_str(prm, p, "aliasing", "required", "(PagedAttention writes the pages in place)",
-                    d);
+  FORWARD_IF_ERROR(
+      expect_str(prm, p, "aliasing", "required", "(PagedAttention writes the pages in place)", d));
+  /* LATENT must say so; SEPARATE may (absent means PagedAttention's default, SEPARATE) */
+  if (a->latent || json_object_get(prm, MD_PARAM_KV_LAYOUT))
+    FORWARD_IF_ERROR(expect_str(prm, p, MD_PARAM_KV_LAYOUT,
+                                a->latent ? MD_KV_LAYOUT_LATENT : MD_KV_LAYOUT_SEPARATE,
+                                a->latent ? "(genai_config names slot_mapping and no value pages)"
+                                          : "(genai_config names value pages)",
+                                d));
+  return PH_OK;
 }
 
 static ph_status check_component(const json_t *wf, const md_abi *a, diag *d) {

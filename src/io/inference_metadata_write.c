@@ -65,7 +65,7 @@ static json_t *contract_json(const md_abi *a, const md_io *io, int *ok) {
 static json_t *model_json(const md_abi *a, int *ok) {
   const genai_config *gc = a->gc;
   json_t *m = json_object(), *att = json_object();
-  put(att, "type", json_string("grouped_query"), ok);
+  put(att, "type", json_string(md_attention_type(a)), ok);
   put(att, "num_kv_heads", json_integer(gc->num_key_value_heads), ok);
   put(att, "num_attention_heads", json_integer(gc->num_attention_heads), ok);
   put(att, "head_dim", json_integer(gc->head_size), ok);
@@ -141,6 +141,8 @@ static const char *paged_slot(md_kind k) {
     return "past_seqlens";
   case MD_ATTN_METADATA:
     return "attention_metadata";
+  case MD_SLOT_MAPPING:
+    return "slot_mapping";
   default:
     return NULL;
   }
@@ -162,13 +164,15 @@ static json_t *paged_contract_json(const md_abi *a, int *ok) {
       put(b, paged_slot(a->io[i].kind), json_string(md_io_value(a, &a->io[i])->name), ok);
   for (int l = 0; l < a->kv.n; l++)
     for (int out = 0; out < 2; out++)
-      for (md_kind k = MD_KEY; k <= MD_VALUE; k++) {
+      for (md_kind k = MD_KEY; k <= (a->latent ? MD_KEY : MD_VALUE); k++) {
         const md_io *io = md_find_io(a, k, a->kv.id[l], out);
         put(b, kv_binding_name(io, buf, sizeof buf), json_string(md_io_value(a, io)->name), ok);
       }
   put(c, "bindings", b, ok);
   put(p, "block_size", json_integer(a->gc->dynamic_batching.block_size), ok);
   put(p, "aliasing", json_string("required"), ok);
+  /* absent: SEPARATE (PagedAttention's default), so SEPARATE packages keep their bytes */
+  if (a->latent) put(p, MD_PARAM_KV_LAYOUT, json_string(MD_KV_LAYOUT_LATENT), ok);
   put(c, "parameters", p, ok);
   return c;
 }

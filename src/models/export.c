@@ -192,7 +192,8 @@ static ph_status check_layer_names(const graph *g, int layer, const char *past_t
   return PH_OK;
 }
 
-/* Every graph input and output is one genai_config names, and every name it gives exists. */
+/* Every graph input and output is one genai_config names, and every name it gives exists. A
+ * LATENT config (slot_mapping named, no value templates) gives its MLA layers key pages only. */
 static ph_status check_genai_names(const graph *g, const genai_config *gc, const hf_config *c,
                                    diag *d) {
   const char *ins[] = {gc->input_ids,
@@ -201,7 +202,11 @@ static ph_status check_genai_names(const graph *g, const genai_config *gc, const
                        gc->block_table,
                        gc->cumulative_sequence_lengths,
                        gc->past_sequence_lengths,
-                       gc->attention_metadata};
+                       gc->attention_metadata,
+                       gc->slot_mapping};
+  /* LATENT (slot_mapping named, no value templates): an MLA layer holds key pages only */
+  const int key_only =
+      gc->slot_mapping[0] && !gc->past_value_names[0] && !gc->present_value_names[0];
   int n_in = 0, n_out = 0;
   for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
     if (!ins[i][0]) continue; /* not part of this layout */
@@ -221,6 +226,7 @@ static ph_status check_genai_names(const graph *g, const genai_config *gc, const
     } else {
       FORWARD_IF_ERROR(
           check_layer_names(g, i, gc->past_key_names, gc->present_key_names, &n_in, &n_out, d));
+      if (key_only && c->layer_kind[i] == PH_LAYER_MLA) continue;
       FORWARD_IF_ERROR(
           check_layer_names(g, i, gc->past_value_names, gc->present_value_names, &n_in, &n_out, d));
     }
