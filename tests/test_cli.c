@@ -607,13 +607,14 @@ static void test_export(void) {
 
   CHECK_EQ_INT(run("export /nonexistent/model -o /nonexistent/pkg"), 1);
   CHECK_CONTAINS(g_stderr, "error: PH_ERR_NOT_FOUND");
-  /* a family without a dense builder is a typed refusal */
+  /* DeepSeek-V2 (MLA + DeepSeekMoE) exports, and generate runs the package */
   snprintf(args, sizeof args, "make-tiny --out '%s/ds' --model-type deepseek_v2", g_tmp);
   CHECK_EQ_INT(run(args), 0);
   snprintf(args, sizeof args, "export '%s/ds' -o '%s/ds-pkg'", g_tmp, g_tmp);
-  CHECK_EQ_INT(run(args), 1);
-  CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED");
-  CHECK_CONTAINS(g_stderr, "deepseek_v2");
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "generate --model '%s/ds-pkg' --tokens 1,2,3 --max-new 2", g_tmp);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "generated: ");
 }
 
 /* export --config-only, then everything a user would try on the package: inspect describes it
@@ -696,23 +697,25 @@ static void test_config_only_package(void) {
   }
 }
 
-/* Checkpoints export does not build yet are refused before anything is written, naming what is
- * missing in the layout asked for: the MLA export (dense; paged: LATENT PagedAttention) for
- * DeepSeek, the MoE export (both layouts) for sparse MLP layers. config.json only (the refusal
- * comes first; --config-only needs nothing else). */
-static void test_export_refusals(void) {
+/* The MLA and MoE checkpoints export in both layouts (config.json alone: --config-only): the
+ * paged DeepSeek package is LATENT (genai_config names slot_mapping, no value caches), the paged
+ * Qwen3.5-MoE one is SEPARATE. What LATENT cannot honour is refused before anything is written,
+ * with a typed error naming the field: DeepSeek Sparse Attention, DeepSeek-V4's compressed
+ * attention, a sliding window, and a kv_lora_rank off the %16 grid (which the dense layout
+ * still exports). */
+static void test_export_mla_moe(void) {
   static const char ds_head[] =
       "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\","
       " \"hidden_size\": 64, \"num_hidden_layers\": 3, \"num_attention_heads\": 4,"
-      " \"num_key_value_heads\": 4, \"q_lora_rank\": 48, \"kv_lora_rank\": 32,"
-      " \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 16, \"v_head_dim\": 16,"
+      " \"num_key_value_heads\": 4, \"q_lora_rank\": 48, \"qk_nope_head_dim\": 16,"
+      " \"qk_rope_head_dim\": 16, \"v_head_dim\": 16,"
       " \"intermediate_size\": 128, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
       " \"moe_intermediate_size\": 32, \"n_shared_experts\": 1, \"moe_layer_freq\": 1,"
       " \"routed_scaling_factor\": 2.5, \"norm_topk_prob\": true, \"topk_method\": \"noaux_tc\","
       " \"scoring_func\": \"sigmoid\", \"n_group\": 4, \"topk_group\": 2, \"vocab_size\": 256,"
       " \"rms_norm_eps\": 1e-06, \"hidden_act\": \"silu\", \"rope_theta\": 10000.0,"
       " \"max_position_embeddings\": 4096, \"tie_word_embeddings\": false,"
-      " \"attention_bias\": false, \"dtype\": \"float32\", \"first_k_dense_replace\": ";
+      " \"attention_bias\": false, \"dtype\": \"float32\", \"first_k_dense_replace\": 1";
   static const char qwen_moe[] =
       "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\","
       " \"hidden_size\": 64, \"num_hidden_layers\": 4, \"num_attention_heads\": 4,"
@@ -728,43 +731,48 @@ static void test_export_refusals(void) {
       " \"mrope_interleaved\": true}}";
   struct {
     const char *name, *config, *tail; /* config: ds_head + tail when tail is not NULL */
-    const char *dense, *paged;        /* what each layout's refusal says */
+    const char *dense, *paged;        /* NULL: exports; else what the refusal says */
   } cases[] = {
-      {"ds-moe", ds_head, "1}",
-       "model_type deepseek_v3 (multi-head latent attention; sparse MoE MLP of 8 experts, top-2, "
-       "from layer 1): the dense MLA export and the MoE export are not built yet",
-       "model_type deepseek_v3 (multi-head latent attention; sparse MoE MLP of 8 experts, top-2, "
-       "from layer 1): the paged MLA (LATENT PagedAttention) export and the MoE export are not "
-       "built yet"},
-      {"ds-dense", ds_head, "3}",
-       "model_type deepseek_v3 (multi-head latent attention): the dense MLA export is not built "
-       "yet",
-       "model_type deepseek_v3 (multi-head latent attention): the paged MLA (LATENT "
-       "PagedAttention) export is not built yet"},
-      {"qwen-moe", qwen_moe, NULL,
-       "model_type qwen3_5_moe_text (sparse MoE MLP of 4 experts, top-2, from layer 0): the MoE "
-       "export (dense and paged layouts) is not built yet",
-       "model_type qwen3_5_moe_text (sparse MoE MLP of 4 experts, top-2, from layer 0): the MoE "
-       "export (dense and paged layouts) is not built yet"},
+      {"ds-moe", ds_head, ", \"kv_lora_rank\": 32}", NULL, NULL},
+      {"qwen-moe", qwen_moe, NULL, NULL, NULL},
+      {"ds-dsa", ds_head, ", \"kv_lora_rank\": 32, \"use_dsa\": true, \"index_topk\": 64}",
+       "DeepSeek Sparse Attention (use_dsa = true with an indexer, index_topk = 64) is not "
+       "implemented",
+       "LATENT PagedAttention cannot express DeepSeek Sparse Attention"},
+      {"ds-v4", ds_head, ", \"kv_lora_rank\": 32, \"compress_ratios\": [4, 4, 4]}",
+       "DeepSeek-V4 attention", "compress_ratios has 3 entries"},
+      {"ds-window", ds_head, ", \"kv_lora_rank\": 32, \"sliding_window\": 128}",
+       "sliding_window = 128 is not implemented", "sliding_window = 128"},
+      {"ds-rank40", ds_head, ", \"kv_lora_rank\": 40}", NULL, "kv_lora_rank"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char dir[1024], path[1200], text[4096], args[4096], out[1200];
-    snprintf(dir, sizeof dir, "%s/refuse-%s", g_tmp, cases[i].name);
+    snprintf(dir, sizeof dir, "%s/mla-%s", g_tmp, cases[i].name);
     diag d;
     CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
     snprintf(text, sizeof text, "%s%s", cases[i].config, cases[i].tail ? cases[i].tail : "");
     snprintf(path, sizeof path, "%s/config.json", dir);
     CHECK_STATUS(file_write_all(path, text, strlen(text), &d), PH_OK, d.msg);
     for (int paged = 0; paged < 2; paged++) {
-      snprintf(out, sizeof out, "%s-pkg", dir);
+      const char *want = paged ? cases[i].paged : cases[i].dense;
+      snprintf(out, sizeof out, "%s-%s", dir, paged ? "paged" : "dense");
       snprintf(args, sizeof args, "export '%s' -o '%s' --layout %s --config-only", dir, out,
                paged ? "paged" : "dense");
-      CHECK_EQ_INT(run(args), 1);
-      CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED: ");
-      CHECK_CONTAINS(g_stderr, paged ? cases[i].paged : cases[i].dense);
-      CHECK_CONTAINS(g_stderr, "export builds Qwen3.5/3.6/3.8 and Qwen3-Next with dense MLPs");
-      if (strcmp(cases[i].name, "ds-dense") == 0) CHECK(!strstr(g_stderr ? g_stderr : "", "MoE"));
-      CHECK(!path_exists(out));
+      CHECK_EQ_INT(run(args), want ? 1 : 0);
+      if (want) {
+        CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED: ");
+        CHECK_CONTAINS(g_stderr, want);
+        CHECK(!path_exists(out));
+        continue;
+      }
+      char *cfg = NULL;
+      size_t n = 0;
+      snprintf(path, sizeof path, "%s/genai_config.json", out);
+      CHECK_STATUS(file_read_all(path, 1 << 20, &cfg, &n, &d), PH_OK, d.msg);
+      const int latent = paged && cases[i].config == ds_head;
+      CHECK_EQ_INT(cfg && strstr(cfg, "\"slot_mapping\"") != NULL, latent);
+      CHECK_EQ_INT(cfg && strstr(cfg, "past_value_names") != NULL, !latent);
+      free(cfg);
     }
   }
 }
@@ -1209,7 +1217,7 @@ int main(void) {
   RUN(test_generate_golden_logits);
   RUN(test_export);
   RUN(test_config_only_package);
-  RUN(test_export_refusals);
+  RUN(test_export_mla_moe);
   RUN(test_writes_stay_inside);
   RUN(test_demo);
   RUN(test_stdout_full);

@@ -219,20 +219,48 @@ static void test_plain_rope_forms(void) {
   free(mrope);
 }
 
-static void test_moe_is_typed_unsupported(void) {
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s/moe", g_tmp);
+/* What the DeepSeek graphs do not compute is refused in every layout, never run as plain dense
+ * MLA: DeepSeek Sparse Attention (use_dsa with an indexer), and (paged) with LATENT's reason.
+ * The same config with use_dsa false builds. */
+static void test_mla_features_refused(void) {
+  char dir[1024], path[1200];
+  snprintf(dir, sizeof dir, "%s/dsa", g_tmp);
   tiny_params p = tiny_params_default();
-  p.model_type = "qwen3_5_moe_text";
+  p.model_type = "deepseek_v3";
   diag d;
   CHECK_STATUS(tiny_write(dir, &p, &d), PH_OK, d.msg);
-  ph_model *m = NULL;
-  CHECK_STATUS(ph_model_open(dir, NULL, &m), PH_OK, ph_model_error(m));
-  dense_session *s = NULL;
-  CHECK_STATUS(dense_session_create(m, 64, 1, &s, &d), PH_ERR_UNSUPPORTED, d.msg);
-  CHECK_CONTAINS(d.msg, "the MoE graph (dense and paged layouts) is not built yet");
-  dense_session_free(s);
-  ph_model_free(m);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  char *text = NULL;
+  size_t n = 0;
+  CHECK_STATUS(file_read_all(path, 1 << 20, &text, &n, &d), PH_OK, d.msg);
+  if (!text) return;
+  for (int dsa = 1; dsa >= 0; dsa--) {
+    /* the last '}' closes the object: add the DSA fields before it */
+    char *edited = malloc(n + 128);
+    char *end = strrchr(text, '}');
+    int at = (int)(end - text);
+    snprintf(edited, n + 128, "%.*s, \"use_dsa\": %s, \"index_topk\": 64}", at, text,
+             dsa ? "true" : "false");
+    CHECK_STATUS(file_write_all(path, edited, strlen(edited), &d), PH_OK, d.msg);
+    free(edited);
+    ph_model *m = NULL;
+    CHECK_STATUS(ph_model_open(dir, NULL, &m), PH_OK, ph_model_error(m));
+    dense_session *s = NULL;
+    ph_status st = dense_session_create(m, 64, 1, &s, &d);
+    CHECK_EQ_INT(st, dsa ? PH_ERR_UNSUPPORTED : PH_OK);
+    if (dsa) CHECK_CONTAINS(d.msg, "DeepSeek Sparse Attention (use_dsa = true with an indexer");
+    dense_session_free(s);
+    graph *g = NULL;
+    model_options o = model_options_default();
+    o.paged = 1;
+    st = model_build_graph(model_config(m), model_weights_of(m), &o, &g, &d);
+    CHECK_EQ_INT(st, dsa ? PH_ERR_UNSUPPORTED : PH_OK);
+    if (dsa)
+      CHECK_CONTAINS(d.msg, "LATENT PagedAttention cannot express DeepSeek Sparse Attention");
+    graph_free(g);
+    ph_model_free(m);
+  }
+  free(text);
 }
 
 int main(void) {
@@ -241,6 +269,6 @@ int main(void) {
   if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
   RUN(test_qwen3_next_equals_qwen35);
   RUN(test_plain_rope_forms);
-  RUN(test_moe_is_typed_unsupported);
+  RUN(test_mla_features_refused);
   return check_finish();
 }

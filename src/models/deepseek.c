@@ -406,6 +406,29 @@ static ph_status check_supported(const hf_config *c, diag *d) {
       c->mla.v_head_dim > c->mla.qk_nope_head_dim + c->mla.qk_rope_head_dim, d, PH_ERR_UNSUPPORTED,
       "v_head_dim %lld is wider than qk_nope_head_dim + qk_rope_head_dim = %lld",
       (long long)c->mla.v_head_dim, (long long)(c->mla.qk_nope_head_dim + c->mla.qk_rope_head_dim));
+  /* what neither layout's graph computes: refused rather than run as plain dense MLA */
+  RETURN_ERROR_IF(
+      c->mla_feat.use_dsa && (c->mla_feat.index_topk > 0 || c->mla_feat.index_n_heads > 0 ||
+                              c->mla_feat.index_head_dim > 0),
+      d, PH_ERR_UNSUPPORTED,
+      "%s: DeepSeek Sparse Attention (use_dsa = true with an indexer, index_topk = %lld) "
+      "is not implemented; the graph would attend to every key (use_dsa = false runs "
+      "full attention)",
+      c->model_type, (long long)c->mla_feat.index_topk);
+  RETURN_ERROR_IF(c->mla_feat.n_compress_ratios > 0 || c->mla_feat.o_lora_rank > 0 ||
+                      c->mla_feat.o_groups > 1 || c->mla_feat.hc_mult > 1,
+                  d, PH_ERR_UNSUPPORTED,
+                  "%s: DeepSeek-V4 attention (compress_ratios, o_lora_rank, o_groups, hc_mult) is "
+                  "not implemented",
+                  c->model_type);
+  RETURN_ERROR_IF(c->mla_feat.qk_norm, d, PH_ERR_UNSUPPORTED,
+                  "%s: MLA with q/k norm (%s) is not implemented", c->model_type,
+                  c->mla_feat.qk_norm_key);
+  RETURN_ERROR_IF(c->mla_feat.sliding_window > 0, d, PH_ERR_UNSUPPORTED,
+                  "%s: sliding_window = %lld is not implemented for MLA", c->model_type,
+                  (long long)c->mla_feat.sliding_window);
+  RETURN_ERROR_IF(c->mla_feat.head_sink, d, PH_ERR_UNSUPPORTED,
+                  "%s: attention sinks (head_sink) are not implemented for MLA", c->model_type);
   RETURN_ERROR_IF(c->mla.qk_rope_head_dim % 2 != 0 || c->mla.qk_rope_head_dim < 2, d,
                   PH_ERR_UNSUPPORTED, "qk_rope_head_dim %lld: RoPE needs an even width >= 2",
                   (long long)c->mla.qk_rope_head_dim);
@@ -415,13 +438,16 @@ static ph_status check_supported(const hf_config *c, diag *d) {
 ph_status deepseek_build(const hf_config *c, const model_weights *w, const model_options *opt,
                          graph **out, diag *d) {
   *out = NULL;
-  FORWARD_IF_ERROR(check_supported(c, d));
+  RETURN_ERROR_IF(c->family != FAMILY_DEEPSEEK, d, PH_ERR_UNSUPPORTED,
+                  "the deepseek builder does not build %s models", c->model_type);
   graph *g = NULL;
   FORWARD_IF_ERROR(graph_create(&g, d));
   builder b;
   ph_status s = builder_init(&b, g, c, w, opt, deepseek_default_context(c), d);
-  /* our executor runs LATENT over any float cache; the export checks its CUDA target first */
+  /* paged: LATENT's own refusals first (models/mla.h); our executor runs LATENT over any float
+   * cache, an export for CUDA refuses f32 before it builds */
   if (s == PH_OK && b.paged) s = mla_latent_check(c, b.block_size, b.io, MLA_CHECK_CPU, d);
+  if (s == PH_OK) s = check_supported(c, d);
   if (s != PH_OK) {
     graph_free(g);
     return s;
