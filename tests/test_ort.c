@@ -550,8 +550,12 @@ static void paged_case(ph_model *m, const char *tag, const export_options *o, or
 }
 
 static void test_ort_paged_schema(void) {
-  static const char *const sets[2] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm"};
-  for (int s = 0; s < 2; s++) {
+  static const char *const sets[3] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm",
+                                      "deepseek-v3-tiny-moe"};
+  /* deepseek-v3-tiny-moe: the LATENT PagedAttention node (kv_cache_layout, v_head_size,
+   * rotary_offset, do_rotary, slot_mapping, 2 outputs) and the MoE routing pass ORT 1.30's schema
+   * check the same way */
+  for (int s = 0; s < 3; s++) {
     char ckpt[1024], tag[128];
     check_data(ckpt, sizeof ckpt, "golden/%s/checkpoint", sets[s]);
     ph_model *m = NULL;
