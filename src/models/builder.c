@@ -253,6 +253,16 @@ void attention_lengths(builder *b, int mask) {
   b->total = cast_to(b, "total_sequence_length", total, ONNX_INT32);
 }
 
+void packed_batch_inputs(builder *b) {
+  static const char *const bt[] = {ABI_DIM_BATCH, ABI_DIM_MAX_BLOCKS};
+  static const char *const cs[] = {ABI_DIM_BATCH_PLUS_1};
+  static const char *const pl[] = {ABI_DIM_BATCH};
+  graph *g = b->g;
+  b->block_table = graph_add_input(g, ABI_BLOCK_TABLE, PH_DTYPE_I32, 2, (int64_t[]){-1, -1}, bt);
+  b->cu = graph_add_input(g, ABI_CU_SEQLENS, PH_DTYPE_I32, 1, (int64_t[]){-1}, cs);
+  b->past_lens = graph_add_input(g, ABI_PAST_SEQLENS, PH_DTYPE_I32, 1, (int64_t[]){-1}, pl);
+}
+
 int embed_tokens(builder *b, int ids) {
   snprintf(b->scope, sizeof b->scope, "/model/embed_tokens");
   const st_tensor *embed = b->w->global[W_EMBED];

@@ -120,6 +120,10 @@ void rotary_caches(builder *b, const double *inv_freq, double attention_factor, 
 /* Dense GroupQueryAttention lengths from attention_mask: b->seqlens_k, b->total. */
 void attention_lengths(builder *b, int mask);
 
+/* The packed layout's batch description, in the ABI's order: block_table [B, max_blocks],
+ * cumulative_sequence_lengths [B+1], past_sequence_lengths [B] (all i32), into b. */
+void packed_batch_inputs(builder *b);
+
 /* The embedding gather of ids, cast to the io dtype. */
 int embed_tokens(builder *b, int ids);
 /* Packed prune_lm_head: rows cu[1:] - 1 of x [N, H] -> [B, H]. */

@@ -68,17 +68,12 @@ static void dense_inputs(builder *b, mla_io *io) {
 static void packed_inputs(builder *b, mla_io *io) {
   const hf_config *c = b->c;
   static const char *const ns[] = {ABI_DIM_TOKENS};
-  static const char *const bt[] = {ABI_DIM_BATCH, ABI_DIM_MAX_BLOCKS};
-  static const char *const cs[] = {ABI_DIM_BATCH_PLUS_1};
-  static const char *const pl[] = {ABI_DIM_BATCH};
   static const char *const pg[] = {ABI_DIM_BLOCKS, NULL, NULL, NULL};
   graph *g = b->g;
   io->ids = graph_add_input(g, ABI_INPUT_IDS, PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
   io->mask = -1;
   b->positions = -1;
-  b->block_table = graph_add_input(g, ABI_BLOCK_TABLE, PH_DTYPE_I32, 2, (int64_t[]){-1, -1}, bt);
-  b->cu = graph_add_input(g, ABI_CU_SEQLENS, PH_DTYPE_I32, 1, (int64_t[]){-1}, cs);
-  b->past_lens = graph_add_input(g, ABI_PAST_SEQLENS, PH_DTYPE_I32, 1, (int64_t[]){-1}, pl);
+  packed_batch_inputs(b);
   b->slot_mapping = graph_add_input(g, ABI_SLOT_MAPPING, PH_DTYPE_I32, 1, (int64_t[]){-1}, ns);
   const int64_t row = c->mla.kv_lora_rank + c->mla.qk_rope_head_dim;
   char name[128];

@@ -54,9 +54,6 @@ void qwen35_packed_inputs(builder *b, graph_io *io) {
   const hf_config *c = b->c;
   static const char *const ns[] = {ABI_DIM_TOKENS};
   static const char *const ps[] = {NULL, ABI_DIM_TOKENS};
-  static const char *const bt[] = {ABI_DIM_BATCH, ABI_DIM_MAX_BLOCKS};
-  static const char *const cs[] = {ABI_DIM_BATCH_PLUS_1};
-  static const char *const pl[] = {ABI_DIM_BATCH};
   static const char *const pg[] = {ABI_DIM_BLOCKS, NULL, NULL, NULL};
   graph *g = b->g;
   io->ids = graph_add_input(g, ABI_INPUT_IDS, PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
@@ -64,9 +61,7 @@ void qwen35_packed_inputs(builder *b, graph_io *io) {
   b->positions = c->rope.has_mrope
                      ? graph_add_input(g, ABI_POSITION_IDS, PH_DTYPE_I64, 2, (int64_t[]){3, -1}, ps)
                      : graph_add_input(g, ABI_POSITION_IDS, PH_DTYPE_I64, 1, (int64_t[]){-1}, ns);
-  b->block_table = graph_add_input(g, ABI_BLOCK_TABLE, PH_DTYPE_I32, 2, (int64_t[]){-1, -1}, bt);
-  b->cu = graph_add_input(g, ABI_CU_SEQLENS, PH_DTYPE_I32, 1, (int64_t[]){-1}, cs);
-  b->past_lens = graph_add_input(g, ABI_PAST_SEQLENS, PH_DTYPE_I32, 1, (int64_t[]){-1}, pl);
+  packed_batch_inputs(b);
   b->metadata = graph_add_input(g, ABI_ATTN_METADATA, PH_DTYPE_I32, 1, (int64_t[]){3}, NULL);
   const int64_t Hv = c->lin.n_value_heads, Dk = c->lin.key_head_dim, Dv = c->lin.value_head_dim;
   cache_inputs(b, io, (int64_t[]){-1, b->block_size, c->n_kv_heads, c->head_dim}, pg,
