@@ -189,10 +189,11 @@ static void print_plans(const plan *a, const plan *b) {
   snprintf(r, sizeof r, "%s (%lld pages)", cli_bytes((uint64_t)b->kv_bytes, y, sizeof y),
            (long long)b->pages);
   plan_row("kv pages", l, r);
+  /* a model without fixed state (MLA) holds no slots at all (hybrid_cache makes none) */
   snprintf(l, sizeof l, "%s (%lld slots)", cli_bytes((uint64_t)a->state_bytes, x, sizeof x),
-           (long long)a->max_seqs);
+           a->fixed_state > 0 ? (long long)a->max_seqs : 0LL);
   snprintf(r, sizeof r, "%s (%lld slots)", cli_bytes((uint64_t)b->state_bytes, y, sizeof y),
-           (long long)b->max_seqs);
+           b->fixed_state > 0 ? (long long)b->max_seqs : 0LL);
   plan_row("state slots", l, r);
   plan_row("total", cli_bytes((uint64_t)a->total_bytes, x, sizeof x),
            cli_bytes((uint64_t)b->total_bytes, y, sizeof y));
