@@ -14,8 +14,10 @@
  *
  * Cases: a Qwen3.8-27B-shaped config exported --config-only (default CUDA target: f16; and
  * --io-dtype bf16), the golden checkpoints with weights (CUDA default, and the CPU target in
- * f32, which keeps the fused rotary op). Changing any attribute, slot or dtype in the builder
- * fails here. */
+ * f32, which keeps the fused rotary op), and the DeepSeek-V3 MoE golden checkpoint's LATENT
+ * package (abi §1.8/§9.1: every slot and attribute of its PagedAttention nodes, its graph I/O,
+ * genai_config and MoE nodes; CUDA f16 and CPU f32). Changing any attribute, slot or dtype in the
+ * builder fails here. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,9 +84,15 @@ typedef struct op_table {
   attr_want attrs[12];
 } op_table;
 
-/* num_heads / kv_num_heads in a table: the model's head counts */
-#define HEADS_Q  INT64_MIN
-#define HEADS_KV (INT64_MIN + 1)
+/* num_heads / kv_num_heads in a table: the model's head counts; kv_lora_rank (LATENT's
+ * v_head_size and rotary_offset) and the config's RoPE pairing (rope_interleave) */
+#define HEADS_Q    INT64_MIN
+#define HEADS_KV   (INT64_MIN + 1)
+#define LORA_RANK  (INT64_MIN + 2)
+#define INTERLEAVE (INT64_MIN + 3)
+/* a FLOAT attribute that is the MLA softmax scale: (dn + dr)^-1/2 * mscale^2 */
+#define A_MLA_SCALE(n)                                                                             \
+  { n, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, 0, 0.0f, NULL, 2 }
 
 /* abi §8.3 step 5 and §1.2: inputs 0-7 filled, 8-15 empty (RoPE and q/k norm are done before the
  * node), 16 the host metadata; outputs 1/2 alias the cache inputs (§1.4) under the present.*
@@ -117,6 +125,41 @@ static const op_table PAGED_ATTENTION = {
     {A_INT("num_heads", HEADS_Q), A_INT("kv_num_heads", HEADS_KV), A_HEAD_SCALE("scale"),
      A_INT("local_window_size", -1), A_FLOAT("softcap", 0.0f), A_INT("do_rotary", 0),
      A_INT("rotary_interleaved", 0)},
+};
+
+/* abi §9.1 (the seed 003 LATENT emitter) and §1.8: the absorbed query and the latent row in,
+ * slots 2 and 4 (value, value cache) empty, the one latent page cache, the lengths and the block
+ * table, cos/sin [max_pos, r/2] in the activation dtype (the op's T), slot_mapping bound, 11-16
+ * empty (no attention_metadata); exactly 2 outputs, the cache output aliasing the input under
+ * present.%d.key. Attributes: num_heads, kv_num_heads 1, the explicit MLA scale, LATENT,
+ * v_head_size = rotary_offset = kv_lora_rank, do_rotary 1, the config's pairing. */
+static const op_table PAGED_ATTENTION_LATENT = {
+    "PagedAttention",
+    17,
+    2,
+    {{S_NODE, NULL, D_IO, 2},
+     {S_NODE, NULL, D_IO, 2},
+     {S_EMPTY, NULL, D_IO, 0},
+     {S_INPUT, "past_key_values.%d.key", D_IO, 4},
+     {S_EMPTY, NULL, D_IO, 0},
+     {S_INPUT, "cumulative_sequence_lengths", D_I32, 1},
+     {S_INPUT, "past_sequence_lengths", D_I32, 1},
+     {S_INPUT, "block_table", D_I32, 2},
+     {S_INIT, "cos_cache", D_IO, 2},
+     {S_INIT, "sin_cache", D_IO, 2},
+     {S_INPUT, "slot_mapping", D_I32, 1},
+     {S_EMPTY, NULL, D_IO, 0},
+     {S_EMPTY, NULL, D_IO, 0},
+     {S_EMPTY, NULL, D_IO, 0},
+     {S_EMPTY, NULL, D_IO, 0},
+     {S_EMPTY, NULL, D_IO, 0},
+     {S_EMPTY, NULL, D_IO, 0}},
+    {{S_NODE, NULL, D_IO, 2}, {S_OUTPUT, "present.%d.key", D_IO, 4}},
+    8,
+    {A_INT("num_heads", HEADS_Q), A_INT("kv_num_heads", 1), A_MLA_SCALE("scale"),
+     A_STR("kv_cache_layout", "LATENT"), A_INT("v_head_size", LORA_RANK),
+     A_INT("rotary_offset", LORA_RANK), A_INT("do_rotary", 1),
+     A_INT("rotary_interleaved", INTERLEAVE)},
 };
 
 /* abi §8.3 linear layer step 5, §2.2: q, k, v [N, H, D] in the io dtype, the raw a and b
@@ -290,10 +333,23 @@ static void check_attrs(const pkg *p, const Onnx__NodeProto *n, const op_table *
     const Onnx__AttributeProto *got = n->attribute[a]; /* the builder's order */
     int ok = strcmp(got->name, w->name) == 0 && (int)got->type == w->type;
     if (ok && w->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) {
-      const int64_t want = w->i == HEADS_Q ? c->n_heads : w->i == HEADS_KV ? c->n_kv_heads : w->i;
+      const int64_t want = w->i == HEADS_Q      ? c->n_heads
+                           : w->i == HEADS_KV   ? c->n_kv_heads
+                           : w->i == LORA_RANK  ? c->mla.kv_lora_rank
+                           : w->i == INTERLEAVE ? c->rope.interleave
+                                                : w->i;
       ok = got->i == want;
     } else if (ok && w->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) {
-      const float want = w->head_scale ? (float)(1.0 / sqrt((double)c->head_dim)) : w->f;
+      /* MLA: (dn + dr)^-1/2 * m^2, m = 0.1 ln(factor) mscale_all_dim + 1 under YaRN
+       * (model-math §5.2), computed here from the config's fields, not taken from the builder */
+      double m = 1.0;
+      if (c->rope.scaling == ROPE_SCALING_YARN && c->rope.factor > 1 && c->rope.mscale_all_dim)
+        m = 0.1 * c->rope.mscale_all_dim * log(c->rope.factor) + 1.0;
+      const float want =
+          w->head_scale == 2
+              ? (float)(m * m / sqrt((double)(c->mla.qk_nope_head_dim + c->mla.qk_rope_head_dim)))
+          : w->head_scale ? (float)(1.0 / sqrt((double)c->head_dim))
+                          : w->f;
       ok = got->f == want;
     } else if (ok) {
       ok = got->s.len == strlen(w->s) && memcmp(got->s.data, w->s, got->s.len) == 0;
@@ -570,6 +626,73 @@ static void check_package(pkg *p) {
          export_rotary_name(p->built.rotary));
 }
 
+/* A LATENT (DeepSeek MLA) package: one LATENT PagedAttention per layer, nothing of the hybrid's
+ * (no GatedDeltaNet, no conv, no GroupQueryAttention), the graph I/O of docs/graph-io.md's LATENT
+ * layout (no position_ids, no attention_metadata, slot_mapping [N], key pages
+ * [P, K, 1, l + r] only), cos/sin [context, r/2], one paged_kv group of every layer in
+ * genai_config with num_key_value_heads 1 and head_size l + r, and the MoE layers'
+ * com.microsoft::MoE nodes with the SwiGLU attributes ONNX Runtime's CPU kernel takes. */
+static void check_latent_package(pkg *p) {
+  const hf_config *c = p->c;
+  const int64_t L = c->n_layers, row = c->mla.kv_lora_rank + c->mla.qk_rope_head_dim;
+  int layers[HF_MAX_LAYERS];
+  check_same_graph(p);
+  CHECK_EQ_INT(check_op(p, &PAGED_ATTENTION_LATENT, layers), (int)L);
+  CHECK_EQ_INT(count_op(p->g, "GatedDeltaNet") + count_op(p->g, "VarlenCausalConvWithState") +
+                   count_op(p->g, "GroupQueryAttention") + count_op(p->g, "RotaryEmbedding"),
+               0);
+  const ph_dtype io = p->built.io_dtype;
+  const int64_t K = p->built.block_size;
+  check_io(p, "input_ids", 0, PH_DTYPE_I64, 1, (int64_t[]){-1});
+  check_io(p, "block_table", 0, PH_DTYPE_I32, 2, (int64_t[]){-1, -1});
+  check_io(p, "cumulative_sequence_lengths", 0, PH_DTYPE_I32, 1, (int64_t[]){-1});
+  check_io(p, "past_sequence_lengths", 0, PH_DTYPE_I32, 1, (int64_t[]){-1});
+  check_io(p, "slot_mapping", 0, PH_DTYPE_I32, 1, (int64_t[]){-1});
+  check_io(p, "logits", 1, PH_DTYPE_F32, 2, (int64_t[]){-1, c->vocab_size});
+  CHECK(!find_vi(p->g->input, p->g->n_input, "position_ids"));
+  CHECK(!find_vi(p->g->input, p->g->n_input, "attention_metadata"));
+  char name[96];
+  for (int i = 0; i < (int)L; i++)
+    for (int out = 0; out < 2; out++) {
+      snprintf(name, sizeof name, out ? "present.%d.key" : "past_key_values.%d.key", i);
+      check_io(p, name, out, io, 4, (int64_t[]){-1, K, 1, row});
+    }
+  CHECK_EQ_INT((int)p->g->n_input, 5 + (int)L);
+  CHECK_EQ_INT((int)p->g->n_output, 1 + (int)L);
+  const Onnx__TensorProto *cs = find_init(p->g, "cos_cache");
+  CHECK(cs && cs->n_dims == 2 && cs->dims[1] == c->mla.qk_rope_head_dim / 2 &&
+        cs->data_type == dtype_to_onnx(io));
+  CHECK_EQ_INT(p->gc.n_state_groups, 1);
+  CHECK(p->gc.n_state_groups == 1 && p->gc.state_groups[0].kind == GENAI_STATE_PAGED_KV &&
+        p->gc.state_groups[0].n_layer_ids == (int)L);
+  CHECK_EQ_INT(p->gc.num_key_value_heads, 1);
+  CHECK_EQ_INT(p->gc.head_size, row);
+  CHECK(strcmp(p->gc.slot_mapping, "slot_mapping") == 0 && !p->gc.past_value_names[0] &&
+        !p->gc.position_ids[0] && !p->gc.attention_metadata[0]);
+  int n_moe_layers = 0, n_moe = 0;
+  for (int i = 0; i < (int)L; i++) n_moe_layers += c->layer_is_moe[i];
+  for (size_t i = 0; i < p->g->n_node; i++) {
+    const Onnx__NodeProto *n = p->g->node[i];
+    if (strcmp(n->op_type, "MoE") != 0) continue;
+    n_moe++;
+    int ok =
+        n->domain && strcmp(n->domain, "com.microsoft") == 0 && n->n_input == 5 && !n->input[3][0];
+    for (size_t a = 0; ok && a < n->n_attribute; a++) {
+      const Onnx__AttributeProto *at = n->attribute[a];
+      if (strcmp(at->name, "activation_type") == 0)
+        ok = at->s.len == 6 && memcmp(at->s.data, "swiglu", 6) == 0;
+      if (strcmp(at->name, "swiglu_fusion") == 0) ok = at->i == 1;
+      if (strcmp(at->name, "k") == 0) ok = at->i == c->moe.n_experts_per_tok;
+      if (strcmp(at->name, "activation_alpha") == 0) ok = at->f == 1.0f;
+      if (strcmp(at->name, "activation_beta") == 0) ok = at->f == 0.0f;
+    }
+    CHECK(ok && n->n_attribute == 6);
+  }
+  CHECK_EQ_INT(n_moe, n_moe_layers);
+  printf("  %-34s %zu nodes: %d LATENT PagedAttention, %d MoE; io %s, rows of %lld\n", p->what,
+         p->g->n_node, (int)L, n_moe, ph_dtype_name(io), (long long)row);
+}
+
 /* Exports m with o into g_tmp/tag, reads it back and checks it. */
 static void check_export(const ph_model *m, const export_options *o, const char *tag) {
   char dir[700], path[800];
@@ -596,7 +719,10 @@ static void check_export(const ph_model *m, const export_options *o, const char 
   free(bytes);
   if (CHECK(p.mp && p.mp->graph)) {
     p.g = p.mp->graph;
-    check_package(&p);
+    if (p.c->family == FAMILY_DEEPSEEK)
+      check_latent_package(&p);
+    else
+      check_package(&p);
     onnx__model_proto__free_unpacked(p.mp, NULL);
   }
   export_built_free(&p.built);
@@ -647,11 +773,27 @@ static void test_golden_packages(void) {
   }
 }
 
+/* DeepSeek-V3 (the MoE golden checkpoint): the LATENT package, CUDA default (f16) and CPU (f32). */
+static void test_latent_packages(void) {
+  char ckpt[1024];
+  check_data(ckpt, sizeof ckpt, "golden/deepseek-v3-tiny-moe/checkpoint");
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  export_options o = paged(EXPORT_TARGET_CUDA, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);
+  o.max_context = 256;
+  check_export(m, &o, "deepseek-v3-latent-cuda");
+  o = paged(EXPORT_TARGET_CPU, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);
+  o.max_context = 256;
+  check_export(m, &o, "deepseek-v3-latent-cpu");
+  ph_model_free(m);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
   if (path_mkdirs(g_tmp, &d) != PH_OK) return 1;
   RUN(test_27b_config_only);
   RUN(test_golden_packages);
+  RUN(test_latent_packages);
   return check_finish();
 }
