@@ -10,6 +10,10 @@
  * same checks the graph makes at build time), then the op's plan hook on the same types as the
  * executor does when shapes change (op.h), allocates each NULL output with the inferred shape (a
  * caller-provided output must match it), then run() on a pool of n_threads with that plan.
+ *
+ * Tensors the tests build and compare: tensor_new/tensor_free (heap, zeroed), tensor_rand
+ * (uniform), tensor_i32, tensor_clone, tensor_same_bits (bit-exact), tensor_at (an element as a
+ * double), round_to_dtype (a double as a store to dt rounds it), tensors_free (an array).
  */
 #ifndef PH_TESTS_OP_TESTING_H
 #define PH_TESTS_OP_TESTING_H
@@ -60,6 +64,57 @@ static inline void tensor_free(tensor *t) {
 static inline void tensor_fill_uniform(tensor *t, rng *r, float lo, float hi) {
   int64_t n = tensor_numel(t);
   for (int64_t i = 0; i < n; i++) tensor_set_f32(t, i, rng_range(r, lo, hi));
+}
+
+/* A new float tensor filled with uniform(lo, hi) values drawn from r. */
+static inline tensor *tensor_rand(ph_dtype dt, int rank, const int64_t *dims, rng *r, float lo,
+                                  float hi) {
+  tensor *t = tensor_new(dt, rank, dims);
+  tensor_fill_uniform(t, r, lo, hi);
+  return t;
+}
+
+/* A new i32 [n] holding v[0 .. n) (zeros when v is NULL). */
+static inline tensor *tensor_i32(int64_t n, const int32_t *v) {
+  int64_t dims[1] = {n};
+  tensor *t = tensor_new(PH_DTYPE_I32, 1, dims);
+  if (n > 0 && v) memcpy(t->data, v, (size_t)n * sizeof(int32_t));
+  return t;
+}
+
+static inline size_t tensor_bytes(const tensor *t) {
+  return (size_t)tensor_numel(t) * dtype_size(t->dtype);
+}
+
+static inline tensor *tensor_clone(const tensor *t) {
+  tensor *c = tensor_new(t->dtype, t->rank, t->dims);
+  memcpy(c->data, t->data, tensor_bytes(t));
+  return c;
+}
+
+/* 1 when both exist and hold the same dtype, element count and bytes. */
+static inline int tensor_same_bits(const tensor *a, const tensor *b) {
+  return a && b && a->dtype == b->dtype && tensor_numel(a) == tensor_numel(b) &&
+         memcmp(a->data, b->data, tensor_bytes(a)) == 0;
+}
+
+/* Element i of a float tensor as a double. */
+static inline double tensor_at(const tensor *t, int64_t i) { return (double)tensor_get_f32(t, i); }
+
+/* x rounded to dt's precision (through f32), as a store to a dt tensor rounds it. */
+static inline double round_to_dtype(ph_dtype dt, double x) {
+  float f = (float)x;
+  if (dt == PH_DTYPE_F16) return f16_to_f32(f32_to_f16(f));
+  if (dt == PH_DTYPE_BF16) return bf16_to_f32(f32_to_bf16(f));
+  return f;
+}
+
+/* Frees t[0 .. n) and sets each to NULL. */
+static inline void tensors_free(tensor **t, int n) {
+  for (int i = 0; i < n; i++) {
+    tensor_free(t[i]);
+    t[i] = NULL;
+  }
 }
 
 static inline tinfo tensor_tinfo(const tensor *t, int with_data) {
