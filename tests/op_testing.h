@@ -18,11 +18,14 @@
 #ifndef PH_TESTS_OP_TESTING_H
 #define PH_TESTS_OP_TESTING_H
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/pool.h"
 #include "base/rng.h"
+#include "check.h"
 #include "ops/op.h"
 #include "tensor/dtype.h"
 
@@ -194,6 +197,81 @@ static inline ph_status op_test_run_ex(const gnode *n, tensor **in, tensor **out
 static inline ph_status op_test_run(const gnode *n, tensor **in, tensor **out, int n_threads,
                                     diag *d) {
   return op_test_run_ex(n, in, out, n_threads, ~0u, d);
+}
+
+/* A dtype's name for messages ("F32", "BF16", ...; "INVALID" when it has none). */
+static inline const char *dtype_label(ph_dtype dt) {
+  const char *s = dtype_safetensors_name(dt);
+  return s ? s : "INVALID";
+}
+
+/* Element i of any tensor as a double (exact for every dtype but i64 beyond 2^53). */
+static inline double tensor_elem(const tensor *t, int64_t i) {
+  switch (t->dtype) {
+  case PH_DTYPE_I64:
+    return (double)((const int64_t *)t->data)[i];
+  case PH_DTYPE_I32:
+    return ((const int32_t *)t->data)[i];
+  case PH_DTYPE_I8:
+    return ((const int8_t *)t->data)[i];
+  case PH_DTYPE_U8:
+    return ((const uint8_t *)t->data)[i];
+  default:
+    return tensor_get_f32(t, i);
+  }
+}
+
+/* Spacing of dtype dt's values around v (subnormal spacing near 0). */
+static inline double dtype_ulp_at(ph_dtype dt, double v) {
+  int mant = dt == PH_DTYPE_BF16 ? 7 : dt == PH_DTYPE_F16 ? 10 : 23;
+  double min_step = dt == PH_DTYPE_F16    ? ldexp(1, -24)
+                    : dt == PH_DTYPE_BF16 ? ldexp(1, -133)
+                                          : ldexp(1, -149);
+  v = fabs(v);
+  if (v == 0) return min_step;
+  int e;
+  frexp(v, &e);
+  double u = ldexp(1.0, e - 1 - mant);
+  return u > min_step ? u : min_step;
+}
+
+/* One CHECK that y[0 .. n) matches ref: float outputs within tol[i] (tol0 for all when tol is
+ * NULL) plus one output ulp of ref for f16/bf16, NaN and inf exactly; integer outputs exact.
+ * Prints the first failure under `name`. */
+static inline int op_expect_close(const char *name, const tensor *y, const double *ref,
+                                  const double *tol, double tol0, int64_t n) {
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; i++) {
+    double got = tensor_elem(y, i), want = ref[i], t = tol ? tol[i] : tol0;
+    int ok;
+    if (!dtype_is_compute_float(y->dtype)) {
+      ok = got == want;
+    } else if (isnan(want) || isinf(want)) {
+      ok = isnan(want) ? isnan(got) : got == want;
+    } else {
+      if (y->dtype != PH_DTYPE_F32) t += dtype_ulp_at(y->dtype, want);
+      ok = fabs(got - want) <= t; /* false for a NaN got */
+    }
+    if (!ok) {
+      if (first < 0) first = i;
+      bad++;
+    }
+  }
+  if (bad)
+    fprintf(stderr,
+            "  %s (%s): %lld of %lld wrong; first at %lld: got %.9g, want %.9g (tol %.3g)\n", name,
+            dtype_label(y->dtype), (long long)bad, (long long)n, (long long)first,
+            tensor_elem(y, first), ref[first], tol ? tol[first] : tol0);
+  return CHECK(bad == 0);
+}
+
+/* op_test_run_ex on a node made here (op_test_node), d cleared first. */
+static inline ph_status op_run(const char *op, const char *dom, int n_in, tensor **in, int n_out,
+                               tensor **out, gattr *attrs, int n_attrs, int threads,
+                               unsigned const_mask, diag *d) {
+  gnode n = op_test_node(op, dom, n_in, n_out, attrs, n_attrs);
+  diag_clear(d);
+  return op_test_run_ex(&n, in, out, threads, const_mask, d);
 }
 
 /* Max |a - b| over all elements (as f32), and max |b| for a relative bound. */
