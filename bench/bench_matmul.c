@@ -96,14 +96,9 @@ static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
   s->y.rank = 2;
   s->y.dims[0] = c->M;
   s->y.dims[1] = c->N;
-  s->op = op_lookup("pagedhybrid.internal", "MatMulWT");
+  s->node = kernel_lab_node("pagedhybrid.internal", "MatMulWT", 2, NULL, 0);
+  s->op = s->node.op;
   if (!s->op) return 0;
-  s->node.name = "bench";
-  s->node.op_type = "MatMulWT";
-  s->node.domain = "pagedhybrid.internal";
-  s->node.n_inputs = 2;
-  s->node.n_outputs = 1;
-  s->node.op = s->op;
   tinfo ti[2];
   memset(ti, 0, sizeof ti);
   ti[0] = op_tinfo_of(&s->a);

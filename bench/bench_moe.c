@@ -88,16 +88,9 @@ static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
   s->attrs[3] = attr_int("normalize_routing_weights", 1);
   s->attrs[4] = attr_float("activation_alpha", 1.0f);
   s->attrs[5] = attr_float("activation_beta", 0.0f);
-  s->op = op_lookup("com.microsoft", "MoE");
+  s->node = kernel_lab_node("com.microsoft", "MoE", 5, s->attrs, 6);
+  s->op = s->node.op;
   if (!s->op) return 0;
-  s->node.name = "bench";
-  s->node.op_type = "MoE";
-  s->node.domain = "com.microsoft";
-  s->node.n_inputs = 5;
-  s->node.n_outputs = 1;
-  s->node.attrs = s->attrs;
-  s->node.n_attrs = 6;
-  s->node.op = s->op;
   tinfo ti[5];
   memset(ti, 0, sizeof ti);
   for (int i = 0; i < 5; i++)

@@ -22,6 +22,7 @@
 
 #include "base/pool.h"
 #include "kernels/dispatch.h"
+#include "ops/op.h"
 #include "roofline.h"
 
 typedef struct kernel_lab {
@@ -75,6 +76,23 @@ static inline int kernel_lab_init(kernel_lab *l, const char *prog, int argc, cha
          "the VM is shared: medians of %d)\n",
          l->threads, l->bw, l->fma, l->repeats);
   return 0;
+}
+
+/* The node of one registered op as the executor holds it (name "bench", op resolved); NULL op
+ * when the registry has none. */
+static inline gnode kernel_lab_node(const char *domain, const char *op_type, int n_inputs,
+                                    gattr *attrs, int n_attrs) {
+  gnode n;
+  memset(&n, 0, sizeof n);
+  n.name = "bench";
+  n.op_type = op_type;
+  n.domain = domain;
+  n.n_inputs = n_inputs;
+  n.n_outputs = 1;
+  n.attrs = attrs;
+  n.n_attrs = n_attrs;
+  n.op = op_lookup(domain, op_type);
+  return n;
 }
 
 /* Median seconds per call of run(s, i) over `repeats` samples (<= 31); each sample runs at least
