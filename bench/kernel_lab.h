@@ -82,16 +82,14 @@ static inline int kernel_lab_init(kernel_lab *l, const char *prog, int argc, cha
  * when the registry has none. */
 static inline gnode kernel_lab_node(const char *domain, const char *op_type, int n_inputs,
                                     gattr *attrs, int n_attrs) {
-  gnode n;
-  memset(&n, 0, sizeof n);
-  n.name = "bench";
-  n.op_type = op_type;
-  n.domain = domain;
-  n.n_inputs = n_inputs;
-  n.n_outputs = 1;
-  n.attrs = attrs;
-  n.n_attrs = n_attrs;
-  n.op = op_lookup(domain, op_type);
+  gnode n = {.name = "bench",
+             .op_type = op_type,
+             .domain = domain,
+             .n_inputs = n_inputs,
+             .n_outputs = 1,
+             .attrs = attrs,
+             .n_attrs = n_attrs,
+             .op = op_lookup(domain, op_type)};
   return n;
 }
 
