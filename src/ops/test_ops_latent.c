@@ -321,50 +321,21 @@ static void test_latent_grid(void) {
 }
 
 static void test_latent_dtypes(void) {
+  /* clang-format off */
+  /* dtype, query heads, latent width l, rope width r, block size, sequences, new rows,
+   * cached rows */
   la_case cs[] = {
-      {.dt = PH_DTYPE_F16,
-       .Hq = 4,
-       .l = 32,
-       .r = 16,
-       .BS = 16,
-       .B = 3,
-       .ql = {7, 0, 19},
-       .past = {9, 2, 0},
-       .interleaved = 1,
+      {.dt = PH_DTYPE_F16,  4, 32, 16, 16, 3, {7, 0, 19},    {9, 2, 0}, .interleaved = 1,
        .slots = 1},
-      {.dt = PH_DTYPE_BF16,
-       .Hq = 2,
-       .l = 16,
-       .r = 16,
-       .BS = 32,
-       .B = 2,
-       .ql = {12, 30},
-       .past = {40, 0},
-       .interleaved = 0},
+      {.dt = PH_DTYPE_BF16, 2, 16, 16, 32, 2, {12, 30},      {40, 0}, .interleaved = 0},
       /* f32 cos/sin tables under f16 activations */
-      {.dt = PH_DTYPE_F16,
-       .Hq = 4,
-       .l = 16,
-       .r = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 21},
-       .past = {5, 17},
-       .interleaved = 0,
+      {.dt = PH_DTYPE_F16,  4, 16, 16, 16, 2, {3, 21},       {5, 17}, .interleaved = 0,
        .cos_f32 = 1},
       /* an explicit scale, and one more sequence */
-      {.dt = PH_DTYPE_F32,
-       .Hq = 3,
-       .l = 16,
-       .r = 16,
-       .BS = 16,
-       .B = 4,
-       .ql = {2, 9, 1, 16},
-       .past = {30, 0, 47, 16},
-       .interleaved = 1,
-       .slots = 1,
-       .scale = 0.11f},
+      {.dt = PH_DTYPE_F32,  3, 16, 16, 16, 4, {2, 9, 1, 16}, {30, 0, 47, 16}, .interleaved = 1,
+       .slots = 1, .scale = 0.11f},
   };
+  /* clang-format on */
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) la_run_case(&cs[i], 2000 + i);
 }
 
