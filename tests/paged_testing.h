@@ -82,6 +82,16 @@ static inline int32_t pt_slot(const tensor *bt, int b, int64_t p, int BS) {
   return row[p / BS] * BS + (int32_t)(p % BS);
 }
 
+/* The slot row `row` (sequence b, position p) writes, as the reference sees it: slot_mapping's
+ * entry when slots is given, else the table's; -1 (no write) or the slot, then marked in
+ * written. */
+static inline int64_t pt_write_slot(const tensor *slots, const tensor *bt, int b, int64_t row,
+                                    int64_t p, int BS, char *written) {
+  const int64_t slot = slots ? ((const int32_t *)slots->data)[row] : pt_slot(bt, b, p, BS);
+  if (slot >= 0) written[slot] = 1;
+  return slot;
+}
+
 /* slot_mapping i32 [N]: each row's slot from the table, except every third row of a sequence
  * (j % 3 == 1), which skips its write (-1). */
 static inline tensor *pt_slot_mapping(int B, const int32_t *ql, const int32_t *past, int BS,

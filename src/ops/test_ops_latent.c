@@ -135,15 +135,15 @@ static void ref_rope(const la_case *c, const la_io *io, double *x, int64_t p) {
 static void la_reference(const la_case *c, const la_io *io, double *out, double *kc,
                          char *written) {
   const int64_t D = io->D, l = c->l, Hq = c->Hq, BS = c->BS;
-  const int32_t *bt = io->in[7]->data, *slots = c->slots ? io->in[10]->data : NULL;
+  const int32_t *bt = io->in[7]->data;
   for (int64_t i = 0; i < io->NP * BS * D; i++) kc[i] = tensor_at(io->kc0, i);
   double x[128];
   for (int b = 0; b < c->B; b++)
     for (int32_t j = 0; j < c->ql[b]; j++) {
       const int64_t row = io->cu[b] + j, p = c->past[b] + j;
-      const int64_t slot = slots ? slots[row] : pt_slot(io->in[7], b, p, c->BS);
+      const int64_t slot =
+          pt_write_slot(c->slots ? io->in[10] : NULL, io->in[7], b, row, p, c->BS, written);
       if (slot < 0) continue;
-      written[slot] = 1;
       for (int64_t e = 0; e < D; e++) x[e] = tensor_at(io->in[1], row * D + e);
       if (c->r > 0) ref_rope(c, io, x, p);
       for (int64_t e = 0; e < D; e++) kc[slot * D + e] = round_to_dtype(c->dt, x[e]);

@@ -382,7 +382,7 @@ static void pa_reference(const pa_case *c, const pa_io *io, double *out, double 
                          char *written) {
   const int64_t D = c->D, Hq = c->Hq, Hkv = c->Hkv, BS = c->BS;
   const int64_t qw = (c->packed ? Hq + 2 * Hkv : Hq) * D;
-  const int32_t *bt = io->in[7]->data, *slots = c->slots ? io->in[10]->data : NULL;
+  const int32_t *bt = io->in[7]->data;
   const int64_t ncache = io->NP * BS * Hkv * D;
   for (int64_t i = 0; i < ncache; i++) {
     kc[i] = tensor_at(io->in[3], i);
@@ -392,9 +392,9 @@ static void pa_reference(const pa_case *c, const pa_io *io, double *out, double 
   for (int b = 0; b < c->B; b++)
     for (int32_t j = 0; j < c->ql[b]; j++) {
       const int64_t row = io->cu[b] + j, p = c->past[b] + j;
-      const int64_t slot = slots ? slots[row] : pt_slot(io->in[7], b, p, c->BS);
+      const int64_t slot =
+          pt_write_slot(c->slots ? io->in[10] : NULL, io->in[7], b, row, p, c->BS, written);
       if (slot < 0) continue;
-      written[slot] = 1;
       for (int64_t g = 0; g < Hkv; g++) {
         for (int64_t e = 0; e < D; e++)
           x[e] = c->packed ? tensor_at(io->in[0], row * qw + (Hq + g) * D + e)
