@@ -811,7 +811,7 @@ static void test_export_mla_moe(void) {
       {"ds-rank40", ds_head, ", \"kv_lora_rank\": 40}", NULL, "kv_lora_rank"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char dir[1024], path[1200], text[4096], args[4096], out[1200];
+    char dir[1024], path[1300], text[4096], args[4096], out[1200];
     snprintf(dir, sizeof dir, "%s/mla-%s", g_tmp, cases[i].name);
     diag d;
     CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
