@@ -21,6 +21,7 @@
 
 #include "base/pool.h"
 #include "base/rng.h"
+#include "kernel_lab.h"
 #include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
@@ -47,12 +48,6 @@ static const bench_case CASES[] = {
 #define N_CASES (sizeof CASES / sizeof CASES[0])
 
 #define ROTATE_BYTES ((size_t)256 << 20)
-
-static const char *arg_value(int argc, char **argv, const char *name, const char *def) {
-  for (int i = 1; i + 1 < argc; i++)
-    if (strcmp(argv[i], name) == 0) return argv[i + 1];
-  return def;
-}
 
 static void *huge_alloc(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -101,14 +96,9 @@ static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
   s->y.rank = 2;
   s->y.dims[0] = c->M;
   s->y.dims[1] = c->N;
-  s->op = op_lookup("pagedhybrid.internal", "MatMulWT");
+  s->node = kernel_lab_node("pagedhybrid.internal", "MatMulWT", 2, NULL, 0);
+  s->op = s->node.op;
   if (!s->op) return 0;
-  s->node.name = "bench";
-  s->node.op_type = "MatMulWT";
-  s->node.domain = "pagedhybrid.internal";
-  s->node.n_inputs = 2;
-  s->node.n_outputs = 1;
-  s->node.op = s->op;
   tinfo ti[2];
   memset(ti, 0, sizeof ti);
   ti[0] = op_tinfo_of(&s->a);
@@ -126,8 +116,9 @@ static void teardown(bench_setup *s) {
   free(s->ctx.scratch);
 }
 
-/* Runs the op once on W copy i. */
-static int run_once(bench_setup *s, int i) {
+/* Runs the op once on W copy i (s: a bench_setup). */
+static int run_once(void *arg, int i) {
+  bench_setup *s = arg;
   s->w.data = s->w_all + (size_t)(i % s->n_w) * s->w_bytes;
   const tensor *in[2] = {&s->a, &s->w};
   tensor *out[1] = {&s->y};
@@ -157,83 +148,41 @@ static double validate(bench_setup *s) {
   return worst;
 }
 
-/* Median seconds per call over `repeats` samples; each sample runs at least 0.05 s and passes
- * over every W copy at least once. */
-static double time_case(bench_setup *s, int repeats) {
-  double t[31];
-  int calls = s->n_w;
-  double t0 = roofline_now();
-  for (int i = 0; i < calls; i++) run_once(s, i); /* warm-up, and sizes a sample */
-  double one = (roofline_now() - t0) / calls;
-  while (calls * one < 0.05) calls *= 2;
-  for (int rep = 0; rep < repeats; rep++) {
-    double a = roofline_now();
-    for (int i = 0; i < calls; i++) run_once(s, i);
-    t[rep] = (roofline_now() - a) / calls;
-  }
-  return roofline_median(t, repeats);
-}
-
 int main(int argc, char **argv) {
-  int threads = atoi(arg_value(argc, argv, "--threads", "2"));
-  int repeats = atoi(arg_value(argc, argv, "--repeats", "7"));
-  const char *only_variant = arg_value(argc, argv, "--variant", NULL);
-  const char *only_case = arg_value(argc, argv, "--case", NULL);
-  if (threads < 1 || threads > 16 || repeats < 1 || repeats > 31) {
-    fprintf(stderr, "usage: bench_matmul [--threads 1..16] [--repeats 1..31] "
-                    "[--variant scalar|avx2|avx512] [--case NAME]\n");
-    return 2;
-  }
-  kernel_variant vars[KERNEL_N_VARIANTS];
-  int nv = 0;
-  for (int v = 0; v < KERNEL_N_VARIANTS; v++) {
-    const char *name = kernel_variant_name((kernel_variant)v);
-    if (only_variant && strcmp(only_variant, name) != 0) continue;
-    if (kernel_variant_available((kernel_variant)v))
-      vars[nv++] = (kernel_variant)v;
-    else
-      printf("%-16s %-7s not available on this CPU\n", "", name);
-  }
-  pool *p = NULL;
+  kernel_lab lab;
+  int rc = kernel_lab_init(&lab, "bench_matmul", argc, argv);
+  if (rc) return rc;
+  const double bw = lab.bw, fma = lab.fma;
   diag d;
-  if (pool_create(threads, &p, &d) != PH_OK) {
-    fprintf(stderr, "bench_matmul: %s\n", d.msg);
-    return 1;
-  }
-  fprintf(stderr, "bench_matmul: measuring this machine's limits ...\n");
-  double bw = roofline_bandwidth(threads), fma = roofline_fma(threads);
-  printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured now; "
-         "the VM is shared: medians of %d)\n",
-         threads, bw, fma, repeats);
   printf("%-16s %-7s %8s %8s %9s %7s %9s %7s %7s %8s\n", "case", "variant", "M", "K x N", "us/call",
          "GB/s", "of bw", "GFLOP/s", "of FMA", "err (u)");
   int failed = 0;
   for (size_t ci = 0; ci < N_CASES; ci++) {
     const bench_case *c = &CASES[ci];
-    if (only_case && strcmp(only_case, c->name) != 0) continue;
+    if (lab.only_case && strcmp(lab.only_case, c->name) != 0) continue;
     bench_setup s;
-    if (!setup(&s, c, p, threads)) {
+    if (!setup(&s, c, lab.pool, lab.threads)) {
       fprintf(stderr, "bench_matmul: %s: out of memory\n", c->name);
       teardown(&s);
       failed = 1;
       continue;
     }
     double base = 0;
-    for (int vi = 0; vi < nv; vi++) {
-      if (kernel_force_variant(vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
+    for (int vi = 0; vi < lab.nv; vi++) {
+      if (kernel_force_variant(lab.vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
         failed = 1;
         continue;
       }
       double err = validate(&s);
-      double sec = time_case(&s, repeats);
+      double sec = kernel_lab_time(run_once, &s, s.n_w, lab.repeats);
       double bytes = (double)s.w_bytes + 4.0 * (double)(c->M * c->K + c->M * c->N);
       double gbs = bytes / sec / 1e9, gflops = 2.0 * c->M * c->N * c->K / sec / 1e9;
       if (vi == 0) base = sec;
       char dims[32];
       snprintf(dims, sizeof dims, "%lldx%lld", (long long)c->K, (long long)c->N);
       printf("%-16s %-7s %8lld %8s %9.1f %7.1f %9.3f %7.1f %7.3f %8.2f", c->name,
-             kernel_variant_name(vars[vi]), (long long)c->M, dims, sec * 1e6, gbs, gbs / bw, gflops,
-             gflops / fma, err);
+             kernel_variant_name(lab.vars[vi]), (long long)c->M, dims, sec * 1e6, gbs, gbs / bw,
+             gflops, gflops / fma, err);
       if (vi > 0) printf("  x%.1f", base / sec);
       printf("%s\n", c->decode ? "  (bandwidth-bound)" : "  (compute-bound)");
       /* a loose sanity check; test_matmul_wt holds the exact bounds */
@@ -243,6 +192,6 @@ int main(int argc, char **argv) {
   }
   printf("x N: speedup over the first variant listed. err: max |y - float64| over 256 sampled "
          "outputs, in u * sum |a w| (u = 2^-24).\n");
-  pool_free(p);
+  pool_free(lab.pool);
   return failed;
 }

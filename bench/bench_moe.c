@@ -21,6 +21,7 @@
 
 #include "base/pool.h"
 #include "base/rng.h"
+#include "kernel_lab.h"
 #include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
@@ -40,12 +41,6 @@ static const bench_case CASES[] = {
     {"prefill-512", 512, 64, 8, 2048, 512, 0},
 };
 #define N_CASES (sizeof CASES / sizeof CASES[0])
-
-static const char *arg_value(int argc, char **argv, const char *name, const char *def) {
-  for (int i = 1; i + 1 < argc; i++)
-    if (strcmp(argv[i], name) == 0) return argv[i + 1];
-  return def;
-}
 
 typedef struct bench_setup {
   const bench_case *c;
@@ -93,16 +88,9 @@ static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
   s->attrs[3] = attr_int("normalize_routing_weights", 1);
   s->attrs[4] = attr_float("activation_alpha", 1.0f);
   s->attrs[5] = attr_float("activation_beta", 0.0f);
-  s->op = op_lookup("com.microsoft", "MoE");
+  s->node = kernel_lab_node("com.microsoft", "MoE", 5, s->attrs, 6);
+  s->op = s->node.op;
   if (!s->op) return 0;
-  s->node.name = "bench";
-  s->node.op_type = "MoE";
-  s->node.domain = "com.microsoft";
-  s->node.n_inputs = 5;
-  s->node.n_outputs = 1;
-  s->node.attrs = s->attrs;
-  s->node.n_attrs = 6;
-  s->node.op = s->op;
   tinfo ti[5];
   memset(ti, 0, sizeof ti);
   for (int i = 0; i < 5; i++)
@@ -130,7 +118,10 @@ static void teardown(bench_setup *s) {
   free(s->plan);
 }
 
-static int run_once(bench_setup *s) {
+/* Runs the op once (s: a bench_setup; the inputs are never rotated). */
+static int run_once(void *arg, int i) {
+  bench_setup *s = arg;
+  (void)i;
   const tensor *in[5] = {&s->t[0], &s->t[1], &s->t[2], NULL, &s->t[4]};
   tensor *out[1] = {&s->y};
   diag d;
@@ -158,80 +149,43 @@ static int64_t experts_touched(const bench_setup *s) {
   return n;
 }
 
-static double time_case(bench_setup *s, int repeats) {
-  double t[31];
-  int calls = 1;
-  double t0 = roofline_now();
-  run_once(s);
-  double one = roofline_now() - t0;
-  while (calls * one < 0.05) calls *= 2;
-  for (int rep = 0; rep < repeats; rep++) {
-    double a = roofline_now();
-    for (int i = 0; i < calls; i++) run_once(s);
-    t[rep] = (roofline_now() - a) / calls;
-  }
-  return roofline_median(t, repeats);
-}
-
 int main(int argc, char **argv) {
-  int threads = atoi(arg_value(argc, argv, "--threads", "2"));
-  int repeats = atoi(arg_value(argc, argv, "--repeats", "7"));
-  const char *only_variant = arg_value(argc, argv, "--variant", NULL);
-  const char *only_case = arg_value(argc, argv, "--case", NULL);
-  if (threads < 1 || threads > 16 || repeats < 1 || repeats > 31) {
-    fprintf(stderr, "usage: bench_moe [--threads 1..16] [--repeats 1..31] "
-                    "[--variant scalar|avx2|avx512] [--case NAME]\n");
-    return 2;
-  }
-  kernel_variant vars[KERNEL_N_VARIANTS];
-  int nv = 0;
-  for (int v = 0; v < KERNEL_N_VARIANTS; v++) {
-    const char *name = kernel_variant_name((kernel_variant)v);
-    if (only_variant && strcmp(only_variant, name) != 0) continue;
-    if (kernel_variant_available((kernel_variant)v)) vars[nv++] = (kernel_variant)v;
-  }
-  pool *p = NULL;
+  kernel_lab lab;
+  int rc = kernel_lab_init(&lab, "bench_moe", argc, argv);
+  if (rc) return rc;
+  const double bw = lab.bw, fma = lab.fma;
   diag d;
-  if (pool_create(threads, &p, &d) != PH_OK) {
-    fprintf(stderr, "bench_moe: %s\n", d.msg);
-    return 1;
-  }
-  fprintf(stderr, "bench_moe: measuring this machine's limits ...\n");
-  double bw = roofline_bandwidth(threads), fma = roofline_fma(threads);
-  printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured now; "
-         "medians of %d)\n",
-         threads, bw, fma, repeats);
   printf("%-12s %-7s %5s %7s %9s %7s %7s %8s %7s\n", "case", "variant", "T", "experts", "us/call",
          "GB/s", "of bw", "GFLOP/s", "of FMA");
   int failed = 0;
   for (size_t ci = 0; ci < N_CASES; ci++) {
     const bench_case *c = &CASES[ci];
-    if (only_case && strcmp(only_case, c->name) != 0) continue;
+    if (lab.only_case && strcmp(lab.only_case, c->name) != 0) continue;
     bench_setup s;
-    if (!setup(&s, c, p, threads)) {
+    if (!setup(&s, c, lab.pool, lab.threads)) {
       fprintf(stderr, "bench_moe: %s: setup failed\n", c->name);
       teardown(&s);
       failed = 1;
       continue;
     }
     int64_t touched = experts_touched(&s);
-    for (int vi = 0; vi < nv; vi++) {
-      if (kernel_force_variant(vars[vi], &d) != PH_OK || !run_once(&s)) {
+    for (int vi = 0; vi < lab.nv; vi++) {
+      if (kernel_force_variant(lab.vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
         failed = 1;
         continue;
       }
-      double sec = time_case(&s, repeats);
+      double sec = kernel_lab_time(run_once, &s, 1, lab.repeats);
       double wbytes = (double)touched * 3.0 * (double)(c->I * c->H) * 2.0;
       double gbs = wbytes / sec / 1e9;
       double gflops = 2.0 * (double)(c->T * c->k) * 3.0 * (double)(c->I * c->H) / sec / 1e9;
       printf("%-12s %-7s %5lld %7lld %9.1f %7.1f %7.3f %8.1f %7.3f%s\n", c->name,
-             kernel_variant_name(vars[vi]), (long long)c->T, (long long)touched, sec * 1e6, gbs,
+             kernel_variant_name(lab.vars[vi]), (long long)c->T, (long long)touched, sec * 1e6, gbs,
              gbs / bw, gflops, gflops / fma,
              c->decode ? "  (bandwidth-bound)" : "  (compute-bound)");
     }
     teardown(&s);
   }
   printf("GB/s: bf16 expert weights the call touches (each read once); GFLOP/s: 2 T k 3 I H.\n");
-  pool_free(p);
+  pool_free(lab.pool);
   return failed;
 }

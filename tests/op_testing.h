@@ -10,15 +10,22 @@
  * same checks the graph makes at build time), then the op's plan hook on the same types as the
  * executor does when shapes change (op.h), allocates each NULL output with the inferred shape (a
  * caller-provided output must match it), then run() on a pool of n_threads with that plan.
+ *
+ * Tensors the tests build and compare: tensor_new/tensor_free (heap, zeroed), tensor_rand
+ * (uniform), tensor_i32, tensor_clone, tensor_same_bits (bit-exact), tensor_at (an element as a
+ * double), round_to_dtype (a double as a store to dt rounds it), tensors_free (an array).
  */
 #ifndef PH_TESTS_OP_TESTING_H
 #define PH_TESTS_OP_TESTING_H
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/pool.h"
 #include "base/rng.h"
+#include "check.h"
 #include "ops/op.h"
 #include "tensor/dtype.h"
 
@@ -60,6 +67,57 @@ static inline void tensor_free(tensor *t) {
 static inline void tensor_fill_uniform(tensor *t, rng *r, float lo, float hi) {
   int64_t n = tensor_numel(t);
   for (int64_t i = 0; i < n; i++) tensor_set_f32(t, i, rng_range(r, lo, hi));
+}
+
+/* A new float tensor filled with uniform(lo, hi) values drawn from r. */
+static inline tensor *tensor_rand(ph_dtype dt, int rank, const int64_t *dims, rng *r, float lo,
+                                  float hi) {
+  tensor *t = tensor_new(dt, rank, dims);
+  tensor_fill_uniform(t, r, lo, hi);
+  return t;
+}
+
+/* A new i32 [n] holding v[0 .. n) (zeros when v is NULL). */
+static inline tensor *tensor_i32(int64_t n, const int32_t *v) {
+  int64_t dims[1] = {n};
+  tensor *t = tensor_new(PH_DTYPE_I32, 1, dims);
+  if (n > 0 && v) memcpy(t->data, v, (size_t)n * sizeof(int32_t));
+  return t;
+}
+
+static inline size_t tensor_bytes(const tensor *t) {
+  return (size_t)tensor_numel(t) * dtype_size(t->dtype);
+}
+
+static inline tensor *tensor_clone(const tensor *t) {
+  tensor *c = tensor_new(t->dtype, t->rank, t->dims);
+  memcpy(c->data, t->data, tensor_bytes(t));
+  return c;
+}
+
+/* 1 when both exist and hold the same dtype, element count and bytes. */
+static inline int tensor_same_bits(const tensor *a, const tensor *b) {
+  return a && b && a->dtype == b->dtype && tensor_numel(a) == tensor_numel(b) &&
+         memcmp(a->data, b->data, tensor_bytes(a)) == 0;
+}
+
+/* Element i of a float tensor as a double. */
+static inline double tensor_at(const tensor *t, int64_t i) { return (double)tensor_get_f32(t, i); }
+
+/* x rounded to dt's precision (through f32), as a store to a dt tensor rounds it. */
+static inline double round_to_dtype(ph_dtype dt, double x) {
+  float f = (float)x;
+  if (dt == PH_DTYPE_F16) return f16_to_f32(f32_to_f16(f));
+  if (dt == PH_DTYPE_BF16) return bf16_to_f32(f32_to_bf16(f));
+  return f;
+}
+
+/* Frees t[0 .. n) and sets each to NULL. */
+static inline void tensors_free(tensor **t, int n) {
+  for (int i = 0; i < n; i++) {
+    tensor_free(t[i]);
+    t[i] = NULL;
+  }
 }
 
 static inline tinfo tensor_tinfo(const tensor *t, int with_data) {
@@ -139,6 +197,81 @@ static inline ph_status op_test_run_ex(const gnode *n, tensor **in, tensor **out
 static inline ph_status op_test_run(const gnode *n, tensor **in, tensor **out, int n_threads,
                                     diag *d) {
   return op_test_run_ex(n, in, out, n_threads, ~0u, d);
+}
+
+/* A dtype's name for messages ("F32", "BF16", ...; "INVALID" when it has none). */
+static inline const char *dtype_label(ph_dtype dt) {
+  const char *s = dtype_safetensors_name(dt);
+  return s ? s : "INVALID";
+}
+
+/* Element i of any tensor as a double (exact for every dtype but i64 beyond 2^53). */
+static inline double tensor_elem(const tensor *t, int64_t i) {
+  switch (t->dtype) {
+  case PH_DTYPE_I64:
+    return (double)((const int64_t *)t->data)[i];
+  case PH_DTYPE_I32:
+    return ((const int32_t *)t->data)[i];
+  case PH_DTYPE_I8:
+    return ((const int8_t *)t->data)[i];
+  case PH_DTYPE_U8:
+    return ((const uint8_t *)t->data)[i];
+  default:
+    return tensor_get_f32(t, i);
+  }
+}
+
+/* Spacing of dtype dt's values around v (subnormal spacing near 0). */
+static inline double dtype_ulp_at(ph_dtype dt, double v) {
+  int mant = dt == PH_DTYPE_BF16 ? 7 : dt == PH_DTYPE_F16 ? 10 : 23;
+  double min_step = dt == PH_DTYPE_F16    ? ldexp(1, -24)
+                    : dt == PH_DTYPE_BF16 ? ldexp(1, -133)
+                                          : ldexp(1, -149);
+  v = fabs(v);
+  if (v == 0) return min_step;
+  int e;
+  frexp(v, &e);
+  double u = ldexp(1.0, e - 1 - mant);
+  return u > min_step ? u : min_step;
+}
+
+/* One CHECK that y[0 .. n) matches ref: float outputs within tol[i] (tol0 for all when tol is
+ * NULL) plus one output ulp of ref for f16/bf16, NaN and inf exactly; integer outputs exact.
+ * Prints the first failure under `name`. */
+static inline int op_expect_close(const char *name, const tensor *y, const double *ref,
+                                  const double *tol, double tol0, int64_t n) {
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; i++) {
+    double got = tensor_elem(y, i), want = ref[i], t = tol ? tol[i] : tol0;
+    int ok;
+    if (!dtype_is_compute_float(y->dtype)) {
+      ok = got == want;
+    } else if (isnan(want) || isinf(want)) {
+      ok = isnan(want) ? isnan(got) : got == want;
+    } else {
+      if (y->dtype != PH_DTYPE_F32) t += dtype_ulp_at(y->dtype, want);
+      ok = fabs(got - want) <= t; /* false for a NaN got */
+    }
+    if (!ok) {
+      if (first < 0) first = i;
+      bad++;
+    }
+  }
+  if (bad)
+    fprintf(stderr,
+            "  %s (%s): %lld of %lld wrong; first at %lld: got %.9g, want %.9g (tol %.3g)\n", name,
+            dtype_label(y->dtype), (long long)bad, (long long)n, (long long)first,
+            tensor_elem(y, first), ref[first], tol ? tol[first] : tol0);
+  return CHECK(bad == 0);
+}
+
+/* op_test_run_ex on a node made here (op_test_node), d cleared first. */
+static inline ph_status op_run(const char *op, const char *dom, int n_in, tensor **in, int n_out,
+                               tensor **out, gattr *attrs, int n_attrs, int threads,
+                               unsigned const_mask, diag *d) {
+  gnode n = op_test_node(op, dom, n_in, n_out, attrs, n_attrs);
+  diag_clear(d);
+  return op_test_run_ex(&n, in, out, threads, const_mask, d);
 }
 
 /* Max |a - b| over all elements (as f32), and max |b| for a relative bound. */

@@ -48,14 +48,13 @@
 #include "io/safetensors.h"
 #include "models/export.h"
 #include "models/model.h"
+#include "ort_testing.h"
 #include "tensor/dtype.h"
 
 #define TOL_PAIR   PAIR_F32_TOL   /* ours vs ORT */
 #define TOL_GOLDEN GOLDEN_F32_TOL /* ORT vs the f64 golden reference */
 /* graph inputs or outputs: 2 per layer + 3; the golden models have 4 and 8 layers */
 #define MAX_IO     64
-
-static char g_tmp[1024], g_script[1200];
 
 /* ---- named tensors (the I/O of one run) ---------------------------------------------------- */
 
@@ -182,12 +181,10 @@ static int run_ours(executor *e, const graph *g, const io_list *in, io_list *out
   return 1;
 }
 
-/* Writes in to <tag>.in.safetensors, runs run_ort.mjs on pkg, reads <tag>.out.safetensors. */
+/* Runs pkg on ONNX Runtime (ort_run, files <tag>.in/out.safetensors): in, and every output into
+ * out. */
 static int run_ort(const char *pkg, const char *tag, const io_list *in, io_list *out,
                    double *seconds) {
-  char in_path[1200], out_path[1200], cmd[5000];
-  snprintf(in_path, sizeof in_path, "%s/%s.in.safetensors", g_tmp, tag);
-  snprintf(out_path, sizeof out_path, "%s/%s.out.safetensors", g_tmp, tag);
   st_write_entry e[MAX_IO];
   static const char empty[1]; /* data of zero-element tensors: must be non-NULL */
   for (int i = 0; i < in->n; i++) {
@@ -197,29 +194,8 @@ static int run_ort(const char *pkg, const char *tag, const io_list *in, io_list 
     e[i].shape = shape_make(n->rank, n->dims);
     e[i].data = n->data ? n->data : empty;
   }
-  diag d;
-  ph_status s = st_write_file(in_path, e, (size_t)in->n, NULL, NULL, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s != PH_OK) return 0;
-  remove(out_path);
-  /* ORT's messages go to our stderr. LD_PRELOAD is dropped so a sanitizer runtime preloaded
-   * into this process never reaches node. */
-  snprintf(cmd, sizeof cmd, "env -u LD_PRELOAD node '%s' '%s' '%s' '%s' cpu", g_script, pkg,
-           in_path, out_path);
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  int st = system(cmd);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  *seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (!check_report(rc == 0, __FILE__, __LINE__, "ONNX Runtime ran the package")) {
-    fprintf(stderr, "       %s exited %d (its message is above)\n", cmd, rc);
-    return 0;
-  }
   st_set *set = NULL;
-  s = st_open_file(out_path, &set, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s != PH_OK) return 0;
+  if (!ort_run(pkg, tag, e, (size_t)in->n, &set, seconds)) return 0;
   int ok = 1;
   for (size_t i = 0; i < st_count(set) && ok; i++) {
     const st_tensor *t = st_at(set, i);
@@ -580,41 +556,8 @@ static void test_ort_paged_schema(void) {
 }
 
 int main(void) {
-  snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
-  snprintf(g_script, sizeof g_script, "%s/tests/ort/run_ort.mjs", check_env("PH_SOURCE_DIR"));
-  diag d;
-  if (path_mkdirs(g_tmp, &d) != PH_OK) {
-    fprintf(stderr, "  FAIL: %s\n", d.msg);
-    return 1;
-  }
-  /* Where scripts/install-ort.sh installed onnxruntime-node (ctest sets PH_ORT_DIR; run_ort.mjs
-   * reads the same variable). Without it the cross-checks cannot run: that is a skip (ctest's
-   * code 77, with the reason) so every other test still counts, and a failure where
-   * PH_REQUIRE_ORT=1 (CI), so CI can never go green without them. */
-  const char *ort_dir = check_env("PH_ORT_DIR");
-  char probe[1300], reason[4096] = "";
-  snprintf(probe, sizeof probe, "%s/node_modules/onnxruntime-node/package.json", ort_dir);
-  struct stat sb;
-  if (stat(probe, &sb) != 0 || system("node --version >/dev/null 2>&1") != 0) {
-    char path[1300];
-    char *text = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/UNAVAILABLE", ort_dir);
-    if (file_read_all(path, sizeof reason - 1, &text, &len, &d) == PH_OK) {
-      while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = '\0';
-      snprintf(reason, sizeof reason, "%s", text);
-    } else {
-      snprintf(reason, sizeof reason, "node or %s is missing: run scripts/install-ort.sh %s", probe,
-               ort_dir);
-    }
-    free(text);
-    const char *require = getenv("PH_REQUIRE_ORT");
-    const int required = require && strcmp(require, "1") == 0;
-    fprintf(stderr, "  %s: ONNX Runtime cross-checks did not run: %s\n",
-            required ? "FAIL (PH_REQUIRE_ORT=1, as under CI=true)" : "SKIPPED", reason);
-    printf("%s test_ort: ONNX Runtime is not installed\n", required ? "FAIL" : "skip");
-    return required ? 1 : 77;
-  }
+  int rc = ort_testing_init("test_ort");
+  if (rc) return rc;
   RUN(test_ort_f32_weights);
   RUN(test_ort_f16_weights);
   RUN(test_ort_stored_bf16_weights);

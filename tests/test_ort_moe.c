@@ -33,11 +33,10 @@
 #include "exec/exec.h"
 #include "io/onnx.h"
 #include "io/safetensors.h"
+#include "ort_testing.h"
 #include "tensor/dtype.h"
 
 #define TOL_REL 1e-5
-
-static char g_tmp[1024], g_script[1200];
 
 typedef struct ort_case {
   const char *name;
@@ -182,29 +181,11 @@ static int run_ours(const char *pkg, const ort_case *c, const ort_data *o, float
 }
 
 static int run_ort(const char *pkg, const ort_case *c, const ort_data *o, float *y) {
-  char in_path[1300], out_path[1300], cmd[6000];
-  snprintf(in_path, sizeof in_path, "%s/%s.in.safetensors", g_tmp, c->name);
-  snprintf(out_path, sizeof out_path, "%s/%s.out.safetensors", g_tmp, c->name);
   int64_t xd[3] = {c->rank3 ? 2 : c->T, c->rank3 ? c->T / 2 : c->H, c->H};
   st_write_entry e[2] = {{"x", PH_DTYPE_F32, shape_make(c->rank3 ? 3 : 2, xd), o->x},
                          {"router", PH_DTYPE_F32, shape_2d(c->T, c->E), o->r}};
-  diag d;
-  ph_status s = st_write_file(in_path, e, 2, NULL, NULL, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s != PH_OK) return 0;
-  remove(out_path);
-  snprintf(cmd, sizeof cmd, "env -u LD_PRELOAD node '%s' '%s' '%s' '%s' cpu", g_script, pkg,
-           in_path, out_path);
-  int st = system(cmd);
-  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (!check_report(rc == 0, __FILE__, __LINE__, "ONNX Runtime ran the package")) {
-    fprintf(stderr, "       %s exited %d (its message is above)\n", cmd, rc);
-    return 0;
-  }
   st_set *set = NULL;
-  s = st_open_file(out_path, &set, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s != PH_OK) return 0;
+  if (!ort_run(pkg, c->name, e, 2, &set, NULL)) return 0;
   int ok = st_count(set) == 1 && st_at(set, 0)->dtype == PH_DTYPE_F32 &&
            shape_numel(&st_at(set, 0)->shape) == c->T * c->H;
   CHECK(ok);
@@ -356,22 +337,10 @@ static void test_ort_router_ops(void) {
   if (st == PH_OK) st = exec_run(e, &d);
   CHECK_STATUS(st, PH_OK, d.msg);
   /* ORT */
-  char in_path[1300], out_path[1300], cmd[6000];
-  snprintf(in_path, sizeof in_path, "%s/router_ops.in.safetensors", g_tmp);
-  snprintf(out_path, sizeof out_path, "%s/router_ops.out.safetensors", g_tmp);
   st_write_entry we[2] = {{"scores", PH_DTYPE_F32, shape_2d(T, E), sc},
                           {"idx", PH_DTYPE_I64, shape_2d(T, K), given}};
   st_set *set = NULL;
-  int ran = 0;
-  if (st == PH_OK && st_write_file(in_path, we, 2, NULL, NULL, &d) == PH_OK) {
-    remove(out_path);
-    snprintf(cmd, sizeof cmd, "env -u LD_PRELOAD node '%s' '%s' '%s' '%s' cpu", g_script, pkg,
-             in_path, out_path);
-    int rc = system(cmd);
-    ran = check_report(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, __FILE__, __LINE__,
-                       "ONNX Runtime ran the router ops") &&
-          st_open_file(out_path, &set, &d) == PH_OK;
-  }
+  const int ran = st == PH_OK && ort_run(pkg, "router_ops", we, 2, &set, NULL);
   if (ran) {
     static const char *const NAMES[5] = {"topk_values", "topk_indices", "mask", "log_probs",
                                          "onehot_given"};
@@ -407,27 +376,8 @@ static void test_ort_router_ops(void) {
 }
 
 int main(void) {
-  snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
-  snprintf(g_script, sizeof g_script, "%s/tests/ort/run_ort.mjs", check_env("PH_SOURCE_DIR"));
-  diag d;
-  if (path_mkdirs(g_tmp, &d) != PH_OK) {
-    fprintf(stderr, "  FAIL: %s\n", d.msg);
-    return 1;
-  }
-  /* The same rule as test_ort: without onnxruntime-node this is a skip (77), or a failure when
-   * PH_REQUIRE_ORT=1 (CI). */
-  const char *ort_dir = check_env("PH_ORT_DIR");
-  char probe[1300];
-  snprintf(probe, sizeof probe, "%s/node_modules/onnxruntime-node/package.json", ort_dir);
-  struct stat sb;
-  if (stat(probe, &sb) != 0 || system("node --version >/dev/null 2>&1") != 0) {
-    const char *require = getenv("PH_REQUIRE_ORT");
-    const int required = require && strcmp(require, "1") == 0;
-    fprintf(stderr, "  %s: ONNX Runtime is not installed (%s); see scripts/install-ort.sh\n",
-            required ? "FAIL (PH_REQUIRE_ORT=1)" : "SKIPPED", probe);
-    printf("%s test_ort_moe: ONNX Runtime is not installed\n", required ? "FAIL" : "skip");
-    return required ? 1 : 77;
-  }
+  int rc = ort_testing_init("test_ort_moe");
+  if (rc) return rc;
   RUN(test_ort_moe_cases);
   RUN(test_ort_moe_ties);
   RUN(test_ort_router_ops);

@@ -23,11 +23,6 @@ static const ph_dtype FLOATS[] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-static const char *dtn(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
-
 static tensor *tn(ph_dtype dt, int rank, const int64_t *dims) { return tensor_new(dt, rank, dims); }
 
 /* A 1-D integer tensor (I64 or I32) holding v. */
@@ -41,24 +36,6 @@ static tensor *ints_tensor(ph_dtype dt, int n, const int64_t *v) {
       ((int32_t *)t->data)[i] = (int32_t)v[i];
   }
   return t;
-}
-
-static int is_float_dt(ph_dtype dt) { return dtype_is_compute_float(dt); }
-
-/* Element i of any tensor as a double (exact for every dtype but i64 beyond 2^53). */
-static double elem(const tensor *t, int64_t i) {
-  switch (t->dtype) {
-  case PH_DTYPE_I64:
-    return (double)((const int64_t *)t->data)[i];
-  case PH_DTYPE_I32:
-    return ((const int32_t *)t->data)[i];
-  case PH_DTYPE_I8:
-    return ((const int8_t *)t->data)[i];
-  case PH_DTYPE_U8:
-    return ((const uint8_t *)t->data)[i];
-  default:
-    return tensor_get_f32(t, i);
-  }
 }
 
 static int64_t ielem(const tensor *t, int64_t i) {
@@ -94,26 +71,12 @@ static void iset(tensor *t, int64_t i, int64_t v) {
 /* Fills any tensor: floats uniform in [lo, hi), integers uniform in [lo, hi]. */
 static void fill(tensor *t, rng *r, double lo, double hi) {
   int64_t n = tensor_numel(t);
-  if (is_float_dt(t->dtype)) {
+  if (dtype_is_compute_float(t->dtype)) {
     tensor_fill_uniform(t, r, (float)lo, (float)hi);
     return;
   }
   int64_t ilo = (int64_t)lo, span = (int64_t)hi - ilo + 1;
   for (int64_t i = 0; i < n; i++) iset(t, i, ilo + (int64_t)rng_below(r, (uint64_t)span));
-}
-
-/* Spacing of dtype dt's values around v (subnormal spacing near 0). */
-static double ulp_of(ph_dtype dt, double v) {
-  int mant = dt == PH_DTYPE_BF16 ? 7 : dt == PH_DTYPE_F16 ? 10 : 23;
-  double min_step = dt == PH_DTYPE_F16    ? ldexp(1, -24)
-                    : dt == PH_DTYPE_BF16 ? ldexp(1, -133)
-                                          : ldexp(1, -149);
-  v = fabs(v);
-  if (v == 0) return min_step;
-  int e;
-  frexp(v, &e);
-  double u = ldexp(1.0, e - 1 - mant);
-  return u > min_step ? u : min_step;
 }
 
 static const char *fmt_dims(char *buf, size_t n, int rank, const int64_t *dims) {
@@ -122,45 +85,6 @@ static const char *fmt_dims(char *buf, size_t n, int rank, const int64_t *dims) 
     o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? "," : "", (long long)dims[i]);
   if (o < n) snprintf(buf + o, n - o, "]");
   return buf;
-}
-
-/* Float outputs: |y - ref| <= tol (+ one output ulp of ref for f16/bf16); integer outputs
- * exact. tol may be NULL (then tol0 for all). Prints the first failure under `name`. */
-static int expect_close(const char *name, const tensor *y, const double *ref, const double *tol,
-                        double tol0, int64_t n) {
-  int64_t bad = 0, first = -1;
-  double worst = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double got = elem(y, i), want = ref[i], t = tol ? tol[i] : tol0;
-    int ok;
-    if (!is_float_dt(y->dtype)) {
-      ok = got == want;
-    } else if (isnan(want) || isinf(want)) {
-      ok = isnan(want) ? isnan(got) : got == want;
-    } else {
-      if (y->dtype != PH_DTYPE_F32) t += ulp_of(y->dtype, want);
-      ok = fabs(got - want) <= t;
-    }
-    if (!ok) {
-      if (first < 0) first = i;
-      bad++;
-      if (fabs(got - want) > worst) worst = fabs(got - want);
-    }
-  }
-  if (bad)
-    fprintf(stderr,
-            "  %s (%s): %lld of %lld wrong; first at %lld: got %.9g, want %.9g (tol %.3g)\n", name,
-            dtn(y->dtype), (long long)bad, (long long)n, (long long)first, elem(y, first),
-            ref[first], (tol ? tol[first] : tol0));
-  return CHECK(bad == 0);
-}
-
-static ph_status run_op(const char *op, const char *dom, int n_in, tensor **in, int n_out,
-                        tensor **out, gattr *attrs, int n_attrs, int threads, unsigned const_mask,
-                        diag *d) {
-  gnode n = op_test_node(op, dom, n_in, n_out, attrs, n_attrs);
-  diag_clear(d);
-  return op_test_run_ex(&n, in, out, threads, const_mask, d);
 }
 
 /* infer() alone on static types (unknown dims allowed). */
@@ -199,13 +123,6 @@ static int dims_equal(const tinfo *t, int rank, const int64_t *dims) {
               fmt_dims(check_b1_, sizeof check_b1_, (t_).rank < 0 ? 0 : (t_).rank, (t_).dims),     \
               fmt_dims(check_b2_, sizeof check_b2_, (r_), check_dims_));                           \
   } while (0)
-
-static void free_all(tensor **t, int n) {
-  for (int i = 0; i < n; i++) {
-    tensor_free(t[i]);
-    t[i] = NULL;
-  }
-}
 
 /* ---- registry ------------------------------------------------------------------------------- */
 
@@ -267,7 +184,7 @@ static void ref_matmul(const tensor *a, const tensor *b, double *ref, double *to
       for (int64_t n = 0; n < N; n++) {
         double s = 0, sa = 0;
         for (int64_t k = 0; k < K; k++) {
-          double p = elem(a, (fa * M + m) * K + k) * elem(b, (fb * K + k) * N + n);
+          double p = tensor_elem(a, (fa * M + m) * K + k) * tensor_elem(b, (fb * K + k) * N + n);
           s += p;
           sa += fabs(p);
         }
@@ -292,18 +209,18 @@ static void check_matmul_case(const mm_case *c, ph_dtype dt, int threads, rng *r
   char name[160], b1[64], b2[64];
   snprintf(name, sizeof name, "MatMul A%s B%s threads %d", fmt_dims(b1, 64, c->ra, c->a),
            fmt_dims(b2, 64, c->rb, c->b), threads);
-  ph_status s = run_op("MatMul", "", 2, in, 1, out, NULL, 0, threads, ~0u, &d);
+  ph_status s = op_run("MatMul", "", 2, in, 1, out, NULL, 0, threads, ~0u, &d);
   CHECK_STATUS(s, PH_OK, d.msg);
   if (s == PH_OK) {
     int64_t n = tensor_numel(out[0]);
     double *ref = calloc((size_t)n + 1, sizeof *ref), *tol = calloc((size_t)n + 1, sizeof *tol);
     ref_matmul(in[0], in[1], ref, tol);
-    if (!expect_close(name, out[0], ref, tol, 0, n)) fprintf(stderr, "  (%s)\n", name);
+    if (!op_expect_close(name, out[0], ref, tol, 0, n)) fprintf(stderr, "  (%s)\n", name);
     free(ref);
     free(tol);
   }
-  free_all(in, 2);
-  free_all(out, 1);
+  tensors_free(in, 2);
+  tensors_free(out, 1);
 }
 
 static void test_matmul(void) {
@@ -393,7 +310,7 @@ static const char *const WT = "pagedhybrid.internal";
 static double *to_doubles(const tensor *t) {
   int64_t n = tensor_numel(t);
   double *v = malloc((size_t)(n + 1) * sizeof *v);
-  for (int64_t i = 0; i < n; i++) v[i] = elem(t, i);
+  for (int64_t i = 0; i < n; i++) v[i] = tensor_elem(t, i);
   return v;
 }
 
@@ -409,7 +326,7 @@ static void ref_matmul_wt(const tensor *a, const tensor *w, const tensor *bias, 
   double *av = to_doubles(a), *wv = to_doubles(w);
   for (int64_t m = 0; m < M; m++)
     for (int64_t n = 0; n < N; n++) {
-      double s = bias ? elem(bias, n) : 0, sa = fabs(s);
+      double s = bias ? tensor_elem(bias, n) : 0, sa = fabs(s);
       for (int64_t k = 0; k < K; k++) {
         double p = av[m * K + k] * wv[n * K + k];
         s += p;
@@ -447,7 +364,7 @@ static void test_matmul_wt(void) {
               fill(in[1], &r, -1, 1);
               if (in[2]) fill(in[2], &r, -1, 1);
               diag d;
-              ph_status s = run_op("MatMulWT", WT, 3, in, 1, out, NULL, 0, threads, ~0u, &d);
+              ph_status s = op_run("MatMulWT", WT, 3, in, 1, out, NULL, 0, threads, ~0u, &d);
               CHECK_STATUS(s, PH_OK, d.msg);
               n_cases++;
               if (s == PH_OK) {
@@ -456,14 +373,15 @@ static void test_matmul_wt(void) {
                 ref_matmul_wt(in[0], in[1], in[2], ref, tol);
                 char name[160];
                 snprintf(name, sizeof name, "MatMulWT A %s [%lld,%lld] W %s N=%lld bias %s T=%d",
-                         dtn(FLOATS[ai]), (long long)M, (long long)K, dtn(FLOATS[wi]), (long long)N,
-                         bdt ? dtn(bdt) : "none", threads);
-                n_ok += expect_close(name, out[0], ref, tol, 0, M * N);
+                         dtype_label(FLOATS[ai]), (long long)M, (long long)K,
+                         dtype_label(FLOATS[wi]), (long long)N, bdt ? dtype_label(bdt) : "none",
+                         threads);
+                n_ok += op_expect_close(name, out[0], ref, tol, 0, M * N);
                 free(ref);
                 free(tol);
               }
-              free_all(in, 3);
-              free_all(out, 1);
+              tensors_free(in, 3);
+              tensors_free(out, 1);
             }
           }
   CHECK_EQ_INT(n_ok, n_cases);
@@ -479,27 +397,27 @@ static void test_matmul_wt_shapes(void) {
     tensor *out[1] = {NULL};
     fill(in[0], &r, -2, 2);
     fill(in[1], &r, -2, 2);
-    CHECK_STATUS(run_op("MatMulWT", WT, 2, in, 1, out, NULL, 0, 2, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("MatMulWT", WT, 2, in, 1, out, NULL, 0, 2, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       CHECK_EQ_INT(out[0]->rank, 3);
       CHECK_EQ_INT(out[0]->dims[2], 9);
       double ref[54], tol[54];
       ref_matmul_wt(in[0], in[1], NULL, ref, tol);
-      expect_close("MatMulWT rank-3 A", out[0], ref, tol, 0, 54);
+      op_expect_close("MatMulWT rank-3 A", out[0], ref, tol, 0, 54);
     }
-    free_all(in, 3);
-    free_all(out, 1);
+    tensors_free(in, 3);
+    tensors_free(out, 1);
   }
   {
     tensor *in[3] = {tn(PH_DTYPE_F32, 2, (int64_t[]){3, 0}), tn(PH_DTYPE_F16, 2, (int64_t[]){5, 0}),
                      tn(PH_DTYPE_F32, 1, (int64_t[]){5})};
     tensor *out[1] = {NULL};
     fill(in[2], &r, -2, 2);
-    CHECK_STATUS(run_op("MatMulWT", WT, 3, in, 1, out, NULL, 0, 2, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("MatMulWT", WT, 3, in, 1, out, NULL, 0, 2, ~0u, &d), PH_OK, d.msg);
     if (out[0])
-      for (int i = 0; i < 15; i++) CHECK(elem(out[0], i) == elem(in[2], i % 5));
-    free_all(in, 3);
-    free_all(out, 1);
+      for (int i = 0; i < 15; i++) CHECK(tensor_elem(out[0], i) == tensor_elem(in[2], i % 5));
+    tensors_free(in, 3);
+    tensors_free(out, 1);
   }
   {
     tensor *in[3] = {tn(PH_DTYPE_F16, 1, (int64_t[]){33}), tn(PH_DTYPE_F32, 2, (int64_t[]){6, 33}),
@@ -507,16 +425,16 @@ static void test_matmul_wt_shapes(void) {
     tensor *out[1] = {NULL};
     fill(in[0], &r, -2, 2);
     fill(in[1], &r, -2, 2);
-    CHECK_STATUS(run_op("MatMulWT", WT, 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("MatMulWT", WT, 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       CHECK_EQ_INT(out[0]->rank, 1);
       CHECK_EQ_INT(out[0]->dtype, PH_DTYPE_F16);
       double ref[6], tol[6];
       ref_matmul_wt(in[0], in[1], NULL, ref, tol);
-      expect_close("MatMulWT 1-D A", out[0], ref, tol, 0, 6);
+      op_expect_close("MatMulWT 1-D A", out[0], ref, tol, 0, 6);
     }
-    free_all(in, 3);
-    free_all(out, 1);
+    tensors_free(in, 3);
+    tensors_free(out, 1);
   }
 }
 
@@ -529,7 +447,7 @@ static tensor *wt_rows(const tensor *a, int64_t r0, int64_t rows, const tensor *
   memcpy(sub->data, (const char *)a->data + (size_t)(r0 * K) * es, (size_t)(rows * K) * es);
   tensor *in[3] = {sub, (tensor *)w, (tensor *)bias}, *out[1] = {NULL};
   diag d;
-  ph_status s = run_op("MatMulWT", WT, 3, in, 1, out, NULL, 0, threads, ~0u, &d);
+  ph_status s = op_run("MatMulWT", WT, 3, in, 1, out, NULL, 0, threads, ~0u, &d);
   CHECK_STATUS(s, PH_OK, d.msg);
   tensor_free(sub);
   return out[0];
@@ -558,7 +476,8 @@ static int64_t wt_invariance(ph_dtype wdt, ph_dtype adt, int64_t K, rng *r, int6
             continue;
           if (!mismatched)
             fprintf(stderr, "  batch invariance: W %s A %s K %lld row %lld batch %lld threads %d\n",
-                    dtn(wdt), dtn(adt), (long long)K, (long long)(s + i), (long long)b, threads);
+                    dtype_label(wdt), dtype_label(adt), (long long)K, (long long)(s + i),
+                    (long long)b, threads);
           mismatched++;
         }
         tensor_free(part);
@@ -624,7 +543,7 @@ static void test_matmul_wt_f16_exhaustive(void) {
       for (int64_t n = 0; n < N; n++) ((uint16_t *)w->data)[n * K + at] = (uint16_t)n;
       tensor *in[3] = {a, w, NULL}, *out[1] = {NULL};
       diag d;
-      CHECK_STATUS(run_op("MatMulWT", WT, 2, in, 1, out, NULL, 0, 2, ~0u, &d), PH_OK, d.msg);
+      CHECK_STATUS(op_run("MatMulWT", WT, 2, in, 1, out, NULL, 0, 2, ~0u, &d), PH_OK, d.msg);
       int64_t bad = 0;
       for (int64_t m = 0; out[0] && m < M; m++)
         for (int64_t n = 0; n < N; n++) {
@@ -636,8 +555,8 @@ static void test_matmul_wt_f16_exhaustive(void) {
           bad += !ok;
         }
       CHECK_EQ_INT(bad, 0);
-      free_all(in, 2);
-      free_all(out, 1);
+      tensors_free(in, 2);
+      tensors_free(out, 1);
     }
 }
 
@@ -676,7 +595,7 @@ static void check_gather(ph_dtype dt, int rd, const int64_t *dd, ph_dtype it, in
   fill(in[1], r, (double)-s, (double)(s - 1));
   gattr at[1] = {attr_int("axis", axis)};
   diag d;
-  CHECK_STATUS(run_op("Gather", "", 2, in, 1, out, at, 1, 1, 0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Gather", "", 2, in, 1, out, at, 1, 1, 0u, &d), PH_OK, d.msg);
   if (out[0]) {
     CHECK_EQ_INT(out[0]->rank, rd + ri - 1);
     int64_t outer = 1, inner = 1, ni = tensor_numel(in[1]);
@@ -695,8 +614,8 @@ static void check_gather(ph_dtype dt, int rd, const int64_t *dd, ph_dtype it, in
     CHECK_EQ_INT(tensor_numel(out[0]), n);
     CHECK_EQ_INT(bad, 0);
   }
-  free_all(in, 2);
-  free_all(out, 1);
+  tensors_free(in, 2);
+  tensors_free(out, 1);
 }
 
 static void test_gather(void) {
@@ -722,28 +641,28 @@ static void test_gather(void) {
   tensor *out[1] = {NULL};
   for (int i = 0; i < 5; i++) ((int32_t *)in[0]->data)[i] = 10 * i;
   diag d;
-  CHECK_STATUS(run_op("Gather", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Gather", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_OK, d.msg);
   if (out[0]) {
     CHECK_EQ_INT(ielem(out[0], 0), 40);
     CHECK_EQ_INT(ielem(out[0], 1), 0);
     CHECK_EQ_INT(ielem(out[0], 2), 20);
   }
-  free_all(out, 1);
+  tensors_free(out, 1);
   /* out of range at run time (indices not constant) names the index; nothing is written */
   ((int64_t *)in[1]->data)[1] = 5;
-  CHECK_STATUS(run_op("Gather", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Gather", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   CHECK_CONTAINS(d.msg, "index 5");
-  free_all(out, 1);
+  tensors_free(out, 1);
   ((int64_t *)in[1]->data)[1] = -6;
-  CHECK_STATUS(run_op("Gather", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Gather", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   CHECK_CONTAINS(d.msg, "index -6");
-  free_all(out, 1);
+  tensors_free(out, 1);
   /* constant indices are checked at build time */
   tinfo ti[2] = {ti_make(PH_DTYPE_F32, 2, (int64_t[]){5, 4}), tensor_tinfo(in[1], 1)}, to[1];
   CHECK_STATUS(infer_op("Gather", "", 2, ti, 1, to, NULL, 0, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-  free_all(in, 2);
+  tensors_free(in, 2);
   /* contract: indices dtype, axis range, unknown dims */
   ti[0] = ti_make(PH_DTYPE_BF16, 2, (int64_t[]){-1, 64});
   ti[1] = ti_make(PH_DTYPE_I64, 2, (int64_t[]){-1, -1});
@@ -820,7 +739,7 @@ static int64_t bc_index(int64_t i, int ry, const int64_t *yd, int rx, const int6
 
 static void check_binary(int op, ph_dtype dt, const bc_case *c, int threads, rng *r) {
   tensor *in[2] = {tn(dt, c->ra, c->a), tn(dt, c->rb, c->b)}, *out[1] = {NULL};
-  if (is_float_dt(dt)) {
+  if (dtype_is_compute_float(dt)) {
     fill(in[0], r, -4, 4);
     fill(in[1], r, 0.25, 4);
     /* divisors away from 0, with both signs */
@@ -836,26 +755,27 @@ static void check_binary(int op, ph_dtype dt, const bc_case *c, int threads, rng
   char name[160], b1[64], b2[64];
   snprintf(name, sizeof name, "%s %s%s T=%d", BIN[op], fmt_dims(b1, 64, c->ra, c->a),
            fmt_dims(b2, 64, c->rb, c->b), threads);
-  CHECK_STATUS(run_op(BIN[op], "", 2, in, 1, out, NULL, 0, threads, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run(BIN[op], "", 2, in, 1, out, NULL, 0, threads, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     int64_t n = tensor_numel(out[0]);
     double *ref = malloc((size_t)(n + 1) * sizeof *ref);
     for (int64_t i = 0; i < n; i++) {
       int64_t ia = bc_index(i, out[0]->rank, out[0]->dims, c->ra, c->a);
       int64_t ib = bc_index(i, out[0]->rank, out[0]->dims, c->rb, c->b);
-      ref[i] = is_float_dt(dt) ? ref_bin(op, elem(in[0], ia), elem(in[1], ib))
-                               : (double)ref_bin_int(op, ielem(in[0], ia), ielem(in[1], ib),
-                                                     dt == PH_DTYPE_I32 ? 32 : 64);
+      ref[i] = dtype_is_compute_float(dt)
+                   ? ref_bin(op, tensor_elem(in[0], ia), tensor_elem(in[1], ib))
+                   : (double)ref_bin_int(op, ielem(in[0], ia), ielem(in[1], ib),
+                                         dt == PH_DTYPE_I32 ? 32 : 64);
     }
     /* one correctly rounded f32 operation: half an f32 ulp, (then one output ulp) */
     double *tol = malloc((size_t)(n + 1) * sizeof *tol);
-    for (int64_t i = 0; i < n; i++) tol[i] = 0.5 * ulp_of(PH_DTYPE_F32, ref[i]);
-    if (!expect_close(name, out[0], ref, tol, 0, n)) fprintf(stderr, "  (%s)\n", name);
+    for (int64_t i = 0; i < n; i++) tol[i] = 0.5 * dtype_ulp_at(PH_DTYPE_F32, ref[i]);
+    if (!op_expect_close(name, out[0], ref, tol, 0, n)) fprintf(stderr, "  (%s)\n", name);
     free(ref);
     free(tol);
   }
-  free_all(in, 2);
-  free_all(out, 1);
+  tensors_free(in, 2);
+  tensors_free(out, 1);
 }
 
 static void test_binary(void) {
@@ -887,12 +807,12 @@ static void test_binary(void) {
     fill(in[1], &r, 0.5, 4);
     tensor *o1[1] = {NULL}, *o3[1] = {NULL};
     diag d;
-    CHECK_STATUS(run_op(BIN[op], "", 2, in, 1, o1, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
-    CHECK_STATUS(run_op(BIN[op], "", 2, in, 1, o3, NULL, 0, 3, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run(BIN[op], "", 2, in, 1, o1, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run(BIN[op], "", 2, in, 1, o3, NULL, 0, 3, ~0u, &d), PH_OK, d.msg);
     if (o1[0] && o3[0]) CHECK(memcmp(o1[0]->data, o3[0]->data, 300 * 130 * 2) == 0);
-    free_all(in, 2);
-    free_all(o1, 1);
-    free_all(o3, 1);
+    tensors_free(in, 2);
+    tensors_free(o1, 1);
+    tensors_free(o3, 1);
   }
 }
 
@@ -910,10 +830,10 @@ static void test_binary_int_edges(void) {
   for (int op = 0; op < 4; op++) {
     tensor *in[2] = {ints_tensor(PH_DTYPE_I64, 6, a64), ints_tensor(PH_DTYPE_I64, 6, b64)};
     tensor *out[1] = {NULL};
-    CHECK_STATUS(run_op(BIN[op], "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run(BIN[op], "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     for (int i = 0; out[0] && i < 6; i++) CHECK_EQ_INT(ielem(out[0], i), want[op][i]);
-    free_all(in, 2);
-    free_all(out, 1);
+    tensors_free(in, 2);
+    tensors_free(out, 1);
   }
   const int64_t a32[] = {INT32_MAX, INT32_MIN, -7}, b32[] = {1, -1, 2};
   const int64_t want32[4][3] = {{INT32_MIN, INT32_MAX, -5},
@@ -923,10 +843,10 @@ static void test_binary_int_edges(void) {
   for (int op = 0; op < 4; op++) {
     tensor *in[2] = {ints_tensor(PH_DTYPE_I32, 3, a32), ints_tensor(PH_DTYPE_I32, 3, b32)};
     tensor *out[1] = {NULL};
-    CHECK_STATUS(run_op(BIN[op], "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run(BIN[op], "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     for (int i = 0; out[0] && i < 3; i++) CHECK_EQ_INT(ielem(out[0], i), want32[op][i]);
-    free_all(in, 2);
-    free_all(out, 1);
+    tensors_free(in, 2);
+    tensors_free(out, 1);
   }
   /* integer division by zero */
   for (int i32 = 0; i32 < 2; i32++) {
@@ -934,23 +854,23 @@ static void test_binary_int_edges(void) {
     tensor *in[2] = {ints_tensor(dt, 3, (int64_t[]){1, 2, 3}),
                      ints_tensor(dt, 3, (int64_t[]){1, 0, 1})};
     tensor *out[1] = {NULL};
-    CHECK_STATUS(run_op("Div", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+    CHECK_STATUS(op_run("Div", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                  d.msg);
     CHECK_CONTAINS(d.msg, "zero");
-    free_all(in, 2);
-    free_all(out, 1);
+    tensors_free(in, 2);
+    tensors_free(out, 1);
   }
   /* float division by zero is IEEE */
   tensor *in[2] = {tn(PH_DTYPE_F32, 1, (int64_t[]){2}), tn(PH_DTYPE_F32, 1, (int64_t[]){2})};
   ((float *)in[0]->data)[0] = 1.0f;
   tensor *out[1] = {NULL};
-  CHECK_STATUS(run_op("Div", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Div", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
-    CHECK(isinf(elem(out[0], 0)));
-    CHECK(isnan(elem(out[0], 1)));
+    CHECK(isinf(tensor_elem(out[0], 0)));
+    CHECK(isnan(tensor_elem(out[0], 1)));
   }
-  free_all(in, 2);
-  free_all(out, 1);
+  tensors_free(in, 2);
+  tensors_free(out, 1);
 }
 
 static void test_binary_contract(void) {
@@ -1014,20 +934,20 @@ static void test_unary(void) {
         for (int64_t i = 0; dt == PH_DTYPE_F32 && i < n && i < 16; i++)
           if (op != 2 || fabsf(SPECIAL[i]) <= 80) tensor_set_f32(in[0], i, SPECIAL[i]);
         diag d;
-        CHECK_STATUS(run_op(UN[op], "", 1, in, 1, out, NULL, 0, 1 + wi % 3, ~0u, &d), PH_OK, d.msg);
+        CHECK_STATUS(op_run(UN[op], "", 1, in, 1, out, NULL, 0, 1 + wi % 3, ~0u, &d), PH_OK, d.msg);
         if (out[0]) {
           double ref[390], tol[390];
           for (int64_t i = 0; i < n; i++) {
-            ref[i] = ref_un(op, elem(in[0], i));
+            ref[i] = ref_un(op, tensor_elem(in[0], i));
             /* libm f32 functions are within a few ulp; the sigmoid quotient adds two */
-            tol[i] = 4 * ulp_of(PH_DTYPE_F32, ref[i]);
+            tol[i] = 4 * dtype_ulp_at(PH_DTYPE_F32, ref[i]);
           }
           char name[64];
           snprintf(name, sizeof name, "%s [3,%lld]", UN[op], (long long)W);
-          expect_close(name, out[0], ref, tol, 0, n);
+          op_expect_close(name, out[0], ref, tol, 0, n);
         }
-        free_all(in, 1);
-        free_all(out, 1);
+        tensors_free(in, 1);
+        tensors_free(out, 1);
       }
   /* Neg on integers wraps at the minimum */
   static const ph_dtype IT[] = {PH_DTYPE_I64, PH_DTYPE_I32, PH_DTYPE_I8};
@@ -1039,26 +959,26 @@ static void test_unary(void) {
     tensor_free(in[0]);
     in[0] = x;
     diag d;
-    CHECK_STATUS(run_op("Neg", "", 1, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("Neg", "", 1, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       CHECK_EQ_INT(ielem(out[0], 0), -5);
       CHECK_EQ_INT(ielem(out[0], 1), 7);
       CHECK_EQ_INT(ielem(out[0], 2), 0);
       CHECK_EQ_INT(ielem(out[0], 3), MINS[i]);
     }
-    free_all(in, 1);
-    free_all(out, 1);
+    tensors_free(in, 1);
+    tensors_free(out, 1);
   }
   /* large tensor over the pool: same bits on 1 and 3 threads */
   tensor *in[1] = {tn(PH_DTYPE_F16, 1, (int64_t[]){70001})}, *o1[1] = {NULL}, *o3[1] = {NULL};
   fill(in[0], &r, -8, 8);
   diag d;
-  CHECK_STATUS(run_op("Softplus", "", 1, in, 1, o1, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
-  CHECK_STATUS(run_op("Softplus", "", 1, in, 1, o3, NULL, 0, 3, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Softplus", "", 1, in, 1, o1, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Softplus", "", 1, in, 1, o3, NULL, 0, 3, ~0u, &d), PH_OK, d.msg);
   if (o1[0] && o3[0]) CHECK(memcmp(o1[0]->data, o3[0]->data, 70001 * 2) == 0);
-  free_all(in, 1);
-  free_all(o1, 1);
-  free_all(o3, 1);
+  tensors_free(in, 1);
+  tensors_free(o1, 1);
+  tensors_free(o3, 1);
 }
 
 /* ---- Cast ----------------------------------------------------------------------------------- */
@@ -1080,7 +1000,7 @@ static double round_int_bits(uint64_t mag, int p) {
 
 /* The expected value of casting element i of x to dtype to (as a double; NaN for NaN). */
 static double cast_ref(const tensor *x, int64_t i, ph_dtype to) {
-  if (is_float_dt(x->dtype)) {
+  if (dtype_is_compute_float(x->dtype)) {
     float f = tensor_get_f32(x, i);
     switch (to) {
     case PH_DTYPE_F32:
@@ -1155,7 +1075,7 @@ static void test_cast(void) {
     for (int ti = 0; ti < N_CAST_DT; ti++) {
       ph_dtype from = CAST_DT[fi], to = CAST_DT[ti];
       tensor *in[1] = {tn(from, 1, (int64_t[]){n})}, *out[1] = {NULL};
-      if (is_float_dt(from)) {
+      if (dtype_is_compute_float(from)) {
         fill(in[0], &r, -300, 300);
         for (int i = 0; i < 21; i++) tensor_set_f32(in[0], i, FSPEC[i]);
       } else {
@@ -1171,24 +1091,26 @@ static void test_cast(void) {
       }
       gattr at[1] = {attr_int("to", dtype_to_onnx(to))};
       diag d;
-      CHECK_STATUS(run_op("Cast", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
+      CHECK_STATUS(op_run("Cast", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
       if (out[0]) {
         CHECK_EQ_INT(out[0]->dtype, to);
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++) {
           double want = cast_ref(in[0], i, to);
-          double got = to == PH_DTYPE_I64 ? (double)ielem(out[0], i) : elem(out[0], i);
+          double got = to == PH_DTYPE_I64 ? (double)ielem(out[0], i) : tensor_elem(out[0], i);
           int ok = isnan(want) ? isnan(got) : got == want;
-          if (to == PH_DTYPE_I64 && !is_float_dt(from)) ok = ielem(out[0], i) == ielem(in[0], i);
+          if (to == PH_DTYPE_I64 && !dtype_is_compute_float(from))
+            ok = ielem(out[0], i) == ielem(in[0], i);
           if (!ok && !bad)
-            fprintf(stderr, "  Cast %s->%s element %lld (%.17g): got %.17g want %.17g\n", dtn(from),
-                    dtn(to), (long long)i, elem(in[0], i), got, want);
+            fprintf(stderr, "  Cast %s->%s element %lld (%.17g): got %.17g want %.17g\n",
+                    dtype_label(from), dtype_label(to), (long long)i, tensor_elem(in[0], i), got,
+                    want);
           bad += !ok;
         }
         CHECK_EQ_INT(bad, 0);
       }
-      free_all(in, 1);
-      free_all(out, 1);
+      tensors_free(in, 1);
+      tensors_free(out, 1);
     }
   /* i64 extremes to i64 from float saturate exactly at the ends */
   tensor *in[1] = {tn(PH_DTYPE_F32, 1, (int64_t[]){2})}, *out[1] = {NULL};
@@ -1196,13 +1118,13 @@ static void test_cast(void) {
   ((float *)in[0]->data)[1] = -9.3e18f;
   gattr at[1] = {attr_int("to", 7)};
   diag d;
-  CHECK_STATUS(run_op("Cast", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Cast", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     CHECK(ielem(out[0], 0) == INT64_MAX);
     CHECK(ielem(out[0], 1) == INT64_MIN);
   }
-  free_all(in, 1);
-  free_all(out, 1);
+  tensors_free(in, 1);
+  tensors_free(out, 1);
   /* contract */
   tinfo ti[1] = {ti_make(PH_DTYPE_F32, 2, (int64_t[]){-1, 3})}, to[1];
   CHECK_STATUS(infer_op("Cast", "", 1, ti, 1, to, at, 1, &d), PH_OK, d.msg);
@@ -1240,15 +1162,15 @@ static void test_reshape(void) {
           ints_tensor(c % 2 ? PH_DTYPE_I32 : PH_DTYPE_I64, cases[c].n, cases[c].shape)};
       tensor *out[1] = {NULL};
       fill(in[0], &r, -50, 50);
-      CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+      CHECK_STATUS(op_run("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
       if (out[0]) {
         tinfo ot = tensor_tinfo(out[0], 0);
         CHECK_DIMS(ot, cases[c].rank, cases[c].want[0], cases[c].want[1], cases[c].want[2],
                    cases[c].want[3]);
         CHECK(memcmp(out[0]->data, in[0]->data, 24 * dtype_size(MOVE_DT[di])) == 0);
       }
-      free_all(in, 2);
-      free_all(out, 1);
+      tensors_free(in, 2);
+      tensors_free(out, 1);
     }
   }
   /* allowzero = 1: 0 is a real 0 */
@@ -1256,33 +1178,33 @@ static void test_reshape(void) {
                    ints_tensor(PH_DTYPE_I64, 3, (int64_t[]){5, 0, 2})};
   tensor *out[1] = {NULL};
   gattr az[1] = {attr_int("allowzero", 1)};
-  CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, az, 1, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Reshape", "", 2, in, 1, out, az, 1, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     tinfo ot = tensor_tinfo(out[0], 0);
     CHECK_DIMS(ot, 3, 5, 0, 2);
   }
-  free_all(out, 1);
+  tensors_free(out, 1);
   ((int64_t *)in[1]->data)[0] = -1;
-  CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, az, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Reshape", "", 2, in, 1, out, az, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
-  free_all(in, 2);
-  free_all(out, 1);
+  tensors_free(in, 2);
+  tensors_free(out, 1);
   /* errors */
   in[0] = tn(PH_DTYPE_F32, 2, (int64_t[]){4, 6});
   in[1] = ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){-1, -1});
-  CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 5;
   ((int64_t *)in[1]->data)[1] = -1;
-  CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
+  CHECK_STATUS(op_run("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 5;
   ((int64_t *)in[1]->data)[1] = 5;
-  CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
+  CHECK_STATUS(op_run("Reshape", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 4;
   ((int64_t *)in[1]->data)[1] = 6;
-  CHECK_STATUS(run_op("Reshape", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_STATUS(op_run("Reshape", "", 2, in, 1, out, NULL, 0, 1, 0u, &d), PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "non-constant shape input");
   /* unknown dims at build time: [?, 3, 4] -> [0, -1] = [?, 12]; [-1, 4] = [?, 4] */
   tinfo ti[2] = {ti_make(PH_DTYPE_F32, 3, (int64_t[]){-1, 3, 4}), tensor_tinfo(in[1], 1)}, to[1];
@@ -1300,7 +1222,7 @@ static void test_reshape(void) {
   ((int64_t *)in[1]->data)[1] = 12;
   CHECK_STATUS(infer_op("Reshape", "", 2, ti, 1, to, NULL, 0, &d), PH_OK, d.msg);
   CHECK_DIMS(to[0], 2, -1, 12);
-  free_all(in, 2);
+  tensors_free(in, 2);
 }
 
 static void check_transpose(ph_dtype dt, int rank, const int64_t *dims, const int64_t *perm,
@@ -1309,7 +1231,7 @@ static void check_transpose(ph_dtype dt, int rank, const int64_t *dims, const in
   fill(in[0], r, -100, 100);
   gattr at[1] = {attr_ints("perm", perm, rank)};
   diag d;
-  CHECK_STATUS(run_op("Transpose", "", 1, in, 1, out, at, perm ? 1 : 0, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Transpose", "", 1, in, 1, out, at, perm ? 1 : 0, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     int64_t p[8], od[8], n = tensor_numel(in[0]), bad = 0;
     for (int i = 0; i < rank; i++) {
@@ -1333,8 +1255,8 @@ static void check_transpose(ph_dtype dt, int rank, const int64_t *dims, const in
     }
     CHECK_EQ_INT(bad, 0);
   }
-  free_all(in, 1);
-  free_all(out, 1);
+  tensors_free(in, 1);
+  tensors_free(out, 1);
 }
 
 static void test_transpose(void) {
@@ -1381,7 +1303,7 @@ static void check_split(int64_t axis, int n_out, const int64_t *split, const gat
   int n_at = 1;
   if (extra) at[n_at++] = *extra;
   diag d;
-  CHECK_STATUS(run_op("Split", "", split ? 2 : 1, in, n_out, out, at, n_at, 1, ~0u, &d), PH_OK,
+  CHECK_STATUS(op_run("Split", "", split ? 2 : 1, in, n_out, out, at, n_at, 1, ~0u, &d), PH_OK,
                d.msg);
   int ax = (int)(axis < 0 ? axis + 3 : axis);
   int64_t off = 0, bad = 0;
@@ -1397,13 +1319,13 @@ static void check_split(int64_t axis, int n_out, const int64_t *split, const gat
       }
       idx[ax] += off;
       int64_t src = (idx[0] * dims[1] + idx[1]) * dims[2] + idx[2];
-      bad += elem(out[i], e) != elem(in[0], src);
+      bad += tensor_elem(out[i], e) != tensor_elem(in[0], src);
     }
     off += want_sizes[i];
   }
   CHECK_EQ_INT(bad, 0);
-  free_all(in, 2);
-  free_all(out, n_out);
+  tensors_free(in, 2);
+  tensors_free(out, n_out);
 }
 
 static void test_split(void) {
@@ -1424,21 +1346,21 @@ static void test_split(void) {
   tensor *out[3] = {NULL};
   gattr at[1] = {attr_int("axis", 1)};
   /* 7 not divisible by 2 without split sizes; sizes not summing to the dim */
-  CHECK_STATUS(run_op("Split", "", 1, in, 2, out, at, 1, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE, d.msg);
-  CHECK_STATUS(run_op("Split", "", 2, in, 2, out, at, 1, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE, d.msg);
+  CHECK_STATUS(op_run("Split", "", 1, in, 2, out, at, 1, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE, d.msg);
+  CHECK_STATUS(op_run("Split", "", 2, in, 2, out, at, 1, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE, d.msg);
   /* wrong count of sizes; non-constant sizes */
-  CHECK_STATUS(run_op("Split", "", 2, in, 3, out, at, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Split", "", 2, in, 3, out, at, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 4;
-  CHECK_STATUS(run_op("Split", "", 2, in, 2, out, at, 1, 1, 1u, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_STATUS(op_run("Split", "", 2, in, 2, out, at, 1, 1, 1u, &d), PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "non-constant split input");
-  free_all(out, 3);
+  tensors_free(out, 3);
   /* the pre-13 split attribute is refused */
   gattr old[2] = {attr_int("axis", 1), attr_ints("split", (int64_t[]){4, 3}, 2)};
-  CHECK_STATUS(run_op("Split", "", 1, in, 2, out, old, 2, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Split", "", 1, in, 2, out, old, 2, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
-  free_all(in, 2);
-  free_all(out, 3);
+  tensors_free(in, 2);
+  tensors_free(out, 3);
   /* unknown dims */
   tinfo ti[1] = {ti_make(PH_DTYPE_F32, 2, (int64_t[]){-1, -1})}, to[2];
   CHECK_STATUS(infer_op("Split", "", 1, ti, 2, to, at, 1, &d), PH_OK, d.msg);
@@ -1494,7 +1416,7 @@ static void test_slice_1d(void) {
         tensor *out[1] = {NULL};
         diag d;
         cases++;
-        ph_status s = run_op("Slice", "", 5, in, 1, out, NULL, 0, 1, ~0u, &d);
+        ph_status s = op_run("Slice", "", 5, in, 1, out, NULL, 0, 1, ~0u, &d);
         int ok = s == PH_OK && out[0] && out[0]->dims[0] == n;
         for (int64_t k = 0; ok && k < n; k++) ok = ((float *)out[0]->data)[k] == (float)idx[k];
         if (!ok && !bad)
@@ -1504,7 +1426,7 @@ static void test_slice_1d(void) {
                   out[0] ? (long long)out[0]->dims[0] : -1LL, (long long)n);
         bad += !ok;
         for (int k = 1; k < 5; k++) tensor_free(in[k]);
-        free_all(out, 1);
+        tensors_free(out, 1);
       }
   tensor_free(data);
   CHECK_EQ_INT(bad, 0);
@@ -1528,7 +1450,7 @@ static void test_slice(void) {
       (void)st;
       tensor *out[1] = {NULL};
       fill(in[0], &r, -100, 100);
-      CHECK_STATUS(run_op("Slice", "", 5, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+      CHECK_STATUS(op_run("Slice", "", 5, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
       int64_t i0[16], i1[80], i2[16];
       int64_t n0 = onnx_slice(4, 0, 3, 1, i0), n1 = onnx_slice(W, 1, -1, 2, i1);
       int64_t n2 = onnx_slice(6, -1, INT64_MIN, -2, i2);
@@ -1539,11 +1461,11 @@ static void test_slice(void) {
         for (int64_t a = 0; a < n0; a++)
           for (int64_t b = 0; b < n1; b++)
             for (int64_t c = 0; c < n2; c++, e++)
-              bad += elem(out[0], e) != elem(in[0], (i0[a] * W + i1[b]) * 6 + i2[c]);
+              bad += tensor_elem(out[0], e) != tensor_elem(in[0], (i0[a] * W + i1[b]) * 6 + i2[c]);
         CHECK_EQ_INT(bad, 0);
       }
-      free_all(in, 5);
-      free_all(out, 1);
+      tensors_free(in, 5);
+      tensors_free(out, 1);
     }
   /* axes and steps omitted: leading axes */
   tensor *in[5] = {tn(PH_DTYPE_I64, 2, (int64_t[]){5, 4}),
@@ -1551,30 +1473,30 @@ static void test_slice(void) {
                    ints_tensor(PH_DTYPE_I64, 1, (int64_t[]){3}), NULL, NULL};
   tensor *out[1] = {NULL};
   for (int i = 0; i < 20; i++) ((int64_t *)in[0]->data)[i] = i;
-  CHECK_STATUS(run_op("Slice", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Slice", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     tinfo ot = tensor_tinfo(out[0], 0);
     CHECK_DIMS(ot, 2, 2, 4);
     CHECK_EQ_INT(ielem(out[0], 0), 4);
     CHECK_EQ_INT(ielem(out[0], 7), 11);
   }
-  free_all(out, 1);
+  tensors_free(out, 1);
   /* contract: non-constant starts, step 0, repeated axis, mismatched lengths */
-  CHECK_STATUS(run_op("Slice", "", 3, in, 1, out, NULL, 0, 1, 3u, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_STATUS(op_run("Slice", "", 3, in, 1, out, NULL, 0, 1, 3u, &d), PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "non-constant ends input");
   in[3] = ints_tensor(PH_DTYPE_I64, 1, (int64_t[]){0});
   in[4] = ints_tensor(PH_DTYPE_I64, 1, (int64_t[]){0});
-  CHECK_STATUS(run_op("Slice", "", 5, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Slice", "", 5, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
-  free_all(&in[1], 4);
+  tensors_free(&in[1], 4);
   in[1] = ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){0, 0});
   in[2] = ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, 1});
   in[3] = ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, -1});
-  CHECK_STATUS(run_op("Slice", "", 4, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Slice", "", 4, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   tensor_free(in[3]);
   in[3] = ints_tensor(PH_DTYPE_I64, 1, (int64_t[]){1});
-  CHECK_STATUS(run_op("Slice", "", 4, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Slice", "", 4, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   /* unknown dims: a sliced unknown dim is unknown, others pass through */
   tinfo ti[4] = {ti_make(PH_DTYPE_F32, 2, (int64_t[]){-1, 4}), tensor_tinfo(in[1], 1),
@@ -1587,7 +1509,7 @@ static void test_slice(void) {
   CHECK_STATUS(infer_op("Slice", "", 4, ti, 1, to, NULL, 0, &d), PH_OK, d.msg);
   CHECK_DIMS(to[0], 2, -1, 1);
   tensor_free(axes2);
-  free_all(in, 5);
+  tensors_free(in, 5);
 }
 
 static void test_concat(void) {
@@ -1608,7 +1530,7 @@ static void test_concat(void) {
         }
         tensor *out[1] = {NULL};
         gattr at[1] = {attr_int("axis", axis)};
-        CHECK_STATUS(run_op("Concat", "", 3, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
+        CHECK_STATUS(op_run("Concat", "", 3, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
         if (out[0]) {
           CHECK_EQ_INT(out[0]->dims[ax], 2 + W);
           int64_t n = tensor_numel(out[0]), bad = 0;
@@ -1621,12 +1543,13 @@ static void test_concat(void) {
             int which = 0;
             while (idx[ax] >= in[which]->dims[ax]) idx[ax] -= in[which++]->dims[ax];
             const int64_t *sd = in[which]->dims;
-            bad += elem(out[0], e) != elem(in[which], (idx[0] * sd[1] + idx[1]) * sd[2] + idx[2]);
+            bad += tensor_elem(out[0], e) !=
+                   tensor_elem(in[which], (idx[0] * sd[1] + idx[1]) * sd[2] + idx[2]);
           }
           CHECK_EQ_INT(bad, 0);
         }
-        free_all(in, 3);
-        free_all(out, 1);
+        tensors_free(in, 3);
+        tensors_free(out, 1);
       }
   tinfo ti[3] = {ti_make(PH_DTYPE_F32, 2, (int64_t[]){-1, 4}),
                  ti_make(PH_DTYPE_F32, 2, (int64_t[]){3, -1}),
@@ -1656,59 +1579,59 @@ static void test_unsqueeze_squeeze_shape(void) {
                      ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){0, -1})};
     tensor *out[1] = {NULL};
     fill(in[0], &r, -100, 100);
-    CHECK_STATUS(run_op("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       tinfo ot = tensor_tinfo(out[0], 0);
       CHECK_DIMS(ot, 4, 1, 3, 4, 1);
       CHECK(memcmp(out[0]->data, in[0]->data, 12 * dtype_size(MOVE_DT[di])) == 0);
     }
-    free_all(out, 1);
+    tensors_free(out, 1);
     /* Squeeze it back, all 1-dims */
     tensor *sq[2] = {tn(MOVE_DT[di], 4, (int64_t[]){1, 3, 1, 4}), NULL};
     memcpy(sq[0]->data, in[0]->data, 12 * dtype_size(MOVE_DT[di]));
-    CHECK_STATUS(run_op("Squeeze", "", 1, sq, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("Squeeze", "", 1, sq, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       tinfo ot = tensor_tinfo(out[0], 0);
       CHECK_DIMS(ot, 2, 3, 4);
       CHECK(memcmp(out[0]->data, in[0]->data, 12 * dtype_size(MOVE_DT[di])) == 0);
     }
-    free_all(out, 1);
+    tensors_free(out, 1);
     sq[1] = ints_tensor(PH_DTYPE_I32, 1, (int64_t[]){-2});
-    CHECK_STATUS(run_op("Squeeze", "", 2, sq, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("Squeeze", "", 2, sq, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       tinfo ot = tensor_tinfo(out[0], 0);
       CHECK_DIMS(ot, 3, 1, 3, 4);
     }
-    free_all(out, 1);
-    free_all(sq, 2);
-    free_all(in, 2);
+    tensors_free(out, 1);
+    tensors_free(sq, 2);
+    tensors_free(in, 2);
   }
   /* Unsqueeze: middle axis, repeats, range, non-constant */
   tensor *in[2] = {tn(PH_DTYPE_F32, 2, (int64_t[]){3, 4}),
                    ints_tensor(PH_DTYPE_I64, 1, (int64_t[]){1})};
   tensor *out[1] = {NULL};
-  CHECK_STATUS(run_op("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     tinfo ot = tensor_tinfo(out[0], 0);
     CHECK_DIMS(ot, 3, 3, 1, 4);
   }
-  free_all(out, 1);
-  CHECK_STATUS(run_op("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, 1u, &d), PH_ERR_UNSUPPORTED,
+  tensors_free(out, 1);
+  CHECK_STATUS(op_run("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, 1u, &d), PH_ERR_UNSUPPORTED,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 3;
-  CHECK_STATUS(run_op("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   tensor_free(in[1]);
   in[1] = ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, -3});
-  CHECK_STATUS(run_op("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Unsqueeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   /* Squeeze of a dim that is not 1 */
   ((int64_t *)in[1]->data)[0] = 0;
   tensor_free(in[1]);
   in[1] = ints_tensor(PH_DTYPE_I64, 1, (int64_t[]){0});
-  CHECK_STATUS(run_op("Squeeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
+  CHECK_STATUS(op_run("Squeeze", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
                d.msg);
-  free_all(out, 1);
+  tensors_free(out, 1);
   /* Shape with start/end */
   struct {
     int64_t start, end;
@@ -1727,16 +1650,16 @@ static void test_unsqueeze_squeeze_shape(void) {
     if (sc[i].has_start) at[na++] = attr_int("start", sc[i].start);
     if (sc[i].has_end) at[na++] = attr_int("end", sc[i].end);
     tensor *sin[1] = {x};
-    CHECK_STATUS(run_op("Shape", "", 1, sin, 1, out, at, na, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("Shape", "", 1, sin, 1, out, at, na, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       CHECK_EQ_INT(out[0]->dtype, PH_DTYPE_I64);
       CHECK_EQ_INT(out[0]->dims[0], sc[i].n);
       for (int k = 0; k < sc[i].n; k++) CHECK_EQ_INT(ielem(out[0], k), sc[i].want[k]);
     }
-    free_all(out, 1);
+    tensors_free(out, 1);
   }
   tensor_free(x);
-  free_all(in, 2);
+  tensors_free(in, 2);
   /* unknown rank/dims */
   tinfo ti[2] = {ti_make(PH_DTYPE_F32, 3, (int64_t[]){-1, 1, 4})}, to[1];
   CHECK_STATUS(infer_op("Shape", "", 1, ti, 1, to, NULL, 0, &d), PH_OK, d.msg);
@@ -1758,7 +1681,7 @@ static void check_reduce(ph_dtype dt, int rank, const int64_t *dims, int n_axes,
   fill(in[0], r, -100, 100);
   gattr at[1] = {attr_int("keepdims", keepdims)};
   diag d;
-  CHECK_STATUS(run_op("ReduceSum", "", in[1] ? 2 : 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("ReduceSum", "", in[1] ? 2 : 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
   int red[8] = {0};
   for (int i = 0; i < n_axes; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = 1;
   if (n_axes <= 0)
@@ -1774,8 +1697,8 @@ static void check_reduce(ph_dtype dt, int rank, const int64_t *dims, int n_axes,
       }
       for (int k = 0; k < rank; k++)
         if (!red[k]) o = o * dims[k] + idx[k];
-      ref[o] += elem(in[0], e);
-      tol[o] += fabs(elem(in[0], e));
+      ref[o] += tensor_elem(in[0], e);
+      tol[o] += fabs(tensor_elem(in[0], e));
     }
     /* sequential f32 sum of n terms: n * eps * sum |x| */
     for (int64_t o = 0; o < on; o++) tol[o] *= (double)(n / (on ? on : 1) + 1) * 6e-8;
@@ -1785,12 +1708,12 @@ static void check_reduce(ph_dtype dt, int rank, const int64_t *dims, int n_axes,
     char name[64], b[48];
     snprintf(name, sizeof name, "ReduceSum %s n_axes %d keep %d", fmt_dims(b, 48, rank, dims),
              n_axes, keepdims);
-    expect_close(name, out[0], ref, tol, 0, on);
+    op_expect_close(name, out[0], ref, tol, 0, on);
     free(ref);
     free(tol);
   }
-  free_all(in, 2);
-  free_all(out, 1);
+  tensors_free(in, 2);
+  tensors_free(out, 1);
 }
 
 static void test_reduce_sum(void) {
@@ -1815,34 +1738,34 @@ static void test_reduce_sum(void) {
   tensor *out[1] = {NULL};
   fill(in[0], &r, -1, 1);
   gattr noop[1] = {attr_int("noop_with_empty_axes", 1)};
-  CHECK_STATUS(run_op("ReduceSum", "", 2, in, 1, out, noop, 1, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("ReduceSum", "", 2, in, 1, out, noop, 1, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     tinfo ot = tensor_tinfo(out[0], 0);
     CHECK_DIMS(ot, 2, 3, 5);
     CHECK(memcmp(out[0]->data, in[0]->data, 15 * 4) == 0);
   }
-  free_all(out, 1);
+  tensors_free(out, 1);
   /* integer sums wrap */
   tensor *ii[2] = {ints_tensor(PH_DTYPE_I32, 2, (int64_t[]){INT32_MAX, 1}), NULL};
-  CHECK_STATUS(run_op("ReduceSum", "", 1, ii, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("ReduceSum", "", 1, ii, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) CHECK_EQ_INT(ielem(out[0], 0), INT32_MIN);
-  free_all(out, 1);
-  free_all(ii, 2);
+  tensors_free(out, 1);
+  tensors_free(ii, 2);
   /* contract */
-  CHECK_STATUS(run_op("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, 1u, &d), PH_OK, d.msg);
-  free_all(out, 1);
+  CHECK_STATUS(op_run("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, 1u, &d), PH_OK, d.msg);
+  tensors_free(out, 1);
   tensor_free(in[1]);
   in[1] = ints_tensor(PH_DTYPE_I64, 1, (int64_t[]){1});
-  CHECK_STATUS(run_op("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, 1u, &d), PH_ERR_UNSUPPORTED,
+  CHECK_STATUS(op_run("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, 1u, &d), PH_ERR_UNSUPPORTED,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 2;
-  CHECK_STATUS(run_op("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   tensor_free(in[1]);
   in[1] = ints_tensor(PH_DTYPE_I64, 2, (int64_t[]){1, -1});
-  CHECK_STATUS(run_op("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("ReduceSum", "", 2, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
-  free_all(in, 2);
+  tensors_free(in, 2);
   tinfo ti[1] = {ti_make(PH_DTYPE_U8, 1, (int64_t[]){4})}, to[1];
   CHECK_STATUS(infer_op("ReduceSum", "", 1, ti, 1, to, NULL, 0, &d), PH_ERR_TENSOR_DTYPE, d.msg);
   ti[0] = ti_make(PH_DTYPE_F32, 3, (int64_t[]){-1, 4, -1});

@@ -36,56 +36,16 @@
 #include <string.h>
 
 #include "check.h"
-#include "op_testing.h"
-
-static tensor *mk(ph_dtype dt, int rank, const int64_t *dims) { return tensor_new(dt, rank, dims); }
-
-static tensor *mk_i32(int64_t n, const int32_t *v) {
-  int64_t dims[1] = {n};
-  tensor *t = tensor_new(PH_DTYPE_I32, 1, dims);
-  if (n > 0 && v) memcpy(t->data, v, (size_t)n * sizeof(int32_t));
-  return t;
-}
-
-static tensor *clone(const tensor *t) {
-  tensor *c = tensor_new(t->dtype, t->rank, t->dims);
-  memcpy(c->data, t->data, (size_t)tensor_numel(t) * dtype_size(t->dtype));
-  return c;
-}
-
-static size_t nbytes(const tensor *t) { return (size_t)tensor_numel(t) * dtype_size(t->dtype); }
-
-static int same_bits(const tensor *a, const tensor *b) {
-  return a && b && a->dtype == b->dtype && tensor_numel(a) == tensor_numel(b) &&
-         memcmp(a->data, b->data, nbytes(a)) == 0;
-}
-
-static double at(const tensor *t, int64_t i) { return (double)tensor_get_f32(t, i); }
-
-static double round_to(ph_dtype dt, double x) {
-  float f = (float)x;
-  if (dt == PH_DTYPE_F16) return f16_to_f32(f32_to_f16(f));
-  if (dt == PH_DTYPE_BF16) return bf16_to_f32(f32_to_bf16(f));
-  return f;
-}
-
-static void free_all(tensor **t, int n) {
-  for (int i = 0; i < n; i++) {
-    tensor_free(t[i]);
-    t[i] = NULL;
-  }
-}
+#include "paged_testing.h"
 
 static double worst_out = 0.0, worst_absorb_f64 = 0.0, worst_absorb_f32 = 0.0;
 
 /* ================================ the LATENT node and its inputs ============================== */
 
-#define LA_MAXB 4
-
 typedef struct la_case {
   ph_dtype dt;
   int Hq, l, r, BS, B;
-  int32_t ql[LA_MAXB], past[LA_MAXB];
+  int32_t ql[PT_MAXB], past[PT_MAXB];
   int interleaved, slots, cos_f32;
   float scale; /* 0: (l + r)^-0.5 */
 } la_case;
@@ -95,19 +55,10 @@ typedef struct la_io {
   tensor *kc0; /* the cache before the call */
   gattr attrs[10];
   gnode node;
-  int32_t cu[LA_MAXB + 1];
+  int32_t cu[PT_MAXB + 1];
   int64_t D, N, NP, MB, max_pos;
   float scale;
 } la_io;
-
-static void fill_rope(tensor *cs, tensor *sn, int64_t max_pos, int64_t half) {
-  for (int64_t p = 0; p < max_pos; p++)
-    for (int64_t i = 0; i < half; i++) {
-      double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)(2 * half));
-      tensor_set_f32(cs, p * half + i, (float)cos(th));
-      tensor_set_f32(sn, p * half + i, (float)sin(th));
-    }
-}
 
 /* The node as abi.md §9.1 emits it: 17 input slots (2, 4, 11-16 empty; 8/9 empty when r = 0),
  * 2 outputs, the attributes of the Mobius emitter. */
@@ -133,128 +84,49 @@ static void la_build(const la_case *c, la_io *io, uint64_t seed) {
   rng r = rng_seed(seed);
   io->D = c->l + c->r;
   io->scale = c->scale != 0.0f ? c->scale : (float)(1.0 / sqrt((double)io->D));
-  int64_t need = 0, maxblk = 1;
-  io->max_pos = 0;
-  for (int b = 0; b < c->B; b++) {
-    io->cu[b + 1] = io->cu[b] + c->ql[b];
-    int64_t nb = (c->past[b] + c->ql[b] + c->BS - 1) / c->BS;
-    need += nb;
-    if (nb > maxblk) maxblk = nb;
-    if (c->past[b] + c->ql[b] > io->max_pos) io->max_pos = c->past[b] + c->ql[b];
-  }
-  io->max_pos += 3;
-  io->N = io->cu[c->B];
-  io->NP = need + 2;
-  io->MB = maxblk + 1;
-  int32_t perm[256];
-  for (int64_t i = 0; i < io->NP; i++) perm[i] = (int32_t)i;
-  for (int64_t i = io->NP - 1; i > 0; i--) {
-    int64_t k = (int64_t)rng_below(&r, (uint64_t)(i + 1));
-    int32_t t = perm[i];
-    perm[i] = perm[k];
-    perm[k] = t;
-  }
+  tensor *bt = pt_block_table(c->B, c->ql, c->past, c->BS, &r, io->cu, &io->N, &io->NP, &io->MB,
+                              &io->max_pos);
   int64_t qd[2] = {io->N, c->Hq * io->D}, kd[2] = {io->N, io->D};
-  int64_t cd[4] = {io->NP, c->BS, 1, io->D}, btd[2] = {c->B, io->MB};
-  io->in[0] = mk(c->dt, 2, qd);
+  int64_t cd[4] = {io->NP, c->BS, 1, io->D};
+  io->in[0] = tensor_new(c->dt, 2, qd);
   tensor_fill_uniform(io->in[0], &r, -1.0f, 1.0f);
-  io->in[1] = mk(c->dt, 2, kd);
+  io->in[1] = tensor_new(c->dt, 2, kd);
   tensor_fill_uniform(io->in[1], &r, -1.0f, 1.0f);
-  io->in[3] = mk(c->dt, 4, cd);
+  io->in[3] = tensor_new(c->dt, 4, cd);
   tensor_fill_uniform(io->in[3], &r, -1.0f, 1.0f);
-  io->in[5] = mk_i32(c->B + 1, io->cu);
-  io->in[6] = mk_i32(c->B, c->past);
-  io->in[7] = mk(PH_DTYPE_I32, 2, btd);
-  int32_t *bt = io->in[7]->data;
-  int64_t used = 0;
-  for (int b = 0; b < c->B; b++) {
-    int64_t nb = (c->past[b] + c->ql[b] + c->BS - 1) / c->BS;
-    for (int64_t k = 0; k < io->MB; k++) bt[b * io->MB + k] = k < nb ? perm[used++] : -1;
-  }
+  io->in[5] = tensor_i32(c->B + 1, io->cu);
+  io->in[6] = tensor_i32(c->B, c->past);
+  io->in[7] = bt;
   if (c->r > 0) {
     int64_t rd[2] = {io->max_pos, c->r / 2};
     const ph_dtype cdt = c->cos_f32 ? PH_DTYPE_F32 : c->dt;
-    io->in[8] = mk(cdt, 2, rd);
-    io->in[9] = mk(cdt, 2, rd);
-    fill_rope(io->in[8], io->in[9], io->max_pos, c->r / 2);
+    io->in[8] = tensor_new(cdt, 2, rd);
+    io->in[9] = tensor_new(cdt, 2, rd);
+    pt_fill_rope(io->in[8], io->in[9], io->max_pos, c->r / 2);
   }
-  if (c->slots) {
-    io->in[10] = mk_i32(io->N, NULL);
-    int32_t *s = io->in[10]->data;
-    for (int b = 0; b < c->B; b++)
-      for (int32_t j = 0; j < c->ql[b]; j++) {
-        int64_t p = c->past[b] + j;
-        int32_t slot = bt[b * io->MB + p / c->BS] * c->BS + (int32_t)(p % c->BS);
-        s[io->cu[b] + j] = (j % 3 == 1) ? -1 : slot;
-      }
-  }
-  io->kc0 = clone(io->in[3]);
+  if (c->slots) io->in[10] = pt_slot_mapping(c->B, c->ql, c->past, c->BS, io->cu, bt, io->N);
+  io->kc0 = tensor_clone(io->in[3]);
   la_node(c, io, 2);
 }
 
 static void la_free(la_io *io) {
-  free_all(io->in, 17);
-  free_all(io->out, 2);
+  tensors_free(io->in, 17);
+  tensors_free(io->out, 2);
   tensor_free(io->kc0);
   io->kc0 = NULL;
 }
 
-/* The inputs of a call on part of io's rows: for k < n_seq, sequence seq[k]'s local rows
- * [start[k], start[k] + count[k]) with past = past[seq[k]] + start[k], its block table row and
- * its slots. Cache, cos and sin are io's (not owned: sub_free frees only what this made). */
+/* The inputs of a call on part of io's rows (pt_sub): cache, cos and sin are io's. */
 static void la_sub(const la_case *c, const la_io *io, int n_seq, const int *seq, const int *start,
                    const int *count, tensor **in) {
-  memcpy(in, io->in, 17 * sizeof *in);
-  int32_t cu[LA_MAXB + 1] = {0}, past[LA_MAXB];
-  for (int k = 0; k < n_seq; k++) {
-    cu[k + 1] = cu[k] + count[k];
-    past[k] = c->past[seq[k]] + start[k];
-  }
-  const int64_t n = cu[n_seq], qw = io->in[0]->dims[1], D = io->D;
-  const size_t es = dtype_size(c->dt);
-  int64_t qd[2] = {n, qw}, kd[2] = {n, D}, btd[2] = {n_seq, io->MB};
-  in[0] = mk(c->dt, 2, qd);
-  in[1] = mk(c->dt, 2, kd);
-  in[5] = mk_i32(n_seq + 1, cu);
-  in[6] = mk_i32(n_seq, past);
-  in[7] = mk(PH_DTYPE_I32, 2, btd);
-  in[10] = c->slots ? mk_i32(n, NULL) : NULL;
-  for (int k = 0; k < n_seq; k++) {
-    const int64_t r0 = io->cu[seq[k]] + start[k];
-    memcpy((char *)in[0]->data + (size_t)(cu[k] * qw) * es,
-           (const char *)io->in[0]->data + (size_t)(r0 * qw) * es, (size_t)(count[k] * qw) * es);
-    memcpy((char *)in[1]->data + (size_t)(cu[k] * D) * es,
-           (const char *)io->in[1]->data + (size_t)(r0 * D) * es, (size_t)(count[k] * D) * es);
-    memcpy((int32_t *)in[7]->data + k * io->MB, (const int32_t *)io->in[7]->data + seq[k] * io->MB,
-           (size_t)io->MB * sizeof(int32_t));
-    if (c->slots)
-      memcpy((int32_t *)in[10]->data + cu[k], (const int32_t *)io->in[10]->data + r0,
-             (size_t)count[k] * sizeof(int32_t));
-  }
-}
-
-static void sub_free(tensor **in) {
-  tensor_free(in[0]);
-  tensor_free(in[1]);
-  tensor_free(in[5]);
-  tensor_free(in[6]);
-  tensor_free(in[7]);
-  tensor_free(in[10]);
+  pt_sub(io->in, io->cu, c->past, io->MB, n_seq, seq, start, count, in);
 }
 
 /* ==================================== float64 reference ===================================== */
 
-/* RoPE (abi.md §1.7 step 1) on x[rot_off .. rot_off + r) at position p, in double. */
+/* RoPE (abi.md §1.7 step 1) on x[l .. l + r) at position p, in double. */
 static void ref_rope(const la_case *c, const la_io *io, double *x, int64_t p) {
-  const int64_t h = c->r / 2;
-  double *y = x + c->l;
-  for (int64_t i = 0; i < h; i++) {
-    int64_t ia = c->interleaved ? 2 * i : i, ib = c->interleaved ? 2 * i + 1 : i + h;
-    double cs = at(io->in[8], p * h + i), sn = at(io->in[9], p * h + i);
-    double a = y[ia], b = y[ib];
-    y[ia] = a * cs - b * sn;
-    y[ib] = b * cs + a * sn;
-  }
+  pt_rope_f64(x + c->l, c->r, c->interleaved, io->in[8], io->in[9], p);
 }
 
 /* abi.md §1.8: the key rows (rotated suffix, rounded to the dtype) go to their slots; then every
@@ -263,43 +135,28 @@ static void ref_rope(const la_case *c, const la_io *io, double *x, int64_t p) {
 static void la_reference(const la_case *c, const la_io *io, double *out, double *kc,
                          char *written) {
   const int64_t D = io->D, l = c->l, Hq = c->Hq, BS = c->BS;
-  const int32_t *bt = io->in[7]->data, *slots = c->slots ? io->in[10]->data : NULL;
-  for (int64_t i = 0; i < io->NP * BS * D; i++) kc[i] = at(io->kc0, i);
+  const int32_t *bt = io->in[7]->data;
+  for (int64_t i = 0; i < io->NP * BS * D; i++) kc[i] = tensor_at(io->kc0, i);
   double x[128];
   for (int b = 0; b < c->B; b++)
     for (int32_t j = 0; j < c->ql[b]; j++) {
       const int64_t row = io->cu[b] + j, p = c->past[b] + j;
-      const int64_t slot = slots ? slots[row] : (int64_t)bt[b * io->MB + p / BS] * BS + p % BS;
+      const int64_t slot =
+          pt_write_slot(c->slots ? io->in[10] : NULL, io->in[7], b, row, p, c->BS, written);
       if (slot < 0) continue;
-      written[slot] = 1;
-      for (int64_t e = 0; e < D; e++) x[e] = at(io->in[1], row * D + e);
+      for (int64_t e = 0; e < D; e++) x[e] = tensor_at(io->in[1], row * D + e);
       if (c->r > 0) ref_rope(c, io, x, p);
-      for (int64_t e = 0; e < D; e++) kc[slot * D + e] = round_to(c->dt, x[e]);
+      for (int64_t e = 0; e < D; e++) kc[slot * D + e] = round_to_dtype(c->dt, x[e]);
     }
   double *sc = calloc((size_t)(io->MB * BS), sizeof(double));
   for (int b = 0; b < c->B; b++)
     for (int32_t j = 0; j < c->ql[b]; j++) {
       const int64_t row = io->cu[b] + j, p = c->past[b] + j;
       for (int64_t h = 0; h < Hq; h++) {
-        for (int64_t e = 0; e < D; e++) x[e] = at(io->in[0], (row * Hq + h) * D + e);
+        for (int64_t e = 0; e < D; e++) x[e] = tensor_at(io->in[0], (row * Hq + h) * D + e);
         if (c->r > 0) ref_rope(c, io, x, p);
-        double m = -INFINITY, den = 0.0;
-        for (int64_t t = 0; t <= p; t++) {
-          const int64_t slot = (int64_t)bt[b * io->MB + t / BS] * BS + t % BS;
-          double dot = 0.0;
-          for (int64_t e = 0; e < D; e++) dot += x[e] * kc[slot * D + e];
-          sc[t] = dot * (double)io->scale;
-          if (sc[t] > m) m = sc[t];
-        }
-        for (int64_t t = 0; t <= p; t++) den += exp(sc[t] - m);
-        for (int64_t e = 0; e < l; e++) {
-          double acc = 0.0;
-          for (int64_t t = 0; t <= p; t++) {
-            const int64_t slot = (int64_t)bt[b * io->MB + t / BS] * BS + t % BS;
-            acc += exp(sc[t] - m) * kc[slot * D + e];
-          }
-          out[(row * Hq + h) * l + e] = acc / den;
-        }
+        pt_attend_f64(x, D, kc, kc, D, l, bt + b * io->MB, BS, 0, p, (double)io->scale, 0.0, NULL,
+                      sc, out + (row * Hq + h) * l);
       }
     }
   free(sc);
@@ -309,15 +166,8 @@ static double la_tol(ph_dtype dt) {
   return dt == PH_DTYPE_F32 ? 1e-4 : dt == PH_DTYPE_F16 ? 2e-3 : 1.6e-2; /* see the top */
 }
 
-/* One written key element whose float64 value is ref (see the top). */
-static double key_tol(ph_dtype dt, double ref) {
-  const double f32 = 3.0 * 0x1p-24;
-  if (dt == PH_DTYPE_F32) return f32;
-  int e;
-  frexp(fabs(ref), &e); /* |ref| in [2^(e-1), 2^e) */
-  const int mant = dt == PH_DTYPE_F16 ? 10 : 7, emin = dt == PH_DTYPE_F16 ? -14 : -126;
-  return ldexp(1.0, (e - 1 < emin ? emin : e - 1) - mant) + f32;
-}
+/* One written key element whose float64 value is ref (see the top): the rotation's 3 u. */
+static double key_tol(ph_dtype dt, double ref) { return pt_key_tol(dt, ref, 3.0 * 0x1p-24); }
 
 /* out and the cache after the call (kcache) against the reference. */
 static void la_check(const la_case *c, const la_io *io, const tensor *out, const tensor *kcache,
@@ -344,7 +194,7 @@ static void la_check(const la_case *c, const la_io *io, const tensor *out, const
       continue;
     }
     for (int64_t e = 0; e < D; e++) {
-      const double kv = at(kcache, s * D + e), ref = kc[s * D + e];
+      const double kv = tensor_at(kcache, s * D + e), ref = kc[s * D + e];
       if (e < c->l && kv != ref) copy_bad++; /* the latent part is a copy */
       if (!(fabs(kv - ref) <= key_tol(c->dt, ref))) key_bad++;
     }
@@ -375,16 +225,16 @@ static void la_run_case(const la_case *c, uint64_t seed) {
     la_free(&io);
     return;
   }
-  tensor *after = clone(kc);
-  memcpy(kc->data, io.kc0->data, nbytes(kc));
+  tensor *after = tensor_clone(kc);
+  memcpy(kc->data, io.kc0->data, tensor_bytes(kc));
   la_check(c, &io, io.out[0], after, name);
 
   /* non-aliased cache output and 3 threads: the same bits; the input cache untouched */
   tensor *o3[2] = {NULL, NULL};
   CHECK_STATUS(op_test_run(&io.node, io.in, o3, 3, &d), PH_OK, d.msg);
-  CHECK(same_bits(o3[0], io.out[0]) && same_bits(o3[1], after));
-  CHECK(same_bits(kc, io.kc0));
-  free_all(o3, 2);
+  CHECK(tensor_same_bits(o3[0], io.out[0]) && tensor_same_bits(o3[1], after));
+  CHECK(tensor_same_bits(kc, io.kc0));
+  tensors_free(o3, 2);
 
   /* each sequence alone: its rows of the packed output, bit for bit */
   const size_t es = dtype_size(c->dt), orow = (size_t)(c->Hq * c->l) * es;
@@ -393,7 +243,7 @@ static void la_run_case(const la_case *c, uint64_t seed) {
     tensor *in1[17], *o1[2] = {NULL, NULL};
     const int seq[1] = {b}, st[1] = {0}, cnt[1] = {c->ql[b]};
     la_sub(c, &io, 1, seq, st, cnt, in1);
-    in1[3] = clone(io.kc0);
+    in1[3] = tensor_clone(io.kc0);
     CHECK_STATUS(op_test_run(&io.node, in1, o1, 2, &d), PH_OK, d.msg);
     if (o1[0]) {
       const int ok = memcmp(o1[0]->data, (char *)io.out[0]->data + (size_t)io.cu[b] * orow,
@@ -401,15 +251,15 @@ static void la_run_case(const la_case *c, uint64_t seed) {
       CHECK(ok); /* batch invariance */
       if (!ok) fprintf(stderr, "       %s: sequence %d alone differs\n", name, b);
     }
-    free_all(o1, 2);
+    tensors_free(o1, 2);
     tensor_free(in1[3]);
-    sub_free(in1);
+    pt_sub_free(in1);
   }
 
   /* prefill + continuation: the first half of every sequence's rows, then the rest on the cache
    * the first call left: the one-call output rows and final cache, bit for bit */
   {
-    int seq[LA_MAXB], st1[LA_MAXB], n1[LA_MAXB], st2[LA_MAXB], n2[LA_MAXB];
+    int seq[PT_MAXB], st1[PT_MAXB], n1[PT_MAXB], st2[PT_MAXB], n2[PT_MAXB];
     for (int b = 0; b < c->B; b++) {
       seq[b] = b;
       st1[b] = 0;
@@ -420,11 +270,11 @@ static void la_run_case(const la_case *c, uint64_t seed) {
     tensor *a[17], *bb[17], *oa[2] = {NULL, NULL}, *ob[2] = {NULL, NULL};
     la_sub(c, &io, c->B, seq, st1, n1, a);
     la_sub(c, &io, c->B, seq, st2, n2, bb);
-    tensor *cache = clone(io.kc0);
+    tensor *cache = tensor_clone(io.kc0);
     a[3] = bb[3] = oa[1] = ob[1] = cache;
     CHECK_STATUS(op_test_run(&io.node, a, oa, 1, &d), PH_OK, d.msg);
     CHECK_STATUS(op_test_run(&io.node, bb, ob, 2, &d), PH_OK, d.msg);
-    CHECK(same_bits(cache, after));
+    CHECK(tensor_same_bits(cache, after));
     int ok = oa[0] && ob[0];
     for (int b = 0; ok && b < c->B; b++) {
       const char *full = (const char *)io.out[0]->data + (size_t)io.cu[b] * orow;
@@ -438,8 +288,8 @@ static void la_run_case(const la_case *c, uint64_t seed) {
     tensor_free(oa[0]);
     tensor_free(ob[0]);
     tensor_free(cache);
-    sub_free(a);
-    sub_free(bb);
+    pt_sub_free(a);
+    pt_sub_free(bb);
   }
   tensor_free(after);
   la_free(&io);
@@ -471,50 +321,21 @@ static void test_latent_grid(void) {
 }
 
 static void test_latent_dtypes(void) {
+  /* clang-format off */
+  /* dtype, query heads, latent width l, rope width r, block size, sequences, new rows,
+   * cached rows */
   la_case cs[] = {
-      {.dt = PH_DTYPE_F16,
-       .Hq = 4,
-       .l = 32,
-       .r = 16,
-       .BS = 16,
-       .B = 3,
-       .ql = {7, 0, 19},
-       .past = {9, 2, 0},
-       .interleaved = 1,
+      {.dt = PH_DTYPE_F16,  4, 32, 16, 16, 3, {7, 0, 19},    {9, 2, 0}, .interleaved = 1,
        .slots = 1},
-      {.dt = PH_DTYPE_BF16,
-       .Hq = 2,
-       .l = 16,
-       .r = 16,
-       .BS = 32,
-       .B = 2,
-       .ql = {12, 30},
-       .past = {40, 0},
-       .interleaved = 0},
+      {.dt = PH_DTYPE_BF16, 2, 16, 16, 32, 2, {12, 30},      {40, 0}, .interleaved = 0},
       /* f32 cos/sin tables under f16 activations */
-      {.dt = PH_DTYPE_F16,
-       .Hq = 4,
-       .l = 16,
-       .r = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 21},
-       .past = {5, 17},
-       .interleaved = 0,
+      {.dt = PH_DTYPE_F16,  4, 16, 16, 16, 2, {3, 21},       {5, 17}, .interleaved = 0,
        .cos_f32 = 1},
       /* an explicit scale, and one more sequence */
-      {.dt = PH_DTYPE_F32,
-       .Hq = 3,
-       .l = 16,
-       .r = 16,
-       .BS = 16,
-       .B = 4,
-       .ql = {2, 9, 1, 16},
-       .past = {30, 0, 47, 16},
-       .interleaved = 1,
-       .slots = 1,
-       .scale = 0.11f},
+      {.dt = PH_DTYPE_F32,  3, 16, 16, 16, 4, {2, 9, 1, 16}, {30, 0, 47, 16}, .interleaved = 1,
+       .slots = 1, .scale = 0.11f},
   };
+  /* clang-format on */
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) la_run_case(&cs[i], 2000 + i);
 }
 
@@ -596,7 +417,8 @@ static void test_latent_absorption(void) {
       const double *x = h < NH ? qp + (t * NH + h) * R : kp + t * R;
       double *y = h < NH ? qpr + (t * NH + h) * R : kpr + t * R;
       for (int i = 0; i < H2; i++) {
-        const double cs = at(io.in[8], pos[t] * H2 + i), sn = at(io.in[9], pos[t] * H2 + i);
+        const double cs = tensor_at(io.in[8], pos[t] * H2 + i),
+                     sn = tensor_at(io.in[9], pos[t] * H2 + i);
         y[i] = x[i] * cs - x[i + H2] * sn;
         y[i + H2] = x[i + H2] * cs + x[i] * sn;
       }
@@ -687,7 +509,7 @@ static void test_latent_absorption(void) {
         for (int i = 0; i < DV; i++) {
           double s = 0.0, w1 = 0.0;
           for (int e = 0; e < L; e++) {
-            s += wuv[h][i][e] * at(io.out[0], (row * NH + h) * L + e);
+            s += wuv[h][i][e] * tensor_at(io.out[0], (row * NH + h) * L + e);
             w1 += fabs(wuv[h][i][e]);
           }
           const double err = fabs(s - dec[i]), tol = w1 * tol_lat;
@@ -718,7 +540,7 @@ static tensor *rotate_with_op(const la_case *c, const la_io *io, const tensor *x
                               const int64_t *pos) {
   const int64_t N = io->N, D = io->D, r = c->r;
   int64_t sd[3] = {1, N, H * r}, pd[2] = {1, N};
-  tensor *in[4] = {mk(c->dt, 3, sd), mk(PH_DTYPE_I64, 2, pd), io->in[8], io->in[9]};
+  tensor *in[4] = {tensor_new(c->dt, 3, sd), tensor_new(PH_DTYPE_I64, 2, pd), io->in[8], io->in[9]};
   for (int64_t t = 0; t < N; t++) {
     ((int64_t *)in[1]->data)[t] = pos[t];
     for (int64_t h = 0; h < H; h++)
@@ -730,12 +552,12 @@ static tensor *rotate_with_op(const la_case *c, const la_io *io, const tensor *x
   tensor *o[1] = {NULL};
   diag d = {0};
   CHECK_STATUS(op_test_run(&n, in, o, 1, &d), PH_OK, d.msg);
-  tensor *y = clone(x);
+  tensor *y = tensor_clone(x);
   for (int64_t t = 0; t < N && o[0]; t++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t e = 0; e < r; e++)
         tensor_set_f32(y, (t * H + h) * D + c->l + e, tensor_get_f32(o[0], (t * H + h) * r + e));
-  free_all(o, 1);
+  tensors_free(o, 1);
   tensor_free(in[0]);
   tensor_free(in[1]);
   return y;
@@ -776,9 +598,9 @@ static void test_latent_rotary_vs_op(void) {
      * output rounds it); the output: bit-identical in f32, where the query RotaryEmbedding
      * gives is the f32 query the fused op rotates; in bf16 the fused op keeps the rotated query
      * in f32, RotaryEmbedding rounds it, so there the output is within the bf16 bound */
-    CHECK(same_bits(fused[1], plain[1]));
+    CHECK(tensor_same_bits(fused[1], plain[1]));
     if (c.dt == PH_DTYPE_F32) {
-      CHECK(same_bits(fused[0], plain[0]));
+      CHECK(tensor_same_bits(fused[0], plain[0]));
     } else if (fused[0] && plain[0]) {
       /* RotaryEmbedding rounds each of the query's r rotated channels (|q_e| <= sqrt 2) to bf16,
        * half an ulp, 2^-9 relative: a score moves by <= scale r 2 2^-9 (|k_e| <= sqrt 2), each
@@ -787,15 +609,15 @@ static void test_latent_rotary_vs_op(void) {
       const double tol = 2.0 * io.scale * c.r * 2.0 * 0x1p-9 + 2.0 * 0x1p-8;
       const int64_t n_out = tensor_numel(fused[0]);
       double *ref = malloc(sizeof(double) * (size_t)n_out), s = 0.0;
-      for (int64_t i = 0; i < n_out; i++) ref[i] = at(plain[0], i);
+      for (int64_t i = 0; i < n_out; i++) ref[i] = tensor_at(plain[0], i);
       const double err = tensor_max_abs_diff(fused[0], ref, n_out, &s);
       CHECK(err <= tol);
       if (!(err <= tol))
         fprintf(stderr, "       bf16 fused vs RotaryEmbedding: %g > %g\n", err, tol);
       free(ref);
     }
-    free_all(fused, 2);
-    free_all(plain, 2);
+    tensors_free(fused, 2);
+    tensors_free(plain, 2);
     tensor_free(in2[0]);
     tensor_free(in2[1]);
     la_free(&io);
@@ -803,13 +625,6 @@ static void test_latent_rotary_vs_op(void) {
 }
 
 /* ---- refusals ---- */
-
-static ph_status la_try(gnode *n, tensor **in, diag *d) {
-  tensor *o[3] = {NULL, NULL, NULL};
-  ph_status s = op_test_run(n, in, o, 1, d);
-  free_all(o, 3);
-  return s;
-}
 
 /* A node with io's attributes, attribute `name` replaced by (or added as) `v`. */
 static gnode with_attr(la_io *io, gattr *a, gattr v, int n_outputs) {
@@ -837,7 +652,7 @@ static void test_latent_errors(void) {
   la_io io;
   la_build(&c, &io, 77);
   diag d = {0};
-  CHECK_STATUS(la_try(&io.node, io.in, &d), PH_OK, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_OK, d.msg);
   gattr a[12];
 
   /* attributes */
@@ -860,7 +675,7 @@ static void test_latent_errors(void) {
     gattr v =
         bad[i].sval ? attr_string(bad[i].name, bad[i].sval) : attr_int(bad[i].name, bad[i].ival);
     gnode n = with_attr(&io, a, v, 2);
-    CHECK_STATUS(la_try(&n, io.in, &d), bad[i].want, d.msg);
+    CHECK_STATUS(pt_try(&n, io.in, &d), bad[i].want, d.msg);
     CHECK_CONTAINS(d.msg, bad[i].says);
   }
   /* no scale while v_head_size (16) != head_size (32) */
@@ -869,16 +684,16 @@ static void test_latent_errors(void) {
     for (int i = 0; i < io.node.n_attrs; i++)
       if (strcmp(io.attrs[i].name, "scale") != 0) a[na++] = io.attrs[i];
     gnode n = op_test_node("PagedAttention", "com.microsoft", 17, 2, a, na);
-    CHECK_STATUS(la_try(&n, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&n, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "scale must be given");
     gnode z = with_attr(&io, a, attr_float("scale", 0.0f), 2);
-    CHECK_STATUS(la_try(&z, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&z, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "scale must be given");
   }
   /* a third output (value_cache_out), as ORT's shape inference refuses */
   {
     gnode n = with_attr(&io, a, attr_int("num_heads", 4), 3);
-    CHECK_STATUS(la_try(&n, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&n, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "value_cache_out");
   }
 
@@ -886,7 +701,7 @@ static void test_latent_errors(void) {
   {
     tensor *key = io.in[1];
     io.in[1] = NULL;
-    CHECK_STATUS(la_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "key (the latent row");
     io.in[1] = key;
     int64_t kd[2] = {io.N, io.D}, cd[4] = {io.NP, c.BS, 1, io.D}, hd[1] = {c.Hq}, nd[1] = {io.D},
@@ -895,15 +710,16 @@ static void test_latent_errors(void) {
     static const char *const names[6] = {
         "value must be absent",         "value_cache must be absent",   "head_sink must be absent",
         "q_norm_weight must be absent", "k_norm_weight must be absent", "v_scale must be absent"};
-    tensor *extra[6] = {mk(PH_DTYPE_F32, 2, kd), mk(PH_DTYPE_F32, 4, cd), mk(PH_DTYPE_F32, 1, hd),
-                        mk(PH_DTYPE_F32, 1, nd), mk(PH_DTYPE_F32, 1, nd), mk(PH_DTYPE_F32, 1, one)};
+    tensor *extra[6] = {tensor_new(PH_DTYPE_F32, 2, kd), tensor_new(PH_DTYPE_F32, 4, cd),
+                        tensor_new(PH_DTYPE_F32, 1, hd), tensor_new(PH_DTYPE_F32, 1, nd),
+                        tensor_new(PH_DTYPE_F32, 1, nd), tensor_new(PH_DTYPE_F32, 1, one)};
     for (int i = 0; i < 6; i++) {
       io.in[slot[i]] = extra[i];
-      CHECK_STATUS(la_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+      CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
       CHECK_CONTAINS(d.msg, names[i]);
       io.in[slot[i]] = NULL;
     }
-    free_all(extra, 6);
+    tensors_free(extra, 6);
   }
   /* head_size 20 (not a multiple of 8); cos/sin dtype */
   {
@@ -913,12 +729,12 @@ static void test_latent_errors(void) {
     la_io o;
     la_build(&c20, &o, 78);
     gnode n = with_attr(&o, a, attr_int("rotary_offset", 0), 2);
-    CHECK_STATUS(la_try(&n, o.in, &d), PH_ERR_TENSOR_SHAPE, d.msg);
+    CHECK_STATUS(pt_try(&n, o.in, &d), PH_ERR_TENSOR_SHAPE, d.msg);
     CHECK_CONTAINS(d.msg, "multiple of 8");
     la_free(&o);
     tensor *cs = io.in[8];
-    io.in[8] = mk(PH_DTYPE_F16, 2, cs->dims);
-    CHECK_STATUS(la_try(&io.node, io.in, &d), PH_ERR_TENSOR_DTYPE, d.msg);
+    io.in[8] = tensor_new(PH_DTYPE_F16, 2, cs->dims);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_TENSOR_DTYPE, d.msg);
     CHECK_CONTAINS(d.msg, "cos_cache");
     tensor_free(io.in[8]);
     io.in[8] = cs;
@@ -929,24 +745,24 @@ static void test_latent_errors(void) {
     int32_t *past = io.in[6]->data, *slots = io.in[10]->data;
     const int32_t save = past[1];
     past[1] = (int32_t)io.max_pos - c.ql[1] + 1; /* the last row at max_pos: beyond cos/sin */
-    tensor *bt0 = clone(io.in[7]);
+    tensor *bt0 = tensor_clone(io.in[7]);
     int32_t *bt = io.in[7]->data;
     for (int64_t k = 0; k < io.MB; k++) bt[io.MB + k] = (int32_t)(k % io.NP); /* valid ids */
-    CHECK_STATUS(la_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "cos/sin cache");
     past[1] = save;
-    memcpy(io.in[7]->data, bt0->data, nbytes(bt0));
+    memcpy(io.in[7]->data, bt0->data, tensor_bytes(bt0));
     tensor_free(bt0);
-    CHECK_STATUS(la_try(&io.node, io.in, &d), PH_OK, d.msg);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_OK, d.msg);
     const int32_t s5 = slots[5];
     slots[5] = (int32_t)(io.NP * c.BS);
-    CHECK_STATUS(la_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "slot_mapping[5]");
     slots[5] = -2;
-    CHECK_STATUS(la_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "slot_mapping[5]");
     slots[5] = s5;
-    CHECK(same_bits(io.in[3], io.kc0));
+    CHECK(tensor_same_bits(io.in[3], io.kc0));
   }
   la_free(&io);
 }

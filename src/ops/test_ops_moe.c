@@ -30,11 +30,6 @@ static const ph_dtype FLOATS[] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-static const char *dtn(ph_dtype dt) {
-  const char *s = dtype_safetensors_name(dt);
-  return s ? s : "INVALID";
-}
-
 static tensor *tn(ph_dtype dt, int rank, const int64_t *dims) { return tensor_new(dt, rank, dims); }
 
 static tensor *i64_tensor(int rank, const int64_t *dims, const int64_t *v) {
@@ -43,60 +38,7 @@ static tensor *i64_tensor(int rank, const int64_t *dims, const int64_t *v) {
   return t;
 }
 
-static void free_all(tensor **t, int n) {
-  for (int i = 0; i < n; i++) {
-    tensor_free(t[i]);
-    t[i] = NULL;
-  }
-}
-
-static double ulp_of(ph_dtype dt, double v) {
-  int mant = dt == PH_DTYPE_BF16 ? 7 : dt == PH_DTYPE_F16 ? 10 : 23;
-  double min_step = dt == PH_DTYPE_F16    ? ldexp(1, -24)
-                    : dt == PH_DTYPE_BF16 ? ldexp(1, -133)
-                                          : ldexp(1, -149);
-  v = fabs(v);
-  if (v == 0) return min_step;
-  int e;
-  frexp(v, &e);
-  double u = ldexp(1.0, e - 1 - mant);
-  return u > min_step ? u : min_step;
-}
-
 /* |y - ref| <= tol (+ one output ulp of ref for f16/bf16); NaN and inf must match exactly. */
-static int expect_close(const char *name, const tensor *y, const double *ref, const double *tol,
-                        double tol0, int64_t n) {
-  int64_t bad = 0, first = -1;
-  for (int64_t i = 0; i < n; i++) {
-    double got = tensor_get_f32(y, i), want = ref[i], t = tol ? tol[i] : tol0;
-    int ok;
-    if (isnan(want) || isinf(want)) {
-      ok = isnan(want) ? isnan(got) : got == want;
-    } else {
-      if (y->dtype != PH_DTYPE_F32) t += ulp_of(y->dtype, want);
-      ok = fabs(got - want) <= t; /* false for a NaN got */
-    }
-    if (!ok) {
-      if (first < 0) first = i;
-      bad++;
-    }
-  }
-  if (bad)
-    fprintf(stderr,
-            "  %s (%s): %lld of %lld wrong; first at %lld: got %.9g, want %.9g (tol %.3g)\n", name,
-            dtn(y->dtype), (long long)bad, (long long)n, (long long)first,
-            (double)tensor_get_f32(y, first), ref[first], tol ? tol[first] : tol0);
-  return CHECK(bad == 0);
-}
-
-static ph_status run_op(const char *op, const char *dom, int n_in, tensor **in, int n_out,
-                        tensor **out, gattr *attrs, int n_attrs, int threads, unsigned const_mask,
-                        diag *d) {
-  gnode n = op_test_node(op, dom, n_in, n_out, attrs, n_attrs);
-  diag_clear(d);
-  return op_test_run_ex(&n, in, out, threads, const_mask, d);
-}
-
 /* ---- MoE: reference ------------------------------------------------------------------------- */
 
 typedef struct moe_case {
@@ -265,13 +207,14 @@ static void moe_reference(const moe_case *c, tensor *const *in, double *ref, dou
 static ph_status moe_run(const moe_case *c, tensor **in, tensor **out, int threads, diag *d) {
   gattr at[8];
   int na = moe_attrs(c, at);
-  return run_op("MoE", "com.microsoft", 6, in, 1, out, at, na, threads, ~0u, d);
+  return op_run("MoE", "com.microsoft", 6, in, 1, out, at, na, threads, ~0u, d);
 }
 
 static void moe_case_name(const moe_case *c, char *b, size_t n) {
   snprintf(b, n, "MoE T%lld E%lld k%lld H%lld I%lld io %s w %s/%s norm %d bias %d%d %s%s",
            (long long)c->T, (long long)c->E, (long long)c->k, (long long)c->H, (long long)c->I,
-           dtn(c->io), dtn(c->w1dt), dtn(c->w2dt), c->normalize, c->bias1, c->bias2,
+           dtype_label(c->io), dtype_label(c->w1dt), dtype_label(c->w2dt), c->normalize, c->bias1,
+           c->bias2,
            c->attrs == 0   ? "ours"
            : c->attrs == 1 ? "defaults"
                            : "alpha 1.702",
@@ -292,7 +235,7 @@ static tensor *moe_check(const moe_case *c, tensor **in, int threads) {
   int64_t n = c->T * c->H;
   double *ref = calloc((size_t)n + 1, sizeof *ref), *tol = calloc((size_t)n + 1, sizeof *tol);
   moe_reference(c, in, ref, tol);
-  expect_close(name, out[0], ref, tol, 0, n);
+  op_expect_close(name, out[0], ref, tol, 0, n);
   free(ref);
   free(tol);
   return out[0];
@@ -334,7 +277,7 @@ static void test_moe_grid(void) {
                 moe_fill(&c, in, &g);
                 tensor *y = moe_check(&c, in, 1 + n_case % 3);
                 tensor_free(y);
-                free_all(in, 6);
+                tensors_free(in, 6);
               }
 }
 
@@ -391,11 +334,11 @@ static void test_moe_ties(void) {
           CHECK_STATUS(moe_run(&c, in2, out2, 1, &d), PH_OK, d.msg);
           if (out2[0])
             CHECK(memcmp(out2[0]->data, y->data, (size_t)(4 * c.H) * dtype_size(c.io)) != 0);
-          free_all(out2, 1);
-          free_all(in2, 6);
+          tensors_free(out2, 1);
+          tensors_free(in2, 6);
         }
         tensor_free(y);
-        free_all(in, 6);
+        tensors_free(in, 6);
       }
 }
 
@@ -437,7 +380,7 @@ static void test_moe_log_weights(void) {
       double *ref = calloc((size_t)(c.T * c.H), sizeof *ref);
       double *tol = calloc((size_t)(c.T * c.H), sizeof *tol);
       moe_reference(&c, in, ref, tol);
-      expect_close("MoE log weights", out[0], ref, tol, 0, c.T * c.H);
+      op_expect_close("MoE log weights", out[0], ref, tol, 0, c.T * c.H);
       for (int64_t t = 0; t < c.T; t++) {
         double s = wsel[t][0] + wsel[t][1] + wsel[t][2];
         double l[8], mx = -INFINITY, sum = 0;
@@ -452,14 +395,28 @@ static void test_moe_log_weights(void) {
       free(ref);
       free(tol);
     }
-    free_all(out, 1);
-    free_all(in, 6);
+    tensors_free(out, 1);
+    tensors_free(in, 6);
   }
 }
 
 /* Row t of y as bytes. */
 static const void *row_of(const tensor *y, int64_t t, int64_t H) {
   return (const char *)y->data + (size_t)(t * H) * dtype_size(y->dtype);
+}
+
+/* Token t of a case's inputs alone: c1 = c with T = 1, in1 its input rows (t's router and input
+ * rows; the weights and biases whole). */
+static void moe_token(const moe_case *c, tensor *const *in, int64_t t, moe_case *c1, tensor **in1) {
+  *c1 = *c;
+  c1->T = 1;
+  moe_alloc(c1, in1);
+  for (int i = 0; i < 6; i++) {
+    if (!in[i]) continue;
+    size_t bytes = (size_t)tensor_numel(in1[i]) * dtype_size(in[i]->dtype);
+    size_t off = i < 2 ? (size_t)t * bytes : 0; /* token rows; weights whole */
+    memcpy(in1[i]->data, (const char *)in[i]->data + off, bytes);
+  }
 }
 
 /* A token's output bits: alone, at several places in a batch of 64 others, on 1..3 threads, in
@@ -491,7 +448,7 @@ static void test_moe_batch_invariance(void) {
       tensor *ref[1] = {NULL};
       CHECK_STATUS(moe_run(&c, in, ref, 1, &d), PH_OK, d.msg);
       if (!ref[0]) {
-        free_all(in, 6);
+        tensors_free(in, 6);
         continue;
       }
       size_t rb = (size_t)c.H * dtype_size(c.io);
@@ -499,29 +456,22 @@ static void test_moe_batch_invariance(void) {
         tensor *o[1] = {NULL};
         CHECK_STATUS(moe_run(&c, in, o, th, &d), PH_OK, d.msg);
         if (o[0]) CHECK(memcmp(o[0]->data, ref[0]->data, (size_t)c.T * rb) == 0);
-        free_all(o, 1);
+        tensors_free(o, 1);
       }
       /* each probed token alone */
       static const int64_t PROBES[] = {0, 17, 63};
       for (int pi = 0; pi < 3; pi++) {
         int64_t t = PROBES[pi];
-        moe_case c1 = c;
-        c1.T = 1;
+        moe_case c1;
         tensor *in1[6] = {NULL};
-        moe_alloc(&c1, in1);
-        for (int i = 0; i < 6; i++) {
-          if (!in[i]) continue;
-          size_t bytes = (size_t)tensor_numel(in1[i]) * dtype_size(in[i]->dtype);
-          size_t off = i < 2 ? (size_t)t * bytes : 0; /* token rows; weights whole */
-          memcpy(in1[i]->data, (const char *)in[i]->data + off, bytes);
-        }
+        moe_token(&c, in, t, &c1, in1);
         tensor *o[1] = {NULL};
         CHECK_STATUS(moe_run(&c1, in1, o, 1 + pi, &d), PH_OK, d.msg);
         if (o[0] && !CHECK(memcmp(o[0]->data, row_of(ref[0], t, c.H), rb) == 0))
           fprintf(stderr, "  variant %s cfg %d: token %lld alone differs from in the batch\n",
                   kernel_variant_name((kernel_variant)v), cfg, (long long)t);
-        free_all(o, 1);
-        free_all(in1, 6);
+        tensors_free(o, 1);
+        tensors_free(in1, 6);
       }
       /* the batch reversed: every token among other neighbours and at another row */
       tensor *rev[6] = {NULL};
@@ -543,10 +493,10 @@ static void test_moe_batch_invariance(void) {
       if (o[0])
         for (int64_t t = 0; t < c.T; t++)
           CHECK(memcmp(row_of(o[0], c.T - 1 - t, c.H), row_of(ref[0], t, c.H), rb) == 0);
-      free_all(o, 1);
-      free_all(rev, 6);
-      free_all(ref, 1);
-      free_all(in, 6);
+      tensors_free(o, 1);
+      tensors_free(rev, 6);
+      tensors_free(ref, 1);
+      tensors_free(in, 6);
     }
   }
   diag d;
@@ -577,26 +527,20 @@ static void test_moe_chunks(void) {
   if (y) {
     size_t rb = (size_t)c.H * dtype_size(c.io);
     for (int64_t t = 0; t < c.T; t++) {
-      moe_case c1 = c;
-      c1.T = 1;
+      moe_case c1;
       tensor *in1[6] = {NULL};
-      moe_alloc(&c1, in1);
-      for (int i = 0; i < 6; i++) {
-        if (!in[i]) continue;
-        size_t bytes = (size_t)tensor_numel(in1[i]) * dtype_size(in[i]->dtype);
-        memcpy(in1[i]->data, (const char *)in[i]->data + (i < 2 ? (size_t)t * bytes : 0), bytes);
-      }
+      moe_token(&c, in, t, &c1, in1);
       tensor *o[1] = {NULL};
       diag d;
       CHECK_STATUS(moe_run(&c1, in1, o, 1, &d), PH_OK, d.msg);
       if (o[0] && !CHECK(memcmp(o[0]->data, row_of(y, t, c.H), rb) == 0))
         fprintf(stderr, "  chunked token %lld differs from alone\n", (long long)t);
-      free_all(o, 1);
-      free_all(in1, 6);
+      tensors_free(o, 1);
+      tensors_free(in1, 6);
     }
   }
   tensor_free(y);
-  free_all(in, 6);
+  tensors_free(in, 6);
 }
 
 static void test_moe_contract(void) {
@@ -618,68 +562,68 @@ static void test_moe_contract(void) {
   diag d;
   gattr at[10];
   int na = moe_attrs(&c, at);
-  /* another activation: unsupported, named */
+  /* attributes: each replaces attribute slot (or, slot -1, is added); the status, and what the
+   * message names where it says */
+  const struct {
+    int slot;
+    gattr a;
+    ph_status want;
+    const char *says;
+  } bad_attrs[] = {
+      {1, attr_string("activation_type", "gelu"), PH_ERR_UNSUPPORTED, "gelu"}, /* named */
+      {2, attr_int("swiglu_fusion", 2), PH_ERR_UNSUPPORTED, NULL},
+      {-1, attr_int("use_sparse_mixer", 1), PH_ERR_UNSUPPORTED, NULL},
+      {0, attr_int("k", 5), PH_ERR_INVALID_ARGUMENT, NULL}, /* > E */
+      /* activation_type absent is "relu": unsupported, named */
+      {1, attr_int("swiglu_fusion", 1), PH_ERR_UNSUPPORTED, "relu"},
+  };
   gattr bad[10];
-  memcpy(bad, at, sizeof at);
-  bad[1] = attr_string("activation_type", "gelu");
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, bad, na, 1, ~0u, &d),
-               PH_ERR_UNSUPPORTED, d.msg);
-  CHECK_CONTAINS(d.msg, "gelu");
-  memcpy(bad, at, sizeof at);
-  bad[2] = attr_int("swiglu_fusion", 2);
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, bad, na, 1, ~0u, &d),
-               PH_ERR_UNSUPPORTED, d.msg);
-  memcpy(bad, at, sizeof at);
-  bad[na] = attr_int("use_sparse_mixer", 1);
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, bad, na + 1, 1, ~0u, &d),
-               PH_ERR_UNSUPPORTED, d.msg);
-  memcpy(bad, at, sizeof at);
-  bad[0] = attr_int("k", 5); /* > E */
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, bad, na, 1, ~0u, &d),
-               PH_ERR_INVALID_ARGUMENT, d.msg);
+  for (size_t i = 0; i < sizeof bad_attrs / sizeof bad_attrs[0]; i++) {
+    const int slot = bad_attrs[i].slot < 0 ? na : bad_attrs[i].slot;
+    memcpy(bad, at, sizeof at);
+    bad[slot] = bad_attrs[i].a;
+    CHECK_STATUS(
+        op_run("MoE", "com.microsoft", 6, in, 1, out, bad, slot < na ? na : na + 1, 1, ~0u, &d),
+        bad_attrs[i].want, d.msg);
+    if (bad_attrs[i].says) CHECK_CONTAINS(d.msg, bad_attrs[i].says);
+  }
   /* k absent is the schema's default, 1 (ORT fills it in): the same bits as k = 1 written */
   {
     tensor *o1[1] = {NULL}, *o2[1] = {NULL};
     memcpy(bad, at, sizeof at);
     bad[0] = attr_int("k", 1);
-    CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, o1, bad, na, 1, ~0u, &d), PH_OK, d.msg);
-    CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, o2, at + 1, na - 1, 1, ~0u, &d), PH_OK,
+    CHECK_STATUS(op_run("MoE", "com.microsoft", 6, in, 1, o1, bad, na, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("MoE", "com.microsoft", 6, in, 1, o2, at + 1, na - 1, 1, ~0u, &d), PH_OK,
                  d.msg);
     if (o1[0] && o2[0]) CHECK(memcmp(o1[0]->data, o2[0]->data, 3 * 8 * 4) == 0);
-    free_all(o1, 1);
-    free_all(o2, 1);
+    tensors_free(o1, 1);
+    tensors_free(o2, 1);
   }
-  /* activation_type absent is "relu": unsupported, named */
-  memcpy(bad, at, sizeof at);
-  bad[1] = attr_int("swiglu_fusion", 1);
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, bad, na, 1, ~0u, &d),
-               PH_ERR_UNSUPPORTED, d.msg);
-  CHECK_CONTAINS(d.msg, "relu");
   /* fc3 present: unsupported, like ORT's CPU kernel */
   in[6] = tn(PH_DTYPE_F32, 3, (int64_t[]){4, 4, 8});
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 7, in, 1, out, at, na, 1, ~0u, &d),
+  CHECK_STATUS(op_run("MoE", "com.microsoft", 7, in, 1, out, at, na, 1, ~0u, &d),
                PH_ERR_UNSUPPORTED, d.msg);
   CHECK_CONTAINS(d.msg, "fc3");
-  free_all(in + 6, 1);
-  /* shapes: fc1 rows must be 2I; router E must match */
-  tensor *keep = in[2];
-  in[2] = tn(PH_DTYPE_F32, 3, (int64_t[]){4, 6, 8});
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, at, na, 1, ~0u, &d),
-               PH_ERR_TENSOR_SHAPE, d.msg);
-  tensor_free(in[2]);
-  in[2] = keep;
-  keep = in[1];
-  in[1] = tn(PH_DTYPE_F32, 2, (int64_t[]){3, 5});
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, at, na, 1, ~0u, &d),
-               PH_ERR_TENSOR_SHAPE, d.msg);
-  tensor_free(in[1]);
-  in[1] = keep;
-  keep = in[0];
-  in[0] = tn(PH_DTYPE_I64, 2, (int64_t[]){3, 8});
-  CHECK_STATUS(run_op("MoE", "com.microsoft", 6, in, 1, out, at, na, 1, ~0u, &d),
-               PH_ERR_TENSOR_DTYPE, d.msg);
-  tensor_free(in[0]);
-  in[0] = keep;
+  tensors_free(in + 6, 1);
+  /* inputs: fc1 rows must be 2I; router E must match; the input a float */
+  static const struct {
+    int slot;
+    ph_dtype dt;
+    int rank;
+    int64_t dims[3];
+    ph_status want;
+  } bad_inputs[] = {{2, PH_DTYPE_F32, 3, {4, 6, 8}, PH_ERR_TENSOR_SHAPE},
+                    {1, PH_DTYPE_F32, 2, {3, 5}, PH_ERR_TENSOR_SHAPE},
+                    {0, PH_DTYPE_I64, 2, {3, 8}, PH_ERR_TENSOR_DTYPE}};
+  for (size_t i = 0; i < sizeof bad_inputs / sizeof bad_inputs[0]; i++) {
+    const int k = bad_inputs[i].slot;
+    tensor *keep = in[k];
+    in[k] = tn(bad_inputs[i].dt, bad_inputs[i].rank, bad_inputs[i].dims);
+    CHECK_STATUS(op_run("MoE", "com.microsoft", 6, in, 1, out, at, na, 1, ~0u, &d),
+                 bad_inputs[i].want, d.msg);
+    tensor_free(in[k]);
+    in[k] = keep;
+  }
   /* static shapes: unknown T propagates */
   const op_def *def = op_lookup("com.microsoft", "MoE");
   CHECK(def != NULL);
@@ -711,7 +655,7 @@ static void test_moe_contract(void) {
     ti[4].dims[2] = INT64_MAX / 8;
     CHECK_STATUS(def->infer(&n, ti, to, &d), PH_OK, d.msg);
   }
-  free_all(in, 8);
+  tensors_free(in, 8);
 }
 
 /* ---- MoE: the prepare pass drops the weight Casts ------------------------------------------- */
@@ -826,7 +770,8 @@ static void test_moe_prepare(void) {
     }
     CHECK(moe_graph_run(g, io, prep));
     if (!CHECK(memcmp(canon, prep, bytes) == 0))
-      fprintf(stderr, "  io %s weights %s: prepared differs from canonical\n", dtn(io), dtn(wdt));
+      fprintf(stderr, "  io %s weights %s: prepared differs from canonical\n", dtype_label(io),
+              dtype_label(wdt));
     graph_free(g);
     /* teeth: reading the unrounded weights directly gives other bits when the Cast narrows */
     if (wdt != io && io != PH_DTYPE_F32) {
@@ -872,8 +817,8 @@ static void check_topk(ph_dtype dt, int rank, const int64_t *dims, int axis, int
   gattr at[1] = {attr_int("axis", axis)};
   tensor *out[2] = {NULL, NULL}, *out3[2] = {NULL, NULL};
   diag d;
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out3, at, 1, 3, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out3, at, 1, 3, ~0u, &d), PH_OK, d.msg);
   if (out[0] && out[1]) {
     int64_t outer = 1, inner = 1, len = dims[ax];
     for (int i = 0; i < ax; i++) outer *= dims[i];
@@ -895,7 +840,7 @@ static void check_topk(ph_dtype dt, int rank, const int64_t *dims, int axis, int
         }
       }
     if (!CHECK(bad == 0))
-      fprintf(stderr, "  TopK %s rank %d axis %d K %lld: %lld wrong\n", dtn(dt), rank, axis,
+      fprintf(stderr, "  TopK %s rank %d axis %d K %lld: %lld wrong\n", dtype_label(dt), rank, axis,
               (long long)K, (long long)bad);
     free(v);
     free(idx);
@@ -905,9 +850,9 @@ static void check_topk(ph_dtype dt, int rank, const int64_t *dims, int axis, int
       CHECK(memcmp(out[1]->data, out3[1]->data, (size_t)tensor_numel(out[1]) * 8) == 0);
     }
   }
-  free_all(out, 2);
-  free_all(out3, 2);
-  free_all(in, 2);
+  tensors_free(out, 2);
+  tensors_free(out3, 2);
+  tensors_free(in, 2);
 }
 
 static void test_topk(void) {
@@ -931,22 +876,22 @@ static void test_topk(void) {
   tensor *in[2] = {tn(PH_DTYPE_F32, 2, (int64_t[]){3, 4}), i64_tensor(1, (int64_t[]){1}, &K)};
   tensor *out[2] = {NULL, NULL};
   gattr small[1] = {attr_int("largest", 0)};
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out, small, 1, 1, ~0u, &d), PH_ERR_UNSUPPORTED, d.msg);
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out, NULL, 0, 1, 1u, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out, small, 1, 1, ~0u, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out, NULL, 0, 1, 1u, &d), PH_ERR_UNSUPPORTED, d.msg);
   gattr ax[1] = {attr_int("axis", 2)};
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out, ax, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out, ax, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 5;
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   ((int64_t *)in[1]->data)[0] = -1;
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   tensor_free(in[1]);
   in[1] = tn(PH_DTYPE_I32, 1, (int64_t[]){1});
-  CHECK_STATUS(run_op("TopK", "", 2, in, 2, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_DTYPE, d.msg);
-  free_all(out, 2);
-  free_all(in, 2);
+  CHECK_STATUS(op_run("TopK", "", 2, in, 2, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_DTYPE, d.msg);
+  tensors_free(out, 2);
+  tensors_free(in, 2);
 }
 
 /* ---- OneHot --------------------------------------------------------------------------------- */
@@ -971,7 +916,7 @@ static void check_onehot(ph_dtype idt, ph_dtype vdt, int rank, const int64_t *di
   gattr at[1] = {attr_int("axis", axis)};
   tensor *out[1] = {NULL};
   diag d;
-  CHECK_STATUS(run_op("OneHot", "", 3, in, 1, out, at, 1, 2, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("OneHot", "", 3, in, 1, out, at, 1, 2, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     int ax = axis < 0 ? axis + rank + 1 : axis;
     CHECK_EQ_INT(out[0]->rank, rank + 1);
@@ -990,12 +935,12 @@ static void check_onehot(ph_dtype idt, ph_dtype vdt, int rank, const int64_t *di
         }
       }
     if (!CHECK(bad == 0))
-      fprintf(stderr, "  OneHot %s rank %d axis %d depth %lld: %lld wrong\n", dtn(vdt), rank, axis,
-              (long long)depth, (long long)bad);
+      fprintf(stderr, "  OneHot %s rank %d axis %d depth %lld: %lld wrong\n", dtype_label(vdt),
+              rank, axis, (long long)depth, (long long)bad);
   }
   free(iv);
-  free_all(out, 1);
-  free_all(in, 3);
+  tensors_free(out, 1);
+  tensors_free(in, 3);
 }
 
 static void test_onehot(void) {
@@ -1020,27 +965,27 @@ static void test_onehot(void) {
   tensor_set_f32(in[2], 1, 1.0f);
   tensor *out[1] = {NULL};
   diag d;
-  CHECK_STATUS(run_op("OneHot", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("OneHot", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     static const float WANT[16] = {1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
     CHECK(memcmp(out[0]->data, WANT, sizeof WANT) == 0);
   }
-  free_all(out, 1);
+  tensors_free(out, 1);
   /* contract */
-  CHECK_STATUS(run_op("OneHot", "", 3, in, 1, out, NULL, 0, 1, 5u, &d), PH_ERR_UNSUPPORTED, d.msg);
+  CHECK_STATUS(op_run("OneHot", "", 3, in, 1, out, NULL, 0, 1, 5u, &d), PH_ERR_UNSUPPORTED, d.msg);
   ((int64_t *)in[1]->data)[0] = 0;
-  CHECK_STATUS(run_op("OneHot", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("OneHot", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   ((int64_t *)in[1]->data)[0] = 4;
   gattr ax[1] = {attr_int("axis", 2)};
-  CHECK_STATUS(run_op("OneHot", "", 3, in, 1, out, ax, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("OneHot", "", 3, in, 1, out, ax, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
   tensor_free(in[2]);
   in[2] = tn(PH_DTYPE_F32, 1, (int64_t[]){3});
-  CHECK_STATUS(run_op("OneHot", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
+  CHECK_STATUS(op_run("OneHot", "", 3, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_SHAPE,
                d.msg);
-  free_all(out, 1);
-  free_all(in, 3);
+  tensors_free(out, 1);
+  tensors_free(in, 3);
 }
 
 /* ---- Log ------------------------------------------------------------------------------------ */
@@ -1056,7 +1001,7 @@ static void test_log(void) {
     tensor_set_f32(in[0], 2, 1.0f);
     tensor_set_f32(in[0], 3, INFINITY);
     diag d;
-    CHECK_STATUS(run_op("Log", "", 1, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
+    CHECK_STATUS(op_run("Log", "", 1, in, 1, out, NULL, 0, 1, ~0u, &d), PH_OK, d.msg);
     if (out[0]) {
       double ref[67], tol[67];
       for (int64_t i = 0; i < n; i++) {
@@ -1064,12 +1009,12 @@ static void test_log(void) {
         ref[i] = x < 0 ? NAN : log(x);
         tol[i] = 2 * U32 * fabs(ref[i]) + 1e-30; /* libm logf: within an ulp */
       }
-      expect_close("Log", out[0], ref, tol, 0, n);
+      op_expect_close("Log", out[0], ref, tol, 0, n);
       CHECK(isinf(tensor_get_f32(out[0], 0)) && tensor_get_f32(out[0], 0) < 0);
       CHECK(isnan(tensor_get_f32(out[0], 1)));
     }
-    free_all(out, 1);
-    free_all(in, 1);
+    tensors_free(out, 1);
+    tensors_free(in, 1);
   }
 }
 
@@ -1082,8 +1027,8 @@ static void check_softmax(ph_dtype dt, int rank, const int64_t *dims, int axis, 
   tensor_set_f32(in[0], n - 1, 100.0f); /* exp(100) overflows f32 unless the max is subtracted */
   gattr at[1] = {attr_int("axis", axis)};
   diag d;
-  CHECK_STATUS(run_op("Softmax", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
-  CHECK_STATUS(run_op("Softmax", "", 1, in, 1, out3, at, 1, 3, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Softmax", "", 1, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
+  CHECK_STATUS(op_run("Softmax", "", 1, in, 1, out3, at, 1, 3, ~0u, &d), PH_OK, d.msg);
   if (out[0]) {
     int ax = axis < 0 ? axis + rank : axis;
     int64_t outer = 1, inner = 1, len = dims[ax];
@@ -1110,14 +1055,14 @@ static void check_softmax(ph_dtype dt, int rank, const int64_t *dims, int axis, 
       }
     char name[64];
     snprintf(name, sizeof name, "Softmax rank %d axis %d", rank, axis);
-    expect_close(name, out[0], ref, tol, 0, n);
+    op_expect_close(name, out[0], ref, tol, 0, n);
     free(ref);
     free(tol);
     if (out3[0]) CHECK(memcmp(out[0]->data, out3[0]->data, (size_t)n * dtype_size(dt)) == 0);
   }
-  free_all(out, 1);
-  free_all(out3, 1);
-  free_all(in, 1);
+  tensors_free(out, 1);
+  tensors_free(out3, 1);
+  tensors_free(in, 1);
 }
 
 static void test_softmax(void) {
@@ -1133,15 +1078,15 @@ static void test_softmax(void) {
     }
   diag d;
   tensor *in[1] = {tn(PH_DTYPE_I64, 1, (int64_t[]){3})}, *out[1] = {NULL};
-  CHECK_STATUS(run_op("Softmax", "", 1, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_DTYPE,
+  CHECK_STATUS(op_run("Softmax", "", 1, in, 1, out, NULL, 0, 1, ~0u, &d), PH_ERR_TENSOR_DTYPE,
                d.msg);
-  free_all(in, 1);
+  tensors_free(in, 1);
   in[0] = tn(PH_DTYPE_F32, 2, (int64_t[]){3, 4});
   gattr ax[1] = {attr_int("axis", -3)};
-  CHECK_STATUS(run_op("Softmax", "", 1, in, 1, out, ax, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
+  CHECK_STATUS(op_run("Softmax", "", 1, in, 1, out, ax, 1, 1, ~0u, &d), PH_ERR_INVALID_ARGUMENT,
                d.msg);
-  free_all(out, 1);
-  free_all(in, 1);
+  tensors_free(out, 1);
+  tensors_free(in, 1);
 }
 
 /* ---- ReduceSum on the router's axes --------------------------------------------------------- */
@@ -1159,7 +1104,7 @@ static void test_reduce_sum_router_axes(void) {
       tensor_fill_uniform(in[0], &g, -1.0f, 1.0f);
       gattr at[1] = {attr_int("keepdims", keep)};
       diag d;
-      CHECK_STATUS(run_op("ReduceSum", "", 2, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
+      CHECK_STATUS(op_run("ReduceSum", "", 2, in, 1, out, at, 1, 1, ~0u, &d), PH_OK, d.msg);
       if (out[0]) {
         int a = ax < 0 ? (int)ax + 3 : (int)ax;
         CHECK_EQ_INT(out[0]->rank, keep ? 3 : 2);
@@ -1177,10 +1122,10 @@ static void test_reduce_sum_router_axes(void) {
             ref[o * inner + q] = s;
             tol[o * inner + q] = gam(len) * m;
           }
-        expect_close("ReduceSum router axes", out[0], ref, tol, 0, outer * inner);
+        op_expect_close("ReduceSum router axes", out[0], ref, tol, 0, outer * inner);
       }
-      free_all(out, 1);
-      free_all(in, 2);
+      tensors_free(out, 1);
+      tensors_free(in, 2);
     }
 }
 

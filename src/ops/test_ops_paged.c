@@ -36,49 +36,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "op_testing.h"
-
-static tensor *mk(ph_dtype dt, int rank, const int64_t *dims) { return tensor_new(dt, rank, dims); }
-
-static tensor *mk_rand(ph_dtype dt, int rank, const int64_t *dims, rng *r, float lo, float hi) {
-  tensor *t = tensor_new(dt, rank, dims);
-  tensor_fill_uniform(t, r, lo, hi);
-  return t;
-}
-
-static tensor *mk_i32(int64_t n, const int32_t *v) {
-  int64_t dims[1] = {n};
-  tensor *t = tensor_new(PH_DTYPE_I32, 1, dims);
-  if (n > 0) memcpy(t->data, v, (size_t)n * sizeof(int32_t));
-  return t;
-}
-
-static tensor *clone(const tensor *t) {
-  tensor *c = tensor_new(t->dtype, t->rank, t->dims);
-  memcpy(c->data, t->data, (size_t)tensor_numel(t) * dtype_size(t->dtype));
-  return c;
-}
-
-static int same_bits(const tensor *a, const tensor *b) {
-  return a && b && a->dtype == b->dtype && tensor_numel(a) == tensor_numel(b) &&
-         memcmp(a->data, b->data, (size_t)tensor_numel(a) * dtype_size(a->dtype)) == 0;
-}
-
-static double at(const tensor *t, int64_t i) { return (double)tensor_get_f32(t, i); }
-
-static double round_to(ph_dtype dt, double x) {
-  float f = (float)x;
-  if (dt == PH_DTYPE_F16) return f16_to_f32(f32_to_f16(f));
-  if (dt == PH_DTYPE_BF16) return bf16_to_f32(f32_to_bf16(f));
-  return f;
-}
-
-static void free_all(tensor **t, int n) {
-  for (int i = 0; i < n; i++) {
-    tensor_free(t[i]);
-    t[i] = NULL;
-  }
-}
+#include "paged_testing.h"
 
 static double worst_pa = 0.0, worst_conv = 0.0;
 
@@ -107,11 +65,11 @@ static void vc_build(const vc_case *c, vc_io *io, uint64_t seed) {
   io->P = (int64_t)(c->K - 1) * c->dil;
   int64_t xd[2] = {io->N, c->C}, wd[3] = {c->C, 1, c->K}, bd[1] = {c->C};
   int64_t sd[3] = {c->B, c->C, io->P};
-  io->in[0] = mk_rand(c->dt, 2, xd, &r, -2.0f, 2.0f);
-  io->in[1] = mk_rand(c->dt, 3, wd, &r, -1.0f, 1.0f);
-  io->in[2] = mk_i32(c->B + 1, io->cu);
-  if (c->bias) io->in[3] = mk_rand(c->dt, 1, bd, &r, -0.5f, 0.5f);
-  io->in[4] = mk_rand(c->dt, 3, sd, &r, -2.0f, 2.0f);
+  io->in[0] = tensor_rand(c->dt, 2, xd, &r, -2.0f, 2.0f);
+  io->in[1] = tensor_rand(c->dt, 3, wd, &r, -1.0f, 1.0f);
+  io->in[2] = tensor_i32(c->B + 1, io->cu);
+  if (c->bias) io->in[3] = tensor_rand(c->dt, 1, bd, &r, -0.5f, 0.5f);
+  io->in[4] = tensor_rand(c->dt, 3, sd, &r, -2.0f, 2.0f);
   int na = 0;
   io->attrs[na++] = attr_string("activation", c->silu ? "silu" : "none");
   io->attrs[na++] = attr_int("dilation", c->dil);
@@ -127,17 +85,17 @@ static void vc_reference(const vc_case *c, const vc_io *io, double *y, double *s
     for (int64_t ch = 0; ch < C; ch++) {
       for (int64_t t = 0; t < L + P; t++) {
         /* x_full position t */
-        double v = t < P ? at(io->in[4], ((int64_t)b * C + ch) * P + t)
-                         : at(io->in[0], (r0 + t - P) * C + ch);
+        double v = t < P ? tensor_at(io->in[4], ((int64_t)b * C + ch) * P + t)
+                         : tensor_at(io->in[0], (r0 + t - P) * C + ch);
         if (t >= L) st[((int64_t)b * C + ch) * P + (t - L)] = v;
       }
       for (int64_t t = 0; t < L; t++) {
-        double acc = c->bias ? at(io->in[3], ch) : 0.0;
+        double acc = c->bias ? tensor_at(io->in[3], ch) : 0.0;
         for (int64_t j = 0; j < K; j++) {
           int64_t pos = t + j * c->dil; /* in x_full */
-          double v = pos < P ? at(io->in[4], ((int64_t)b * C + ch) * P + pos)
-                             : at(io->in[0], (r0 + pos - P) * C + ch);
-          acc += at(io->in[1], ch * K + j) * v;
+          double v = pos < P ? tensor_at(io->in[4], ((int64_t)b * C + ch) * P + pos)
+                             : tensor_at(io->in[0], (r0 + pos - P) * C + ch);
+          acc += tensor_at(io->in[1], ch * K + j) * v;
         }
         if (c->silu) acc = acc / (1.0 + exp(-acc));
         y[(r0 + t) * C + ch] = acc;
@@ -147,8 +105,8 @@ static void vc_reference(const vc_case *c, const vc_io *io, double *y, double *s
 }
 
 static void vc_free(vc_io *io) {
-  free_all(io->in, 6);
-  free_all(io->out, 3);
+  tensors_free(io->in, 6);
+  tensors_free(io->out, 3);
 }
 
 /* The dense op on sequence b alone: input [1,C,L] channels-first, past [1,C,P]. */
@@ -156,7 +114,7 @@ static void vc_dense_check(const vc_case *c, const vc_io *io, int b) {
   const int64_t L = c->lens[b], C = c->C, P = io->P, r0 = io->cu[b];
   if (L == 0) return;
   int64_t xd[3] = {1, C, L}, sd[3] = {1, C, P};
-  tensor *in[4] = {mk(c->dt, 3, xd), io->in[1], io->in[3], mk(c->dt, 3, sd)};
+  tensor *in[4] = {tensor_new(c->dt, 3, xd), io->in[1], io->in[3], tensor_new(c->dt, 3, sd)};
   tensor *out[2] = {NULL, NULL};
   for (int64_t ch = 0; ch < C; ch++) {
     for (int64_t t = 0; t < L; t++)
@@ -184,7 +142,7 @@ static void vc_dense_check(const vc_case *c, const vc_io *io, int b) {
   CHECK(ok); /* bit-identical to the dense op on the sequence alone */
   tensor_free(in[0]);
   tensor_free(in[3]);
-  free_all(out, 2);
+  tensors_free(out, 2);
 }
 
 static void vc_run_case(const vc_case *c, uint64_t seed) {
@@ -212,13 +170,13 @@ static void vc_run_case(const vc_case *c, uint64_t seed) {
   /* 3 threads: bit-exact; final_state aliasing initial_state: same bits */
   tensor *o3[3] = {NULL, NULL, NULL};
   CHECK_STATUS(op_test_run(&io.node, io.in, o3, 3, &d), PH_OK, d.msg);
-  CHECK(same_bits(o3[0], io.out[0]) && same_bits(o3[1], io.out[1]));
-  free_all(o3, 3);
-  tensor *state = clone(io.in[4]), *saved = io.in[4];
+  CHECK(tensor_same_bits(o3[0], io.out[0]) && tensor_same_bits(o3[1], io.out[1]));
+  tensors_free(o3, 3);
+  tensor *state = tensor_clone(io.in[4]), *saved = io.in[4];
   io.in[4] = state;
   tensor *oa[3] = {NULL, state, NULL};
   CHECK_STATUS(op_test_run(&io.node, io.in, oa, 2, &d), PH_OK, d.msg);
-  CHECK(same_bits(oa[0], io.out[0]) && same_bits(state, io.out[1]));
+  CHECK(tensor_same_bits(oa[0], io.out[0]) && tensor_same_bits(state, io.out[1]));
   tensor_free(oa[0]);
   io.in[4] = saved;
   tensor_free(state);
@@ -281,7 +239,7 @@ static void test_varlen_conv_errors(void) {
     CHECK_CONTAINS(d.msg, "cumulative_sequence_length");
     /* run time (offsets not visible to infer): same typed error */
     CHECK_STATUS(op_test_run_ex(&io.node, io.in, o, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
-    free_all(o, 3);
+    tensors_free(o, 3);
   }
   cu[0] = 0, cu[1] = 3, cu[2] = 7;
   tensor *st = io.in[4];
@@ -298,28 +256,26 @@ static void test_varlen_conv_errors(void) {
   CHECK_STATUS(op_test_run(&n, io.in, o, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   /* capture_count without capacity */
   int32_t cc[2] = {1, 1};
-  io.in[5] = mk_i32(2, cc);
+  io.in[5] = tensor_i32(2, cc);
   n = op_test_node("VarlenCausalConvWithState", "com.microsoft", 6, 2, io.attrs, 2);
   CHECK_STATUS(op_test_run(&n, io.in, o, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   /* state dtype must match */
   int64_t sd[3] = {2, 8, 3};
-  tensor *s16 = mk(PH_DTYPE_F16, 3, sd);
+  tensor *s16 = tensor_new(PH_DTYPE_F16, 3, sd);
   io.in[4] = s16;
   CHECK_STATUS(op_test_run(&io.node, io.in, o, 1, &d), PH_ERR_TENSOR_DTYPE, d.msg);
   io.in[4] = st;
   tensor_free(s16);
-  free_all(o, 3);
+  tensors_free(o, 3);
   vc_free(&io);
 }
 
 /* ===================================== PagedAttention ======================================== */
 
-#define PA_MAXB 4
-
 typedef struct pa_case {
   ph_dtype dt;
   int Hq, Hkv, D, BS, B;
-  int32_t ql[PA_MAXB], past[PA_MAXB];
+  int32_t ql[PT_MAXB], past[PT_MAXB];
   int rotary, interleaved, rot, norm, sink, slots, packed, window, meta;
   int rot_off, cos_f32; /* rotary_offset; cos/sin tables in f32 whatever dt */
   float softcap, scale;
@@ -330,104 +286,61 @@ typedef struct pa_io {
   tensor *kc0, *vc0; /* the caches before the call */
   gattr attrs[12];
   gnode node;
-  int32_t cu[PA_MAXB + 1];
+  int32_t cu[PT_MAXB + 1];
   int64_t N, NP, MB, max_pos;
 } pa_io;
 
-static void fill_rope(tensor *cs, tensor *sn, int64_t max_pos, int64_t half) {
-  for (int64_t p = 0; p < max_pos; p++)
-    for (int64_t i = 0; i < half; i++) {
-      double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)(2 * half));
-      tensor_set_f32(cs, p * half + i, (float)cos(th));
-      tensor_set_f32(sn, p * half + i, (float)sin(th));
-    }
-}
-
-/* Pages: each sequence gets ceil((past+ql)/BS) pages from a shuffled list, two pages stay unused;
- * the table is padded with -1 past a sequence's last page. Caches are garbage everywhere. */
+/* Pages and table from pt_block_table (shuffled, two unused, rows padded with -1); caches are
+ * garbage everywhere. */
 static void pa_build(const pa_case *c, pa_io *io, uint64_t seed) {
   memset(io, 0, sizeof *io);
   rng r = rng_seed(seed);
   const int64_t D = c->D;
-  io->cu[0] = 0;
-  int64_t need = 0, maxblk = 1;
-  for (int b = 0; b < c->B; b++) {
-    io->cu[b + 1] = io->cu[b] + c->ql[b];
-    int64_t nb = (c->past[b] + c->ql[b] + c->BS - 1) / c->BS;
-    need += nb;
-    if (nb > maxblk) maxblk = nb;
-  }
-  io->N = io->cu[c->B];
-  io->NP = need + 2;
-  io->MB = maxblk + 1;
-  int32_t perm[256];
-  for (int64_t i = 0; i < io->NP; i++) perm[i] = (int32_t)i;
-  for (int64_t i = io->NP - 1; i > 0; i--) {
-    int64_t k = (int64_t)rng_below(&r, (uint64_t)(i + 1));
-    int32_t t = perm[i];
-    perm[i] = perm[k];
-    perm[k] = t;
-  }
+  tensor *bt = pt_block_table(c->B, c->ql, c->past, c->BS, &r, io->cu, &io->N, &io->NP, &io->MB,
+                              &io->max_pos);
   const int64_t qw = (c->packed ? c->Hq + 2 * c->Hkv : c->Hq) * D;
   int64_t qd[2] = {io->N, qw}, kd[2] = {io->N, c->Hkv * D};
-  int64_t cd[4] = {io->NP, c->BS, c->Hkv, D}, btd[2] = {c->B, io->MB};
-  io->in[0] = mk_rand(c->dt, 2, qd, &r, -1.0f, 1.0f);
+  int64_t cd[4] = {io->NP, c->BS, c->Hkv, D};
+  io->in[0] = tensor_rand(c->dt, 2, qd, &r, -1.0f, 1.0f);
   if (!c->packed) {
-    io->in[1] = mk_rand(c->dt, 2, kd, &r, -1.0f, 1.0f);
-    io->in[2] = mk_rand(c->dt, 2, kd, &r, -1.0f, 1.0f);
+    io->in[1] = tensor_rand(c->dt, 2, kd, &r, -1.0f, 1.0f);
+    io->in[2] = tensor_rand(c->dt, 2, kd, &r, -1.0f, 1.0f);
   }
-  io->in[3] = mk_rand(c->dt, 4, cd, &r, -1.0f, 1.0f);
-  io->in[4] = mk_rand(c->dt, 4, cd, &r, -1.0f, 1.0f);
-  io->in[5] = mk_i32(c->B + 1, io->cu);
-  io->in[6] = mk_i32(c->B, c->past);
-  io->in[7] = mk(PH_DTYPE_I32, 2, btd);
-  int32_t *bt = io->in[7]->data;
-  int64_t used = 0;
-  for (int b = 0; b < c->B; b++) {
-    int64_t nb = (c->past[b] + c->ql[b] + c->BS - 1) / c->BS;
-    for (int64_t k = 0; k < io->MB; k++) bt[b * io->MB + k] = k < nb ? perm[used++] : -1;
-  }
+  io->in[3] = tensor_rand(c->dt, 4, cd, &r, -1.0f, 1.0f);
+  io->in[4] = tensor_rand(c->dt, 4, cd, &r, -1.0f, 1.0f);
+  io->in[5] = tensor_i32(c->B + 1, io->cu);
+  io->in[6] = tensor_i32(c->B, c->past);
+  io->in[7] = bt;
   int n_in = 8;
-  io->max_pos = 0;
-  for (int b = 0; b < c->B; b++)
-    if (c->past[b] + c->ql[b] > io->max_pos) io->max_pos = c->past[b] + c->ql[b];
-  io->max_pos += 3;
   if (c->rotary) {
     int64_t rd[2] = {io->max_pos, c->rot / 2};
-    io->in[8] = mk(c->cos_f32 ? PH_DTYPE_F32 : c->dt, 2, rd);
-    io->in[9] = mk(c->cos_f32 ? PH_DTYPE_F32 : c->dt, 2, rd);
-    fill_rope(io->in[8], io->in[9], io->max_pos, c->rot / 2);
+    io->in[8] = tensor_new(c->cos_f32 ? PH_DTYPE_F32 : c->dt, 2, rd);
+    io->in[9] = tensor_new(c->cos_f32 ? PH_DTYPE_F32 : c->dt, 2, rd);
+    pt_fill_rope(io->in[8], io->in[9], io->max_pos, c->rot / 2);
     n_in = 10;
   }
   if (c->slots) {
-    io->in[10] = mk(PH_DTYPE_I32, 1, &io->N);
-    int32_t *s = io->in[10]->data;
-    for (int b = 0; b < c->B; b++)
-      for (int32_t j = 0; j < c->ql[b]; j++) {
-        int64_t p = c->past[b] + j;
-        int32_t slot = bt[b * io->MB + p / c->BS] * c->BS + (int32_t)(p % c->BS);
-        s[io->cu[b] + j] = (j % 3 == 1) ? -1 : slot; /* every third row skips its write */
-      }
+    io->in[10] = pt_slot_mapping(c->B, c->ql, c->past, c->BS, io->cu, bt, io->N);
     n_in = 11;
   }
   if (c->sink) {
     int64_t hd[1] = {c->Hq};
-    io->in[11] = mk_rand(c->dt, 1, hd, &r, -1.0f, 3.0f);
+    io->in[11] = tensor_rand(c->dt, 1, hd, &r, -1.0f, 3.0f);
     n_in = 12;
   }
   if (c->norm) {
     int64_t nd[1] = {D};
-    io->in[12] = mk_rand(c->dt, 1, nd, &r, 0.5f, 1.5f);
-    io->in[13] = mk_rand(c->dt, 1, nd, &r, 0.5f, 1.5f);
+    io->in[12] = tensor_rand(c->dt, 1, nd, &r, 0.5f, 1.5f);
+    io->in[13] = tensor_rand(c->dt, 1, nd, &r, 0.5f, 1.5f);
     n_in = 14;
   }
   if (c->meta) {
     int32_t m[3] = {64, 4096, 1};
-    io->in[16] = mk_i32(c->meta, m);
+    io->in[16] = tensor_i32(c->meta, m);
     n_in = 17;
   }
-  io->kc0 = clone(io->in[3]);
-  io->vc0 = clone(io->in[4]);
+  io->kc0 = tensor_clone(io->in[3]);
+  io->vc0 = tensor_clone(io->in[4]);
   int na = 0;
   io->attrs[na++] = attr_int("num_heads", c->Hq);
   io->attrs[na++] = attr_int("kv_num_heads", c->Hkv);
@@ -444,8 +357,8 @@ static void pa_build(const pa_case *c, pa_io *io, uint64_t seed) {
 }
 
 static void pa_free(pa_io *io) {
-  free_all(io->in, 17);
-  free_all(io->out, 3);
+  tensors_free(io->in, 17);
+  tensors_free(io->out, 3);
   tensor_free(io->kc0);
   tensor_free(io->vc0);
   io->kc0 = io->vc0 = NULL;
@@ -458,20 +371,9 @@ static void ref_prep(const pa_case *c, const pa_io *io, double *x, const tensor 
     double ss = 0.0;
     for (int64_t e = 0; e < D; e++) ss += x[e] * x[e];
     double inv = 1.0 / sqrt(ss / (double)D + 1e-5);
-    for (int64_t e = 0; e < D; e++) x[e] = x[e] * inv * at(w, e);
+    for (int64_t e = 0; e < D; e++) x[e] = x[e] * inv * tensor_at(w, e);
   }
-  if (c->rotary) {
-    const int64_t h = c->rot / 2;
-    for (int64_t i = 0; i < h; i++) {
-      int64_t ia = c->interleaved ? 2 * i : i, ib = c->interleaved ? 2 * i + 1 : i + h;
-      ia += c->rot_off;
-      ib += c->rot_off;
-      double cs = at(io->in[8], p * h + i), sn = at(io->in[9], p * h + i);
-      double a = x[ia], b = x[ib];
-      x[ia] = a * cs - b * sn;
-      x[ib] = b * cs + a * sn;
-    }
-  }
+  if (c->rotary) pt_rope_f64(x + c->rot_off, c->rot, c->interleaved, io->in[8], io->in[9], p);
 }
 
 /* The float64 reference: kc/vc (doubles, from the input caches) get the writes, then every
@@ -480,29 +382,29 @@ static void pa_reference(const pa_case *c, const pa_io *io, double *out, double 
                          char *written) {
   const int64_t D = c->D, Hq = c->Hq, Hkv = c->Hkv, BS = c->BS;
   const int64_t qw = (c->packed ? Hq + 2 * Hkv : Hq) * D;
-  const int32_t *bt = io->in[7]->data, *slots = c->slots ? io->in[10]->data : NULL;
+  const int32_t *bt = io->in[7]->data;
   const int64_t ncache = io->NP * BS * Hkv * D;
   for (int64_t i = 0; i < ncache; i++) {
-    kc[i] = at(io->in[3], i);
-    vc[i] = at(io->in[4], i);
+    kc[i] = tensor_at(io->in[3], i);
+    vc[i] = tensor_at(io->in[4], i);
   }
   double x[256];
   for (int b = 0; b < c->B; b++)
     for (int32_t j = 0; j < c->ql[b]; j++) {
       const int64_t row = io->cu[b] + j, p = c->past[b] + j;
-      const int64_t slot = slots ? slots[row] : (int64_t)bt[b * io->MB + p / BS] * BS + p % BS;
+      const int64_t slot =
+          pt_write_slot(c->slots ? io->in[10] : NULL, io->in[7], b, row, p, c->BS, written);
       if (slot < 0) continue;
-      written[slot] = 1;
       for (int64_t g = 0; g < Hkv; g++) {
         for (int64_t e = 0; e < D; e++)
-          x[e] = c->packed ? at(io->in[0], row * qw + (Hq + g) * D + e)
-                           : at(io->in[1], (row * Hkv + g) * D + e);
+          x[e] = c->packed ? tensor_at(io->in[0], row * qw + (Hq + g) * D + e)
+                           : tensor_at(io->in[1], (row * Hkv + g) * D + e);
         ref_prep(c, io, x, c->norm ? io->in[13] : NULL, p);
         for (int64_t e = 0; e < D; e++) {
-          kc[(slot * Hkv + g) * D + e] = round_to(c->dt, x[e]);
-          vc[(slot * Hkv + g) * D + e] = c->packed
-                                             ? at(io->in[0], row * qw + (Hq + Hkv + g) * D + e)
-                                             : at(io->in[2], (row * Hkv + g) * D + e);
+          kc[(slot * Hkv + g) * D + e] = round_to_dtype(c->dt, x[e]);
+          vc[(slot * Hkv + g) * D + e] =
+              c->packed ? tensor_at(io->in[0], row * qw + (Hq + Hkv + g) * D + e)
+                        : tensor_at(io->in[2], (row * Hkv + g) * D + e);
         }
       }
     }
@@ -514,30 +416,11 @@ static void pa_reference(const pa_case *c, const pa_io *io, double *out, double 
       const int64_t lo = c->window > 0 && p - c->window + 1 > 0 ? p - c->window + 1 : 0;
       for (int64_t h = 0; h < Hq; h++) {
         const int64_t g = h / (Hq / Hkv);
-        for (int64_t e = 0; e < D; e++) x[e] = at(io->in[0], row * qw + h * D + e);
+        for (int64_t e = 0; e < D; e++) x[e] = tensor_at(io->in[0], row * qw + h * D + e);
         ref_prep(c, io, x, c->norm ? io->in[12] : NULL, p);
-        double m = -INFINITY;
-        for (int64_t t = lo; t <= p; t++) {
-          const int64_t slot = (int64_t)bt[b * io->MB + t / BS] * BS + t % BS;
-          double dot = 0.0;
-          for (int64_t e = 0; e < D; e++) dot += x[e] * kc[(slot * Hkv + g) * D + e];
-          double s = dot * scale;
-          if (c->softcap > 0.0f) s = c->softcap * tanh(s / c->softcap);
-          sc[t - lo] = s;
-          if (s > m) m = s;
-        }
-        double sink = c->sink ? at(io->in[11], h) : 0.0;
-        if (c->sink && sink > m) m = sink;
-        double den = c->sink ? exp(sink - m) : 0.0;
-        for (int64_t t = lo; t <= p; t++) den += exp(sc[t - lo] - m);
-        for (int64_t e = 0; e < D; e++) {
-          double acc = 0.0;
-          for (int64_t t = lo; t <= p; t++) {
-            const int64_t slot = (int64_t)bt[b * io->MB + t / BS] * BS + t % BS;
-            acc += exp(sc[t - lo] - m) * vc[(slot * Hkv + g) * D + e];
-          }
-          out[(row * Hq + h) * D + e] = acc / den;
-        }
+        const double sink = c->sink ? tensor_at(io->in[11], h) : 0.0;
+        pt_attend_f64(x, D, kc + g * D, vc + g * D, Hkv * D, D, bt + b * io->MB, BS, lo, p, scale,
+                      c->softcap, c->sink ? &sink : NULL, sc, out + (row * Hq + h) * D);
       }
     }
   free(sc);
@@ -550,12 +433,7 @@ static double pa_tol(ph_dtype dt, double scale) {
 
 /* The tolerance of one written key element whose reference value is ref (see the top). */
 static double key_tol(const pa_case *c, double ref) {
-  const double f32 = (c->D / 2.0 + 8.0) * 0x1p-24 * 1.5 * sqrt((double)c->D);
-  if (c->dt == PH_DTYPE_F32) return f32;
-  int e;
-  frexp(fabs(ref), &e); /* |ref| in [2^(e-1), 2^e) */
-  const int mant = c->dt == PH_DTYPE_F16 ? 10 : 7, emin = c->dt == PH_DTYPE_F16 ? -14 : -126;
-  return ldexp(1.0, (e - 1 < emin ? emin : e - 1) - mant) + f32; /* one ulp + the f32 part */
+  return pt_key_tol(c->dt, ref, (c->D / 2.0 + 8.0) * 0x1p-24 * 1.5 * sqrt((double)c->D));
 }
 
 /* Checks out[0] and the caches of a finished run against the reference. kcache/vcache: the
@@ -587,7 +465,7 @@ static void pa_check(const pa_case *c, const pa_io *io, const tensor *out, const
       continue;
     }
     for (int64_t e = 0; e < slot_elems; e++) {
-      double kv = at(kcache, s * slot_elems + e), vv = at(vcache, s * slot_elems + e);
+      double kv = tensor_at(kcache, s * slot_elems + e), vv = tensor_at(vcache, s * slot_elems + e);
       double ke = fabs(kv - kc[s * slot_elems + e]);
       if (!(ke <= key_tol(c, kc[s * slot_elems + e]))) key_bad++; /* NaN fails too */
       if (vv != vc[s * slot_elems + e]) written_ok = 0;
@@ -619,7 +497,7 @@ static void pa_run_case(const pa_case *c, uint64_t seed) {
     return;
   }
   /* the reference reads the caches as they were before the call */
-  tensor *after_k = clone(kc), *after_v = clone(vc);
+  tensor *after_k = tensor_clone(kc), *after_v = tensor_clone(vc);
   memcpy(kc->data, io.kc0->data, (size_t)tensor_numel(kc) * dtype_size(c->dt));
   memcpy(vc->data, io.vc0->data, (size_t)tensor_numel(vc) * dtype_size(c->dt));
   pa_check(c, &io, io.out[0], after_k, after_v);
@@ -627,48 +505,25 @@ static void pa_run_case(const pa_case *c, uint64_t seed) {
   /* non-aliased outputs (copy then update) and 3 threads: same bits; inputs untouched */
   tensor *o3[3] = {NULL, NULL, NULL};
   CHECK_STATUS(op_test_run(&io.node, io.in, o3, 3, &d), PH_OK, d.msg);
-  CHECK(same_bits(o3[0], io.out[0]) && same_bits(o3[1], after_k) && same_bits(o3[2], after_v));
-  CHECK(same_bits(kc, io.kc0) && same_bits(vc, io.vc0));
-  free_all(o3, 3);
+  CHECK(tensor_same_bits(o3[0], io.out[0]) && tensor_same_bits(o3[1], after_k) &&
+        tensor_same_bits(o3[2], after_v));
+  CHECK(tensor_same_bits(kc, io.kc0) && tensor_same_bits(vc, io.vc0));
+  tensors_free(o3, 3);
 
   /* each sequence alone (B = 1, its own table row; caches as before the call) */
   for (int b = 0; b < c->B && c->B > 1; b++) {
     if (c->ql[b] == 0) continue;
-    tensor *in1[17];
-    memcpy(in1, io.in, sizeof in1);
+    tensor *in1[17], *o1[3] = {NULL, NULL, NULL};
+    const int seq[1] = {b}, st[1] = {0}, cnt[1] = {c->ql[b]};
     const int64_t r0 = io.cu[b], n = c->ql[b];
-    int64_t qd[2] = {n, io.in[0]->dims[1]};
-    in1[0] = mk(c->dt, 2, qd);
-    memcpy(in1[0]->data, (char *)io.in[0]->data + (size_t)(r0 * qd[1]) * dtype_size(c->dt),
-           (size_t)(n * qd[1]) * dtype_size(c->dt));
-    tensor *kv1[2] = {NULL, NULL};
-    for (int k = 0; k < 2 && !c->packed; k++) {
-      int64_t kd[2] = {n, io.in[1]->dims[1]};
-      kv1[k] = mk(c->dt, 2, kd);
-      memcpy(kv1[k]->data, (char *)io.in[1 + k]->data + (size_t)(r0 * kd[1]) * dtype_size(c->dt),
-             (size_t)(n * kd[1]) * dtype_size(c->dt));
-      in1[1 + k] = kv1[k];
-    }
-    int32_t cu1[2] = {0, (int32_t)n};
-    in1[5] = mk_i32(2, cu1);
-    in1[6] = mk_i32(1, &c->past[b]);
-    int64_t btd[2] = {1, io.MB};
-    in1[7] = mk(PH_DTYPE_I32, 2, btd);
-    memcpy(in1[7]->data, (int32_t *)io.in[7]->data + b * io.MB, (size_t)io.MB * sizeof(int32_t));
-    if (c->slots) in1[10] = mk_i32(n, (int32_t *)io.in[10]->data + r0);
-    tensor *o1[3] = {NULL, NULL, NULL};
+    pt_sub(io.in, io.cu, c->past, io.MB, 1, seq, st, cnt, in1);
     CHECK_STATUS(op_test_run(&io.node, in1, o1, 2, &d), PH_OK, d.msg);
     if (o1[0])
       CHECK(memcmp(o1[0]->data,
                    (char *)io.out[0]->data + (size_t)(r0 * c->Hq * c->D) * dtype_size(c->dt),
                    (size_t)(n * c->Hq * c->D) * dtype_size(c->dt)) == 0);
-    free_all(o1, 3);
-    tensor_free(in1[0]);
-    free_all(kv1, 2);
-    tensor_free(in1[5]);
-    tensor_free(in1[6]);
-    tensor_free(in1[7]);
-    if (c->slots) tensor_free(in1[10]);
+    tensors_free(o1, 3);
+    pt_sub_free(in1);
   }
   tensor_free(after_k);
   tensor_free(after_v);
@@ -676,166 +531,48 @@ static void pa_run_case(const pa_case *c, uint64_t seed) {
 }
 
 static void test_paged_prefill_mixes(void) {
+  /* clang-format off */
+  /* dtype, query heads, kv heads, head size, block size, sequences, new rows, cached rows */
   pa_case cs[] = {
-      {.dt = PH_DTYPE_F32, .Hq = 2, .Hkv = 2, .D = 16, .BS = 16, .B = 1, .ql = {1}},
-      {.dt = PH_DTYPE_F32, .Hq = 4, .Hkv = 2, .D = 16, .BS = 16, .B = 2, .ql = {3, 20}},
-      {.dt = PH_DTYPE_F32, .Hq = 3, .Hkv = 1, .D = 24, .BS = 32, .B = 3, .ql = {5, 0, 17}},
-      {.dt = PH_DTYPE_F32,
-       .Hq = 6,
-       .Hkv = 2,
-       .D = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {4, 9},
-       .past = {0, 37}},
-      {.dt = PH_DTYPE_F16,
-       .Hq = 4,
-       .Hkv = 4,
-       .D = 32,
-       .BS = 16,
-       .B = 3,
-       .ql = {5, 0, 17},
-       .past = {2, 0, 30}},
-      {.dt = PH_DTYPE_BF16,
-       .Hq = 4,
-       .Hkv = 2,
-       .D = 16,
-       .BS = 32,
-       .B = 2,
-       .ql = {3, 20},
-       .past = {40, 0}},
-      {.dt = PH_DTYPE_F32,
-       .Hq = 4,
-       .Hkv = 2,
-       .D = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 20},
-       .past = {0, 37},
-       .packed = 1},
+      {.dt = PH_DTYPE_F32,  2, 2, 16, 16, 1, {1},        {0}},
+      {.dt = PH_DTYPE_F32,  4, 2, 16, 16, 2, {3, 20},    {0}},
+      {.dt = PH_DTYPE_F32,  3, 1, 24, 32, 3, {5, 0, 17}, {0}},
+      {.dt = PH_DTYPE_F32,  6, 2, 16, 16, 2, {4, 9},     {0, 37}},
+      {.dt = PH_DTYPE_F16,  4, 4, 32, 16, 3, {5, 0, 17}, {2, 0, 30}},
+      {.dt = PH_DTYPE_BF16, 4, 2, 16, 32, 2, {3, 20},    {40, 0}},
+      {.dt = PH_DTYPE_F32,  4, 2, 16, 16, 2, {3, 20},    {0, 37}, .packed = 1},
   };
+  /* clang-format on */
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) pa_run_case(&cs[i], 200 + i);
 }
 
 static void test_paged_features(void) {
+  /* clang-format off */
+  /* dtype, query heads, kv heads, head size, block size, sequences, new rows, cached rows */
   pa_case cs[] = {
       /* slot_mapping with -1 */
-      {.dt = PH_DTYPE_F32,
-       .Hq = 4,
-       .Hkv = 2,
-       .D = 16,
-       .BS = 16,
-       .B = 3,
-       .ql = {5, 0, 17},
-       .past = {3, 1, 20},
-       .slots = 1},
+      {.dt = PH_DTYPE_F32, 4, 2, 16, 16, 3, {5, 0, 17}, {3, 1, 20}, .slots = 1},
       /* local window, head_sink, softcap, scale */
-      {.dt = PH_DTYPE_F32,
-       .Hq = 6,
-       .Hkv = 3,
-       .D = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 20},
-       .past = {0, 37},
-       .window = 7},
-      {.dt = PH_DTYPE_F32,
-       .Hq = 4,
-       .Hkv = 1,
-       .D = 16,
-       .BS = 32,
-       .B = 2,
-       .ql = {6, 11},
-       .past = {17, 0},
-       .sink = 1,
-       .softcap = 2.5f,
+      {.dt = PH_DTYPE_F32, 6, 3, 16, 16, 2, {3, 20},    {0, 37}, .window = 7},
+      {.dt = PH_DTYPE_F32, 4, 1, 16, 32, 2, {6, 11},    {17, 0}, .sink = 1, .softcap = 2.5f,
        .scale = 0.7f},
       /* fused q/k norm + rotary, both pairings, partial rotary on D = 32 */
-      {.dt = PH_DTYPE_F32,
-       .Hq = 4,
-       .Hkv = 2,
-       .D = 32,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 20},
-       .past = {0, 37},
-       .rotary = 1,
-       .interleaved = 0,
-       .rot = 16,
-       .norm = 1},
-      {.dt = PH_DTYPE_F32,
-       .Hq = 3,
-       .Hkv = 3,
-       .D = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {5, 9},
-       .past = {12, 0},
-       .rotary = 1,
-       .interleaved = 1,
-       .rot = 16,
-       .norm = 1,
-       .window = 5,
-       .sink = 1},
-      {.dt = PH_DTYPE_F16,
-       .Hq = 4,
-       .Hkv = 2,
-       .D = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 7},
-       .past = {0, 20},
-       .rotary = 1,
-       .interleaved = 1,
-       .rot = 16,
-       .packed = 1},
+      {.dt = PH_DTYPE_F32, 4, 2, 32, 16, 2, {3, 20},    {0, 37}, .rotary = 1, .interleaved = 0,
+       .rot = 16, .norm = 1},
+      {.dt = PH_DTYPE_F32, 3, 3, 16, 16, 2, {5, 9},     {12, 0}, .rotary = 1, .interleaved = 1,
+       .rot = 16, .norm = 1, .window = 5, .sink = 1},
+      {.dt = PH_DTYPE_F16, 4, 2, 16, 16, 2, {3, 7},     {0, 20}, .rotary = 1, .interleaved = 1,
+       .rot = 16, .packed = 1},
       /* rotary_offset (channels [8, 24) and [16, 32) of 32), f32 cos/sin under f16 */
-      {.dt = PH_DTYPE_F32,
-       .Hq = 4,
-       .Hkv = 2,
-       .D = 32,
-       .BS = 16,
-       .B = 2,
-       .ql = {4, 18},
-       .past = {9, 0},
-       .rotary = 1,
-       .interleaved = 1,
-       .rot = 16,
-       .rot_off = 8,
-       .norm = 1},
-      {.dt = PH_DTYPE_F16,
-       .Hq = 2,
-       .Hkv = 1,
-       .D = 32,
-       .BS = 16,
-       .B = 2,
-       .ql = {7, 12},
-       .past = {3, 20},
-       .rotary = 1,
-       .rot = 16,
-       .rot_off = 16,
-       .cos_f32 = 1,
-       .slots = 1},
+      {.dt = PH_DTYPE_F32, 4, 2, 32, 16, 2, {4, 18},    {9, 0}, .rotary = 1, .interleaved = 1,
+       .rot = 16, .rot_off = 8, .norm = 1},
+      {.dt = PH_DTYPE_F16, 2, 1, 32, 16, 2, {7, 12},    {3, 20}, .rotary = 1, .rot = 16,
+       .rot_off = 16, .cos_f32 = 1, .slots = 1},
       /* attention_metadata [2] and [3] */
-      {.dt = PH_DTYPE_F32,
-       .Hq = 2,
-       .Hkv = 1,
-       .D = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 4},
-       .past = {0, 5},
-       .meta = 2},
-      {.dt = PH_DTYPE_F32,
-       .Hq = 2,
-       .Hkv = 1,
-       .D = 16,
-       .BS = 16,
-       .B = 2,
-       .ql = {3, 4},
-       .past = {0, 5},
-       .meta = 3},
+      {.dt = PH_DTYPE_F32, 2, 1, 16, 16, 2, {3, 4},     {0, 5}, .meta = 2},
+      {.dt = PH_DTYPE_F32, 2, 1, 16, 16, 2, {3, 4},     {0, 5}, .meta = 3},
   };
+  /* clang-format on */
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) pa_run_case(&cs[i], 300 + i);
 }
 
@@ -858,9 +595,10 @@ static void test_paged_metadata_no_effect(void) {
   gnode n = io.node;
   n.n_inputs = 8;
   CHECK_STATUS(op_test_run(&n, io.in, b, 1, &d), PH_OK, d.msg);
-  CHECK(same_bits(a[0], b[0]) && same_bits(a[1], b[1]) && same_bits(a[2], b[2]));
-  free_all(a, 3);
-  free_all(b, 3);
+  CHECK(tensor_same_bits(a[0], b[0]) && tensor_same_bits(a[1], b[1]) &&
+        tensor_same_bits(a[2], b[2]));
+  tensors_free(a, 3);
+  tensors_free(b, 3);
   pa_free(&io);
 }
 
@@ -888,17 +626,17 @@ static void test_paged_continuation(void) {
     tensor_free(a.in[7]);
     tensor_free(a.kc0);
     tensor_free(a.vc0);
-    a.in[3] = clone(b.in[3]);
-    a.in[4] = clone(b.in[4]);
-    a.in[7] = clone(b.in[7]);
-    a.kc0 = clone(b.in[3]);
-    a.vc0 = clone(b.in[4]);
+    a.in[3] = tensor_clone(b.in[3]);
+    a.in[4] = tensor_clone(b.in[4]);
+    a.in[7] = tensor_clone(b.in[7]);
+    a.kc0 = tensor_clone(b.in[3]);
+    a.vc0 = tensor_clone(b.in[4]);
     a.NP = b.NP;
     a.MB = b.MB;
     tensor_free(a.in[8]);
     tensor_free(a.in[9]);
-    a.in[8] = clone(b.in[8]);
-    a.in[9] = clone(b.in[9]);
+    a.in[8] = tensor_clone(b.in[8]);
+    a.in[9] = tensor_clone(b.in[9]);
     a.max_pos = b.max_pos;
     diag d = {0};
     tensor *o1[3] = {NULL, a.in[3], a.in[4]};
@@ -911,7 +649,7 @@ static void test_paged_continuation(void) {
     memcpy(b.vc0->data, a.in[4]->data, (size_t)tensor_numel(a.in[4]) * 4);
     tensor *o2[3] = {NULL, b.in[3], b.in[4]};
     CHECK_STATUS(op_test_run(&b.node, b.in, o2, 2, &d), PH_OK, d.msg);
-    tensor *after_k = clone(b.in[3]), *after_v = clone(b.in[4]);
+    tensor *after_k = tensor_clone(b.in[3]), *after_v = tensor_clone(b.in[4]);
     memcpy(b.in[3]->data, b.kc0->data, (size_t)tensor_numel(b.kc0) * 4);
     memcpy(b.in[4]->data, b.vc0->data, (size_t)tensor_numel(b.vc0) * 4);
     if (o2[0]) pa_check(&c2, &b, o2[0], after_k, after_v);
@@ -942,9 +680,13 @@ static void test_paged_vs_gqa(void) {
     diag d = {0};
     CHECK_STATUS(op_test_run(&io.node, io.in, io.out, 1, &d), PH_OK, d.msg);
     int64_t qd[3] = {1, S, Hq * D}, kd[3] = {1, S, Hkv * D}, one[1] = {1};
-    tensor *g[7] = {
-        mk(PH_DTYPE_F32, 3, qd),  mk(PH_DTYPE_F32, 3, kd), mk(PH_DTYPE_F32, 3, kd), NULL, NULL,
-        mk(PH_DTYPE_I32, 1, one), mk(PH_DTYPE_I32, 1, one)};
+    tensor *g[7] = {tensor_new(PH_DTYPE_F32, 3, qd),
+                    tensor_new(PH_DTYPE_F32, 3, kd),
+                    tensor_new(PH_DTYPE_F32, 3, kd),
+                    NULL,
+                    NULL,
+                    tensor_new(PH_DTYPE_I32, 1, one),
+                    tensor_new(PH_DTYPE_I32, 1, one)};
     memcpy(g[0]->data, io.in[0]->data, (size_t)(S * Hq * D) * 4);
     memcpy(g[1]->data, io.in[1]->data, (size_t)(S * Hkv * D) * 4);
     memcpy(g[2]->data, io.in[2]->data, (size_t)(S * Hkv * D) * 4);
@@ -957,22 +699,15 @@ static void test_paged_vs_gqa(void) {
     CHECK_STATUS(op_test_run(&n, g, go, 1, &d), PH_OK, d.msg);
     if (go[0] && io.out[0]) {
       double *ref = calloc((size_t)(S * Hq * D), sizeof(double));
-      for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = at(go[0], i);
+      for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = tensor_at(go[0], i);
       double scale = 0.0, err = tensor_max_abs_diff(io.out[0], ref, S * Hq * D, &scale);
       CHECK(err == 0); /* the same attend_row on the same rows: see the top */
       free(ref);
     }
-    free_all(go, 3);
-    free_all(g, 7);
+    tensors_free(go, 3);
+    tensors_free(g, 7);
     pa_free(&io);
   }
-}
-
-static ph_status pa_try(pa_io *io, gnode *n, diag *d) {
-  tensor *o[3] = {NULL, NULL, NULL};
-  ph_status s = op_test_run(n, io->in, o, 1, d);
-  free_all(o, 3);
-  return s;
 }
 
 static void test_paged_errors(void) {
@@ -988,7 +723,7 @@ static void test_paged_errors(void) {
   pa_io io;
   pa_build(&c, &io, 77);
   diag d = {0};
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_OK, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_OK, d.msg);
 
   /* attributes */
   static const struct {
@@ -1010,12 +745,12 @@ static void test_paged_errors(void) {
                   bad_attrs[i].sval ? attr_string(bad_attrs[i].name, bad_attrs[i].sval)
                                     : attr_int(bad_attrs[i].name, bad_attrs[i].ival)};
     gnode n = op_test_node("PagedAttention", "com.microsoft", io.node.n_inputs, 3, a, 3);
-    CHECK_STATUS(pa_try(&io, &n, &d), bad_attrs[i].want, d.msg);
+    CHECK_STATUS(pt_try(&n, io.in, &d), bad_attrs[i].want, d.msg);
   }
   {
     gattr a[2] = {attr_int("num_heads", 3), attr_int("kv_num_heads", 2)};
     gnode n = op_test_node("PagedAttention", "com.microsoft", io.node.n_inputs, 3, a, 2);
-    CHECK_STATUS(pa_try(&io, &n, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    CHECK_STATUS(pt_try(&n, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   }
   CHECK_CONTAINS(d.msg, "num_heads");
 
@@ -1025,9 +760,9 @@ static void test_paged_errors(void) {
     static const int64_t bss[2] = {8, 24};
     for (int i = 0; i < 2; i++) {
       int64_t cd[4] = {io.NP, bss[i], 2, 16};
-      io.in[3] = mk(PH_DTYPE_F32, 4, cd);
-      io.in[4] = mk(PH_DTYPE_F32, 4, cd);
-      CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_TENSOR_SHAPE, d.msg);
+      io.in[3] = tensor_new(PH_DTYPE_F32, 4, cd);
+      io.in[4] = tensor_new(PH_DTYPE_F32, 4, cd);
+      CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_TENSOR_SHAPE, d.msg);
       CHECK_CONTAINS(d.msg, "block_size");
       tensor_free(io.in[3]);
       tensor_free(io.in[4]);
@@ -1040,15 +775,15 @@ static void test_paged_errors(void) {
     c12.D = 12;
     pa_io o;
     pa_build(&c12, &o, 78);
-    CHECK_STATUS(pa_try(&o, &o.node, &d), PH_ERR_TENSOR_SHAPE, d.msg);
+    CHECK_STATUS(pt_try(&o.node, o.in, &d), PH_ERR_TENSOR_SHAPE, d.msg);
     CHECK_CONTAINS(d.msg, "multiple of 8");
     pa_free(&o);
   }
   {
     tensor *bt = io.in[7];
     int64_t btd[2] = {3, io.MB};
-    io.in[7] = mk(PH_DTYPE_I32, 2, btd);
-    CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_TENSOR_SHAPE, d.msg);
+    io.in[7] = tensor_new(PH_DTYPE_I32, 2, btd);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_TENSOR_SHAPE, d.msg);
     tensor_free(io.in[7]);
     io.in[7] = bt;
   }
@@ -1057,49 +792,49 @@ static void test_paged_errors(void) {
   int32_t *cu = io.in[5]->data, *past = io.in[6]->data, *bt = io.in[7]->data;
   const int32_t save_b1 = bt[io.MB], save_p1 = past[1];
   past[1] = (int32_t)(io.MB * 16); /* beyond the table */
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   past[1] = -1;
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   past[1] = save_p1;
   bt[io.MB] = (int32_t)io.NP; /* block id out of range */
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "block_table");
   bt[io.MB] = -1;
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   bt[io.MB] = save_b1;
   cu[0] = 1;
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   cu[0] = 0;
   cu[1] = 30;
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   cu[1] = 3;
-  CHECK(same_bits(io.in[3], io.kc0) && same_bits(io.in[4], io.vc0));
+  CHECK(tensor_same_bits(io.in[3], io.kc0) && tensor_same_bits(io.in[4], io.vc0));
   /* attention_metadata */
   int32_t *md = io.in[16]->data;
   md[0] = -1;
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   {
     /* the metadata is a graph input, not a constant: only run() sees its values */
     tensor *o[3] = {NULL, NULL, NULL};
     CHECK_STATUS(op_test_run_ex(&io.node, io.in, o, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "attention_metadata[0] = -1");
-    free_all(o, 3);
+    tensors_free(o, 3);
   }
   md[0] = 64;
   md[2] = 5000;
-  CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   {
     tensor *o[3] = {NULL, NULL, NULL};
     CHECK_STATUS(op_test_run_ex(&io.node, io.in, o, 1, 0u, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "max_kv_len_lower_bound");
-    free_all(o, 3);
+    tensors_free(o, 3);
   }
   md[2] = 1;
   {
     int32_t m4[4] = {1, 2, 3, 4};
     tensor *m = io.in[16];
-    io.in[16] = mk_i32(4, m4);
-    CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_TENSOR_SHAPE, d.msg);
+    io.in[16] = tensor_i32(4, m4);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_TENSOR_SHAPE, d.msg);
     tensor_free(io.in[16]);
     io.in[16] = m;
   }
@@ -1108,23 +843,23 @@ static void test_paged_errors(void) {
     int32_t s[23];
     for (int i = 0; i < 23; i++) s[i] = -1;
     s[5] = (int32_t)(io.NP * 16);
-    io.in[10] = mk_i32(23, s);
-    CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    io.in[10] = tensor_i32(23, s);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     CHECK_CONTAINS(d.msg, "slot_mapping");
     s[5] = -1;
     memcpy(io.in[10]->data, s, sizeof s);
-    CHECK_STATUS(pa_try(&io, &io.node, &d), PH_OK, d.msg); /* every write skipped */
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_OK, d.msg); /* every write skipped */
     tensor_free(io.in[10]);
     io.in[10] = NULL;
     int64_t one[1] = {1};
-    io.in[14] = mk(PH_DTYPE_F32, 1, one);
-    CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+    io.in[14] = tensor_new(PH_DTYPE_F32, 1, one);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
     tensor_free(io.in[14]);
     io.in[14] = NULL;
     tensor *kc = io.in[3];
     int64_t cd[4] = {io.NP, 16, 2, 16};
-    io.in[3] = mk(PH_DTYPE_F16, 4, cd);
-    CHECK_STATUS(pa_try(&io, &io.node, &d), PH_ERR_TENSOR_DTYPE, d.msg);
+    io.in[3] = tensor_new(PH_DTYPE_F16, 4, cd);
+    CHECK_STATUS(pt_try(&io.node, io.in, &d), PH_ERR_TENSOR_DTYPE, d.msg);
     tensor_free(io.in[3]);
     io.in[3] = kc;
   }
