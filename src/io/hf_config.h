@@ -120,7 +120,7 @@ typedef struct hf_config {
     int norm_topk_prob;
     double routed_scaling_factor;
     char scoring_func[16]; /* "softmax" | "sigmoid" */
-    char topk_method[16];  /* "greedy" | "group_limited_greedy" | "noaux_tc" */
+    char topk_method[32];  /* "greedy" | "group_limited_greedy" | "noaux_tc" */
   } moe;
 
   struct {               /* DeepSeek MLA */

@@ -146,17 +146,32 @@ static int swiglu(builder *b, const char *name, int x, weight_role gate, weight_
   return linear(b, nm, h, wref_of(lw(b, b->layer, down)));
 }
 
-/* [T, E] router logits: x W^T with x flattened to rows; in f32 when f32 is asked for. */
+/* Router logits x W^T over x's own leading dims ([B, S, E] dense, [N, E] packed), in f32 when
+ * f32 is asked for. Keeping the leading dims lets every routing tensor broadcast against the
+ * MoE's output without a shape computed at run time. */
 static int router_logits(builder *b, int x, int f32) {
-  int rows = reshape(b, "router/Reshape", x, 2, (int64_t[]){-1, b->c->hidden_size});
   if (!f32 || b->io == PH_DTYPE_F32)
-    return linear(b, "router", rows, wref_of(lw(b, b->layer, W_MOE_ROUTER)));
-  rows = cast_to(b, "router/input/Cast", rows, ONNX_FLOAT);
+    return linear(b, "router", x, wref_of(lw(b, b->layer, W_MOE_ROUTER)));
+  int xf = cast_to(b, "router/input/Cast", x, ONNX_FLOAT);
   ph_dtype io = b->io;
   b->io = PH_DTYPE_F32; /* the router's weight is cast to f32, not the io dtype */
-  int y = linear(b, "router", rows, wref_of(lw(b, b->layer, W_MOE_ROUTER)));
+  int y = linear(b, "router", xf, wref_of(lw(b, b->layer, W_MOE_ROUTER)));
   b->io = io;
   return y;
+}
+
+/* [.., E] -> the MoE op's router_probs [T, E] */
+static int router_rows(builder *b, int r) {
+  return reshape(b, "router/Reshape", r, 2, (int64_t[]){-1, b->c->moe.n_experts});
+}
+
+/* A reshape of the last axis keeping the leading ones (dense [B, S, ..], packed [N, ..]):
+ * ONNX Reshape's 0 copies a dim. */
+static int reshape_last(builder *b, const char *name, int x, int n, const int64_t *tail) {
+  int64_t dims[4] = {0, 0, 0, 0};
+  const int lead = b->paged ? 1 : 2;
+  for (int i = 0; i < n; i++) dims[lead + i] = tail[i];
+  return reshape(b, name, x, lead + n, dims);
 }
 
 /* Qwen3.5-MoE / Qwen3-Next (§4.2): the op's own routing, plus the shared expert scaled by
@@ -173,7 +188,7 @@ static int qwen_moe(builder *b, int x) {
     sg = NODE1(b, "Sigmoid", "shared_expert_gate/Sigmoid", 0, NULL, sg);
     shared = NODE1(b, "Mul", "shared_expert/gate/Mul", 0, NULL, shared, sg);
   }
-  int y = moe_node(b, x, router_logits(b, x, 0), normalize);
+  int y = moe_node(b, x, router_rows(b, router_logits(b, x, 0)), normalize);
   return shared < 0 ? y : NODE1(b, "Add", "Add", 0, NULL, y, shared);
 }
 
@@ -183,7 +198,8 @@ static int f32_scalar(builder *b, const char *name, float v) {
   return graph_add_initializer_copy(b->g, full, PH_DTYPE_F32, shape_1d(1), &v);
 }
 
-/* A [T, n] mask with 1 at the k indices [T, k] (i64) of each row: ReduceSum over OneHot. */
+/* A [.., n] mask with 1 at the k indices [.., k] (i64) of each row: ReduceSum over OneHot's
+ * [.., k, n]. */
 static int index_mask(builder *b, const char *name, int idx, int64_t n) {
   char nm[128], cn[128];
   snprintf(cn, sizeof cn, "%s/depth", name);
@@ -199,7 +215,7 @@ static int index_mask(builder *b, const char *name, int idx, int64_t n) {
   snprintf(nm, sizeof nm, "%s/ReduceSum", name);
   snprintf(cn, sizeof cn, "%s/axes", name);
   gattr keep = attr_int("keepdims", 0);
-  return NODE1(b, "ReduceSum", nm, 1, &keep, oh, const_i64(b, cn, 1, (int64_t[]){1}));
+  return NODE1(b, "ReduceSum", nm, 1, &keep, oh, const_i64(b, cn, 1, (int64_t[]){-2}));
 }
 
 /* TopK(x, k) along the last axis: output 0 values, 1 indices (i64). */
@@ -223,16 +239,19 @@ static int deepseek_routed(builder *b, int x) {
   const int noaux = strcmp(c->moe.topk_method, "noaux_tc") == 0;
   const int grouped = (noaux || strcmp(c->moe.topk_method, "group_limited_greedy") == 0) && G > 1;
   const float scale = (float)c->moe.routed_scaling_factor;
-  if (!sigmoid && !grouped && !c->moe.norm_topk_prob) {
+  /* DeepSeek-V2 never renormalises (HF's DeepseekV2 ignores norm_topk_prob); V3 does iff
+   * norm_topk_prob */
+  const int renorm = c->moe.norm_topk_prob && strcmp(c->model_type, "deepseek_v2") != 0;
+  if (!sigmoid && !grouped && !renorm) {
     /* softmax + greedy top-k, unnormalised: the op's own routing; then the scaling factor */
-    int y = moe_node(b, x, router_logits(b, x, 0), 0);
+    int y = moe_node(b, x, router_rows(b, router_logits(b, x, 0)), 0);
     if (scale == 1.0f) return y;
     int s = f32_scalar(b, "routed_scaling_factor", scale);
     if (b->io != PH_DTYPE_F32)
       s = cast_to(b, "routed_scaling_factor/Cast", s, dtype_to_onnx(b->io));
     return NODE1(b, "Mul", "routed_scaling/Mul", 0, NULL, y, s);
   }
-  int logits = router_logits(b, x, 1); /* [T, E] f32 */
+  int logits = router_logits(b, x, 1); /* [.., E] f32 */
   int s;
   if (sigmoid) {
     s = NODE1(b, "Sigmoid", "router/Sigmoid", 0, NULL, logits);
@@ -248,7 +267,7 @@ static int deepseek_routed(builder *b, int x) {
                    const_named(b, lw(b, b->layer, W_MOE_ROUTER_BIAS), bn, F32_COPY, PH_DTYPE_F32));
   }
   if (grouped) {
-    int g3 = reshape(b, "groups/Reshape", choice, 3, (int64_t[]){-1, G, E / G});
+    int g3 = reshape_last(b, "groups/Reshape", choice, 2, (int64_t[]){G, E / G});
     int top = -1;
     top_k(b, "groups/TopK", g3, noaux ? 2 : 1, &top, NULL);
     gattr keep = attr_int("keepdims", 0);
@@ -260,7 +279,7 @@ static int deepseek_routed(builder *b, int x) {
     gmask = NODE1(b, "Unsqueeze", "groups/keep/Unsqueeze", 0, NULL, gmask,
                   const_i64(b, "groups/keep/axes", 1, (int64_t[]){-1}));
     int masked = NODE1(b, "Mul", "groups/mask/Mul", 0, NULL, g3, gmask);
-    choice = reshape(b, "groups/mask/Reshape", masked, 2, (int64_t[]){-1, E});
+    choice = reshape_last(b, "groups/mask/Reshape", masked, 1, (int64_t[]){E});
   }
   int eidx = -1;
   top_k(b, "experts/TopK", choice, K, NULL, &eidx);
@@ -276,26 +295,16 @@ static int deepseek_routed(builder *b, int x) {
   /* the op weighs expert i by w_i / sum(w_sel): its output times sum(w_sel) * scale, or scale
    * alone when HF renormalises (w_i / (sum + 1e-20) * scale) */
   int factor = f32_scalar(b, "routed_scaling_factor", scale);
-  if (!c->moe.norm_topk_prob) {
+  if (!renorm) {
     int wsel = NODE1(b, "Mul", "weights/Mul", 0, NULL, s, emask);
     gattr keep = attr_int("keepdims", 1);
     int sum = NODE1(b, "ReduceSum", "weights/ReduceSum", 1, &keep, wsel,
                     const_i64(b, "weights/axes", 1, (int64_t[]){-1}));
-    factor = NODE1(b, "Mul", "weights/scale/Mul", 0, NULL, sum, factor);
-    /* [T, 1] -> the MoE output's leading dims */
-    int shp = NODE1(b, "Shape", "weights/Shape", 0, NULL, x);
-    int lead = NODE1(b, "Slice", "weights/Slice", 0, NULL, shp,
-                     const_i64(b, "weights/starts", 1, (int64_t[]){0}),
-                     const_i64(b, "weights/ends", 1, (int64_t[]){-1}),
-                     const_i64(b, "weights/slice_axes", 1, (int64_t[]){0}));
-    int lead_1 = node1(b, "Concat", "", "weights/Concat", 2,
-                       (int[]){lead, const_i64(b, "weights/one", 1, (int64_t[]){1})}, 1,
-                       (gattr[]){attr_int("axis", 0)});
-    factor = NODE1(b, "Reshape", "weights/Reshape", 0, NULL, factor, lead_1);
+    factor = NODE1(b, "Mul", "weights/scale/Mul", 0, NULL, sum, factor); /* [.., 1] */
   }
   if (b->io != PH_DTYPE_F32) factor = cast_to(b, "weights/Cast", factor, dtype_to_onnx(b->io));
   /* the MoE node last: nothing after it reads x (qwen_moe says why) */
-  int y = moe_node(b, x, router, 0);
+  int y = moe_node(b, x, router_rows(b, router), 0);
   return NODE1(b, "Mul", "routed_scaling/Mul", 0, NULL, y, factor);
 }
 
