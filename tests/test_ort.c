@@ -48,6 +48,7 @@
 #include "io/safetensors.h"
 #include "models/export.h"
 #include "models/model.h"
+#include "models/tiny.h"
 #include "ort_testing.h"
 #include "tensor/dtype.h"
 
@@ -466,6 +467,66 @@ static void test_ort_moe(void) {
   check_set("deepseek-v3-tiny-moe", PH_DTYPE_INVALID, 1);
 }
 
+/* DeepSeek's other routing paths (models/moe.c), on make-tiny checkpoints with no golden: V2
+ * group-limited (softmax, never renormalised, x16) and V3 without renormalisation. ONNX Runtime
+ * runs each dense export to our executor's numbers (TOL_PAIR of scale), logits and caches. */
+static void check_tiny_routing(const char *tag, const char *type, const char *extra_json) {
+  char ckpt[1200], pkg[1200];
+  snprintf(ckpt, sizeof ckpt, "%s/%s-ckpt", g_tmp, tag);
+  snprintf(pkg, sizeof pkg, "%s/%s-pkg", g_tmp, tag);
+  tiny_params tp = tiny_params_default();
+  tp.model_type = type;
+  tp.seed = 7;
+  diag d;
+  CHECK_STATUS(tiny_write(ckpt, &tp, &d), PH_OK, d.msg);
+  char path[1300];
+  snprintf(path, sizeof path, "%s/config.json", ckpt);
+  json_error_t je;
+  json_t *cfg = json_load_file(path, 0, &je), *add = json_loads(extra_json, 0, &je);
+  if (CHECK(cfg && add)) {
+    json_object_update(cfg, add);
+    CHECK(json_dump_file(cfg, path, JSON_INDENT(1)) == 0);
+  }
+  json_decref(cfg);
+  json_decref(add);
+  ph_model *m = NULL;
+  ph_status st = ph_model_open(ckpt, NULL, &m);
+  CHECK_STATUS(st, PH_OK, m ? ph_model_error(m) : "no model");
+  graph *g = NULL;
+  executor *e = NULL;
+  if (st == PH_OK) st = export_package(m, pkg, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT, &d);
+  if (st == PH_OK) st = onnx_read_model(pkg, &g, &d);
+  if (st == PH_OK) st = graph_prepare_cpu(g, &d);
+  if (st == PH_OK) st = exec_create(g, 2, &e, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st == PH_OK) {
+    static const int64_t tokens[9] = {5, 17, 33, 2, 9, 100, 7, 64, 250};
+    io_list in = {0}, ours = {0}, ortv = {0};
+    worst w = {0};
+    double secs = 0;
+    int ok = make_inputs(g, tokens, 9, 0, NULL, &in) && run_ours(e, g, &in, &ours, &d);
+    if (!check_report(ok, __FILE__, __LINE__, "our executor ran the prefill"))
+      fprintf(stderr, "       %s\n", d.msg);
+    if (ok && run_ort(pkg, tag, &in, &ortv, &secs)) compare_outputs(tag, &ours, &ortv, &w);
+    printf("  %-28s prefill   9: logits %.2e  present %.2e (%s)\n", tag, w.logits, w.present,
+           w.present_name);
+    io_free(&in);
+    io_free(&ours);
+    io_free(&ortv);
+  }
+  exec_free(e);
+  graph_free(g);
+  ph_model_free(m);
+}
+
+static void test_ort_moe_routing(void) {
+  check_tiny_routing("v2-group-limited", "deepseek_v2",
+                     "{\"topk_method\": \"group_limited_greedy\", \"n_group\": 4, "
+                     "\"topk_group\": 2, \"routed_scaling_factor\": 16.0}");
+  check_tiny_routing("v3-grouped-no-norm", "deepseek_v3",
+                     "{\"n_group\": 4, \"topk_group\": 2, \"norm_topk_prob\": false}");
+}
+
 /* The packed paged export cannot run on ORT's CPU EP (PagedAttention, GatedDeltaNet and
  * VarlenCausalConvWithState have CUDA kernels only, ort-1.30.md §1), but ORT checks the whole
  * graph against its schemas when it loads it: types, arities, attributes of every node. The
@@ -563,6 +624,7 @@ int main(void) {
   RUN(test_ort_stored_bf16_weights);
   RUN(test_ort_rotary_ops);
   RUN(test_ort_moe);
+  RUN(test_ort_moe_routing);
   RUN(test_ort_paged_schema);
   return check_finish();
 }
