@@ -132,10 +132,8 @@ cmake -S "$TREE" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPH_WERROR=OFF \
   -DPH_REQUIRE_ORT=OFF >"$LOGS/configure.log" 2>&1 || die "configure failed: $LOGS/configure.log"
 all_tests=$(printf '%s\n' "${sel[@]}" | while read -r i; do echo "${testss[$i]}"; done | tr ' ' '\n' |
   sed '/^$/d' | sort -u | tr '\n' ' ')
-targets_for() { # the tests, plus the CLI that test_cli* run
-  local t extra=""
-  for t in $1; do case "$t" in test_cli*) extra="pagedhybrid_cli" ;; esac; done
-  echo "$1 $extra"
+targets_for() { # the tests, plus the CLI (test_cli*, test_inference_metadata and others run it)
+  echo "$1 pagedhybrid_cli"
 }
 regex_for() { echo "^($(echo "$1" | xargs | tr ' ' '|'))\$"; }
 build() { # $1: targets; $2: log
