@@ -7,7 +7,7 @@
  *                                         (its own model_type qwen3_5_text / qwen3_5_moe_text);
  *                                         the vision part is ignored
  *   qwen3_next                            Qwen3-Next (fused in_proj_qkvz / in_proj_ba checkpoints)
- *   deepseek_v2, deepseek_v3              MLA (fields parsed and validated; not run yet)
+ *   deepseek_v2, deepseek_v3              MLA (models/deepseek.h builds them)
  *   glm_moe_dsa                           GLM-5 MLA (+ DSA indexer): parsed far enough for
  *                                         models/mla.h to decide LATENT eligibility
  *   glm4_moe_lite                         GLM-4.7-Flash: DeepSeek-V3's MLA and routing with

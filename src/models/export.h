@@ -1,6 +1,6 @@
 /* export — an opened Hugging Face checkpoint written as an ONNX Runtime GenAI package.
  *
- * Two layouts (models/qwen35, docs/graph-io.md): dense, the graph ONNX Runtime's CPU EP runs,
+ * Two layouts (models/registry.h, docs/graph-io.md): dense, the graph ONNX Runtime's CPU EP runs,
  * with GenAI's dense-decoder genai_config.json; and the packed paged layout (abi §8:
  * PagedAttention, VarlenCausalConvWithState, GatedDeltaNet) with state_groups and
  * engine.dynamic_batching, for GenAI's Engine on CUDA or our CPU runtime. The package directory
@@ -85,10 +85,10 @@ export_options export_options_default(void);
  *                            option on a dense export, a block size that is not a power of
  *                            two >= 16 (or, for CUDA, not a multiple of 256), dynamic batching
  *                            values out of range;
- *   PH_ERR_UNSUPPORTED       dtype other than f32/f16/bf16, f32 activations for CUDA, what the
- *                            export does not build yet, named for the layout asked for (DeepSeek:
- *                            the dense or the paged MLA export; MoE layers: the MoE export), and
- *                            whatever the builder rejects;
+ *   PH_ERR_UNSUPPORTED       dtype other than f32/f16/bf16, f32 activations for CUDA, a family
+ *                            without a builder, what LATENT PagedAttention cannot honour for a
+ *                            paged DeepSeek export (models/mla.h), and whatever the builder
+ *                            rejects (DeepSeek Sparse Attention, DeepSeek-V4 attention, ...);
  *   PH_ERR_CONFIG_INVALID / PH_ERR_JSON  a malformed token id in config.json or
  *                            generation_config.json.
  *   PH_ERR_IO                a package file name in out_dir that is a FIFO, device or

@@ -71,7 +71,9 @@ ph_status placeholder_weights_create(const hf_config *c, placeholder_weights **o
     t->shape = e->shape;
     t->data = p->zeros;
     t->data_end = (uint64_t)shape_numel(&e->shape) * dtype_size(dt);
-    if (e->expert >= 0) continue; /* per-expert slots: not bound (the builders refuse MoE) */
+    if (e->expert >= 0)
+      continue; /* per-expert slots: not bound (the MoE builder views the
+                   zero mapping instead, models/moe.c) */
     if (e->layer < 0)
       p->w.global[e->role] = t;
     else

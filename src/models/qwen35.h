@@ -15,7 +15,7 @@
  * projections, CausalConvWithState (silu), L2-normalised q/k (as RMSNorm with eps/Dk and gain
  * 1/sqrt(Dk)), key repeated to the value heads, LinearAttentionGate, LinearAttention
  * (gated_delta), GatedRMSNorm with z, out_proj. Qwen3-Next's fused in_proj_qkvz / in_proj_ba
- * are regrouped to the split layout at build time. MoE layers are PH_ERR_UNSUPPORTED for now.
+ * are regrouped to the split layout at build time. A MoE layer's MLP is models/moe.h's.
  *
  * Weights are initializer views of the mapped checkpoint (copied only when misaligned or when
  * a transform needs it: (1+w) norm gains, f32 gate constants, Qwen3-Next regrouping).

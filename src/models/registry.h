@@ -6,7 +6,8 @@
  * (docs/architecture.md, "Adding a model family"). A family without a builder is
  * PH_ERR_UNSUPPORTED naming it.
  *
- * Today: Qwen3.5 / 3.6 / 3.8 and Qwen3-Next (models/qwen35.h), dense or packed paged layout.
+ * Today: Qwen3.5 / 3.6 / 3.8 and Qwen3-Next, dense or MoE (models/qwen35.h), and DeepSeek-V2/V3
+ * (models/deepseek.h), each in the dense or the packed paged layout.
  */
 #ifndef PH_MODELS_REGISTRY_H
 #define PH_MODELS_REGISTRY_H
