@@ -285,7 +285,7 @@ static int mla_latent(builder *b, int layer, int x, int past, int *present) {
 static wref kv_b_padded(builder *b, int layer) {
   const hf_config *c = b->c;
   const int64_t H = c->n_heads, l = c->mla.kv_lora_rank, dn = c->mla.qk_nope_head_dim;
-  const int64_t dr = c->mla.qk_rope_head_dim, dv = c->mla.v_head_dim, pad = dn + dr - dv;
+  const int64_t dr = c->mla.qk_rope_head_dim, dv = c->mla.v_head_dim;
   const st_tensor *kvb = lw(b, layer, W_MLA_KV_B);
   const ph_dtype dt = stored_as(b, kvb->dtype);
   const size_t es = dtype_size(dt), se = dtype_size(kvb->dtype);
@@ -296,15 +296,16 @@ static wref kv_b_padded(builder *b, int layer) {
   snprintf(name, sizeof name, "%s.v_padded", kvb->name);
   w.name = arena_strdup(&b->g->arena, name);
   uint8_t *dst = arena_alloc(&b->g->arena, (size_t)(rows * l) * es + 64);
-  if (!w.name || !dst) return w;
-  memset(dst, 0, (size_t)(rows * l) * es);
-  for (int64_t h = 0; h < H; h++)
-    if (dtype_convert(dst + (size_t)(h * (2 * dn + dr) * l) * es, dt,
-                      (const uint8_t *)kvb->data + (size_t)(h * (dn + dv) * l) * se, kvb->dtype,
-                      (size_t)((dn + dv) * l), NULL) != PH_OK)
-      return w;
-  (void)pad;
-  w.data = dst;
+  int ok = w.name && dst;
+  if (ok) memset(dst, 0, (size_t)(rows * l) * es);
+  for (int64_t h = 0; ok && h < H; h++)
+    ok = dtype_convert(dst + (size_t)(h * (2 * dn + dr) * l) * es, dt,
+                       (const uint8_t *)kvb->data + (size_t)(h * (dn + dv) * l) * se, kvb->dtype,
+                       (size_t)((dn + dv) * l), NULL) == PH_OK;
+  /* a failure makes the graph's error sticky: the Linear over it is then a no-op */
+  if (!ok && graph_status(b->g) == PH_OK)
+    diag_set(&b->g->err, PH_ERR_NO_MEMORY, "%s: padding kv_b_proj failed", kvb->name);
+  w.data = ok ? dst : NULL;
   return w;
 }
 

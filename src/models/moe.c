@@ -78,7 +78,7 @@ static int expert_weights(builder *b, int layer, int *fc1, int *fc2) {
   uint8_t *d1 = p1, *d2 = p2;
   for (int64_t e = 0; e < E; e++) {
     expert_src g, u, dn;
-    int64_t g0 = 0, u0 = 0;
+    int64_t u0 = 0; /* the up rows' first row in u: I in the fused tensor, 0 per expert */
     if (gate_up) {
       const size_t sz = dtype_size(gate_up->dtype);
       g = u = (expert_src){(const uint8_t *)gate_up->data + (size_t)(e * 2 * I * H) * sz,
@@ -97,7 +97,7 @@ static int expert_weights(builder *b, int layer, int *fc1, int *fc2) {
     }
     uint8_t *row = d1 + (size_t)(e * 2 * I * H) * es;
     for (int64_t i = 0; i < I; i++) {
-      if (copy_rows(row + (size_t)(2 * i * H) * es, dt, g, g0 + i, 1, H) < 0 ||
+      if (copy_rows(row + (size_t)(2 * i * H) * es, dt, g, i, 1, H) < 0 ||
           copy_rows(row + (size_t)((2 * i + 1) * H) * es, dt, u, u0 + i, 1, H) < 0)
         return -1;
     }
