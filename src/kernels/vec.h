@@ -1,10 +1,12 @@
-/* vec — the f32 vector primitives the recurrent-state kernels share (kernels/gated_delta.c, for
- * LinearAttention and GatedDeltaNet). Single-threaded and pure; the summation order of vec_dot
- * depends on n alone (eight fixed lanes combined in a fixed tree), which keeps every caller
- * batch-invariant. Written as eight explicit lanes so that baseline -O2 vectorizes them. */
+/* vec — the f32 vector primitives the kernels share (kernels/gated_delta.c, for LinearAttention
+ * and GatedDeltaNet; the Softmax and MoE ops' row softmax). Single-threaded and pure; the summation
+ * order of vec_dot depends on n alone (eight fixed lanes combined in a fixed tree), which keeps
+ * every caller batch-invariant. Written as eight explicit lanes so that baseline -O2 vectorizes
+ * them. */
 #ifndef PH_KERNELS_VEC_H
 #define PH_KERNELS_VEC_H
 
+#include <math.h>
 #include <stdint.h>
 
 /* Σ a[i] b[i] over [0, n). */
@@ -47,6 +49,19 @@ static inline void vec_state_read(float *y, const float *S, const float *w, int6
                                   int64_t Dv) {
   for (int64_t c = 0; c < Dv; c++) y[c] = 0.0f;
   for (int64_t r = 0; r < Dk; r++) vec_axpy(y, w[r], S + r * Dv, Dv);
+}
+
+/* v[0..n) = softmax(v) in place (n >= 1): max, e_i = expf(v_i - max) summed in increasing index,
+ * each e_i divided by the sum. */
+static inline void vec_softmax(float *v, int64_t n) {
+  float mx = v[0];
+  for (int64_t i = 1; i < n; i++) mx = v[i] > mx ? v[i] : mx;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    v[i] = expf(v[i] - mx);
+    sum += v[i];
+  }
+  for (int64_t i = 0; i < n; i++) v[i] /= sum;
 }
 
 #endif /* PH_KERNELS_VEC_H */

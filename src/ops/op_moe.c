@@ -49,6 +49,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/matmul_wt.h"
+#include "kernels/vec.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -302,14 +303,7 @@ static void moe_route_task(void *ctx, size_t task, int thread) {
           b = ((int64_t)task + 1) * j->n_tok / j->n_tasks;
   for (int64_t t = a; t < b; t++) {
     tensor_load_f32(j->router, (j->t0 + t) * p->E, p->E, prob);
-    float mx = prob[0];
-    for (int64_t e = 1; e < p->E; e++) mx = prob[e] > mx ? prob[e] : mx;
-    float sum = 0.0f;
-    for (int64_t e = 0; e < p->E; e++) {
-      prob[e] = expf(prob[e] - mx);
-      sum += prob[e];
-    }
-    for (int64_t e = 0; e < p->E; e++) prob[e] /= sum;
+    vec_softmax(prob, p->E);
     float wsum = 0.0f;
     for (int64_t r = 0; r < p->k; r++) {
       int64_t best = -1;

@@ -7,9 +7,9 @@
  * result never depends on the batch; slices are split over the pool. Scratch: per thread one
  * slice of f32.
  */
-#include <math.h>
 #include <string.h>
 
+#include "kernels/vec.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -80,14 +80,7 @@ static void softmax_task(void *ctx, size_t task, int thread) {
       tensor_load_f32(j->x, base, p->n, v);
     else
       for (int64_t i = 0; i < p->n; i++) v[i] = tensor_get_f32(j->x, base + i * p->inner);
-    float mx = v[0];
-    for (int64_t i = 1; i < p->n; i++) mx = v[i] > mx ? v[i] : mx;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < p->n; i++) {
-      v[i] = expf(v[i] - mx);
-      sum += v[i];
-    }
-    for (int64_t i = 0; i < p->n; i++) v[i] /= sum;
+    vec_softmax(v, p->n);
     if (p->inner == 1)
       tensor_store_f32(j->y, base, p->n, v);
     else
