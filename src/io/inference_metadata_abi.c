@@ -82,25 +82,35 @@ static int named(const char *config_name, const char *name) {
   return config_name[0] && strcmp(config_name, name) == 0;
 }
 
+/* The graph inputs genai_config names one by one ("" where it names none), in the order of
+ * INPUT_KINDS. */
+static const md_kind INPUT_KINDS[] = {MD_TOKENS,        MD_POSITIONS,   MD_MASK,
+                                      MD_BLOCK_TABLE,   MD_CU_SEQLENS,  MD_PAST_SEQLENS,
+                                      MD_ATTN_METADATA, MD_SLOT_MAPPING};
+#define N_INPUT_KINDS (sizeof INPUT_KINDS / sizeof INPUT_KINDS[0])
+
+static void config_inputs(const genai_config *gc, const char *names[N_INPUT_KINDS]) {
+  const char *const v[N_INPUT_KINDS] = {gc->input_ids,
+                                        gc->position_ids,
+                                        gc->attention_mask,
+                                        gc->block_table,
+                                        gc->cumulative_sequence_lengths,
+                                        gc->past_sequence_lengths,
+                                        gc->attention_metadata,
+                                        gc->slot_mapping};
+  memcpy(names, v, sizeof v);
+}
+
 static ph_status classify(const genai_config *gc, const char *name, int is_output, md_kind *kind,
                           int *layer, diag *d) {
   *layer = -1;
   if (is_output) {
     if (named(gc->logits, name)) return *kind = MD_LOGITS, PH_OK;
   } else {
-    static const md_kind kinds[] = {MD_TOKENS,        MD_POSITIONS,   MD_MASK,
-                                    MD_BLOCK_TABLE,   MD_CU_SEQLENS,  MD_PAST_SEQLENS,
-                                    MD_ATTN_METADATA, MD_SLOT_MAPPING};
-    const char *names[] = {gc->input_ids,
-                           gc->position_ids,
-                           gc->attention_mask,
-                           gc->block_table,
-                           gc->cumulative_sequence_lengths,
-                           gc->past_sequence_lengths,
-                           gc->attention_metadata,
-                           gc->slot_mapping};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-      if (named(names[i], name)) return *kind = kinds[i], PH_OK;
+    const char *names[N_INPUT_KINDS];
+    config_inputs(gc, names);
+    for (size_t i = 0; i < N_INPUT_KINDS; i++)
+      if (named(names[i], name)) return *kind = INPUT_KINDS[i], PH_OK;
   }
   const char *tmpl[4] = {is_output ? gc->present_key_names : gc->past_key_names,
                          is_output ? gc->present_value_names : gc->past_value_names,
@@ -314,15 +324,9 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
                  "genai_config.json names output \"%s\", which the graph does not have",
                  gc->logits);
   /* every input genai_config names is one the graph has (GenAI binds each by name) */
-  const char *named_inputs[] = {gc->input_ids,
-                                gc->position_ids,
-                                gc->attention_mask,
-                                gc->block_table,
-                                gc->cumulative_sequence_lengths,
-                                gc->past_sequence_lengths,
-                                gc->attention_metadata,
-                                gc->slot_mapping};
-  for (size_t i = 0; s == PH_OK && i < sizeof named_inputs / sizeof named_inputs[0]; i++)
+  const char *named_inputs[N_INPUT_KINDS];
+  config_inputs(gc, named_inputs);
+  for (size_t i = 0; s == PH_OK && i < N_INPUT_KINDS; i++)
     if (named_inputs[i][0] && !input_named(a, named_inputs[i]))
       s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
                    "genai_config.json names input \"%s\", which the graph does not have",
