@@ -57,6 +57,7 @@ void sched_req_init(sched_req *r, int64_t id, int64_t n_prompt, int64_t max_new)
   r->max_total = n_prompt + max_new;
   block_table_init(&r->blocks);
   r->slot = -1;
+  r->n_draft = 0;
   r->state = SCHED_FINISHED;
 }
 
@@ -286,12 +287,23 @@ static ph_status check_request(const sched_req *r, int has_state, diag *d) {
                   (long long)r->n_total, (long long)r->max_total);
 }
 
-static void add_entry(sched *s, int32_t *n, sched_req *r, int64_t len) {
+static void add_entry(sched *s, int32_t *n, sched_req *r, int64_t len, int64_t n_draft) {
   sched_entry *e = &s->chosen[(*n)++];
   e->req = r;
   e->start = r->n_computed;
-  e->n_tokens = len;
+  e->n_tokens = len + n_draft;
+  e->n_draft = n_draft;
   e->sample = r->n_computed + len == r->n_total;
+}
+
+/* The drafts r may verify in a step with `budget` tokens left for its chunk of len tokens: only
+ * after its decode token, never past max_total or the budget. */
+static int64_t drafts_of(const sched_req *r, int64_t len, int64_t budget) {
+  if (r->n_draft <= 0 || len != 1 || r->n_computed + 1 != r->n_total) return 0;
+  int64_t k = r->n_draft;
+  if (k > r->max_total - r->n_total) k = r->max_total - r->n_total;
+  if (k > budget - len) k = budget - len;
+  return k > 0 ? k : 0;
 }
 
 ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
@@ -328,13 +340,18 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
       r = r->next;
       continue;
     }
+    int64_t k = drafts_of(r, len, budget);
     for (;;) {
       ph_status st =
-          hybrid_cache_reserve(s->cache, &r->blocks, &r->slot, r->n_computed + len, &local);
+          hybrid_cache_reserve(s->cache, &r->blocks, &r->slot, r->n_computed + len + k, &local);
       if (st == PH_OK) break;
       if (st != PH_ERR_LIMIT) {
         diag_copy(d, &local);
         return st;
+      }
+      if (k > 0) { /* drafts are optional: drop them before preempting anyone */
+        k = 0;
+        continue;
       }
       sched_req *victim = s->running.tail;
       FORWARD_IF_ERROR(preempt(s, victim, d));
@@ -342,8 +359,8 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
       if (victim == r) break;
     }
     if (r->state != SCHED_RUNNING) break; /* r was the newest: nothing runs after it */
-    add_entry(s, &n, r, len);
-    budget -= len;
+    add_entry(s, &n, r, len, k);
+    budget -= len + k;
     r = r->next;
   }
 
@@ -363,7 +380,7 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
     queue_unlink(&s->waiting, w);
     w->state = SCHED_RUNNING;
     queue_push_back(&s->running, w);
-    add_entry(s, &n, w, len);
+    add_entry(s, &n, w, len, 0);
     budget -= len;
     n_admitted++;
   }
@@ -393,6 +410,10 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
 }
 
 ph_status sched_commit(sched *s, const sched_batch *b, diag *d) {
+  return sched_commit_kept(s, b, NULL, d);
+}
+
+ph_status sched_commit_kept(sched *s, const sched_batch *b, const int64_t *n_kept, diag *d) {
   RETURN_ERROR_IF(!s || !b, d, PH_ERR_INVALID_ARGUMENT, "sched_commit: NULL %s",
                   !s ? "scheduler" : "batch");
   RETURN_ERROR_IF(b->step == 0 || b->step != s->step, d, PH_ERR_INVALID_ARGUMENT,
@@ -401,12 +422,18 @@ ph_status sched_commit(sched *s, const sched_batch *b, diag *d) {
   RETURN_ERROR_IF(s->step_committed, d, PH_ERR_INVALID_ARGUMENT,
                   "sched_commit: batch of step %llu was already committed",
                   (unsigned long long)b->step);
+  for (int32_t i = 0; n_kept && i < b->n_entries; i++)
+    RETURN_ERROR_IF(n_kept[i] < 1 || n_kept[i] > b->entries[i].n_tokens, d, PH_ERR_INVALID_ARGUMENT,
+                    "sched_commit: entry %d (request %lld) keeps %lld of its %lld tokens", (int)i,
+                    (long long)b->entries[i].req->id, (long long)n_kept[i],
+                    (long long)b->entries[i].n_tokens);
   for (int32_t i = 0; i < b->n_entries; i++) {
     const sched_entry *e = &b->entries[i];
     sched_req *r = e->req;
     if (r->state != SCHED_RUNNING || r->owner != s || r->n_computed != e->start) continue;
-    r->n_computed += e->n_tokens;
+    r->n_computed += n_kept ? n_kept[i] : e->n_tokens;
   }
+  for (int32_t i = 0; i < b->n_entries; i++) b->entries[i].req->n_draft = 0;
   s->step_committed = 1;
   return PH_OK;
 }

@@ -81,6 +81,12 @@ typedef struct sched_req {
                             sched_schedule (slot compaction): read it from the batch */
   sched_req_state state; /* see sched_req_state */
   int64_t n_preemptions; /* times it was preempted (recomputed from token 0) */
+  int64_t n_draft;       /* (caller) drafted tokens known after n_total (speculative decoding),
+                            offered for the next step; set between steps, cleared by
+                            sched_commit for the batch's requests. Used only when the request's next chunk
+                            is its one       decode token (n_computed == n_total - 1); the step then runs the
+                            decode token and up to n_draft drafts (fewer when the budget, the
+                            pages or max_total leave less room), see sched_entry.n_draft */
 
   struct sched_req *prev, *next; /* queue links (running or waiting), NULL at the ends */
   struct sched *owner;           /* the scheduler it is linked into, NULL when FINISHED */
@@ -106,6 +112,9 @@ typedef struct sched_entry {
   int32_t sample;   /* 1 when the chunk ends at req->n_total: its last logits give the next
                        token. 0 for inner prompt chunks and for replayed tokens after a
                        preemption (their logits are discarded). */
+  int64_t n_draft;  /* drafts verified by this chunk (speculative decoding): n_tokens is then
+                       1 + n_draft, tokens [n_total, n_total + n_draft) of the request are its
+                       drafts and every row of the chunk gives a next token. 0 otherwise. */
 } sched_entry;
 
 /* A step's batch. Arrays are owned by the scheduler (allocated at sched_create) and valid until
@@ -171,9 +180,17 @@ ph_status sched_add(sched *s, sched_req *r, diag *d);
 ph_status sched_schedule(sched *s, sched_batch *out, diag *d);
 
 /* After the engine ran batch b: n_computed += n_tokens for every entry whose request is still
- * RUNNING in s (one finished in between is skipped). PH_ERR_INVALID_ARGUMENT when b is not the
- * latest batch of s or was already committed; nothing changes then. */
+ * RUNNING in s (one finished in between is skipped), and the n_draft of every entry's request = 0.
+ * PH_ERR_INVALID_ARGUMENT when b is not the latest batch of s or was already committed; nothing
+ * changes then. */
 ph_status sched_commit(sched *s, const sched_batch *b, diag *d);
+
+/* sched_commit where entry i keeps only its first n_kept[i] tokens (1 <= n_kept[i] <=
+ * n_tokens; n_kept NULL keeps all): a verify chunk keeps the decode token and the drafts that
+ * were accepted, and the rejected drafts' KV rows are left beyond n_computed, unreachable (their
+ * pages stay with the request, for its next steps). A value out of range is
+ * PH_ERR_INVALID_ARGUMENT and nothing changes. */
+ph_status sched_commit_kept(sched *s, const sched_batch *b, const int64_t *n_kept, diag *d);
 
 /* Removes r at any time and in any state: releases its slot and blocks (hybrid_cache_release)
  * and frees the table's storage, unlinks it, state = FINISHED. A no-op for an already finished

@@ -915,6 +915,90 @@ static void test_randomized(void) {
   CHECK(total_preempted > 0); /* page pressure did force preemption somewhere */
 }
 
+/* Speculative drafts: a decode-ready request with n_draft verifies 1 + n_draft tokens (fewer
+ * when max_total, the budget or the pages leave less room, never by preempting anyone); prompt
+ * chunks and replayed tokens ignore drafts; sched_commit_kept keeps the accepted prefix and
+ * clears the drafts; bad kept counts change nothing. */
+static const sched_entry *entry_of(const sched_batch *b, const sched_req *r) {
+  for (int32_t i = 0; i < b->n_entries; i++)
+    if (b->entries[i].req == r) return &b->entries[i];
+  return NULL;
+}
+
+static void test_drafts(void) {
+  diag d;
+  env e;
+  /* block size 4, 10 usable blocks, budget 16, prompt chunks of 8 */
+  if (!env_open(&e, params(4, 16, 8, 4), 11, 4)) return;
+  sched_req a, b;
+  sched_batch bt;
+  sched_req_init(&a, 1, 6, 34);
+  sched_req_init(&b, 2, 5, 3);
+  a.n_draft = 5; /* ignored while the prompt runs */
+  CHECK_STATUS(sched_add(e.s, &a, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_add(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_schedule(e.s, &bt, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(bt.n_entries, 2);
+  if (bt.n_entries != 2) goto out;
+  CHECK_EQ_INT(entry_of(&bt, &a)->n_tokens, 6);
+  CHECK_EQ_INT(entry_of(&bt, &a)->n_draft, 0);
+  CHECK_STATUS(sched_commit(e.s, &bt, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(a.n_draft, 0); /* cleared by the commit */
+  /* both sampled a token; a offers 3 drafts */
+  a.n_total = 7;
+  b.n_total = 6;
+  a.n_draft = 3;
+  CHECK_STATUS(sched_schedule(e.s, &bt, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(bt.n_entries, 2);
+  if (bt.n_entries != 2) goto out;
+  const sched_entry *ea = entry_of(&bt, &a), *eb = entry_of(&bt, &b);
+  CHECK_EQ_INT(ea->n_tokens, 4);
+  CHECK_EQ_INT(ea->n_draft, 3);
+  CHECK_EQ_INT(ea->sample, 1);
+  CHECK_EQ_INT(eb->n_tokens, 1);
+  CHECK_EQ_INT(bt.n_tokens, 5);
+  CHECK_EQ_INT(a.blocks.n_blocks, 3); /* 6 + 4 rows */
+  int64_t kept[2];
+  kept[ea - bt.entries] = 5; /* more than it ran */
+  kept[eb - bt.entries] = 1;
+  CHECK_STATUS(sched_commit_kept(e.s, &bt, kept, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "keeps 5 of its 4 tokens");
+  CHECK_EQ_INT(a.n_computed, 6);
+  kept[ea - bt.entries] = 2; /* the decode token and one accepted draft */
+  CHECK_STATUS(sched_commit_kept(e.s, &bt, kept, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(a.n_computed, 8);
+  CHECK_EQ_INT(b.n_computed, 6);
+  CHECK_EQ_INT(a.n_draft, 0);
+  /* the budget trims drafts: 16 - a's decode token */
+  a.n_total = 9;
+  b.n_total = 7;
+  a.n_draft = 20;
+  CHECK_STATUS(sched_schedule(e.s, &bt, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(bt.n_entries, 1); /* b's decode token no longer fits the budget */
+  CHECK_EQ_INT(entry_of(&bt, &a)->n_draft, 15);
+  CHECK_STATUS(sched_commit_kept(e.s, &bt, NULL, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(a.n_computed, 24);
+  /* pages short: a's 15 drafts need 40 rows, 10 blocks, and only 8 are free to it: they are
+   * dropped, nobody is preempted; b may verify one draft only (max_total 8) */
+  a.n_total = 25;
+  a.n_draft = 30;
+  b.n_draft = 5;
+  CHECK_STATUS(sched_schedule(e.s, &bt, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(bt.n_preempted, 0);
+  CHECK_EQ_INT(bt.n_entries, 2);
+  if (bt.n_entries != 2) goto out;
+  CHECK_EQ_INT(entry_of(&bt, &a)->n_draft, 0);
+  CHECK_EQ_INT(entry_of(&bt, &a)->n_tokens, 1);
+  CHECK_EQ_INT(entry_of(&bt, &b)->n_draft, 1);
+  CHECK_STATUS(sched_commit_kept(e.s, &bt, NULL, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(b.n_computed, 8);
+out:
+  CHECK_STATUS(sched_finish(e.s, &a, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_finish(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_used_count(e.kv), 0);
+  env_close(&e);
+}
+
 int main(void) {
   RUN(test_chunk_rule);
   RUN(test_chunks_alone_vs_crowd);
@@ -923,6 +1007,7 @@ int main(void) {
   RUN(test_stateless_cache);
   RUN(test_params_and_refusals);
   RUN(test_finish_and_commit);
+  RUN(test_drafts);
   RUN(test_slot_compaction);
   RUN(test_work_is_linear);
   RUN(test_randomized);
