@@ -11,19 +11,20 @@
  * (raw or sigmoid), decay first, delta from the decayed state, write, read after the write.
  *
  * Work is split over (sequence, value head) pairs; each pair is one single-threaded kernel
- * call. A sequence of one token runs token by token; a longer one runs in chunks of the WY/UT
- * form, chunks anchored at that sequence's first token, so a sequence's results never depend on
- * the other sequences of the call nor on the thread count. Both are the core LinearAttention
- * runs too (kernels/gated_delta.h: gated_delta_token, gated_delta_chunk, on a K-major copy of
- * the state), with G = 1 and a per-head decay. A pair reads its whole initial state before
+ * call. A sequence of one token (decode) runs the one-token step on the V-major state; a longer
+ * one runs in chunks of the WY/UT form (kernels/gated_delta.h: gated_delta_chunk, the core
+ * LinearAttention runs too, on a K-major copy of the state, G = 1, per-head decay), chunks
+ * anchored at that sequence's first token, so a sequence's results never depend on the other
+ * sequences of the call nor on the thread count. A pair reads its whole initial state before
  * writing: final_state may alias it.
- * A sequence of one token (decode) has two kernels with one summation order: that reference
- * and the variant's V-major decode kernel (kernels/gated_delta_avx2.c), which reads the V-major
- * state once and writes it once, eight value rows at a time transposed in registers, with the
- * same lanes, the same per-element sums in increasing key index and no fused multiply-add: its
- * bits equal the reference's. The kernel is chosen once per process by kernels/dispatch.h (the
- * CPU, PH_KERNELS, kernel_force_variant): scalar runs the reference, avx2 and avx512 run the
- * AVX2 kernel. Never from the shapes.
+ * The one-token step has one arithmetic and one summation order (spec/abi.md §2.4 with the
+ * state update S' = fmaf(k, δ, S·α) of §2.5): the scalar reference gated_delta_decode_ref and
+ * the variant's V-major kernel (kernels/gated_delta_avx2.c), which reads the V-major state once
+ * and writes it once, eight value rows at a time transposed in registers, with the same lanes,
+ * the same sums in increasing key index and FMA exactly where the reference calls fmaf: its bits
+ * equal the reference's. The kernel is chosen once per process by kernels/dispatch.h (the CPU,
+ * PH_KERNELS, kernel_force_variant): scalar runs the reference, avx2 and avx512 run the AVX2
+ * kernel. Never from the shapes.
  * Not yet: compact state updates (state_update_capacity > 0), per-key-dim decay [N,Hv,Dk], the
  * uniform [B,S,H,D] spelling without cu_seqlens.
  */
@@ -312,7 +313,7 @@ typedef struct gdn_job {
   char *scratch;
   size_t ws_bytes;
   gated_delta_shape sh;
-  gated_delta_decode_fn decode; /* the variant's V-major decode kernel, NULL: the reference */
+  gated_delta_decode_fn decode; /* the variant's V-major decode kernel, or the reference */
 } gdn_job;
 
 static void gdn_l2(float *x, int64_t n) {
@@ -367,13 +368,6 @@ static void gdn_store_row(void *ctx, int64_t jq, int64_t t, const float *o) {
   gdn_store_out(w->j, w->h, w->tok0 + t, o);
 }
 
-/* One token, exactly the order of spec/abi.md §2.4, on the K-major state in ws->S. */
-static void gdn_token(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok) {
-  gdn_load_token(j, ws, h, tok, 0);
-  gdn_out w = {j, h, tok};
-  gated_delta_token(&j->sh, ws, gdn_store_row, &w);
-}
-
 /* The decode step of pair (b, h) at packed token tok, V-major state in, V-major state out. */
 static void gdn_decode(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok,
                        int64_t off) {
@@ -416,7 +410,7 @@ static void gdn_task(void *ctx, size_t task, int thread) {
   int64_t b = (int64_t)task / g->Hv, h = (int64_t)task % g->Hv;
   int64_t Dk = g->Dk, Dv = g->Dv, off = (b * g->Hv + h) * Dk * Dv;
   int64_t start = j->cu[b], len = (int64_t)j->cu[b + 1] - start;
-  if (len == 1 && j->decode) {
+  if (len == 1) {
     gdn_decode(j, &ws, h, start, off);
     return;
   }
@@ -428,13 +422,9 @@ static void gdn_task(void *ctx, size_t task, int thread) {
   } else {
     memset(ws.S, 0, (size_t)(Dk * Dv) * sizeof(float));
   }
-  if (len == 1) {
-    gdn_token(j, &ws, h, start);
-  } else {
-    for (int64_t t0 = 0; t0 < len; t0 += g->chunk) {
-      int64_t L = len - t0 < g->chunk ? len - t0 : g->chunk;
-      gdn_chunk(j, &ws, h, start + t0, L);
-    }
+  for (int64_t t0 = 0; t0 < len; t0 += g->chunk) {
+    int64_t L = len - t0 < g->chunk ? len - t0 : g->chunk;
+    gdn_chunk(j, &ws, h, start + t0, L);
   }
   if (j->final_state) {
     float *dst = (float *)j->final_state->data + off;
@@ -479,6 +469,7 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   j.ws_bytes = gdn_ws_layout(&g, NULL, NULL);
   gdn_shape(&g, &j.sh);
   j.decode = kernel_set_of(kernel_variant_active())->gated_delta_decode;
+  if (!j.decode) j.decode = gated_delta_decode_ref;
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
                   PH_ERR_INTERNAL, "GatedDeltaNet: scratch is %zu bytes, %d threads need %zu",
