@@ -4,9 +4,14 @@
  * Letters: N packed tokens, B sequences, Hq = Hk query/key heads, Hv value heads (a multiple of
  * Hq; value head h reads q/k head h/(Hv/Hq)), Dk key width, Dv value width, C chunk length.
  *   query [N,Hq,Dk]  key [N,Hk,Dk]  value [N,Hv,Dv]  (dtype T: f32, f16 or bf16)
- *   cu_seqlens i32 [B+1] (required here)  decay f32 [N,Hv]  beta f32 [N,Hv]
+ *   cu_seqlens i32 [B+1] (optional)  decay f32 [N,Hv]  beta f32 [N,Hv]
  *   initial_state f32 [B,Hv,Dv,Dk] (V-major)  a_log f32 [Hv]  dt_bias f32 [Hv]
  *   -> output T [N,Hv,Dv] (= max(Hq,Hv))   final_state f32 [B,Hv,Dv,Dk]
+ * Without cu_seqlens the packing is uniform (spec/abi.md §2.2): either the same rank-3 tensors
+ * with B from initial_state (1 without it) and N = B*S, or the [B,S,H,D] spelling (q/k/v
+ * [B,S,H,D], decay/beta [B,S,Hv], output [B,S,Hv,Dv]; B from initial_state when present, else
+ * from the query), which is the same memory as [B*S,H,D] and runs exactly as cu_seqlens
+ * 0, S, 2S, ... would. Rank 4 with cu_seqlens is refused (ragged packing needs rank 3).
  * The recurrence is spec/abi.md §2.4: optional L2 norm of q and k, gate (raw or qwen), beta
  * (raw or sigmoid), decay first, delta from the decayed state, write, read after the write.
  *
@@ -25,8 +30,7 @@
  * equal the reference's. The kernel is chosen once per process by kernels/dispatch.h (the CPU,
  * PH_KERNELS, kernel_force_variant): scalar runs the reference, avx2 and avx512 run the AVX2
  * kernel. Never from the shapes.
- * Not yet: compact state updates (state_update_capacity > 0), per-key-dim decay [N,Hv,Dk], the
- * uniform [B,S,H,D] spelling without cu_seqlens.
+ * Not yet: compact state updates (state_update_capacity > 0), per-key-dim decay [N,Hv,Dk].
  */
 #include <math.h>
 #include <stdint.h>
@@ -67,8 +71,22 @@ typedef struct gdn_geom {
   int64_t chunk;                /* capped at GDN_MAX_CHUNK */
   int64_t N, B, Hq, Hv, Dk, Dv; /* -1 unknown */
   int has_state;
+  int has_cu;        /* 0: uniform packing, every sequence S tokens (spec/abi.md §2.2) */
+  int rank4;         /* the [B,S,H,D] spelling (uniform only) */
+  int64_t S;         /* tokens per sequence when uniform, -1 unknown */
   const int32_t *cu; /* cu_seqlens data when visible (run time, or a constant) */
 } gdn_geom;
+
+/* Sequence b's packed tokens [*start, *start + *len): from cu_seqlens, or uniform. */
+static void gdn_seq(const gdn_geom *g, int64_t b, int64_t *start, int64_t *len) {
+  if (g->has_cu) {
+    *start = g->cu[b];
+    *len = (int64_t)g->cu[b + 1] - g->cu[b];
+  } else {
+    *start = b * g->S;
+    *len = g->S;
+  }
+}
 
 static ph_status gdn_check_cu(const gdn_geom *g, diag *d) {
   const int32_t *cu = g->cu;
@@ -160,10 +178,8 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
                   "state_update_capacity > 0");
   RETURN_ERROR_IF(op_wants_output(n, 2), d, PH_ERR_INVALID_ARGUMENT,
                   "GatedDeltaNet: output 2 (state_update) requires state_update_capacity > 0");
-  RETURN_ERROR_IF(!has[GDN_IN_CU], d, PH_ERR_UNSUPPORTED,
-                  "GatedDeltaNet: cu_seqlens (input 3) is required: uniform packing without it "
-                  "is not supported yet");
   g->has_state = has[GDN_IN_STATE];
+  g->has_cu = has[GDN_IN_CU];
 
   /* dtypes */
   g->dt = in[GDN_IN_Q].dtype;
@@ -173,7 +189,7 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
                   PH_ERR_TENSOR_DTYPE, "GatedDeltaNet: key %s and value %s must match query %s",
                   op_dtype_name(in[GDN_IN_K].dtype), op_dtype_name(in[GDN_IN_V].dtype),
                   op_dtype_name(g->dt));
-  RETURN_ERROR_IF(in[GDN_IN_CU].dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
+  RETURN_ERROR_IF(g->has_cu && in[GDN_IN_CU].dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
                   "GatedDeltaNet: cu_seqlens must be I32, got %s",
                   op_dtype_name(in[GDN_IN_CU].dtype));
   static const char *const names[GDN_N_IN] = {
@@ -183,19 +199,28 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
     RETURN_ERROR_IF(has[i] && in[i].dtype != PH_DTYPE_F32, d, PH_ERR_TENSOR_DTYPE,
                     "GatedDeltaNet: %s must be F32, got %s", names[i], op_dtype_name(in[i].dtype));
 
-  /* ranks */
-  RETURN_ERROR_IF(in[GDN_IN_Q].rank == 4, d, PH_ERR_UNSUPPORTED,
-                  "GatedDeltaNet: the rank-4 [B,S,Hq,Dk] query spelling is not supported yet");
-  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_Q], 3, "query [N,Hq,Dk]", d));
-  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_K], 3, "key [N,Hk,Dk]", d));
-  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_V], 3, "value [N,Hv,Dv]", d));
-  FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_CU], 1, "cu_seqlens [B+1]", d));
+  /* ranks: [N,H,D] packed, or [B,S,H,D] uniform (no cu_seqlens; the same memory as [B*S,H,D]) */
+  g->rank4 = in[GDN_IN_Q].rank == 4 || in[GDN_IN_K].rank == 4 || in[GDN_IN_V].rank == 4;
+  RETURN_ERROR_IF(g->rank4 && g->has_cu, d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: the rank-4 [B,S,H,D] spelling is uniform packing and takes no "
+                  "cu_seqlens (input 3); ragged packing requires the rank-3 [N,H,D] spelling");
+  int tr = g->rank4 ? 4 : 3, gr = tr - 1; /* q/k/v rank, decay/beta rank */
+  FORWARD_IF_ERROR(
+      op_check_rank(n, &in[GDN_IN_Q], tr, g->rank4 ? "query [B,S,Hq,Dk]" : "query [N,Hq,Dk]", d));
+  FORWARD_IF_ERROR(
+      op_check_rank(n, &in[GDN_IN_K], tr, g->rank4 ? "key [B,S,Hk,Dk]" : "key [N,Hk,Dk]", d));
+  FORWARD_IF_ERROR(
+      op_check_rank(n, &in[GDN_IN_V], tr, g->rank4 ? "value [B,S,Hv,Dv]" : "value [N,Hv,Dv]", d));
+  if (g->has_cu) FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_CU], 1, "cu_seqlens [B+1]", d));
   if (has[GDN_IN_DECAY]) {
-    RETURN_ERROR_IF(in[GDN_IN_DECAY].rank == 3, d, PH_ERR_UNSUPPORTED,
-                    "GatedDeltaNet: per-key-dim decay [N,Hv,Dk] is not supported yet");
-    FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_DECAY], 2, "decay [N,Hv]", d));
+    RETURN_ERROR_IF(in[GDN_IN_DECAY].rank == gr + 1, d, PH_ERR_UNSUPPORTED,
+                    "GatedDeltaNet: per-key-dim decay [..,Hv,Dk] is not supported yet");
+    FORWARD_IF_ERROR(
+        op_check_rank(n, &in[GDN_IN_DECAY], gr, g->rank4 ? "decay [B,S,Hv]" : "decay [N,Hv]", d));
   }
-  if (has[GDN_IN_BETA]) FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_BETA], 2, "beta [N,Hv]", d));
+  if (has[GDN_IN_BETA])
+    FORWARD_IF_ERROR(
+        op_check_rank(n, &in[GDN_IN_BETA], gr, g->rank4 ? "beta [B,S,Hv]" : "beta [N,Hv]", d));
   if (g->has_state)
     FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_STATE], 4, "initial_state [B,Hv,Dv,Dk]", d));
   if (g->qwen) {
@@ -203,39 +228,67 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
     FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_DTB], 1, "dt_bias [Hv] (per-key is rejected)", d));
   }
 
-  /* dims */
+  /* dims; a rank-4 tensor's dims are read as [B,S,...] and its head dims shifted by one */
   const tinfo *q = &in[GDN_IN_Q], *k = &in[GDN_IN_K], *v = &in[GDN_IN_V];
   const tinfo *st = &in[GDN_IN_STATE];
-  g->N = g->B = g->Hq = g->Hv = g->Dk = g->Dv = -1;
+  g->N = g->B = g->S = g->Hq = g->Hv = g->Dk = g->Dv = -1;
   int64_t Hk = -1;
-  FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(q, 0), "the token dim N", d));
-  FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(k, 0), "the token dim N", d));
-  FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(v, 0), "the token dim N", d));
-  g->Hq = op_dim(q, 1);
-  Hk = op_dim(k, 1);
+  int o = g->rank4 ? 1 : 0; /* offset of the head dim past the token dim(s) */
+  if (g->rank4) {
+    const tinfo *tok[5] = {q, k, v, &in[GDN_IN_DECAY], &in[GDN_IN_BETA]};
+    for (int i = 0; i < 5; i++) {
+      if (i >= 3 && !has[GDN_IN_DECAY + i - 3]) continue;
+      FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(tok[i], 0), "B (sequences)", d));
+      FORWARD_IF_ERROR(op_merge_dim(n, &g->S, op_dim(tok[i], 1), "S (tokens per sequence)", d));
+    }
+  } else {
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(q, 0), "the token dim N", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(k, 0), "the token dim N", d));
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(v, 0), "the token dim N", d));
+    for (int i = GDN_IN_DECAY; i <= GDN_IN_BETA; i++)
+      if (has[i]) FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(&in[i], 0), "the token dim N", d));
+  }
+  g->Hq = op_dim(q, 1 + o);
+  Hk = op_dim(k, 1 + o);
   RETURN_ERROR_IF(op_dims_conflict(g->Hq, Hk), d, PH_ERR_TENSOR_SHAPE,
                   "GatedDeltaNet: key has %lld heads but query has %lld (Hk must equal Hq)",
                   (long long)Hk, (long long)g->Hq);
   if (g->Hq < 0) g->Hq = Hk;
-  g->Hv = op_dim(v, 1);
-  FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(q, 2), "Dk (query/key head width)", d));
-  FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(k, 2), "Dk (query/key head width)", d));
-  g->Dv = op_dim(v, 2);
-  int64_t cu_len = op_dim(&in[GDN_IN_CU], 0);
-  RETURN_ERROR_IF(cu_len == 0, d, PH_ERR_TENSOR_SHAPE,
-                  "GatedDeltaNet: cu_seqlens [B+1] must have at least 1 element");
-  if (cu_len > 0) g->B = cu_len - 1;
-  for (int i = GDN_IN_DECAY; i <= GDN_IN_BETA; i++) {
-    if (!has[i]) continue;
-    FORWARD_IF_ERROR(op_merge_dim(n, &g->N, op_dim(&in[i], 0), "the token dim N", d));
-    FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(&in[i], 1), "Hv (value heads)", d));
+  g->Hv = op_dim(v, 1 + o);
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(q, 2 + o), "Dk (query/key head width)", d));
+  FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(k, 2 + o), "Dk (query/key head width)", d));
+  g->Dv = op_dim(v, 2 + o);
+  if (g->has_cu) {
+    int64_t cu_len = op_dim(&in[GDN_IN_CU], 0);
+    RETURN_ERROR_IF(cu_len == 0, d, PH_ERR_TENSOR_SHAPE,
+                    "GatedDeltaNet: cu_seqlens [B+1] must have at least 1 element");
+    if (cu_len > 0) g->B = cu_len - 1;
   }
+  for (int i = GDN_IN_DECAY; i <= GDN_IN_BETA; i++)
+    if (has[i])
+      FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(&in[i], 1 + o), "Hv (value heads)", d));
   if (g->has_state) {
     FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(st, 0), "B (sequences)", d));
     FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(st, 1), "Hv (value heads)", d));
     FORWARD_IF_ERROR(op_merge_dim(n, &g->Dv, op_dim(st, 2), "Dv (value head width)", d));
     FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(st, 3), "Dk (query/key head width)", d));
   }
+  if (!g->has_cu && !g->rank4) {
+    /* rank 3 without cu_seqlens: uniform, B from initial_state (one sequence without it) */
+    if (!g->has_state) g->B = 1;
+    if (g->B > 0 && g->N >= 0) {
+      RETURN_ERROR_IF(g->N % g->B != 0, d, PH_ERR_TENSOR_SHAPE,
+                      "GatedDeltaNet: without cu_seqlens the %lld tokens must split evenly over "
+                      "the %lld sequences of initial_state",
+                      (long long)g->N, (long long)g->B);
+      g->S = g->N / g->B;
+    }
+    RETURN_ERROR_IF(g->B == 0 && g->N > 0, d, PH_ERR_TENSOR_SHAPE,
+                    "GatedDeltaNet: %lld tokens but initial_state has 0 sequences",
+                    (long long)g->N);
+    if (g->B == 0) g->S = 0;
+  }
+  if (g->rank4) g->N = g->B >= 0 && g->S >= 0 ? g->B * g->S : -1;
   if (g->qwen) {
     FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(&in[GDN_IN_ALOG], 0), "Hv (value heads)", d));
     FORWARD_IF_ERROR(op_merge_dim(n, &g->Hv, op_dim(&in[GDN_IN_DTB], 0), "Hv (value heads)", d));
@@ -248,7 +301,7 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
                   "GatedDeltaNet: value heads %lld must be a multiple of query heads %lld",
                   (long long)g->Hv, (long long)g->Hq);
   if (g->Dk > 0) g->scale = scale_attr != 0.0f ? scale_attr : 1.0f / sqrtf((float)g->Dk);
-  g->cu = in[GDN_IN_CU].data;
+  g->cu = g->has_cu ? in[GDN_IN_CU].data : NULL;
   if (g->cu && g->B >= 0 && g->N >= 0) FORWARD_IF_ERROR(gdn_check_cu(g, d));
   return PH_OK;
 }
@@ -258,8 +311,13 @@ static ph_status gdn_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d)
   FORWARD_IF_ERROR(gdn_resolve(n, in, &g, d));
   int64_t ho = g.Hq > g.Hv ? g.Hq : g.Hv;
   if (g.Hq < 0 || g.Hv < 0) ho = -1;
-  int64_t od[3] = {g.N, ho, g.Dv};
-  out[0] = tinfo_make(g.dt, 3, od);
+  if (g.rank4) {
+    int64_t od[4] = {g.B, g.S, ho, g.Dv};
+    out[0] = tinfo_make(g.dt, 4, od);
+  } else {
+    int64_t od[3] = {g.N, ho, g.Dv};
+    out[0] = tinfo_make(g.dt, 3, od);
+  }
   if (n->n_outputs > 1 && op_wants_output(n, 1)) {
     int64_t sd[4] = {g.B, g.Hv, g.Dv, g.Dk};
     out[1] = tinfo_make(PH_DTYPE_F32, 4, sd);
@@ -308,7 +366,6 @@ static size_t gdn_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) 
 typedef struct gdn_job {
   const gdn_geom *g;
   const tensor *q, *k, *v, *decay, *beta, *state, *a_log, *dt_bias;
-  const int32_t *cu;
   tensor *out, *final_state;
   char *scratch;
   size_t ws_bytes;
@@ -409,7 +466,8 @@ static void gdn_task(void *ctx, size_t task, int thread) {
   gdn_ws_layout(g, j->scratch + (size_t)thread * j->ws_bytes, &ws);
   int64_t b = (int64_t)task / g->Hv, h = (int64_t)task % g->Hv;
   int64_t Dk = g->Dk, Dv = g->Dv, off = (b * g->Hv + h) * Dk * Dv;
-  int64_t start = j->cu[b], len = (int64_t)j->cu[b + 1] - start;
+  int64_t start, len;
+  gdn_seq(g, b, &start, &len);
   if (len == 1) {
     gdn_decode(j, &ws, h, start, off);
     return;
@@ -448,9 +506,11 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   gdn_geom g = *gp;
   RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "GatedDeltaNet: output 0 is required");
   tensor *fs = n->n_outputs > 1 ? out[1] : NULL;
-  g.cu = in[GDN_IN_CU] ? in[GDN_IN_CU]->data : NULL;
-  RETURN_ERROR_IF(!g.cu, d, PH_ERR_INTERNAL, "GatedDeltaNet: cu_seqlens has no data");
-  FORWARD_IF_ERROR(gdn_check_cu(&g, d));
+  if (g.has_cu) {
+    g.cu = in[GDN_IN_CU] ? in[GDN_IN_CU]->data : NULL;
+    RETURN_ERROR_IF(!g.cu, d, PH_ERR_INTERNAL, "GatedDeltaNet: cu_seqlens has no data");
+    FORWARD_IF_ERROR(gdn_check_cu(&g, d));
+  }
 
   gdn_job j;
   memset(&j, 0, sizeof j);
@@ -458,7 +518,6 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   j.q = in[GDN_IN_Q];
   j.k = in[GDN_IN_K];
   j.v = in[GDN_IN_V];
-  j.cu = g.cu;
   j.decay = g.gated ? in[GDN_IN_DECAY] : NULL;
   j.beta = g.delta ? in[GDN_IN_BETA] : NULL;
   j.state = g.has_state ? in[GDN_IN_STATE] : NULL;
