@@ -6,7 +6,9 @@
  *   query [N,Hq,Dk]  key [N,Hk,Dk]  value [N,Hv,Dv]  (dtype T: f32, f16 or bf16)
  *   cu_seqlens i32 [B+1] (optional)  decay f32 [N,Hv]  beta f32 [N,Hv]
  *   initial_state f32 [B,Hv,Dv,Dk] (V-major)  a_log f32 [Hv]  dt_bias f32 [Hv]
+ *   capture_count i32 [B]  state_update_active i32 [1]
  *   -> output T [N,Hv,Dv] (= max(Hq,Hv))   final_state f32 [B,Hv,Dv,Dk]
+ *      state_update f32 [B, C*(Hv + Hk*Dk + Hv*Dv)]
  * Without cu_seqlens the packing is uniform (spec/abi.md §2.2): either the same rank-3 tensors
  * with B from initial_state (1 without it) and N = B*S, or the [B,S,H,D] spelling (q/k/v
  * [B,S,H,D], decay/beta [B,S,Hv], output [B,S,Hv,Dv]; B from initial_state when present, else
@@ -30,7 +32,17 @@
  * equal the reference's. The kernel is chosen once per process by kernels/dispatch.h (the CPU,
  * PH_KERNELS, kernel_force_variant): scalar runs the reference, avx2 and avx512 run the AVX2
  * kernel. Never from the shapes.
- * Not yet: compact state updates (state_update_capacity > 0), per-key-dim decay [N,Hv,Dk].
+ * Compact state updates (state_update_capacity C in 1..8, spec/abi.md §2.2, §2.5): input 9
+ * capture_count i32 [B] (present iff C > 0), input 10 state_update_active i32 [1] (optional,
+ * absent = active), output 2 f32 [B, C*(Hv + Hk*Dk + Hv*Dv)] (only with C > 0). Active and
+ * cc_b = clamp(capture_count[b], 0, min(C, len_b)) > 0: sequence b runs every token through the
+ * one-token step (never the chunked form), so its outputs and final state are the bits of len_b
+ * one-token calls; its first cc_b slots get α, the key as used and the delta row, the rest of
+ * its row zeros; kernels/state_replay.h replays them. cc_b = 0: the usual paths, row zero.
+ * Inactive (input 10 = 0): capture_count ignored, output 2 all zeros. Output 2 is zero-filled
+ * before the pairs run; each pair writes only its own slots (a key by the first value head of
+ * its group).
+ * Not yet: per-key-dim decay [N,Hv,Dk] (and never with C > 0: INVALID_ARGUMENT).
  */
 #include <math.h>
 #include <stdint.h>
@@ -69,6 +81,8 @@ typedef struct gdn_geom {
   int l2;                       /* qk_l2_norm */
   float scale;                  /* resolved once Dk is known */
   int64_t chunk;                /* capped at GDN_MAX_CHUNK */
+  int64_t cap;                  /* state_update_capacity C, 0..8 */
+  int has_active;               /* input 10 present */
   int64_t N, B, Hq, Hv, Dk, Dv; /* -1 unknown */
   int has_state;
   int has_cu;        /* 0: uniform packing, every sequence S tokens (spec/abi.md §2.2) */
@@ -144,10 +158,7 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
   RETURN_ERROR_IF(cap < 0 || cap > 8, d, PH_ERR_INVALID_ARGUMENT,
                   "GatedDeltaNet: state_update_capacity must be in [0, 8], got %lld",
                   (long long)cap);
-  RETURN_ERROR_IF(cap > 0, d, PH_ERR_UNSUPPORTED,
-                  "GatedDeltaNet: state_update_capacity %lld > 0 is not supported yet (compact "
-                  "state updates arrive later)",
-                  (long long)cap);
+  g->cap = cap;
 
   tinfo in[GDN_N_IN];
   memset(in, 0, sizeof in);
@@ -170,14 +181,19 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
   RETURN_ERROR_IF(!g->qwen && (has[GDN_IN_ALOG] || has[GDN_IN_DTB]), d, PH_ERR_INVALID_ARGUMENT,
                   "GatedDeltaNet: a_log (input 7) and dt_bias (input 8) go only with "
                   "gate_activation qwen");
-  RETURN_ERROR_IF(has[GDN_IN_CAPTURE], d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(cap > 0 && !has[GDN_IN_CAPTURE], d, PH_ERR_INVALID_ARGUMENT,
+                  "GatedDeltaNet: state_update_capacity %lld requires input 9 (capture_count "
+                  "int32 [B])",
+                  (long long)cap);
+  RETURN_ERROR_IF(cap == 0 && has[GDN_IN_CAPTURE], d, PH_ERR_INVALID_ARGUMENT,
                   "GatedDeltaNet: capture_count (input 9) is present only when "
                   "state_update_capacity > 0");
-  RETURN_ERROR_IF(has[GDN_IN_ACTIVE], d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(cap == 0 && has[GDN_IN_ACTIVE], d, PH_ERR_INVALID_ARGUMENT,
                   "GatedDeltaNet: state_update_active (input 10) goes only with "
                   "state_update_capacity > 0");
-  RETURN_ERROR_IF(op_wants_output(n, 2), d, PH_ERR_INVALID_ARGUMENT,
+  RETURN_ERROR_IF(cap == 0 && op_wants_output(n, 2), d, PH_ERR_INVALID_ARGUMENT,
                   "GatedDeltaNet: output 2 (state_update) requires state_update_capacity > 0");
+  g->has_active = has[GDN_IN_ACTIVE];
   g->has_state = has[GDN_IN_STATE];
   g->has_cu = has[GDN_IN_CU];
 
@@ -198,6 +214,9 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
   for (int i = GDN_IN_DECAY; i <= GDN_IN_DTB; i++)
     RETURN_ERROR_IF(has[i] && in[i].dtype != PH_DTYPE_F32, d, PH_ERR_TENSOR_DTYPE,
                     "GatedDeltaNet: %s must be F32, got %s", names[i], op_dtype_name(in[i].dtype));
+  for (int i = GDN_IN_CAPTURE; i <= GDN_IN_ACTIVE; i++)
+    RETURN_ERROR_IF(has[i] && in[i].dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
+                    "GatedDeltaNet: %s must be I32, got %s", names[i], op_dtype_name(in[i].dtype));
 
   /* ranks: [N,H,D] packed, or [B,S,H,D] uniform (no cu_seqlens; the same memory as [B*S,H,D]) */
   g->rank4 = in[GDN_IN_Q].rank == 4 || in[GDN_IN_K].rank == 4 || in[GDN_IN_V].rank == 4;
@@ -213,6 +232,9 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
       op_check_rank(n, &in[GDN_IN_V], tr, g->rank4 ? "value [B,S,Hv,Dv]" : "value [N,Hv,Dv]", d));
   if (g->has_cu) FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_CU], 1, "cu_seqlens [B+1]", d));
   if (has[GDN_IN_DECAY]) {
+    RETURN_ERROR_IF(cap > 0 && in[GDN_IN_DECAY].rank == gr + 1, d, PH_ERR_INVALID_ARGUMENT,
+                    "GatedDeltaNet: per-key-dim decay [..,Hv,Dk] has no compact state update "
+                    "(spec/abi.md §2.5): state_update_capacity must be 0 with it");
     RETURN_ERROR_IF(in[GDN_IN_DECAY].rank == gr + 1, d, PH_ERR_UNSUPPORTED,
                     "GatedDeltaNet: per-key-dim decay [..,Hv,Dk] is not supported yet");
     FORWARD_IF_ERROR(
@@ -223,6 +245,15 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
         op_check_rank(n, &in[GDN_IN_BETA], gr, g->rank4 ? "beta [B,S,Hv]" : "beta [N,Hv]", d));
   if (g->has_state)
     FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_STATE], 4, "initial_state [B,Hv,Dv,Dk]", d));
+  if (has[GDN_IN_CAPTURE])
+    FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_CAPTURE], 1, "capture_count [B]", d));
+  if (has[GDN_IN_ACTIVE]) {
+    FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_ACTIVE], 1, "state_update_active [1]", d));
+    RETURN_ERROR_IF(op_dim(&in[GDN_IN_ACTIVE], 0) >= 0 && op_dim(&in[GDN_IN_ACTIVE], 0) != 1, d,
+                    PH_ERR_TENSOR_SHAPE,
+                    "GatedDeltaNet: state_update_active must be [1], got [%lld]",
+                    (long long)op_dim(&in[GDN_IN_ACTIVE], 0));
+  }
   if (g->qwen) {
     FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_ALOG], 1, "a_log [Hv]", d));
     FORWARD_IF_ERROR(op_check_rank(n, &in[GDN_IN_DTB], 1, "dt_bias [Hv] (per-key is rejected)", d));
@@ -273,6 +304,8 @@ static ph_status gdn_resolve(const gnode *n, const tinfo *in_, gdn_geom *g, diag
     FORWARD_IF_ERROR(op_merge_dim(n, &g->Dv, op_dim(st, 2), "Dv (value head width)", d));
     FORWARD_IF_ERROR(op_merge_dim(n, &g->Dk, op_dim(st, 3), "Dk (query/key head width)", d));
   }
+  if (has[GDN_IN_CAPTURE])
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(&in[GDN_IN_CAPTURE], 0), "B (sequences)", d));
   if (!g->has_cu && !g->rank4) {
     /* rank 3 without cu_seqlens: uniform, B from initial_state (one sequence without it) */
     if (!g->has_state) g->B = 1;
@@ -322,6 +355,13 @@ static ph_status gdn_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d)
     int64_t sd[4] = {g.B, g.Hv, g.Dv, g.Dk};
     out[1] = tinfo_make(PH_DTYPE_F32, 4, sd);
   }
+  if (n->n_outputs > 2 && op_wants_output(n, 2)) { /* only with C > 0 (gdn_resolve) */
+    int64_t w = g.Hv < 0 || g.Hq < 0 || g.Dk < 0 || g.Dv < 0
+                    ? -1
+                    : g.cap * (g.Hv + g.Hq * g.Dk + g.Hv * g.Dv); /* Hk == Hq */
+    int64_t ud[2] = {g.B, w};
+    out[2] = tinfo_make(PH_DTYPE_F32, 2, ud);
+  }
   return PH_OK;
 }
 
@@ -349,16 +389,23 @@ static void gdn_shape(const gdn_geom *g, gated_delta_shape *sh) {
   sh->scale = g->scale;
 }
 
-static size_t gdn_ws_layout(const gdn_geom *g, char *base, gated_delta_ws *ws) {
+/* With C > 0 the workspace also holds one V-major [Dv][Dk] state (*cst): a capturing sequence's
+ * running state when final_state is not asked for. */
+static size_t gdn_ws_layout(const gdn_geom *g, char *base, gated_delta_ws *ws, float **cst) {
   gated_delta_shape sh;
   gdn_shape(g, &sh);
-  return gated_delta_ws_layout(&sh, 8, base, ws);
+  size_t bytes = gated_delta_ws_layout(&sh, 8, base, ws);
+  if (g->cap > 0) {
+    if (base) *cst = (float *)(void *)(base + bytes);
+    bytes += ((size_t)(g->Dk * g->Dv) * sizeof(float) + 63) & ~(size_t)63;
+  }
+  return bytes;
 }
 
 static size_t gdn_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
   gdn_geom g;
   if (gdn_resolve(n, in, &g, NULL) != PH_OK || g.N < 0 || g.Dk < 0 || g.Dv < 0) return 0;
-  return gdn_ws_layout(&g, NULL, NULL) * (size_t)(n_threads > 0 ? n_threads : 1);
+  return gdn_ws_layout(&g, NULL, NULL, NULL) * (size_t)(n_threads > 0 ? n_threads : 1);
 }
 
 /* ---- kernels --------------------------------------------------------------------------------- */
@@ -367,6 +414,8 @@ typedef struct gdn_job {
   const gdn_geom *g;
   const tensor *q, *k, *v, *decay, *beta, *state, *a_log, *dt_bias;
   tensor *out, *final_state;
+  const int32_t *capture; /* capture_count when capturing this call (C > 0 and active), else NULL */
+  float *su;              /* output 2 [B, C*(Hv + Hk*Dk + Hv*Dv)] when asked for, else NULL */
   char *scratch;
   size_t ws_bytes;
   gated_delta_shape sh;
@@ -425,18 +474,21 @@ static void gdn_store_row(void *ctx, int64_t jq, int64_t t, const float *o) {
   gdn_store_out(w->j, w->h, w->tok0 + t, o);
 }
 
-/* The decode step of pair (b, h) at packed token tok, V-major state in, V-major state out. */
-static void gdn_decode(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok,
-                       int64_t off) {
+/* One token of value head h (packed token tok) through the one-token step, V-major state src
+ * (NULL: zeros) to dst (NULL: not wanted; may equal src); u [Dv] receives the delta row when not
+ * NULL. Returns the decay factor α = expf(g) the step used (1 when not gated). */
+static float gdn_step(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int64_t tok,
+                      const float *src, float *dst, float *u) {
   const gdn_geom *g = j->g;
   gdn_load_token(j, ws, h, tok, 0);
   gated_delta_dec p = {
-      .src = j->state ? (const float *)j->state->data + off : NULL,
-      .dst = j->final_state ? (float *)j->final_state->data + off : NULL,
+      .src = src,
+      .dst = dst,
       .k = ws->K,
       .q = ws->Q,
       .v = ws->V,
       .o = ws->t1,
+      .u = u,
       .tile = ws->S,
       .a = g->gated ? expf(ws->gl[0]) : 1.0f,
       .beta = ws->beta[0],
@@ -448,6 +500,31 @@ static void gdn_decode(const gdn_job *j, const gated_delta_ws *ws, int64_t h, in
   };
   j->decode(&p);
   gdn_store_out(j, h, tok, ws->t1);
+  return p.a;
+}
+
+/* Sequence b (tokens [start, start+len)), value head h, capturing its first cc >= 1 tokens:
+ * every token through the one-token step (so the result is the bits of len one-token calls),
+ * the first reading initial_state, each writing the running state (final_state's slice, or
+ * cst), and slots t < cc of output 2 getting α, the key as used (written by the first value head
+ * of its group only) and the delta row (spec/abi.md §2.5). */
+static void gdn_capture_seq(const gdn_job *j, const gated_delta_ws *ws, float *cst, int64_t b,
+                            int64_t h, int64_t start, int64_t len, int64_t cc, int64_t off) {
+  const gdn_geom *g = j->g;
+  const int64_t C = g->cap, Hv = g->Hv, Hk = g->Hq, Dk = g->Dk, Dv = g->Dv;
+  const int64_t ratio = Hv / Hk, hk = h / ratio;
+  float *st = j->final_state ? (float *)j->final_state->data + off : cst;
+  const float *src = j->state ? (const float *)j->state->data + off : NULL;
+  float *row = j->su ? j->su + b * C * (Hv + Hk * Dk + Hv * Dv) : NULL;
+  float *dec = row, *key = row ? row + C * Hv : NULL, *del = row ? key + C * Hk * Dk : NULL;
+  for (int64_t t = 0; t < len; t++) {
+    int cap = row && t < cc;
+    float a =
+        gdn_step(j, ws, h, start + t, t == 0 ? src : st, st, cap ? del + (t * Hv + h) * Dv : NULL);
+    if (!cap) continue;
+    dec[t * Hv + h] = a;
+    if (h % ratio == 0) memcpy(key + (t * Hk + hk) * Dk, ws->K, (size_t)Dk * sizeof(float));
+  }
 }
 
 /* One chunk of L tokens from packed token tok0: the WY/UT form of kernels/gated_delta.h
@@ -463,13 +540,23 @@ static void gdn_task(void *ctx, size_t task, int thread) {
   const gdn_job *j = ctx;
   const gdn_geom *g = j->g;
   gated_delta_ws ws;
-  gdn_ws_layout(g, j->scratch + (size_t)thread * j->ws_bytes, &ws);
+  float *cst = NULL;
+  gdn_ws_layout(g, j->scratch + (size_t)thread * j->ws_bytes, &ws, &cst);
   int64_t b = (int64_t)task / g->Hv, h = (int64_t)task % g->Hv;
   int64_t Dk = g->Dk, Dv = g->Dv, off = (b * g->Hv + h) * Dk * Dv;
   int64_t start, len;
   gdn_seq(g, b, &start, &len);
+  if (j->capture) {
+    int64_t lim = g->cap < len ? g->cap : len, cc = j->capture[b];
+    cc = cc < 0 ? 0 : cc > lim ? lim : cc;
+    if (cc > 0) {
+      gdn_capture_seq(j, &ws, cst, b, h, start, len, cc, off);
+      return;
+    }
+  }
   if (len == 1) {
-    gdn_decode(j, &ws, h, start, off);
+    gdn_step(j, &ws, h, start, j->state ? (const float *)j->state->data + off : NULL,
+             j->final_state ? (float *)j->final_state->data + off : NULL, NULL);
     return;
   }
   /* The whole V-major head is read (transposed into S) before anything is written. */
@@ -525,7 +612,17 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   j.dt_bias = g.qwen ? in[GDN_IN_DTB] : NULL;
   j.out = out[0];
   j.final_state = fs;
-  j.ws_bytes = gdn_ws_layout(&g, NULL, NULL);
+  if (g.cap > 0) {
+    /* inactive (input 10 = 0): capture_count ignored, output 2 all zeros, the usual paths */
+    int active = !g.has_active || ((const int32_t *)in[GDN_IN_ACTIVE]->data)[0] != 0;
+    j.capture = active ? (const int32_t *)in[GDN_IN_CAPTURE]->data : NULL;
+    tensor *su = n->n_outputs > 2 ? out[2] : NULL;
+    if (su) {
+      j.su = su->data;
+      memset(su->data, 0, (size_t)tensor_numel(su) * sizeof(float));
+    }
+  }
+  j.ws_bytes = gdn_ws_layout(&g, NULL, NULL, NULL);
   gdn_shape(&g, &j.sh);
   j.decode = kernel_set_of(kernel_variant_active())->gated_delta_decode;
   if (!j.decode) j.decode = gated_delta_decode_ref;
