@@ -22,15 +22,25 @@ ph_status hybrid_cache_create(const hybrid_cache_params *p, hybrid_cache **out, 
   const state_geometry *sg = &sgv;
   /* no fixed state, no slots: a sequence is its block table alone */
   if (sgv.n_linear == 0) sgv.max_slots = 0;
+  RETURN_ERROR_IF(p->state_banks < 0 || p->state_banks > 2 ||
+                      (p->state_banks > 0 && sgv.banks > 0 && p->state_banks != sgv.banks),
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "hybrid_cache_create: state_banks %d (0, 1 or 2; state.banks is %d)",
+                  (int)p->state_banks, (int)sgv.banks);
+  if (p->state_banks > 0) sgv.banks = p->state_banks;
   if (kg.n_blocks == 0) { /* size the pages from the memory budget left after the slots */
     RETURN_ERROR_IF(p->memory_bytes <= 0, d, PH_ERR_INVALID_ARGUMENT,
                     "hybrid_cache_create: n_blocks 0 needs a memory budget, got %lld bytes",
                     (long long)p->memory_bytes);
     kg.n_blocks = 1; /* a block's and a slot's bytes do not depend on the counts */
     const int64_t per_block = kg.n_full ? kv_geometry_bytes_per_block(&kg) : 1;
-    const int64_t per_slot = state_geometry_slot_bytes(sg);
-    const int64_t left = p->memory_bytes - per_slot * sg->max_slots;
-    RETURN_ERROR_IF(per_block <= 0 || per_slot < 0 || left < 2 * per_block, d, PH_ERR_LIMIT,
+    const int64_t per_slot = state_geometry_slot_cost(sg); /* every bank */
+    const int64_t all_slots =
+        per_slot >= 0 && (sg->max_slots == 0 || per_slot <= INT64_MAX / sg->max_slots)
+            ? per_slot * sg->max_slots
+            : -1;
+    const int64_t left = all_slots < 0 ? -1 : p->memory_bytes - all_slots;
+    RETURN_ERROR_IF(per_block <= 0 || all_slots < 0 || left < 2 * per_block, d, PH_ERR_LIMIT,
                     "a memory budget of %lld bytes holds %d state slots of %lld bytes but not "
                     "two KV pages of %lld bytes",
                     (long long)p->memory_bytes, sg->max_slots, (long long)per_slot,
@@ -113,7 +123,12 @@ int hybrid_cache_slots_are_slice(const int32_t *slots, int32_t n) {
  */
 
 ph_status hybrid_cache_bind(hybrid_cache *c, const int32_t *slots, int32_t batch, diag *d) {
-  if (!c->stateless) return state_pool_bind(c->states, slots, batch, d);
+  return hybrid_cache_bind_spec(c, slots, NULL, batch, d);
+}
+
+ph_status hybrid_cache_bind_spec(hybrid_cache *c, const int32_t *slots, const uint8_t *spec,
+                                 int32_t batch, diag *d) {
+  if (!c->stateless) return state_pool_bind_spec(c->states, slots, spec, batch, d);
   /* no state to bind: only the one-binding-at-a-time rule */
   RETURN_ERROR_IF(c->stateless_bound, d, PH_ERR_INVALID_ARGUMENT,
                   "hybrid_cache_bind: a step is bound");
@@ -146,6 +161,22 @@ ph_status hybrid_cache_state_views(const hybrid_cache *c, int32_t layer, tensor 
   return state_pool_bound_recurrent(c->states, layer, recurrent, d);
 }
 
+ph_status hybrid_cache_state_views_out(const hybrid_cache *c, int32_t layer, tensor *conv,
+                                       tensor *recurrent, diag *d) {
+  FORWARD_IF_ERROR(state_pool_bound_conv_out(c->states, layer, conv, d));
+  return state_pool_bound_recurrent_out(c->states, layer, recurrent, d);
+}
+
+ph_status hybrid_cache_state_views_staged(const hybrid_cache *c, int32_t layer, int32_t slot,
+                                          tensor *conv, tensor *recurrent, diag *d) {
+  FORWARD_IF_ERROR(state_pool_slot_conv_staged(c->states, layer, slot, conv, d));
+  return state_pool_slot_recurrent_staged(c->states, layer, slot, recurrent, d);
+}
+
+ph_status hybrid_cache_publish(hybrid_cache *c, int32_t slot, diag *d) {
+  return state_pool_publish(c->states, slot, d);
+}
+
 /* ---- sizes and counts ---------------------------------------------------------------------------
  */
 
@@ -162,6 +193,8 @@ int hybrid_cache_slot_in_use(const hybrid_cache *c, int32_t slot) {
 int64_t hybrid_cache_bytes(const hybrid_cache *c) {
   return kv_buffers_bytes(c->kv) + state_pool_bytes(c->states);
 }
+int32_t hybrid_cache_state_banks(const hybrid_cache *c) { return state_pool_banks(c->states); }
+int64_t hybrid_cache_slot_cost(const hybrid_cache *c) { return state_pool_slot_cost(c->states); }
 uint64_t hybrid_cache_bytes_moved(const hybrid_cache *c) {
   return state_pool_bytes_moved(c->states);
 }

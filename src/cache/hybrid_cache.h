@@ -38,6 +38,10 @@ typedef struct hybrid_cache_params {
   kv_geometry kv;
   state_geometry state;
   int64_t memory_bytes; /* the budget used when kv.n_blocks is 0 */
+  int32_t state_banks;  /* 0: state.banks as given; 1 or 2: the state pool's banks (2 = double
+                           banked for speculative steps: each slot costs twice its bytes, and
+                           the budget counts both). A value that contradicts a nonzero
+                           state.banks is PH_ERR_INVALID_ARGUMENT. */
 } hybrid_cache_params;
 
 typedef struct hybrid_cache hybrid_cache;
@@ -91,7 +95,14 @@ int hybrid_cache_slots_are_slice(const int32_t *slots, int32_t n);
  * Without fixed state slots is not read (may be NULL): the call only marks the step bound. */
 ph_status hybrid_cache_bind(hybrid_cache *c, const int32_t *slots, int32_t batch, diag *d);
 
-/* Ends the binding, scattering a gathered one back. */
+/* hybrid_cache_bind with speculative rows: row b is speculative when spec[b] != 0 (spec NULL or
+ * all 0 == hybrid_cache_bind). A speculative row's present state goes to its slot's inactive bank,
+ * never its published one (state_pool_bind_spec: the zero-copy rules, the errors; a speculative
+ * row needs state_banks 2). Without fixed state spec is not read either. */
+ph_status hybrid_cache_bind_spec(hybrid_cache *c, const int32_t *slots, const uint8_t *spec,
+                                 int32_t batch, diag *d);
+
+/* Ends the binding, scattering staged rows back. */
 ph_status hybrid_cache_unbind(hybrid_cache *c, diag *d);
 
 /* 1 when the active binding is a zero-copy slice (always, while bound, without fixed state). */
@@ -107,6 +118,22 @@ ph_status hybrid_cache_kv_views(const hybrid_cache *c, int32_t layer, tensor *ke
 ph_status hybrid_cache_state_views(const hybrid_cache *c, int32_t layer, tensor *conv,
                                    tensor *recurrent, diag *d);
 
+/* The present (output) state views of a linear layer for the bound step: bind these as
+ * present.{layer}.*. The same views as hybrid_cache_state_views unless a row is speculative
+ * (state_pool_bound_conv_out / _recurrent_out). */
+ph_status hybrid_cache_state_views_out(const hybrid_cache *c, int32_t layer, tensor *conv,
+                                       tensor *recurrent, diag *d);
+
+/* One allocated slot's inactive rows of a linear layer (conv [conv_dim, K-1], f32 [Hv, Dv, Dk]):
+ * what a speculative step wrote, and where the commit replays the accepted prefix before
+ * hybrid_cache_publish. Needs state_banks 2. */
+ph_status hybrid_cache_state_views_staged(const hybrid_cache *c, int32_t layer, int32_t slot,
+                                          tensor *conv, tensor *recurrent, diag *d);
+
+/* Flips slot's inactive bank to published (state_pool_publish): refused while bound, for a free
+ * slot, or with one bank. The engine calls it in the operation that advances the KV length. */
+ph_status hybrid_cache_publish(hybrid_cache *c, int32_t slot, diag *d);
+
 /* ---- sizes and counts
  * ----------------------------------------------------------------------------
  */
@@ -119,7 +146,9 @@ int32_t hybrid_cache_slots_used(const hybrid_cache *c); /* slots held */
 int hybrid_cache_has_state(const hybrid_cache *c);      /* 1: linear layers; sequences hold slots */
 int hybrid_cache_key_only(const hybrid_cache *c);       /* 1: key pages only (LATENT) */
 int hybrid_cache_slot_in_use(const hybrid_cache *c, int32_t slot);
-int64_t hybrid_cache_bytes(const hybrid_cache *c);        /* page buffers + slot buffers */
+int64_t hybrid_cache_bytes(const hybrid_cache *c); /* page buffers + slot buffers (all banks) */
+int32_t hybrid_cache_state_banks(const hybrid_cache *c);  /* 1 or 2 */
+int64_t hybrid_cache_slot_cost(const hybrid_cache *c);    /* memory of one slot, all banks */
 uint64_t hybrid_cache_bytes_moved(const hybrid_cache *c); /* state_pool_bytes_moved */
 
 /* The parts, for inspection (tests, `inspect`-style reporting) and for callers that predate the

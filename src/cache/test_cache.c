@@ -511,6 +511,354 @@ static void test_state_compaction(void) {
   state_pool_free(p);
 }
 
+/* ---- double-banked state: speculative steps (state_geometry.banks 2) ------------------------- */
+
+static state_geometry banked_state(int32_t max_slots) {
+  state_geometry g = small_state(max_slots);
+  g.banks = 2;
+  return g;
+}
+
+/* Counts the elements of one slot's rows (published, or the inactive bank when staged) in every
+ * layer that differ from stamp's pattern for tag (value = tag + layer). */
+static int rows_differ(const state_pool *p, int32_t slot, int staged, float tag) {
+  diag d;
+  int bad = 0;
+  for (int l = 0; l < 3; l++) {
+    tensor c, r;
+    ph_status s1 = staged ? state_pool_slot_conv_staged(p, l, slot, &c, &d)
+                          : state_pool_slot_conv(p, l, slot, &c, &d);
+    ph_status s2 = staged ? state_pool_slot_recurrent_staged(p, l, slot, &r, &d)
+                          : state_pool_slot_recurrent(p, l, slot, &r, &d);
+    if (s1 != PH_OK || s2 != PH_OK) return -1;
+    for (int64_t i = 0; i < tensor_numel(&c); i++)
+      bad += ((const uint16_t *)c.data)[i] != (uint16_t)(tag + (float)l);
+    for (int64_t i = 0; i < tensor_numel(&r); i++)
+      bad += ((const float *)r.data)[i] != tag + (float)l;
+  }
+  return bad;
+}
+
+/* Counts the nonzero elements of one slot's published rows in every layer. */
+static int rows_nonzero(const state_pool *p, int32_t slot) {
+  diag d;
+  int bad = 0;
+  for (int l = 0; l < 3; l++) {
+    tensor c, r;
+    if (state_pool_slot_conv(p, l, slot, &c, &d) != PH_OK) return -1;
+    if (state_pool_slot_recurrent(p, l, slot, &r, &d) != PH_OK) return -1;
+    for (int64_t i = 0; i < tensor_numel(&c); i++) bad += ((const uint16_t *)c.data)[i] != 0;
+    for (int64_t i = 0; i < tensor_numel(&r); i++) bad += ((const float *)r.data)[i] != 0.0f;
+  }
+  return bad;
+}
+
+/* Writes tag + row + layer (stamp's pattern for tag + row) into row b of every layer's present
+ * (output) views of the bound step, as the step's op would. */
+static void write_present(state_pool *p, int32_t b, float tag) {
+  diag d;
+  for (int l = 0; l < 3; l++) {
+    tensor c, r;
+    if (state_pool_bound_conv_out(p, l, &c, &d) != PH_OK) return;
+    if (state_pool_bound_recurrent_out(p, l, &r, &d) != PH_OK) return;
+    const int64_t cn = tensor_numel(&c) / c.dims[0], rn = tensor_numel(&r) / r.dims[0];
+    for (int64_t i = 0; i < cn; i++) ((uint16_t *)c.data)[b * cn + i] = (uint16_t)(tag + (float)l);
+    for (int64_t i = 0; i < rn; i++) ((float *)r.data)[b * rn + i] = tag + (float)l;
+  }
+}
+
+/* The first element of row b of layer 1's past (input) recurrent view. */
+static float past_at(const state_pool *p, int32_t b) {
+  diag d;
+  tensor r;
+  if (state_pool_bound_recurrent(p, 1, &r, &d) != PH_OK) return -1e30f;
+  return ((const float *)r.data)[b * 32];
+}
+
+static void test_bank_sizes(void) {
+  diag d;
+  state_geometry g1 = small_state(4), g2 = banked_state(4);
+  const int64_t slot_bytes = 3 * (24LL * 3 * 2 + 2 * 4 * 4 * 4);
+  CHECK_EQ_INT(state_geometry_slot_bytes(&g2), slot_bytes); /* one bank: what a move copies */
+  CHECK_EQ_INT(state_geometry_slot_cost(&g1), slot_bytes);
+  CHECK_EQ_INT(state_geometry_slot_cost(&g2), 2 * slot_bytes); /* memory: both banks */
+  state_pool *p1 = NULL, *p2 = NULL;
+  CHECK_STATUS(state_pool_create(&g1, &p1, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_create(&g2, &p2, &d), PH_OK, d.msg);
+  if (!p1 || !p2) return;
+  CHECK_EQ_INT(state_pool_banks(p1), 1);
+  CHECK_EQ_INT(state_pool_banks(p2), 2);
+  CHECK_EQ_INT(state_pool_bytes(p2), 2 * state_pool_bytes(p1));
+  CHECK_EQ_INT(state_pool_slot_bytes(p2), slot_bytes);
+  CHECK_EQ_INT(state_pool_slot_cost(p2), 2 * slot_bytes);
+  CHECK_EQ_INT(state_pool_slot_cost(p1), slot_bytes);
+  state_pool_free(p1);
+  state_pool_free(p2);
+}
+
+/* A speculative step reads the published rows and writes only the inactive bank; publish flips;
+ * the next speculative step writes the other bank. All of it a slice: 0 bytes moved. */
+static void test_bank_spec_step(void) {
+  diag d;
+  state_geometry g = banked_state(4);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 4; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  for (int32_t i = 0; i < 4; i++) stamp(p, i, 100.0f * (float)i);
+  for (int32_t i = 0; i < 4; i++) CHECK_EQ_INT(state_pool_slot_bank(p, i), 0);
+  const int32_t slots[3] = {0, 1, 2};
+  const uint8_t all[3] = {1, 1, 1};
+  for (int round = 0; round < 2; round++) {
+    const float tag = round == 0 ? 500.0f : 700.0f;
+    CHECK_STATUS(state_pool_bind_spec(p, slots, all, 3, &d), PH_OK, d.msg);
+    CHECK(state_pool_bound_is_slice(p));
+    tensor past, out, pub, inactive;
+    CHECK_STATUS(state_pool_bound_recurrent(p, 2, &past, &d), PH_OK, d.msg);
+    CHECK_STATUS(state_pool_bound_recurrent_out(p, 2, &out, &d), PH_OK, d.msg);
+    CHECK_STATUS(state_pool_slot_recurrent(p, 2, 0, &pub, &d), PH_OK, d.msg);
+    CHECK_STATUS(state_pool_slot_recurrent_staged(p, 2, 0, &inactive, &d), PH_OK, d.msg);
+    CHECK(past.data == pub.data);     /* past: the published slice */
+    CHECK(out.data == inactive.data); /* present: the other bank's slice, no copy */
+    CHECK(out.data != past.data);
+    CHECK_EQ_INT(out.dims[0], 3);
+    for (int32_t b = 0; b < 3; b++) write_present(p, b, tag + (float)b);
+    for (int32_t b = 0; b < 3; b++)
+      CHECK_NEAR(past_at(p, b), (round == 0 ? 100.0f * (float)b : 500.0f + (float)b) + 1, 0);
+    CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+    CHECK_EQ_INT(state_pool_bytes_moved(p), 0);
+    for (int32_t b = 0; b < 3; b++) {
+      /* the published rows are what they were; the step's state waits in the inactive bank */
+      CHECK_EQ_INT(rows_differ(p, b, 0, round == 0 ? 100.0f * (float)b : 500.0f + (float)b), 0);
+      CHECK_EQ_INT(rows_differ(p, b, 1, tag + (float)b), 0);
+    }
+    for (int32_t b = 0; b < 3; b++) CHECK_STATUS(state_pool_publish(p, b, &d), PH_OK, d.msg);
+    for (int32_t b = 0; b < 3; b++) {
+      CHECK_EQ_INT(state_pool_slot_bank(p, b), round == 0 ? 1 : 0);
+      CHECK_EQ_INT(rows_differ(p, b, 0, tag + (float)b), 0); /* now published */
+      CHECK_EQ_INT(rows_differ(p, b, 1, round == 0 ? 100.0f * (float)b : 500.0f + (float)b), 0);
+    }
+  }
+  CHECK_EQ_INT(rows_differ(p, 3, 0, 300.0f), 0); /* not in the step */
+  CHECK_EQ_INT(state_pool_slot_bank(p, 3), 0);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 0);
+  state_pool_free(p);
+}
+
+/* No speculative row: in place, as with one bank. Mixed, or slots that are not a slice: staged,
+ * every byte counted, speculative rows to the inactive bank and the others in place. */
+static void test_bank_staged_cases(void) {
+  diag d;
+  state_geometry g = banked_state(4);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 4; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  for (int32_t i = 0; i < 4; i++) stamp(p, i, 100.0f * (float)i);
+  const int64_t slot_bytes = state_pool_slot_bytes(p);
+  const int32_t slots[3] = {0, 1, 2};
+  /* no speculative row (spec given, all 0): present is the past slice, written in place */
+  const uint8_t none[3] = {0, 0, 0};
+  CHECK_STATUS(state_pool_bind_spec(p, slots, none, 3, &d), PH_OK, d.msg);
+  CHECK(state_pool_bound_is_slice(p));
+  tensor past, out, pub, inactive;
+  CHECK_STATUS(state_pool_bound_conv(p, 0, &past, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_bound_conv_out(p, 0, &out, &d), PH_OK, d.msg);
+  CHECK(past.data == out.data);
+  write_present(p, 1, 150.0f);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 0);
+  CHECK_EQ_INT(rows_differ(p, 1, 0, 150.0f), 0);
+  stamp(p, 1, 100.0f);
+  /* mixed, a slice: past in place, present staged and scattered at unbind (B slots) */
+  const uint8_t mixed[3] = {1, 0, 1};
+  CHECK_STATUS(state_pool_bind_spec(p, slots, mixed, 3, &d), PH_OK, d.msg);
+  CHECK(!state_pool_bound_is_slice(p));
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 0); /* nothing gathered */
+  CHECK_STATUS(state_pool_bound_recurrent(p, 1, &past, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_bound_recurrent_out(p, 1, &out, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_slot_recurrent(p, 1, 0, &pub, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_slot_recurrent_staged(p, 1, 0, &inactive, &d), PH_OK, d.msg);
+  CHECK(past.data == pub.data);
+  CHECK(out.data != past.data && out.data != inactive.data);
+  for (int32_t b = 0; b < 3; b++) write_present(p, b, 800.0f + (float)b);
+  CHECK_EQ_INT(rows_differ(p, 0, 0, 0.0f), 0); /* nothing lands before unbind */
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 3 * slot_bytes);
+  CHECK_EQ_INT(rows_differ(p, 0, 0, 0.0f), 0);   /* speculative: published untouched */
+  CHECK_EQ_INT(rows_differ(p, 0, 1, 800.0f), 0); /* ... its state in the inactive bank */
+  CHECK_EQ_INT(rows_differ(p, 1, 0, 801.0f), 0); /* not speculative: in place */
+  CHECK_EQ_INT(rows_differ(p, 2, 0, 200.0f), 0);
+  CHECK_EQ_INT(rows_differ(p, 2, 1, 802.0f), 0);
+  /* not a slice: gathered, the staging updated in place, each row scattered to its bank */
+  state_pool_reset_bytes_moved(p);
+  const int32_t holes[2] = {3, 1};
+  const uint8_t first_spec[2] = {1, 0};
+  CHECK_STATUS(state_pool_bind_spec(p, holes, first_spec, 2, &d), PH_OK, d.msg);
+  CHECK(!state_pool_bound_is_slice(p));
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 2 * slot_bytes); /* gather */
+  CHECK_NEAR(past_at(p, 0), 301.0f, 0);
+  CHECK_NEAR(past_at(p, 1), 802.0f, 0);
+  for (int32_t b = 0; b < 2; b++) write_present(p, b, 900.0f + (float)b);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 4 * slot_bytes); /* + scatter */
+  CHECK_EQ_INT(rows_differ(p, 3, 0, 300.0f), 0);
+  CHECK_EQ_INT(rows_differ(p, 3, 1, 900.0f), 0);
+  CHECK_EQ_INT(rows_differ(p, 1, 0, 901.0f), 0);
+  /* consecutive slots on different banks are not a slice: gathered from each one's published */
+  CHECK_STATUS(state_pool_publish(p, 2, &d), PH_OK, d.msg); /* slot 2 now reads 802 */
+  state_pool_reset_bytes_moved(p);
+  CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_OK, d.msg);
+  CHECK(!state_pool_bound_is_slice(p));
+  CHECK_EQ_INT(state_pool_bytes_moved(p), 3 * slot_bytes);
+  CHECK_NEAR(past_at(p, 1), 902.0f, 0);
+  CHECK_NEAR(past_at(p, 2), 803.0f, 0);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(rows_differ(p, 2, 0, 802.0f), 0); /* scattered back to the published bank */
+  CHECK_EQ_INT(rows_differ(p, 2, 1, 200.0f), 0);
+  state_pool_free(p);
+}
+
+/* Releasing and allocating after a speculative step: counts right, a new holder reads zeros, and
+ * takes the bank of the slot below so batches stay slices. */
+static void test_bank_release_alloc(void) {
+  diag d;
+  state_geometry g = banked_state(3);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 3; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  const int32_t slots[3] = {0, 1, 2};
+  const uint8_t all[3] = {1, 1, 1};
+  CHECK_STATUS(state_pool_bind_spec(p, slots, all, 3, &d), PH_OK, d.msg);
+  for (int32_t b = 0; b < 3; b++) write_present(p, b, 40.0f + (float)b);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  /* slot 2 is dropped without publishing (a request cancelled mid-verify) */
+  CHECK_STATUS(state_pool_release(p, 2, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_used_count(p), 2);
+  for (int32_t b = 0; b < 2; b++) CHECK_STATUS(state_pool_publish(p, b, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_release(p, 1, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_used_count(p), 1);
+  CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(s, 1);
+  CHECK_EQ_INT(state_pool_slot_bank(p, 1), 1); /* slot 0's bank */
+  CHECK_EQ_INT(rows_nonzero(p, 1), 0);         /* zeroed: not the 41 left in bank 1 */
+  CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(s, 2);
+  CHECK_EQ_INT(state_pool_slot_bank(p, 2), 1);
+  CHECK_EQ_INT(rows_nonzero(p, 2), 0);
+  CHECK_EQ_INT(state_pool_used_count(p), 3);
+  CHECK_STATUS(state_pool_bind(p, slots, 3, &d), PH_OK, d.msg);
+  CHECK(state_pool_bound_is_slice(p)); /* one slice over bank 1 */
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  /* slot 0 has no slot below: a new holder of slot 0 publishes bank 0 */
+  CHECK_STATUS(state_pool_release(p, 0, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(s, 0);
+  CHECK_EQ_INT(state_pool_slot_bank(p, 0), 0);
+  CHECK_EQ_INT(rows_nonzero(p, 0), 0);
+  CHECK_EQ_INT(state_pool_slot_bank(p, 5), -1);
+  state_pool_free(p);
+}
+
+/* Compaction moves a slot's published rows, whichever bank holds them, and the bank bit. */
+static void test_bank_compaction(void) {
+  diag d;
+  state_geometry g = banked_state(4);
+  state_pool *p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 3; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  for (int32_t i = 0; i < 3; i++) stamp(p, i, 100.0f * (float)i);
+  const int32_t two[1] = {2};
+  const uint8_t yes[1] = {1};
+  CHECK_STATUS(state_pool_bind_spec(p, two, yes, 1, &d), PH_OK, d.msg);
+  write_present(p, 0, 600.0f);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_publish(p, 2, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(state_pool_slot_bank(p, 2), 1);
+  CHECK_STATUS(state_pool_release(p, 1, &d), PH_OK, d.msg);
+  state_move moves[2];
+  int32_t n_moves = -1;
+  state_pool_reset_bytes_moved(p);
+  CHECK_STATUS(state_pool_compact(p, moves, 2, &n_moves, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(n_moves, 1);
+  CHECK_EQ_INT(moves[0].from, 2);
+  CHECK_EQ_INT(moves[0].to, 1);
+  CHECK_EQ_INT(state_pool_bytes_moved(p), state_pool_slot_bytes(p)); /* one bank's rows */
+  CHECK_EQ_INT(state_pool_slot_bank(p, 1), 1);
+  CHECK_EQ_INT(rows_differ(p, 1, 0, 600.0f), 0);
+  state_pool_free(p);
+}
+
+static void test_bank_errors(void) {
+  diag d;
+  state_pool *p = NULL;
+  state_geometry g = banked_state(2);
+  g.banks = 3;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "banks 3");
+  CHECK(p == NULL);
+  CHECK_EQ_INT(state_geometry_slot_cost(&g), -1);
+  g.banks = -1;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  /* one bank: no speculative row, no publish, no inactive rows */
+  g = small_state(2);
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  int32_t s;
+  for (int i = 0; i < 2; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  const int32_t slots[2] = {0, 1};
+  const uint8_t one[2] = {0, 1}, none[2] = {0, 0};
+  CHECK_STATUS(state_pool_bind_spec(p, slots, one, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "speculative binding needs a double-banked pool");
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_ERR_INVALID_ARGUMENT, d.msg); /* nothing bound */
+  CHECK_STATUS(state_pool_bind_spec(p, slots, none, 2, &d), PH_OK, d.msg);
+  CHECK(state_pool_bound_is_slice(p));
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_publish(p, 0, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "double-banked");
+  tensor t;
+  CHECK_STATUS(state_pool_slot_conv_staged(p, 0, 0, &t, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_slot_recurrent_staged(p, 0, 0, &t, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_EQ_INT(state_pool_slot_bank(p, 0), 0);
+  state_pool_free(p);
+  /* two banks */
+  g = banked_state(3);
+  p = NULL;
+  CHECK_STATUS(state_pool_create(&g, &p, &d), PH_OK, d.msg);
+  if (!p) return;
+  for (int i = 0; i < 2; i++) CHECK_STATUS(state_pool_alloc(p, &s, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_publish(p, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "slot 2 is not allocated");
+  CHECK_STATUS(state_pool_publish(p, -1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "out of range");
+  CHECK_STATUS(state_pool_publish(p, 3, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_slot_conv_staged(p, 0, 2, &t, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_slot_recurrent_staged(p, 7, 0, &t, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_bind_spec(p, slots, one, 2, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_publish(p, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "while a step is bound");
+  CHECK_EQ_INT(state_pool_slot_bank(p, 1), 0); /* nothing flipped */
+  CHECK_STATUS(state_pool_bind_spec(p, slots, one, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "a step is bound");
+  CHECK_STATUS(state_pool_bind(p, slots, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_bound_conv_out(p, 5, &t, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(state_pool_unbind(p, &d), PH_OK, d.msg);
+  CHECK_STATUS(state_pool_bound_recurrent_out(p, 0, &t, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "no step is bound");
+  const int32_t freed[2] = {0, 2};
+  CHECK_STATUS(state_pool_bind_spec(p, freed, one, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "slot 2");
+  CHECK_STATUS(state_pool_publish(p, 1, &d), PH_OK, d.msg); /* unbound, allocated: flips */
+  CHECK_EQ_INT(state_pool_slot_bank(p, 1), 1);
+  state_pool_free(p);
+}
+
 /* ---- the hybrid cache: pages, page buffers and slots behind one owner --------------------------
  */
 
@@ -660,6 +1008,105 @@ static void test_hybrid_memory_budget(void) {
   CHECK(c == NULL);
 }
 
+/* The hybrid cache with double-banked state: the budget pays for both banks; the speculative
+ * calls pass through to the slot pool. */
+static void test_hybrid_banks(void) {
+  diag d;
+  hybrid_cache_params hp = hybrid_params(1, 3);
+  const int64_t per_block = kv_geometry_bytes_per_block(&hp.kv);
+  const int64_t per_slot = state_geometry_slot_bytes(&hp.state);
+  hp.kv.n_blocks = 0;
+  hp.state_banks = 2;
+  hp.memory_bytes = 3 * 2 * per_slot + 5 * per_block + per_block - 1;
+  hybrid_cache *c = NULL;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_OK, d.msg);
+  if (!c) return;
+  CHECK_EQ_INT(hybrid_cache_n_blocks(c), 5); /* a single bank would have left room for more */
+  CHECK_EQ_INT(hybrid_cache_state_banks(c), 2);
+  CHECK_EQ_INT(hybrid_cache_slot_cost(c), 2 * per_slot);
+  kv_geometry kg = hp.kv;
+  kg.n_blocks = 5;
+  CHECK_EQ_INT(hybrid_cache_bytes(c),
+               kv_geometry_total_bytes(&kg) + 2 * (state_pool_bytes(hybrid_cache_states(c)) / 2));
+  CHECK_EQ_INT(state_pool_bytes(hybrid_cache_states(c)) % 2, 0);
+  block_table t[2];
+  int32_t slot[2] = {-1, -1};
+  for (int i = 0; i < 2; i++) {
+    block_table_init(&t[i]);
+    CHECK_STATUS(hybrid_cache_reserve(c, &t[i], &slot[i], 3, &d), PH_OK, d.msg);
+  }
+  state_pool *sp = hybrid_cache_states(c);
+  stamp(sp, 0, 10.0f);
+  stamp(sp, 1, 20.0f);
+  const uint8_t spec[2] = {1, 1};
+  tensor cv, rv, co, ro, cs, rs;
+  CHECK_STATUS(hybrid_cache_bind_spec(c, slot, spec, 2, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(hybrid_cache_bound_is_slice(c), 1);
+  CHECK_STATUS(hybrid_cache_state_views(c, 2, &cv, &rv, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_state_views_out(c, 2, &co, &ro, &d), PH_OK, d.msg);
+  CHECK(co.data != cv.data && ro.data != rv.data);
+  CHECK_EQ_INT(ro.dims[0], 2);
+  CHECK_STATUS(hybrid_cache_publish(c, slot[0], &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  for (int32_t b = 0; b < 2; b++) write_present(sp, b, 30.0f + (float)b);
+  CHECK_STATUS(hybrid_cache_unbind(c, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_state_views_staged(c, 2, slot[1], &cs, &rs, &d), PH_OK, d.msg);
+  CHECK(rs.data == (float *)ro.data + 32); /* row 1 of the present view */
+  CHECK_NEAR(((float *)rs.data)[0], 33.0f, 0);
+  CHECK_EQ_INT(cs.dims[0], 24);
+  CHECK_EQ_INT(rows_differ(sp, 1, 0, 20.0f), 0);
+  CHECK_STATUS(hybrid_cache_publish(c, slot[1], &d), PH_OK, d.msg);
+  CHECK_EQ_INT(rows_differ(sp, 1, 0, 31.0f), 0);
+  CHECK_EQ_INT(rows_differ(sp, 0, 0, 10.0f), 0);
+  CHECK_STATUS(hybrid_cache_publish(c, 2, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(hybrid_cache_state_views_staged(c, 2, 2, &cs, &rs, &d), PH_ERR_INVALID_ARGUMENT,
+               d.msg);
+  CHECK_EQ_INT(hybrid_cache_bytes_moved(c), 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK_STATUS(hybrid_cache_release(c, &t[i], &slot[i], &d), PH_OK, d.msg);
+    free(t[i].ids);
+  }
+  hybrid_cache_free(c);
+  c = NULL;
+  /* the same budget with one bank holds more pages */
+  hp.state_banks = 1;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_OK, d.msg);
+  if (c) CHECK_EQ_INT(hybrid_cache_n_blocks(c), 5 + (3 * per_slot + per_block - 1) / per_block);
+  if (c) CHECK_EQ_INT(hybrid_cache_state_banks(c), 1);
+  hybrid_cache_free(c);
+  c = NULL;
+  /* two banks where the budget fits the slots only once */
+  hp.state_banks = 0;
+  hp.state.banks = 2;
+  hp.memory_bytes = 3 * per_slot + 2 * per_block;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "3 state slots");
+  /* bad or contradicting bank counts */
+  hp.memory_bytes = 1 << 20;
+  hp.state_banks = 1; /* state.banks says 2 */
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "state_banks 1");
+  hp.state.banks = 0;
+  hp.state_banks = 3;
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK(c == NULL);
+  /* one bank: a speculative row is refused through the cache too */
+  hp = hybrid_params(4, 2);
+  CHECK_STATUS(hybrid_cache_create(&hp, &c, &d), PH_OK, d.msg);
+  if (!c) return;
+  block_table_init(&t[0]);
+  slot[0] = -1;
+  CHECK_STATUS(hybrid_cache_reserve(c, &t[0], &slot[0], 1, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_bind_spec(c, slot, spec, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "double-banked");
+  CHECK_STATUS(hybrid_cache_bind_spec(c, slot, NULL, 1, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_state_views_out(c, 0, &co, &ro, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_state_views(c, 0, &cv, &rv, &d), PH_OK, d.msg);
+  CHECK(co.data == cv.data && ro.data == rv.data); /* no speculative row: past == present */
+  CHECK_STATUS(hybrid_cache_unbind(c, &d), PH_OK, d.msg);
+  free(t[0].ids);
+  hybrid_cache_free(c);
+}
+
 /* DeepSeek MLA (PagedAttention LATENT): every layer holds one latent page cache [P, K, 1, l+r]
  * and no value pages, and there is no fixed state, so sequences hold pages and no slot. */
 static void test_hybrid_latent(void) {
@@ -764,8 +1211,15 @@ int main(void) {
   RUN(test_state_slice_zero_copy);
   RUN(test_state_gather_counts_bytes);
   RUN(test_state_compaction);
+  RUN(test_bank_sizes);
+  RUN(test_bank_spec_step);
+  RUN(test_bank_staged_cases);
+  RUN(test_bank_release_alloc);
+  RUN(test_bank_compaction);
+  RUN(test_bank_errors);
   RUN(test_hybrid_reserve_release);
   RUN(test_hybrid_memory_budget);
+  RUN(test_hybrid_banks);
   RUN(test_hybrid_latent);
   return check_finish();
 }
