@@ -53,6 +53,12 @@ export_options export_options_default(void) {
   return o;
 }
 
+const char *export_linear_op_name(export_linear_op op) {
+  return op == EXPORT_GATED_DELTA_NET    ? "gated_delta_net"
+         : op == EXPORT_LINEAR_ATTENTION ? "linear_attention"
+                                         : "unknown";
+}
+
 const char *export_layout_name(export_layout l) {
   return l == EXPORT_LAYOUT_PAGED ? "paged" : l == EXPORT_LAYOUT_DENSE ? "dense" : "unknown";
 }
@@ -270,7 +276,15 @@ static ph_status check_options(const hf_config *c, const export_options *o, diag
   RETURN_ERROR_IF(o->rotary != EXPORT_ROTARY_DEFAULT && o->rotary != EXPORT_ROTARY_FUSED &&
                       o->rotary != EXPORT_ROTARY_OPS,
                   d, PH_ERR_INVALID_ARGUMENT, "unknown rotary form %d", (int)o->rotary);
+  RETURN_ERROR_IF(o->linear_op != EXPORT_LINEAR_ATTENTION && o->linear_op != EXPORT_GATED_DELTA_NET,
+                  d, PH_ERR_INVALID_ARGUMENT, "unknown linear_attn_op %d", (int)o->linear_op);
+  RETURN_ERROR_IF(o->state_update_capacity < 0 || o->state_update_capacity > ABI_SU_MAX_CAPACITY, d,
+                  PH_ERR_INVALID_ARGUMENT, "state_update_capacity %d: expected 0..%d",
+                  (int)o->state_update_capacity, ABI_SU_MAX_CAPACITY);
   if (o->layout == EXPORT_LAYOUT_DENSE) {
+    RETURN_ERROR_IF(o->state_update_capacity > 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "state_update_capacity %d requires the paged layout",
+                    (int)o->state_update_capacity);
     /* the paged layout's options mean nothing to the dense graph: refuse rather than ignore */
     RETURN_ERROR_IF(o->block_size || o->prune_lm_head || o->io_dtype != PH_DTYPE_INVALID, d,
                     PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
@@ -347,8 +361,11 @@ static ph_status build_checked(const ph_model *m, const export_options *o, expor
                   ? MODEL_ROTARY_OPS
                   : MODEL_ROTARY_FUSED;
   out->rotary = qo.rotary == MODEL_ROTARY_OPS ? EXPORT_ROTARY_OPS : EXPORT_ROTARY_FUSED;
+  qo.linear_op =
+      opt.linear_op == EXPORT_GATED_DELTA_NET ? MODEL_GATED_DELTA_NET : MODEL_LINEAR_ATTENTION;
   if (opt.layout == EXPORT_LAYOUT_PAGED) {
     qo.paged = 1;
+    qo.state_update_capacity = opt.state_update_capacity;
     qo.prune_lm_head = opt.prune_lm_head;
     paged_defaults(&opt, &qo.io_dtype, &out->block_size);
     qo.block_size = out->block_size;
@@ -357,6 +374,7 @@ static ph_status build_checked(const ph_model *m, const export_options *o, expor
     if (opt.dtype == PH_DTYPE_INVALID && qo.io_dtype != PH_DTYPE_F32) qo.weight_dtype = qo.io_dtype;
   }
   out->io_dtype = qo.paged ? qo.io_dtype : PH_DTYPE_F32;
+  out->state_update_capacity = model_state_update_capacity(c, &qo);
   /* config_only: the graph over predicted tensors (a zero mapping), never their bytes */
   if (opt.config_only) {
     FORWARD_IF_ERROR(placeholder_weights_create(c, &out->placeholders, d));
