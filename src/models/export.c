@@ -209,7 +209,9 @@ static ph_status check_genai_names(const graph *g, const genai_config *gc, const
                        gc->cumulative_sequence_lengths,
                        gc->past_sequence_lengths,
                        gc->attention_metadata,
-                       gc->slot_mapping};
+                       gc->slot_mapping,
+                       gc->state_update_capture_count,
+                       gc->state_update_active};
   /* LATENT (slot_mapping named, no value templates): an MLA layer holds key pages only */
   const int key_only =
       gc->slot_mapping[0] && !gc->past_value_names[0] && !gc->present_value_names[0];
@@ -229,6 +231,15 @@ static ph_status check_genai_names(const graph *g, const genai_config *gc, const
           check_layer_names(g, i, gc->past_conv_names, gc->present_conv_names, &n_in, &n_out, d));
       FORWARD_IF_ERROR(check_layer_names(g, i, gc->past_recurrent_names,
                                          gc->present_recurrent_names, &n_in, &n_out, d));
+      const char *su[2] = {gc->state_update_conv_value_names,
+                           gc->state_update_recurrent_capsule_names};
+      for (int k = 0; k < 2 && gc->state_update_capacity > 0; k++) {
+        char name[2 * GENAI_MAX_NAME];
+        abi_layer_name(name, sizeof name, su[k], i);
+        RETURN_ERROR_IF(!is_output(g, name), d, PH_ERR_INTERNAL,
+                        "genai_config names output \"%s\", which the graph does not have", name);
+        n_out++;
+      }
     } else {
       FORWARD_IF_ERROR(
           check_layer_names(g, i, gc->past_key_names, gc->present_key_names, &n_in, &n_out, d));
@@ -425,6 +436,7 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
                             opt.max_scheduled_tokens);
     /* CUDA provider options only in a package made for CUDA: a CPU-target package names none */
     gc.cuda_graph_disabled = opt.target == EXPORT_TARGET_CUDA;
+    genai_config_set_state_updates(&gc, built.state_update_capacity);
   } else {
     gc = genai_config_dense(c, g->values[cos].type.dims[0]);
   }
