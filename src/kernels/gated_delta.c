@@ -160,9 +160,11 @@ void gated_delta_decode_cols_ref(const gated_delta_dec *p, int64_t c0, int64_t w
   }
   for (int64_t l = 0; l < w; l++)
     u[l] = p->delta ? p->beta * (p->v[c0 + l] - pred[l]) : p->v[c0 + l];
+  if (p->u)
+    for (int64_t l = 0; l < w; l++) p->u[c0 + l] = u[l];
   for (int64_t r = 0; r < Dk; r++) {
     for (int64_t l = 0; l < w; l++) {
-      float y = T[r * 8 + l] + p->k[r] * u[l];
+      float y = fmaf(p->k[r], u[l], T[r * 8 + l]); /* the replay rule, spec/abi.md §2.5 */
       o[l] += p->q[r] * y;
       T[r * 8 + l] = y;
     }
@@ -171,4 +173,9 @@ void gated_delta_decode_cols_ref(const gated_delta_dec *p, int64_t c0, int64_t w
   if (p->dst)
     for (int64_t l = 0; l < w; l++)
       for (int64_t r = 0; r < Dk; r++) p->dst[(c0 + l) * Dk + r] = T[r * 8 + l];
+}
+
+void gated_delta_decode_ref(const gated_delta_dec *p) {
+  for (int64_t c0 = 0; c0 < p->Dv; c0 += 8)
+    gated_delta_decode_cols_ref(p, c0, p->Dv - c0 < 8 ? p->Dv - c0 : 8);
 }

@@ -90,6 +90,7 @@ typedef struct gated_delta_dec {
   const float *q;   /* [Dk] query */
   const float *v;   /* [Dv] value */
   float *o;         /* [Dv] output, scaled */
+  float *u;         /* [Dv] the delta row the step wrote (β(v − k·S), or v); NULL: not wanted */
   float *tile;      /* [Dk][8] scratch: the decayed state of eight value rows, K-major */
   float a, beta, scale;
   int gated, delta;
@@ -99,15 +100,24 @@ typedef struct gated_delta_dec {
 /* A whole decode step: every value row of p. */
 typedef void (*gated_delta_decode_fn)(const gated_delta_dec *p);
 
-/* The reference for value rows [c0, c0+w), w <= 8, in the order of gated_delta_token: decay,
- * pred_c = Σ_r k_r S_rc in increasing r, u = β (v − pred), S_rc += k_r u_c, o_c = Σ_r q_r S_rc
- * in increasing r, o *= scale. The rows are read whole before any is written, so dst may equal
- * src. Bit-identical to gated_delta_token on the transposed state. */
+/* The reference for value rows [c0, c0+w), w <= 8, the order of spec/abi.md §2.4 with the
+ * update of §2.5: x_rc = S_rc * a (one rounding; skipped when not gated), pred_c = Σ_r k_r x_rc
+ * in increasing r (each product rounded, then added), u = β (v − pred) (u = v without the delta
+ * rule), S'_rc = fmaf(k_r, u_c, x_rc) (one fused multiply-add: exactly the capsule's replay
+ * rule), o_c = Σ_r q_r S'_rc in increasing r (products rounded), o *= scale. The rows are read
+ * whole before any is written, so dst may equal src. Not the bits of gated_delta_token (that one
+ * adds k_r u_c rounded): GatedDeltaNet runs every one-token step through this kernel or its
+ * variants, LinearAttention keeps gated_delta_token. */
 void gated_delta_decode_cols_ref(const gated_delta_dec *p, int64_t c0, int64_t w);
 
+/* gated_delta_decode_cols_ref over every value row, eight at a time: the scalar variant's
+ * decode (a gated_delta_decode_fn). */
+void gated_delta_decode_ref(const gated_delta_dec *p);
+
 /* gated_delta_decode_cols_ref for every value row, eight rows per step with lane l = row c0 + l,
- * in AVX2 without FMA (kernels/gated_delta_avx2.c): bit-identical to the reference. Reads the
- * V-major state once and writes it once. Absent (NULL in the table) off x86. */
+ * in AVX2 with FMA for the state update only (kernels/gated_delta_avx2.c): bit-identical to the
+ * reference. Reads the V-major state once and writes it once. Absent (NULL in the table) off
+ * x86. */
 void gated_delta_decode_f32_avx2(const gated_delta_dec *p);
 
 #endif /* PH_KERNELS_GATED_DELTA_H */

@@ -1,9 +1,11 @@
-/* gated_delta_avx2 — GatedDeltaNet's decode step on the V-major state in AVX2 without FMA
+/* gated_delta_avx2 — GatedDeltaNet's decode step on the V-major state in AVX2
  * (kernels/gated_delta.h: gated_delta_decode_f32_avx2). Eight value rows at a time, transposed
  * in registers: pass 1 reads them from the state, decays them into an L1 tile [Dk][8] and
  * accumulates k·S; pass 2 updates the tile, accumulates S·q and writes the rows back
  * transposed. The lanes are the value rows, each sum runs over the key index in increasing
- * order, products are rounded before the adds: the arithmetic of gated_delta_decode_cols_ref,
+ * order, products are rounded before the adds of the two sums, and the state update is one fused
+ * multiply-add on the decayed state (_mm256_fmadd_ps, fmaf in the reference: the replay rule of
+ * spec/abi.md §2.5): the arithmetic of gated_delta_decode_cols_ref,
  * so the results are bit-identical to it (test_gdn_variants checks with memcmp). Every function
  * carries the target attribute; the rest of the library stays baseline x86-64.
  */
@@ -13,8 +15,9 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-/* AVX2 only, no FMA: the products are rounded before the sums, as in the reference. */
-#define GDN_AVX2 __attribute__((target("avx2")))
+/* AVX2 and FMA. FMA only where the reference calls fmaf (the state update); the sums k·S and
+ * S·q round each product before the add, as in the reference (mul then add, never fused). */
+#define GDN_AVX2 __attribute__((target("avx2,fma")))
 
 /* In place: x[j][l] <- x[l][j] for an 8 x 8 block. */
 GDN_AVX2 static inline void gdn_tr8(__m256 *x) {
@@ -74,12 +77,12 @@ GDN_AVX2 void gated_delta_decode_f32_avx2(const gated_delta_dec *p) {
     }
     __m256 u = _mm256_loadu_ps(p->v + c0);
     if (p->delta) u = _mm256_mul_ps(_mm256_set1_ps(p->beta), _mm256_sub_ps(u, pred));
+    if (p->u) _mm256_storeu_ps(p->u + c0, u);
     __m256 o = _mm256_setzero_ps();
     float *dst = p->dst ? p->dst + c0 * Dk : NULL;
     for (r = 0; r + 8 <= Dk; r += 8) {
       for (int j = 0; j < 8; j++) {
-        x[j] = _mm256_add_ps(_mm256_loadu_ps(T + (r + j) * 8),
-                             _mm256_mul_ps(_mm256_set1_ps(p->k[r + j]), u));
+        x[j] = _mm256_fmadd_ps(_mm256_set1_ps(p->k[r + j]), u, _mm256_loadu_ps(T + (r + j) * 8));
         o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(p->q[r + j]), x[j]));
       }
       if (dst) {
@@ -88,8 +91,7 @@ GDN_AVX2 void gated_delta_decode_f32_avx2(const gated_delta_dec *p) {
       }
     }
     for (; r < Dk; r++) {
-      __m256 y =
-          _mm256_add_ps(_mm256_loadu_ps(T + r * 8), _mm256_mul_ps(_mm256_set1_ps(p->k[r]), u));
+      __m256 y = _mm256_fmadd_ps(_mm256_set1_ps(p->k[r]), u, _mm256_loadu_ps(T + r * 8));
       o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(p->q[r]), y));
       if (dst) {
         float t[8];

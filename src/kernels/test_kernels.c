@@ -9,8 +9,9 @@
  *                       invariance); SIMD variants: NMSE against the scalar reference at most
  *                       MATMUL_WT_NMSE (FMA rounding only) and the bits of every other SIMD
  *                       variant (one order, lane for lane).
- *   gated_delta_decode  the bits of the reference (gated_delta_token on the K-major transposed
- *                       state), output and final state, with the state absent, separate or
+ *   gated_delta_decode  the bits of a plain V-major loop of spec/abi.md §2.4 with the fmaf state
+ *                       update of §2.5 (written here, independent of the kernels' tiling):
+ *                       output, final state and delta row, with the state absent, separate or
  *                       aliased, and no final state asked for.
  *   gated_delta_chunk   (one implementation today) against L recurrent steps, NMSE at most
  *                       GATED_DELTA_CHUNK_NMSE, state and outputs.
@@ -170,34 +171,29 @@ static char *gd_ws_new(const gated_delta_shape *sh, gated_delta_ws *ws) {
   return base;
 }
 
-/* The reference decode: gated_delta_token on the K-major transpose of p's state. */
-static void gd_decode_reference(const gated_delta_dec *p, const float *src, float *o, float *dst) {
-  gated_delta_shape sh = {p->Dk, p->Dv, 1, 1, 0, p->gated, p->delta, p->scale};
-  gated_delta_ws ws;
-  char *base = gd_ws_new(&sh, &ws);
+/* The reference decode, one value row at a time on the V-major state: decay (one rounding),
+ * pred = Σ_r k_r x_r (products rounded, increasing r), u = β (v − pred) (or v), the state update
+ * fmaf(k_r, u, x_r), o = scale · Σ_r q_r S'_r. */
+static void gd_decode_reference(const gated_delta_dec *p, const float *src, float *o, float *dst,
+                                float *u_out) {
   int64_t Dk = p->Dk, Dv = p->Dv;
-  for (int64_t c = 0; c < Dv; c++)
-    for (int64_t k = 0; k < Dk; k++) ws.S[k * Dv + c] = src ? src[c * Dk + k] : 0.0f;
-  memcpy(ws.K, p->k, (size_t)Dk * sizeof(float));
-  memcpy(ws.Q, p->q, (size_t)Dk * sizeof(float));
-  memcpy(ws.V, p->v, (size_t)Dv * sizeof(float));
-  ws.beta[0] = p->beta;
-  gd_sink sink = {o, 1, Dv};
-  /* a = expf(gl) must give back p->a exactly for the bits to compare: set the decay directly */
-  if (p->gated) {
-    for (int64_t e = 0; e < Dk * Dv; e++) ws.S[e] *= p->a;
-    sh.gated = 0;
+  for (int64_t c = 0; c < Dv; c++) {
+    float pred = 0.0f, acc = 0.0f;
+    for (int64_t r = 0; r < Dk; r++) {
+      float x = src ? src[c * Dk + r] : 0.0f;
+      if (p->gated) x *= p->a;
+      dst[c * Dk + r] = x;
+      if (p->delta) pred += p->k[r] * x;
+    }
+    float u = p->delta ? p->beta * (p->v[c] - pred) : p->v[c];
+    u_out[c] = u;
+    for (int64_t r = 0; r < Dk; r++) {
+      float y = fmaf(p->k[r], u, dst[c * Dk + r]);
+      acc += p->q[r] * y;
+      dst[c * Dk + r] = y;
+    }
+    o[c] = acc * p->scale;
   }
-  gated_delta_token(&sh, &ws, gd_store, &sink);
-  for (int64_t c = 0; c < Dv; c++)
-    for (int64_t k = 0; k < Dk; k++) dst[c * Dk + k] = ws.S[k * Dv + c];
-  free(base);
-}
-
-/* The scalar V-major reference, every value row. */
-static void gd_decode_cols_all(const gated_delta_dec *p) {
-  for (int64_t c0 = 0; c0 < p->Dv; c0 += 8)
-    gated_delta_decode_cols_ref(p, c0, p->Dv - c0 < 8 ? p->Dv - c0 : 8);
 }
 
 static void grid_gated_delta_decode(const kernel_variant *vs, int n_vs) {
@@ -210,6 +206,7 @@ static void grid_gated_delta_decode(const kernel_variant *vs, int n_vs) {
       float *v = malloc((size_t)Dv * sizeof(float)), *o = malloc((size_t)Dv * sizeof(float));
       float *o_ref = malloc((size_t)Dv * sizeof(float)), *src = malloc(ns * sizeof(float));
       float *dst = malloc(ns * sizeof(float)), *dst_ref = malloc(ns * sizeof(float));
+      float *u = malloc((size_t)Dv * sizeof(float)), *u_ref = malloc((size_t)Dv * sizeof(float));
       float *tile = malloc((size_t)Dk * 8 * sizeof(float));
       for (int64_t i = 0; i < Dk; i++) k[i] = rng_range(&r, -0.3f, 0.3f);
       for (int64_t i = 0; i < Dk; i++) q[i] = rng_range(&r, -1.0f, 1.0f);
@@ -229,7 +226,7 @@ static void grid_gated_delta_decode(const kernel_variant *vs, int n_vs) {
                                .delta = (rule >> 1) & 1,
                                .Dk = Dk,
                                .Dv = Dv};
-          gd_decode_reference(&p, p.src, o_ref, dst_ref);
+          gd_decode_reference(&p, p.src, o_ref, dst_ref, u_ref);
           char name[160];
           static const char *const modes[4] = {"no state", "separate", "aliased", "no final"};
           for (int vi = -1; vi < n_vs; vi++) {
@@ -246,13 +243,16 @@ static void grid_gated_delta_decode(const kernel_variant *vs, int n_vs) {
             pv.src = mode == 0 ? NULL : src_copy;
             pv.dst = mode == 3 ? NULL : mode == 2 ? src_copy : dst;
             pv.o = o;
+            pv.u = mode == 1 ? NULL : u; /* the delta row asked for, or not */
             memset(dst, 0xff, ns * sizeof(float));
+            memset(u, 0xff, (size_t)Dv * sizeof(float));
             if (fn)
               fn(&pv);
             else
-              gd_decode_cols_all(&pv);
+              gated_delta_decode_ref(&pv);
             int ok = memcmp(o, o_ref, (size_t)Dv * sizeof(float)) == 0;
             if (pv.dst) ok = ok && memcmp(pv.dst, dst_ref, ns * sizeof(float)) == 0;
+            if (pv.u) ok = ok && memcmp(pv.u, u_ref, (size_t)Dv * sizeof(float)) == 0;
             snprintf(name, sizeof name, "gated_delta_decode %s Dk=%lld Dv=%lld rule=%d %s", vn,
                      (long long)Dk, (long long)Dv, rule, modes[mode]);
             case_result(ok, name, nmse(o, o_ref, Dv));
@@ -267,6 +267,8 @@ static void grid_gated_delta_decode(const kernel_variant *vs, int n_vs) {
       free(src);
       free(dst);
       free(dst_ref);
+      free(u);
+      free(u_ref);
       free(tile);
     }
 }

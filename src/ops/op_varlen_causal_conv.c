@@ -16,9 +16,15 @@
  * kernels/conv.h), so a sequence gives the same bits alone, packed with others, or through the
  * dense op.
  *
- * cap > 0 (the compact state_update capsule) is PH_ERR_UNSUPPORTED for now; capture_count without
- * it is PH_ERR_INVALID_ARGUMENT. Malformed offsets are a synchronous PH_ERR_INVALID_ARGUMENT here
- * (ORT's CUDA kernel skips the work instead); they are checked before anything is written.
+ * cap > 0 (compact state updates, spec/abi.md §3): capture_count int32 [B] is required (and
+ * refused when cap = 0); output 2 [B,cap,Ch] (dtype T) gets, in slots [0, cc_b) with
+ * cc_b = clamp(capture_count[b], 0, min(cap, L_b)), the original input rows (pre-conv,
+ * pre-activation, their bytes as given) of sequence b's first cc_b tokens, and zeros everywhere
+ * else. Replaying a of them onto the state at the call's start (kernels/state_replay.h:
+ * state_replay_conv, dilation 1) gives the final state of a call that ran only those a tokens.
+ * Output 0 and 1 do not depend on the capture. Malformed offsets are a synchronous
+ * PH_ERR_INVALID_ARGUMENT here (ORT's CUDA kernel skips the work instead); they are checked before
+ * anything is written.
  *
  * Work is split over (sequence, block of VC_BLOCK channels); a task reads its block's state and
  * rows before writing, so final_state may alias initial_state.
@@ -89,9 +95,9 @@ static ph_status vc_resolve(const gnode *n, const tinfo *in_, vc_geom *g, diag *
   RETURN_ERROR_IF(cc->dtype != PH_DTYPE_INVALID && g->cap == 0, d, PH_ERR_INVALID_ARGUMENT,
                   "VarlenCausalConvWithState: capture_count is given but state_update_capacity "
                   "is 0");
-  RETURN_ERROR_IF(g->cap > 0, d, PH_ERR_UNSUPPORTED,
-                  "VarlenCausalConvWithState: state_update_capacity %lld > 0 (compact state "
-                  "updates) is not supported yet",
+  RETURN_ERROR_IF(cc->dtype == PH_DTYPE_INVALID && g->cap > 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "VarlenCausalConvWithState: state_update_capacity %lld requires input 5 "
+                  "(capture_count int32 [B])",
                   (long long)g->cap);
   g->has_bias = bias->dtype != PH_DTYPE_INVALID;
 
@@ -116,6 +122,12 @@ static ph_status vc_resolve(const gnode *n, const tinfo *in_, vc_geom *g, diag *
   FORWARD_IF_ERROR(op_check_rank(n, cu, 1, "cumulative_sequence_length [B+1]", d));
   if (g->has_bias) FORWARD_IF_ERROR(op_check_rank(n, bias, 1, "bias [C]", d));
   FORWARD_IF_ERROR(op_check_rank(n, st, 3, "initial_state [B,C,(K-1)*dilation]", d));
+  if (g->cap > 0) {
+    RETURN_ERROR_IF(cc->dtype != PH_DTYPE_I32, d, PH_ERR_TENSOR_DTYPE,
+                    "VarlenCausalConvWithState: capture_count must be I32, got %s",
+                    op_dtype_name(cc->dtype));
+    FORWARD_IF_ERROR(op_check_rank(n, cc, 1, "capture_count [B]", d));
+  }
 
   g->N = op_dim(x, 0);
   g->Ch = op_dim(x, 1);
@@ -136,6 +148,8 @@ static ph_status vc_resolve(const gnode *n, const tinfo *in_, vc_geom *g, diag *
   FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(st, 0), "the sequence count B", d));
   FORWARD_IF_ERROR(op_merge_dim(n, &g->Ch, op_dim(st, 1), "the channel count", d));
   FORWARD_IF_ERROR(op_merge_dim(n, &g->P, op_dim(st, 2), "the state length (K-1)*dilation", d));
+  if (g->cap > 0)
+    FORWARD_IF_ERROR(op_merge_dim(n, &g->B, op_dim(cc, 0), "the sequence count B", d));
   if (cu->data && g->B >= 0) FORWARD_IF_ERROR(vc_check_cu(n, cu->data, g->B, g->N, d));
   return PH_OK;
 }
@@ -220,6 +234,19 @@ static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *
   RETURN_ERROR_IF(!out[0] || !out[1], d, PH_ERR_INTERNAL,
                   "VarlenCausalConvWithState: output and final_state are required");
   FORWARD_IF_ERROR(vc_check_cu(n, in[VC_IN_CU]->data, g.B, g.N, d));
+  tensor *su = n->n_outputs > 2 ? out[2] : NULL;
+  if (su && g.cap > 0) {
+    /* the capture: raw rows, nothing read from the outputs; zeros past each captured prefix */
+    const int32_t *cu = in[VC_IN_CU]->data, *cc = in[VC_IN_CAPTURE]->data;
+    size_t es = dtype_size(g.dt), row = (size_t)g.Ch * es;
+    memset(su->data, 0, (size_t)(g.B * g.cap) * row);
+    for (int64_t b = 0; b < g.B; b++) {
+      int64_t L = (int64_t)cu[b + 1] - cu[b], lim = g.cap < L ? g.cap : L;
+      int64_t a = cc[b] < 0 ? 0 : cc[b] > lim ? lim : cc[b];
+      memcpy((char *)su->data + (size_t)(b * g.cap) * row,
+             (const char *)in[VC_IN_X]->data + (size_t)cu[b] * row, (size_t)a * row);
+    }
+  }
 
   vc_job j;
   memset(&j, 0, sizeof j);

@@ -250,7 +250,9 @@ static void test_varlen_conv_errors(void) {
   io.in[4] = st;
   gattr a[2] = {attr_string("activation", "silu"), attr_int("state_update_capacity", 2)};
   gnode n = op_test_node("VarlenCausalConvWithState", "com.microsoft", 5, 2, a, 2);
-  CHECK_STATUS(op_test_run(&n, io.in, o, 1, &d), PH_ERR_UNSUPPORTED, d.msg);
+  /* capacity without capture_count (capture itself: test_gdn_capture) */
+  CHECK_STATUS(op_test_run(&n, io.in, o, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "capture_count");
   gattr a2[1] = {attr_string("activation", "gelu")};
   n = op_test_node("VarlenCausalConvWithState", "com.microsoft", 5, 2, a2, 1);
   CHECK_STATUS(op_test_run(&n, io.in, o, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
