@@ -19,6 +19,7 @@
 #include "models/export.h"
 #include "models/model.h"
 #include "models/registry.h"
+#include "models/tiny.h"
 #include "runtime/paged_session.h"
 
 /* FNV-1a 64 of the dense export of the golden f32 checkpoint with default options, taken from
@@ -268,6 +269,120 @@ static void test_dense_export_unchanged(void) {
   ph_model_free(m);
 }
 
+/* FNV-1a 64 of the paged exports of the golden f32 checkpoint with default options, taken with
+ * the build before issue 15 (pagedhybrid at 80079dd) and checked equal with cmp then: compact
+ * state updates at capacity 0 leave the paged graph and package byte for byte as they were. */
+static const struct {
+  export_target target;
+  const char *file;
+  uint64_t hash;
+} PAGED_HASHES[] = {
+    {EXPORT_TARGET_CPU, "model.onnx", 0xa17d444754d8c299ull},
+    {EXPORT_TARGET_CPU, "model.onnx.data", 0xa84d1ee5b90e0f88ull},
+    {EXPORT_TARGET_CPU, "genai_config.json", 0x56fc45cfde938a23ull},
+    {EXPORT_TARGET_CPU, "inference_metadata.json", 0x17b23ea2c399abd5ull},
+    {EXPORT_TARGET_CUDA, "model.onnx", 0x2fe3905ad335428bull},
+    {EXPORT_TARGET_CUDA, "model.onnx.data", 0x19552de19c1fe193ull},
+    {EXPORT_TARGET_CUDA, "genai_config.json", 0x8c579b662d682d5aull},
+    {EXPORT_TARGET_CUDA, "inference_metadata.json", 0x58f84ecc429c566bull},
+};
+
+/* state_update_capacity 0, given or left at its default, exports what the build before it
+ * exported (both targets); a DeepSeek model (no linear layer) has its capacity forced to 0. */
+static void test_paged_export_unchanged_at_capacity_0(void) {
+  char ckpt[1024], pkg[1024], path[1100];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  for (int t = 0; t < 2; t++) {
+    const export_target target = t ? EXPORT_TARGET_CUDA : EXPORT_TARGET_CPU;
+    for (int explicit_0 = 0; explicit_0 < 2; explicit_0++) {
+      snprintf(pkg, sizeof pkg, "%s/golden-paged-%s-c0-%d", g_tmp, export_target_name(target),
+               explicit_0);
+      export_options o = export_options_default();
+      o.layout = EXPORT_LAYOUT_PAGED;
+      o.target = target;
+      o.force = 1;
+      if (explicit_0) o.state_update_capacity = 0;
+      diag d;
+      CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+      for (size_t i = 0; i < sizeof PAGED_HASHES / sizeof PAGED_HASHES[0]; i++) {
+        if (PAGED_HASHES[i].target != target) continue;
+        snprintf(path, sizeof path, "%s/%s", pkg, PAGED_HASHES[i].file);
+        const uint64_t h = file_hash(path);
+        if (h != PAGED_HASHES[i].hash)
+          printf("  %s %s: hash %016llx\n", export_target_name(target), PAGED_HASHES[i].file,
+                 (unsigned long long)h);
+        CHECK(h == PAGED_HASHES[i].hash);
+      }
+    }
+  }
+  ph_model_free(m);
+}
+
+/* The capacity's refusals: outside 0..8 and above 0 with the dense layout, by the export and by
+ * the builder itself, each naming what is wrong; the builder forces it to 0 for a model without
+ * linear layers. */
+static void test_state_update_capacity_refused(void) {
+  char ckpt[1024];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  diag d;
+  export_built built;
+  static const struct {
+    export_layout layout;
+    int32_t cap;
+    const char *msg;
+  } bad[] = {{EXPORT_LAYOUT_PAGED, 9, "state_update_capacity 9: expected 0..8"},
+             {EXPORT_LAYOUT_PAGED, -1, "state_update_capacity -1: expected 0..8"},
+             {EXPORT_LAYOUT_DENSE, 1, "state_update_capacity 1 requires the paged layout"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    export_options o = export_options_default();
+    o.layout = bad[i].layout;
+    o.state_update_capacity = bad[i].cap;
+    CHECK_STATUS(export_build(m, &o, &built, &d), PH_ERR_INVALID_ARGUMENT, bad[i].msg);
+    /* the builder refuses the same on its own */
+    model_options mo = model_options_default();
+    mo.paged = bad[i].layout == EXPORT_LAYOUT_PAGED;
+    mo.state_update_capacity = bad[i].cap;
+    graph *g = NULL;
+    CHECK_STATUS(model_build_graph(model_config(m), model_weights_of(m), &mo, &g, &d),
+                 PH_ERR_INVALID_ARGUMENT, bad[i].msg);
+    CHECK(g == NULL);
+  }
+  export_options o = export_options_default();
+  o.linear_op = (export_linear_op)7;
+  CHECK_STATUS(export_build(m, &o, &built, &d), PH_ERR_INVALID_ARGUMENT, "linear_attn_op 7");
+  ph_model_free(m);
+
+  /* DeepSeek-V2 (MLA, no linear layer): capacity 4 builds the capacity-0 graph */
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/tiny-deepseek-su", g_tmp);
+  tiny_params tp = tiny_params_default();
+  tp.model_type = "deepseek_v2";
+  CHECK_STATUS(tiny_write(dir, &tp, &d), PH_OK, d.msg);
+  m = mt_open(dir, 1);
+  if (!m) return;
+  export_options po = export_options_default();
+  po.layout = EXPORT_LAYOUT_PAGED;
+  po.target = EXPORT_TARGET_CPU;
+  export_built b0, b4;
+  CHECK_STATUS(export_build(m, &po, &b0, &d), PH_OK, d.msg);
+  po.state_update_capacity = 4;
+  CHECK_STATUS(export_build(m, &po, &b4, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(b4.state_update_capacity, 0);
+  if (b0.g && b4.g) {
+    CHECK_EQ_INT(b4.g->n_inputs, b0.g->n_inputs);
+    CHECK_EQ_INT(b4.g->n_outputs, b0.g->n_outputs);
+    CHECK_EQ_INT(b4.g->n_nodes, b0.g->n_nodes);
+    CHECK(graph_find_value(b4.g, "state_update_capture_count") < 0);
+  }
+  export_built_free(&b0);
+  export_built_free(&b4);
+  ph_model_free(m);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -275,5 +390,7 @@ int main(void) {
   RUN(test_config_only_27b);
   RUN(test_cpu_package_runs);
   RUN(test_dense_export_unchanged);
+  RUN(test_paged_export_unchanged_at_capacity_0);
+  RUN(test_state_update_capacity_refused);
   return check_finish();
 }

@@ -41,6 +41,12 @@ static const cli_option OPTIONS[] = {
     {"gpu-utilization-factor", "F", "paged: share of free GPU memory for pages (default 0.6)"},
     {"num-blocks", "N", "paged: explicit page budget instead of the utilization factor"},
     {"max-scheduled-tokens", "N", "paged: tokens per engine step (default 2048)"},
+    {"state-update-capacity", "C",
+     "paged: compact state updates for speculative decoding, C in 0..8 (default 0: none); "
+     "adds the capture inputs and per-linear-layer state_update outputs"},
+    {"linear-attn-op", "OP",
+     "dense: the linear layers' recurrent op, linear_attention (default) or gated_delta_net "
+     "(paged always uses GatedDeltaNet)"},
     {"config-only", NULL,
      "build from config.json alone: model.onnx structure + genai_config.json, "
      "no weights (cannot run)"},
@@ -133,9 +139,19 @@ int cmd_export(int argc, char **argv) {
   o.rotary = !rotary                      ? EXPORT_ROTARY_DEFAULT
              : strcmp(rotary, "ops") == 0 ? EXPORT_ROTARY_OPS
                                           : EXPORT_ROTARY_FUSED;
+  const char *linear_op = cli_get(&a, "linear-attn-op");
+  if (linear_op && strcmp(linear_op, "linear_attention") != 0 &&
+      strcmp(linear_op, "gated_delta_net") != 0)
+    return cli_usage_error(&a,
+                           "--linear-attn-op must be linear_attention or gated_delta_net, got "
+                           "\"%s\"",
+                           linear_op);
+  o.linear_op = linear_op && strcmp(linear_op, "gated_delta_net") == 0 ? EXPORT_GATED_DELTA_NET
+                                                                       : EXPORT_LINEAR_ATTENTION;
   o.force = cli_flag(&a, "force");
   o.prune_lm_head = cli_flag(&a, "prune-lm-head");
   o.config_only = cli_flag(&a, "config-only");
+  int64_t su_capacity = 0;
   if ((rc = cli_get_dtype(&a, "dtype", &o.dtype)) ||
       (rc = cli_get_dtype(&a, "io-dtype", &o.io_dtype)) ||
       (rc = cli_get_int(&a, "max-context", 1, (int64_t)1 << 31, &o.max_context)) ||
@@ -143,13 +159,21 @@ int cmd_export(int argc, char **argv) {
       (rc = cli_get_int(&a, "max-batch-size", 1, 256, &o.max_batch_size)) ||
       (rc = cli_get_double(&a, "gpu-utilization-factor", 1e-9, 1.0, &o.gpu_utilization_factor)) ||
       (rc = cli_get_int(&a, "num-blocks", 1, INT32_MAX, &o.num_blocks)) ||
-      (rc = cli_get_int(&a, "max-scheduled-tokens", 1, (int64_t)1 << 30, &o.max_scheduled_tokens)))
+      (rc =
+           cli_get_int(&a, "max-scheduled-tokens", 1, (int64_t)1 << 30, &o.max_scheduled_tokens)) ||
+      (rc = cli_get_int(&a, "state-update-capacity", 0, 8, &su_capacity)))
     return rc;
+  o.state_update_capacity = (int32_t)su_capacity;
   if (o.layout == EXPORT_LAYOUT_DENSE) {
-    static const char *const paged_only[] = {"target",         "io-dtype",
-                                             "block-size",     "prune-lm-head",
-                                             "max-batch-size", "gpu-utilization-factor",
-                                             "num-blocks",     "max-scheduled-tokens"};
+    static const char *const paged_only[] = {"target",
+                                             "io-dtype",
+                                             "block-size",
+                                             "prune-lm-head",
+                                             "max-batch-size",
+                                             "gpu-utilization-factor",
+                                             "num-blocks",
+                                             "max-scheduled-tokens",
+                                             "state-update-capacity"};
     for (size_t i = 0; i < sizeof paged_only / sizeof paged_only[0]; i++)
       if (cli_get(&a, paged_only[i]))
         return cli_usage_error(&a, "--%s applies to --layout paged only", paged_only[i]);

@@ -26,7 +26,7 @@
 #define ABI_PAST_SEQLENS   "past_sequence_lengths"       /* i32 [B], packed */
 #define ABI_ATTN_METADATA  "attention_metadata"          /* i32 [3], packed, host */
 #define ABI_SLOT_MAPPING   "slot_mapping" /* i32 [N], packed LATENT (MLA) graphs: flat page slot */
-#define ABI_LOGITS         "logits"                      /* f32 [B, S, V] / [N, V] / [B, V] */
+#define ABI_LOGITS         "logits"       /* f32 [B, S, V] / [N, V] / [B, V] */
 
 /* ---- per-layer cache templates (exactly one %d: the layer index) -------------------------- */
 
@@ -38,6 +38,20 @@
 #define ABI_PRESENT_VALUE     "present.%d.value"
 #define ABI_PRESENT_CONV      "present.%d.conv_state"
 #define ABI_PRESENT_RECURRENT "present.%d.recurrent_state"
+
+/* ---- compact state updates (packed graphs built with state_update_capacity C > 0 only) ---- */
+
+/* inputs, after every other input (abi §8.1) */
+#define ABI_SU_CAPTURE_COUNT "state_update_capture_count" /* i32 [B] */
+#define ABI_SU_ACTIVE        "state_update_active"        /* i32 [1], host */
+
+/* per linear layer (one %d), layers ascending, after every other output (abi §8.2):
+ * the conv value, io dtype [B, C, conv_dim]; the recurrent capsule, f32 [B, C*(Hv+Hk*Dk+Hv*Dv)] */
+#define ABI_SU_CONV_VALUE        "state_update.%d.conv_value"
+#define ABI_SU_RECURRENT_CAPSULE "state_update.%d.recurrent_capsule"
+
+/* the largest capacity the ops take (abi §2.1, §3) */
+#define ABI_SU_MAX_CAPACITY 8
 
 /* ---- symbolic dims (ONNX dim_param) ------------------------------------------------------- */
 

@@ -22,7 +22,12 @@
  *   pages only). inputs.slot_mapping is our key (no ORT GenAI release is known to bind it:
  *   UNCONFIRMED); its presence is what makes the absent keys mean "none" instead of GenAI's
  *   default names (docs/export.md "LATENT packages").
- * Compact state updates (state_update_capacity > 0) are neither written nor accepted.
+ * - compact state updates (paged, state_update_capacity C in 1..8, abi.md §8.5): inputs add
+ *   state_update_capture_count and state_update_active, outputs add
+ *   state_update_conv_value_names and state_update_recurrent_capsule_names (one %d each), the
+ *   decoder adds state_update_capacity; none of them when C = 0. The per-group "state_update"
+ *   objects of state_groups are UNCONFIRMED in the spec: never written, and a capacity > 0 there
+ *   is refused (PH_ERR_UNSUPPORTED).
  */
 #ifndef PH_IO_GENAI_CONFIG_H
 #define PH_IO_GENAI_CONFIG_H
@@ -87,6 +92,12 @@ typedef struct genai_config {
   char logits[GENAI_MAX_NAME];
   char present_key_names[GENAI_MAX_NAME], present_value_names[GENAI_MAX_NAME];
   char present_conv_names[GENAI_MAX_NAME], present_recurrent_names[GENAI_MAX_NAME];
+  /* compact state updates: capacity 0..8 (0: none, every name below ""); C > 0 names the
+   * capture inputs and the two per-linear-layer output templates */
+  int32_t state_update_capacity;
+  char state_update_capture_count[GENAI_MAX_NAME], state_update_active[GENAI_MAX_NAME];
+  char state_update_conv_value_names[GENAI_MAX_NAME];
+  char state_update_recurrent_capsule_names[GENAI_MAX_NAME];
   int past_present_share_buffer;
   /* 1: the packed paged layout (engine.dynamic_batching is present; written in §8.5's order). */
   int paged;
@@ -120,6 +131,10 @@ genai_config genai_config_paged(const hf_config *c, int64_t context_length, int6
                                 int64_t max_batch_size, double gpu_utilization_factor,
                                 int64_t num_blocks, int64_t max_scheduled_tokens);
 
+/* Sets g's compact state updates to capacity (the ABI's names, graph/abi_names.h, when > 0;
+ * capacity 0 clears them). Not validated here. */
+void genai_config_set_state_updates(genai_config *g, int32_t capacity);
+
 /* Fills the bos/eos/pad token ids from checkpoint_dir's config.json (top level, then its
  * text_config) and generation_config.json (which wins, as it does for HF generate()), each only
  * when present; null values count as absent. A key holding something other than a non-negative
@@ -143,7 +158,10 @@ ph_status genai_config_write(const genai_config *g, const char *dir, diag *d);
  * GenAI's defaults), is PH_ERR_CONFIG_INVALID in a dense config, and past_value_names named
  * without present_value_names (or the reverse) beside it is PH_ERR_CONFIG_INCONSISTENT; token
  * ids at or beyond vocab_size and query heads that are not a multiple of key/value heads are
- * PH_ERR_CONFIG_INCONSISTENT; state_update_capacity > 0 is PH_ERR_UNSUPPORTED. The older
+ * PH_ERR_CONFIG_INCONSISTENT; decoder.state_update_capacity must be 0..8 (PH_ERR_CONFIG_INVALID)
+ * and > 0 only in a paged config, and the four state_update_* names are present exactly when
+ * it is > 0 (PH_ERR_CONFIG_INCONSISTENT naming the key; the templates take exactly one %d); a
+ * per-group state_update.capacity > 0 is PH_ERR_UNSUPPORTED. The older
  * "paged_kv" / "fixed" + "bindings" form of state_groups is accepted. This checks the file alone;
  * models/package.h checks it against the graph it names. docs/import.md lists every key. */
 ph_status genai_config_read(const char *dir, genai_config *out, diag *d);

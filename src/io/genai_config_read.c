@@ -258,14 +258,67 @@ static ph_status read_provider_options(const scope *dec, genai_config *g, diag *
   return PH_OK;
 }
 
-/* Compact state updates (abi.md §2.5, §8.2) are not implemented: a capacity > 0 is refused
- * rather than run without the outputs the package promises. */
+/* A per-group state_update (generation B; gen C's spelling is UNCONFIRMED, abi.md §8.5): a
+ * capacity > 0 there is refused rather than guessed at (decoder.state_update_capacity is the
+ * key this reader honours). */
 static ph_status refuse_state_updates(const scope *s, const char *key, diag *d) {
   int64_t capacity;
   FORWARD_IF_ERROR(get_int(s, key, 0, &capacity, d));
   RETURN_ERROR_IF(capacity > 0, d, PH_ERR_UNSUPPORTED,
-                  "%s: %s%s %" PRId64 ": compact state updates are not supported yet", s->file,
-                  s->path, key, capacity);
+                  "%s: %s%s %" PRId64 ": per-group state updates are not supported (use "
+                  "model.decoder.state_update_capacity)",
+                  s->file, s->path, key, capacity);
+  return PH_OK;
+}
+
+/* decoder.state_update_capacity and the four names that go with it (abi.md §8.5): capacity
+ * 0..8, above 0 only in a paged config, and the names given exactly when it is above 0 (GenAI
+ * would default them; a package that names one without the other is inconsistent). */
+static ph_status read_state_updates(const char *file, const scope *dec, const scope *in,
+                                    const scope *out, genai_config *g, diag *d) {
+  int64_t cap = 0;
+  FORWARD_IF_ERROR(get_int(dec, "state_update_capacity", 0, &cap, d));
+  RETURN_ERROR_IF(cap > ABI_SU_MAX_CAPACITY, d, PH_ERR_CONFIG_INVALID,
+                  "%s: model.decoder.state_update_capacity = %" PRId64 ": expected 0..%d", file,
+                  cap, ABI_SU_MAX_CAPACITY);
+  RETURN_ERROR_IF(cap > 0 && !g->paged, d, PH_ERR_CONFIG_INCONSISTENT,
+                  "%s: model.decoder.state_update_capacity = %" PRId64
+                  " in a dense config: compact state updates need the packed paged layout "
+                  "(engine.dynamic_batching is absent)",
+                  file, cap);
+  g->state_update_capacity = (int32_t)cap;
+  const struct {
+    const scope *s;
+    const char *key;
+    char *buf;
+    int is_template;
+  } names[] = {
+      {in, "state_update_capture_count", g->state_update_capture_count, 0},
+      {in, "state_update_active", g->state_update_active, 0},
+      {out, "state_update_conv_value_names", g->state_update_conv_value_names, 1},
+      {out, "state_update_recurrent_capsule_names", g->state_update_recurrent_capsule_names, 1},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const scope *s = names[i].s;
+    const int given = get(s, names[i].key) != NULL;
+    RETURN_ERROR_IF(given && cap == 0, d, PH_ERR_CONFIG_INCONSISTENT,
+                    "%s: %s%s is given but model.decoder.state_update_capacity is 0 (absent): "
+                    "the state_update names go with a capacity above 0",
+                    file, s->path, names[i].key);
+    RETURN_ERROR_IF(!given && cap > 0, d, PH_ERR_CONFIG_INCONSISTENT,
+                    "%s: %s%s is missing; model.decoder.state_update_capacity = %" PRId64
+                    " needs it",
+                    file, s->path, names[i].key, cap);
+    if (!given) {
+      names[i].buf[0] = '\0';
+    } else if (names[i].is_template) {
+      FORWARD_IF_ERROR(get_template(s, names[i].key, "", names[i].buf, d));
+    } else {
+      FORWARD_IF_ERROR(get_string(s, names[i].key, "", names[i].buf, GENAI_MAX_NAME, d));
+      RETURN_ERROR_IF(!names[i].buf[0], d, PH_ERR_CONFIG_INVALID, "%s: %s%s is empty", file,
+                      s->path, names[i].key);
+    }
+  }
   return PH_OK;
 }
 
@@ -521,7 +574,6 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
   FORWARD_IF_ERROR(get_int(&dec, "num_attention_heads", 0, &g->num_attention_heads, d));
   FORWARD_IF_ERROR(get_int(&dec, "num_hidden_layers", 0, &g->num_hidden_layers, d));
   FORWARD_IF_ERROR(get_int(&dec, "num_key_value_heads", 0, &g->num_key_value_heads, d));
-  FORWARD_IF_ERROR(refuse_state_updates(&dec, "state_update_capacity", d));
 
   /* keys are GenAI's config keys; an absent key means GenAI's default name, the ABI's
    * (graph/abi_names.h). The dense layout has attention_mask, the paged one block_table & co.
@@ -575,6 +627,7 @@ static ph_status read_root(const json_t *root, const char *file, genai_config *g
   FORWARD_IF_ERROR(get_template(&out, "present_recurrent_names", ABI_PRESENT_RECURRENT,
                                 g->present_recurrent_names, d));
 
+  FORWARD_IF_ERROR(read_state_updates(file, &dec, &in, &out, g, d));
   FORWARD_IF_ERROR(
       read_state_groups(&dec, g, d)); /* after the templates: generation A needs them */
   if (g->n_state_groups > 0) {

@@ -126,6 +126,15 @@ genai_config genai_config_paged(const hf_config *c, int64_t context_length, int6
   return g;
 }
 
+void genai_config_set_state_updates(genai_config *g, int32_t capacity) {
+  const int on = capacity > 0;
+  g->state_update_capacity = on ? capacity : 0;
+  SET_NAME(g->state_update_capture_count, on ? ABI_SU_CAPTURE_COUNT : "");
+  SET_NAME(g->state_update_active, on ? ABI_SU_ACTIVE : "");
+  SET_NAME(g->state_update_conv_value_names, on ? ABI_SU_CONV_VALUE : "");
+  SET_NAME(g->state_update_recurrent_capsule_names, on ? ABI_SU_RECURRENT_CAPSULE : "");
+}
+
 /* ---- token ids from the checkpoint -------------------------------------------------------- */
 
 static ph_status bad_id(const char *file, const char *key, diag *d) {
@@ -258,6 +267,8 @@ static json_t *inputs_json(const genai_config *g, int *ok) {
   put_name(in, "past_value_names", g->past_value_names, ok);
   put_name(in, "past_conv_names", g->past_conv_names, ok);
   put_name(in, "past_recurrent_names", g->past_recurrent_names, ok);
+  put_name(in, "state_update_capture_count", g->state_update_capture_count, ok);
+  put_name(in, "state_update_active", g->state_update_active, ok);
   return in;
 }
 
@@ -269,6 +280,9 @@ static json_t *outputs_json(const genai_config *g, int *ok) {
   put_name(out, "present_value_names", g->present_value_names, ok);
   put_name(out, "present_conv_names", g->present_conv_names, ok);
   put_name(out, "present_recurrent_names", g->present_recurrent_names, ok);
+  put_name(out, "state_update_conv_value_names", g->state_update_conv_value_names, ok);
+  put_name(out, "state_update_recurrent_capsule_names", g->state_update_recurrent_capsule_names,
+           ok);
   return out;
 }
 
@@ -317,6 +331,8 @@ static json_t *decoder_json(const genai_config *g, int *ok) {
     put(dec, "outputs", outputs_json(g, ok), ok);
     put_sizes(dec, g, ok);
   }
+  if (g->state_update_capacity > 0)
+    put(dec, "state_update_capacity", json_integer(g->state_update_capacity), ok);
   if (g->n_state_groups > 0) put(dec, "state_groups", state_groups_json(g, ok), ok);
   return dec;
 }

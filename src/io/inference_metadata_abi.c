@@ -84,9 +84,9 @@ static int named(const char *config_name, const char *name) {
 
 /* The graph inputs genai_config names one by one ("" where it names none), in the order of
  * INPUT_KINDS. */
-static const md_kind INPUT_KINDS[] = {MD_TOKENS,        MD_POSITIONS,   MD_MASK,
-                                      MD_BLOCK_TABLE,   MD_CU_SEQLENS,  MD_PAST_SEQLENS,
-                                      MD_ATTN_METADATA, MD_SLOT_MAPPING};
+static const md_kind INPUT_KINDS[] = {
+    MD_TOKENS,       MD_POSITIONS,     MD_MASK,         MD_BLOCK_TABLE,      MD_CU_SEQLENS,
+    MD_PAST_SEQLENS, MD_ATTN_METADATA, MD_SLOT_MAPPING, MD_SU_CAPTURE_COUNT, MD_SU_ACTIVE};
 #define N_INPUT_KINDS (sizeof INPUT_KINDS / sizeof INPUT_KINDS[0])
 
 static void config_inputs(const genai_config *gc, const char *names[N_INPUT_KINDS]) {
@@ -97,7 +97,9 @@ static void config_inputs(const genai_config *gc, const char *names[N_INPUT_KIND
                                         gc->cumulative_sequence_lengths,
                                         gc->past_sequence_lengths,
                                         gc->attention_metadata,
-                                        gc->slot_mapping};
+                                        gc->slot_mapping,
+                                        gc->state_update_capture_count,
+                                        gc->state_update_active};
   memcpy(names, v, sizeof v);
 }
 
@@ -121,6 +123,16 @@ static ph_status classify(const genai_config *gc, const char *name, int is_outpu
     int id = template_layer(tmpl[i], name);
     if (id >= 0 && id < gc->num_hidden_layers) {
       *kind = state_kinds[i];
+      *layer = id;
+      return PH_OK;
+    }
+  }
+  const char *su_tmpl[2] = {gc->state_update_conv_value_names,
+                            gc->state_update_recurrent_capsule_names};
+  for (int i = 0; i < 2 && is_output; i++) {
+    int id = template_layer(su_tmpl[i], name);
+    if (id >= 0 && id < gc->num_hidden_layers) {
+      *kind = i ? MD_SU_CAPSULE : MD_SU_CONV_VALUE;
       *layer = id;
       return PH_OK;
     }
@@ -319,6 +331,22 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
     if (a->io[i].kind == MD_VALUE && !layers_has(&a->kv, a->io[i].layer))
       s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT, "graph has %s but no key for layer %d",
                    md_io_value(a, &a->io[i])->name, a->io[i].layer);
+  /* compact state updates: the two outputs of exactly the layers with conv state */
+  for (int i = 0; s == PH_OK && i < a->n_io; i++)
+    if ((a->io[i].kind == MD_SU_CONV_VALUE || a->io[i].kind == MD_SU_CAPSULE) &&
+        !layers_has(&a->conv, a->io[i].layer))
+      s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                   "graph has %s but layer %d holds no conv or recurrent state",
+                   md_io_value(a, &a->io[i])->name, a->io[i].layer);
+  for (int i = 0; s == PH_OK && gc->state_update_capacity > 0 && i < a->conv.n; i++)
+    for (md_kind k = MD_SU_CONV_VALUE; s == PH_OK && k <= MD_SU_CAPSULE; k++)
+      if (!md_find_io(a, k, a->conv.id[i], 1))
+        s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
+                     "genai_config.json has state_update_capacity %d, but the graph has no %s "
+                     "output for linear layer %d",
+                     (int)gc->state_update_capacity,
+                     k == MD_SU_CONV_VALUE ? "conv value" : "recurrent capsule",
+                     (int)a->conv.id[i]);
   if (s == PH_OK && !md_find_io(a, MD_LOGITS, -1, 1))
     s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,
                  "genai_config.json names output \"%s\", which the graph does not have",

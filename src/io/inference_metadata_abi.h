@@ -73,6 +73,12 @@ typedef enum md_kind {
   MD_VALUE,
   MD_CONV,
   MD_RECURRENT,
+  /* compact state updates (genai_config state_update_capacity > 0): the capture inputs, opaque
+   * application inputs like the paged controls, and layer i's two outputs */
+  MD_SU_CAPTURE_COUNT,
+  MD_SU_ACTIVE,
+  MD_SU_CONV_VALUE,
+  MD_SU_CAPSULE,
 } md_kind;
 
 typedef enum md_layout {

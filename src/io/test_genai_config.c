@@ -317,7 +317,11 @@ static void check_same_config(const genai_config *a, const genai_config *b) {
                            a->present_key_names,
                            a->present_value_names,
                            a->present_conv_names,
-                           a->present_recurrent_names};
+                           a->present_recurrent_names,
+                           a->state_update_capture_count,
+                           a->state_update_active,
+                           a->state_update_conv_value_names,
+                           a->state_update_recurrent_capsule_names};
   const char *names_b[] = {b->input_ids,
                            b->attention_mask,
                            b->position_ids,
@@ -334,9 +338,14 @@ static void check_same_config(const genai_config *a, const genai_config *b) {
                            b->present_key_names,
                            b->present_value_names,
                            b->present_conv_names,
-                           b->present_recurrent_names};
+                           b->present_recurrent_names,
+                           b->state_update_capture_count,
+                           b->state_update_active,
+                           b->state_update_conv_value_names,
+                           b->state_update_recurrent_capsule_names};
   for (size_t i = 0; i < sizeof names_a / sizeof names_a[0]; i++)
     CHECK_EQ_STR(names_a[i], names_b[i]);
+  CHECK_EQ_INT(a->state_update_capacity, b->state_update_capacity);
   CHECK_EQ_INT(a->past_present_share_buffer, b->past_present_share_buffer);
   CHECK_EQ_INT(a->paged, b->paged);
   CHECK_EQ_INT(a->cuda_graph_disabled, b->cuda_graph_disabled);
@@ -912,6 +921,55 @@ static const char *engine_doc(const char *dynamic_batching) {
   return paged_doc("", buf);
 }
 
+/* decoder extras: capacity C with the four names (abi.md §8.5) */
+#define SU_NAMES(C)                                                                                \
+  ", \"state_update_capacity\": " #C ", \"inputs\": {\"state_update_capture_count\": "             \
+  "\"state_update_capture_count\", \"state_update_active\": \"state_update_active\"}, "            \
+  "\"outputs\": {\"state_update_conv_value_names\": \"state_update.%d.conv_value\", "              \
+  "\"state_update_recurrent_capsule_names\": \"state_update.%d.recurrent_capsule\"}"
+
+/* Compact state updates (abi.md §8.5): written only when the capacity is above 0, with exactly
+ * the spec's keys in its order (inputs after the recurrent template, outputs after theirs, the
+ * capacity after outputs), no per-group state_update; read back the same, rewritten byte for
+ * byte; capacity 0 writes none of them. */
+static void test_paged_state_updates(void) {
+  hf_config c;
+  if (!parse_hf(QWEN38_27B, &c)) return;
+  genai_config g = genai_config_paged(&c, 4096, 256, 100, 0.6, 0, 2048);
+  genai_config_set_state_updates(&g, 7);
+  CHECK_EQ_INT(g.state_update_capacity, 7);
+  CHECK_EQ_STR(g.state_update_capture_count, "state_update_capture_count");
+  CHECK_EQ_STR(g.state_update_active, "state_update_active");
+  CHECK_EQ_STR(g.state_update_conv_value_names, "state_update.%d.conv_value");
+  CHECK_EQ_STR(g.state_update_recurrent_capsule_names, "state_update.%d.recurrent_capsule");
+  check_round_trip(&g, "paged-state-updates");
+  const char *text = file_text(tmp_dir("paged-state-updates"));
+  static const char *const order[] = {
+      "past_recurrent_names",          "state_update_capture_count",
+      "state_update_active",           "present_recurrent_names",
+      "state_update_conv_value_names", "state_update_recurrent_capsule_names",
+      "state_update_capacity",         "state_groups"};
+  check_key_order(text, order, sizeof order / sizeof order[0]);
+  CHECK_CONTAINS(text, "\"state_update_capacity\": 7");
+  CHECK_CONTAINS(text, "\"state_update_active\": \"state_update_active\"");
+  CHECK_CONTAINS(text, "\"state_update_recurrent_capsule_names\": "
+                       "\"state_update.%d.recurrent_capsule\"");
+  CHECK(strstr(text, "\"state_update\":") == NULL); /* no per-group object (UNCONFIRMED) */
+  genai_config back;
+  diag d;
+  CHECK_STATUS(genai_config_read(tmp_dir("paged-state-updates"), &back, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(back.state_update_capacity, 7);
+  /* capacity 0 clears the names again: nothing of them is written */
+  genai_config_set_state_updates(&g, 0);
+  CHECK_EQ_STR(g.state_update_capture_count, "");
+  check_round_trip(&g, "paged-state-updates-0");
+  text = file_text(tmp_dir("paged-state-updates-0"));
+  CHECK(strstr(text, "state_update") == NULL);
+  /* the largest capacity reads back too */
+  genai_config_set_state_updates(&g, 8);
+  check_round_trip(&g, "paged-state-updates-8");
+}
+
 static void test_paged_errors(void) {
   /* state groups */
   expect("sg-no-kind", groups_doc("[{\"layer_ids\": [3]}]"), PH_ERR_CONFIG_MISSING_FIELD,
@@ -985,17 +1043,70 @@ static void test_paged_errors(void) {
          "model.decoder.state_groups[0].bindings.state.input is missing");
   expect("gen-a-bad-bindings", groups_doc("[{\"kind\": \"fixed\", \"bindings\": []}]"),
          PH_ERR_CONFIG_INVALID, "model.decoder.state_groups[0].bindings is an array");
-  /* compact state updates */
-  expect("capacity", paged_doc(", \"state_update_capacity\": 7", NULL), PH_ERR_UNSUPPORTED,
-         "state_update_capacity 7: compact state updates are not supported yet");
+  /* compact state updates: a capacity 0..8, in a paged config, with exactly its four names */
+  expect("capacity-no-names", paged_doc(", \"state_update_capacity\": 7", NULL),
+         PH_ERR_CONFIG_INCONSISTENT,
+         "model.decoder.inputs.state_update_capture_count is missing; "
+         "model.decoder.state_update_capacity = 7 needs it");
   expect("capacity-zero", paged_doc(", \"state_update_capacity\": 0", NULL), PH_OK, NULL);
+  expect("capacity-9", paged_doc(SU_NAMES(9), NULL), PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_update_capacity = 9: expected 0..8");
+  expect("capacity-negative", paged_doc(SU_NAMES(-1), NULL), PH_ERR_CONFIG_INVALID,
+         "model.decoder.state_update_capacity");
+  expect("capacity-8", paged_doc(SU_NAMES(8), NULL), PH_OK, NULL);
+  expect("capacity-dense",
+         "{\"model\": {\"type\": \"qwen3_5_text\", \"decoder\": {\"num_hidden_layers\": 64"
+         ", \"state_update_capacity\": 2}}}",
+         PH_ERR_CONFIG_INCONSISTENT,
+         "model.decoder.state_update_capacity = 2 in a dense config: compact state updates need "
+         "the packed paged layout");
+  expect("names-without-capacity",
+         paged_doc(", \"outputs\": {\"state_update_conv_value_names\": \"su.%d.conv\"}", NULL),
+         PH_ERR_CONFIG_INCONSISTENT,
+         "model.decoder.outputs.state_update_conv_value_names is given but "
+         "model.decoder.state_update_capacity is 0");
+  expect("active-without-capacity",
+         paged_doc(", \"inputs\": {\"state_update_active\": \"on\"}", NULL),
+         PH_ERR_CONFIG_INCONSISTENT, "model.decoder.inputs.state_update_active is given but");
+  expect("capacity-no-capsule",
+         paged_doc(", \"state_update_capacity\": 2, \"inputs\": {\"state_update_capture_count\": "
+                   "\"cc\", \"state_update_active\": \"on\"}, \"outputs\": "
+                   "{\"state_update_conv_value_names\": \"su.%d.conv\"}",
+                   NULL),
+         PH_ERR_CONFIG_INCONSISTENT,
+         "model.decoder.outputs.state_update_recurrent_capsule_names is missing");
+  expect("capacity-template-no-d",
+         paged_doc(", \"state_update_capacity\": 2, \"inputs\": {\"state_update_capture_count\": "
+                   "\"cc\", \"state_update_active\": \"on\"}, \"outputs\": "
+                   "{\"state_update_conv_value_names\": \"su.conv\", "
+                   "\"state_update_recurrent_capsule_names\": \"su.%d.cap\"}",
+                   NULL),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.outputs.state_update_conv_value_names = \"su.conv\" must contain exactly "
+         "one %d");
+  expect("capacity-template-two-d",
+         paged_doc(", \"state_update_capacity\": 2, \"inputs\": {\"state_update_capture_count\": "
+                   "\"cc\", \"state_update_active\": \"on\"}, \"outputs\": "
+                   "{\"state_update_conv_value_names\": \"su.%d.conv\", "
+                   "\"state_update_recurrent_capsule_names\": \"su.%d.%d\"}",
+                   NULL),
+         PH_ERR_CONFIG_INVALID,
+         "model.decoder.outputs.state_update_recurrent_capsule_names = \"su.%d.%d\" must contain "
+         "exactly one %d");
+  expect("capacity-empty-input",
+         paged_doc(", \"state_update_capacity\": 2, \"inputs\": {\"state_update_capture_count\": "
+                   "\"\", \"state_update_active\": \"on\"}, \"outputs\": "
+                   "{\"state_update_conv_value_names\": \"su.%d.conv\", "
+                   "\"state_update_recurrent_capsule_names\": \"su.%d.cap\"}",
+                   NULL),
+         PH_ERR_CONFIG_INVALID, "model.decoder.inputs.state_update_capture_count is empty");
   expect("group-capacity",
          groups_doc("[{\"kind\": \"fixed\", \"layer_ids\": [0], \"bindings\": {\"state\": "
                     "{\"input\": \"past_key_values.%d.conv_state\"}}, \"state_update\": "
                     "{\"kind\": \"causal_conv\", \"capacity\": 3}}]"),
          PH_ERR_UNSUPPORTED,
-         "model.decoder.state_groups[0].state_update.capacity 3: compact state updates are not "
-         "supported yet");
+         "model.decoder.state_groups[0].state_update.capacity 3: per-group state updates are not "
+         "supported (use model.decoder.state_update_capacity)");
   /* dynamic batching */
   expect("db-block", engine_doc("{\"block_size\": 0}"), PH_ERR_CONFIG_INVALID,
          "engine.dynamic_batching.block_size = 0 is outside [1, 2^31)");
@@ -1135,6 +1246,7 @@ int main(void) {
   RUN(test_dense_unchanged);
   RUN(test_paged_read);
   RUN(test_paged_errors);
+  RUN(test_paged_state_updates);
   RUN(test_validation);
   RUN(test_fifo_genai_config);
   return check_finish();

@@ -314,7 +314,9 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
                  .weight_dtype = opt ? opt->weight_dtype : PH_DTYPE_INVALID,
                  .rotary_ops = opt && opt->rotary == MODEL_ROTARY_OPS,
                  .rope_cos = -1,
-                 .rope_sin = -1};
+                 .rope_sin = -1,
+                 .su_count = -1,
+                 .su_active = -1};
   /* rotary cache rows: the caller's context bound, else the default */
   b->max_context = opt && opt->max_context > 0 ? opt->max_context : default_context;
   b->paged = opt && opt->paged;
@@ -338,6 +340,13 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
   RETURN_ERROR_IF(!b->paged && (b->prune_lm_head || (opt && opt->block_size)), d,
                   PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
                   b->prune_lm_head ? "prune_lm_head" : "block_size");
+  const int32_t cap = opt ? opt->state_update_capacity : 0;
+  RETURN_ERROR_IF(cap < 0 || cap > ABI_SU_MAX_CAPACITY, d, PH_ERR_INVALID_ARGUMENT,
+                  "state_update_capacity %d: expected 0..%d", (int)cap, ABI_SU_MAX_CAPACITY);
+  RETURN_ERROR_IF(cap > 0 && !b->paged, d, PH_ERR_INVALID_ARGUMENT,
+                  "state_update_capacity %d requires the paged layout", (int)cap);
+  /* compact updates capture linear layers' state: nothing to capture without one (abi §8.4) */
+  b->su_capacity = model_state_update_capacity(c, opt);
   return PH_OK;
 }
 

@@ -44,6 +44,9 @@ typedef struct builder {
   int64_t block_size;                       /* packed: tokens per KV page */
   int slot_mapping;                         /* packed LATENT graphs: slot_mapping [N], else -1 */
   int layer;                                /* the layer being built (for per-layer weights) */
+  int64_t su_capacity;     /* packed: state_update_capacity C (0: no capture inputs/outputs) */
+  int su_count, su_active; /* C > 0: the graph inputs state_update_capture_count [B] and
+                              state_update_active [1], else -1 */
 } builder;
 
 /* The value ids of the graph's inputs and outputs the forward pass reads and writes; the
@@ -52,6 +55,8 @@ typedef struct graph_io {
   int ids, mask;              /* input_ids; attention_mask (dense only, else -1) */
   int past[HF_MAX_LAYERS][2]; /* per layer: key/value (full attention) or conv/recurrent */
   int present[HF_MAX_LAYERS][2];
+  int su[HF_MAX_LAYERS][2]; /* C > 0, linear layers: the conv value and recurrent capsule
+                               outputs (state_update.{i}.*), else -1 */
   int logits;
 } graph_io;
 

@@ -53,6 +53,12 @@ export_options export_options_default(void) {
   return o;
 }
 
+const char *export_linear_op_name(export_linear_op op) {
+  return op == EXPORT_GATED_DELTA_NET    ? "gated_delta_net"
+         : op == EXPORT_LINEAR_ATTENTION ? "linear_attention"
+                                         : "unknown";
+}
+
 const char *export_layout_name(export_layout l) {
   return l == EXPORT_LAYOUT_PAGED ? "paged" : l == EXPORT_LAYOUT_DENSE ? "dense" : "unknown";
 }
@@ -203,7 +209,9 @@ static ph_status check_genai_names(const graph *g, const genai_config *gc, const
                        gc->cumulative_sequence_lengths,
                        gc->past_sequence_lengths,
                        gc->attention_metadata,
-                       gc->slot_mapping};
+                       gc->slot_mapping,
+                       gc->state_update_capture_count,
+                       gc->state_update_active};
   /* LATENT (slot_mapping named, no value templates): an MLA layer holds key pages only */
   const int key_only =
       gc->slot_mapping[0] && !gc->past_value_names[0] && !gc->present_value_names[0];
@@ -223,6 +231,15 @@ static ph_status check_genai_names(const graph *g, const genai_config *gc, const
           check_layer_names(g, i, gc->past_conv_names, gc->present_conv_names, &n_in, &n_out, d));
       FORWARD_IF_ERROR(check_layer_names(g, i, gc->past_recurrent_names,
                                          gc->present_recurrent_names, &n_in, &n_out, d));
+      const char *su[2] = {gc->state_update_conv_value_names,
+                           gc->state_update_recurrent_capsule_names};
+      for (int k = 0; k < 2 && gc->state_update_capacity > 0; k++) {
+        char name[2 * GENAI_MAX_NAME];
+        abi_layer_name(name, sizeof name, su[k], i);
+        RETURN_ERROR_IF(!is_output(g, name), d, PH_ERR_INTERNAL,
+                        "genai_config names output \"%s\", which the graph does not have", name);
+        n_out++;
+      }
     } else {
       FORWARD_IF_ERROR(
           check_layer_names(g, i, gc->past_key_names, gc->present_key_names, &n_in, &n_out, d));
@@ -270,7 +287,15 @@ static ph_status check_options(const hf_config *c, const export_options *o, diag
   RETURN_ERROR_IF(o->rotary != EXPORT_ROTARY_DEFAULT && o->rotary != EXPORT_ROTARY_FUSED &&
                       o->rotary != EXPORT_ROTARY_OPS,
                   d, PH_ERR_INVALID_ARGUMENT, "unknown rotary form %d", (int)o->rotary);
+  RETURN_ERROR_IF(o->linear_op != EXPORT_LINEAR_ATTENTION && o->linear_op != EXPORT_GATED_DELTA_NET,
+                  d, PH_ERR_INVALID_ARGUMENT, "unknown linear_attn_op %d", (int)o->linear_op);
+  RETURN_ERROR_IF(o->state_update_capacity < 0 || o->state_update_capacity > ABI_SU_MAX_CAPACITY, d,
+                  PH_ERR_INVALID_ARGUMENT, "state_update_capacity %d: expected 0..%d",
+                  (int)o->state_update_capacity, ABI_SU_MAX_CAPACITY);
   if (o->layout == EXPORT_LAYOUT_DENSE) {
+    RETURN_ERROR_IF(o->state_update_capacity > 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "state_update_capacity %d requires the paged layout",
+                    (int)o->state_update_capacity);
     /* the paged layout's options mean nothing to the dense graph: refuse rather than ignore */
     RETURN_ERROR_IF(o->block_size || o->prune_lm_head || o->io_dtype != PH_DTYPE_INVALID, d,
                     PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
@@ -347,8 +372,11 @@ static ph_status build_checked(const ph_model *m, const export_options *o, expor
                   ? MODEL_ROTARY_OPS
                   : MODEL_ROTARY_FUSED;
   out->rotary = qo.rotary == MODEL_ROTARY_OPS ? EXPORT_ROTARY_OPS : EXPORT_ROTARY_FUSED;
+  qo.linear_op =
+      opt.linear_op == EXPORT_GATED_DELTA_NET ? MODEL_GATED_DELTA_NET : MODEL_LINEAR_ATTENTION;
   if (opt.layout == EXPORT_LAYOUT_PAGED) {
     qo.paged = 1;
+    qo.state_update_capacity = opt.state_update_capacity;
     qo.prune_lm_head = opt.prune_lm_head;
     paged_defaults(&opt, &qo.io_dtype, &out->block_size);
     qo.block_size = out->block_size;
@@ -357,6 +385,7 @@ static ph_status build_checked(const ph_model *m, const export_options *o, expor
     if (opt.dtype == PH_DTYPE_INVALID && qo.io_dtype != PH_DTYPE_F32) qo.weight_dtype = qo.io_dtype;
   }
   out->io_dtype = qo.paged ? qo.io_dtype : PH_DTYPE_F32;
+  out->state_update_capacity = model_state_update_capacity(c, &qo);
   /* config_only: the graph over predicted tensors (a zero mapping), never their bytes */
   if (opt.config_only) {
     FORWARD_IF_ERROR(placeholder_weights_create(c, &out->placeholders, d));
@@ -407,6 +436,7 @@ ph_status model_export(const ph_model *m, const char *out_dir, const export_opti
                             opt.max_scheduled_tokens);
     /* CUDA provider options only in a package made for CUDA: a CPU-target package names none */
     gc.cuda_graph_disabled = opt.target == EXPORT_TARGET_CUDA;
+    genai_config_set_state_updates(&gc, built.state_update_capacity);
   } else {
     gc = genai_config_dense(c, g->values[cos].type.dims[0]);
   }

@@ -47,6 +47,13 @@ typedef enum export_rotary {
 } export_rotary;
 const char *export_rotary_name(export_rotary r);
 
+/* The dense layout's recurrent op (models/registry.h model_linear_op). */
+typedef enum export_linear_op {
+  EXPORT_LINEAR_ATTENTION = 0,
+  EXPORT_GATED_DELTA_NET = 1
+} export_linear_op;
+const char *export_linear_op_name(export_linear_op op); /* "linear_attention" | "gated_delta_net" */
+
 typedef struct export_options {
   ph_dtype dtype; /* weight storage f32 | f16 | bf16; PH_DTYPE_INVALID keeps each stored dtype */
   export_layout layout; /* dense (default) or the packed paged layout (abi §8) */
@@ -67,9 +74,15 @@ typedef struct export_options {
   int force;            /* write into a non-empty out_dir, replacing the package's files */
   export_rotary rotary; /* the form of RoPE; DEFAULT: plain ops for the CUDA target, the fused
                            op otherwise (docs/export.md) */
-  int64_t max_context;  /* tokens of rotary cache = genai context_length; 0: the builder's default
-                           min(max_position_embeddings, 32768); above max_position_embeddings is
-                           refused */
+  int32_t state_update_capacity; /* paged: compact state updates C in 0..8 (default 0; abi §8.4):
+                                    the capture inputs and the state_update.* outputs, and their
+                                    genai_config keys; forced to 0 for a model without linear
+                                    layers (DeepSeek) */
+  export_linear_op linear_op;    /* dense: LinearAttention (default) or GatedDeltaNet (abi §8.4
+                                    linear_attn_op); the paged layout always uses GatedDeltaNet */
+  int64_t max_context; /* tokens of rotary cache = genai context_length; 0: the builder's default
+                          min(max_position_embeddings, 32768); above max_position_embeddings is
+                          refused */
 
   onnx_progress progress; /* told while model.onnx.data is written (fn NULL: nothing) */
 } export_options;
@@ -84,7 +97,8 @@ export_options export_options_default(void);
  *                            max_context negative or beyond max_position_embeddings, a paged
  *                            option on a dense export, a block size that is not a power of
  *                            two >= 16 (or, for CUDA, not a multiple of 256), dynamic batching
- *                            values out of range;
+ *                            values out of range, state_update_capacity outside 0..8 or above
+ *                            0 with the dense layout, an unknown linear_op;
  *   PH_ERR_UNSUPPORTED       dtype other than f32/f16/bf16, f32 activations for CUDA, a family
  *                            without a builder, what LATENT PagedAttention cannot honour for a
  *                            paged DeepSeek export (models/mla.h), and whatever the builder
@@ -109,6 +123,7 @@ typedef struct export_built {
   ph_dtype io_dtype;                 /* activations (paged: after defaults; dense: f32) */
   int64_t block_size;                /* paged: tokens per page after defaults; dense 0 */
   export_rotary rotary;              /* the RoPE form after defaults: FUSED or OPS */
+  int32_t state_update_capacity;     /* as built: 0 for a model without linear layers */
 } export_built;
 ph_status export_build(const ph_model *m, const export_options *o, export_built *out, diag *d);
 void export_built_free(export_built *b); /* NULL-safe; leaves *b zeroed */

@@ -144,6 +144,8 @@ static ph_status check_names(const genai_config *gc, const graph *g, diag *d) {
       {"past_sequence_lengths", gc->past_sequence_lengths},
       {"attention_metadata", gc->attention_metadata},
       {"slot_mapping", gc->slot_mapping},
+      {"state_update_capture_count", gc->state_update_capture_count},
+      {"state_update_active", gc->state_update_active},
   };
   /* a LATENT package (inputs.slot_mapping named: docs/export.md) has no position_ids and no
    * attention_metadata; every other paged package has both and no slot_mapping */
@@ -154,6 +156,7 @@ static ph_status check_names(const genai_config *gc, const graph *g, diag *d) {
                        : i == 2 ? !gc->paged
                        : i == 6 ? gc->paged && !latent
                        : i == 7 ? latent
+                       : i >= 8 ? gc->state_update_capacity > 0
                                 : gc->paged;
     RETURN_ERROR_IF(needed && !ins[i].name[0], d, PH_ERR_CONFIG_INCONSISTENT,
                     CFG ": model.decoder.inputs.%s is empty; the %s layout needs it", ins[i].key,
@@ -235,6 +238,27 @@ static ph_status check_kv_dims(const genai_config *gc, const layer_inputs *li, d
   return PH_OK;
 }
 
+/* C > 0: every layer with conv state has its two state_update outputs (abi §8.2). */
+static ph_status check_state_update_outputs(const genai_config *gc, const graph *g,
+                                            const layer_inputs *li, diag *d) {
+  const char *const key[2] = {"state_update_conv_value_names",
+                              "state_update_recurrent_capsule_names"};
+  const char *const tmpl[2] = {gc->state_update_conv_value_names,
+                               gc->state_update_recurrent_capsule_names};
+  char name[2 * GENAI_MAX_NAME];
+  for (int l = 0; gc->state_update_capacity > 0 && l < li->n_layers; l++) {
+    if (!li->v[ROLE_CONV][l]) continue;
+    for (int k = 0; k < 2; k++) {
+      abi_layer_name(name, sizeof name, tmpl[k], l);
+      RETURN_ERROR_IF(!output_named(g, name), d, PH_ERR_CONFIG_INCONSISTENT,
+                      CFG ": model.decoder.outputs.%s gives \"%s\" for linear layer %d, but the "
+                          "graph has no such output",
+                      key[k], name, l);
+    }
+  }
+  return PH_OK;
+}
+
 static ph_status check_nodes(const genai_config *gc, const graph *g, diag *d) {
   const int ids = graph_find_value(g, gc->input_ids);
   char where[160];
@@ -248,6 +272,15 @@ static ph_status check_nodes(const genai_config *gc, const graph *g, diag *d) {
                             node_attr_int(n, "num_heads", 0), where, d));
       FORWARD_IF_ERROR(same("model.decoder.num_key_value_heads", gc->num_key_value_heads,
                             node_attr_int(n, "kv_num_heads", 0), where, d));
+    }
+    /* compact state updates: every capturing op is built for the capacity the config gives */
+    if (strcmp(n->op_type, "GatedDeltaNet") == 0 ||
+        strcmp(n->op_type, "VarlenCausalConvWithState") == 0) {
+      const int64_t cap = node_attr_int(n, "state_update_capacity", 0);
+      RETURN_ERROR_IF(cap != gc->state_update_capacity, d, PH_ERR_CONFIG_INCONSISTENT,
+                      CFG ": model.decoder.state_update_capacity = %d, but the graph's %s has "
+                          "state_update_capacity %" PRId64,
+                      (int)gc->state_update_capacity, where, cap);
     }
     /* the embedding: Gather(table [vocab, hidden], input_ids) */
     if (strcmp(n->op_type, "Gather") == 0 && n->n_inputs == 2 && ids >= 0 && n->inputs[1] == ids &&
@@ -294,6 +327,7 @@ ph_status package_check_graph(const genai_config *gc, const graph *g, diag *d) {
   ph_status s = scan_layers(gc, g, li, d);
   if (s == PH_OK) s = check_layers(gc, li, d);
   if (s == PH_OK) s = check_kv_dims(gc, li, d);
+  if (s == PH_OK) s = check_state_update_outputs(gc, g, li, d);
   free(li);
   FORWARD_IF_ERROR(s);
   FORWARD_IF_ERROR(check_nodes(gc, g, d));

@@ -304,8 +304,8 @@ static int next_regroup(builder *b, int layer, wref *qkv, wref *z, wref *bw, wre
  * (raw f32 a and b, qwen gate, sigmoid beta, in-op L2 norm, V-major f32 state), then the gated
  * norm. The gates are not applied twice. */
 static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a_raw, int beta_raw,
-                                  int past_conv, int past_rec, int *present_conv,
-                                  int *present_rec) {
+                                  int past_conv, int past_rec, int *present_conv, int *present_rec,
+                                  int su[2]) {
   const hf_config *c = b->c;
   const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
   const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim;
@@ -323,11 +323,17 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
     a_raw = cast_to(b, "GatedDeltaNet/decay_fp32/Cast", a_raw, ONNX_FLOAT);
     beta_raw = cast_to(b, "GatedDeltaNet/beta_fp32/Cast", beta_raw, ONNX_FLOAT);
   }
-  gattr ca[2] = {attr_string("activation", "silu"), attr_int("dilation", 1)};
-  int conv[2] = {-1, -1};
-  node_n(b, "VarlenCausalConvWithState", "com.microsoft", "VarlenCausalConvWithState", 5,
-         (int[]){mixed, conv_w, b->cu, zero_bias, past_conv}, 2, conv, 2, ca);
+  /* C > 0 (abi §8.3): the capacity attribute, capture_count as input 5 and the value output 2;
+   * C = 0 leaves the node exactly as without compact updates */
+  const int cap = b->su_capacity > 0;
+  gattr ca[3] = {attr_string("activation", "silu"), attr_int("dilation", 1),
+                 attr_int("state_update_capacity", b->su_capacity)};
+  int conv[3] = {-1, -1, -1};
+  node_n(b, "VarlenCausalConvWithState", "com.microsoft", "VarlenCausalConvWithState", 5 + cap,
+         (int[]){mixed, conv_w, b->cu, zero_bias, past_conv, b->su_count}, 2 + cap, conv, 2 + cap,
+         ca);
   *present_conv = conv[1];
+  su[0] = cap ? conv[2] : -1;
   int qkv[3] = {-1, -1, -1};
   gattr ax = attr_int("axis", -1);
   node_n(b, "Split", "", "split_qkv/Split", 2,
@@ -336,22 +342,26 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   int q = reshape(b, "q_heads/Reshape", qkv[0], 3, (int64_t[]){0, Hk, Dk});
   int k = reshape(b, "k_heads/Reshape", qkv[1], 3, (int64_t[]){0, Hk, Dk});
   int v = reshape(b, "v_heads/Reshape", qkv[2], 3, (int64_t[]){0, Hv, Dv});
-  gattr ga[6] = {attr_string("update_rule", "gated_delta"),
+  gattr ga[7] = {attr_string("update_rule", "gated_delta"),
                  attr_float("scale", 0.0f),
                  attr_string("gate_activation", "qwen"),
                  attr_string("beta_activation", "sigmoid"),
                  attr_int("qk_l2_norm", 1),
-                 attr_int("chunk_size", 64)};
-  int out[2] = {-1, -1};
+                 attr_int("chunk_size", 64),
+                 attr_int("state_update_capacity", b->su_capacity)};
+  int out[3] = {-1, -1, -1};
   char an[160], dn[160];
   snprintf(an, sizeof an, "model.layers.%d.linear_attn.A_log", layer);
   snprintf(dn, sizeof dn, "model.layers.%d.linear_attn.dt_bias", layer);
-  node_n(b, "GatedDeltaNet", "com.microsoft", "GatedDeltaNet", 9,
+  /* C > 0: capture_count as input 9, state_update_active as input 10, the capsule as output 2 */
+  node_n(b, "GatedDeltaNet", "com.microsoft", "GatedDeltaNet", cap ? 11 : 9,
          (int[]){q, k, v, b->cu, a_raw, beta_raw, past_rec,
                  const_named(b, lw(b, layer, W_LIN_A_LOG), an, F32_COPY, PH_DTYPE_F32),
-                 const_named(b, lw(b, layer, W_LIN_DT_BIAS), dn, F32_COPY, PH_DTYPE_F32)},
-         2, out, 6, ga);
+                 const_named(b, lw(b, layer, W_LIN_DT_BIAS), dn, F32_COPY, PH_DTYPE_F32),
+                 b->su_count, b->su_active},
+         2 + cap, out, 6 + cap, ga);
   *present_rec = out[1];
+  su[1] = cap ? out[2] : -1;
   int o = reshape(b, "gdn_out/Reshape", out[0], 2, (int64_t[]){0, vd});
   snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", layer);
   gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
@@ -362,7 +372,7 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
 }
 
 static int linear_attention(builder *b, int layer, int x, int past_conv, int past_rec,
-                            int *present_conv, int *present_rec) {
+                            int *present_conv, int *present_rec, int su[2]) {
   const hf_config *c = b->c;
   const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
   const int64_t Hv = c->lin.n_value_heads, r = Hv / Hk;
@@ -383,7 +393,7 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   int a_raw = linear(b, "a_proj", x, wa);
   if (b->paged)
     return packed_gated_delta_net(b, layer, mixed, z, a_raw, beta_raw, past_conv, past_rec,
-                                  present_conv, present_rec);
+                                  present_conv, present_rec, su);
   /* §7.6: the depthwise conv covers q, k and v channels, SiLU after it, no bias; its state holds
    * the pre-conv inputs. CausalConvWithState is channels-first. */
   gattr perm = attr_ints("perm", (int64_t[]){0, 2, 1}, 3);
@@ -440,7 +450,6 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
 }
 
-
 /* ---- the forward pass (model-math §1) ------------------------------------------------------ */
 
 /* One decoder layer: (1+w) RMSNorm, the token mixer (full or linear attention), (1+w) RMSNorm,
@@ -454,9 +463,10 @@ static int decoder_layer(builder *b, int i, int branch, int *residual, graph_io 
   int h = i == 0 ? rms_norm(b, "input_layernorm", *residual, ln1, eps)
                  : skip_rms_norm(b, "input_layernorm", branch, *residual, ln1, eps, residual);
   int *past = io->past[i], *present = io->present[i];
-  int mixed = c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
-                  ? full_attention(b, i, h, past[0], past[1], &present[0], &present[1])
-                  : linear_attention(b, i, h, past[0], past[1], &present[0], &present[1]);
+  int mixed =
+      c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
+          ? full_attention(b, i, h, past[0], past[1], &present[0], &present[1])
+          : linear_attention(b, i, h, past[0], past[1], &present[0], &present[1], io->su[i]);
   snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
   int ln2 = io_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
   int h2 = skip_rms_norm(b, "post_attention_layernorm", mixed, *residual, ln2, eps, residual);
@@ -500,6 +510,7 @@ ph_status qwen35_build(const hf_config *c, const model_weights *w, const model_o
     return s;
   }
   graph_io io;
+  for (int i = 0; i < HF_MAX_LAYERS; i++) io.su[i][0] = io.su[i][1] = -1;
   if (b.paged)
     qwen35_packed_inputs(&b, &io);
   else

@@ -66,6 +66,12 @@ void qwen35_packed_inputs(builder *b, graph_io *io) {
   const int64_t Hv = c->lin.n_value_heads, Dk = c->lin.key_head_dim, Dv = c->lin.value_head_dim;
   cache_inputs(b, io, (int64_t[]){-1, b->block_size, c->n_kv_heads, c->head_dim}, pg,
                (int64_t[]){-1, Hv, Dv, Dk});
+  /* compact state updates (abi §8.1): after every other input, only when C > 0 */
+  if (b->su_capacity > 0) {
+    static const char *const bs[] = {ABI_DIM_BATCH};
+    b->su_count = graph_add_input(g, ABI_SU_CAPTURE_COUNT, PH_DTYPE_I32, 1, (int64_t[]){-1}, bs);
+    b->su_active = graph_add_input(g, ABI_SU_ACTIVE, PH_DTYPE_I32, 1, (int64_t[]){1}, NULL);
+  }
 }
 
 /* Renames the computed values to the ABI's output names and marks them, in order: logits
@@ -103,4 +109,18 @@ void qwen35_packed_outputs(builder *b, graph_io *io) {
   static const char *const pruned_syms[] = {ABI_DIM_BATCH, NULL};
   static const char *const page_syms[] = {ABI_DIM_BLOCKS, NULL, NULL, NULL};
   graph_outputs(b, io, 2, b->prune_lm_head ? pruned_syms : token_syms, page_syms);
+  /* C > 0 (abi §8.2): each linear layer's conv value [B, C, conv_dim] (io dtype) and recurrent
+   * capsule [B, C*(Hv + Hk*Dk + Hv*Dv)] (f32), layers ascending, after every other output */
+  static const char *const su_syms[] = {ABI_DIM_BATCH, NULL, NULL};
+  static const char *const tmpl[2] = {ABI_SU_CONV_VALUE, ABI_SU_RECURRENT_CAPSULE};
+  char name[128];
+  for (int i = 0; i < (int)b->c->n_layers && b->su_capacity > 0; i++) {
+    if (b->c->layer_kind[i] != PH_LAYER_LINEAR_ATTENTION) continue;
+    for (int k = 0; k < 2; k++) {
+      abi_layer_name(name, sizeof name, tmpl[k], i);
+      graph_rename_value(b->g, io->su[i][k], name);
+      graph_mark_output(b->g, io->su[i][k], NULL);
+      graph_name_dims(b->g, io->su[i][k], k ? 2 : 3, su_syms);
+    }
+  }
 }

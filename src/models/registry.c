@@ -17,6 +17,13 @@ model_options model_options_default(void) {
   return o;
 }
 
+int32_t model_state_update_capacity(const hf_config *c, const model_options *o) {
+  if (!o) return 0;
+  for (int i = 0; i < (int)c->n_layers; i++)
+    if (c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION) return o->state_update_capacity;
+  return 0;
+}
+
 const model_family_def *model_family_for(const hf_config *c, diag *d) {
   switch (c->family) {
   case FAMILY_QWEN35:

@@ -24,6 +24,16 @@
  * Both compute in f32 with the same roundings: their outputs are bit-identical. */
 typedef enum model_rotary { MODEL_ROTARY_FUSED = 0, MODEL_ROTARY_OPS = 1 } model_rotary;
 
+/* The dense layout's recurrent op of a linear layer (abi §8.4 linear_attn_op): LinearAttention
+ * after LinearAttentionGate and the L2 norms as separate nodes, K-major state [B, Hv, Dk, Dv]
+ * (the default); or GatedDeltaNet in its uniform rank-4 spelling [B, S, H, D] doing the gates
+ * and the norm itself, V-major state [B, Hv, Dv, Dk] (docs/graph-io.md). The paged layout always
+ * runs GatedDeltaNet: this changes nothing there. */
+typedef enum model_linear_op {
+  MODEL_LINEAR_ATTENTION = 0,
+  MODEL_GATED_DELTA_NET = 1
+} model_linear_op;
+
 /* What a graph is built as; the same for every family (a family refuses what it cannot do). */
 typedef struct model_options {
   int64_t max_context; /* rows of the rotary cos/sin caches; 0 = the family's default
@@ -38,9 +48,22 @@ typedef struct model_options {
                             PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
                             the exporter streams the converted bytes, nothing is copied here) */
   model_rotary rotary;   /* the form of RoPE (default fused) */
+  int32_t state_update_capacity; /* paged: compact state updates, C in 0..8 (abi §2.5, §8.1/§8.2):
+                                    C > 0 adds the inputs state_update_capture_count [B] and
+                                    state_update_active [1] and, per linear layer, the outputs
+                                    state_update.{i}.conv_value and .recurrent_capsule. 0 (default)
+                                    builds today's graph. Forced to 0 for a model without linear
+                                    layers (DeepSeek); > 0 with the dense layout is
+                                    PH_ERR_INVALID_ARGUMENT. */
+  model_linear_op linear_op;     /* dense: the recurrent op of a linear layer (default
+                                    LinearAttention) */
 } model_options;
 
 model_options model_options_default(void);
+
+/* The state_update_capacity a graph of c is built with under o: o's, or 0 when c has no linear
+ * layer (nothing to capture) or o is NULL. Does not range-check (the builder does). */
+int32_t model_state_update_capacity(const hf_config *c, const model_options *o);
 
 /* One family's entry points. */
 typedef struct model_family_def {
