@@ -40,7 +40,7 @@ static void check_request(const request_spec *items, int64_t i, const request_en
 
   /* the result writer on what was read: the prompt stands in for generated tokens */
   int64_t n = r->n_prompt < 64 ? r->n_prompt : 64;
-  request_timing t = {0.5, -1.0, 2.0, r->n_prompt, n, 0};
+  request_timing t = {0.5, -1.0, 2.0, r->n_prompt, n, 0, r->sampling.speculative.n_replay_tokens, 0};
   char *line = NULL;
   diag d;
   ph_status st = request_result_to_json(r->id, r->prompt, n, "length", &t, NULL, &line, &d);

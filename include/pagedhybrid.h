@@ -228,11 +228,42 @@ typedef struct ph_engine_params {
   ph_dtype io_dtype;            /* checkpoints: activation dtype (PH_DTYPE_INVALID: f32) */
   ph_logits_capture capture_logits; /* what requests keep of their logits (0: nothing); see
                                        ph_engine_set_capture_logits */
+  int32_t state_update_capacity; /* compact state updates, what speculative decoding needs on a
+                                    model with linear-attention layers (0..8; abi.md §8.4):
+                                    checkpoints build their graph with it (0: none, speculative
+                                    requests are refused); packages: 0 takes the package's, any
+                                    other value must equal it */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);
 
 #define PH_MAX_STOP_TOKENS 16
+#define PH_MAX_DRAFT_TOKENS 8 /* drafts verified per step (state_update_capacity's bound) */
+
+/* Where a request's speculative drafts come from (docs/speculative.md). Every draft is verified:
+ * a drafted token is kept only when it equals the token the request's sampler draws at that
+ * index, from the same (seed, index), so the output is the same with any method or none. */
+typedef enum ph_draft_method {
+  PH_DRAFT_NONE = 0,   /* no speculation */
+  PH_DRAFT_NGRAM = 1,  /* prompt lookup: what followed the latest earlier match of the context's
+                          last n tokens (no extra weights) */
+  PH_DRAFT_MTP = 2,    /* the checkpoint's own multi-token-prediction head (Qwen3.5 mtp.*) */
+  PH_DRAFT_REPLAY = 3, /* a given continuation (benchmarks: it sets the acceptance rate) */
+} ph_draft_method;
+
+/* "none", "ngram", "mtp", "replay"; "unknown" otherwise. Static. */
+PH_API const char *ph_draft_method_name(ph_draft_method method);
+
+typedef struct ph_speculative_params {
+  ph_draft_method method;
+  int32_t num_draft_tokens;     /* drafts per step, 1..PH_MAX_DRAFT_TOKENS, and no more than the
+                                   engine's state_update_capacity on a hybrid model (0: 4) */
+  int32_t ngram_min, ngram_max; /* n-gram lengths tried, longest first, 1 <= min <= max <= 16
+                                   (0, 0: 1 and 4) */
+  const int64_t *replay_tokens; /* replay: the continuation proposed, token i drafted for
+                                   generated index i; copied when the request is added */
+  int64_t n_replay_tokens;
+} ph_speculative_params;
 
 typedef struct ph_sampling_params {
   float temperature;      /* 0: greedy */
@@ -244,6 +275,7 @@ typedef struct ph_sampling_params {
   int32_t n_stop_token_ids;
   int64_t stop_token_ids[PH_MAX_STOP_TOKENS];
   int ignore_eos; /* 1: the model's end-of-sequence ids do not stop the request */
+  ph_speculative_params speculative; /* default: none */
 } ph_sampling_params;
 
 PH_API ph_sampling_params ph_sampling_params_default(void); /* greedy, 16 new tokens */
@@ -291,6 +323,8 @@ typedef struct ph_step_info {
   uint64_t state_bytes_moved;
   double seconds;
   int32_t n_admitted; /* waiting requests admitted (given pages and a state slot) this step */
+  int64_t n_drafted;  /* speculative drafts verified this step */
+  int64_t n_accepted; /* of which kept */
 } ph_step_info;
 
 /* One step: schedule, run, sample, commit. info may be NULL. */
@@ -304,6 +338,7 @@ typedef struct ph_request_info {
   char message[256];
   int64_t n_prompt, n_generated, n_preemptions;
   double queue_ms, time_to_first_token_ms, total_ms; /* -1 when not reached */
+  int64_t n_drafted, n_accepted; /* speculative drafts verified, and kept */
 } ph_request_info;
 
 /* Thread-safe. */

@@ -176,7 +176,7 @@ static int run_two(paged_session *s, float *out, int64_t V) {
     slot[i] = -1;
     ok &= hybrid_cache_reserve(paged_session_cache(s), &bt[i], &slot[i], 8, &d) == PH_OK;
   }
-  paged_seq seqs[2] = {{slot[0], &bt[0], 0, a, 5}, {slot[1], &bt[1], 0, b, 3}};
+  paged_seq seqs[2] = {{slot[0], &bt[0], 0, a, 5, 0}, {slot[1], &bt[1], 0, b, 3, 0}};
   ok = ok && paged_session_run(s, seqs, 2, &d) == PH_OK;
   int64_t rows = 0;
   const float *l = ok ? paged_session_logits(s, &rows) : NULL;

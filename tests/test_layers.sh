@@ -22,7 +22,7 @@ allowed() { # module -> the modules it may include besides itself
   io) echo "base tensor graph" ;;
   cache) echo "base tensor" ;;
   models) echo "base tensor graph io" ;;
-  runtime) echo "base tensor graph ops exec io cache models" ;;
+  runtime) echo "base tensor graph kernels ops exec io cache models" ;;
   engine) echo "base tensor io cache runtime" ;;
   *) echo "UNKNOWN" ;;
   esac

@@ -178,7 +178,7 @@ static float *run_paged(const char *dir, const int64_t *tokens, int64_t n, model
   block_table bt;
   block_table_init(&bt);
   if (s && hybrid_cache_reserve(paged_session_cache(s), &bt, &slot, n, &d) == PH_OK) {
-    paged_seq one = {slot, &bt, 0, tokens, n};
+    paged_seq one = {slot, &bt, 0, tokens, n, 0};
     const ph_status st = paged_session_run(s, &one, 1, &d);
     CHECK_STATUS(st, PH_OK, d.msg);
     const int64_t V = paged_session_vocab(s);

@@ -224,7 +224,7 @@ static void run_plan(paged_session *s, ph_model *m, seq *seqs, int with_dense, w
       seq *q = &seqs[p->who[b]];
       /* admission reserves pages for the whole sequence; recycled pages are dirtied */
       if (!q->live) admit(s, c, q, q->n_total, k > 0);
-      batch[b] = (paged_seq){q->slot, &q->bt, q->done, q->tokens + q->done, p->len[b]};
+      batch[b] = (paged_seq){q->slot, &q->bt, q->done, q->tokens + q->done, p->len[b], 0};
     }
     ph_status st = paged_session_run(s, batch, p->n, &d);
     CHECK_STATUS(st, PH_OK, d.msg);
@@ -290,7 +290,7 @@ static int alone_matches(paged_session *s, const hf_config *c, const seq *packed
     q.logits = calloc((size_t)(q.n_total * V), sizeof(float));
     admit(s, c, &q, q.n_total, 1);
     for (int k = 0; k < q.n_chunks; k++) {
-      paged_seq one = {q.slot, &q.bt, q.done, q.tokens + q.done, q.chunks[k]};
+      paged_seq one = {q.slot, &q.bt, q.done, q.tokens + q.done, q.chunks[k], 0};
       CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_OK, d.msg);
       for (int64_t j = 0; j < q.chunks[k]; j++)
         memcpy(q.logits + (q.done + j) * V, paged_session_token_logits(s, 0, j),
@@ -484,7 +484,7 @@ static void run_alone(paged_session *ps, const hf_config *c, const int64_t *toks
   admit(ps, c, &q, n, 0);
   for (int64_t done = 0; done < n;) {
     const int64_t len = n - done < 64 ? n - done : 64;
-    paged_seq one = {q.slot, &q.bt, done, toks + done, len};
+    paged_seq one = {q.slot, &q.bt, done, toks + done, len, 0};
     const ph_status st = paged_session_run(ps, &one, 1, &d);
     CHECK_STATUS(st, PH_OK, d.msg);
     if (st != PH_OK) break;
@@ -801,8 +801,8 @@ static void test_pruned_lm_head(void) {
         seq *qa = &a[p->who[i]], *qb = &b[p->who[i]];
         if (!qa->live) admit(full, c, qa, qa->n_total, 0);
         if (!qb->live) admit(pruned, c, qb, qb->n_total, 0);
-        ba[i] = (paged_seq){qa->slot, &qa->bt, qa->done, qa->tokens + qa->done, p->len[i]};
-        bb[i] = (paged_seq){qb->slot, &qb->bt, qb->done, qb->tokens + qb->done, p->len[i]};
+        ba[i] = (paged_seq){qa->slot, &qa->bt, qa->done, qa->tokens + qa->done, p->len[i], 0};
+        bb[i] = (paged_seq){qb->slot, &qb->bt, qb->done, qb->tokens + qb->done, p->len[i], 0};
       }
       CHECK_STATUS(paged_session_run(full, ba, p->n, &d), PH_OK, d.msg);
       CHECK_STATUS(paged_session_run(pruned, bb, p->n, &d), PH_OK, d.msg);
@@ -843,7 +843,7 @@ static void test_bad_steps(void) {
     admit(s, c, &q, 20, 0);
     int64_t toks[40] = {1, 2, 3};
     diag d;
-    paged_seq one = {q.slot, &q.bt, 0, toks, 3};
+    paged_seq one = {q.slot, &q.bt, 0, toks, 3, 0};
     toks[1] = c->vocab_size;
     CHECK_STATUS(paged_session_run(s, &one, 1, &d), PH_ERR_INVALID_ARGUMENT, "token");
     CHECK_CONTAINS(d.msg, "outside the vocabulary");

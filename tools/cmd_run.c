@@ -48,6 +48,12 @@ static const cli_option OPTIONS[] = {
     {"block-size", "N", "checkpoint only: tokens per KV page (power of two >= 16, default 16)"},
     {"max-context", "N", "checkpoint only: context bound (default min(max_position, 32768))"},
     {"io-dtype", "f32|f16|bf16", "checkpoint only: activation/KV dtype of the graph (default f32)"},
+    {"state-update-capacity", "N",
+     "compact state updates for speculative decoding, 0..8 (checkpoint: the graph is built with "
+     "it, default 0, or 8 with --speculative; package: must match its own)"},
+    {"speculative", "METHOD[:K]",
+     "default speculation of requests without their own: ngram or mtp, K drafts per step "
+     "(default 4); outputs are identical with it or without (docs/speculative.md)"},
     {"progress", "N", "a progress line on stderr every N steps (default 0: the summary only)"},
     {"strict", NULL, "exit 1 when any request finished with an error"},
 };
@@ -92,6 +98,7 @@ typedef struct run_state {
   int64_t n_by_reason[PH_FINISH_ERROR + 1];
   char first_error[320]; /* the first error line's message and status, for --strict */
   ph_status first_status;
+  ph_speculative_params spec; /* --speculative: for requests without their own */
 } run_state;
 
 static int64_t arrival(const run_state *rs, int64_t k) {
@@ -147,9 +154,10 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
         engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &info), d));
     int64_t n_tokens = 0;
     const int64_t *tokens = ph_engine_request_tokens(e, id, &n_tokens);
-    const request_timing t = {info.queue_ms,    info.time_to_first_token_ms,
-                              info.total_ms,    info.n_prompt,
-                              info.n_generated, info.n_preemptions};
+    const request_timing t = {info.queue_ms,      info.time_to_first_token_ms,
+                              info.total_ms,      info.n_prompt,
+                              info.n_generated,   info.n_preemptions,
+                              info.n_drafted,     info.n_accepted};
     /* the engine names requests by its own ids: say which line of the file it was */
     char msg[sizeof info.message + 64];
     const int is_error = info.finish == PH_FINISH_ERROR;
@@ -188,6 +196,7 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
 static ph_status add_request(run_state *rs, ph_engine *e, int64_t i, diag *d) {
   request_spec r;
   FORWARD_IF_ERROR(request_file_get(rs->file, i, &r, d));
+  if (!r.speculative_given) r.sampling.speculative = rs->spec; /* --speculative */
   uint64_t id = 0;
   ph_status st = engine_call_failed(
       "ph_engine_add_request", ph_engine_add_request(e, r.prompt, r.n_prompt, &r.sampling, &id), d);
@@ -204,7 +213,7 @@ static ph_status add_request(run_state *rs, ph_engine *e, int64_t i, diag *d) {
 
 typedef struct run_totals {
   uint64_t steps;
-  int64_t n_run, n_generated, n_preempted;
+  int64_t n_run, n_generated, n_preempted, n_drafted, n_accepted;
   double seconds;
 } run_totals;
 
@@ -250,6 +259,8 @@ static ph_status drive(run_state *rs, ph_engine *e, int64_t progress, run_totals
     t->n_run += si.n_tokens;
     t->n_generated += si.n_generated;
     t->n_preempted += si.n_preempted;
+    t->n_drafted += si.n_drafted;
+    t->n_accepted += si.n_accepted;
     t->seconds = now_s() - t0;
     FORWARD_IF_ERROR(collect(rs, e, d));
     /* a live request with nothing scheduled step after step is an engine bug, not a long run */
@@ -337,9 +348,16 @@ int cmd_run(int argc, char **argv) {
   if (!req_path) return cli_usage_error(&a, "--requests FILE.jsonl is required");
   ph_engine_params p = ph_engine_params_default();
   int64_t progress = 0;
+  ph_speculative_params rs_spec;
+  int spec_given = 0;
   if ((rc = engine_flags_parse(&a, &p)) ||
-      (rc = cli_get_int(&a, "progress", 0, INT64_MAX, &progress)))
+      (rc = cli_get_int(&a, "progress", 0, INT64_MAX, &progress)) ||
+      (rc = engine_flags_speculative(&a, &rs_spec, &spec_given)))
     return rc;
+  /* a checkpoint built for --speculative captures as many drafts as any step may verify */
+  if (spec_given && rs_spec.method != PH_DRAFT_NONE && !cli_get(&a, "state-update-capacity") &&
+      !onnx_is_package(dir))
+    p.state_update_capacity = PH_MAX_DRAFT_TOKENS;
   const int checkpoint_only = engine_flags_checkpoint_only(&a);
   const int strict = cli_flag(&a, "strict");
 
@@ -374,6 +392,7 @@ int cmd_run(int argc, char **argv) {
   }
   if (s == PH_OK) {
     rs.out = out;
+    rs.spec = rs_spec;
     ph_engine_set_callback(e, on_token, &rs);
     s = drive(&rs, e, progress, &t, &d);
   }
@@ -387,6 +406,10 @@ int cmd_run(int argc, char **argv) {
             (long long)rs.n_by_reason[PH_FINISH_ERROR], t.steps, t.seconds, (long long)t.n_run,
             (long long)t.n_generated, t.seconds > 0 ? (double)t.n_generated / t.seconds : 0.0,
             (long long)t.n_preempted);
+    if (t.n_drafted > 0)
+      fprintf(stderr, "run: speculative: %lld drafts verified, %lld accepted (%.1f%%)\n",
+              (long long)t.n_drafted, (long long)t.n_accepted,
+              100.0 * (double)t.n_accepted / (double)t.n_drafted);
   }
   if (!out_path && fflush(stdout) != 0 && s == PH_OK)
     s = diag_set(&d, PH_ERR_IO, "writing stdout failed");

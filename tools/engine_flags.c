@@ -2,6 +2,7 @@
 #include "engine_flags.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef enum flag {
@@ -14,6 +15,7 @@ typedef enum flag {
   F_BLOCK_SIZE,
   F_MAX_CONTEXT,
   F_IO_DTYPE,
+  F_STATE_UPDATE_CAPACITY,
   N_FLAGS
 } flag;
 
@@ -32,6 +34,7 @@ static const flag_rule RULES[N_FLAGS] = {
     [F_BLOCK_SIZE] = {"block-size", 16, 1 << 20},
     [F_MAX_CONTEXT] = {"max-context", 1, (int64_t)1 << 24},
     [F_IO_DTYPE] = {"io-dtype", 0, 0},
+    [F_STATE_UPDATE_CAPACITY] = {"state-update-capacity", 0, PH_MAX_DRAFT_TOKENS},
 };
 
 static int flag_of(const char *name) {
@@ -75,6 +78,39 @@ int engine_flags_parse(cli_args *a, ph_engine_params *p) {
   p->n_threads = (int)v[F_THREADS];
   p->block_size = v[F_BLOCK_SIZE];
   p->max_context = v[F_MAX_CONTEXT];
+  p->state_update_capacity = (int32_t)v[F_STATE_UPDATE_CAPACITY];
+  return CLI_EXIT_OK;
+}
+
+int engine_flags_speculative(cli_args *a, ph_speculative_params *out, int *given) {
+  memset(out, 0, sizeof *out);
+  *given = 0;
+  const char *v = cli_get(a, "speculative");
+  if (!v) return CLI_EXIT_OK;
+  *given = 1;
+  static const ph_draft_method methods[] = {PH_DRAFT_NONE, PH_DRAFT_NGRAM, PH_DRAFT_MTP};
+  const char *colon = strchr(v, ':');
+  const size_t len = colon ? (size_t)(colon - v) : strlen(v);
+  int found = 0;
+  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+    const char *name = ph_draft_method_name(methods[i]);
+    if (strlen(name) == len && strncmp(v, name, len) == 0) {
+      out->method = methods[i];
+      found = 1;
+    }
+  }
+  if (!found)
+    return cli_usage_error(a, "--speculative %s: expected none, ngram or mtp, optionally with "
+                              ":K drafts per step (1..%d), e.g. ngram:4",
+                           v, PH_MAX_DRAFT_TOKENS);
+  if (colon) {
+    char *end = NULL;
+    const long k = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || k < 1 || k > PH_MAX_DRAFT_TOKENS)
+      return cli_usage_error(a, "--speculative %s: K must be an integer in [1, %d]", v,
+                             PH_MAX_DRAFT_TOKENS);
+    out->num_draft_tokens = (int32_t)k;
+  }
   return CLI_EXIT_OK;
 }
 

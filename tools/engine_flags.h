@@ -13,6 +13,8 @@
  *   --block-size N     [16, 2^20]        block_size, a power of two   (checkpoints only)
  *   --max-context N    [1, 2^24]         max_context                  (checkpoints only)
  *   --io-dtype f32|f16|bf16              io_dtype                     (checkpoints only)
+ *   --state-update-capacity N  [0, 8]    state_update_capacity (speculative decoding; a package
+ *                                        must match its own)
  * A flag not given leaves its field 0 (the engine's default, include/pagedhybrid.h). A bad value
  * is a usage error (tools/cli.h: printed, CLI_EXIT_USAGE). */
 #ifndef PH_TOOLS_ENGINE_FLAGS_H
@@ -25,6 +27,11 @@
 /* Fills *p (start from ph_engine_params_default()) from the engine flags a has. Returns
  * CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */
 int engine_flags_parse(cli_args *a, ph_engine_params *p);
+
+/* --speculative METHOD[:K] (METHOD none, ngram or mtp; K drafts per step, 1..8): the default
+ * speculation of requests that do not set their own. *given = 1 when the flag is there.
+ * Returns CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */
+int engine_flags_speculative(cli_args *a, ph_speculative_params *out, int *given);
 
 /* 1 when a has any of the checkpoint-only flags (--block-size, --max-context, --io-dtype): a
  * package fixes them in its graph. */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/drafter.h"
 #include "engine/scheduler.h"
 #include "io/genai_config.h"
 #include "runtime/runtime.h"
@@ -48,6 +49,9 @@ typedef struct request {
   int64_t bad_index;
   float bad_value;
   double t_add, t_sched, t_first, t_done; /* seconds, monotonic; 0 = not yet */
+  /* speculative decoding (sp.speculative resolved; its replay tokens point at `replay`) */
+  int64_t *replay;               /* heap copy of the replay continuation, or NULL */
+  int64_t n_drafted, n_accepted; /* drafts verified, and kept */
 } request;
 
 /* id -> request: open addressing, linear probing, a power-of-two table at most half full;
@@ -86,8 +90,11 @@ struct engine {
   request **finishing; /* [max_batch_size]: finishes decided while the batch is live */
   uint64_t next_id;
 
+  /* speculative decoding: the most drafts a verify may hold (0: none) */
+  int32_t spec_max;
   /* step storage, sized at creation */
   paged_seq *seqs; /* [max_batch_size] */
+  int64_t *kept;   /* [max_batch_size]: tokens each entry keeps (sched_commit_kept) */
   void *scratch;   /* sampler */
   size_t scratch_bytes;
   uint64_t steps;
@@ -99,6 +106,20 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *ph_draft_method_name(ph_draft_method method) {
+  switch (method) {
+  case PH_DRAFT_NONE:
+    return "none";
+  case PH_DRAFT_NGRAM:
+    return "ngram";
+  case PH_DRAFT_MTP:
+    return "mtp";
+  case PH_DRAFT_REPLAY:
+    return "replay";
+  }
+  return "unknown";
 }
 
 const char *ph_finish_reason_name(ph_finish_reason reason) {
@@ -166,6 +187,7 @@ static paged_session_params session_params(const ph_engine_params *p) {
   sp.max_batch = p->max_batch_size;
   sp.max_tokens = p->max_scheduled_tokens;
   sp.n_threads = p->n_threads;
+  sp.state_banks = p->state_update_capacity > 0 ? 2 : 1;
   return sp;
 }
 
@@ -187,10 +209,20 @@ static ph_status finish_create(engine *e, diag *d) {
   sp.block_size = (int32_t)paged_session_block_size(e->s);
   FORWARD_IF_ERROR(sched_create(&sp, paged_session_cache(e->s), &e->sch, d));
   e->seqs = calloc((size_t)e->p.max_batch_size, sizeof *e->seqs);
+  e->kept = calloc((size_t)e->p.max_batch_size, sizeof *e->kept);
   e->finishing = calloc((size_t)e->p.max_batch_size, sizeof *e->finishing);
   e->scratch_bytes = sampler_scratch_bytes(e->vocab);
   e->scratch = malloc(e->scratch_bytes ? e->scratch_bytes : 1);
-  RETURN_ERROR_IF(!e->seqs || !e->finishing || !e->scratch, d, PH_ERR_NO_MEMORY,
+  /* a verify needs every row of its chunk: not with a pruned LM head; on a hybrid model its
+   * linear layers must capture (state_update_capacity drafts at most) */
+  const hybrid_cache *hc = paged_session_cache(e->s);
+  if (paged_session_prunes_lm_head(e->s))
+    e->spec_max = 0;
+  else if (hybrid_cache_has_state(hc))
+    e->spec_max = paged_session_state_capacity(e->s);
+  else
+    e->spec_max = PH_MAX_DRAFT_TOKENS;
+  RETURN_ERROR_IF(!e->seqs || !e->kept || !e->finishing || !e->scratch, d, PH_ERR_NO_MEMORY,
                   "engine: out of memory");
   return PH_OK;
 }
@@ -217,8 +249,11 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
   /* sampling reads each sequence's last row only: a pruned LM head skips the vocab-wide
    * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c), unless
    * every position's row is to be captured */
+  /* a verify reads every row of its chunk: an engine that may speculate keeps the whole head */
   runtime_build rb = {e->p.block_size, e->p.max_context, e->p.io_dtype,
-                      e->p.capture_logits != PH_CAPTURE_POSITIONS};
+                      e->p.capture_logits != PH_CAPTURE_POSITIONS &&
+                          e->p.state_update_capacity == 0,
+                      e->p.state_update_capacity};
   if ((st = runtime_paged_session(&e->src, &rb, &sp, &e->s, d)) != PH_OK) goto fail;
   if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
   if ((st = finish_create(e, d)) != PH_OK) goto fail;
@@ -235,6 +270,7 @@ static void request_free(request *r) {
   free(r->tokens);
   free(r->logits);
   free(r->message);
+  free(r->replay);
   free(r->sr.blocks.ids); /* NULL once the scheduler took it over and released it */
   free(r);
 }
@@ -381,6 +417,29 @@ static ph_status refusal_of(const engine *e, uint64_t id, const int64_t *prompt,
                     (unsigned long long)id, (long long)prompt[j], (long long)j,
                     (long long)e->vocab);
   FORWARD_IF_ERROR(sampling_params_validate(sp, e->vocab, d));
+  const ph_speculative_params *spec = &sp->speculative;
+  if (spec->method != PH_DRAFT_NONE) {
+    RETURN_ERROR_IF(paged_session_prunes_lm_head(e->s), d, PH_ERR_UNSUPPORTED,
+                    "request %llu: speculative decoding verifies every drafted row, and this "
+                    "model's graph prunes its LM head to one row per sequence (export without "
+                    "prune_lm_head)",
+                    (unsigned long long)id);
+    RETURN_ERROR_IF(e->spec_max == 0, d, PH_ERR_UNSUPPORTED,
+                    "request %llu: speculative decoding on a model with linear-attention layers "
+                    "needs compact state updates: create the engine with state_update_capacity "
+                    "> 0 (run --state-update-capacity N) or export the package with "
+                    "--state-update-capacity N",
+                    (unsigned long long)id);
+    const int32_t k = speculative_params_resolved(spec).num_draft_tokens;
+    RETURN_ERROR_IF(k > e->spec_max, d, PH_ERR_INVALID_ARGUMENT,
+                    "request %llu: speculative.num_draft_tokens = %d is more than the model's "
+                    "state_update_capacity %d",
+                    (unsigned long long)id, (int)k, (int)e->spec_max);
+    RETURN_ERROR_IF(spec->method == PH_DRAFT_MTP, d, PH_ERR_UNSUPPORTED,
+                    "request %llu: speculative method mtp: this model has no MTP head (a Qwen3.5 "
+                    "checkpoint with mtp.* weights)",
+                    (unsigned long long)id);
+  }
   return sched_check_fits(e->sch, (int64_t)id, max_total_of(e, n_prompt, sp), d);
 }
 
@@ -391,6 +450,9 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
   request *r = calloc(1, sizeof *r);
   RETURN_ERROR_IF(!r, d, PH_ERR_NO_MEMORY, "engine_add: out of memory");
   r->sp = sp ? *sp : sampling_params_default();
+  /* the caller's replay tokens are copied below, never kept */
+  const int64_t *replay_in = r->sp.speculative.replay_tokens;
+  r->sp.speculative.replay_tokens = NULL;
   r->n_prompt = n_prompt;
   r->sr.slot = -1;
   r->t_add = now_s();
@@ -400,7 +462,9 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
   pthread_mutex_unlock(&e->mu);
   diag why;
   diag_clear(&why);
-  r->refusal = refusal_of(e, r->id, prompt, n_prompt, &r->sp, &why);
+  sampling_params checked = r->sp;
+  checked.speculative.replay_tokens = replay_in;
+  r->refusal = refusal_of(e, r->id, prompt, n_prompt, &checked, &why);
   int ok = 1;
   int64_t cap = 0;
   if (r->refusal != PH_OK) {
@@ -428,6 +492,14 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
     r->sr.blocks.ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *r->sr.blocks.ids);
     r->sr.blocks.capacity = n_ids > 0 ? n_ids : 1;
     ok = r->tokens && r->sr.blocks.ids && (rows <= 0 || r->logits);
+    r->sp.speculative = speculative_params_resolved(&r->sp.speculative);
+    if (ok && r->sp.speculative.method == PH_DRAFT_REPLAY) {
+      const int64_t n = r->sp.speculative.n_replay_tokens;
+      r->replay = malloc((size_t)n * sizeof *r->replay);
+      ok = r->replay != NULL;
+      if (ok) memcpy(r->replay, replay_in, (size_t)n * sizeof *r->replay);
+      r->sp.speculative.replay_tokens = r->replay;
+    }
   }
   if (ok) {
     pthread_mutex_lock(&e->mu);
@@ -542,19 +614,71 @@ static ph_finish_reason emit(engine *e, request *r, const float *row) {
   return PH_FINISH_NONE;
 }
 
-/* PH_CAPTURE_POSITIONS: every row this step ran, kept at its position (a recomputed prefix
- * after a preemption writes the same bytes again). */
+/* PH_CAPTURE_POSITIONS: every row this step ran and kept (a verify's rejected drafts are not
+ * positions of the request), at its position (a recomputed prefix after a preemption writes the
+ * same bytes again). */
 static void capture_positions(engine *e, const sched_batch *b) {
   for (int32_t k = 0; k < b->n_entries; k++) {
     const sched_entry *en = &b->entries[k];
     request *r = (request *)((char *)en->req - offsetof(request, sr));
     if (!r->logits || r->capture != PH_CAPTURE_POSITIONS) continue;
-    for (int64_t j = 0; j < en->n_tokens && en->start + j < r->capacity - 1; j++) {
+    for (int64_t j = 0; j < e->kept[k] && en->start + j < r->capacity - 1; j++) {
       const float *row = paged_session_token_logits(e->s, k, j);
       if (row) /* never NULL: engine_set_capture refuses a pruned LM head */
         memcpy(r->logits + (en->start + j) * e->vocab, row, (size_t)e->vocab * sizeof *row);
     }
   }
+}
+
+/* Speculative drafts for every running request whose next chunk is its decode token: written
+ * after its known tokens (r->tokens[n_total, n_total + n), where the tokens it may generate
+ * go; nothing there is published until sampled) and offered to the scheduler as sr.n_draft.
+ * At most num_draft_tokens, the model's bound, the room left in the token buffer and the
+ * context, and one fewer than the tokens it may still generate (a verify of n drafts emits up
+ * to n + 1). */
+static void propose_drafts(engine *e) {
+  for (sched_req *q = sched_running_first(e->sch); q; q = q->next) {
+    request *r = (request *)((char *)q - offsetof(request, sr));
+    q->n_draft = 0;
+    const ph_speculative_params *sp = &r->sp.speculative;
+    if (sp->method == PH_DRAFT_NONE || q->n_computed + 1 != q->n_total) continue;
+    int64_t k = sp->num_draft_tokens < e->spec_max ? sp->num_draft_tokens : e->spec_max;
+    const int64_t n_total = q->n_total;
+    if (k > r->capacity - n_total) k = r->capacity - n_total;
+    if (k > e->max_context - n_total) k = e->max_context - n_total;
+    if (k > r->sp.max_new_tokens - r->n_generated - 1) k = r->sp.max_new_tokens - r->n_generated - 1;
+    if (k <= 0) continue;
+    int64_t *out = r->tokens + n_total;
+    int32_t n = 0;
+    if (sp->method == PH_DRAFT_NGRAM)
+      n = draft_ngram(r->tokens, n_total, sp->ngram_min, sp->ngram_max, (int32_t)k, out);
+    else if (sp->method == PH_DRAFT_REPLAY)
+      n = draft_replay(sp->replay_tokens, sp->n_replay_tokens, r->n_generated, (int32_t)k, out);
+    q->n_draft = n;
+  }
+}
+
+/* Samples a verify chunk of request r (entry k of the batch): row j gives generated token
+ * n_generated + j; the draft at j is kept while it equals that token, so the tokens published
+ * are exactly those one-token steps would have sampled (the same rows, bit for bit, and the
+ * same draws at the same (seed, index)). Returns the finish, *kept the rows whose KV and state
+ * stay (the decode token and the accepted drafts). */
+static ph_finish_reason verify(engine *e, request *r, const sched_entry *en, int32_t k,
+                               int64_t *kept, int64_t *n_emitted) {
+  ph_finish_reason f = PH_FINISH_NONE;
+  int64_t j = 0;
+  for (;; j++) {
+    /* read the draft before emit writes the sampled token over it */
+    const int64_t draft = j < en->n_draft ? r->tokens[en->start + 1 + j] : -1;
+    f = emit(e, r, paged_session_token_logits(e->s, k, j));
+    (*n_emitted) += f != PH_FINISH_ERROR;
+    if (f != PH_FINISH_NONE || j == en->n_draft) break;
+    if (r->tokens[r->n_prompt + r->n_generated - 1] != draft) break;
+  }
+  *kept = j + 1;
+  r->n_drafted += en->n_draft;
+  r->n_accepted += j; /* the drafts before row j all matched */
+  return f;
 }
 
 ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
@@ -601,6 +725,7 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
   const hybrid_cache *cache = paged_session_cache(e->s);
   const uint64_t moved0 = hybrid_cache_bytes_moved(cache);
   sched_batch b;
+  if (e->spec_max > 0) propose_drafts(e);
   /* under the lock: the scheduler updates requests' preemption counts, which
    * engine_request_info_get reads from other threads (it allocates nothing; microseconds) */
   pthread_mutex_lock(&e->mu);
@@ -618,27 +743,38 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
       request *r = (request *)((char *)en->req - offsetof(request, sr));
       if (r->t_sched == 0) r->t_sched = t_now;
       e->seqs[k] = (paged_seq){en->req->slot, &en->req->blocks, en->start, r->tokens + en->start,
-                               en->n_tokens};
+                               en->n_tokens, (int32_t)en->n_draft};
     }
     pthread_mutex_unlock(&e->mu);
     FORWARD_IF_ERROR(paged_session_run(e->s, e->seqs, b.n_entries, d));
-    FORWARD_IF_ERROR(sched_commit(e->sch, &b, d));
     e->steps++;
-    capture_positions(e, &b);
     /* 4. sample and commit tokens; finishes wait until the batch is no longer read */
     int32_t n_done = 0;
     for (int32_t k = 0; k < b.n_entries; k++) {
       const sched_entry *en = &b.entries[k];
+      e->kept[k] = en->n_tokens;
       if (!en->sample) continue;
       request *r = (request *)((char *)en->req - offsetof(request, sr));
-      const ph_finish_reason f = emit(e, r, paged_session_last_logits(e->s, k));
-      si.n_generated += f != PH_FINISH_ERROR;
+      ph_finish_reason f;
+      if (en->n_draft > 0) {
+        f = verify(e, r, en, k, &e->kept[k], &si.n_generated);
+        si.n_drafted += en->n_draft;
+        si.n_accepted += e->kept[k] - 1;
+        /* the state after the kept tokens becomes the published one, with the KV length
+         * (sched_commit_kept below) */
+        FORWARD_IF_ERROR(paged_session_commit(e->s, k, e->kept[k], d));
+      } else {
+        f = emit(e, r, paged_session_last_logits(e->s, k));
+        si.n_generated += f != PH_FINISH_ERROR;
+      }
       if (f != PH_FINISH_NONE) {
         e->finishing[n_done] = r;
         r->finish_next = f;
         n_done++;
       }
     }
+    FORWARD_IF_ERROR(sched_commit_kept(e->sch, &b, e->kept, d));
+    capture_positions(e, &b);
     si.batch_size = b.n_entries;
     si.n_tokens = b.n_tokens;
     for (int32_t k = 0; k < n_done; k++) {
@@ -701,6 +837,8 @@ ph_status engine_request_info_get(engine *e, uint64_t id, ph_request_info *out, 
     out->n_prompt = r->n_prompt;
     out->n_generated = r->n_generated;
     out->n_preemptions = r->sr.n_preemptions;
+    out->n_drafted = r->n_drafted;
+    out->n_accepted = r->n_accepted;
     const double end = r->t_done > 0 ? r->t_done : now_s();
     out->queue_ms = r->t_sched > 0 ? 1e3 * (r->t_sched - r->t_add) : -1;
     out->time_to_first_token_ms = r->t_first > 0 ? 1e3 * (r->t_first - r->t_add) : -1;

@@ -136,7 +136,7 @@ ph_status ph_engine_get_info(const ph_engine *pe, ph_engine_info *out) {
   out->block_size = hybrid_cache_block_size(c);
   out->kv_pages = hybrid_cache_n_blocks(c) - 1; /* without the null page */
   out->cache_bytes = hybrid_cache_bytes(c);
-  out->state_bytes_per_request = state_pool_slot_bytes(hybrid_cache_states(c));
+  out->state_bytes_per_request = hybrid_cache_slot_cost(c); /* both banks when double-banked */
   out->kv_bytes_per_token =
       out->block_size > 0 ? kv_buffers_bytes_per_block(hybrid_cache_kv(c)) / out->block_size : 0;
   return PH_OK;

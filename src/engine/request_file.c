@@ -34,7 +34,12 @@
 static const char *const known_keys[] = {
     "id",    "prompt_tokens", "max_new_tokens", "arrive_step",    "temperature", "top_k",
     "top_p", "min_p",         "seed",           "stop_token_ids", "ignore_eos",  "remove_step",
+    "speculative",
 };
+
+/* The keys of a request's "speculative" object. */
+static const char *const spec_keys[] = {"method", "num_draft_tokens", "ngram_min", "ngram_max",
+                                        "tokens"};
 
 /* Where a line's messages come from. */
 typedef struct at {
@@ -127,7 +132,7 @@ static ph_status check_keys(const at *a, const json_t *obj, diag *d) {
     RETURN_ERROR_IF(!known, d, PH_ERR_CONFIG_INVALID,
                     "%s:%d: unknown key \"%s\" (known: id, prompt_tokens, max_new_tokens, "
                     "arrive_step, remove_step, temperature, top_k, top_p, min_p, seed, "
-                    "stop_token_ids, ignore_eos)",
+                    "stop_token_ids, ignore_eos, speculative)",
                     a->label, a->line, shown(key, buf));
   }
   return PH_OK;
@@ -195,7 +200,75 @@ static ph_status read_stop_ids(const at *a, const json_t *obj, sampling_params *
   return PH_OK;
 }
 
-/* Everything but the prompt; nothing is allocated. */
+/* "speculative": {"method": "none" | "ngram" | "mtp" | "replay", "num_draft_tokens": k,
+ * "ngram_min": n, "ngram_max": n, "tokens": [...]} (tokens: replay only, allocated into
+ * r->draft_tokens). The values are sampling_params_validate's to check. */
+static ph_status read_speculative(const at *a, const json_t *obj, request_spec *r, diag *d) {
+  const json_t *v = get(obj, "speculative");
+  if (!v) return PH_OK;
+  r->speculative_given = 1;
+  RETURN_ERROR_IF(!json_is_object(v), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: speculative is %s, expected an object like {\"method\": \"ngram\", "
+                  "\"num_draft_tokens\": 4}",
+                  a->label, a->line, json_kind(v));
+  const char *key;
+  const json_t *x;
+  json_object_foreach((json_t *)v, key, x) {
+    int known = 0;
+    for (size_t i = 0; i < sizeof spec_keys / sizeof spec_keys[0]; i++)
+      known |= strcmp(key, spec_keys[i]) == 0;
+    char buf[KEY_SHOWN + 4];
+    RETURN_ERROR_IF(!known, d, PH_ERR_CONFIG_INVALID,
+                    "%s:%d: unknown key \"%s\" in speculative (known: method, num_draft_tokens, "
+                    "ngram_min, ngram_max, tokens)",
+                    a->label, a->line, shown(key, buf));
+  }
+  ph_speculative_params *sp = &r->sampling.speculative;
+  const json_t *m = get(v, "method");
+  RETURN_ERROR_IF(!m || !json_is_string(m), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: speculative.method is %s, expected \"none\", \"ngram\", \"mtp\" or "
+                  "\"replay\"",
+                  a->label, a->line, m ? json_kind(m) : "missing");
+  static const ph_draft_method methods[] = {PH_DRAFT_NONE, PH_DRAFT_NGRAM, PH_DRAFT_MTP,
+                                            PH_DRAFT_REPLAY};
+  int found = 0;
+  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+    if (strcmp(json_string_value(m), ph_draft_method_name(methods[i])) == 0) {
+      sp->method = methods[i];
+      found = 1;
+    }
+  char buf[KEY_SHOWN + 4];
+  RETURN_ERROR_IF(!found, d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: speculative.method \"%s\" is none of none, ngram, mtp, replay",
+                  a->label, a->line, shown(json_string_value(m), buf));
+  int64_t k = 0, lo = 0, hi = 0;
+  FORWARD_IF_ERROR(get_int(a, v, "num_draft_tokens", 0, PH_MAX_DRAFT_TOKENS, &k, d));
+  FORWARD_IF_ERROR(get_int(a, v, "ngram_min", 0, SPEC_MAX_NGRAM, &lo, d));
+  FORWARD_IF_ERROR(get_int(a, v, "ngram_max", 0, SPEC_MAX_NGRAM, &hi, d));
+  sp->num_draft_tokens = (int32_t)k;
+  sp->ngram_min = (int32_t)lo;
+  sp->ngram_max = (int32_t)hi;
+  const json_t *t = get(v, "tokens");
+  RETURN_ERROR_IF(t && sp->method != PH_DRAFT_REPLAY, d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: speculative.tokens is for the replay method only", a->label, a->line);
+  if (!t) return PH_OK;
+  RETURN_ERROR_IF(!json_is_array(t) || json_array_size(t) == 0 ||
+                      json_array_size(t) > SPEC_MAX_REPLAY,
+                  d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: speculative.tokens must be an array of 1..%d token ids", a->label,
+                  a->line, SPEC_MAX_REPLAY);
+  const size_t n = json_array_size(t);
+  r->draft_tokens = malloc(n * sizeof *r->draft_tokens);
+  RETURN_ERROR_IF(!r->draft_tokens, d, PH_ERR_NO_MEMORY, "%s:%d: out of memory", a->label,
+                  a->line);
+  for (size_t i = 0; i < n; i++)
+    FORWARD_IF_ERROR(get_token(a, "speculative.tokens", t, i, &r->draft_tokens[i], d));
+  sp->replay_tokens = r->draft_tokens;
+  sp->n_replay_tokens = (int64_t)n;
+  return PH_OK;
+}
+
+/* Everything but the prompt; only replay draft tokens are allocated (r->draft_tokens). */
 static ph_status read_fields(const at *a, const json_t *obj, request_spec *r, diag *d) {
   FORWARD_IF_ERROR(check_keys(a, obj, d));
   FORWARD_IF_ERROR(read_id(a, obj, r->id, d));
@@ -210,6 +283,7 @@ static ph_status read_fields(const at *a, const json_t *obj, request_spec *r, di
   FORWARD_IF_ERROR(get_int(a, obj, "seed", 0, INT_FIELD_MAX, &seed, d));
   FORWARD_IF_ERROR(read_stop_ids(a, obj, sp, d));
   FORWARD_IF_ERROR(get_bool(a, obj, "ignore_eos", &sp->ignore_eos, d));
+  FORWARD_IF_ERROR(read_speculative(a, obj, r, d));
   sp->top_k = (int32_t)top_k;
   sp->seed = (uint64_t)seed;
   diag v;
@@ -454,6 +528,10 @@ void request_spec_free(request_spec *r) {
   free(r->prompt);
   r->prompt = NULL;
   r->n_prompt = 0;
+  free(r->draft_tokens);
+  r->draft_tokens = NULL;
+  r->sampling.speculative.replay_tokens = NULL;
+  r->sampling.speculative.n_replay_tokens = 0;
 }
 
 /* ---- the indexed file --------------------------------------------------------------------------
@@ -792,7 +870,7 @@ void request_file_close(request_file *f) {
 
 void request_list_free(request_list *l) {
   if (!l) return;
-  for (int64_t i = 0; i < l->n; i++) free(l->items[i].prompt);
+  for (int64_t i = 0; i < l->n; i++) request_spec_free(&l->items[i]);
   free(l->items);
   l->items = NULL;
   l->n = 0;
@@ -913,6 +991,9 @@ ph_status request_result_to_json(const char *id, const int64_t *tokens, int64_t 
            put(o, "n_prompt_tokens", json_integer((json_int_t)t->n_prompt)) &&
            put(o, "n_generated_tokens", json_integer((json_int_t)t->n_generated)) &&
            put(o, "n_preemptions", json_integer((json_int_t)t->n_preempted)) &&
+           (t->n_drafted <= 0 ||
+            (put(o, "n_drafted_tokens", json_integer((json_int_t)t->n_drafted)) &&
+             put(o, "n_accepted_tokens", json_integer((json_int_t)t->n_accepted)))) &&
            put(o, "time_in_queue_ms", time_value(t->queue_ms)) &&
            put(o, "time_to_first_token_ms", time_value(t->ttft_ms)) &&
            put(o, "total_ms", time_value(t->total_ms));

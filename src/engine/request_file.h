@@ -42,9 +42,11 @@ typedef struct request_spec {
   int64_t arrive_step;       /* >= 0: the engine step at which the request becomes visible */
   int64_t remove_step;       /* -1: never; else >= arrive_step: the step the engine aborts it */
   int line;                  /* 1-based line of the file it came from (for the engine's errors) */
+  int64_t *draft_tokens;     /* speculative replay tokens, owned (sampling.speculative points here) */
+  int speculative_given;     /* the line has a "speculative" object */
 } request_spec;
 
-/* Frees r's prompt; leaves r->prompt NULL and n_prompt 0. NULL is a no-op. */
+/* Frees r's prompt and replay tokens; leaves them NULL and 0. NULL is a no-op. */
 void request_spec_free(request_spec *r);
 
 /* ---- a requests file, indexed ---------------------------------------------------------------- */
@@ -122,10 +124,13 @@ typedef struct request_timing {
   int64_t n_prompt;    /* prompt tokens */
   int64_t n_generated; /* generated tokens: must equal n_tokens of the result */
   int64_t n_preempted; /* times the request was preempted */
+  int64_t n_drafted;   /* speculative drafts verified (the keys are written when > 0) */
+  int64_t n_accepted;  /* of which kept */
 } request_timing;
 
 /* One output line for a finished request, compact JSON without a newline, keys in this order:
  * id, tokens, finish_reason, n_prompt_tokens, n_generated_tokens, n_preemptions,
+ * n_drafted_tokens and n_accepted_tokens (when n_drafted > 0: a speculative request),
  * time_in_queue_ms, time_to_first_token_ms, total_ms, and "error" when error_message is given.
  * Times are rounded to the microsecond (at most 3 decimals of ms).
  *   id             NUL-terminated UTF-8

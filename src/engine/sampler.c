@@ -45,7 +45,49 @@ sampling_params sampling_params_default(void) {
   p.max_new_tokens = 16;
   p.n_stop_token_ids = 0;
   p.ignore_eos = 0;
+  p.speculative.method = PH_DRAFT_NONE;
   return p;
+}
+
+ph_speculative_params speculative_params_resolved(const ph_speculative_params *p) {
+  ph_speculative_params r = *p;
+  if (r.num_draft_tokens == 0) r.num_draft_tokens = SPEC_DEFAULT_DRAFTS;
+  if (r.ngram_min == 0 && r.ngram_max == 0) {
+    r.ngram_min = 1;
+    r.ngram_max = 4;
+  }
+  return r;
+}
+
+static ph_status speculative_validate(const ph_speculative_params *s, int64_t vocab, diag *d) {
+  RETURN_ERROR_IF(s->method < PH_DRAFT_NONE || s->method > PH_DRAFT_REPLAY, d,
+                  PH_ERR_INVALID_ARGUMENT,
+                  "speculative.method = %d: must be none, ngram, mtp or replay", (int)s->method);
+  if (s->method == PH_DRAFT_NONE) return PH_OK;
+  RETURN_ERROR_IF(s->num_draft_tokens < 0 || s->num_draft_tokens > PH_MAX_DRAFT_TOKENS, d,
+                  PH_ERR_INVALID_ARGUMENT,
+                  "speculative.num_draft_tokens = %d: must be in [1, %d] (0 = %d)",
+                  (int)s->num_draft_tokens, PH_MAX_DRAFT_TOKENS, SPEC_DEFAULT_DRAFTS);
+  RETURN_ERROR_IF(!(s->ngram_min == 0 && s->ngram_max == 0) &&
+                      !(s->ngram_min >= 1 && s->ngram_min <= s->ngram_max &&
+                        s->ngram_max <= SPEC_MAX_NGRAM),
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "speculative.ngram_min = %d, ngram_max = %d: need 1 <= min <= max <= %d (both "
+                  "0 = 1 and 4)",
+                  (int)s->ngram_min, (int)s->ngram_max, SPEC_MAX_NGRAM);
+  if (s->method != PH_DRAFT_REPLAY) return PH_OK;
+  RETURN_ERROR_IF(s->n_replay_tokens < 1 || s->n_replay_tokens > SPEC_MAX_REPLAY ||
+                      !s->replay_tokens,
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "speculative replay with %lld tokens: needs 1..%d replay tokens",
+                  (long long)s->n_replay_tokens, SPEC_MAX_REPLAY);
+  for (int64_t i = 0; i < s->n_replay_tokens; i++) {
+    int64_t t = s->replay_tokens[i];
+    RETURN_ERROR_IF(t < 0 || (vocab > 0 && t >= vocab), d, PH_ERR_INVALID_ARGUMENT,
+                    "speculative replay token %lld = %lld is outside the vocabulary [0, %lld)",
+                    (long long)i, (long long)t, (long long)(vocab > 0 ? vocab : INT64_MAX));
+  }
+  return PH_OK;
 }
 
 ph_status sampling_params_validate(const sampling_params *p, int64_t vocab, diag *d) {
@@ -74,7 +116,7 @@ ph_status sampling_params_validate(const sampling_params *p, int64_t vocab, diag
                     "stop_token_ids[%d] = %lld is outside the vocabulary [0, %lld)", (int)i,
                     (long long)id, (long long)vocab);
   }
-  return PH_OK;
+  return speculative_validate(&p->speculative, vocab, d);
 }
 
 size_t sampler_scratch_bytes(int64_t vocab) {

@@ -32,11 +32,15 @@
  *   max_new_tokens    >= 1; the engine stops the request after this many tokens
  *   n_stop_token_ids  [0, SAMPLING_MAX_STOP]; the first n of stop_token_ids are used, each in
  *                     [0, vocab)
- *   ignore_eos        1: the model's eos id does not stop the request */
+ *   ignore_eos        1: the model's eos id does not stop the request
+ *   speculative       method a ph_draft_method; num_draft_tokens 0 (4) or 1..8; ngram_min/max
+ *                     both 0 (1, 4) or 1 <= min <= max <= 16; replay needs 1..2^24 tokens, each
+ *                     in [0, vocab); the engine checks what depends on the model (capacity, an
+ *                     MTP head) */
 typedef ph_sampling_params sampling_params;
 
 /* Greedy (temperature 0, top_k 0, top_p 1, min_p 0), seed 0, max_new_tokens 16, no stop ids,
- * ignore_eos 0. Start from this and change fields, so new fields never break callers. */
+ * ignore_eos 0, no speculation. Start from this and change fields, so new fields never break callers. */
 sampling_params sampling_params_default(void);
 
 /* Checks every field of p. vocab > 0: stop ids must lie in [0, vocab) and vocab must be at most
@@ -44,6 +48,13 @@ sampling_params sampling_params_default(void);
  * file reader validates before a model is loaded). Returns PH_OK, or PH_ERR_INVALID_ARGUMENT with
  * a message naming the field, its value and the allowed range (p NULL is also an error). */
 ph_status sampling_params_validate(const sampling_params *p, int64_t vocab, diag *d);
+
+#define SPEC_DEFAULT_DRAFTS  4
+#define SPEC_MAX_NGRAM       16
+#define SPEC_MAX_REPLAY      (1 << 24)
+/* The speculative parameters with their defaults applied (num_draft_tokens 0 -> 4, ngram 0,0 ->
+ * 1,4); call after validation. */
+ph_speculative_params speculative_params_resolved(const ph_speculative_params *p);
 
 /* Bytes of scratch sampler_sample needs for a vocabulary of vocab entries (32 per entry: 7.6 MiB
  * for 248,320); 0 when vocab is outside [1, SAMPLER_MAX_VOCAB]. Allocate once per engine and

@@ -464,7 +464,7 @@ static void test_prompt_scanner(void) {
 
 static void test_result_round_trip(void) {
   const int64_t toks[] = {5, 0, 248319, 2};
-  request_timing t = {12.25, 40.5, 1234.125, 3, 4, 2};
+  request_timing t = {12.25, 40.5, 1234.125, 3, 4, 2, 0, 0};
   char *line = NULL;
   diag d;
   CHECK_STATUS(request_result_to_json("r1", toks, 4, "stop", &t, NULL, &line, &d), PH_OK, d.msg);
@@ -492,7 +492,7 @@ static void test_result_round_trip(void) {
   free(line);
 
   /* error with a message, no tokens, ttft never reached (negative -> null) */
-  request_timing e = {3.0, -1.0, 5.5, 7, 0, 0};
+  request_timing e = {3.0, -1.0, 5.5, 7, 0, 0, 0, 0};
   CHECK_STATUS(request_result_to_json("17", NULL, 0, "error", &e,
                                       "token 300000 is outside the vocabulary \"x\"", &line, &d),
                PH_OK, d.msg);
@@ -517,7 +517,7 @@ static void test_result_round_trip(void) {
 static void test_result_errors(void) {
   const int64_t toks[] = {1, 2};
   const int64_t neg[] = {1, -2};
-  request_timing t = {1.0, 2.0, 3.0, 5, 2, 0};
+  request_timing t = {1.0, 2.0, 3.0, 5, 2, 0, 0, 0};
   char *line = (char *)1;
   diag d;
   CHECK_STATUS(request_result_to_json("r", toks, 2, "done", &t, NULL, &line, &d),
@@ -557,7 +557,7 @@ static void test_result_errors(void) {
   CHECK_STATUS(request_result_to_json("r\xff", toks, 2, "stop", &t, NULL, &line, &d),
                PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "UTF-8");
-  request_timing zero = {0, 0, 0, 1, 0, 0};
+  request_timing zero = {0, 0, 0, 1, 0, 0, 0, 0};
   CHECK_STATUS(request_result_to_json("r", NULL, 0, "error", &zero, "bad \xc3", &line, &d),
                PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "error_message is not valid UTF-8");

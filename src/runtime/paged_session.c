@@ -9,6 +9,7 @@
 
 #include "graph/abi_names.h"
 #include "graph/prepare.h"
+#include "kernels/state_replay.h"
 #include "io/onnx.h"
 #include "models/model.h"
 #include "models/package.h"
@@ -19,6 +20,7 @@ typedef struct layer_bind {
   paged_layer_kind kind;
   int in0, in1, out0, out1; /* executor indices: key/value or conv/recurrent; LATENT: key only
                                (in1, out1 -1) */
+  int su_conv, su_capsule;  /* FIXED with compact state updates: the outputs, else -1 */
 } layer_bind;
 
 struct paged_session {
@@ -31,6 +33,12 @@ struct paged_session {
   int in_ids, in_pos, in_table, in_cu, in_past, in_meta, in_slots, out_logits; /* -1: unbound
                                                                       optional input */
   int pos_planes; /* 3: position_ids [3, N]; 1: [N] */
+  int in_capture, in_active; /* compact state updates: -1 when the graph has none */
+  int32_t capacity;          /* the graph's state_update_capacity (0: none) */
+  int64_t capsule_width;     /* C * (Hv + Hk * Dk + Hv * Dv) */
+  int32_t *capture;          /* [max_batch] the step's capture counts; capture[max_batch]: active */
+  uint8_t *spec;             /* [max_batch] 1: speculative row */
+  uint8_t *committed;        /* [max_batch] paged_session_commit done for row b */
   int pruned;     /* logits [B, V] (the first dim is named batch_size) instead of [N, V] */
   int64_t block_size, vocab, max_context;
   /* packed step inputs, sized at creation (a step allocates nothing) */
@@ -74,6 +82,10 @@ void paged_binding_for_config(const hf_config *c, paged_binding *out) {
     SET_NAME(out->present_value_fmt, ABI_PRESENT_VALUE);
     SET_NAME(out->present_conv_fmt, ABI_PRESENT_CONV);
     SET_NAME(out->present_recurrent_fmt, ABI_PRESENT_RECURRENT);
+    SET_NAME(out->capture_count, ABI_SU_CAPTURE_COUNT);
+    SET_NAME(out->update_active, ABI_SU_ACTIVE);
+    SET_NAME(out->update_conv_fmt, ABI_SU_CONV_VALUE);
+    SET_NAME(out->update_capsule_fmt, ABI_SU_RECURRENT_CAPSULE);
   }
   out->n_layers = (int)c->n_layers;
   for (int i = 0; i < out->n_layers; i++)
@@ -225,6 +237,41 @@ static ph_status static_dims(const graph *g, const char *name, int rank, int fro
   return PH_OK;
 }
 
+/* Linear layer i's compact state-update outputs (abi.md §8.2), when the graph has the capture
+ * input: conv_value [B, C, conv_dim] and recurrent_capsule f32 [B, C * (Hv + Hk * Dk + Hv * Dv)]
+ * with rd the recurrent state's dims [B, Hv, Dv, Dk]; every layer must agree on C. */
+static ph_status bind_updates(paged_session *s, const paged_binding *b, int i, int64_t conv_dim,
+                              const int64_t *rd, diag *d) {
+  if (s->in_capture < 0) return PH_OK;
+  layer_bind *l = &s->layers[i];
+  char name[PAGED_NAME + 16];
+  fmt_name(name, sizeof name, b->update_conv_fmt, i);
+  FORWARD_IF_ERROR(need_output(s, name, &l->su_conv, d));
+  const gvalue *cv = &s->g->values[s->g->outputs[l->su_conv]];
+  RETURN_ERROR_IF(cv->type.rank != 3 || cv->type.dims[1] < 1 || cv->type.dims[1] > 8 ||
+                      cv->type.dims[2] != conv_dim,
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "graph output %s must be [batch, C (1..8), %lld]", name, (long long)conv_dim);
+  const int32_t C = (int32_t)cv->type.dims[1];
+  RETURN_ERROR_IF(s->capacity && C != s->capacity, d, PH_ERR_INVALID_ARGUMENT,
+                  "graph output %s: capacity %d, other layers %d", name, (int)C, (int)s->capacity);
+  s->capacity = C;
+  fmt_name(name, sizeof name, b->update_capsule_fmt, i);
+  FORWARD_IF_ERROR(need_output(s, name, &l->su_capsule, d));
+  const gvalue *rv = &s->g->values[s->g->outputs[l->su_capsule]];
+  const int64_t Hv = rd[1], Dv = rd[2], Dk = rd[3], w = rv->type.dims[1];
+  /* the width names Hk (GenAI checks it the same way, abi.md §2.5) */
+  const int64_t per = C ? w / C - Hv - Hv * Dv : -1;
+  RETURN_ERROR_IF(rv->type.rank != 2 || rv->type.dtype != PH_DTYPE_F32 || w % C != 0 || per < Dk ||
+                      per % Dk != 0,
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "graph output %s must be f32 [batch, C * (Hv + Hk * Dk + Hv * Dv)] with C %d, "
+                  "Hv %lld, Dv %lld, Dk %lld",
+                  name, (int)C, (long long)Hv, (long long)Dv, (long long)Dk);
+  s->capsule_width = w;
+  return PH_OK;
+}
+
 static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) {
   int32_t full[HF_MAX_LAYERS], lin[HF_MAX_LAYERS], n_full = 0, n_lin = 0;
   int64_t kd[4] = {0}, cd[3] = {0}, rd[4] = {0};
@@ -235,7 +282,7 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
   for (int i = 0; i < b->n_layers; i++) {
     layer_bind *l = &s->layers[i];
     l->kind = b->kind[i];
-    l->in0 = l->in1 = l->out0 = l->out1 = -1;
+    l->in0 = l->in1 = l->out0 = l->out1 = l->su_conv = l->su_capsule = -1;
     if (l->kind == PAGED_LAYER_NONE) continue;
     const int latent = l->kind == PAGED_LAYER_LATENT;
     const int kv = l->kind == PAGED_LAYER_KV || latent;
@@ -276,6 +323,7 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
                       "graph input %s is %s; the recurrent state is f32", name, ph_dtype_name(dt));
       memcpy(rd, dims, sizeof rd);
       lin[n_lin++] = i;
+      FORWARD_IF_ERROR(bind_updates(s, b, i, cd[1], dims, d));
     }
   }
   s->block_size = n_full ? kd[1] : 16;
@@ -297,7 +345,9 @@ static ph_status bind_layers(paged_session *s, const paged_binding *b, diag *d) 
                                       .head_k = (int32_t)(n_lin ? rd[3] : 1),
                                       .io_dtype = n_lin ? conv_dt : PH_DTYPE_F32,
                                       .max_slots = s->p.max_slots},
-                            .memory_bytes = s->p.memory_bytes};
+                            .memory_bytes = s->p.memory_bytes,
+                            .state_banks = s->p.state_banks};
+  if (n_lin == 0) s->capacity = 0; /* nothing to capture: a verify needs no state update */
   FORWARD_IF_ERROR(hybrid_cache_create(&cp, &s->cache, d));
   s->p.n_blocks = hybrid_cache_n_blocks(s->cache);
   return PH_OK;
@@ -313,6 +363,8 @@ static ph_status bind_io(paged_session *s, const paged_binding *b, diag *d) {
   optional_input(s, b->position_ids, &s->in_pos);
   optional_input(s, b->metadata, &s->in_meta);
   optional_input(s, b->slot_mapping, &s->in_slots);
+  optional_input(s, b->capture_count, &s->in_capture);
+  optional_input(s, b->update_active, &s->in_active);
   tinfo t;
   s->pos_planes = 0;
   if (s->in_pos >= 0) {
@@ -380,8 +432,11 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   s->meta = malloc(3 * sizeof *s->meta);
   s->tables = malloc(B * sizeof *s->tables);
   s->slots = malloc(B * sizeof *s->slots);
+  s->capture = calloc(B + 1, sizeof *s->capture);
+  s->spec = calloc(B, sizeof *s->spec);
+  s->committed = calloc(B, sizeof *s->committed);
   if (!s->ids || !s->pos || !s->slot_map || !s->cu || !s->past || !s->table || !s->meta ||
-      !s->tables || !s->slots) {
+      !s->tables || !s->slots || !s->capture || !s->spec || !s->committed) {
     st = diag_set(d, PH_ERR_NO_MEMORY, "paged session: out of memory");
     goto fail;
   }
@@ -406,6 +461,9 @@ void paged_session_free(paged_session *s) {
   free(s->meta);
   free(s->tables);
   free(s->slots);
+  free(s->capture);
+  free(s->spec);
+  free(s->committed);
   free(s);
 }
 
@@ -435,6 +493,13 @@ static ph_status check_step(const paged_session *s, const paged_seq *seqs, int32
     RETURN_ERROR_IF(!q->blocks || q->blocks->n_blocks < need, d, PH_ERR_INVALID_ARGUMENT,
                     "sequence %d: its block table holds %d pages, %d needed for %lld tokens", b,
                     q->blocks ? q->blocks->n_blocks : 0, need, (long long)(q->past + q->n));
+    const int has_state = hybrid_cache_has_state(s->cache);
+    RETURN_ERROR_IF(q->capture < 0 || (q->capture > 0 && has_state &&
+                                       (q->capture > s->capacity || s->p.state_banks != 2)),
+                    d, PH_ERR_INVALID_ARGUMENT,
+                    "sequence %d: capture %d needs a graph with state_update_capacity >= it (this "
+                    "one: %d) and a double-banked state pool (state_banks %d)",
+                    b, (int)q->capture, (int)s->capacity, s->p.state_banks);
     for (int64_t j = 0; j < q->n; j++)
       RETURN_ERROR_IF(q->tokens[j] < 0 || q->tokens[j] >= s->vocab, d, PH_ERR_INVALID_ARGUMENT,
                       "sequence %d: token %lld at %lld is outside the vocabulary [0, %lld)", b,
@@ -504,6 +569,17 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
     t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){3}, s->meta);
     FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_meta, &t, d));
   }
+  if (s->in_capture >= 0) { /* capture[B]: state_update_active, 1 when any row captures */
+    int32_t active = 0;
+    for (int32_t b = 0; b < B; b++) active |= s->capture[b] > 0;
+    s->capture[s->p.max_batch] = active;
+    t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){B}, s->capture);
+    FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_capture, &t, d));
+    if (s->in_active >= 0) {
+      t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){1}, s->capture + s->p.max_batch);
+      FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_active, &t, d));
+    }
+  }
   for (int i = 0; i < s->n_layers; i++) {
     const layer_bind *l = &s->layers[i];
     if (l->kind == PAGED_LAYER_NONE) continue;
@@ -514,12 +590,16 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
       FORWARD_IF_ERROR(hybrid_cache_kv_views(s->cache, i, &t0, &t1, d));
     else
       FORWARD_IF_ERROR(hybrid_cache_state_views(s->cache, i, &t0, &t1, d));
-    /* the present outputs are the past buffers: updated in place */
+    /* the present outputs are the past buffers, updated in place; a speculative step's fixed
+     * state goes to the inactive bank instead (hybrid_cache_bind_spec) */
+    tensor o0 = t0, o1 = t1;
+    if (l->kind == PAGED_LAYER_FIXED)
+      FORWARD_IF_ERROR(hybrid_cache_state_views_out(s->cache, i, &o0, &o1, d));
     FORWARD_IF_ERROR(exec_bind_input(s->e, l->in0, &t0, d));
-    FORWARD_IF_ERROR(exec_bind_output(s->e, l->out0, &t0, d));
+    FORWARD_IF_ERROR(exec_bind_output(s->e, l->out0, &o0, d));
     if (l->kind == PAGED_LAYER_LATENT) continue;
     FORWARD_IF_ERROR(exec_bind_input(s->e, l->in1, &t1, d));
-    FORWARD_IF_ERROR(exec_bind_output(s->e, l->out1, &t1, d));
+    FORWARD_IF_ERROR(exec_bind_output(s->e, l->out1, &o1, d));
   }
   return PH_OK;
 }
@@ -527,9 +607,18 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
 ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, diag *d) {
   int64_t N = 0;
   FORWARD_IF_ERROR(check_step(s, seqs, B, &N, d));
-  for (int32_t b = 0; b < B; b++) s->slots[b] = seqs[b].slot;
+  int any_spec = 0;
+  for (int32_t b = 0; b < B; b++) {
+    s->slots[b] = seqs[b].slot;
+    /* without fixed state a verify is an ordinary step: nothing to capture or publish */
+    s->spec[b] = seqs[b].capture > 0 && s->capacity > 0;
+    s->capture[b] = s->spec[b] ? seqs[b].capture : 0;
+    s->committed[b] = 0;
+    any_spec |= s->spec[b];
+  }
+  s->last_B = 0; /* no results until this run succeeds */
   const uint64_t moved0 = hybrid_cache_bytes_moved(s->cache);
-  FORWARD_IF_ERROR(hybrid_cache_bind(s->cache, s->slots, B, d));
+  FORWARD_IF_ERROR(hybrid_cache_bind_spec(s->cache, s->slots, any_spec ? s->spec : NULL, B, d));
   const int zero_copy = hybrid_cache_bound_is_slice(s->cache);
   ph_status st = bind_step(s, seqs, B, N, d);
   if (st == PH_OK) st = exec_run(s->e, d);
@@ -567,6 +656,47 @@ const float *paged_session_logits(const paged_session *s, int64_t *rows) {
 }
 
 int paged_session_prunes_lm_head(const paged_session *s) { return s->pruned; }
+
+int32_t paged_session_state_capacity(const paged_session *s) { return s->capacity; }
+
+ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *d) {
+  RETURN_ERROR_IF(b < 0 || b >= s->last_B, d, PH_ERR_INVALID_ARGUMENT,
+                  "paged_session_commit: sequence %d of a run of %lld", (int)b,
+                  (long long)s->last_B);
+  const int64_t n = (int64_t)s->cu[b + 1] - s->cu[b];
+  RETURN_ERROR_IF(kept < 1 || kept > n || s->committed[b], d, PH_ERR_INVALID_ARGUMENT,
+                  "paged_session_commit: sequence %d keeps %lld of %lld tokens%s", (int)b,
+                  (long long)kept, (long long)n, s->committed[b] ? " (committed already)" : "");
+  s->committed[b] = 1;
+  if (!s->spec[b]) return PH_OK; /* updated in place */
+  const int32_t slot = s->slots[b];
+  if (kept < n) { /* replay the kept prefix from the published state into the inactive bank */
+    RETURN_ERROR_IF(kept > s->capture[b], d, PH_ERR_INVALID_ARGUMENT,
+                    "paged_session_commit: sequence %d keeps %lld tokens, only %d were captured",
+                    (int)b, (long long)kept, (int)s->capture[b]);
+    state_pool *sp = hybrid_cache_states(s->cache);
+    for (int i = 0; i < s->n_layers; i++) {
+      const layer_bind *l = &s->layers[i];
+      if (l->kind != PAGED_LAYER_FIXED) continue;
+      tensor pc, pr, qc, qr;
+      FORWARD_IF_ERROR(state_pool_slot_conv(sp, i, slot, &pc, d));
+      FORWARD_IF_ERROR(state_pool_slot_recurrent(sp, i, slot, &pr, d));
+      FORWARD_IF_ERROR(hybrid_cache_state_views_staged(s->cache, i, slot, &qc, &qr, d));
+      const tensor *cv = exec_output(s->e, l->su_conv), *cap = exec_output(s->e, l->su_capsule);
+      RETURN_ERROR_IF(!cv || !cap || !cv->data || !cap->data, d, PH_ERR_INTERNAL,
+                      "paged_session_commit: layer %d has no state-update outputs", i);
+      const int64_t conv_dim = pc.dims[0], width = pc.dims[1];
+      const int64_t Hv = pr.dims[0], Dv = pr.dims[1], Dk = pr.dims[2], C = s->capacity;
+      const int64_t Hk = (s->capsule_width / C - Hv - Hv * Dv) / Dk;
+      const size_t es = dtype_size(pc.dtype);
+      state_replay_conv(pc.data, qc.data, (const char *)cv->data + (size_t)(b * C * conv_dim) * es,
+                        conv_dim, width, kept, pc.dtype);
+      state_replay_recurrent(pr.data, qr.data, (const float *)cap->data + b * s->capsule_width,
+                             C, Hv, Hk, Dk, Dv, kept);
+    }
+  }
+  return hybrid_cache_publish(s->cache, slot, d);
+}
 
 const float *paged_session_last_logits(const paged_session *s, int32_t b) {
   int64_t rows = 0;

@@ -58,6 +58,9 @@ typedef struct paged_binding {
   char past_conv_fmt[PAGED_NAME], past_recurrent_fmt[PAGED_NAME];
   char present_key_fmt[PAGED_NAME], present_value_fmt[PAGED_NAME];
   char present_conv_fmt[PAGED_NAME], present_recurrent_fmt[PAGED_NAME];
+  /* compact state updates (abi.md §8.1/§8.2; optional: "" or a graph without them binds none) */
+  char capture_count[PAGED_NAME], update_active[PAGED_NAME];
+  char update_conv_fmt[PAGED_NAME], update_capsule_fmt[PAGED_NAME];
   int n_layers;
   paged_layer_kind kind[HF_MAX_LAYERS];
 } paged_binding;
@@ -86,6 +89,8 @@ typedef struct paged_session_params {
   int32_t max_batch;    /* most sequences in one step (>= 1; <= max_slots) */
   int64_t max_tokens;   /* most tokens in one step (>= 1) */
   int n_threads;        /* <= 0: all CPUs */
+  int state_banks;      /* 2: double-banked fixed state, what a speculative step (paged_seq.capture)
+                           needs; 0 or 1: one bank */
 } paged_session_params;
 
 paged_session_params paged_session_params_default(void); /* 257 pages, 8 slots, 8, 2048 */
@@ -120,6 +125,11 @@ typedef struct paged_seq {
   int64_t past;              /* tokens already in the cache (= position of tokens[0]) */
   const int64_t *tokens;     /* [n] new token ids in [0, vocab) */
   int64_t n;                 /* >= 1 */
+  int32_t capture;           /* > 0: a speculative verify (needs a graph with compact state
+                                updates and two state banks): the linear layers capture the state
+                                updates of its first min(capture, n) tokens and write its state to
+                                the slot's inactive bank; paged_session_commit publishes it. 0: an
+                                ordinary step, state updated in place */
 } paged_seq;
 
 /* Runs one packed step over seqs[B] (distinct slots when the cache has fixed state). Text
@@ -129,6 +139,20 @@ typedef struct paged_seq {
  * PH_ERR_INVALID_ARGUMENT (B, n, slot, token id or page coverage, naming the sequence),
  * PH_ERR_LIMIT (tokens beyond max_tokens or the rotary context). */
 ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, diag *d);
+
+/* After a run, sequence b of it keeps its first `kept` tokens (1 <= kept <= n): for a
+ * speculative sequence (capture > 0) the state after those tokens becomes its published state —
+ * the op's final state when kept == n, else the published state with the first kept captured
+ * updates replayed (kernels/state_replay.h; kept <= capture) — in the inactive bank, then
+ * published. The caller advances the KV length in the same operation (the engine's
+ * sched_commit_kept): the rows past it are left unreachable. An ordinary sequence was updated
+ * in place and needs nothing (PH_OK). Call once per sequence, before the next run, while its
+ * slot is allocated. PH_ERR_INVALID_ARGUMENT: b or kept out of range, a second commit. */
+ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *d);
+
+/* The graph's state_update_capacity (the most tokens a verify may capture), 0 without compact
+ * state updates or without linear layers. */
+int32_t paged_session_state_capacity(const paged_session *s);
 
 /* Logits of the last run: row r of [rows, vocab] f32, valid until the next run. rows is N, or B
  * for a graph with a pruned LM head. paged_session_last_logits gives sequence b's last row in

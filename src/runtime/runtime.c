@@ -42,6 +42,7 @@ ph_status runtime_paged_session(const runtime_source *src, const runtime_build *
   o.max_context = b->max_context;
   o.io_dtype = b->io_dtype;
   o.prune_lm_head = b->prune_lm_head;
+  o.state_update_capacity = b->state_update_capacity;
   return paged_session_create_model(src->model, &o, p, out, d);
 }
 

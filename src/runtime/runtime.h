@@ -41,6 +41,7 @@ typedef struct runtime_build {
   int64_t max_context; /* rotary rows; 0 = the family's default */
   ph_dtype io_dtype;   /* activations, KV pages, conv state */
   int prune_lm_head;   /* logits of each sequence's last row only */
+  int32_t state_update_capacity; /* compact state updates in the linear layers (0..8) */
 } runtime_build;
 
 /* The paged session of src: a package's graph bound by its genai_config, or the checkpoint's

@@ -149,12 +149,12 @@ static void test_latent_slot_mapping(void) {
   int64_t toks[64];
   for (int i = 0; i < 64; i++) toks[i] = i % VOCAB;
   /* step 1: 14 | 20 (crosses 16) | 17 (crosses 16) new tokens from position 0 */
-  paged_seq q[3] = {{-1, &t[0], 0, toks, 14}, {-1, &t[1], 0, toks, 20}, {-1, &t[2], 0, toks, 17}};
+  paged_seq q[3] = {{-1, &t[0], 0, toks, 14, 0}, {-1, &t[1], 0, toks, 20, 0}, {-1, &t[2], 0, toks, 17, 0}};
   CHECK_STATUS(paged_session_run(s, q, 3, &d), PH_OK, d.msg);
   check_slots(s, q, 3);
   /* step 2: continuations crossing 16 and 32 */
   paged_seq q2[3] = {
-      {-1, &t[0], 14, toks, 26}, {-1, &t[1], 20, toks, 30}, {-1, &t[2], 17, toks, 1}};
+      {-1, &t[0], 14, toks, 26, 0}, {-1, &t[1], 20, toks, 30, 0}, {-1, &t[2], 17, toks, 1, 0}};
   CHECK_STATUS(paged_session_run(s, q2, 3, &d), PH_OK, d.msg);
   check_slots(s, q2, 3);
   CHECK(paged_session_last_stats(s).state_zero_copy);
@@ -170,7 +170,7 @@ static void test_latent_slot_mapping(void) {
     CHECK_EQ_INT(bad, 0);
   }
   /* the page coverage is still checked */
-  paged_seq over = {-1, &t[2], 18, toks, 32};
+  paged_seq over = {-1, &t[2], 18, toks, 32, 0};
   CHECK_STATUS(paged_session_run(s, &over, 1, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "pages");
   for (int i = 0; i < 3; i++) {
@@ -214,7 +214,7 @@ static void test_latent_scheduler_preemption(void) {
     for (int32_t k = 0; k < b.n_entries; k++) {
       const sched_entry *e = &b.entries[k];
       CHECK_EQ_INT(e->req->slot, -1);
-      q[k] = (paged_seq){e->req->slot, &e->req->blocks, e->start, toks + e->start, e->n_tokens};
+      q[k] = (paged_seq){e->req->slot, &e->req->blocks, e->start, toks + e->start, e->n_tokens, 0};
     }
     ph_status st = paged_session_run(s, q, b.n_entries, &d);
     CHECK_STATUS(st, PH_OK, d.msg);
@@ -331,7 +331,7 @@ static void test_latent_from_genai(void) {
     int32_t slot = -1;
     CHECK_STATUS(hybrid_cache_reserve(paged_session_cache(s), &t, &slot, 18, &d), PH_OK, d.msg);
     const int64_t toks[18] = {0};
-    paged_seq q = {slot, &t, 0, toks, 18};
+    paged_seq q = {slot, &t, 0, toks, 18, 0};
     CHECK_STATUS(paged_session_run(s, &q, 1, &d), PH_OK, d.msg);
     check_slots(s, &q, 1);
     free(t.ids);
