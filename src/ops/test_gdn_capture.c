@@ -498,13 +498,14 @@ static void conv_capture_case(ph_dtype dt, int64_t Ch, int64_t K, int nseq, cons
 }
 
 static void test_conv_capture(void) {
-  static const int64_t lens[6] = {1, 5, 3, 9, 2, 4};
-  static const int32_t cc[6] = {1, 3, 0, 9, -1, 4};
+  /* counts: at len 1, below len, above len but within C (seq 2), 0, above len and C, negative */
+  static const int64_t lens[7] = {1, 5, 2, 3, 9, 2, 4};
+  static const int32_t cc[7] = {1, 3, 3, 0, 9, -1, 4};
   static const ph_dtype dts[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
   for (int i = 0; i < 3; i++) {
-    conv_capture_case(dts[i], 20, 4, 6, lens, 4, cc, 70 + (uint64_t)i); /* C > width */
-    conv_capture_case(dts[i], 33, 4, 6, lens, 2, cc, 80 + (uint64_t)i); /* C < width */
-    conv_capture_case(dts[i], 7, 2, 6, lens, 8, cc, 90 + (uint64_t)i);  /* width 1 */
+    conv_capture_case(dts[i], 20, 4, 7, lens, 4, cc, 70 + (uint64_t)i); /* C > width */
+    conv_capture_case(dts[i], 33, 4, 7, lens, 2, cc, 80 + (uint64_t)i); /* C < width */
+    conv_capture_case(dts[i], 7, 2, 7, lens, 8, cc, 90 + (uint64_t)i);  /* width 1 */
   }
   printf("  VarlenCausalConvWithState: %d replays bit-exact\n", g_conv_replays);
 }
