@@ -419,16 +419,18 @@ static ph_status refusal_of(const engine *e, uint64_t id, const int64_t *prompt,
   FORWARD_IF_ERROR(sampling_params_validate(sp, e->vocab, d));
   const ph_speculative_params *spec = &sp->speculative;
   if (spec->method != PH_DRAFT_NONE) {
-    RETURN_ERROR_IF(paged_session_prunes_lm_head(e->s), d, PH_ERR_UNSUPPORTED,
-                    "request %llu: speculative decoding verifies every drafted row, and this "
-                    "model's graph prunes its LM head to one row per sequence (export without "
-                    "prune_lm_head)",
-                    (unsigned long long)id);
-    RETURN_ERROR_IF(e->spec_max == 0, d, PH_ERR_UNSUPPORTED,
+    const int no_capacity = hybrid_cache_has_state(paged_session_cache(e->s)) &&
+                            paged_session_state_capacity(e->s) == 0;
+    RETURN_ERROR_IF(no_capacity, d, PH_ERR_UNSUPPORTED,
                     "request %llu: speculative decoding on a model with linear-attention layers "
                     "needs compact state updates: create the engine with state_update_capacity "
                     "> 0 (run --state-update-capacity N) or export the package with "
                     "--state-update-capacity N",
+                    (unsigned long long)id);
+    RETURN_ERROR_IF(paged_session_prunes_lm_head(e->s), d, PH_ERR_UNSUPPORTED,
+                    "request %llu: speculative decoding verifies every drafted row, and this "
+                    "model's graph prunes its LM head to one row per sequence (export without "
+                    "prune_lm_head)",
                     (unsigned long long)id);
     const int32_t k = speculative_params_resolved(spec).num_draft_tokens;
     RETURN_ERROR_IF(k > e->spec_max, d, PH_ERR_INVALID_ARGUMENT,
