@@ -104,3 +104,14 @@ void qwen35_packed_outputs(builder *b, graph_io *io) {
   static const char *const page_syms[] = {ABI_DIM_BLOCKS, NULL, NULL, NULL};
   graph_outputs(b, io, 2, b->prune_lm_head ? pruned_syms : token_syms, page_syms);
 }
+
+void qwen35_hidden_output(builder *b, int hidden, const char *name) {
+  static const char *const syms[] = {ABI_DIM_TOKENS, NULL};
+  if (b->io != PH_DTYPE_F32) {
+    snprintf(b->scope, sizeof b->scope, "/model/%s", name);
+    hidden = cast_to(b, "Cast", hidden, ONNX_FLOAT);
+  }
+  graph_rename_value(b->g, hidden, name);
+  graph_mark_output(b->g, hidden, NULL);
+  graph_name_dims(b->g, hidden, 2, syms);
+}

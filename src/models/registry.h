@@ -38,6 +38,11 @@ typedef struct model_options {
                             PH_DTYPE_INVALID keeps the checkpoint's; f32/f16/bf16 converts (lazily:
                             the exporter streams the converted bytes, nothing is copied here) */
   model_rotary rotary;   /* the form of RoPE (default fused) */
+  int output_hidden;     /* packed Qwen only: an extra output "hidden_states" f32 [N, H], the
+                            final-normed hidden state of every row (what the MTP head reads,
+                            docs/mtp.md), after the other outputs. CPU runtime only: the exporter
+                            never sets it (its options have no such field), so no package has it;
+                            the dense layout and DeepSeek refuse it. */
 } model_options;
 
 model_options model_options_default(void);
