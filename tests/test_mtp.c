@@ -479,7 +479,29 @@ static void test_refusals(void) {
     CHECK_STATUS(paged_session_create_model(m, &o, NULL, &ps, &d), PH_OK, d.msg);
     if (ps) CHECK(exec_output_index(paged_session_executor(ps), "hidden_states") < 0);
     paged_session_free(ps);
+    ps = NULL;
+    /* with a pruned LM head: logits [B, V], hidden_states still every row [N, H] */
     o.output_hidden = 1;
+    o.prune_lm_head = 1;
+    CHECK_STATUS(paged_session_create_model(m, &o, NULL, &ps, &d), PH_OK, d.msg);
+    if (ps) {
+      block_table bt;
+      block_table_init(&bt);
+      int32_t slot = -1;
+      const int64_t toks[3] = {3, 1, 4};
+      CHECK_STATUS(hybrid_cache_reserve(paged_session_cache(ps), &bt, &slot, 3, &d), PH_OK, d.msg);
+      paged_seq q = {.slot = slot, .blocks = &bt, .past = 0, .tokens = toks, .n = 3};
+      CHECK_STATUS(paged_session_run(ps, &q, 1, &d), PH_OK, d.msg);
+      executor *e = paged_session_executor(ps);
+      const tensor *ht = exec_output(e, exec_output_index(e, "hidden_states"));
+      CHECK(ht && ht->dims[0] == 3 && ht->dims[1] == tp.hidden_size);
+      int64_t rows = 0;
+      CHECK(paged_session_logits(ps, &rows) && rows == 1);
+      hybrid_cache_release(paged_session_cache(ps), &bt, &slot, &d);
+      free(bt.ids);
+    }
+    paged_session_free(ps);
+    o.prune_lm_head = 0;
     graph *g = NULL;
     CHECK_STATUS(model_build_graph(model_config(m), model_weights_of(m), &o, &g, &d),
                  PH_ERR_INVALID_ARGUMENT, d.msg);
