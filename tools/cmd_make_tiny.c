@@ -45,6 +45,8 @@ static const cli_option OPTIONS[] = {
     {"qk-nope-dim", "N", "MLA: qk_nope_head_dim"},
     {"qk-rope-dim", "N", "MLA: qk_rope_head_dim"},
     {"v-head-dim", "N", "MLA: v_head_dim"},
+    {"mtp-layers", "N",
+     "Qwen dense MLP: mtp_num_hidden_layers, with that many MTP layers' weights (default 0)"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -123,6 +125,7 @@ int cmd_make_tiny(int argc, char **argv) {
       {"qk-nope-dim", &p.qk_nope_head_dim, 1, 4096},
       {"qk-rope-dim", &p.qk_rope_head_dim, 2, 4096},
       {"v-head-dim", &p.v_head_dim, 1, 4096},
+      {"mtp-layers", &p.mtp_layers, 0, 8},
   };
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
     if ((rc = cli_get_int(&a, ints[i].name, ints[i].min, ints[i].max, ints[i].field))) return rc;

@@ -28,6 +28,11 @@
 #define ABI_SLOT_MAPPING   "slot_mapping" /* i32 [N], packed LATENT (MLA) graphs: flat page slot */
 #define ABI_LOGITS         "logits"       /* f32 [B, S, V] / [N, V] / [B, V] */
 
+/* Not the ABI: the CPU runtime's MTP drafter (docs/mtp.md; never in an exported package). */
+#define ABI_HIDDEN_STATES  "hidden_states"  /* f32 [N, H] output, model_options.output_hidden */
+#define ABI_MTP_HIDDEN_IN  "mtp_hidden_in"  /* f32 [N, H] input of the MTP graph */
+#define ABI_MTP_HIDDEN_OUT "mtp_hidden_out" /* f32 [N, H] output of the MTP graph, for chaining */
+
 /* ---- per-layer cache templates (exactly one %d: the layer index) -------------------------- */
 
 #define ABI_PAST_KEY          "past_key_values.%d.key" /* full-attention layers */

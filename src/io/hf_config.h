@@ -72,7 +72,8 @@ typedef struct hf_config {
   double rms_norm_eps;
   int tie_word_embeddings;
   int attention_bias;
-  int64_t mtp_num_hidden_layers; /* Qwen; informational; MTP weights are not loaded */
+  int64_t mtp_num_hidden_layers; /* Qwen: MTP layers; the target never reads them; a dense
+                                    model's head is bound for the drafter (docs/mtp.md) */
   char output_gate_type[16];     /* "" | "swish" | "sigmoid" | "silu" (GDN z gate; see §4.6) */
 
   uint8_t layer_kind[HF_MAX_LAYERS];   /* ph_layer_kind per layer */

@@ -292,6 +292,7 @@ int lm_head(builder *b, int branch, int residual, f32_transform final_norm) {
   int final_gain = io_const(b, b->w->global[W_FINAL_NORM],
                             final_norm == F32_ONE_PLUS ? ".1p" : ".io", final_norm);
   int x = skip_rms_norm(b, "norm", branch, residual, final_gain, (float)c->rms_norm_eps, &residual);
+  b->hidden = x;
   if (b->prune_lm_head) x = last_rows(b, x);
   /* §7.16: tied embeddings: the embedding matrix is the LM head */
   const st_tensor *head = b->w->global[W_LM_HEAD] ? b->w->global[W_LM_HEAD] : b->w->global[W_EMBED];
@@ -316,7 +317,8 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
                  .rope_cos = -1,
                  .rope_sin = -1,
                  .su_count = -1,
-                 .su_active = -1};
+                 .su_active = -1,
+                 .hidden = -1};
   /* rotary cache rows: the caller's context bound, else the default */
   b->max_context = opt && opt->max_context > 0 ? opt->max_context : default_context;
   b->paged = opt && opt->paged;
@@ -337,6 +339,8 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
                   "activation dtype %s: the dense layout runs f32 activations (ONNX Runtime's CPU "
                   "LinearAttention and CausalConvWithState are float only); use the paged layout",
                   ph_dtype_name(b->io));
+  RETURN_ERROR_IF(!b->paged && opt && opt->output_hidden, d, PH_ERR_INVALID_ARGUMENT,
+                  "output_hidden applies to the packed layout only");
   RETURN_ERROR_IF(!b->paged && (b->prune_lm_head || (opt && opt->block_size)), d,
                   PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
                   b->prune_lm_head ? "prune_lm_head" : "block_size");

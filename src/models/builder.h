@@ -47,6 +47,7 @@ typedef struct builder {
   int64_t su_capacity;     /* packed: state_update_capacity C (0: no capture inputs/outputs) */
   int su_count, su_active; /* C > 0: the graph inputs state_update_capture_count [B] and
                               state_update_active [1], else -1 */
+  int hidden; /* lm_head: the final-normed hidden state [N, H] (io dtype, before pruning), or -1 */
 } builder;
 
 /* The value ids of the graph's inputs and outputs the forward pass reads and writes; the
@@ -134,7 +135,8 @@ int embed_tokens(builder *b, int ids);
 /* Packed prune_lm_head: rows cu[1:] - 1 of x [N, H] -> [B, H]. */
 int last_rows(builder *b, int x);
 /* Final norm (gain transformed by final_norm: F32_ONE_PLUS for Qwen, F32_COPY for DeepSeek)
- * closing the last residual add, the LM head, logits in f32. */
+ * closing the last residual add, the LM head, logits in f32. The normed rows (all N, before the
+ * prune) are left in b->hidden. */
 int lm_head(builder *b, int branch, int residual, f32_transform final_norm);
 
 /* The builder for opt (NULL: the defaults), its layout options checked; default_context is the

@@ -444,6 +444,8 @@ ph_status deepseek_build(const hf_config *c, const model_weights *w, const model
    * cache, an export for CUDA refuses f32 before it builds */
   if (s == PH_OK && b.paged) s = mla_latent_check(c, b.block_size, b.io, MLA_CHECK_CPU, d);
   if (s == PH_OK) s = check_supported(c, d);
+  if (s == PH_OK && opt && opt->output_hidden)
+    s = diag_set(d, PH_ERR_UNSUPPORTED, "output_hidden: %s has no MTP drafter", c->model_type);
   if (s != PH_OK) {
     graph_free(g);
     return s;

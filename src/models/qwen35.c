@@ -452,31 +452,30 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
 
 /* ---- the forward pass (model-math §1) ------------------------------------------------------ */
 
-/* One decoder layer: (1+w) RMSNorm, the token mixer (full or linear attention), (1+w) RMSNorm,
- * MLP. The residual adds are fused into the next norm (SkipSimplifiedLayerNormalization):
- * *residual is the stream so far, branch the previous layer's MLP output (-1 for layer 0). */
-static int decoder_layer(builder *b, int i, int branch, int *residual, graph_io *io) {
+int qwen35_decoder_layer(builder *b, int i, ph_layer_kind kind, int moe, int branch, int *residual,
+                         const int past[2], int present[2], int su[2]) {
   const hf_config *c = b->c;
   const float eps = (float)c->rms_norm_eps;
   snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
   int ln1 = io_const(b, lw(b, i, W_INPUT_NORM), ".1p", F32_ONE_PLUS);
-  int h = i == 0 ? rms_norm(b, "input_layernorm", *residual, ln1, eps)
-                 : skip_rms_norm(b, "input_layernorm", branch, *residual, ln1, eps, residual);
-  int *past = io->past[i], *present = io->present[i];
-  int mixed =
-      c->layer_kind[i] == PH_LAYER_FULL_ATTENTION
-          ? full_attention(b, i, h, past[0], past[1], &present[0], &present[1])
-          : linear_attention(b, i, h, past[0], past[1], &present[0], &present[1], io->su[i]);
+  int h = branch < 0 ? rms_norm(b, "input_layernorm", *residual, ln1, eps)
+                     : skip_rms_norm(b, "input_layernorm", branch, *residual, ln1, eps, residual);
+  int mixed = kind == PH_LAYER_FULL_ATTENTION
+                  ? full_attention(b, i, h, past[0], past[1], &present[0], &present[1])
+                  : linear_attention(b, i, h, past[0], past[1], &present[0], &present[1], su);
   snprintf(b->scope, sizeof b->scope, "/model/layers.%d", i);
   int ln2 = io_const(b, lw(b, i, W_POST_NORM), ".1p", F32_ONE_PLUS);
   int h2 = skip_rms_norm(b, "post_attention_layernorm", mixed, *residual, ln2, eps, residual);
-  return c->layer_is_moe[i] ? moe_block(b, i, h2) : dense_mlp(b, i, h2);
+  return moe ? moe_block(b, i, h2) : dense_mlp(b, i, h2);
 }
 
 /* Embed, n_layers decoder layers, the head: the logits' value id; the presents into io. */
 static int forward(builder *b, graph_io *io) {
+  const hf_config *c = b->c;
   int residual = embed_tokens(b, io->ids), branch = -1;
-  for (int i = 0; i < (int)b->c->n_layers; i++) branch = decoder_layer(b, i, branch, &residual, io);
+  for (int i = 0; i < (int)c->n_layers; i++)
+    branch = qwen35_decoder_layer(b, i, (ph_layer_kind)c->layer_kind[i], c->layer_is_moe[i], branch,
+                                  &residual, io->past[i], io->present[i], io->su[i]);
   return lm_head(b, branch, residual, F32_ONE_PLUS);
 }
 
@@ -522,5 +521,6 @@ ph_status qwen35_build(const hf_config *c, const model_weights *w, const model_o
     qwen35_packed_outputs(&b, &io);
   else
     qwen35_dense_outputs(&b, &io);
+  if (opt && opt->output_hidden) qwen35_hidden_output(&b, b.hidden, ABI_HIDDEN_STATES);
   return builder_finish(&b, out, d);
 }

@@ -124,3 +124,14 @@ void qwen35_packed_outputs(builder *b, graph_io *io) {
     }
   }
 }
+
+void qwen35_hidden_output(builder *b, int hidden, const char *name) {
+  static const char *const syms[] = {ABI_DIM_TOKENS, NULL};
+  if (b->io != PH_DTYPE_F32) {
+    snprintf(b->scope, sizeof b->scope, "/model/%s", name);
+    hidden = cast_to(b, "Cast", hidden, ONNX_FLOAT);
+  }
+  graph_rename_value(b->g, hidden, name);
+  graph_mark_output(b->g, hidden, NULL);
+  graph_name_dims(b->g, hidden, 2, syms);
+}

@@ -57,6 +57,11 @@ typedef struct model_options {
                                     PH_ERR_INVALID_ARGUMENT. */
   model_linear_op linear_op;     /* dense: the recurrent op of a linear layer (default
                                     LinearAttention) */
+  int output_hidden;     /* packed Qwen only: an extra output "hidden_states" f32 [N, H], the
+                            final-normed hidden state of every row (what the MTP head reads,
+                            docs/mtp.md), after the other outputs. CPU runtime only: the exporter
+                            never sets it (its options have no such field), so no package has it;
+                            the dense layout and DeepSeek refuse it. */
 } model_options;
 
 model_options model_options_default(void);

@@ -172,6 +172,7 @@ static void qwen_common(json_t *o, const tiny_params *p) {
                                      : "float32");
   set_str(o, "mamba_ssm_dtype", "float32");
   set_int(o, "intermediate_size", p->intermediate_size);
+  if (p->mtp_layers > 0) set_int(o, "mtp_num_hidden_layers", p->mtp_layers);
 }
 
 static void moe_fields(json_t *o, const tiny_params *p) {
@@ -301,6 +302,8 @@ ph_status tiny_config_json(const tiny_params *p, char **out, diag *d) {
   } else if (strcmp(t, "qwen3_next") == 0) {
     root = qwen3_next(p);
   } else if (strcmp(t, "deepseek_v2") == 0 || strcmp(t, "deepseek_v3") == 0) {
+    RETURN_ERROR_IF(p->mtp_layers > 0, d, PH_ERR_INVALID_ARGUMENT,
+                    "make-tiny writes MTP layers for Qwen models only, not %s", t);
     root = deepseek(p);
   } else {
     return diag_set(d, PH_ERR_UNKNOWN_MODEL_TYPE,
@@ -400,9 +403,25 @@ ph_status tiny_write(const char *dir, const tiny_params *p, diag *d) {
   }
   free(json);
 
-  expected_tensor *tensors = NULL;
-  size_t n = 0;
-  FORWARD_IF_ERROR(weights_expected(&cfg, p->layout, EXPERTS_FUSED, &tensors, &n, d));
+  expected_tensor *tensors = NULL, *mtp = NULL;
+  size_t n = 0, n_mtp = 0;
+  FORWARD_IF_ERROR(weights_expected_mtp(&cfg, &mtp, &n_mtp, d));
+  if ((s = weights_expected(&cfg, p->layout, EXPERTS_FUSED, &tensors, &n, d)) != PH_OK) {
+    free(mtp);
+    return s;
+  }
+  if (n_mtp) { /* the MTP head after the model's tensors (sorted below with them) */
+    expected_tensor *all = realloc(tensors, (n + n_mtp) * sizeof *all);
+    if (!all) {
+      free(tensors);
+      free(mtp);
+      return diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
+    }
+    memcpy(all + n, mtp, n_mtp * sizeof *all);
+    tensors = all;
+    n += n_mtp;
+  }
+  free(mtp);
   /* The order the safetensors library writes in: by name. */
   qsort(tensors, n, sizeof *tensors, compare_names);
   st_write_entry *entries = calloc(n, sizeof *entries);

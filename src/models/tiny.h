@@ -37,6 +37,9 @@ typedef struct tiny_params {
   /* MLA (deepseek) */
   int64_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
   int64_t n_shared_experts, first_k_dense_replace;
+  /* Qwen: mtp_num_hidden_layers, and that many MTP layers' weights under "mtp."
+   * (weights_expected_mtp; dense-MLP models only). 0 (the default): no key, no weights. */
+  int64_t mtp_layers;
 } tiny_params;
 
 /* The default: the geometry of ../shared/golden/qwen35-tiny-f32 (4 layers, hidden 64, ...). */

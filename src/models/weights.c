@@ -41,6 +41,7 @@ typedef struct expect_list {
   expected_tensor *items;
   size_t n, cap;
   weight_layout layout;
+  int mtp; /* names under "mtp." (weights_expected_mtp) */
   ph_status status;
 } expect_list;
 
@@ -64,7 +65,7 @@ static void push(expect_list *l, weight_role role, int layer, int expert, shape 
   e->expert = expert;
   e->shape = s;
   e->init = init;
-  const char *prefix = weight_layout_prefix(l->layout);
+  const char *prefix = l->mtp ? "mtp." : weight_layout_prefix(l->layout);
   const char *tmpl = ROLE_TEMPLATES[role];
   char suffix[128];
   if (expert >= 0)
@@ -83,13 +84,15 @@ static void push(expect_list *l, weight_role role, int layer, int expert, shape 
 #define S2(a, b)    shape_2d(a, b)
 #define S3(a, b, c) shape_3d(a, b, c)
 
-static void expect_qwen_layer(expect_list *l, const hf_config *c, int i, expert_form experts) {
+/* Layer i of kind `kind`, its MLP a MoE block when moe (the MTP layer: full attention, dense). */
+static void expect_qwen_layer(expect_list *l, const hf_config *c, int i, ph_layer_kind kind,
+                              int moe, expert_form experts) {
   const int64_t H = c->hidden_size, D = c->head_dim;
   const int64_t Hq = c->n_heads, Hkv = c->n_kv_heads;
   const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim;
   const int64_t kd = c->geom.key_dim, vd = c->geom.value_dim, cd = c->geom.conv_dim;
   push(l, W_INPUT_NORM, i, -1, S1(H), INIT_NORM_OFFSET);
-  if (c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION) {
+  if (kind == PH_LAYER_LINEAR_ATTENTION) {
     if (c->family == FAMILY_QWEN3_NEXT) {
       push(l, W_LIN_QKVZ, i, -1, S2(2 * kd + 2 * vd, H), INIT_LINEAR);
       push(l, W_LIN_BA, i, -1, S2(2 * Hv, H), INIT_LINEAR);
@@ -119,7 +122,7 @@ static void expect_qwen_layer(expect_list *l, const hf_config *c, int i, expert_
     push(l, W_ATTN_K_NORM, i, -1, S1(D), INIT_NORM_OFFSET);
   }
   push(l, W_POST_NORM, i, -1, S1(H), INIT_NORM_OFFSET);
-  if (c->layer_is_moe[i]) {
+  if (moe) {
     const int64_t E = c->moe.n_experts, I = c->moe.moe_intermediate_size;
     const int64_t Ish = c->moe.shared_intermediate_size;
     push(l, W_MOE_ROUTER, i, -1, S2(E, H), INIT_LINEAR);
@@ -204,13 +207,49 @@ ph_status weights_expected(const hf_config *c, weight_layout layout, expert_form
     if (deepseek)
       expect_deepseek_layer(&l, c, i);
     else
-      expect_qwen_layer(&l, c, i, experts);
+      expect_qwen_layer(&l, c, i, (ph_layer_kind)c->layer_kind[i], c->layer_is_moe[i], experts);
   }
   push(&l, W_FINAL_NORM, -1, -1, S1(H), deepseek ? INIT_NORM_PLAIN : INIT_NORM_OFFSET);
   if (!c->tie_word_embeddings) push(&l, W_LM_HEAD, -1, -1, S2(V, H), INIT_LINEAR);
   if (l.status != PH_OK) {
     free(l.items);
     return diag_set(d, l.status, "out of memory listing expected tensors");
+  }
+  *out = l.items;
+  *n_out = l.n;
+  return PH_OK;
+}
+
+/* The MTP layer's MLP is a MoE block whenever the model's layers are (vLLM's Qwen3.5 MTP builds
+ * its one decoder layer from the same config): any MoE layer means a MoE MTP layer. */
+static int mtp_is_moe(const hf_config *c) {
+  for (int i = 0; i < (int)c->n_layers; i++)
+    if (c->layer_is_moe[i]) return 1;
+  return 0;
+}
+
+ph_status weights_expected_mtp(const hf_config *c, expected_tensor **out, size_t *n_out, diag *d) {
+  *out = NULL;
+  *n_out = 0;
+  if (c->mtp_num_hidden_layers == 0) return PH_OK;
+  RETURN_ERROR_IF(c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT, d,
+                  PH_ERR_UNSUPPORTED, "MTP head: %s is not a Qwen3.5 / Qwen3-Next model",
+                  c->model_type);
+  RETURN_ERROR_IF(mtp_is_moe(c), d, PH_ERR_UNSUPPORTED,
+                  "MTP head of a MoE model (%s): its layer's MLP is a MoE block, which the MTP "
+                  "drafter does not support (dense-MLP MTP only)",
+                  c->model_type);
+  expect_list l = {.layout = LAYOUT_CAUSAL_LM, .mtp = 1, .status = PH_OK};
+  const int64_t H = c->hidden_size;
+  push(&l, W_MTP_FC, -1, -1, S2(H, 2 * H), INIT_LINEAR);
+  push(&l, W_MTP_NORM_EMBED, -1, -1, S1(H), INIT_NORM_OFFSET);
+  push(&l, W_MTP_NORM_HIDDEN, -1, -1, S1(H), INIT_NORM_OFFSET);
+  push(&l, W_FINAL_NORM, -1, -1, S1(H), INIT_NORM_OFFSET);
+  for (int i = 0; i < (int)c->mtp_num_hidden_layers; i++)
+    expect_qwen_layer(&l, c, i, PH_LAYER_FULL_ATTENTION, 0, EXPERTS_FUSED);
+  if (l.status != PH_OK) {
+    free(l.items);
+    return diag_set(d, l.status, "out of memory listing MTP tensors");
   }
   *out = l.items;
   *n_out = l.n;
@@ -318,6 +357,54 @@ static ph_status check_dtype(const hf_config *c, const st_tensor *t, diag *d) {
                   c->family == FAMILY_DEEPSEEK ? " (or f8e4m3 with a block scale)" : "");
 }
 
+/* The tensor e names, at e's shape and a dtype binding accepts. */
+static ph_status find_checked(const hf_config *c, const st_set *set, const expected_tensor *e,
+                              const st_tensor **out, diag *d) {
+  const st_tensor *t = st_find(set, e->name);
+  RETURN_ERROR_IF(!t, d, PH_ERR_TENSOR_MISSING, "tensor %s is missing", e->name);
+  if (!shape_equal(&t->shape, &e->shape)) {
+    char got[96], want[96];
+    return diag_set(d, PH_ERR_TENSOR_SHAPE, "tensor %s has shape %s, expected %s", e->name,
+                    shape_format(&t->shape, got, sizeof got),
+                    shape_format(&e->shape, want, sizeof want));
+  }
+  FORWARD_IF_ERROR(check_dtype(c, t, d));
+  *out = t;
+  return PH_OK;
+}
+
+/* The MTP head into w when the config names one, the model is dense and the checkpoint has
+ * mtp.fc.weight (a checkpoint without it simply has no drafter); every other MTP tensor is then
+ * required. */
+static ph_status bind_mtp(const hf_config *c, const st_set *set, model_weights *w, diag *d) {
+  if (c->mtp_num_hidden_layers == 0 || mtp_is_moe(c) ||
+      (c->family != FAMILY_QWEN35 && c->family != FAMILY_QWEN3_NEXT) ||
+      !st_find(set, "mtp.fc.weight"))
+    return PH_OK;
+  expected_tensor *exp = NULL;
+  size_t n = 0;
+  FORWARD_IF_ERROR(weights_expected_mtp(c, &exp, &n, d));
+  const int L = (int)c->mtp_num_hidden_layers;
+  w->mtp_layer = calloc((size_t)L * W_ROLE_COUNT, sizeof *w->mtp_layer);
+  ph_status s = w->mtp_layer ? PH_OK : diag_set(d, PH_ERR_NO_MEMORY, "out of memory binding MTP");
+  for (size_t k = 0; k < n && s == PH_OK; k++) {
+    const st_tensor *t = NULL;
+    if ((s = find_checked(c, set, &exp[k], &t, d)) != PH_OK) break;
+    if (t->dtype == PH_DTYPE_F8E4M3) {
+      s = diag_set(d, PH_ERR_TENSOR_DTYPE, "tensor %s: an FP8 MTP head is not supported", t->name);
+      break;
+    }
+    if (exp[k].layer < 0)
+      w->mtp_global[exp[k].role] = t;
+    else
+      w->mtp_layer[(size_t)exp[k].layer * W_ROLE_COUNT + exp[k].role] = t;
+  }
+  free(exp);
+  if (s != PH_OK) return diag_prefix(d, "binding the MTP head");
+  w->n_mtp_layers = L;
+  return PH_OK;
+}
+
 ph_status weights_bind(const hf_config *c, const st_set *set, model_weights *out, diag *d) {
   memset(out, 0, sizeof *out);
   weight_layout layout = LAYOUT_CAUSAL_LM;
@@ -344,19 +431,8 @@ ph_status weights_bind(const hf_config *c, const st_set *set, model_weights *out
   size_t n_bound = 0;
   for (size_t k = 0; k < n_exp; k++) {
     const expected_tensor *e = &exp[k];
-    const st_tensor *t = st_find(set, e->name);
-    if (!t) {
-      s = diag_set(d, PH_ERR_TENSOR_MISSING, "tensor %s is missing", e->name);
-      goto fail;
-    }
-    if (!shape_equal(&t->shape, &e->shape)) {
-      char got[96], want[96];
-      s = diag_set(d, PH_ERR_TENSOR_SHAPE, "tensor %s has shape %s, expected %s", e->name,
-                   shape_format(&t->shape, got, sizeof got),
-                   shape_format(&e->shape, want, sizeof want));
-      goto fail;
-    }
-    if ((s = check_dtype(c, t, d)) != PH_OK) goto fail;
+    const st_tensor *t = NULL;
+    if ((s = find_checked(c, set, e, &t, d)) != PH_OK) goto fail;
     if (t->dtype == PH_DTYPE_F8E4M3 &&
         (s = check_fp8_scale(set, t, &w.n_bytes, &n_bound, d)) != PH_OK)
       goto fail;
@@ -372,6 +448,7 @@ ph_status weights_bind(const hf_config *c, const st_set *set, model_weights *out
     n_bound++;
   }
   w.n_unused = st_count(set) - n_bound;
+  if ((s = bind_mtp(c, set, &w, d)) != PH_OK) goto fail;
   free(exp);
   *out = w;
   return PH_OK;
@@ -385,6 +462,7 @@ void weights_free(model_weights *w) {
   if (!w) return;
   free(w->layer);
   free(w->expert);
+  free(w->mtp_layer);
   memset(w, 0, sizeof *w);
 }
 

@@ -12,7 +12,9 @@
  * shipped Qwen3.5 VLM under "model.language_model."; lm_head is always top-level and absent
  * when embeddings are tied (then the embedding is the LM head). Qwen3.5-MoE experts come fused
  * (mlp.experts.gate_up_proj [E,2I,H], down_proj [E,H,I]) or per expert; both bind. Tensors the
- * model does not use (vision tower, MTP layers) are counted and ignored.
+ * model does not use (vision tower, MTP layers) are counted and ignored — except that a Qwen3.5
+ * checkpoint's dense-MLP MTP head (mtp.*, docs/mtp.md) is also bound, apart, for the drafter
+ * (weights_expected_mtp; model_weights.mtp_*), and still counts as unused by the target.
  * Never touches the engine; never computes.
  */
 #ifndef PH_MODELS_WEIGHTS_H
@@ -87,7 +89,10 @@ typedef enum expert_form {
   X(SHARED_EXPERT_GATE, "mlp.shared_expert_gate.weight")                                           \
   X(DS_SHARED_GATE, "mlp.shared_experts.gate_proj.weight")                                         \
   X(DS_SHARED_UP, "mlp.shared_experts.up_proj.weight")                                             \
-  X(DS_SHARED_DOWN, "mlp.shared_experts.down_proj.weight")
+  X(DS_SHARED_DOWN, "mlp.shared_experts.down_proj.weight")                                         \
+  X(MTP_FC, "fc.weight")                                                                           \
+  X(MTP_NORM_EMBED, "pre_fc_norm_embedding.weight")                                                \
+  X(MTP_NORM_HIDDEN, "pre_fc_norm_hidden.weight")
 
 typedef enum weight_role {
 #define WEIGHT_ROLE_ENUM_(role, tmpl) W_##role,
@@ -122,6 +127,15 @@ typedef struct expected_tensor {
 ph_status weights_expected(const hf_config *c, weight_layout layout, expert_form experts,
                            expected_tensor **out, size_t *n_out, diag *d);
 
+/* The MTP head's tensors (docs/mtp.md), top level under "mtp." in every layout: fc [H, 2H],
+ * pre_fc_norm_embedding / pre_fc_norm_hidden / norm [H] ((1+w) gains, roles MTP_NORM_EMBED,
+ * MTP_NORM_HIDDEN, FINAL_NORM; layer -1), then for each of the c->mtp_num_hidden_layers layers
+ * "mtp.layers.{i}." + a full-attention decoder layer with a dense MLP (the Qwen layer's roles).
+ * Empty (PH_OK, *n_out 0) when mtp_num_hidden_layers is 0. PH_ERR_UNSUPPORTED for a MoE model
+ * (its MTP layer's MLP is a MoE block, which is not supported) or a non-Qwen family. make-tiny
+ * writes these after weights_expected's; malloc'ed, free(). */
+ph_status weights_expected_mtp(const hf_config *c, expected_tensor **out, size_t *n_out, diag *d);
+
 /* Parameter counts of the tensors weights_expected lists for c (its default layout, fused
  * experts; the expert form does not change the counts). *total: every tensor, which equals the
  * count of a bound checkpoint's tensors. *active: what one token's forward reads: every tensor
@@ -141,12 +155,22 @@ typedef struct model_weights {
   const st_tensor **expert;              /* [n_layers * 3 * n_experts] gate/up/down, or NULL */
   int64_t n_parameters;                  /* elements of all bound tensors */
   int64_t n_bytes;                       /* bytes of all bound tensors */
-  size_t n_unused;                       /* checkpoint tensors no role binds (vision, MTP) */
+  size_t n_unused;                       /* checkpoint tensors the target does not read (vision,
+                                            MTP: the MTP head counts here even when bound) */
   int placeholder; /* every tensor reads zeros (models/placeholder.h: config-only packages) */
+  /* The MTP head (weights_expected_mtp), bound when the config has mtp_num_hidden_layers > 0,
+   * the model is not MoE and the checkpoint holds mtp.fc.weight; else n_mtp_layers is 0. Not in
+   * n_parameters / n_bytes (those are the target's). */
+  int n_mtp_layers;
+  const st_tensor *mtp_global[W_ROLE_COUNT]; /* MTP_FC, MTP_NORM_EMBED, MTP_NORM_HIDDEN,
+                                                FINAL_NORM (mtp.norm) */
+  const st_tensor **mtp_layer;               /* [n_mtp_layers * W_ROLE_COUNT] */
 } model_weights;
 
 /* Finds every expected tensor in `set` (layout and expert form detected from the names present,
- * preferring what the config implies) and checks shape and dtype. On error, `out` is left empty
+ * preferring what the config implies) and checks shape and dtype; then the MTP head when the
+ * config and the checkpoint have one (see model_weights.n_mtp_layers: once mtp.fc.weight is
+ * present every MTP tensor must be, with the same typed errors). On error, `out` is left empty
  * and the message names the tensor. */
 ph_status weights_bind(const hf_config *c, const st_set *set, model_weights *out, diag *d);
 void weights_free(model_weights *w); /* NULL-safe */
