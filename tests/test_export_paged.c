@@ -508,6 +508,75 @@ static void test_state_update_package(void) {
   ph_model_free(m);
 }
 
+/* --linear-attn-op gated_delta_net: the dense graph runs GatedDeltaNet (rank-4 q/k/v, no
+ * cu_seqlens, the packed path's attributes) instead of LinearAttention and its gate, with a
+ * V-major recurrent state [batch_size, Hv, Dv, Dk]; for the paged layout it changes nothing. */
+static void test_dense_gated_delta_net(void) {
+  char ckpt[1024], pkg[1024], pkg_a[1024], pkg_b[1024], pa[1100], pb[1100];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  int n_lin = 0, first_lin = -1;
+  for (int i = 0; i < (int)c->n_layers; i++)
+    if (c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION) {
+      n_lin++;
+      if (first_lin < 0) first_lin = i;
+    }
+  export_options o = export_options_default();
+  o.force = 1;
+  o.linear_op = EXPORT_GATED_DELTA_NET;
+  diag d;
+  snprintf(pkg, sizeof pkg, "%s/golden-dense-gdn", g_tmp);
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+  Onnx__ModelProto *mp = load_proto(pkg);
+  if (mp && mp->graph) {
+    const Onnx__GraphProto *g = mp->graph;
+    CHECK_EQ_INT(count_op(g, "GatedDeltaNet"), n_lin);
+    CHECK_EQ_INT(count_op(g, "LinearAttention"), 0);
+    CHECK_EQ_INT(count_op(g, "LinearAttentionGate"), 0);
+    CHECK_EQ_INT(count_op(g, "CausalConvWithState"), n_lin);
+    for (size_t i = 0; i < g->n_node; i++) {
+      const Onnx__NodeProto *n = g->node[i];
+      if (strcmp(n->op_type, "GatedDeltaNet") != 0) continue;
+      CHECK_EQ_INT(n->n_input, 9);
+      if (n->n_input == 9) CHECK_EQ_STR(n->input[3], ""); /* no cu_seqlens: uniform */
+      CHECK_EQ_INT(proto_attr_int(n, "qk_l2_norm", -1), 1);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "past_key_values.%d.recurrent_state", first_lin);
+    check_io_type(
+        find_io(g->input, g->n_input, name), 1, 4,
+        (int64_t[]){-1, c->lin.n_value_heads, c->lin.value_head_dim, c->lin.key_head_dim});
+  }
+  if (mp) onnx__model_proto__free_unpacked(mp, NULL);
+  /* inference_metadata.json states that layout: the recurrent group is bhvk, not bhkv */
+  char path[1100], *text = NULL;
+  size_t n = 0;
+  snprintf(path, sizeof path, "%s/inference_metadata.json", pkg);
+  CHECK_STATUS(file_read_all(path, (size_t)1 << 24, &text, &n, &d), PH_OK, d.msg);
+  if (text) {
+    CHECK(strstr(text, "\"layout\": \"bhvk\"") != NULL);
+    CHECK(strstr(text, "\"layout\": \"bhkv\"") == NULL);
+  }
+  free(text);
+  /* paged: the same package whichever op is asked for */
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.target = EXPORT_TARGET_CPU;
+  snprintf(pkg_a, sizeof pkg_a, "%s/golden-paged-gdn-op", g_tmp);
+  snprintf(pkg_b, sizeof pkg_b, "%s/golden-paged-la-op", g_tmp);
+  CHECK_STATUS(model_export(m, pkg_a, &o, &d), PH_OK, d.msg);
+  o.linear_op = EXPORT_LINEAR_ATTENTION;
+  CHECK_STATUS(model_export(m, pkg_b, &o, &d), PH_OK, d.msg);
+  static const char *const files[] = {"model.onnx", "model.onnx.data", "genai_config.json"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(pa, sizeof pa, "%s/%s", pkg_a, files[i]);
+    snprintf(pb, sizeof pb, "%s/%s", pkg_b, files[i]);
+    CHECK(file_hash(pa) == file_hash(pb));
+  }
+  ph_model_free(m);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -518,5 +587,6 @@ int main(void) {
   RUN(test_paged_export_unchanged_at_capacity_0);
   RUN(test_state_update_capacity_refused);
   RUN(test_state_update_package);
+  RUN(test_dense_gated_delta_net);
   return check_finish();
 }
