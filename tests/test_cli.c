@@ -522,6 +522,64 @@ static void test_generate_moe_golden(void) {
 
 /* export: usage errors (exit 2), library errors (exit 1), -o / --out / --out=, refusal of a
  * non-empty directory without --force; the package's contents are tested in test_onnx_write. */
+/* 1 when dir_a/name and dir_b/name hold the same bytes. */
+static int same_file(const char *dir_a, const char *dir_b, const char *name) {
+  char pa[1200], pb[1200], *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  diag d;
+  snprintf(pa, sizeof pa, "%s/%s", dir_a, name);
+  snprintf(pb, sizeof pb, "%s/%s", dir_b, name);
+  int same = file_read_all(pa, 1 << 26, &x, &nx, &d) == PH_OK &&
+             file_read_all(pb, 1 << 26, &y, &ny, &d) == PH_OK && nx == ny && memcmp(x, y, nx) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
+/* --state-update-capacity and --linear-attn-op: usage errors for values wrong on their own (and
+ * the capacity on the dense layout); --state-update-capacity 0 writes exactly the default
+ * package; 4 writes the capacity into genai_config.json. */
+static void test_export_state_updates(void) {
+  char args[4096], ckpt[1024], out[1024], def[1024], zero[1024], four[1024];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  snprintf(out, sizeof out, "%s/su-pkg", g_tmp);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged --state-update-capacity 9", ckpt,
+           out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--state-update-capacity");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --state-update-capacity 2", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--state-update-capacity applies to --layout paged only");
+  snprintf(args, sizeof args, "export '%s' -o '%s' --linear-attn-op mamba", ckpt, out);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--linear-attn-op must be linear_attention or gated_delta_net");
+  CHECK(!path_exists(out));
+  snprintf(def, sizeof def, "%s/su-default", g_tmp);
+  snprintf(zero, sizeof zero, "%s/su-zero", g_tmp);
+  snprintf(four, sizeof four, "%s/su-four", g_tmp);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --force", ckpt, def);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --force --state-update-capacity 0",
+           ckpt, zero);
+  CHECK_EQ_INT(run(args), 0);
+  static const char *const files[] = {"model.onnx", "model.onnx.data", "genai_config.json",
+                                      "inference_metadata.json"};
+  for (int i = 0; i < 4; i++)
+    if (!CHECK(same_file(def, zero, files[i]))) fprintf(stderr, "       %s differs\n", files[i]);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --target cpu --force --state-update-capacity 4",
+           ckpt, four);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK(!same_file(def, four, "model.onnx"));
+  CHECK(same_file(def, four, "model.onnx.data")); /* the weights do not change */
+  char path[1200], *cfg = NULL;
+  size_t n = 0;
+  diag d;
+  snprintf(path, sizeof path, "%s/genai_config.json", four);
+  CHECK_STATUS(file_read_all(path, 1 << 20, &cfg, &n, &d), PH_OK, d.msg);
+  CHECK_CONTAINS(cfg, "\"state_update_capacity\": 4");
+  free(cfg);
+}
+
 static void test_export(void) {
   char args[4096], ckpt[1024], out[1024], path[1100];
   check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
@@ -1314,6 +1372,7 @@ int main(void) {
   RUN(test_generate_golden_logits);
   RUN(test_generate_moe_golden);
   RUN(test_export);
+  RUN(test_export_state_updates);
   RUN(test_config_only_package);
   RUN(test_export_mla_moe);
   RUN(test_writes_stay_inside);

@@ -16,8 +16,10 @@
  * --io-dtype bf16), the golden checkpoints with weights (CUDA default, and the CPU target in
  * f32, which keeps the fused rotary op), and the DeepSeek-V3 MoE golden checkpoint's LATENT
  * package (abi §1.8/§9.1: every slot and attribute of its PagedAttention nodes, its graph I/O,
- * genai_config and MoE nodes; CUDA f16 and CPU f32). Changing any attribute, slot or dtype in the
- * builder fails here. */
+ * genai_config and MoE nodes; CUDA f16 and CPU f32). Packages with compact state updates
+ * (state_update_capacity 4, 7, 8) are checked against the C > 0 tables: the capture inputs and
+ * outputs, the capacity attribute, their genai_config keys. Changing any attribute, slot or dtype
+ * in the builder fails here. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,6 +92,7 @@ typedef struct op_table {
 #define HEADS_KV   (INT64_MIN + 1)
 #define LORA_RANK  (INT64_MIN + 2)
 #define INTERLEAVE (INT64_MIN + 3)
+#define SU_CAP     (INT64_MIN + 4) /* the package's state_update_capacity */
 /* a FLOAT attribute that is the MLA softmax scale: (dn + dr)^-1/2 * mscale^2 */
 #define A_MLA_SCALE(n)                                                                             \
   { n, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, 0, 0.0f, NULL, 2 }
@@ -198,6 +201,52 @@ static const op_table VARLEN_CONV = {
     {{S_NODE, NULL, D_IO, 2}, {S_OUTPUT, "present.%d.conv_state", D_IO, 3}},
     2,
     {A_STR("activation", "silu"), A_INT("dilation", 1)},
+};
+
+/* The same two ops with state_update_capacity C > 0 (abi §2.2/§2.3, §3, §8.3): capture_count
+ * (the graph input state_update_capture_count) as GatedDeltaNet's input 9 and the conv's input 5,
+ * state_update_active as GatedDeltaNet's input 10, output 2 the graph's state_update.{i}.*
+ * (capsule f32 [B, C*(Hv+Hk*Dk+Hv*Dv)], conv value io [B, C, conv_dim]), and the capacity
+ * attribute after the others. */
+static const op_table GATED_DELTA_NET_SU = {
+    "GatedDeltaNet",
+    11,
+    3,
+    {{S_NODE, NULL, D_IO, 3},
+     {S_NODE, NULL, D_IO, 3},
+     {S_NODE, NULL, D_IO, 3},
+     {S_INPUT, "cumulative_sequence_lengths", D_I32, 1},
+     {S_CAST32, "a_proj", D_F32, 2},
+     {S_CAST32, "b_proj", D_F32, 2},
+     {S_INPUT, "past_key_values.%d.recurrent_state", D_F32, 4},
+     {S_INIT, "model.layers.%d.linear_attn.A_log", D_F32, 1},
+     {S_INIT, "model.layers.%d.linear_attn.dt_bias", D_F32, 1},
+     {S_INPUT, "state_update_capture_count", D_I32, 1},
+     {S_INPUT, "state_update_active", D_I32, 1}},
+    {{S_NODE, NULL, D_IO, 3},
+     {S_OUTPUT, "present.%d.recurrent_state", D_F32, 4},
+     {S_OUTPUT, "state_update.%d.recurrent_capsule", D_F32, 2}},
+    7,
+    {A_STR("update_rule", "gated_delta"), A_FLOAT("scale", 0.0f), A_STR("gate_activation", "qwen"),
+     A_STR("beta_activation", "sigmoid"), A_INT("qk_l2_norm", 1), A_INT("chunk_size", 64),
+     A_INT("state_update_capacity", SU_CAP)},
+};
+
+static const op_table VARLEN_CONV_SU = {
+    "VarlenCausalConvWithState",
+    6,
+    3,
+    {{S_NODE, NULL, D_IO, 2},
+     {S_INIT, "model.layers.%d.linear_attn.conv1d.weight", D_IO, 3},
+     {S_INPUT, "cumulative_sequence_lengths", D_I32, 1},
+     {S_ZEROS, "model.layers.%d.linear_attn.conv1d.bias", D_IO, 1},
+     {S_INPUT, "past_key_values.%d.conv_state", D_IO, 3},
+     {S_INPUT, "state_update_capture_count", D_I32, 1}},
+    {{S_NODE, NULL, D_IO, 2},
+     {S_OUTPUT, "present.%d.conv_state", D_IO, 3},
+     {S_OUTPUT, "state_update.%d.conv_value", D_IO, 3}},
+    3,
+    {A_STR("activation", "silu"), A_INT("dilation", 1), A_INT("state_update_capacity", SU_CAP)},
 };
 
 /* ---- the package under test ----------------------------------------------------------------- */
@@ -337,6 +386,7 @@ static void check_attrs(const pkg *p, const Onnx__NodeProto *n, const op_table *
                            : w->i == HEADS_KV   ? c->n_kv_heads
                            : w->i == LORA_RANK  ? c->mla.kv_lora_rank
                            : w->i == INTERLEAVE ? c->rope.interleave
+                           : w->i == SU_CAP     ? p->built.state_update_capacity
                                                 : w->i;
       ok = got->i == want;
     } else if (ok && w->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) {
@@ -479,6 +529,32 @@ static void check_graph_io(const pkg *p) {
         out ? n_out++ : n_in++;
       }
   }
+  /* compact state updates (§8.1/§8.2): the two inputs after every other, then per linear layer
+   * ascending the conv value and the capsule after every other output */
+  const int64_t C = p->built.state_update_capacity, Hk = c->lin.n_key_heads;
+  if (C > 0) {
+    check_io(p, "state_update_capture_count", 0, PH_DTYPE_I32, 1, (int64_t[]){-1});
+    check_io(p, "state_update_active", 0, PH_DTYPE_I32, 1, (int64_t[]){1});
+    CHECK(n_in + 2 == (int)p->g->n_input &&
+          strcmp(p->g->input[n_in]->name, "state_update_capture_count") == 0 &&
+          strcmp(p->g->input[n_in + 1]->name, "state_update_active") == 0);
+    n_in += 2;
+    for (int i = 0; i < (int)c->n_layers; i++) {
+      if (c->layer_kind[i] != PH_LAYER_LINEAR_ATTENTION) continue;
+      for (int k = 0; k < 2; k++, n_out++) {
+        snprintf(name, sizeof name,
+                 k ? "state_update.%d.recurrent_capsule" : "state_update.%d.conv_value", i);
+        if (k)
+          check_io(p, name, 1, PH_DTYPE_F32, 2, (int64_t[]){-1, C * (Hv + Hk * Dk + Hv * Dv)});
+        else
+          check_io(p, name, 1, io, 3, (int64_t[]){-1, C, c->geom.conv_dim});
+        CHECK(n_out < (int)p->g->n_output && strcmp(p->g->output[n_out]->name, name) == 0);
+      }
+    }
+  } else {
+    CHECK(!find_vi(p->g->input, p->g->n_input, "state_update_capture_count"));
+    CHECK(!find_vi(p->g->input, p->g->n_input, "state_update_active"));
+  }
   CHECK_EQ_INT((int)p->g->n_input, n_in);
   CHECK_EQ_INT((int)p->g->n_output, n_out);
 }
@@ -565,6 +641,14 @@ static void check_state_groups(const pkg *p, const int *full, int n_full, const 
   for (int k = 0; k < 6; k++) CHECK_EQ_STR(got[k], names[k]);
   CHECK_EQ_STR(gc->attention_mask, "");
   CHECK_EQ_STR(gc->logits, "logits");
+  /* §8.5: the capacity and its four names exactly when it is above 0 */
+  const int su = p->built.state_update_capacity > 0;
+  CHECK_EQ_INT(gc->state_update_capacity, p->built.state_update_capacity);
+  CHECK_EQ_STR(gc->state_update_capture_count, su ? "state_update_capture_count" : "");
+  CHECK_EQ_STR(gc->state_update_active, su ? "state_update_active" : "");
+  CHECK_EQ_STR(gc->state_update_conv_value_names, su ? "state_update.%d.conv_value" : "");
+  CHECK_EQ_STR(gc->state_update_recurrent_capsule_names,
+               su ? "state_update.%d.recurrent_capsule" : "");
   CHECK(gc->dynamic_batching.present && gc->dynamic_batching.max_batch_size == 100 &&
         gc->dynamic_batching.gpu_utilization_factor == 0.6 &&
         gc->dynamic_batching.num_blocks == 0 && gc->dynamic_batching.max_scheduled_tokens == 2048);
@@ -609,8 +693,9 @@ static void check_package(pkg *p) {
     n_full_cfg += c->layer_kind[i] == PH_LAYER_FULL_ATTENTION;
   check_same_graph(p);
   const int n_full = check_op(p, &PAGED_ATTENTION, full);
-  const int n_rec = check_op(p, &GATED_DELTA_NET, rec);
-  const int n_conv = check_op(p, &VARLEN_CONV, conv);
+  const int su = p->built.state_update_capacity > 0;
+  const int n_rec = check_op(p, su ? &GATED_DELTA_NET_SU : &GATED_DELTA_NET, rec);
+  const int n_conv = check_op(p, su ? &VARLEN_CONV_SU : &VARLEN_CONV, conv);
   CHECK_EQ_INT(n_full, n_full_cfg);
   CHECK_EQ_INT(n_rec, (int)c->n_layers - n_full_cfg);
   CHECK_EQ_INT(n_conv, n_rec);
@@ -621,9 +706,9 @@ static void check_package(pkg *p) {
   check_rotary(p, n_full);
   check_state_groups(p, full, n_full, conv, n_conv, rec, n_rec);
   printf("  %-34s %zu nodes: %d PagedAttention, %d GatedDeltaNet, %d VarlenCausalConvWithState; "
-         "io %s, rotary %s\n",
+         "io %s, rotary %s, state_update_capacity %d\n",
          p->what, p->g->n_node, n_full, n_rec, n_conv, ph_dtype_name(p->built.io_dtype),
-         export_rotary_name(p->built.rotary));
+         export_rotary_name(p->built.rotary), (int)p->built.state_update_capacity);
 }
 
 /* A LATENT (DeepSeek MLA) package: one LATENT PagedAttention per layer, nothing of the hybrid's
@@ -750,6 +835,9 @@ static void test_27b_config_only(void) {
   o.io_dtype = PH_DTYPE_INVALID;
   o.rotary = EXPORT_ROTARY_FUSED;
   check_export(m, &o, "27b-cuda-fused-rotary");
+  o.rotary = EXPORT_ROTARY_DEFAULT;
+  o.state_update_capacity = 7; /* abi §8.2: 48 linear layers x 2 = 96 state-update outputs */
+  check_export(m, &o, "27b-cuda-su7");
   ph_model_free(m);
 }
 
@@ -768,6 +856,17 @@ static void test_golden_packages(void) {
     o = paged(EXPORT_TARGET_CPU, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);
     o.max_context = 256;
     snprintf(tag, sizeof tag, "%s-cpu", sets[s]);
+    check_export(m, &o, tag);
+    /* compact state updates (issue 15): the CUDA package at C = 4, the CPU one at C = 8 */
+    o = paged(EXPORT_TARGET_CUDA, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);
+    o.max_context = 256;
+    o.state_update_capacity = 4;
+    snprintf(tag, sizeof tag, "%s-cuda-su4", sets[s]);
+    check_export(m, &o, tag);
+    o = paged(EXPORT_TARGET_CPU, PH_DTYPE_INVALID, EXPORT_ROTARY_DEFAULT);
+    o.max_context = 256;
+    o.state_update_capacity = 8;
+    snprintf(tag, sizeof tag, "%s-cpu-su8", sets[s]);
     check_export(m, &o, tag);
     ph_model_free(m);
   }

@@ -18,6 +18,7 @@
 #include "model_testing.h"
 #include "models/export.h"
 #include "models/model.h"
+#include "models/package.h"
 #include "models/registry.h"
 #include "models/tiny.h"
 #include "runtime/paged_session.h"
@@ -383,6 +384,199 @@ static void test_state_update_capacity_refused(void) {
   ph_model_free(m);
 }
 
+static int64_t proto_attr_int(const Onnx__NodeProto *n, const char *name, int64_t def) {
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (strcmp(n->attribute[i]->name, name) == 0) return n->attribute[i]->i;
+  return def;
+}
+
+/* Checks io's elem type and dims: a negative want is the symbol batch_size. */
+static void check_io_type(const Onnx__ValueInfoProto *io, int elem, int rank, const int64_t *want) {
+  if (!CHECK(io && io->type && io->type->tensor_type)) return;
+  const Onnx__TypeProto__Tensor *t = io->type->tensor_type;
+  CHECK_EQ_INT(t->elem_type, elem);
+  if (!CHECK(t->shape && (int)t->shape->n_dim == rank)) return;
+  for (int k = 0; k < rank; k++) {
+    const Onnx__TensorShapeProto__Dimension *dm = t->shape->dim[k];
+    if (want[k] < 0)
+      CHECK(dm->dim_param && strcmp(dm->dim_param, "batch_size") == 0);
+    else
+      CHECK_EQ_INT(dm->dim_value, want[k]);
+  }
+}
+
+/* A package with state_update_capacity 4 (abi §8.1/§8.2/§8.3), f16 for CUDA and f32 for the
+ * CPU: the capacity-0 graph's inputs and outputs first, in the same order, then the inputs
+ * state_update_capture_count i32 [batch_size] and state_update_active i32 [1], then per linear
+ * layer ascending state_update.{i}.conv_value (io dtype [batch_size, 4, conv_dim]) and
+ * state_update.{i}.recurrent_capsule (f32 [batch_size, 4*(Hv+Hk*Dk+Hv*Dv)]); every
+ * VarlenCausalConvWithState takes capture_count as input 5 and has output 2, every GatedDeltaNet
+ * takes it as input 9 and state_update_active as input 10 and has output 2, each with the
+ * attribute; genai_config says capacity 4 and the package reads back checked. */
+static void test_state_update_package(void) {
+  char ckpt[1024], pkg0[1024], pkg4[1024];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
+  const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim;
+  int n_lin = 0;
+  for (int i = 0; i < (int)c->n_layers; i++) n_lin += c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION;
+  CHECK(n_lin > 0);
+  for (int t = 0; t < 2; t++) {
+    const export_target target = t ? EXPORT_TARGET_CUDA : EXPORT_TARGET_CPU;
+    const int io_elem = t ? 10 : 1; /* f16 : f32 */
+    export_options o = export_options_default();
+    o.layout = EXPORT_LAYOUT_PAGED;
+    o.target = target;
+    o.force = 1;
+    diag d;
+    snprintf(pkg0, sizeof pkg0, "%s/golden-su0-%s", g_tmp, export_target_name(target));
+    snprintf(pkg4, sizeof pkg4, "%s/golden-su4-%s", g_tmp, export_target_name(target));
+    CHECK_STATUS(model_export(m, pkg0, &o, &d), PH_OK, d.msg);
+    o.state_update_capacity = 4;
+    CHECK_STATUS(model_export(m, pkg4, &o, &d), PH_OK, d.msg);
+    Onnx__ModelProto *m0 = load_proto(pkg0), *m4 = load_proto(pkg4);
+    if (m0 && m4 && m0->graph && m4->graph) {
+      const Onnx__GraphProto *g0 = m0->graph, *g4 = m4->graph;
+      CHECK_EQ_INT(g4->n_input, g0->n_input + 2);
+      CHECK_EQ_INT(g4->n_output, g0->n_output + 2 * (size_t)n_lin);
+      for (size_t i = 0; i < g0->n_input && i < g4->n_input; i++)
+        CHECK_EQ_STR(g4->input[i]->name, g0->input[i]->name);
+      for (size_t i = 0; i < g0->n_output && i < g4->n_output; i++)
+        CHECK_EQ_STR(g4->output[i]->name, g0->output[i]->name);
+      if (g4->n_input == g0->n_input + 2) {
+        CHECK_EQ_STR(g4->input[g0->n_input]->name, "state_update_capture_count");
+        check_io_type(g4->input[g0->n_input], 6, 1, (int64_t[]){-1});
+        CHECK_EQ_STR(g4->input[g0->n_input + 1]->name, "state_update_active");
+        check_io_type(g4->input[g0->n_input + 1], 6, 1, (int64_t[]){1});
+      }
+      size_t at = g0->n_output;
+      for (int i = 0; i < (int)c->n_layers && at + 1 < g4->n_output; i++) {
+        if (c->layer_kind[i] != PH_LAYER_LINEAR_ATTENTION) continue;
+        char name[96];
+        snprintf(name, sizeof name, "state_update.%d.conv_value", i);
+        CHECK_EQ_STR(g4->output[at]->name, name);
+        check_io_type(g4->output[at++], io_elem, 3, (int64_t[]){-1, 4, c->geom.conv_dim});
+        snprintf(name, sizeof name, "state_update.%d.recurrent_capsule", i);
+        CHECK_EQ_STR(g4->output[at]->name, name);
+        check_io_type(g4->output[at++], 1, 2, (int64_t[]){-1, 4 * (Hv + Hk * Dk + Hv * Dv)});
+      }
+      CHECK_EQ_INT(count_op(g4, "GatedDeltaNet"), n_lin);
+      CHECK_EQ_INT(count_op(g4, "VarlenCausalConvWithState"), n_lin);
+      CHECK_EQ_INT(g4->n_node, g0->n_node);
+      for (size_t i = 0; i < g4->n_node; i++) {
+        const Onnx__NodeProto *n = g4->node[i];
+        const int gdn = strcmp(n->op_type, "GatedDeltaNet") == 0;
+        const int conv = strcmp(n->op_type, "VarlenCausalConvWithState") == 0;
+        if (!gdn && !conv) continue;
+        CHECK_EQ_INT(proto_attr_int(n, "state_update_capacity", -1), 4);
+        CHECK_EQ_INT(n->n_input, gdn ? 11 : 6);
+        CHECK_EQ_INT(n->n_output, 3);
+        if (n->n_input == (gdn ? 11u : 6u)) {
+          CHECK_EQ_STR(n->input[gdn ? 9 : 5], "state_update_capture_count");
+          if (gdn) CHECK_EQ_STR(n->input[10], "state_update_active");
+        }
+      }
+      /* the capacity-0 package's ops carry no trace of it */
+      for (size_t i = 0; i < g0->n_node; i++)
+        CHECK_EQ_INT(proto_attr_int(g0->node[i], "state_update_capacity", -1), -1);
+    }
+    if (m0) onnx__model_proto__free_unpacked(m0, NULL);
+    if (m4) onnx__model_proto__free_unpacked(m4, NULL);
+    genai_config gc;
+    graph *g = NULL;
+    int has = 0;
+    CHECK_STATUS(package_read(pkg4, PACKAGE_FINALIZE | PACKAGE_CHECK, &gc, &has, &g, NULL, &d),
+                 PH_OK, d.msg);
+    CHECK(has);
+    CHECK_EQ_INT(gc.state_update_capacity, 4);
+    CHECK_EQ_STR(gc.state_update_capture_count, "state_update_capture_count");
+    CHECK_EQ_STR(gc.state_update_recurrent_capsule_names, "state_update.%d.recurrent_capsule");
+    /* the config and the graph must agree on the capacity: a config saying 2 is refused */
+    if (g) {
+      gc.state_update_capacity = 2;
+      CHECK_STATUS(package_check_graph(&gc, g, &d), PH_ERR_CONFIG_INCONSISTENT,
+                   "model.decoder.state_update_capacity = 2, but the graph's GatedDeltaNet");
+      /* the capacity-0 config against this graph: its capture inputs are named by nothing */
+      genai_config_set_state_updates(&gc, 0);
+      CHECK(package_check_graph(&gc, g, &d) != PH_OK);
+    }
+    graph_free(g);
+  }
+  ph_model_free(m);
+}
+
+/* --linear-attn-op gated_delta_net: the dense graph runs GatedDeltaNet (rank-4 q/k/v, no
+ * cu_seqlens, the packed path's attributes) instead of LinearAttention and its gate, with a
+ * V-major recurrent state [batch_size, Hv, Dv, Dk]; for the paged layout it changes nothing. */
+static void test_dense_gated_delta_net(void) {
+  char ckpt[1024], pkg[1024], pkg_a[1024], pkg_b[1024], pa[1100], pb[1100];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  ph_model *m = mt_open(ckpt, 1);
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  int n_lin = 0, first_lin = -1;
+  for (int i = 0; i < (int)c->n_layers; i++)
+    if (c->layer_kind[i] == PH_LAYER_LINEAR_ATTENTION) {
+      n_lin++;
+      if (first_lin < 0) first_lin = i;
+    }
+  export_options o = export_options_default();
+  o.force = 1;
+  o.linear_op = EXPORT_GATED_DELTA_NET;
+  diag d;
+  snprintf(pkg, sizeof pkg, "%s/golden-dense-gdn", g_tmp);
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+  Onnx__ModelProto *mp = load_proto(pkg);
+  if (mp && mp->graph) {
+    const Onnx__GraphProto *g = mp->graph;
+    CHECK_EQ_INT(count_op(g, "GatedDeltaNet"), n_lin);
+    CHECK_EQ_INT(count_op(g, "LinearAttention"), 0);
+    CHECK_EQ_INT(count_op(g, "LinearAttentionGate"), 0);
+    CHECK_EQ_INT(count_op(g, "CausalConvWithState"), n_lin);
+    for (size_t i = 0; i < g->n_node; i++) {
+      const Onnx__NodeProto *n = g->node[i];
+      if (strcmp(n->op_type, "GatedDeltaNet") != 0) continue;
+      CHECK_EQ_INT(n->n_input, 9);
+      if (n->n_input == 9) CHECK_EQ_STR(n->input[3], ""); /* no cu_seqlens: uniform */
+      CHECK_EQ_INT(proto_attr_int(n, "qk_l2_norm", -1), 1);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "past_key_values.%d.recurrent_state", first_lin);
+    check_io_type(
+        find_io(g->input, g->n_input, name), 1, 4,
+        (int64_t[]){-1, c->lin.n_value_heads, c->lin.value_head_dim, c->lin.key_head_dim});
+  }
+  if (mp) onnx__model_proto__free_unpacked(mp, NULL);
+  /* inference_metadata.json states that layout: the recurrent group is bhvk, not bhkv */
+  char path[1100], *text = NULL;
+  size_t n = 0;
+  snprintf(path, sizeof path, "%s/inference_metadata.json", pkg);
+  CHECK_STATUS(file_read_all(path, (size_t)1 << 24, &text, &n, &d), PH_OK, d.msg);
+  if (text) {
+    CHECK(strstr(text, "\"layout\": \"bhvk\"") != NULL);
+    CHECK(strstr(text, "\"layout\": \"bhkv\"") == NULL);
+  }
+  free(text);
+  /* paged: the same package whichever op is asked for */
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.target = EXPORT_TARGET_CPU;
+  snprintf(pkg_a, sizeof pkg_a, "%s/golden-paged-gdn-op", g_tmp);
+  snprintf(pkg_b, sizeof pkg_b, "%s/golden-paged-la-op", g_tmp);
+  CHECK_STATUS(model_export(m, pkg_a, &o, &d), PH_OK, d.msg);
+  o.linear_op = EXPORT_LINEAR_ATTENTION;
+  CHECK_STATUS(model_export(m, pkg_b, &o, &d), PH_OK, d.msg);
+  static const char *const files[] = {"model.onnx", "model.onnx.data", "genai_config.json"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(pa, sizeof pa, "%s/%s", pkg_a, files[i]);
+    snprintf(pb, sizeof pb, "%s/%s", pkg_b, files[i]);
+    CHECK(file_hash(pa) == file_hash(pb));
+  }
+  ph_model_free(m);
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -392,5 +586,7 @@ int main(void) {
   RUN(test_dense_export_unchanged);
   RUN(test_paged_export_unchanged_at_capacity_0);
   RUN(test_state_update_capacity_refused);
+  RUN(test_state_update_package);
+  RUN(test_dense_gated_delta_net);
   return check_finish();
 }

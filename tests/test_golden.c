@@ -14,11 +14,15 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "models/model.h"
+#include "models/registry.h"
 #include "runtime/dense_session.h"
 
 #define TOL GOLDEN_F32_TOL /* 2e-4 of the reference's scale: the derivation is in check.h */
 
 static double g_worst_logits, g_worst_state; /* reported per set */
+/* the set runs the dense graph with GatedDeltaNet (export --linear-attn-op gated_delta_net):
+ * its recurrent state is V-major [Hv, Dv, Dk] */
+static int g_gdn;
 
 #define MAX_SEQS   4
 #define MAX_TOKENS 256
@@ -208,8 +212,21 @@ static void run_sequence(golden *g, dense_session *s, int seq, const int64_t *sp
         if (rel > g_worst_state) g_worst_state = rel;
         free(t);
       } else {
-        /* conv [conv_dim, K-1] and recurrent [Hv, Dk, Dv] (K-major) share the reference layout */
+        /* conv [conv_dim, K-1] and recurrent [Hv, Dk, Dv] (K-major) share the reference layout;
+         * GatedDeltaNet's V-major [Hv, Dv, Dk] is transposed to it */
+        float *t = NULL;
+        if (g_gdn && which) {
+          const int64_t H = dims[0], Dv = dims[1], Dk = dims[2];
+          CHECK_EQ_INT(H * Dv * Dk, n);
+          t = malloc((size_t)n * sizeof(float));
+          for (int64_t h = 0; h < H; h++)
+            for (int64_t cc = 0; cc < Dv; cc++)
+              for (int64_t r = 0; r < Dk; r++)
+                t[(h * Dk + r) * Dv + cc] = got[(h * Dv + cc) * Dk + r];
+          got = t;
+        }
         double rel = compare(name, got, ref, n);
+        free(t);
         CHECK(rel <= TOL);
         if (rel > g_worst_state) g_worst_state = rel;
       }
@@ -227,7 +244,18 @@ static void check_set(const char *set) {
   }
   dense_session *s = NULL;
   diag d;
-  ph_status st = dense_session_create(g.model, 512, 2, &s, &d);
+  ph_status st;
+  if (g_gdn) {
+    model_options o = model_options_default();
+    o.max_context = 512;
+    o.linear_op = MODEL_GATED_DELTA_NET;
+    graph *gr = NULL;
+    st = model_build_graph(model_config(g.model), model_weights_of(g.model), &o, &gr, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (st == PH_OK) st = dense_session_create_graph(gr, 512, 2, &s, &d);
+  } else {
+    st = dense_session_create(g.model, 512, 2, &s, &d);
+  }
   CHECK_STATUS(st, PH_OK, d.msg);
   if (st != PH_OK) {
     free_golden(&g);
@@ -247,19 +275,28 @@ static void check_set(const char *set) {
     if (T > 6) run_sequence(&g, s, i, (int64_t[]){T / 3, 1, T - T / 3 - 1}, 3);
   }
   printf(
-      "  %s: worst logits error %.2e of scale, worst state/KV error %.2e of scale (bound %.0e)\n",
-      set, g_worst_logits, g_worst_state, TOL);
+      "  %s%s: worst logits error %.2e of scale, worst state/KV error %.2e of scale (bound %.0e)\n",
+      set, g_gdn ? " (GatedDeltaNet)" : "", g_worst_logits, g_worst_state, TOL);
   dense_session_free(s);
   free_golden(&g);
 }
 
 static void test_golden_f32(void) { check_set("qwen35-tiny-f32"); }
+/* The dense graph with GatedDeltaNet in its uniform [B, S, H, D] spelling (export
+ * --linear-attn-op gated_delta_net) against the same reference, within the same bound. */
+static void test_golden_f32_gated_delta_net(void) {
+  g_gdn = 1;
+  check_set("qwen35-tiny-f32");
+  check_set("qwen35-moe-tiny");
+  g_gdn = 0;
+}
 static void test_golden_bf16_vlm(void) { check_set("qwen35-tiny-bf16-vlm"); }
 static void test_golden_qwen35_moe(void) { check_set("qwen35-moe-tiny"); }
 static void test_golden_deepseek_v3_moe(void) { check_set("deepseek-v3-tiny-moe"); }
 
 int main(void) {
   RUN(test_golden_f32);
+  RUN(test_golden_f32_gated_delta_net);
   RUN(test_golden_bf16_vlm);
   RUN(test_golden_qwen35_moe);
   RUN(test_golden_deepseek_v3_moe);

@@ -40,6 +40,8 @@
 
 #include <jansson.h>
 
+#include "onnx.pb-c.h"
+
 #include "base/fmap.h"
 #include "check.h"
 #include "exec/exec.h"
@@ -536,7 +538,10 @@ static void test_ort_moe_routing(void) {
  * The CPU-target f32 export is refused at the schema, as it must be: ORT's PagedAttention takes
  * f16/bf16 only. The --io-dtype bf16 export passes the schema check too and fails at the first
  * kernel placement, the bf16 MatMul the CPU EP does not have (ORT resolves the whole graph, every
- * node's types against its schema, before it places kernels). */
+ * node's types against its schema, before it places kernels). The packages with compact state
+ * updates (state_update_capacity 4 and 8: GatedDeltaNet inputs 9/10 and output 2,
+ * VarlenCausalConvWithState input 5 and output 2, the attribute) fail exactly where the C = 0 ones
+ * do; test_ort_state_update_schema_control shows the schema check does read the new inputs. */
 static int ort_load(const char *pkg, char *err, size_t n) {
   char cmd[4400], log[1100];
   snprintf(log, sizeof log, "%s/ort-load.log", g_tmp);
@@ -586,6 +591,52 @@ static void paged_case(ph_model *m, const char *tag, const export_options *o, or
   }
 }
 
+/* The negative control of the capacity cases: ORT's schema check does read the capture inputs.
+ * The golden set's C = 4 CUDA package with state_update_capture_count retyped to int64 (the
+ * ops' TI is int32 only) is refused at load, naming one of the capturing ops. */
+static void test_ort_state_update_schema_control(void) {
+  char ckpt[1024], pkg[1100], path[1200], err[4096];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  ph_model *m = NULL;
+  CHECK_STATUS(ph_model_open(ckpt, NULL, &m), PH_OK, ph_model_error(m));
+  if (!m) return;
+  export_options o = export_options_default();
+  o.layout = EXPORT_LAYOUT_PAGED;
+  o.max_context = 256;
+  o.force = 1;
+  o.state_update_capacity = 4;
+  diag d;
+  snprintf(pkg, sizeof pkg, "%s/paged-su4-i64-capture", g_tmp);
+  CHECK_STATUS(model_export(m, pkg, &o, &d), PH_OK, d.msg);
+  ph_model_free(m);
+  snprintf(path, sizeof path, "%s/model.onnx", pkg);
+  char *bytes = NULL;
+  size_t n = 0;
+  CHECK_STATUS(file_read_all(path, (size_t)1 << 26, &bytes, &n, &d), PH_OK, d.msg);
+  Onnx__ModelProto *mp = bytes ? onnx__model_proto__unpack(NULL, n, (const uint8_t *)bytes) : NULL;
+  free(bytes);
+  if (!CHECK(mp && mp->graph)) return;
+  int retyped = 0;
+  for (size_t i = 0; i < mp->graph->n_input; i++)
+    if (strcmp(mp->graph->input[i]->name, "state_update_capture_count") == 0) {
+      mp->graph->input[i]->type->tensor_type->elem_type = 7; /* INT64 */
+      retyped++;
+    }
+  CHECK_EQ_INT(retyped, 1);
+  size_t len = onnx__model_proto__get_packed_size(mp);
+  uint8_t *out = malloc(len);
+  if (out) onnx__model_proto__pack(mp, out);
+  onnx__model_proto__free_unpacked(mp, NULL);
+  FILE *f = out ? fopen(path, "wb") : NULL;
+  CHECK(f && fwrite(out, 1, len, f) == len);
+  if (f) fclose(f);
+  free(out);
+  CHECK(!ort_load(pkg, err, sizeof err));
+  printf("  paged C=4 with an int64 capture_count, ORT says: %.200s\n", err);
+  CHECK_CONTAINS(err, "Load model from");
+  CHECK(strstr(err, "GatedDeltaNet") || strstr(err, "VarlenCausalConvWithState"));
+}
+
 static void test_ort_paged_schema(void) {
   static const char *const sets[3] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm",
                                       "deepseek-v3-tiny-moe"};
@@ -608,6 +659,15 @@ static void test_ort_paged_schema(void) {
     o.io_dtype = PH_DTYPE_BF16;
     snprintf(tag, sizeof tag, "%s-cuda-bf16", sets[s]);
     paged_case(m, tag, &o, LOADS_NO_BF16_KERNELS);
+    /* compact state updates (issue 15): the capture inputs, the attribute and the extra inputs
+     * and outputs of every GatedDeltaNet / VarlenCausalConvWithState pass the schema check as
+     * well, at the default capacity 4 and the largest, 8 (DeepSeek: forced to 0) */
+    for (int cap = 4; cap <= 8; cap += 4) {
+      o = export_options_default();
+      o.state_update_capacity = cap;
+      snprintf(tag, sizeof tag, "%s-cuda-su%d", sets[s], cap);
+      paged_case(m, tag, &o, LOADS_FAILS_AT_KERNELS);
+    }
     o = export_options_default();
     o.target = EXPORT_TARGET_CPU;
     snprintf(tag, sizeof tag, "%s-cpu-f32", sets[s]);
@@ -626,5 +686,6 @@ int main(void) {
   RUN(test_ort_moe);
   RUN(test_ort_moe_routing);
   RUN(test_ort_paged_schema);
+  RUN(test_ort_state_update_schema_control);
   return check_finish();
 }

@@ -5,13 +5,14 @@
  * storage dtype; without it each weight keeps its checkpoint dtype. --layout dense (f32
  * activations, what ONNX Runtime's CPU EP runs; the default) or paged (the packed paged ABI for
  * GenAI's Engine on CUDA, or --target cpu for ours; naming a --target implies it). --config-only
- * needs only config.json and writes the structure without weights. Prints one summary line per file
- * written, sizes in cli_bytes' units; says on stderr when the checkpoint has no tokenizer files
- * (the package then takes token ids only). On a terminal, stderr shows the data file's progress
- * (tensors, bytes, rate) on one line rewritten in place; redirected (logs, tests), nothing. Option
- * values wrong on their own (a page size that is not a power of two >= 16, or not a multiple of 256
- * for CUDA; f32 activations for CUDA) are usage errors, exit 2; what needs the checkpoint to judge
- * is the library's, exit 1.
+ * needs only config.json and writes the structure without weights. --state-update-capacity C
+ * (paged) adds compact state updates; --linear-attn-op picks the dense recurrent op. Prints one
+ * summary line per file written, sizes in cli_bytes' units; says on stderr when the checkpoint has
+ * no tokenizer files (the package then takes token ids only). On a terminal, stderr shows the data
+ * file's progress (tensors, bytes, rate) on one line rewritten in place; redirected (logs, tests),
+ * nothing. Option values wrong on their own (a page size that is not a power of two >= 16, or not a
+ * multiple of 256 for CUDA; f32 activations for CUDA) are usage errors, exit 2; what needs the
+ * checkpoint to judge is the library's, exit 1.
  */
 #include <stdio.h>
 #include <string.h>

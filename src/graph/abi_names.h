@@ -2,7 +2,8 @@
  * per-layer cache templates (one %d, the layer index), the symbolic dims the builder names them
  * with, and the rotary cache initializers a session reads its context bound from.
  *
- * The names are the ABI of ../shared/spec/abi.md §8.1 (packed paged inputs), §8.2 (outputs) and
+ * The names are the ABI of ../shared/spec/abi.md §8.1 (packed paged inputs, the compact
+ * state-update ones included), §8.2 (outputs) and
  * §8.5 (the genai_config.json defaults: "past_key_values.%d.key" and co.), and the dense layout
  * of docs/graph-io.md (which adds attention_mask). The graph builder (models/qwen35.c) writes
  * them; the sessions (runtime/) and genai_config (io/) bind and default by them; nothing else in

@@ -13,7 +13,7 @@
  * catalogue's bnsh / bch spelling, one letter per axis). */
 #define MD_LAYOUT_KV          "bnsh" /* dense [batch, Hkv, sequence, D] */
 #define MD_LAYOUT_CONV        "bch"  /* [batch, conv_dim, K-1] */
-#define MD_LAYOUT_REC_V_MAJOR "bhvk" /* packed paged [batch, Hv, Dv, Dk] */
+#define MD_LAYOUT_REC_V_MAJOR "bhvk" /* GatedDeltaNet's [batch, Hv, Dv, Dk] */
 #define MD_LAYOUT_REC_K_MAJOR "bhkv" /* dense [batch, Hv, Dk, Dv] (LinearAttention's) */
 
 const md_serving_input md_serving_inputs[MD_N_SERVING_INPUTS] = {
@@ -281,6 +281,18 @@ static void io_layout(md_abi *a, md_io *io) {
   }
 }
 
+/* 1 when a GatedDeltaNet node reads a recurrent state input (its input 6). */
+static int reads_recurrent_gdn(const md_abi *a) {
+  for (int i = 0; i < a->g->n_nodes; i++) {
+    const gnode *n = &a->g->nodes[i];
+    if (strcmp(n->op_type, "GatedDeltaNet") != 0 || n->n_inputs < 7) continue;
+    for (int k = 0; k < a->n_io; k++)
+      if (a->io[k].kind == MD_RECURRENT && !a->io[k].is_output && a->io[k].value == n->inputs[6])
+        return 1;
+  }
+  return 0;
+}
+
 ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *d) {
   memset(a, 0, sizeof *a);
   a->g = g;
@@ -382,6 +394,7 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
   if (a->paged) dim0_symbol(a, gc->input_ids, a->token_sym, sizeof a->token_sym);
   for (int i = 0; i < a->n_io; i++) io_layout(a, &a->io[i]);
   a->serving = a->conv.n > 0 || a->rec.n > 0 || (!a->paged && a->kv.n > 0);
+  a->rec_v_major = a->paged || reads_recurrent_gdn(a);
   return PH_OK;
 }
 
@@ -393,7 +406,7 @@ const char *md_attention_type(const md_abi *a) {
 const char *md_group_layout(const md_abi *a, md_kind part) {
   return part == MD_KEY    ? MD_LAYOUT_KV
          : part == MD_CONV ? MD_LAYOUT_CONV
-         : a->paged        ? MD_LAYOUT_REC_V_MAJOR
+         : a->rec_v_major  ? MD_LAYOUT_REC_V_MAJOR
                            : MD_LAYOUT_REC_K_MAJOR;
 }
 

@@ -110,6 +110,10 @@ typedef struct md_abi {
   /* paged KV layers hold key pages only (PagedAttention kv_cache_layout LATENT): gc names
    * slot_mapping and no value templates (io/genai_config.h) */
   int latent;
+  /* the recurrent state is V-major [B, Hv, Dv, Dk]: GatedDeltaNet reads it (the packed layout,
+   * and the dense one exported with linear_attn_op gated_delta_net); else LinearAttention's
+   * K-major [B, Hv, Dk, Dv] */
+  int rec_v_major;
   int n_io;
   md_io *io;                         /* graph inputs in order, then outputs; malloc'ed */
   md_layers kv, conv, rec;           /* KV (paged or dense), conv and recurrent state */

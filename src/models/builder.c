@@ -344,6 +344,10 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
   RETURN_ERROR_IF(!b->paged && (b->prune_lm_head || (opt && opt->block_size)), d,
                   PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
                   b->prune_lm_head ? "prune_lm_head" : "block_size");
+  RETURN_ERROR_IF(opt && opt->linear_op != MODEL_LINEAR_ATTENTION &&
+                      opt->linear_op != MODEL_GATED_DELTA_NET,
+                  d, PH_ERR_INVALID_ARGUMENT, "unknown linear_op %d", (int)opt->linear_op);
+  b->dense_gdn = !b->paged && opt && opt->linear_op == MODEL_GATED_DELTA_NET;
   const int32_t cap = opt ? opt->state_update_capacity : 0;
   RETURN_ERROR_IF(cap < 0 || cap > ABI_SU_MAX_CAPACITY, d, PH_ERR_INVALID_ARGUMENT,
                   "state_update_capacity %d: expected 0..%d", (int)cap, ABI_SU_MAX_CAPACITY);

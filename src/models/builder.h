@@ -44,6 +44,7 @@ typedef struct builder {
   int64_t block_size;                       /* packed: tokens per KV page */
   int slot_mapping;                         /* packed LATENT graphs: slot_mapping [N], else -1 */
   int layer;                                /* the layer being built (for per-layer weights) */
+  int dense_gdn;           /* dense: linear layers run GatedDeltaNet (model_linear_op) */
   int64_t su_capacity;     /* packed: state_update_capacity C (0: no capture inputs/outputs) */
   int su_count, su_active; /* C > 0: the graph inputs state_update_capture_count [B] and
                               state_update_active [1], else -1 */

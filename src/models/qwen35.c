@@ -371,6 +371,41 @@ static int packed_gated_delta_net(builder *b, int layer, int mixed, int z, int a
   return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
 }
 
+/* The dense layout's recurrent op as GatedDeltaNet (model_linear_op, abi §8.4 linear_attn_op):
+ * the uniform rank-4 spelling without cu_seqlens (abi §2.2): q, k [B, S, Hk, Dk] and v
+ * [B, S, Hv, Dv] from the conv's split, the raw a/b projections [B, S, Hv] (f32: the dense
+ * layout is f32) as decay and beta, and every Qwen gate inside the op exactly as the packed path
+ * asks for it (qwen gate, sigmoid beta, in-op L2 norm, V-major f32 state [B, Hv, Dv, Dk]); then
+ * the gated norm. */
+static int dense_gated_delta_net(builder *b, int layer, const int qkv[3], int z, int a_raw,
+                                 int beta_raw, int past_rec, int *present_rec) {
+  const hf_config *c = b->c;
+  const int64_t Hk = c->lin.n_key_heads, Dk = c->lin.key_head_dim;
+  const int64_t Hv = c->lin.n_value_heads, Dv = c->lin.value_head_dim, vd = c->geom.value_dim;
+  int q = reshape(b, "q/Reshape", qkv[0], 4, (int64_t[]){0, 0, Hk, Dk});
+  int k = reshape(b, "k/Reshape", qkv[1], 4, (int64_t[]){0, 0, Hk, Dk});
+  int v = reshape(b, "v/Reshape", qkv[2], 4, (int64_t[]){0, 0, Hv, Dv});
+  gattr ga[6] = {attr_string("update_rule", "gated_delta"),
+                 attr_float("scale", 0.0f),
+                 attr_string("gate_activation", "qwen"),
+                 attr_string("beta_activation", "sigmoid"),
+                 attr_int("qk_l2_norm", 1),
+                 attr_int("chunk_size", 64)};
+  int out[2] = {-1, -1};
+  node_n(b, "GatedDeltaNet", "com.microsoft", "GatedDeltaNet", 9,
+         (int[]){q, k, v, -1, a_raw, beta_raw, past_rec,
+                 f32_const(b, lw(b, layer, W_LIN_A_LOG), ".f32", F32_COPY),
+                 f32_const(b, lw(b, layer, W_LIN_DT_BIAS), ".f32", F32_COPY)},
+         2, out, 6, ga);
+  *present_rec = out[1];
+  int o = reshape(b, "gdn_out/Reshape", out[0], 3, (int64_t[]){0, 0, vd});
+  gattr eps = attr_float("epsilon", (float)c->rms_norm_eps);
+  int normed =
+      node1(b, "GatedRMSNorm", "com.microsoft", "norm", 3,
+            (int[]){o, f32_const(b, lw(b, layer, W_LIN_NORM), ".f32", F32_COPY), z}, 1, &eps);
+  return linear(b, "out_proj", normed, wref_of(lw(b, layer, W_LIN_OUT)));
+}
+
 static int linear_attention(builder *b, int layer, int x, int past_conv, int past_rec,
                             int *present_conv, int *present_rec, int su[2]) {
   const hf_config *c = b->c;
@@ -409,6 +444,8 @@ static int linear_attention(builder *b, int layer, int x, int past_conv, int pas
   gattr ax = attr_int("axis", -1);
   node_n(b, "Split", "", "qkv/Split", 2,
          (int[]){y, const_i64(b, "qkv/split", 3, (int64_t[]){kd, kd, vd})}, 3, qkv, 1, &ax);
+  if (b->dense_gdn)
+    return dense_gated_delta_net(b, layer, qkv, z, a_raw, beta_raw, past_rec, present_rec);
   /* §7.7: q and k L2-normalised with eps 1e-6 inside the sqrt: x/sqrt(Σx²+eps) is RMSNorm with
    * eps/Dk and gain 1/sqrt(Dk); the Dk^-1/2 query scale is LinearAttention's default scale. */
   const float l2_eps = 1e-6f / (float)Dk;

@@ -16,6 +16,11 @@
  * 1/sqrt(Dk)), key repeated to the value heads, LinearAttentionGate, LinearAttention
  * (gated_delta), GatedRMSNorm with z, out_proj. Qwen3-Next's fused in_proj_qkvz / in_proj_ba
  * are regrouped to the split layout at build time. A MoE layer's MLP is models/moe.h's.
+ * model_options.linear_op GatedDeltaNet replaces the dense linear layer's L2 norms, gate and
+ * LinearAttention by one GatedDeltaNet in the uniform [B,S,H,D] spelling (V-major state
+ * [B,Hv,Dv,Dk]); model_options.state_update_capacity C > 0 (packed only) adds the compact
+ * state-update inputs, node inputs/outputs and graph outputs of abi.md §8.1-§8.3
+ * (docs/graph-io.md); C = 0 builds exactly the graph without them.
  *
  * Weights are initializer views of the mapped checkpoint (copied only when misaligned or when
  * a transform needs it: (1+w) norm gains, f32 gate constants, Qwen3-Next regrouping).

@@ -29,7 +29,8 @@ static void cache_inputs(builder *b, graph_io *io, const int64_t kv_dims[4],
 }
 
 /* Dense (docs/graph-io.md): input_ids [B, S], attention_mask [B, P+S], position_ids [3, B, S]
- * (MRoPE) or [B, S], KV [B, Hkv, P, D], recurrent state K-major [B, Hv, Dk, Dv] (abi §5). */
+ * (MRoPE) or [B, S], KV [B, Hkv, P, D], recurrent state K-major [B, Hv, Dk, Dv] (abi §5), or
+ * V-major [B, Hv, Dv, Dk] when GatedDeltaNet runs the linear layers (abi §2.2). */
 void qwen35_dense_inputs(builder *b, graph_io *io) {
   const hf_config *c = b->c;
   static const char *const bs[] = {ABI_DIM_BATCH, ABI_DIM_SEQUENCE};
@@ -44,7 +45,7 @@ void qwen35_dense_inputs(builder *b, graph_io *io) {
           : graph_add_input(b->g, ABI_POSITION_IDS, PH_DTYPE_I64, 2, (int64_t[]){-1, -1}, bs);
   const int64_t Hv = c->lin.n_value_heads, Dk = c->lin.key_head_dim, Dv = c->lin.value_head_dim;
   cache_inputs(b, io, (int64_t[]){-1, c->n_kv_heads, -1, c->head_dim}, ks,
-               (int64_t[]){-1, Hv, Dk, Dv});
+               b->dense_gdn ? (int64_t[]){-1, Hv, Dv, Dk} : (int64_t[]){-1, Hv, Dk, Dv});
 }
 
 /* Packed paged (abi §8.1): input_ids [N], position_ids [3, N] (MRoPE) or [N], block_table,
