@@ -166,6 +166,10 @@ static void resolve_params(ph_engine_params *p, const genai_config *gc) {
 }
 
 static ph_status check_params(const ph_engine_params *p, diag *d) {
+  RETURN_ERROR_IF(p->state_update_capacity < 0 || p->state_update_capacity > PH_MAX_DRAFT_TOKENS, d,
+                  PH_ERR_INVALID_ARGUMENT,
+                  "engine params: state_update_capacity %d: must be in [0, %d] (0: none)",
+                  (int)p->state_update_capacity, PH_MAX_DRAFT_TOKENS);
   RETURN_ERROR_IF(
       p->max_batch_size < 1 || p->max_scheduled_tokens < 1 || p->prefill_chunk < 1 ||
           p->prefill_chunk > p->max_scheduled_tokens || p->max_requests < p->max_batch_size ||
@@ -245,6 +249,17 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
   /* a package's genai_config.json gives the batching defaults; a checkpoint takes ours */
   resolve_params(&e->p, e->src.is_package ? &e->src.gc : NULL);
   if ((st = check_params(&e->p, d)) != PH_OK) goto fail;
+  if (e->src.is_package) { /* a package fixes its compact state updates in its graph */
+    const int32_t cap = e->src.gc.state_update_capacity;
+    if (e->p.state_update_capacity != 0 && e->p.state_update_capacity != cap) {
+      st = diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                    "engine params: state_update_capacity %d, but the package %s was exported "
+                    "with %d (0 takes the package's)",
+                    (int)e->p.state_update_capacity, dir, (int)cap);
+      goto fail;
+    }
+    e->p.state_update_capacity = cap;
+  }
   paged_session_params sp = session_params(&e->p);
   /* sampling reads each sequence's last row only: a pruned LM head skips the vocab-wide
    * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c), unless
@@ -636,8 +651,8 @@ static void capture_positions(engine *e, const sched_batch *b) {
  * after its known tokens (r->tokens[n_total, n_total + n), where the tokens it may generate
  * go; nothing there is published until sampled) and offered to the scheduler as sr.n_draft.
  * At most num_draft_tokens, the model's bound, the room left in the token buffer and the
- * context, and one fewer than the tokens it may still generate (a verify of n drafts emits up
- * to n + 1). */
+ * context; the scheduler trims them further to max_total (one fewer than the tokens the request
+ * may still generate: a verify of n drafts emits up to n + 1). */
 static void propose_drafts(engine *e) {
   for (sched_req *q = sched_running_first(e->sch); q; q = q->next) {
     request *r = (request *)((char *)q - offsetof(request, sr));
@@ -648,7 +663,6 @@ static void propose_drafts(engine *e) {
     const int64_t n_total = q->n_total;
     if (k > r->capacity - n_total) k = r->capacity - n_total;
     if (k > e->max_context - n_total) k = e->max_context - n_total;
-    if (k > r->sp.max_new_tokens - r->n_generated - 1) k = r->sp.max_new_tokens - r->n_generated - 1;
     if (k <= 0) continue;
     int64_t *out = r->tokens + n_total;
     int32_t n = 0;

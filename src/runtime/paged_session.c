@@ -124,6 +124,11 @@ ph_status paged_binding_from_genai(const genai_config *gc, paged_binding *out, d
       {out->past_recurrent_fmt, gc->past_recurrent_names, NULL},
       {out->present_conv_fmt, gc->present_conv_names, NULL},
       {out->present_recurrent_fmt, gc->present_recurrent_names, NULL},
+      /* compact state updates: named when the package has them (capacity > 0) */
+      {out->capture_count, gc->state_update_capture_count, NULL},
+      {out->update_active, gc->state_update_active, NULL},
+      {out->update_conv_fmt, gc->state_update_conv_value_names, NULL},
+      {out->update_capsule_fmt, gc->state_update_recurrent_capsule_names, NULL},
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     RETURN_ERROR_IF(names[i].key && !names[i].src[0], d, PH_ERR_CONFIG_INVALID,
