@@ -15,7 +15,12 @@
  * A "plain" run is an engine built without compact state updates (state_update_capacity 0, the
  * pruned LM head): so these checks also cover that capacity > 0 changes no bits.
  */
+#include <sys/stat.h>
+
 #include "engine_testing.h"
+#include "models/registry.h"
+#include "models/tiny.h"
+#include "runtime/mtp_session.h"
 
 #define N_SPEC 10
 #define SPEC_CAP 8
@@ -65,8 +70,9 @@ static void run_together(engine *e, const req_spec *qs, int n, outcome *out, run
   for (int i = 0; i < n; i++) take_outcome(e, ids[i], &out[i]);
 }
 
-/* Speculative runs of a fixed set against plain runs alone, for the checkpoint at dir. */
-static void spec_vs_plain(const char *dir, ph_dtype io, const char *what) {
+/* Speculative runs of a fixed set against plain runs alone, for the checkpoint at dir; half the
+ * requests draft with `even` (n-gram or the MTP head), half replay. */
+static void spec_vs_plain(const char *dir, ph_dtype io, ph_draft_method even, const char *what) {
   ph_engine_params pp = spec_params(0, 0), sp = spec_params(SPEC_CAP, 0);
   pp.io_dtype = sp.io_dtype = io;
   engine *plain = open_engine_at(dir, &pp), *spec = open_engine_at(dir, &sp);
@@ -89,7 +95,7 @@ static void spec_vs_plain(const char *dir, ph_dtype io, const char *what) {
     ph_speculative_params *s = &qs[i].sp.speculative;
     s->num_draft_tokens = 1 + i % SPEC_CAP;
     if (i % 2 == 0) {
-      s->method = PH_DRAFT_NGRAM;
+      s->method = even;
     } else {
       static const double wrong[] = {0.0, 0.3, 0.7, 1.0};
       replay[i] = replay_of(&r, &alone[i], wrong[(i / 2) % 4], V);
@@ -136,13 +142,117 @@ out:
   engine_free(spec);
 }
 
-static void test_spec_f32(void) { spec_vs_plain(golden_dir(), PH_DTYPE_INVALID, "f32"); }
-static void test_spec_bf16(void) { spec_vs_plain(golden_dir(), PH_DTYPE_BF16, "bf16 io"); }
+static void test_spec_f32(void) {
+  spec_vs_plain(golden_dir(), PH_DTYPE_INVALID, PH_DRAFT_NGRAM, "f32");
+}
+static void test_spec_bf16(void) {
+  spec_vs_plain(golden_dir(), PH_DTYPE_BF16, PH_DRAFT_NGRAM, "bf16 io");
+}
+
+/* The MTP head as the drafter: a make-tiny checkpoint with a head (--mtp-layers 1). */
+static void test_spec_mtp(void) {
+  static char dir[1024];
+  snprintf(dir, sizeof dir, "%s/tiny-mtp", check_env("PH_TMP_DIR"));
+  mkdir(check_env("PH_TMP_DIR"), 0755);
+  tiny_params tp = tiny_params_default();
+  tp.mtp_layers = 1;
+  tp.seed = 15;
+  diag d;
+  CHECK_STATUS(tiny_write(dir, &tp, &d), PH_OK, d.msg);
+  spec_vs_plain(dir, PH_DTYPE_INVALID, PH_DRAFT_MTP, "mtp");
+}
 
 static void test_spec_stateless(void) {
   static char dir[1024];
   check_data(dir, sizeof dir, "golden/deepseek-v3-tiny-moe/checkpoint");
-  spec_vs_plain(dir, PH_DTYPE_INVALID, "deepseek (no fixed state)");
+  spec_vs_plain(dir, PH_DTYPE_INVALID, PH_DRAFT_NGRAM, "deepseek (no fixed state)");
+}
+
+static int64_t argmax_of(const float *row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < n; v++)
+    if (row[v] > row[best]) best = v;
+  return best;
+}
+
+/* The engine's MTP drafts against the drafter's documented flow (runtime/mtp_session.h) run by
+ * the test on its own session of the same head: after every step of one request, catch up on
+ * the positions the step kept (the engine's target hidden rows, the tokens shifted by one),
+ * then chain; the drafts must be the engine's, token for token. Catches a wrong position, a
+ * token off by one, a chain fed the wrong hidden row, a rejected draft's row kept. */
+static void test_spec_mtp_flow(void) {
+  static char dir[1024];
+  snprintf(dir, sizeof dir, "%s/tiny-mtp-flow", check_env("PH_TMP_DIR"));
+  mkdir(check_env("PH_TMP_DIR"), 0755);
+  tiny_params tp = tiny_params_default();
+  tp.mtp_layers = 1;
+  tp.seed = 16;
+  diag d;
+  CHECK_STATUS(tiny_write(dir, &tp, &d), PH_OK, d.msg);
+  ph_engine_params p = spec_params(SPEC_CAP, 0);
+  engine *e = open_engine_at(dir, &p);
+  ph_model *m = NULL;
+  CHECK_STATUS(ph_model_open(dir, NULL, &m), PH_OK, ph_model_error(m));
+  mtp_session *ref = NULL;
+  model_options o = model_options_default();
+  o.max_context = p.max_context;
+  if (e && m) CHECK_STATUS(mtp_session_create(m, &o, 1, 512, 0, &ref, &d), PH_OK, d.msg);
+  if (!e || !ref) goto out;
+  const int64_t V = engine_vocab(e);
+  int32_t h = -1;
+  CHECK_STATUS(mtp_session_open(ref, &h, &d), PH_OK, d.msg);
+  rng r = rng_seed(17);
+  req_spec q;
+  fill_prompt(&r, &q, 20, V);
+  q.sp = greedy(40);
+  q.sp.ignore_eos = 1;
+  q.sp.speculative.method = PH_DRAFT_MTP;
+  q.sp.speculative.num_draft_tokens = 3;
+  uint64_t id = 0;
+  CHECK_STATUS(engine_add(e, q.prompt, q.n_prompt, &q.sp, &id, &d), PH_OK, d.msg);
+  int64_t computed = 0, checked = 0, ctx[128];
+  memcpy(ctx, q.prompt, (size_t)q.n_prompt * sizeof *ctx);
+  static float hid[64 * 1024], chain[1024];
+  for (int step = 0; step < 64 && engine_busy(e); step++) {
+    ph_step_info si;
+    CHECK_STATUS(engine_step(e, &si, &d), PH_OK, d.msg);
+    ph_request_info info;
+    CHECK_STATUS(engine_request_info_get(e, id, &info, &d), PH_OK, d.msg);
+    if (info.finish != PH_FINISH_NONE) break;
+    int64_t n_gen = 0;
+    const int64_t *gen = engine_tokens(e, id, &n_gen);
+    memcpy(ctx + q.n_prompt, gen, (size_t)n_gen * sizeof *ctx);
+    const int64_t now = q.n_prompt + n_gen - 1; /* positions computed: all but the last token */
+    const int64_t kept = now - computed;
+    int64_t H = 0;
+    const float *rows = paged_session_hidden(engine_session(e), 0, 0, &H);
+    CHECK(rows != NULL && kept >= 1 && kept * H <= (int64_t)(sizeof hid / sizeof *hid));
+    if (!rows || kept < 1) break;
+    memcpy(hid, rows, (size_t)(kept * H) * sizeof *hid);
+    mtp_seq ms = {h, computed, kept, ctx + computed + 1, hid};
+    CHECK_STATUS(mtp_session_run(ref, &ms, 1, &d), PH_OK, d.msg);
+    int64_t want[SPEC_CAP];
+    want[0] = argmax_of(mtp_session_logits(ref, 0, kept - 1), V);
+    memcpy(chain, mtp_session_hidden(ref, 0, kept - 1), (size_t)H * sizeof *chain);
+    for (int j = 1; j < 3; j++) {
+      mtp_seq c = {h, now + j - 1, 1, &want[j - 1], chain};
+      CHECK_STATUS(mtp_session_run(ref, &c, 1, &d), PH_OK, d.msg);
+      want[j] = argmax_of(mtp_session_logits(ref, 0, 0), V);
+      memcpy(chain, mtp_session_hidden(ref, 0, 0), (size_t)H * sizeof *chain);
+    }
+    int64_t got[SPEC_CAP];
+    const int32_t n = engine_mtp_drafts(e, id, got, SPEC_CAP);
+    CHECK_EQ_INT(n, 3);
+    for (int j = 0; j < 3 && j < n; j++) CHECK_EQ_INT(got[j], want[j]);
+    checked++;
+    computed = now;
+  }
+  printf("  %lld steps' drafts equal to the test's own run of the MTP flow\n", (long long)checked);
+  CHECK(checked >= 8);
+out:
+  mtp_session_free(ref);
+  ph_model_free(m);
+  engine_free(e);
 }
 
 /* Every position's logits row (PH_CAPTURE_POSITIONS): a verify keeps the rows of its accepted
@@ -366,6 +476,8 @@ int main(int argc, char **argv) {
   RUN_IF(test_spec_f32);
   RUN_IF(test_spec_bf16);
   RUN_IF(test_spec_stateless);
+  RUN_IF(test_spec_mtp);
+  RUN_IF(test_spec_mtp_flow);
   RUN_IF(test_spec_positions);
   RUN_IF(test_spec_randomized);
   return check_finish();

@@ -23,6 +23,7 @@
 #include "engine/drafter.h"
 #include "engine/scheduler.h"
 #include "io/genai_config.h"
+#include "runtime/mtp_session.h"
 #include "runtime/runtime.h"
 
 typedef struct request {
@@ -52,6 +53,12 @@ typedef struct request {
   /* speculative decoding (sp.speculative resolved; its replay tokens point at `replay`) */
   int64_t *replay;               /* heap copy of the replay continuation, or NULL */
   int64_t n_drafted, n_accepted; /* drafts verified, and kept */
+  /* the MTP drafter: its sequence (-1: none yet), the drafts it made for the next step, and
+   * whether it lost track (its positions could not be computed: no more drafts, same output) */
+  int32_t mtp_handle;
+  int32_t n_mtp_drafts;
+  int mtp_lost;
+  int64_t mtp_drafts[PH_MAX_DRAFT_TOKENS];
 } request;
 
 /* id -> request: open addressing, linear probing, a power-of-two table at most half full;
@@ -92,6 +99,14 @@ struct engine {
 
   /* speculative decoding: the most drafts a verify may hold (0: none) */
   int32_t spec_max;
+  /* the MTP drafter (a checkpoint with an MTP head and state_update_capacity > 0), else NULL;
+   * per step storage for its runs, sized at creation */
+  mtp_session *mtp;
+  mtp_seq *mseq;   /* [max_batch_size] */
+  request **mreq;  /* [max_batch_size] */
+  float *mhidden;  /* [max_batch_size, H]: the chained hidden rows */
+  int64_t *mtok;   /* [max_batch_size]: the chained draft tokens */
+  int64_t mtp_H;
   /* step storage, sized at creation */
   paged_seq *seqs; /* [max_batch_size] */
   int64_t *kept;   /* [max_batch_size]: tokens each entry keeps (sched_commit_kept) */
@@ -231,6 +246,28 @@ static ph_status finish_create(engine *e, diag *d) {
   return PH_OK;
 }
 
+/* The MTP drafter beside the target: as many sequences as requests may hold state, a step's
+ * rows, and pages for as many positions as the target's pool holds (one more attention layer's
+ * share of the KV memory, on top of the budget). */
+static ph_status open_mtp(engine *e, const runtime_build *rb, diag *d) {
+  const hybrid_cache *c = paged_session_cache(e->s);
+  const kv_buffers *kv = hybrid_cache_kv((hybrid_cache *)c);
+  const int32_t n_full = kv_buffers_geometry(kv).n_full;
+  const int64_t bytes =
+      n_full > 0 ? kv_buffers_bytes_per_block(kv) / n_full * hybrid_cache_n_blocks(c) : 0;
+  FORWARD_IF_ERROR(runtime_mtp_session(&e->src, rb, e->p.max_requests, e->p.max_scheduled_tokens,
+                                       bytes, &e->mtp, d));
+  const size_t B = (size_t)e->p.max_batch_size;
+  e->mtp_H = mtp_session_hidden_size(e->mtp);
+  e->mseq = calloc(B, sizeof *e->mseq);
+  e->mreq = calloc(B, sizeof *e->mreq);
+  e->mhidden = calloc(B * (size_t)e->mtp_H, sizeof *e->mhidden);
+  e->mtok = calloc(B, sizeof *e->mtok);
+  RETURN_ERROR_IF(!e->mseq || !e->mreq || !e->mhidden || !e->mtok, d, PH_ERR_NO_MEMORY,
+                  "engine: out of memory");
+  return PH_OK;
+}
+
 static engine *engine_alloc(const ph_engine_params *p) {
   engine *e = calloc(1, sizeof *e);
   if (!e) return NULL;
@@ -265,11 +302,15 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
    * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c), unless
    * every position's row is to be captured */
   /* a verify reads every row of its chunk: an engine that may speculate keeps the whole head */
+  /* a checkpoint with an MTP head drafts with it when the engine may speculate: the target
+   * graph then also gives its hidden states */
+  const int mtp = e->p.state_update_capacity > 0 && runtime_source_has_mtp(&e->src);
   runtime_build rb = {e->p.block_size, e->p.max_context, e->p.io_dtype,
                       e->p.capture_logits != PH_CAPTURE_POSITIONS &&
                           e->p.state_update_capacity == 0,
-                      e->p.state_update_capacity};
+                      e->p.state_update_capacity, mtp};
   if ((st = runtime_paged_session(&e->src, &rb, &sp, &e->s, d)) != PH_OK) goto fail;
+  if (mtp && (st = open_mtp(e, &rb, d)) != PH_OK) goto fail;
   if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
   if ((st = finish_create(e, d)) != PH_OK) goto fail;
   if ((st = engine_set_capture(e, e->p.capture_logits, d)) != PH_OK) goto fail;
@@ -365,7 +406,13 @@ void engine_free(engine *e) {
   free(e->draining_ids);
   free(e->finishing);
   free(e->seqs);
+  free(e->kept);
   free(e->scratch);
+  free(e->mseq);
+  free(e->mreq);
+  free(e->mhidden);
+  free(e->mtok);
+  mtp_session_free(e->mtp);
   paged_session_free(e->s);
   runtime_source_close(&e->src);
   pthread_mutex_destroy(&e->mu);
@@ -452,7 +499,7 @@ static ph_status refusal_of(const engine *e, uint64_t id, const int64_t *prompt,
                     "request %llu: speculative.num_draft_tokens = %d is more than the model's "
                     "state_update_capacity %d",
                     (unsigned long long)id, (int)k, (int)e->spec_max);
-    RETURN_ERROR_IF(spec->method == PH_DRAFT_MTP, d, PH_ERR_UNSUPPORTED,
+    RETURN_ERROR_IF(spec->method == PH_DRAFT_MTP && !e->mtp, d, PH_ERR_UNSUPPORTED,
                     "request %llu: speculative method mtp: this model has no MTP head (a Qwen3.5 "
                     "checkpoint with mtp.* weights)",
                     (unsigned long long)id);
@@ -467,6 +514,7 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
   request *r = calloc(1, sizeof *r);
   RETURN_ERROR_IF(!r, d, PH_ERR_NO_MEMORY, "engine_add: out of memory");
   r->sp = sp ? *sp : sampling_params_default();
+  r->mtp_handle = -1;
   /* the caller's replay tokens are copied below, never kept */
   const int64_t *replay_in = r->sp.speculative.replay_tokens;
   r->sp.speculative.replay_tokens = NULL;
@@ -561,6 +609,10 @@ static void finish(engine *e, request *r, ph_finish_reason why, ph_status st) {
   if (r->admitted) {
     sched_finish(e->sch, &r->sr, &d); /* only refuses while a binding is active: never here */
     e->n_live--;
+  }
+  if (r->mtp_handle >= 0) {
+    mtp_session_close(e->mtp, r->mtp_handle);
+    r->mtp_handle = -1;
   }
   r->finish = why;
   r->status = st;
@@ -670,6 +722,10 @@ static void propose_drafts(engine *e) {
       n = draft_ngram(r->tokens, n_total, sp->ngram_min, sp->ngram_max, (int32_t)k, out);
     else if (sp->method == PH_DRAFT_REPLAY)
       n = draft_replay(sp->replay_tokens, sp->n_replay_tokens, r->n_generated, (int32_t)k, out);
+    else if (sp->method == PH_DRAFT_MTP) { /* made after the last step (mtp_draft) */
+      n = r->n_mtp_drafts < k ? r->n_mtp_drafts : (int32_t)k;
+      memcpy(out, r->mtp_drafts, (size_t)n * sizeof *out);
+    }
     q->n_draft = n;
   }
 }
@@ -695,6 +751,118 @@ static ph_finish_reason verify(engine *e, request *r, const sched_entry *en, int
   r->n_drafted += en->n_draft;
   r->n_accepted += j; /* the drafts before row j all matched */
   return f;
+}
+
+/* ---- the MTP drafter ------------------------------------------------------------------------ */
+
+static int64_t argmax_row(const float *row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < n; v++)
+    if (row[v] > row[best]) best = v;
+  return best;
+}
+
+/* After a step, for every live request drafting with the MTP head (docs/mtp.md, the flow of
+ * runtime/mtp_session.h): catch the head up on the positions the step kept — row j reads the
+ * target's hidden state at position start + j and the token after it — in one packed run; then,
+ * for the requests whose next chunk is their decode token, draft 1 is the last row's argmax and
+ * each further draft one chained one-token run (the previous draft, the head's own hidden row).
+ * Drafts only change speed: a request whose head cannot keep up (no pages, a gap in its
+ * positions) stops drafting and runs on. */
+static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
+  int32_t B = 0;
+  for (int32_t k = 0; k < b->n_entries; k++) {
+    const sched_entry *en = &b->entries[k];
+    request *r = (request *)((char *)en->req - offsetof(request, sr));
+    r->n_mtp_drafts = 0;
+    if (r->sp.speculative.method != PH_DRAFT_MTP || r->mtp_lost ||
+        r->finish_next != PH_FINISH_NONE || r->sr.state != SCHED_RUNNING)
+      continue;
+    if (r->mtp_handle < 0 && (en->start != 0 || mtp_session_open(e->mtp, &r->mtp_handle, d))) {
+      r->mtp_handle = -1;
+      r->mtp_lost = 1;
+      continue;
+    }
+    if (en->start > mtp_session_computed(e->mtp, r->mtp_handle)) {
+      r->mtp_lost = 1;
+      continue;
+    }
+    const float *hidden = paged_session_hidden(e->s, k, 0, NULL);
+    RETURN_ERROR_IF(!hidden, d, PH_ERR_INTERNAL, "engine: the target graph has no hidden_states");
+    /* the kept positions' next tokens are all known: the last one was just sampled */
+    e->mseq[B] = (mtp_seq){r->mtp_handle, en->start, e->kept[k], r->tokens + en->start + 1, hidden};
+    e->mreq[B++] = r;
+  }
+  if (B == 0) return PH_OK;
+  diag local;
+  ph_status st = mtp_session_run(e->mtp, e->mseq, B, &local);
+  if (st == PH_ERR_LIMIT) { /* no pages or context for the head: drafting stops, decoding not */
+    for (int32_t i = 0; i < B; i++) e->mreq[i]->mtp_lost = 1;
+    return PH_OK;
+  }
+  if (st != PH_OK) {
+    diag_copy(d, &local);
+    return st;
+  }
+  /* draft 1 of each decode-ready request; the chain continues from its row */
+  const int64_t H = e->mtp_H, V = e->vocab;
+  int32_t C = 0, most = 0;
+  for (int32_t i = 0; i < B; i++) {
+    request *r = e->mreq[i];
+    const mtp_seq q = e->mseq[i];
+    if (r->sr.n_computed + 1 != r->sr.n_total) continue; /* a prompt chunk: no drafts yet */
+    const float *row = mtp_session_logits(e->mtp, i, q.n - 1);
+    const float *h = mtp_session_hidden(e->mtp, i, q.n - 1);
+    if (!row || !h) continue;
+    r->mtp_drafts[0] = argmax_row(row, V);
+    r->n_mtp_drafts = 1;
+    const int32_t want = r->sp.speculative.num_draft_tokens < e->spec_max
+                             ? r->sp.speculative.num_draft_tokens
+                             : e->spec_max;
+    if (want > most) most = want;
+    memcpy(e->mhidden + (size_t)C * (size_t)H, h, (size_t)H * sizeof *h);
+    e->mtok[C] = r->mtp_drafts[0];
+    e->mseq[C] = (mtp_seq){q.handle, q.past + q.n, 1, &e->mtok[C], e->mhidden + (size_t)C * H};
+    e->mreq[C++] = r;
+  }
+  for (int32_t step = 1; step < most && C > 0; step++) {
+    int32_t n = 0; /* the chains still short of their count and inside the context */
+    for (int32_t i = 0; i < C; i++) {
+      request *r = e->mreq[i];
+      const int32_t want = r->sp.speculative.num_draft_tokens < e->spec_max
+                               ? r->sp.speculative.num_draft_tokens
+                               : e->spec_max;
+      if (r->n_mtp_drafts >= want || e->mseq[i].past + 1 >= e->max_context) continue;
+      if (n != i) {
+        e->mseq[n] = e->mseq[i];
+        e->mreq[n] = r;
+        e->mtok[n] = e->mtok[i];
+        memmove(e->mhidden + (size_t)n * H, e->mhidden + (size_t)i * H, (size_t)H * sizeof(float));
+        e->mseq[n].tokens = &e->mtok[n];
+        e->mseq[n].hidden = e->mhidden + (size_t)n * H;
+      }
+      n++;
+    }
+    C = n;
+    if (C == 0) break;
+    st = mtp_session_run(e->mtp, e->mseq, C, &local);
+    if (st == PH_ERR_LIMIT) return PH_OK; /* the drafts made so far stand */
+    if (st != PH_OK) {
+      diag_copy(d, &local);
+      return st;
+    }
+    for (int32_t i = 0; i < C; i++) {
+      request *r = e->mreq[i];
+      const float *row = mtp_session_logits(e->mtp, i, 0), *h = mtp_session_hidden(e->mtp, i, 0);
+      if (!row || !h) continue;
+      const int64_t t = argmax_row(row, V);
+      r->mtp_drafts[r->n_mtp_drafts++] = t;
+      e->mtok[i] = t;
+      memcpy(e->mhidden + (size_t)i * H, h, (size_t)H * sizeof *h);
+      e->mseq[i].past++;
+    }
+  }
+  return PH_OK;
 }
 
 ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
@@ -791,6 +959,7 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
     }
     FORWARD_IF_ERROR(sched_commit_kept(e->sch, &b, e->kept, d));
     capture_positions(e, &b);
+    if (e->mtp) FORWARD_IF_ERROR(mtp_draft(e, &b, d));
     si.batch_size = b.n_entries;
     si.n_tokens = b.n_tokens;
     for (int32_t k = 0; k < n_done; k++) {
@@ -813,6 +982,16 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
 }
 
 int32_t engine_step_admitted(const engine *e) { return e->n_admitted; }
+
+int32_t engine_mtp_drafts(engine *e, uint64_t id, int64_t *out, int32_t max) {
+  pthread_mutex_lock(&e->mu);
+  const request *r = find_locked(e, id);
+  int32_t n = r ? r->n_mtp_drafts : 0;
+  if (n > max) n = max;
+  if (n > 0) memcpy(out, r->mtp_drafts, (size_t)n * sizeof *out);
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
 
 int engine_busy(engine *e) {
   pthread_mutex_lock(&e->mu);

@@ -116,6 +116,9 @@ int64_t engine_poll(engine *e, uint64_t id, int64_t *out, int64_t max);
  * [n_generated, vocab] (row j produced token j); NULL for an unknown id. Valid until the request
  * is released; read them between steps. */
 const int64_t *engine_tokens(engine *e, uint64_t id, int64_t *n);
+/* For tests: the drafts the MTP head made for request id's next step (up to max into out);
+ * returns their count, 0 when none or the id is unknown. Read between steps. */
+int32_t engine_mtp_drafts(engine *e, uint64_t id, int64_t *out, int32_t max);
 const float *engine_logits(engine *e, uint64_t id);
 /* The captured rows and their count in the request's capture mode: PH_CAPTURE_SAMPLED
  * n_generated rows (row j produced token j); PH_CAPTURE_POSITIONS n_prompt + n_generated - 1

@@ -34,6 +34,7 @@ struct paged_session {
                                                                       optional input */
   int pos_planes; /* 3: position_ids [3, N]; 1: [N] */
   int in_capture, in_active; /* compact state updates: -1 when the graph has none */
+  int out_hidden;            /* hidden_states output (MTP drafting), -1 when absent */
   int32_t capacity;          /* the graph's state_update_capacity (0: none) */
   int64_t capsule_width;     /* C * (Hv + Hk * Dk + Hv * Dv) */
   int32_t *capture;          /* [max_batch] the step's capture counts; capture[max_batch]: active */
@@ -369,6 +370,7 @@ static ph_status bind_io(paged_session *s, const paged_binding *b, diag *d) {
   optional_input(s, b->metadata, &s->in_meta);
   optional_input(s, b->slot_mapping, &s->in_slots);
   optional_input(s, b->capture_count, &s->in_capture);
+  s->out_hidden = exec_output_index(s->e, ABI_HIDDEN_STATES);
   optional_input(s, b->update_active, &s->in_active);
   tinfo t;
   s->pos_planes = 0;
@@ -663,6 +665,15 @@ const float *paged_session_logits(const paged_session *s, int64_t *rows) {
 int paged_session_prunes_lm_head(const paged_session *s) { return s->pruned; }
 
 int32_t paged_session_state_capacity(const paged_session *s) { return s->capacity; }
+
+const float *paged_session_hidden(const paged_session *s, int32_t b, int64_t j, int64_t *H) {
+  const tensor *t = s->out_hidden >= 0 ? exec_output(s->e, s->out_hidden) : NULL;
+  if (!t || !t->data || t->dtype != PH_DTYPE_F32 || t->rank != 2 || b < 0 || b >= s->last_B ||
+      j < 0 || j >= s->cu[b + 1] - s->cu[b])
+    return NULL;
+  if (H) *H = t->dims[1];
+  return (const float *)t->data + ((int64_t)s->cu[b] + j) * t->dims[1];
+}
 
 ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *d) {
   RETURN_ERROR_IF(b < 0 || b >= s->last_B, d, PH_ERR_INVALID_ARGUMENT,

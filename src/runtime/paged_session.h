@@ -150,6 +150,11 @@ ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, 
  * slot is allocated. PH_ERR_INVALID_ARGUMENT: b or kept out of range, a second commit. */
 ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *d);
 
+/* Row j of sequence b of the last run of the graph's hidden_states output (f32 [N, H]: what an
+ * MTP head reads, model_options.output_hidden); the rows of a sequence are contiguous. NULL when
+ * the graph has no such output or (b, j) is out of range. *H receives the width when not NULL. */
+const float *paged_session_hidden(const paged_session *s, int32_t b, int64_t j, int64_t *H);
+
 /* The graph's state_update_capacity (the most tokens a verify may capture), 0 without compact
  * state updates or without linear layers. */
 int32_t paged_session_state_capacity(const paged_session *s);

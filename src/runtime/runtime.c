@@ -6,6 +6,8 @@
 #include "io/onnx.h"
 #include "models/model.h"
 #include "models/registry.h"
+#include "models/weights.h"
+#include "runtime/mtp_session.h"
 
 ph_status runtime_source_open(const char *dir, runtime_source *src, diag *d) {
   memset(src, 0, sizeof *src);
@@ -43,7 +45,26 @@ ph_status runtime_paged_session(const runtime_source *src, const runtime_build *
   o.io_dtype = b->io_dtype;
   o.prune_lm_head = b->prune_lm_head;
   o.state_update_capacity = b->state_update_capacity;
+  o.output_hidden = b->output_hidden;
   return paged_session_create_model(src->model, &o, p, out, d);
+}
+
+int runtime_source_has_mtp(const runtime_source *src) {
+  const model_weights *w = src->model ? model_weights_of(src->model) : NULL;
+  return w && w->n_mtp_layers > 0;
+}
+
+ph_status runtime_mtp_session(const runtime_source *src, const runtime_build *b, int32_t max_seqs,
+                              int64_t max_tokens, int64_t memory_bytes, mtp_session **out,
+                              diag *d) {
+  *out = NULL;
+  RETURN_ERROR_IF(!src->model, d, PH_ERR_UNSUPPORTED,
+                  "runtime: an MTP drafter needs a checkpoint (a package has no MTP head)");
+  model_options o = model_options_default();
+  o.block_size = b->block_size;
+  o.max_context = b->max_context;
+  o.io_dtype = b->io_dtype;
+  return mtp_session_create(src->model, &o, max_seqs, max_tokens, memory_bytes, out, d);
 }
 
 void runtime_source_close(runtime_source *src) {

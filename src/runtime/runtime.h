@@ -42,7 +42,20 @@ typedef struct runtime_build {
   ph_dtype io_dtype;   /* activations, KV pages, conv state */
   int prune_lm_head;   /* logits of each sequence's last row only */
   int32_t state_update_capacity; /* compact state updates in the linear layers (0..8) */
+  int output_hidden;   /* the packed graph also outputs hidden_states [N, H] (what an MTP head
+                          reads; models/registry.h model_options.output_hidden) */
 } runtime_build;
+
+/* 1 when src is a checkpoint whose multi-token-prediction head was bound (mtp.* weights of a
+ * dense Qwen3.5 model: docs/mtp.md). */
+int runtime_source_has_mtp(const runtime_source *src);
+
+/* The MTP drafter of a checkpoint with a head (runtime/mtp_session.h), built as b says (io dtype,
+ * block size, context; its output_hidden and prune flags are not the head's and are ignored).
+ * Errors: mtp_session_create's; PH_ERR_UNSUPPORTED for a package. */
+typedef struct mtp_session mtp_session;
+ph_status runtime_mtp_session(const runtime_source *src, const runtime_build *b, int32_t max_seqs,
+                              int64_t max_tokens, int64_t memory_bytes, mtp_session **out, diag *d);
 
 /* The paged session of src: a package's graph bound by its genai_config, or the checkpoint's
  * paged graph (models/registry.h) built as b says. */
