@@ -373,6 +373,9 @@ typedef struct ph_engine_info {
   int64_t cache_bytes;             /* KV pages + fixed-state slots, allocated at creation */
   int64_t state_bytes_per_request; /* one fixed-state slot (conv + recurrent state) */
   int64_t kv_bytes_per_token;      /* KV page bytes per token over all attention layers */
+  int32_t max_draft_tokens;        /* drafts a speculative step may verify (0: speculative
+                                      requests are refused; see state_update_capacity) */
+  int has_mtp;                     /* 1: PH_DRAFT_MTP is served (the checkpoint's MTP head) */
 } ph_engine_info;
 
 PH_API ph_status ph_engine_get_info(const ph_engine *engine, ph_engine_info *out);

@@ -983,6 +983,9 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
 
 int32_t engine_step_admitted(const engine *e) { return e->n_admitted; }
 
+int32_t engine_max_drafts(const engine *e) { return e->spec_max; }
+int engine_has_mtp(const engine *e) { return e->mtp != NULL; }
+
 int32_t engine_mtp_drafts(engine *e, uint64_t id, int64_t *out, int32_t max) {
   pthread_mutex_lock(&e->mu);
   const request *r = find_locked(e, id);

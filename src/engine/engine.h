@@ -119,6 +119,9 @@ const int64_t *engine_tokens(engine *e, uint64_t id, int64_t *n);
 /* For tests: the drafts the MTP head made for request id's next step (up to max into out);
  * returns their count, 0 when none or the id is unknown. Read between steps. */
 int32_t engine_mtp_drafts(engine *e, uint64_t id, int64_t *out, int32_t max);
+/* The most drafts a verify may hold (0: no speculation) and whether an MTP head drafts. */
+int32_t engine_max_drafts(const engine *e);
+int engine_has_mtp(const engine *e);
 const float *engine_logits(engine *e, uint64_t id);
 /* The captured rows and their count in the request's capture mode: PH_CAPTURE_SAMPLED
  * n_generated rows (row j produced token j); PH_CAPTURE_POSITIONS n_prompt + n_generated - 1

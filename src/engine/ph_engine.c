@@ -139,5 +139,7 @@ ph_status ph_engine_get_info(const ph_engine *pe, ph_engine_info *out) {
   out->state_bytes_per_request = hybrid_cache_slot_cost(c); /* both banks when double-banked */
   out->kv_bytes_per_token =
       out->block_size > 0 ? kv_buffers_bytes_per_block(hybrid_cache_kv(c)) / out->block_size : 0;
+  out->max_draft_tokens = engine_max_drafts(e);
+  out->has_mtp = engine_has_mtp(e);
   return PH_OK;
 }
