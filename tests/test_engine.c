@@ -1083,6 +1083,50 @@ static void test_no_alloc_in_step(void) {
   free(q);
 }
 
+/* The same for speculative steps: drafts (n-gram and replay), verify chunks, the state commit
+ * (replay into the inactive bank, publish) allocate nothing after the warm-up either; the second
+ * round is bit-identical to the first. */
+static void test_no_alloc_speculative(void) {
+  ph_engine_params p = small_params(4, 96, 32, 14);
+  p.state_update_capacity = 8;
+  engine *e = open_engine(&p);
+  if (!e) return;
+  const int64_t V = engine_vocab(e);
+  static const int64_t lens[N_WORK] = {5, 33, 64, 90, 17, 120};
+  static const int64_t news[N_WORK] = {8, 12, 6, 10, 16, 7};
+  static const int64_t cont[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  req_spec *q = calloc(N_WORK, sizeof *q);
+  rng r = rng_seed(6);
+  for (int i = 0; i < N_WORK; i++) {
+    fill_prompt(&r, &q[i], lens[i], V);
+    q[i].sp = i % 2 ? sampled(news[i], 0.8f, 40, 0.9f, 77 + (uint64_t)i) : greedy(news[i]);
+    q[i].sp.speculative.method = i % 3 ? PH_DRAFT_NGRAM : PH_DRAFT_REPLAY;
+    q[i].sp.speculative.num_draft_tokens = 1 + i;
+    q[i].sp.speculative.replay_tokens = cont;
+    q[i].sp.speculative.n_replay_tokens = 16;
+  }
+  CHECK(alloc_counter_ready());
+  outcome warm[N_WORK], again[N_WORK];
+  long allocs = 0, allocs_admit = 0;
+  int64_t steps = 0;
+  work_round(e, q, 0, warm, &allocs, &allocs_admit, &steps);
+  work_round(e, q, 1, again, &allocs, &allocs_admit, &steps);
+  check_idle_pools(e);
+  int64_t drafted = 0;
+  for (int i = 0; i < N_WORK; i++) {
+    drafted += again[i].n_drafted;
+    CHECK(same_as_alone(&again[i], &warm[i], V, "the second speculative round"));
+    outcome_free(&warm[i]);
+    outcome_free(&again[i]);
+  }
+  printf("  %ld allocations in %lld speculative engine_step calls (%lld drafts verified)\n",
+         allocs, (long long)steps, (long long)drafted);
+  CHECK(drafted > 0);
+  CHECK_EQ_INT(allocs, 0);
+  engine_free(e);
+  free(q);
+}
+
 /* ---- 6. non-finite logits end that request only ----------------------------------------- */
 
 #define POISON 7 /* the token whose embedding row gets a NaN */
@@ -1475,6 +1519,7 @@ int main(int argc, char **argv) {
   RUN_SELECTED(test_context_full);
   RUN_SELECTED(test_remove_from_callback);
   RUN_SELECTED(test_no_alloc_in_step);
+  RUN_SELECTED(test_no_alloc_speculative);
   RUN_SELECTED(test_nonfinite_logits);
   RUN_SELECTED(test_cost_per_request);
   RUN_SELECTED(test_golden_prefixes);
