@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/fmap.h"
@@ -49,6 +50,7 @@
 #include "exec/exec.h"
 #include "io/safetensors.h"
 #include "models/model.h"
+#include "models/tiny.h"
 #include "runtime/dense_session.h"
 #include "runtime/paged_session.h"
 
@@ -1086,11 +1088,14 @@ static void test_no_alloc_in_step(void) {
 /* The same for speculative steps: drafts (n-gram and replay), verify chunks, the state commit
  * (replay into the inactive bank, publish) allocate nothing after the warm-up either; the second
  * round is bit-identical to the first. */
-static void test_no_alloc_speculative(void) {
+static void no_alloc_speculative_in(const char *dir, ph_draft_method even, const char *what) {
   ph_engine_params p = small_params(4, 96, 32, 14);
   p.state_update_capacity = 8;
-  engine *e = open_engine(&p);
+  engine *e = NULL;
+  diag d;
+  CHECK_STATUS(engine_create(dir, &p, &e, &d), PH_OK, d.msg);
   if (!e) return;
+  engine_set_capture_logits(e, 1);
   const int64_t V = engine_vocab(e);
   static const int64_t lens[N_WORK] = {5, 33, 64, 90, 17, 120};
   static const int64_t news[N_WORK] = {8, 12, 6, 10, 16, 7};
@@ -1100,7 +1105,7 @@ static void test_no_alloc_speculative(void) {
   for (int i = 0; i < N_WORK; i++) {
     fill_prompt(&r, &q[i], lens[i], V);
     q[i].sp = i % 2 ? sampled(news[i], 0.8f, 40, 0.9f, 77 + (uint64_t)i) : greedy(news[i]);
-    q[i].sp.speculative.method = i % 3 ? PH_DRAFT_NGRAM : PH_DRAFT_REPLAY;
+    q[i].sp.speculative.method = i % 3 ? even : PH_DRAFT_REPLAY;
     q[i].sp.speculative.num_draft_tokens = 1 + i;
     q[i].sp.speculative.replay_tokens = cont;
     q[i].sp.speculative.n_replay_tokens = 16;
@@ -1115,16 +1120,31 @@ static void test_no_alloc_speculative(void) {
   int64_t drafted = 0;
   for (int i = 0; i < N_WORK; i++) {
     drafted += again[i].n_drafted;
-    CHECK(same_as_alone(&again[i], &warm[i], V, "the second speculative round"));
+    CHECK(same_as_alone(&again[i], &warm[i], V, what));
     outcome_free(&warm[i]);
     outcome_free(&again[i]);
   }
-  printf("  %ld allocations in %lld speculative engine_step calls (%lld drafts verified)\n",
-         allocs, (long long)steps, (long long)drafted);
+  printf("  %s: %ld allocations in %lld speculative engine_step calls (%lld drafts verified)\n",
+         what, allocs, (long long)steps, (long long)drafted);
   CHECK(drafted > 0);
   CHECK_EQ_INT(allocs, 0);
   engine_free(e);
   free(q);
+}
+
+/* The same for speculative steps: drafts (n-gram, replay, the MTP head's catch-up and chain),
+ * verify chunks, the state commit (replay into the inactive bank, publish) allocate nothing
+ * after the warm-up either; the second round is bit-identical to the first. */
+static void test_no_alloc_speculative(void) {
+  no_alloc_speculative_in(golden_dir(), PH_DRAFT_NGRAM, "n-gram and replay");
+  static char dir[1024];
+  snprintf(dir, sizeof dir, "%s/tiny-mtp-alloc", check_env("PH_TMP_DIR"));
+  mkdir(check_env("PH_TMP_DIR"), 0755);
+  tiny_params tp = tiny_params_default();
+  tp.mtp_layers = 1;
+  diag d;
+  CHECK_STATUS(tiny_write(dir, &tp, &d), PH_OK, d.msg);
+  no_alloc_speculative_in(dir, PH_DRAFT_MTP, "MTP head and replay");
 }
 
 /* ---- 6. non-finite logits end that request only ----------------------------------------- */

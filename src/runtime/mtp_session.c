@@ -76,9 +76,22 @@ ph_status mtp_session_create(const ph_model *m, const model_options *o, int32_t 
     st = diag_set(d, PH_ERR_NO_MEMORY, "MTP session: out of memory");
     goto fail;
   }
+  /* every handle's page table sized for the whole context now, so that a run never grows one
+   * (the engine's steps allocate nothing after warm-up, docs/engine.md) */
+  const int64_t ctx = paged_session_max_context(s->ps) < INT32_MAX
+                          ? paged_session_max_context(s->ps)
+                          : max_tokens;
+  const int32_t n_ids = block_table_blocks_for(ctx, (int32_t)paged_session_block_size(s->ps));
   for (int32_t h = 0; h < max_seqs; h++) {
     block_table_init(&s->tables[h]);
     s->computed[h] = -1;
+    s->tables[h].ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *s->tables[h].ids);
+    s->tables[h].capacity = n_ids > 0 ? n_ids : 1;
+    if (!s->tables[h].ids) {
+      s->max_seqs = h + 1;
+      st = diag_set(d, PH_ERR_NO_MEMORY, "MTP session: out of memory");
+      goto fail;
+    }
   }
   s->max_seqs = max_seqs; /* set last: mtp_session_free closes handles [0, max_seqs) */
   *out = s;
@@ -91,7 +104,10 @@ fail:
 void mtp_session_free(mtp_session *s) {
   if (!s) return;
   if (s->tables && s->computed)
-    for (int32_t h = 0; h < s->max_seqs; h++) mtp_session_close(s, h);
+    for (int32_t h = 0; h < s->max_seqs; h++) {
+      mtp_session_close(s, h);
+      free(s->tables[h].ids);
+    }
   paged_session_free(s->ps);
   free(s->tables);
   free(s->computed);
@@ -117,8 +133,7 @@ void mtp_session_close(mtp_session *s, int32_t handle) {
   diag ignored;
   /* only refused while a run is bound, which never holds between calls */
   hybrid_cache_release(paged_session_cache(s->ps), &s->tables[handle], &slot, &ignored);
-  free(s->tables[handle].ids);
-  block_table_init(&s->tables[handle]);
+  s->tables[handle].n_blocks = 0; /* the storage stays for the handle's next sequence */
   s->computed[handle] = -1;
 }
 
