@@ -41,8 +41,8 @@ typedef struct outcome {
   ph_status status;
   int64_t n_generated, n_preemptions;
   int64_t n_drafted, n_accepted; /* speculative drafts verified, and kept */
-  int64_t *tokens; /* [n_generated] */
-  float *logits;   /* [n_generated, vocab] */
+  int64_t *tokens;               /* [n_generated] */
+  float *logits;                 /* [n_generated, vocab] */
 } outcome;
 
 static inline void outcome_free(outcome *o) {
@@ -52,7 +52,7 @@ static inline void outcome_free(outcome *o) {
 }
 
 static inline ph_engine_params small_params(int32_t max_batch, int64_t max_tokens, int64_t chunk,
-                                     int32_t n_blocks) {
+                                            int32_t n_blocks) {
   ph_engine_params p = ph_engine_params_default();
   p.max_batch_size = max_batch;
   p.max_scheduled_tokens = max_tokens;
@@ -84,8 +84,8 @@ static inline sampling_params greedy(int64_t max_new) {
   return sp;
 }
 
-static inline sampling_params sampled(int64_t max_new, float temperature, int32_t top_k, float top_p,
-                               uint64_t seed) {
+static inline sampling_params sampled(int64_t max_new, float temperature, int32_t top_k,
+                                      float top_p, uint64_t seed) {
   sampling_params sp = greedy(max_new);
   sp.temperature = temperature;
   sp.top_k = top_k;
@@ -243,7 +243,8 @@ static inline void run_alone(const ph_engine_params *p, const req_spec *q, outco
 
 /* got (among others) against alone: the same finish, tokens and logits bit for bit; an aborted
  * request produced a prefix of its isolated run. Prints what differs. */
-static inline int same_as_alone(const outcome *got, const outcome *alone, int64_t V, const char *label) {
+static inline int same_as_alone(const outcome *got, const outcome *alone, int64_t V,
+                                const char *label) {
   int ok = got->finish == PH_FINISH_ABORTED
                ? got->n_generated <= alone->n_generated
                : got->finish == alone->finish && got->n_generated == alone->n_generated;
@@ -327,7 +328,8 @@ static inline void dense_ref_close(dense_ref *r) {
 /* Checks o (what request q produced, logits captured) against the dense session as described
  * above; a request with no tokens has nothing to compare and passes. Returns 1 when it matches,
  * else prints what differs and returns 0. */
-static inline int dense_ref_check(dense_ref *r, const req_spec *q, const outcome *o, const char *label) {
+static inline int dense_ref_check(dense_ref *r, const req_spec *q, const outcome *o,
+                                  const char *label) {
   const int64_t n = o->n_generated, V = r->V, L = q->n_prompt + n - 1;
   if (n <= 0) return 1;
   if (!r->s || !o->logits || L > r->max_context) {

@@ -22,7 +22,7 @@
 #include "models/tiny.h"
 #include "runtime/mtp_session.h"
 
-#define N_SPEC 10
+#define N_SPEC   10
 #define SPEC_CAP 8
 
 static ph_engine_params spec_params(int32_t cap, int32_t n_blocks) {
@@ -64,8 +64,7 @@ static void run_together(engine *e, const req_spec *qs, int n, outcome *out, run
   uint64_t ids[N_SPEC];
   diag d;
   for (int i = 0; i < n; i++)
-    CHECK_STATUS(engine_add(e, qs[i].prompt, qs[i].n_prompt, &qs[i].sp, &ids[i], &d), PH_OK,
-                 d.msg);
+    CHECK_STATUS(engine_add(e, qs[i].prompt, qs[i].n_prompt, &qs[i].sp, &ids[i], &d), PH_OK, d.msg);
   drain(e, rs);
   for (int i = 0; i < n; i++) take_outcome(e, ids[i], &out[i]);
 }
@@ -260,6 +259,7 @@ out:
  * compact state updates (the whole LM head); one speculates. */
 static void test_spec_positions(void) {
   ph_engine_params p = spec_params(SPEC_CAP, 0);
+  p.capture_logits = PH_CAPTURE_POSITIONS; /* the graph computes every row */
   engine *a = open_engine(&p), *b = open_engine(&p);
   diag d;
   if (!a || !b) goto out;
@@ -328,9 +328,9 @@ static void test_spec_randomized(void) {
       rand_req *x = &rq[i];
       memset(x, 0, sizeof *x);
       spec_prompt(&r, &x->q, V);
-      x->q.sp = rng_below(&r, 2) ? greedy(8 + (int64_t)rng_below(&r, 40))
-                                 : sampled(8 + (int64_t)rng_below(&r, 40), 0.8f, 20, 0.9f,
-                                           rng_below(&r, 1000));
+      x->q.sp = rng_below(&r, 2)
+                    ? greedy(8 + (int64_t)rng_below(&r, 40))
+                    : sampled(8 + (int64_t)rng_below(&r, 40), 0.8f, 20, 0.9f, rng_below(&r, 1000));
       x->q.sp.ignore_eos = rng_below(&r, 4) != 0;
       x->arrive = (int64_t)rng_below(&r, 40);
       x->remove = rng_below(&r, 6) == 0 ? x->arrive + (int64_t)rng_below(&r, 30) : -1;

@@ -154,10 +154,9 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
         engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &info), d));
     int64_t n_tokens = 0;
     const int64_t *tokens = ph_engine_request_tokens(e, id, &n_tokens);
-    const request_timing t = {info.queue_ms,      info.time_to_first_token_ms,
-                              info.total_ms,      info.n_prompt,
-                              info.n_generated,   info.n_preemptions,
-                              info.n_drafted,     info.n_accepted};
+    const request_timing t = {
+        info.queue_ms,    info.time_to_first_token_ms, info.total_ms,  info.n_prompt,
+        info.n_generated, info.n_preemptions,          info.n_drafted, info.n_accepted};
     /* the engine names requests by its own ids: say which line of the file it was */
     char msg[sizeof info.message + 64];
     const int is_error = info.finish == PH_FINISH_ERROR;

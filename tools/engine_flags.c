@@ -100,8 +100,9 @@ int engine_flags_speculative(cli_args *a, ph_speculative_params *out, int *given
     }
   }
   if (!found)
-    return cli_usage_error(a, "--speculative %s: expected none, ngram or mtp, optionally with "
-                              ":K drafts per step (1..%d), e.g. ngram:4",
+    return cli_usage_error(a,
+                           "--speculative %s: expected none, ngram or mtp, optionally with "
+                           ":K drafts per step (1..%d), e.g. ngram:4",
                            v, PH_MAX_DRAFT_TOKENS);
   if (colon) {
     char *end = NULL;

@@ -50,16 +50,22 @@ typedef struct request {
   int64_t bad_index;
   float bad_value;
   double t_add, t_sched, t_first, t_done; /* seconds, monotonic; 0 = not yet */
-  /* speculative decoding (sp.speculative resolved; its replay tokens point at `replay`) */
-  int64_t *replay;               /* heap copy of the replay continuation, or NULL */
+  /* speculative decoding: sp.speculative resolved (its replay tokens point into spec), and the
+   * drafter's state, allocated for speculative requests only (a plain record stays small) */
+  struct spec_state *spec;
   int64_t n_drafted, n_accepted; /* drafts verified, and kept */
-  /* the MTP drafter: its sequence (-1: none yet), the drafts it made for the next step, and
-   * whether it lost track (its positions could not be computed: no more drafts, same output) */
+} request;
+
+/* A speculative request's drafter state: the MTP head's sequence (-1: none yet), the drafts it
+ * made for the next step, whether it lost track (its positions could not be computed: no more
+ * drafts, same output), and the replay continuation copied at add. */
+typedef struct spec_state {
   int32_t mtp_handle;
   int32_t n_mtp_drafts;
   int mtp_lost;
   int64_t mtp_drafts[PH_MAX_DRAFT_TOKENS];
-} request;
+  int64_t replay[]; /* [n_replay_tokens] */
+} spec_state;
 
 /* id -> request: open addressing, linear probing, a power-of-two table at most half full;
  * removal shifts the entries behind back (no tombstones). Ids are consecutive and id * odd
@@ -102,10 +108,10 @@ struct engine {
   /* the MTP drafter (a checkpoint with an MTP head and state_update_capacity > 0), else NULL;
    * per step storage for its runs, sized at creation */
   mtp_session *mtp;
-  mtp_seq *mseq;   /* [max_batch_size] */
-  request **mreq;  /* [max_batch_size] */
-  float *mhidden;  /* [max_batch_size, H]: the chained hidden rows */
-  int64_t *mtok;   /* [max_batch_size]: the chained draft tokens */
+  mtp_seq *mseq;  /* [max_batch_size] */
+  request **mreq; /* [max_batch_size] */
+  float *mhidden; /* [max_batch_size, H]: the chained hidden rows */
+  int64_t *mtok;  /* [max_batch_size]: the chained draft tokens */
   int64_t mtp_H;
   /* step storage, sized at creation */
   paged_seq *seqs; /* [max_batch_size] */
@@ -298,17 +304,19 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
     e->p.state_update_capacity = cap;
   }
   paged_session_params sp = session_params(&e->p);
-  /* sampling reads each sequence's last row only: a pruned LM head skips the vocab-wide
-   * projection of every other prompt row (bit-identical rows, tests/test_paged_batch.c), unless
-   * every position's row is to be captured */
-  /* a verify reads every row of its chunk: an engine that may speculate keeps the whole head */
   /* a checkpoint with an MTP head drafts with it when the engine may speculate: the target
    * graph then also gives its hidden states */
   const int mtp = e->p.state_update_capacity > 0 && runtime_source_has_mtp(&e->src);
-  runtime_build rb = {e->p.block_size, e->p.max_context, e->p.io_dtype,
-                      e->p.capture_logits != PH_CAPTURE_POSITIONS &&
-                          e->p.state_update_capacity == 0,
-                      e->p.state_update_capacity, mtp};
+  /* the LM head computes the rows sampling reads — each sequence's last, every row of a verify
+   * (logit_rows: bit-identical to the rows of a whole head) — unless every position's row is
+   * captured */
+  runtime_build rb = {e->p.block_size,
+                      e->p.max_context,
+                      e->p.io_dtype,
+                      0,
+                      e->p.state_update_capacity,
+                      mtp,
+                      e->p.capture_logits != PH_CAPTURE_POSITIONS};
   if ((st = runtime_paged_session(&e->src, &rb, &sp, &e->s, d)) != PH_OK) goto fail;
   if (mtp && (st = open_mtp(e, &rb, d)) != PH_OK) goto fail;
   if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
@@ -326,7 +334,7 @@ static void request_free(request *r) {
   free(r->tokens);
   free(r->logits);
   free(r->message);
-  free(r->replay);
+  free(r->spec);
   free(r->sr.blocks.ids); /* NULL once the scheduler took it over and released it */
   free(r);
 }
@@ -427,7 +435,7 @@ ph_status engine_set_capture(engine *e, ph_logits_capture mode, diag *d) {
   RETURN_ERROR_IF(
       mode != PH_CAPTURE_NONE && mode != PH_CAPTURE_SAMPLED && mode != PH_CAPTURE_POSITIONS, d,
       PH_ERR_INVALID_ARGUMENT, "logits capture mode %d: expected 0, 1 or 2", (int)mode);
-  RETURN_ERROR_IF(mode == PH_CAPTURE_POSITIONS && paged_session_prunes_lm_head(e->s), d,
+  RETURN_ERROR_IF(mode == PH_CAPTURE_POSITIONS && !paged_session_all_rows(e->s), d,
                   PH_ERR_UNSUPPORTED,
                   "%s prunes its LM head to the last row per sequence; capturing every "
                   "position's logits needs the full logits%s",
@@ -514,7 +522,6 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
   request *r = calloc(1, sizeof *r);
   RETURN_ERROR_IF(!r, d, PH_ERR_NO_MEMORY, "engine_add: out of memory");
   r->sp = sp ? *sp : sampling_params_default();
-  r->mtp_handle = -1;
   /* the caller's replay tokens are copied below, never kept */
   const int64_t *replay_in = r->sp.speculative.replay_tokens;
   r->sp.speculative.replay_tokens = NULL;
@@ -558,12 +565,18 @@ ph_status engine_add(engine *e, const int64_t *prompt, int64_t n_prompt,
     r->sr.blocks.capacity = n_ids > 0 ? n_ids : 1;
     ok = r->tokens && r->sr.blocks.ids && (rows <= 0 || r->logits);
     r->sp.speculative = speculative_params_resolved(&r->sp.speculative);
-    if (ok && r->sp.speculative.method == PH_DRAFT_REPLAY) {
-      const int64_t n = r->sp.speculative.n_replay_tokens;
-      r->replay = malloc((size_t)n * sizeof *r->replay);
-      ok = r->replay != NULL;
-      if (ok) memcpy(r->replay, replay_in, (size_t)n * sizeof *r->replay);
-      r->sp.speculative.replay_tokens = r->replay;
+    if (ok && r->sp.speculative.method != PH_DRAFT_NONE) {
+      const int64_t n =
+          r->sp.speculative.method == PH_DRAFT_REPLAY ? r->sp.speculative.n_replay_tokens : 0;
+      r->spec = malloc(sizeof *r->spec + (size_t)n * sizeof *r->spec->replay);
+      ok = r->spec != NULL;
+      if (ok) {
+        r->spec->mtp_handle = -1;
+        r->spec->n_mtp_drafts = 0;
+        r->spec->mtp_lost = 0;
+        if (n) memcpy(r->spec->replay, replay_in, (size_t)n * sizeof *r->spec->replay);
+        r->sp.speculative.replay_tokens = n ? r->spec->replay : NULL;
+      }
     }
   }
   if (ok) {
@@ -610,9 +623,9 @@ static void finish(engine *e, request *r, ph_finish_reason why, ph_status st) {
     sched_finish(e->sch, &r->sr, &d); /* only refuses while a binding is active: never here */
     e->n_live--;
   }
-  if (r->mtp_handle >= 0) {
-    mtp_session_close(e->mtp, r->mtp_handle);
-    r->mtp_handle = -1;
+  if (r->spec && r->spec->mtp_handle >= 0) {
+    mtp_session_close(e->mtp, r->spec->mtp_handle);
+    r->spec->mtp_handle = -1;
   }
   r->finish = why;
   r->status = st;
@@ -723,8 +736,8 @@ static void propose_drafts(engine *e) {
     else if (sp->method == PH_DRAFT_REPLAY)
       n = draft_replay(sp->replay_tokens, sp->n_replay_tokens, r->n_generated, (int32_t)k, out);
     else if (sp->method == PH_DRAFT_MTP) { /* made after the last step (mtp_draft) */
-      n = r->n_mtp_drafts < k ? r->n_mtp_drafts : (int32_t)k;
-      memcpy(out, r->mtp_drafts, (size_t)n * sizeof *out);
+      n = r->spec->n_mtp_drafts < k ? r->spec->n_mtp_drafts : (int32_t)k;
+      memcpy(out, r->spec->mtp_drafts, (size_t)n * sizeof *out);
     }
     q->n_draft = n;
   }
@@ -774,30 +787,31 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
   for (int32_t k = 0; k < b->n_entries; k++) {
     const sched_entry *en = &b->entries[k];
     request *r = (request *)((char *)en->req - offsetof(request, sr));
-    r->n_mtp_drafts = 0;
-    if (r->sp.speculative.method != PH_DRAFT_MTP || r->mtp_lost ||
-        r->finish_next != PH_FINISH_NONE || r->sr.state != SCHED_RUNNING)
-      continue;
-    if (r->mtp_handle < 0 && (en->start != 0 || mtp_session_open(e->mtp, &r->mtp_handle, d))) {
-      r->mtp_handle = -1;
-      r->mtp_lost = 1;
+    if (r->sp.speculative.method != PH_DRAFT_MTP) continue;
+    spec_state *ss = r->spec;
+    ss->n_mtp_drafts = 0;
+    if (ss->mtp_lost || r->finish_next != PH_FINISH_NONE || r->sr.state != SCHED_RUNNING) continue;
+    if (ss->mtp_handle < 0 && (en->start != 0 || mtp_session_open(e->mtp, &ss->mtp_handle, d))) {
+      ss->mtp_handle = -1;
+      ss->mtp_lost = 1;
       continue;
     }
-    if (en->start > mtp_session_computed(e->mtp, r->mtp_handle)) {
-      r->mtp_lost = 1;
+    if (en->start > mtp_session_computed(e->mtp, ss->mtp_handle)) {
+      ss->mtp_lost = 1;
       continue;
     }
     const float *hidden = paged_session_hidden(e->s, k, 0, NULL);
     RETURN_ERROR_IF(!hidden, d, PH_ERR_INTERNAL, "engine: the target graph has no hidden_states");
     /* the kept positions' next tokens are all known: the last one was just sampled */
-    e->mseq[B] = (mtp_seq){r->mtp_handle, en->start, e->kept[k], r->tokens + en->start + 1, hidden};
+    e->mseq[B] =
+        (mtp_seq){ss->mtp_handle, en->start, e->kept[k], r->tokens + en->start + 1, hidden};
     e->mreq[B++] = r;
   }
   if (B == 0) return PH_OK;
   diag local;
   ph_status st = mtp_session_run(e->mtp, e->mseq, B, &local);
   if (st == PH_ERR_LIMIT) { /* no pages or context for the head: drafting stops, decoding not */
-    for (int32_t i = 0; i < B; i++) e->mreq[i]->mtp_lost = 1;
+    for (int32_t i = 0; i < B; i++) e->mreq[i]->spec->mtp_lost = 1;
     return PH_OK;
   }
   if (st != PH_OK) {
@@ -814,14 +828,14 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
     const float *row = mtp_session_logits(e->mtp, i, q.n - 1);
     const float *h = mtp_session_hidden(e->mtp, i, q.n - 1);
     if (!row || !h) continue;
-    r->mtp_drafts[0] = argmax_row(row, V);
-    r->n_mtp_drafts = 1;
+    r->spec->mtp_drafts[0] = argmax_row(row, V);
+    r->spec->n_mtp_drafts = 1;
     const int32_t want = r->sp.speculative.num_draft_tokens < e->spec_max
                              ? r->sp.speculative.num_draft_tokens
                              : e->spec_max;
     if (want > most) most = want;
     memcpy(e->mhidden + (size_t)C * (size_t)H, h, (size_t)H * sizeof *h);
-    e->mtok[C] = r->mtp_drafts[0];
+    e->mtok[C] = r->spec->mtp_drafts[0];
     e->mseq[C] = (mtp_seq){q.handle, q.past + q.n, 1, &e->mtok[C], e->mhidden + (size_t)C * H};
     e->mreq[C++] = r;
   }
@@ -832,7 +846,7 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
       const int32_t want = r->sp.speculative.num_draft_tokens < e->spec_max
                                ? r->sp.speculative.num_draft_tokens
                                : e->spec_max;
-      if (r->n_mtp_drafts >= want || e->mseq[i].past + 1 >= e->max_context) continue;
+      if (r->spec->n_mtp_drafts >= want || e->mseq[i].past + 1 >= e->max_context) continue;
       if (n != i) {
         e->mseq[n] = e->mseq[i];
         e->mreq[n] = r;
@@ -856,7 +870,7 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
       const float *row = mtp_session_logits(e->mtp, i, 0), *h = mtp_session_hidden(e->mtp, i, 0);
       if (!row || !h) continue;
       const int64_t t = argmax_row(row, V);
-      r->mtp_drafts[r->n_mtp_drafts++] = t;
+      r->spec->mtp_drafts[r->spec->n_mtp_drafts++] = t;
       e->mtok[i] = t;
       memcpy(e->mhidden + (size_t)i * H, h, (size_t)H * sizeof *h);
       e->mseq[i].past++;
@@ -926,8 +940,8 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
       const sched_entry *en = &b.entries[k];
       request *r = (request *)((char *)en->req - offsetof(request, sr));
       if (r->t_sched == 0) r->t_sched = t_now;
-      e->seqs[k] = (paged_seq){en->req->slot, &en->req->blocks, en->start, r->tokens + en->start,
-                               en->n_tokens, (int32_t)en->n_draft};
+      e->seqs[k] = (paged_seq){en->req->slot,         &en->req->blocks, en->start,
+                               r->tokens + en->start, en->n_tokens,     (int32_t)en->n_draft};
     }
     pthread_mutex_unlock(&e->mu);
     FORWARD_IF_ERROR(paged_session_run(e->s, e->seqs, b.n_entries, d));
@@ -989,9 +1003,9 @@ int engine_has_mtp(const engine *e) { return e->mtp != NULL; }
 int32_t engine_mtp_drafts(engine *e, uint64_t id, int64_t *out, int32_t max) {
   pthread_mutex_lock(&e->mu);
   const request *r = find_locked(e, id);
-  int32_t n = r ? r->n_mtp_drafts : 0;
+  int32_t n = r && r->spec ? r->spec->n_mtp_drafts : 0;
   if (n > max) n = max;
-  if (n > 0) memcpy(out, r->mtp_drafts, (size_t)n * sizeof *out);
+  if (n > 0) memcpy(out, r->spec->mtp_drafts, (size_t)n * sizeof *out);
   pthread_mutex_unlock(&e->mu);
   return n;
 }

@@ -32,9 +32,9 @@
 
 /* The keys a request line may hold; anything else is an error. */
 static const char *const known_keys[] = {
-    "id",    "prompt_tokens", "max_new_tokens", "arrive_step",    "temperature", "top_k",
-    "top_p", "min_p",         "seed",           "stop_token_ids", "ignore_eos",  "remove_step",
-    "speculative",
+    "id",         "prompt_tokens", "max_new_tokens", "arrive_step", "temperature",
+    "top_k",      "top_p",         "min_p",          "seed",        "stop_token_ids",
+    "ignore_eos", "remove_step",   "speculative",
 };
 
 /* The keys of a request's "speculative" object. */
@@ -239,8 +239,8 @@ static ph_status read_speculative(const at *a, const json_t *obj, request_spec *
     }
   char buf[KEY_SHOWN + 4];
   RETURN_ERROR_IF(!found, d, PH_ERR_CONFIG_INVALID,
-                  "%s:%d: speculative.method \"%s\" is none of none, ngram, mtp, replay",
-                  a->label, a->line, shown(json_string_value(m), buf));
+                  "%s:%d: speculative.method \"%s\" is none of none, ngram, mtp, replay", a->label,
+                  a->line, shown(json_string_value(m), buf));
   int64_t k = 0, lo = 0, hi = 0;
   FORWARD_IF_ERROR(get_int(a, v, "num_draft_tokens", 0, PH_MAX_DRAFT_TOKENS, &k, d));
   FORWARD_IF_ERROR(get_int(a, v, "ngram_min", 0, SPEC_MAX_NGRAM, &lo, d));
@@ -252,15 +252,13 @@ static ph_status read_speculative(const at *a, const json_t *obj, request_spec *
   RETURN_ERROR_IF(t && sp->method != PH_DRAFT_REPLAY, d, PH_ERR_CONFIG_INVALID,
                   "%s:%d: speculative.tokens is for the replay method only", a->label, a->line);
   if (!t) return PH_OK;
-  RETURN_ERROR_IF(!json_is_array(t) || json_array_size(t) == 0 ||
-                      json_array_size(t) > SPEC_MAX_REPLAY,
-                  d, PH_ERR_CONFIG_INVALID,
-                  "%s:%d: speculative.tokens must be an array of 1..%d token ids", a->label,
-                  a->line, SPEC_MAX_REPLAY);
+  RETURN_ERROR_IF(
+      !json_is_array(t) || json_array_size(t) == 0 || json_array_size(t) > SPEC_MAX_REPLAY, d,
+      PH_ERR_CONFIG_INVALID, "%s:%d: speculative.tokens must be an array of 1..%d token ids",
+      a->label, a->line, SPEC_MAX_REPLAY);
   const size_t n = json_array_size(t);
   r->draft_tokens = malloc(n * sizeof *r->draft_tokens);
-  RETURN_ERROR_IF(!r->draft_tokens, d, PH_ERR_NO_MEMORY, "%s:%d: out of memory", a->label,
-                  a->line);
+  RETURN_ERROR_IF(!r->draft_tokens, d, PH_ERR_NO_MEMORY, "%s:%d: out of memory", a->label, a->line);
   for (size_t i = 0; i < n; i++)
     FORWARD_IF_ERROR(get_token(a, "speculative.tokens", t, i, &r->draft_tokens[i], d));
   sp->replay_tokens = r->draft_tokens;

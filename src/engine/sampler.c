@@ -68,19 +68,18 @@ static ph_status speculative_validate(const ph_speculative_params *s, int64_t vo
                   PH_ERR_INVALID_ARGUMENT,
                   "speculative.num_draft_tokens = %d: must be in [1, %d] (0 = %d)",
                   (int)s->num_draft_tokens, PH_MAX_DRAFT_TOKENS, SPEC_DEFAULT_DRAFTS);
-  RETURN_ERROR_IF(!(s->ngram_min == 0 && s->ngram_max == 0) &&
-                      !(s->ngram_min >= 1 && s->ngram_min <= s->ngram_max &&
-                        s->ngram_max <= SPEC_MAX_NGRAM),
-                  d, PH_ERR_INVALID_ARGUMENT,
-                  "speculative.ngram_min = %d, ngram_max = %d: need 1 <= min <= max <= %d (both "
-                  "0 = 1 and 4)",
-                  (int)s->ngram_min, (int)s->ngram_max, SPEC_MAX_NGRAM);
+  RETURN_ERROR_IF(
+      !(s->ngram_min == 0 && s->ngram_max == 0) &&
+          !(s->ngram_min >= 1 && s->ngram_min <= s->ngram_max && s->ngram_max <= SPEC_MAX_NGRAM),
+      d, PH_ERR_INVALID_ARGUMENT,
+      "speculative.ngram_min = %d, ngram_max = %d: need 1 <= min <= max <= %d (both "
+      "0 = 1 and 4)",
+      (int)s->ngram_min, (int)s->ngram_max, SPEC_MAX_NGRAM);
   if (s->method != PH_DRAFT_REPLAY) return PH_OK;
-  RETURN_ERROR_IF(s->n_replay_tokens < 1 || s->n_replay_tokens > SPEC_MAX_REPLAY ||
-                      !s->replay_tokens,
-                  d, PH_ERR_INVALID_ARGUMENT,
-                  "speculative replay with %lld tokens: needs 1..%d replay tokens",
-                  (long long)s->n_replay_tokens, SPEC_MAX_REPLAY);
+  RETURN_ERROR_IF(
+      s->n_replay_tokens < 1 || s->n_replay_tokens > SPEC_MAX_REPLAY || !s->replay_tokens, d,
+      PH_ERR_INVALID_ARGUMENT, "speculative replay with %lld tokens: needs 1..%d replay tokens",
+      (long long)s->n_replay_tokens, SPEC_MAX_REPLAY);
   for (int64_t i = 0; i < s->n_replay_tokens; i++) {
     int64_t t = s->replay_tokens[i];
     RETURN_ERROR_IF(t < 0 || (vocab > 0 && t >= vocab), d, PH_ERR_INVALID_ARGUMENT,

@@ -32,6 +32,9 @@
 /* Not the ABI: the CPU runtime's MTP drafter (docs/mtp.md; never in an exported package). */
 #define ABI_HIDDEN_STATES  "hidden_states"  /* f32 [N, H] output, model_options.output_hidden */
 #define ABI_MTP_HIDDEN_IN  "mtp_hidden_in"  /* f32 [N, H] input of the MTP graph */
+#define ABI_LOGIT_ROWS     "logit_rows"     /* i64 [R] input: rows reaching the LM head,
+                                               model_options.logit_rows */
+#define ABI_DIM_LOGIT_ROWS "num_logit_rows"
 #define ABI_MTP_HIDDEN_OUT "mtp_hidden_out" /* f32 [N, H] output of the MTP graph, for chaining */
 
 /* ---- per-layer cache templates (exactly one %d: the layer index) -------------------------- */

@@ -272,6 +272,13 @@ int embed_tokens(builder *b, int ids) {
   return x;
 }
 
+void logit_rows_input(builder *b) {
+  static const char *const rs[] = {ABI_DIM_LOGIT_ROWS};
+  b->logit_rows_in =
+      b->logit_rows ? graph_add_input(b->g, ABI_LOGIT_ROWS, PH_DTYPE_I64, 1, (int64_t[]){-1}, rs)
+                    : -1;
+}
+
 /* abi §8.2 prune_lm_head: only each sequence's last row reaches the LM head: rows cu[1:] - 1 of
  * x [N, H] -> [B, H]. */
 int last_rows(builder *b, int x) {
@@ -294,6 +301,11 @@ int lm_head(builder *b, int branch, int residual, f32_transform final_norm) {
   int x = skip_rms_norm(b, "norm", branch, residual, final_gain, (float)c->rms_norm_eps, &residual);
   b->hidden = x;
   if (b->prune_lm_head) x = last_rows(b, x);
+  if (b->logit_rows) { /* the rows the caller names: gathered whole, so each is the same bits */
+    snprintf(b->scope, sizeof b->scope, "/model/logit_rows");
+    gattr ax0 = attr_int("axis", 0);
+    x = node1(b, "Gather", "", "Gather", 2, (int[]){x, b->logit_rows_in}, 1, &ax0);
+  }
   /* §7.16: tied embeddings: the embedding matrix is the LM head */
   const st_tensor *head = b->w->global[W_LM_HEAD] ? b->w->global[W_LM_HEAD] : b->w->global[W_EMBED];
   b->scope[0] = '\0';
@@ -324,6 +336,8 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
   b->paged = opt && opt->paged;
   b->io = opt && opt->io_dtype != PH_DTYPE_INVALID ? opt->io_dtype : PH_DTYPE_F32;
   b->prune_lm_head = opt && opt->prune_lm_head;
+  b->logit_rows = opt && opt->logit_rows;
+  b->logit_rows_in = -1;
   b->block_size = opt && opt->block_size > 0 ? opt->block_size : 16;
   RETURN_ERROR_IF(b->paged && (b->block_size < 16 || (b->block_size & (b->block_size - 1))), d,
                   PH_ERR_INVALID_ARGUMENT, "block size %lld: must be a power of two >= 16",
@@ -341,6 +355,8 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
                   ph_dtype_name(b->io));
   RETURN_ERROR_IF(!b->paged && opt && opt->output_hidden, d, PH_ERR_INVALID_ARGUMENT,
                   "output_hidden applies to the packed layout only");
+  RETURN_ERROR_IF(b->logit_rows && (!b->paged || b->prune_lm_head), d, PH_ERR_INVALID_ARGUMENT,
+                  "logit_rows applies to the paged layout without prune_lm_head");
   RETURN_ERROR_IF(!b->paged && (b->prune_lm_head || (opt && opt->block_size)), d,
                   PH_ERR_INVALID_ARGUMENT, "%s applies to the paged layout only",
                   b->prune_lm_head ? "prune_lm_head" : "block_size");

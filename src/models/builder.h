@@ -40,6 +40,8 @@ typedef struct builder {
   int paged;              /* packed layout: activations [N, ...] instead of [B, S, ...] */
   ph_dtype io;            /* activation, cache and conv-state dtype (f32 for the dense layout) */
   int prune_lm_head;      /* packed: logits only for each sequence's last row */
+  int logit_rows;         /* packed: logits for the rows the logit_rows input names */
+  int logit_rows_in;      /* that input, or -1 */
   int cu, past_lens, block_table, metadata; /* packed layout graph inputs */
   int64_t block_size;                       /* packed: tokens per KV page */
   int slot_mapping;                         /* packed LATENT graphs: slot_mapping [N], else -1 */
@@ -133,6 +135,10 @@ void packed_batch_inputs(builder *b);
 
 /* The embedding gather of ids, cast to the io dtype. */
 int embed_tokens(builder *b, int ids);
+/* model_options.logit_rows: the input logit_rows i64 [R] (after every other input; call it
+ * last), when asked for. */
+void logit_rows_input(builder *b);
+
 /* Packed prune_lm_head: rows cu[1:] - 1 of x [N, H] -> [B, H]. */
 int last_rows(builder *b, int x);
 /* Final norm (gain transformed by final_norm: F32_ONE_PLUS for Qwen, F32_COPY for DeepSeek)

@@ -82,12 +82,14 @@ static void packed_inputs(builder *b, mla_io *io) {
     io->past[i][0] = graph_add_input(g, name, b->io, 4, (int64_t[]){-1, b->block_size, 1, row}, pg);
     io->past[i][1] = -1;
   }
+  logit_rows_input(b); /* CPU runtime only, last */
 }
 
 static void outputs(builder *b, mla_io *io, int logits) {
   static const char *const dense_logits[] = {ABI_DIM_BATCH, ABI_DIM_SEQUENCE, NULL};
   static const char *const token_logits[] = {ABI_DIM_TOKENS, NULL};
   static const char *const pruned_logits[] = {ABI_DIM_BATCH, NULL};
+  static const char *const row_logits[] = {ABI_DIM_LOGIT_ROWS, NULL};
   static const char *const dense_kv[] = {ABI_DIM_BATCH, NULL, ABI_DIM_TOTAL_SEQ, NULL};
   static const char *const pages[] = {ABI_DIM_BLOCKS, NULL, NULL, NULL};
   graph *g = b->g;
@@ -96,6 +98,7 @@ static void outputs(builder *b, mla_io *io, int logits) {
   graph_name_dims(g, logits, b->paged ? 2 : 3,
                   !b->paged          ? dense_logits
                   : b->prune_lm_head ? pruned_logits
+                  : b->logit_rows    ? row_logits
                                      : token_logits);
   char name[128];
   for (int i = 0; i < (int)b->c->n_layers; i++)

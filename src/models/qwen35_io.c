@@ -73,6 +73,7 @@ void qwen35_packed_inputs(builder *b, graph_io *io) {
     b->su_count = graph_add_input(g, ABI_SU_CAPTURE_COUNT, PH_DTYPE_I32, 1, (int64_t[]){-1}, bs);
     b->su_active = graph_add_input(g, ABI_SU_ACTIVE, PH_DTYPE_I32, 1, (int64_t[]){1}, NULL);
   }
+  logit_rows_input(b); /* CPU runtime only, last */
 }
 
 /* Renames the computed values to the ABI's output names and marks them, in order: logits
@@ -108,8 +109,13 @@ void qwen35_dense_outputs(builder *b, graph_io *io) {
 void qwen35_packed_outputs(builder *b, graph_io *io) {
   static const char *const token_syms[] = {ABI_DIM_TOKENS, NULL};
   static const char *const pruned_syms[] = {ABI_DIM_BATCH, NULL};
+  static const char *const row_syms[] = {ABI_DIM_LOGIT_ROWS, NULL};
   static const char *const page_syms[] = {ABI_DIM_BLOCKS, NULL, NULL, NULL};
-  graph_outputs(b, io, 2, b->prune_lm_head ? pruned_syms : token_syms, page_syms);
+  graph_outputs(b, io, 2,
+                b->prune_lm_head ? pruned_syms
+                : b->logit_rows  ? row_syms
+                                 : token_syms,
+                page_syms);
   /* C > 0 (abi §8.2): each linear layer's conv value [B, C, conv_dim] (io dtype) and recurrent
    * capsule [B, C*(Hv + Hk*Dk + Hv*Dv)] (f32), layers ascending, after every other output */
   static const char *const su_syms[] = {ABI_DIM_BATCH, NULL, NULL};

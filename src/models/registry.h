@@ -57,6 +57,10 @@ typedef struct model_options {
                                     PH_ERR_INVALID_ARGUMENT. */
   model_linear_op linear_op;     /* dense: the recurrent op of a linear layer (default
                                     LinearAttention) */
+  int logit_rows;        /* packed, CPU runtime only (never exported; not with prune_lm_head): an
+                            extra input "logit_rows" i64 [R] names the rows of [N] that reach the
+                            LM head; logits are [R, V]. The engine asks for each sequence's last
+                            row, and every row of a verify chunk. */
   int output_hidden;     /* packed Qwen only: an extra output "hidden_states" f32 [N, H], the
                             final-normed hidden state of every row (what the MTP head reads,
                             docs/mtp.md), after the other outputs. CPU runtime only: the exporter

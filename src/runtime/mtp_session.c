@@ -78,9 +78,8 @@ ph_status mtp_session_create(const ph_model *m, const model_options *o, int32_t 
   }
   /* every handle's page table sized for the whole context now, so that a run never grows one
    * (the engine's steps allocate nothing after warm-up, docs/engine.md) */
-  const int64_t ctx = paged_session_max_context(s->ps) < INT32_MAX
-                          ? paged_session_max_context(s->ps)
-                          : max_tokens;
+  const int64_t ctx =
+      paged_session_max_context(s->ps) < INT32_MAX ? paged_session_max_context(s->ps) : max_tokens;
   const int32_t n_ids = block_table_blocks_for(ctx, (int32_t)paged_session_block_size(s->ps));
   for (int32_t h = 0; h < max_seqs; h++) {
     block_table_init(&s->tables[h]);

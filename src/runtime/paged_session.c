@@ -9,8 +9,8 @@
 
 #include "graph/abi_names.h"
 #include "graph/prepare.h"
-#include "kernels/state_replay.h"
 #include "io/onnx.h"
+#include "kernels/state_replay.h"
 #include "models/model.h"
 #include "models/package.h"
 #include "models/registry.h"
@@ -32,15 +32,20 @@ struct paged_session {
   layer_bind layers[HF_MAX_LAYERS];
   int in_ids, in_pos, in_table, in_cu, in_past, in_meta, in_slots, out_logits; /* -1: unbound
                                                                       optional input */
-  int pos_planes; /* 3: position_ids [3, N]; 1: [N] */
+  int pos_planes;            /* 3: position_ids [3, N]; 1: [N] */
   int in_capture, in_active; /* compact state updates: -1 when the graph has none */
   int out_hidden;            /* hidden_states output (MTP drafting), -1 when absent */
+  int in_lrows;              /* logit_rows input (model_options.logit_rows), -1 when absent */
+  int64_t *lrows;            /* [max_tokens] the step's logit rows */
+  int64_t *lrow0;            /* [max_batch] sequence b's first logits row */
+  int64_t *lj0;              /* [max_batch] the token index within b of that row */
   int32_t capacity;          /* the graph's state_update_capacity (0: none) */
+  int64_t n_lrows;           /* rows of the last step's logit_rows */
   int64_t capsule_width;     /* C * (Hv + Hk * Dk + Hv * Dv) */
   int32_t *capture;          /* [max_batch] the step's capture counts; capture[max_batch]: active */
   uint8_t *spec;             /* [max_batch] 1: speculative row */
   uint8_t *committed;        /* [max_batch] paged_session_commit done for row b */
-  int pruned;     /* logits [B, V] (the first dim is named batch_size) instead of [N, V] */
+  int pruned; /* logits [B, V] (the first dim is named batch_size) instead of [N, V] */
   int64_t block_size, vocab, max_context;
   /* packed step inputs, sized at creation (a step allocates nothing) */
   int64_t *ids, *pos;                /* [max_tokens], [3 * max_tokens] */
@@ -256,8 +261,8 @@ static ph_status bind_updates(paged_session *s, const paged_binding *b, int i, i
   const gvalue *cv = &s->g->values[s->g->outputs[l->su_conv]];
   RETURN_ERROR_IF(cv->type.rank != 3 || cv->type.dims[1] < 1 || cv->type.dims[1] > 8 ||
                       cv->type.dims[2] != conv_dim,
-                  d, PH_ERR_INVALID_ARGUMENT,
-                  "graph output %s must be [batch, C (1..8), %lld]", name, (long long)conv_dim);
+                  d, PH_ERR_INVALID_ARGUMENT, "graph output %s must be [batch, C (1..8), %lld]",
+                  name, (long long)conv_dim);
   const int32_t C = (int32_t)cv->type.dims[1];
   RETURN_ERROR_IF(s->capacity && C != s->capacity, d, PH_ERR_INVALID_ARGUMENT,
                   "graph output %s: capacity %d, other layers %d", name, (int)C, (int)s->capacity);
@@ -371,6 +376,7 @@ static ph_status bind_io(paged_session *s, const paged_binding *b, diag *d) {
   optional_input(s, b->slot_mapping, &s->in_slots);
   optional_input(s, b->capture_count, &s->in_capture);
   s->out_hidden = exec_output_index(s->e, ABI_HIDDEN_STATES);
+  s->in_lrows = exec_input_index(s->e, ABI_LOGIT_ROWS);
   optional_input(s, b->update_active, &s->in_active);
   tinfo t;
   s->pos_planes = 0;
@@ -442,8 +448,12 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   s->capture = calloc(B + 1, sizeof *s->capture);
   s->spec = calloc(B, sizeof *s->spec);
   s->committed = calloc(B, sizeof *s->committed);
+  s->lrows = malloc(T * sizeof *s->lrows);
+  s->lrow0 = malloc(B * sizeof *s->lrow0);
+  s->lj0 = malloc(B * sizeof *s->lj0);
   if (!s->ids || !s->pos || !s->slot_map || !s->cu || !s->past || !s->table || !s->meta ||
-      !s->tables || !s->slots || !s->capture || !s->spec || !s->committed) {
+      !s->tables || !s->slots || !s->capture || !s->spec || !s->committed || !s->lrows ||
+      !s->lrow0 || !s->lj0) {
     st = diag_set(d, PH_ERR_NO_MEMORY, "paged session: out of memory");
     goto fail;
   }
@@ -469,6 +479,9 @@ void paged_session_free(paged_session *s) {
   free(s->tables);
   free(s->slots);
   free(s->capture);
+  free(s->lrows);
+  free(s->lrow0);
+  free(s->lj0);
   free(s->spec);
   free(s->committed);
   free(s);
@@ -576,6 +589,18 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
     t = tensor_make(PH_DTYPE_I32, 1, (int64_t[]){3}, s->meta);
     FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_meta, &t, d));
   }
+  if (s->in_lrows >= 0) { /* each sequence's last row; every row of a verify (capture > 0) */
+    int64_t R = 0;
+    for (int32_t b = 0; b < B; b++) {
+      const int64_t j0 = seqs[b].capture > 0 ? 0 : seqs[b].n - 1;
+      s->lrow0[b] = R;
+      s->lj0[b] = j0;
+      for (int64_t j = j0; j < seqs[b].n; j++) s->lrows[R++] = s->cu[b] + j;
+    }
+    s->n_lrows = R;
+    t = tensor_make(PH_DTYPE_I64, 1, (int64_t[]){R}, s->lrows);
+    FORWARD_IF_ERROR(exec_bind_input(s->e, s->in_lrows, &t, d));
+  }
   if (s->in_capture >= 0) { /* capture[B]: state_update_active, 1 when any row captures */
     int32_t active = 0;
     for (int32_t b = 0; b < B; b++) active |= s->capture[b] > 0;
@@ -638,9 +663,10 @@ ph_status paged_session_run(paged_session *s, const paged_seq *seqs, int32_t B, 
   if (st != PH_OK) return st;
   int64_t rows = 0;
   paged_session_logits(s, &rows);
-  RETURN_ERROR_IF(rows != (s->pruned ? B : N), d, PH_ERR_INVALID_ARGUMENT,
+  const int64_t want = s->pruned ? B : s->in_lrows >= 0 ? s->n_lrows : N;
+  RETURN_ERROR_IF(rows != want, d, PH_ERR_INVALID_ARGUMENT,
                   "graph output logits has %lld rows; expected %lld", (long long)rows,
-                  (long long)(s->pruned ? B : N));
+                  (long long)want);
   s->last_B = B;
   s->last_N = N;
   s->stats = (paged_step_stats){.n_tokens = N,
@@ -663,6 +689,7 @@ const float *paged_session_logits(const paged_session *s, int64_t *rows) {
 }
 
 int paged_session_prunes_lm_head(const paged_session *s) { return s->pruned; }
+int paged_session_all_rows(const paged_session *s) { return !s->pruned && s->in_lrows < 0; }
 
 int32_t paged_session_state_capacity(const paged_session *s) { return s->capacity; }
 
@@ -707,8 +734,8 @@ ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *
       const size_t es = dtype_size(pc.dtype);
       state_replay_conv(pc.data, qc.data, (const char *)cv->data + (size_t)(b * C * conv_dim) * es,
                         conv_dim, width, kept, pc.dtype);
-      state_replay_recurrent(pr.data, qr.data, (const float *)cap->data + b * s->capsule_width,
-                             C, Hv, Hk, Dk, Dv, kept);
+      state_replay_recurrent(pr.data, qr.data, (const float *)cap->data + b * s->capsule_width, C,
+                             Hv, Hk, Dk, Dv, kept);
     }
   }
   return hybrid_cache_publish(s->cache, slot, d);
@@ -718,7 +745,10 @@ const float *paged_session_last_logits(const paged_session *s, int32_t b) {
   int64_t rows = 0;
   const float *l = paged_session_logits(s, &rows);
   if (!l || b < 0 || b >= s->last_B) return NULL;
-  const int64_t r = s->pruned ? b : (int64_t)s->cu[b + 1] - 1;
+  const int64_t n = (int64_t)s->cu[b + 1] - s->cu[b];
+  const int64_t r = s->pruned          ? b
+                    : s->in_lrows >= 0 ? s->lrow0[b] + n - 1 - s->lj0[b]
+                                       : s->cu[b] + n - 1;
   return r < rows ? l + r * s->vocab : NULL;
 }
 
@@ -727,6 +757,7 @@ const float *paged_session_token_logits(const paged_session *s, int32_t b, int64
   const float *l = paged_session_logits(s, &rows);
   if (!l || b < 0 || b >= s->last_B || j < 0 || j >= s->cu[b + 1] - s->cu[b]) return NULL;
   if (s->pruned) return j == s->cu[b + 1] - s->cu[b] - 1 ? l + (int64_t)b * s->vocab : NULL;
+  if (s->in_lrows >= 0) return j >= s->lj0[b] ? l + (s->lrow0[b] + j - s->lj0[b]) * s->vocab : NULL;
   return l + ((int64_t)s->cu[b] + j) * s->vocab;
 }
 

@@ -159,8 +159,10 @@ const float *paged_session_hidden(const paged_session *s, int32_t b, int64_t j, 
  * state updates or without linear layers. */
 int32_t paged_session_state_capacity(const paged_session *s);
 
-/* Logits of the last run: row r of [rows, vocab] f32, valid until the next run. rows is N, or B
- * for a graph with a pruned LM head. paged_session_last_logits gives sequence b's last row in
+/* Logits of the last run: row r of [rows, vocab] f32, valid until the next run. rows is N, B
+ * for a graph with a pruned LM head, or the rows the session asked for when the graph has the
+ * logit_rows input (model_options.logit_rows: each sequence's last row, every row of a sequence
+ * with capture > 0; paged_session_token_logits maps them). paged_session_last_logits gives sequence b's last row in
  * either case. */
 const float *paged_session_logits(const paged_session *s, int64_t *rows);
 const float *paged_session_last_logits(const paged_session *s, int32_t b);
@@ -172,6 +174,8 @@ int64_t paged_session_cache_bytes(const paged_session *s); /* KV pages + state s
 int64_t paged_session_block_size(const paged_session *s);
 int64_t paged_session_max_context(const paged_session *s); /* rotary rows: positions < this */
 int paged_session_prunes_lm_head(const paged_session *s);
+/* 1 when every run computes every token's logits row (no pruned head, no logit_rows input). */
+int paged_session_all_rows(const paged_session *s);
 /* The cache the session binds: callers reserve and release pages and slots through it. */
 hybrid_cache *paged_session_cache(paged_session *s);
 executor *paged_session_executor(paged_session *s);

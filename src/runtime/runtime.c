@@ -46,6 +46,7 @@ ph_status runtime_paged_session(const runtime_source *src, const runtime_build *
   o.prune_lm_head = b->prune_lm_head;
   o.state_update_capacity = b->state_update_capacity;
   o.output_hidden = b->output_hidden;
+  o.logit_rows = b->logit_rows;
   return paged_session_create_model(src->model, &o, p, out, d);
 }
 

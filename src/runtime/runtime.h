@@ -44,6 +44,8 @@ typedef struct runtime_build {
   int32_t state_update_capacity; /* compact state updates in the linear layers (0..8) */
   int output_hidden;   /* the packed graph also outputs hidden_states [N, H] (what an MTP head
                           reads; models/registry.h model_options.output_hidden) */
+  int logit_rows;      /* the LM head computes only the rows the session asks for (each
+                          sequence's last, every row of a verify; model_options.logit_rows) */
 } runtime_build;
 
 /* 1 when src is a checkpoint whose multi-token-prediction head was bound (mtp.* weights of a
