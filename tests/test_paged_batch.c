@@ -76,6 +76,8 @@ static paged_session *open_session(ph_model *m, ph_dtype io, int prune) {
   return open_session_rotary(m, io, prune, MODEL_ROTARY_FUSED);
 }
 
+/* prune: 0 every row's logits, 1 a pruned LM head, 2 the logit_rows input with compact state
+ * updates (capacity 8, two state banks: sequences with capture > 0 verify). */
 static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, model_rotary rot) {
   const hf_config *c = model_config(m);
   model_options o = model_options_default();
@@ -84,7 +86,9 @@ static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, m
   o.block_size = BLOCK;
   o.max_context = 512;
   o.io_dtype = io;
-  o.prune_lm_head = prune;
+  o.prune_lm_head = prune == 1;
+  o.logit_rows = prune == 2;
+  o.state_update_capacity = prune >= 2 ? 8 : 0;
   graph *g = NULL;
   diag d;
   CHECK_STATUS(model_build_graph(c, model_weights_of(m), &o, &g, &d), PH_OK, d.msg);
@@ -97,6 +101,7 @@ static paged_session *open_session_rotary(ph_model *m, ph_dtype io, int prune, m
   p.max_batch = N_SEQ;
   p.max_tokens = 512;
   p.n_threads = 2;
+  p.state_banks = prune >= 2 ? 2 : 1;
   paged_session *s = NULL;
   CHECK_STATUS(paged_session_create(g, &bind, &p, &s, &d), PH_OK, d.msg);
   return s;
@@ -830,6 +835,68 @@ static void test_pruned_lm_head(void) {
   ph_model_free(m);
 }
 
+/* logit_rows (the engine's LM head): a sequence's last row, or every row of a sequence with
+ * capture > 0, bit-identical to the same rows of a whole head over the same graph (capacity 8,
+ * the same verify steps: the full session is open_session(.., 3), logit_rows off); rows not
+ * asked for are NULL. Every capturing sequence is committed whole, so both keep going. */
+static void test_logit_rows_head(void) {
+  ph_model *m = open_golden();
+  if (!m) return;
+  const hf_config *c = model_config(m);
+  paged_session *full = open_session(m, PH_DTYPE_F32, 3), *sel = open_session(m, PH_DTYPE_F32, 2);
+  int64_t compared = 0;
+  if (full && sel) {
+    CHECK(paged_session_all_rows(full) && !paged_session_all_rows(sel));
+    seq a[N_SEQ], b[N_SEQ];
+    init_seqs(a, c);
+    init_seqs(b, c);
+    diag d;
+    for (int k = 0; k < N_STEPS; k++) {
+      const step_plan *p = &PLAN[k];
+      for (int r = 0; r < p->n_remove; r++) {
+        retire(full, &a[p->remove[r]]);
+        retire(sel, &b[p->remove[r]]);
+      }
+      paged_seq ba[N_SEQ], bb[N_SEQ];
+      for (int i = 0; i < p->n; i++) {
+        seq *qa = &a[p->who[i]], *qb = &b[p->who[i]];
+        if (!qa->live) admit(full, c, qa, qa->n_total, 0);
+        if (!qb->live) admit(sel, c, qb, qb->n_total, 0);
+        /* every other short chunk verifies (captures all of it) */
+        const int32_t cap = (k + i) % 2 && p->len[i] <= 8 ? (int32_t)p->len[i] : 0;
+        ba[i] = (paged_seq){qa->slot, &qa->bt, qa->done, qa->tokens + qa->done, p->len[i], cap};
+        bb[i] = (paged_seq){qb->slot, &qb->bt, qb->done, qb->tokens + qb->done, p->len[i], cap};
+      }
+      CHECK_STATUS(paged_session_run(full, ba, p->n, &d), PH_OK, d.msg);
+      CHECK_STATUS(paged_session_run(sel, bb, p->n, &d), PH_OK, d.msg);
+      for (int i = 0; i < p->n; i++) {
+        for (int64_t j = 0; j < p->len[i]; j++) {
+          const float *x = paged_session_token_logits(full, i, j),
+                      *y = paged_session_token_logits(sel, i, j);
+          if (bb[i].capture > 0 || j == p->len[i] - 1) {
+            CHECK(x && y && memcmp(x, y, (size_t)c->vocab_size * sizeof(float)) == 0);
+            compared++;
+          } else {
+            CHECK(y == NULL);
+          }
+        }
+        CHECK(paged_session_last_logits(sel, i) == paged_session_token_logits(sel, i, p->len[i] - 1));
+        CHECK_STATUS(paged_session_commit(full, i, p->len[i], &d), PH_OK, d.msg);
+        CHECK_STATUS(paged_session_commit(sel, i, p->len[i], &d), PH_OK, d.msg);
+        a[p->who[i]].done += p->len[i];
+        b[p->who[i]].done += p->len[i];
+      }
+    }
+    free_seqs(a, full);
+    free_seqs(b, sel);
+  }
+  printf("  %lld logits rows compared\n", (long long)compared);
+  CHECK(compared > N_STEPS);
+  paged_session_free(full);
+  paged_session_free(sel);
+  ph_model_free(m);
+}
+
 /* Bad steps are typed errors and leave the pools as they were. */
 static void test_bad_steps(void) {
   ph_model *m = open_golden();
@@ -876,6 +943,7 @@ int main(void) {
   RUN(test_f16_range);
   RUN(test_rotary_forms);
   RUN(test_pruned_lm_head);
+  RUN(test_logit_rows_head);
   RUN(test_bad_steps);
   return check_finish();
 }

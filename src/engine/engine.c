@@ -955,6 +955,9 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
       request *r = (request *)((char *)en->req - offsetof(request, sr));
       ph_finish_reason f;
       if (en->n_draft > 0) {
+        RETURN_ERROR_IF(!paged_session_token_logits(e->s, k, 0), d, PH_ERR_INTERNAL,
+                        "engine: the verify of request %llu has no logits for its first row",
+                        (unsigned long long)r->id);
         f = verify(e, r, en, k, &e->kept[k], &si.n_generated);
         si.n_drafted += en->n_draft;
         si.n_accepted += e->kept[k] - 1;
