@@ -616,6 +616,7 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
     const layer_bind *l = &s->layers[i];
     if (l->kind == PAGED_LAYER_NONE) continue;
     tensor t0, t1;
+    memset(&t1, 0, sizeof t1); /* LATENT layers have no second view */
     if (l->kind == PAGED_LAYER_LATENT) /* the latent pages alone */
       FORWARD_IF_ERROR(hybrid_cache_kv_views(s->cache, i, &t0, NULL, d));
     else if (l->kind == PAGED_LAYER_KV)
