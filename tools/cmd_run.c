@@ -52,8 +52,9 @@ static const cli_option OPTIONS[] = {
      "compact state updates for speculative decoding, 0..8 (checkpoint: the graph is built with "
      "it, default 0, or 8 with --speculative; package: must match its own)"},
     {"speculative", "METHOD[:K]",
-     "default speculation of requests without their own: ngram or mtp, K drafts per step "
-     "(default 4); outputs are identical with it or without (docs/speculative.md)"},
+     "default speculation of requests without their own \"speculative\": none, ngram or mtp, "
+     "K drafts per step 1..8 (default 4); outputs are identical with it or without "
+     "(docs/speculative.md)"},
     {"progress", "N", "a progress line on stderr every N steps (default 0: the summary only)"},
     {"strict", NULL, "exit 1 when any request finished with an error"},
 };
@@ -154,10 +155,9 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
         engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &info), d));
     int64_t n_tokens = 0;
     const int64_t *tokens = ph_engine_request_tokens(e, id, &n_tokens);
-    const request_timing t = {info.queue_ms,      info.time_to_first_token_ms,
-                              info.total_ms,      info.n_prompt,
-                              info.n_generated,   info.n_preemptions,
-                              info.n_drafted,     info.n_accepted};
+    const request_timing t = {
+        info.queue_ms,    info.time_to_first_token_ms, info.total_ms,  info.n_prompt,
+        info.n_generated, info.n_preemptions,          info.n_drafted, info.n_accepted};
     /* the engine names requests by its own ids: say which line of the file it was */
     char msg[sizeof info.message + 64];
     const int is_error = info.finish == PH_FINISH_ERROR;
