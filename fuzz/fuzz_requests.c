@@ -5,7 +5,8 @@
  * no file. An indexed file must hold what the header promises: entries in increasing line
  * order, inside the input, each parsed again by request_file_get into NUL-terminated, non-empty,
  * unique ids; non-empty prompts of ids >= 0; sampling parameters that validate for an unknown
- * vocabulary; arrive/remove steps in range and equal to the entry's. Each request's result line
+ * vocabulary; speculative replay tokens (>= 0) owned by the spec, for the replay method only;
+ * arrive/remove steps in range and equal to the entry's. Each request's result line
  * is then written and must parse back as a JSON object with the same id. Everything is freed
  * (the sanitize build runs with leak detection). Seeds in fuzz/corpus/requests/.
  */
@@ -35,12 +36,22 @@ static void check_request(const request_spec *items, int64_t i, const request_en
   for (int64_t j = 0; j < r->n_prompt; j++)
     if (r->prompt[j] < 0) __builtin_trap();
   if (sampling_params_validate(&r->sampling, 0, NULL) != PH_OK) __builtin_trap();
+  /* speculative: replay tokens owned by the spec (ids >= 0), and only for replay; a method
+   * other than none only from a "speculative" object */
+  const ph_speculative_params *sp = &r->sampling.speculative;
+  if (sp->replay_tokens != r->draft_tokens) __builtin_trap();
+  if ((sp->method == PH_DRAFT_REPLAY) != (sp->n_replay_tokens > 0)) __builtin_trap();
+  if ((sp->n_replay_tokens > 0) != (r->draft_tokens != NULL)) __builtin_trap();
+  for (int64_t j = 0; j < sp->n_replay_tokens; j++)
+    if (r->draft_tokens[j] < 0) __builtin_trap();
+  if (sp->method != PH_DRAFT_NONE && !r->speculative_given) __builtin_trap();
   if (r->arrive_step < 0) __builtin_trap();
   if (r->remove_step != -1 && r->remove_step < r->arrive_step) __builtin_trap();
 
   /* the result writer on what was read: the prompt stands in for generated tokens */
   int64_t n = r->n_prompt < 64 ? r->n_prompt : 64;
-  request_timing t = {0.5, -1.0, 2.0, r->n_prompt, n, 0, r->sampling.speculative.n_replay_tokens, 0};
+  request_timing t = {
+      0.5, -1.0, 2.0, r->n_prompt, n, 0, sp->n_replay_tokens, sp->n_replay_tokens / 2};
   char *line = NULL;
   diag d;
   ph_status st = request_result_to_json(r->id, r->prompt, n, "length", &t, NULL, &line, &d);
@@ -55,6 +66,12 @@ static void check_request(const request_spec *items, int64_t i, const request_en
   const char *id = json_string_value(json_object_get(o, "id"));
   if (!id || strcmp(id, r->id) != 0) __builtin_trap();
   if ((int64_t)json_array_size(json_object_get(o, "tokens")) != n) __builtin_trap();
+  /* the speculative counts are there exactly when drafts were counted */
+  const json_t *drafted = json_object_get(o, "n_drafted_tokens");
+  if ((drafted != NULL) != (t.n_drafted > 0)) __builtin_trap();
+  if (drafted && (json_integer_value(drafted) != t.n_drafted ||
+                  json_integer_value(json_object_get(o, "n_accepted_tokens")) != t.n_accepted))
+    __builtin_trap();
   json_decref(o);
   free(line);
 }

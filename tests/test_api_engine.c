@@ -385,9 +385,198 @@ static void test_info_and_capture(void) {
   ph_model_free(m);
 }
 
+/* ---- speculative decoding through the public API ------------------------------------------------
+ */
+
+enum { SPEC_P = 6, SPEC_G = 14, SPEC_REQ = 4 };
+
+/* Request k's prompt and sampling parameters, without speculation: 0 and 2 greedy, 1 and 3
+ * sampled. */
+static void spec_request(int k, int64_t *prompt, ph_sampling_params *sp) {
+  for (int j = 0; j < SPEC_P; j++) prompt[j] = (k * 41 + j * 17 + (j % 2) * 3) % 256;
+  *sp = ph_sampling_params_default();
+  sp->max_new_tokens = SPEC_G;
+  sp->ignore_eos = 1;
+  sp->temperature = k % 2 ? 0.9f : 0.0f;
+  sp->top_p = k % 2 ? 0.95f : 1.0f;
+  sp->seed = (uint64_t)(100 + k);
+}
+
+/* Runs engine e until idle; sums the step infos' draft counts. */
+static void spec_drain(ph_engine *e, int64_t *drafted, int64_t *accepted) {
+  *drafted = *accepted = 0;
+  for (int guard = 0; ph_engine_busy(e) && guard < 1000; guard++) {
+    ph_step_info si;
+    memset(&si, 0xff, sizeof si);
+    CHECK_STATUS(ph_engine_step(e, &si), PH_OK, ph_engine_error(e));
+    CHECK(si.n_drafted >= 0 && si.n_accepted >= 0 && si.n_accepted <= si.n_drafted);
+    *drafted += si.n_drafted;
+    *accepted += si.n_accepted;
+  }
+}
+
+/* ph_sampling_params.speculative through ph_engine_add_request: the tokens of the same requests
+ * without it (n-gram, replay of the right continuation, replay of a wrong one, none), the
+ * drafted/accepted counts in ph_request_info and ph_step_info (their sums agree), the replay
+ * tokens copied at add (the caller's array is overwritten and freed at once), and the refusals:
+ * no capacity, a capacity out of range at create. */
+static void test_speculative(void) {
+  char dir[1024];
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-f32/checkpoint");
+  CHECK_EQ_STR(ph_draft_method_name(PH_DRAFT_NONE), "none");
+  CHECK_EQ_STR(ph_draft_method_name(PH_DRAFT_NGRAM), "ngram");
+  CHECK_EQ_STR(ph_draft_method_name(PH_DRAFT_MTP), "mtp");
+  CHECK_EQ_STR(ph_draft_method_name(PH_DRAFT_REPLAY), "replay");
+  CHECK_EQ_STR(ph_draft_method_name((ph_draft_method)4), "unknown");
+  CHECK_EQ_STR(ph_draft_method_name((ph_draft_method)-1), "unknown");
+
+  ph_engine_params p = ph_engine_params_default();
+  p.max_context = 128;
+  p.num_blocks = 16;
+  /* the capacity bound, at create */
+  const int32_t bad_caps[2] = {PH_MAX_DRAFT_TOKENS + 1, -1};
+  for (int i = 0; i < 2; i++) {
+    ph_engine *bad = NULL;
+    p.state_update_capacity = bad_caps[i];
+    CHECK_STATUS(ph_engine_create(dir, &p, &bad), PH_ERR_INVALID_ARGUMENT,
+                 bad ? ph_engine_error(bad) : "");
+    char want[64];
+    snprintf(want, sizeof want, "state_update_capacity %d: must be in [0, 8]", (int)bad_caps[i]);
+    CHECK(bad != NULL);
+    if (bad) CHECK_CONTAINS(ph_engine_error(bad), want);
+    ph_engine_free(bad);
+  }
+
+  /* the reference: no speculation, no capacity */
+  p.state_update_capacity = 0;
+  ph_engine *e0 = NULL, *e = NULL;
+  CHECK_STATUS(ph_engine_create(dir, &p, &e0), PH_OK, e0 ? ph_engine_error(e0) : "");
+  p.state_update_capacity = PH_MAX_DRAFT_TOKENS;
+  CHECK_STATUS(ph_engine_create(dir, &p, &e), PH_OK, e ? ph_engine_error(e) : "");
+  if (!e0 || !e) {
+    ph_engine_free(e0);
+    ph_engine_free(e);
+    return;
+  }
+  int64_t ref[SPEC_REQ][SPEC_G];
+  uint64_t id0[SPEC_REQ];
+  for (int k = 0; k < SPEC_REQ; k++) {
+    int64_t prompt[SPEC_P];
+    ph_sampling_params sp;
+    spec_request(k, prompt, &sp);
+    CHECK_STATUS(ph_engine_add_request(e0, prompt, SPEC_P, &sp, &id0[k]), PH_OK, "add");
+  }
+  int64_t d0, a0;
+  spec_drain(e0, &d0, &a0);
+  CHECK(d0 == 0 && a0 == 0);
+  for (int k = 0; k < SPEC_REQ; k++) {
+    int64_t n = 0;
+    const int64_t *t = ph_engine_request_tokens(e0, id0[k], &n);
+    CHECK(t && n == SPEC_G);
+    if (!t || n != SPEC_G) goto done;
+    memcpy(ref[k], t, sizeof ref[k]);
+    ph_request_info ri;
+    CHECK_STATUS(ph_engine_request_info(e0, id0[k], &ri), PH_OK, "info");
+    CHECK(ri.n_drafted == 0 && ri.n_accepted == 0);
+  }
+
+  /* every request in every speculative form, on the engine with capacity */
+  enum { FORMS = 4 };
+  uint64_t id[FORMS][SPEC_REQ];
+  for (int f = 0; f < FORMS; f++)
+    for (int k = 0; k < SPEC_REQ; k++) {
+      int64_t prompt[SPEC_P];
+      ph_sampling_params sp;
+      spec_request(k, prompt, &sp);
+      int64_t *replay = malloc(SPEC_G * sizeof *replay);
+      for (int j = 0; j < SPEC_G; j++) replay[j] = f == 2 ? (ref[k][j] + 1) % 256 : ref[k][j];
+      if (f == 0) {
+        sp.speculative.method = PH_DRAFT_NGRAM;
+        sp.speculative.num_draft_tokens = 3;
+        sp.speculative.ngram_min = 1;
+        sp.speculative.ngram_max = 2;
+      } else if (f == 1 || f == 2) {
+        sp.speculative.method = PH_DRAFT_REPLAY;
+        sp.speculative.num_draft_tokens = f == 1 ? 8 : 0; /* 0: 4 */
+        sp.speculative.replay_tokens = replay;
+        sp.speculative.n_replay_tokens = SPEC_G;
+      }
+      CHECK_STATUS(ph_engine_add_request(e, prompt, SPEC_P, &sp, &id[f][k]), PH_OK,
+                   ph_engine_error(e));
+      /* copied at add: the caller's array is no longer the engine's business */
+      for (int j = 0; j < SPEC_G; j++) replay[j] = (ref[k][j] + 7) % 256;
+      free(replay);
+    }
+  int64_t drafted, accepted;
+  spec_drain(e, &drafted, &accepted);
+  int64_t sum_d = 0, sum_a = 0;
+  for (int f = 0; f < FORMS; f++)
+    for (int k = 0; k < SPEC_REQ; k++) {
+      int64_t n = 0;
+      const int64_t *t = ph_engine_request_tokens(e, id[f][k], &n);
+      CHECK(t && n == SPEC_G && memcmp(t, ref[k], sizeof ref[k]) == 0);
+      if (t && n == SPEC_G && memcmp(t, ref[k], sizeof ref[k]) != 0)
+        printf("  form %d request %d: tokens differ from the plain run\n", f, k);
+      ph_request_info ri;
+      CHECK_STATUS(ph_engine_request_info(e, id[f][k], &ri), PH_OK, "info");
+      CHECK(ri.finish == PH_FINISH_LENGTH && ri.n_generated == SPEC_G);
+      CHECK(ri.n_drafted >= 0 && ri.n_accepted >= 0 && ri.n_accepted <= ri.n_drafted);
+      sum_d += ri.n_drafted;
+      sum_a += ri.n_accepted;
+      if (f == 1) { /* the right continuation: every draft kept, 8 at a time */
+        CHECK(ri.n_drafted >= SPEC_G / 2);
+        CHECK_EQ_INT(ri.n_accepted, ri.n_drafted);
+      } else if (f == 2) { /* never right: every draft rejected */
+        CHECK(ri.n_drafted >= SPEC_G - 1);
+        CHECK_EQ_INT(ri.n_accepted, 0);
+      } else if (f == 3) {
+        CHECK(ri.n_drafted == 0 && ri.n_accepted == 0);
+      }
+    }
+  CHECK_EQ_INT(sum_d, drafted);
+  CHECK_EQ_INT(sum_a, accepted);
+  CHECK(accepted > 0 && accepted < drafted);
+
+  /* no capacity: a speculative request is refused (typed, named), the others run */
+  {
+    int64_t prompt[SPEC_P];
+    ph_sampling_params sp;
+    spec_request(0, prompt, &sp);
+    sp.speculative.method = PH_DRAFT_NGRAM;
+    uint64_t rid = 0;
+    CHECK_STATUS(ph_engine_add_request(e0, prompt, SPEC_P, &sp, &rid), PH_OK, "refused later");
+    spec_drain(e0, &d0, &a0);
+    ph_request_info ri;
+    CHECK_STATUS(ph_engine_request_info(e0, rid, &ri), PH_OK, "info");
+    CHECK(ri.finish == PH_FINISH_ERROR && ri.status == PH_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(ri.message, "state_update_capacity");
+    /* more drafts per step than the capacity */
+    spec_request(0, prompt, &sp);
+    sp.speculative.method = PH_DRAFT_NGRAM;
+    sp.speculative.num_draft_tokens = PH_MAX_DRAFT_TOKENS + 1;
+    CHECK_STATUS(ph_engine_add_request(e, prompt, SPEC_P, &sp, &rid), PH_OK, "refused later");
+    spec_drain(e, &d0, &a0);
+    CHECK_STATUS(ph_engine_request_info(e, rid, &ri), PH_OK, "info");
+    CHECK(ri.finish == PH_FINISH_ERROR && ri.status == PH_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(ri.message, "num_draft_tokens");
+    /* replay without tokens */
+    spec_request(0, prompt, &sp);
+    sp.speculative.method = PH_DRAFT_REPLAY;
+    CHECK_STATUS(ph_engine_add_request(e, prompt, SPEC_P, &sp, &rid), PH_OK, "refused later");
+    spec_drain(e, &d0, &a0);
+    CHECK_STATUS(ph_engine_request_info(e, rid, &ri), PH_OK, "info");
+    CHECK(ri.finish == PH_FINISH_ERROR && ri.status == PH_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(ri.message, "replay");
+  }
+done:
+  ph_engine_free(e0);
+  ph_engine_free(e);
+}
+
 int main(void) {
   RUN(test_threads_callback_poll);
   RUN(test_refusals);
   RUN(test_info_and_capture);
+  RUN(test_speculative);
   return check_finish();
 }

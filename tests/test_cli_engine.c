@@ -315,11 +315,40 @@ static void test_run_usage(void) {
       "--num-blocks 9 --memory 64",
       "--max-tokens 8 --prefill-chunk 16",
       "--frobnicate 1",
+      "--speculative bogus",
+      "--speculative ngram:0",
+      "--speculative ngram:9",
+      "--speculative ngram:",
+      "--speculative ngram:4x",
+      "--speculative ngram:+4",
+      "--speculative 'ngram: 4'",
+      "--speculative replay",
+      "--state-update-capacity 9",
+      "--state-update-capacity -1",
   };
   static const char *const says[] = {
-      "expects an integer", "must be in", "must be in",         "expects an integer",
-      "must be in",         "must be in", "power of two",       "f32, f16 or bf16",
-      "must be in",         "not both",   "above --max-tokens", "unknown option",
+      "expects an integer",
+      "must be in",
+      "must be in",
+      "expects an integer",
+      "must be in",
+      "must be in",
+      "power of two",
+      "f32, f16 or bf16",
+      "must be in",
+      "not both",
+      "above --max-tokens",
+      "unknown option",
+      "--speculative bogus: expected none, ngram or mtp",
+      "--speculative ngram:0: K must be an integer in [1, 8]",
+      "--speculative ngram:9: K must be an integer in [1, 8]",
+      "K must be an integer in [1, 8]",
+      "K must be an integer in [1, 8]",
+      "--speculative ngram:+4: K must be an integer in [1, 8]",
+      "--speculative ngram: 4: K must be an integer in [1, 8]",
+      "--speculative replay: expected none, ngram or mtp",
+      "--state-update-capacity",
+      "--state-update-capacity",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(args, sizeof args, "run --model '%s' --requests '%s' %s", g_ckpt, req, bad[i]);
@@ -503,6 +532,267 @@ static void test_run_strict_and_nonfinite(void) {
                            "with an error (the first: line 2: ");
 }
 
+/* ---- speculative decoding through run ----------------------------------------------------------
+ */
+
+/* The requests the speculative runs use, each with an optional speculative object spec[i] (NULL:
+ * none) and an id suffix: a greedy prompt, a repetitive one (the n-gram drafter finds matches),
+ * a sampled one (acceptance by the sampler's own draw keeps its tokens too). */
+#define SPEC_N 3
+static const char *const SPEC_BASE[SPEC_N] = {
+    "\"prompt_tokens\": [1, 2, 3, 4, 5], \"max_new_tokens\": 12, \"ignore_eos\": true",
+    "\"prompt_tokens\": [7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8], \"max_new_tokens\": 10, "
+    "\"ignore_eos\": true, \"arrive_step\": 1",
+    "\"prompt_tokens\": [30, 31, 32], \"max_new_tokens\": 9, \"temperature\": 0.8, "
+    "\"top_p\": 0.9, \"seed\": 11, \"ignore_eos\": true",
+};
+
+/* Appends SPEC_N lines "<tag><i>" with spec (NULL: no object; "%TOKENS%" / "%WRONG%" replaced by
+ * the plain run's tokens of that request, or those tokens + 1 mod 256). */
+static void append_spec_lines(char *text, size_t cap, const char *tag, const char *spec,
+                              json_t *plain) {
+  for (int i = 0; i < SPEC_N; i++) {
+    size_t used = strlen(text);
+    char obj[1024] = "";
+    if (spec) {
+      const char *mark = strstr(spec, "%TOKENS%")  ? "%TOKENS%"
+                         : strstr(spec, "%WRONG%") ? "%WRONG%"
+                                                   : NULL;
+      if (mark) {
+        char toks[512] = "";
+        json_t *l = json_array_get(plain, (size_t)i);
+        for (int64_t j = 0; l && j < n_tokens(l); j++) {
+          const int64_t t = token_at(l, (size_t)j) + (mark[1] == 'W');
+          snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%lld", j ? ", " : "",
+                   (long long)(t % 256));
+        }
+        const char *at = strstr(spec, mark);
+        snprintf(obj, sizeof obj, ", \"speculative\": %.*s%s%s", (int)(at - spec), spec, toks,
+                 at + strlen(mark));
+      } else {
+        snprintf(obj, sizeof obj, ", \"speculative\": %s", spec);
+      }
+    }
+    snprintf(text + used, cap - used, "{\"id\": \"%s%d\", %s%s}\n", tag, i, SPEC_BASE[i], obj);
+  }
+}
+
+/* lines[off + i] has the plain run's tokens and finish reason for every request i. */
+static void check_same_tokens(json_t *lines, size_t off, json_t *plain) {
+  for (size_t i = 0; lines && plain && i < SPEC_N; i++) {
+    json_t *a = json_array_get(plain, i), *b = json_array_get(lines, off + i);
+    CHECK(b != NULL);
+    if (!b) return;
+    CHECK_EQ_STR(field(b, "finish_reason"), field(a, "finish_reason"));
+    char *ta = json_dumps(json_object_get(a, "tokens"), JSON_COMPACT);
+    char *tb = json_dumps(json_object_get(b, "tokens"), JSON_COMPACT);
+    CHECK_EQ_STR(tb, ta);
+    if (ta && tb && strcmp(ta, tb) != 0) printf("       %s%s\n", field(b, "id"), "");
+    free(ta);
+    free(tb);
+  }
+}
+
+static int64_t count(json_t *line, const char *key) {
+  json_t *v = json_object_get(line, key);
+  return json_is_integer(v) ? json_integer_value(v) : -1; /* -1: absent */
+}
+
+/* The summary's "N drafts verified, M accepted" equals the lines' totals. */
+static void check_summary(json_t *lines) {
+  int64_t drafted = 0, accepted = 0;
+  for (size_t i = 0; lines && i < json_array_size(lines); i++) {
+    json_t *l = json_array_get(lines, i);
+    if (count(l, "n_drafted_tokens") < 0) continue;
+    drafted += count(l, "n_drafted_tokens");
+    accepted += count(l, "n_accepted_tokens");
+  }
+  char want[160];
+  snprintf(want, sizeof want, "run: speculative: %lld drafts verified, %lld accepted (%.1f%%)",
+           (long long)drafted, (long long)accepted,
+           drafted ? 100.0 * (double)accepted / (double)drafted : 0.0);
+  if (drafted > 0)
+    CHECK_CONTAINS(g_stderr, want);
+  else
+    CHECK(!strstr(g_stderr, "run: speculative:"));
+}
+
+/* run --speculative ngram:4, and per-request speculative objects (ngram, replay of the right and
+ * of wrong tokens, none): the plain run's tokens and finish reasons, with the drafted/accepted
+ * counts on the lines and in the summary. Without capacity, speculative requests are error lines
+ * naming state_update_capacity. */
+static void test_run_speculative(void) {
+  char req[1024], args[4096];
+  static char text[16384];
+  snprintf(req, sizeof req, "%s/spec-plain.jsonl", g_tmp);
+  text[0] = '\0';
+  append_spec_lines(text, sizeof text, "p", NULL, NULL);
+  write_text(req, text);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64", g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *plain = parse_lines(g_stdout);
+  CHECK(plain && json_array_size(plain) == SPEC_N);
+  if (!plain || json_array_size(plain) != SPEC_N) return;
+  for (size_t i = 0; i < SPEC_N; i++) { /* a plain line has no speculative keys */
+    CHECK_EQ_INT(count(json_array_get(plain, i), "n_drafted_tokens"), -1);
+    CHECK_EQ_INT(count(json_array_get(plain, i), "n_accepted_tokens"), -1);
+  }
+  CHECK(!strstr(g_stderr, "run: speculative:"));
+
+  /* --speculative ngram:4 for every request: the same tokens, drafts verified (the repetitive
+   * prompt matches), with --state-update-capacity implied (8) */
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64 --speculative ngram:4",
+           g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *ng = parse_lines(g_stdout);
+  CHECK(ng && json_array_size(ng) == SPEC_N);
+  check_same_tokens(ng, 0, plain);
+  CHECK(count(json_array_get(ng, 1), "n_drafted_tokens") > 0);
+  for (size_t i = 0; ng && i < json_array_size(ng); i++) {
+    json_t *l = json_array_get(ng, i);
+    const int64_t dr = count(l, "n_drafted_tokens"), ac = count(l, "n_accepted_tokens");
+    CHECK((dr < 0 && ac < 0) || (dr > 0 && ac >= 0 && ac <= dr)); /* both keys or neither */
+  }
+  check_summary(ng);
+  json_decref(ng);
+  /* and with an explicit capacity below 8 but at least K */
+  snprintf(args, sizeof args,
+           "run --model '%s' --requests '%s' --memory 64 --speculative ngram:2 "
+           "--state-update-capacity 2",
+           g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  ng = parse_lines(g_stdout);
+  check_same_tokens(ng, 0, plain);
+  check_summary(ng);
+  json_decref(ng);
+
+  /* per-request objects: ngram, replay of the plain tokens, replay of wrong tokens, none */
+  char spec_req[1024];
+  snprintf(spec_req, sizeof spec_req, "%s/spec-objects.jsonl", g_tmp);
+  text[0] = '\0';
+  append_spec_lines(text, sizeof text, "n", "{\"method\": \"ngram\", \"num_draft_tokens\": 3}",
+                    plain);
+  append_spec_lines(text, sizeof text, "r",
+                    "{\"method\": \"replay\", \"num_draft_tokens\": 8, \"tokens\": [%TOKENS%]}",
+                    plain);
+  append_spec_lines(text, sizeof text, "w", "{\"method\": \"replay\", \"tokens\": [%WRONG%]}",
+                    plain);
+  append_spec_lines(text, sizeof text, "z", "{\"method\": \"none\"}", plain);
+  write_text(spec_req, text);
+  /* --speculative ngram:4 does not override a request's own object (nor "none") */
+  for (int with_flag = 0; with_flag < 2; with_flag++) {
+    snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64 %s", g_ckpt, spec_req,
+             with_flag ? "--speculative ngram:4" : "--state-update-capacity 8");
+    CHECK_EQ_INT(run(args), 0);
+    json_t *lines = parse_lines(g_stdout);
+    CHECK(lines && json_array_size(lines) == 4 * SPEC_N);
+    if (!lines || json_array_size(lines) != 4 * SPEC_N) {
+      json_decref(lines);
+      continue;
+    }
+    for (size_t g = 0; g < 4; g++) check_same_tokens(lines, g * SPEC_N, plain);
+    for (size_t i = 0; i < SPEC_N; i++) {
+      json_t *r = json_array_get(lines, SPEC_N + i), *w = json_array_get(lines, 2 * SPEC_N + i);
+      json_t *z = json_array_get(lines, 3 * SPEC_N + i);
+      /* replaying what the request generates: drafts verified, every one kept */
+      CHECK(count(r, "n_drafted_tokens") > 0);
+      CHECK_EQ_INT(count(r, "n_accepted_tokens"), count(r, "n_drafted_tokens"));
+      /* replaying tokens that never match: every draft rejected */
+      CHECK(count(w, "n_drafted_tokens") > 0);
+      CHECK_EQ_INT(count(w, "n_accepted_tokens"), 0);
+      /* none: no drafts, no keys */
+      CHECK_EQ_INT(count(z, "n_drafted_tokens"), -1);
+      CHECK_EQ_INT(count(z, "n_accepted_tokens"), -1);
+    }
+    /* fewer steps than the plain run: the replayed requests keep up to 8 tokens a step */
+    CHECK(count(json_array_get(lines, SPEC_N), "n_accepted_tokens") >= 8);
+    check_summary(lines);
+    json_decref(lines);
+  }
+
+  /* no capacity on the checkpoint (no flag): every speculative request is an error line naming
+   * state_update_capacity; the "none" ones run; exit 0, or 1 with --strict */
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64", g_ckpt, spec_req);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *lines = parse_lines(g_stdout);
+  CHECK(lines && json_array_size(lines) == 4 * SPEC_N);
+  for (size_t i = 0; lines && i < json_array_size(lines); i++) {
+    json_t *l = json_array_get(lines, i);
+    if (i < 3 * SPEC_N) {
+      CHECK_EQ_STR(field(l, "finish_reason"), "error");
+      CHECK_EQ_INT(n_tokens(l), 0);
+      CHECK_CONTAINS(field(l, "error"), "PH_ERR_UNSUPPORTED");
+      CHECK_CONTAINS(field(l, "error"), "state_update_capacity");
+      CHECK_CONTAINS(field(l, "error"), "--state-update-capacity");
+      char at[32];
+      snprintf(at, sizeof at, "line %zu:", i + 1);
+      CHECK_CONTAINS(field(l, "error"), at);
+    } else {
+      CHECK_EQ_STR(field(l, "finish_reason"), "length");
+    }
+  }
+  json_decref(lines);
+  CHECK_CONTAINS(g_stderr, "run: 12 requests (3 length, 0 stop, 0 aborted, 9 error)");
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64 --strict", g_ckpt,
+           spec_req);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED: --strict: 9 of 12 requests finished with "
+                           "an error (the first: line 1: ");
+  /* drafts per step above the capacity: refused per request, naming both */
+  snprintf(args, sizeof args,
+           "run --model '%s' --requests '%s' --memory 64 --speculative ngram:8 "
+           "--state-update-capacity 4",
+           g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  lines = parse_lines(g_stdout);
+  for (size_t i = 0; lines && i < json_array_size(lines); i++) {
+    json_t *l = json_array_get(lines, i);
+    CHECK_EQ_STR(field(l, "finish_reason"), "error");
+    CHECK_CONTAINS(field(l, "error"), "num_draft_tokens = 8 is more than the model's "
+                                      "state_update_capacity 4");
+  }
+  json_decref(lines);
+  /* mtp on a checkpoint without an MTP head */
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64 --speculative mtp",
+           g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "no MTP head");
+
+  /* a CPU paged package exported with capacity 8: the same tokens, its capacity taken as is;
+   * another capacity is refused */
+  char pkg[1024];
+  snprintf(pkg, sizeof pkg, "%s/paged-cpu-su8", g_tmp);
+  snprintf(args, sizeof args,
+           "export '%s' -o '%s' --layout paged --target cpu --state-update-capacity 8", g_ckpt,
+           pkg);
+  CHECK_EQ_INT(run(args), 0);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64", pkg, spec_req);
+  CHECK_EQ_INT(run(args), 0);
+  lines = parse_lines(g_stdout);
+  CHECK(lines && json_array_size(lines) == 4 * SPEC_N);
+  for (size_t g = 0; lines && g < 4; g++) check_same_tokens(lines, g * SPEC_N, plain);
+  for (size_t i = 0; lines && i < SPEC_N; i++) {
+    json_t *r = json_array_get(lines, SPEC_N + i);
+    CHECK(count(r, "n_drafted_tokens") > 0);
+    CHECK_EQ_INT(count(r, "n_accepted_tokens"), count(r, "n_drafted_tokens"));
+  }
+  check_summary(lines);
+  json_decref(lines);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --memory 64 --speculative ngram:4",
+           pkg, req);
+  CHECK_EQ_INT(run(args), 0);
+  lines = parse_lines(g_stdout);
+  check_same_tokens(lines, 0, plain);
+  json_decref(lines);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --state-update-capacity 4", pkg,
+           req);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "state_update_capacity 4");
+  CHECK_CONTAINS(g_stderr, "exported");
+  CHECK_EQ_STR(g_stdout, "");
+  json_decref(plain);
+}
+
 static double num(json_t *o, const char *key) {
   json_t *v = json_object_get(o, key);
   CHECK(json_is_number(v));
@@ -610,6 +900,7 @@ int main(void) {
   RUN(test_run_out_first);
   RUN(test_run_out_replaced);
   RUN(test_run_strict_and_nonfinite);
+  RUN(test_run_speculative);
   RUN(test_bench_json);
   RUN(test_bench_table_and_usage);
   cli_testing_done();

@@ -52,8 +52,9 @@ static const cli_option OPTIONS[] = {
      "compact state updates for speculative decoding, 0..8 (checkpoint: the graph is built with "
      "it, default 0, or 8 with --speculative; package: must match its own)"},
     {"speculative", "METHOD[:K]",
-     "default speculation of requests without their own: ngram or mtp, K drafts per step "
-     "(default 4); outputs are identical with it or without (docs/speculative.md)"},
+     "default speculation of requests without their own \"speculative\": none, ngram or mtp, "
+     "K drafts per step 1..8 (default 4); outputs are identical with it or without "
+     "(docs/speculative.md)"},
     {"progress", "N", "a progress line on stderr every N steps (default 0: the summary only)"},
     {"strict", NULL, "exit 1 when any request finished with an error"},
 };

@@ -107,7 +107,8 @@ int engine_flags_speculative(cli_args *a, ph_speculative_params *out, int *given
   if (colon) {
     char *end = NULL;
     const long k = strtol(colon + 1, &end, 10);
-    if (!colon[1] || *end || k < 1 || k > PH_MAX_DRAFT_TOKENS)
+    /* digits only: strtol alone also takes leading spaces and a sign ("ngram: 4", "ngram:+4") */
+    if (colon[1] < '0' || colon[1] > '9' || *end || k < 1 || k > PH_MAX_DRAFT_TOKENS)
       return cli_usage_error(a, "--speculative %s: K must be an integer in [1, %d]", v,
                              PH_MAX_DRAFT_TOKENS);
     out->num_draft_tokens = (int32_t)k;

@@ -63,20 +63,30 @@ static const json_t *get(const json_t *obj, const char *key) {
   return v && !json_is_null(v) ? v : NULL;
 }
 
-/* An integer in [lo, hi]; *out untouched when absent. */
-static ph_status get_int(const at *a, const json_t *obj, const char *key, json_int_t lo,
-                         json_int_t hi, int64_t *out, diag *d) {
+/* An integer in [lo, hi] at obj's key, named parent.key in messages when parent is given
+ * (a key of a nested object); *out untouched when absent. */
+static ph_status get_int_in(const at *a, const char *parent, const json_t *obj, const char *key,
+                            json_int_t lo, json_int_t hi, int64_t *out, diag *d) {
   const json_t *v = get(obj, key);
   if (!v) return PH_OK;
+  const char *dot = parent ? "." : "";
+  if (!parent) parent = "";
   RETURN_ERROR_IF(!json_is_integer(v), d, PH_ERR_CONFIG_INVALID,
-                  "%s:%d: %s is %s, expected an integer", a->label, a->line, key, json_kind(v));
+                  "%s:%d: %s%s%s is %s, expected an integer", a->label, a->line, parent, dot, key,
+                  json_kind(v));
   json_int_t x = json_integer_value(v);
   RETURN_ERROR_IF(x < lo || x > hi, d, PH_ERR_CONFIG_INVALID,
-                  "%s:%d: %s = %" JSON_INTEGER_FORMAT " is outside [%" JSON_INTEGER_FORMAT
+                  "%s:%d: %s%s%s = %" JSON_INTEGER_FORMAT " is outside [%" JSON_INTEGER_FORMAT
                   ", %" JSON_INTEGER_FORMAT "]",
-                  a->label, a->line, key, x, lo, hi);
+                  a->label, a->line, parent, dot, key, x, lo, hi);
   *out = (int64_t)x;
   return PH_OK;
+}
+
+/* A top-level integer in [lo, hi]; *out untouched when absent. */
+static ph_status get_int(const at *a, const json_t *obj, const char *key, json_int_t lo,
+                         json_int_t hi, int64_t *out, diag *d) {
+  return get_int_in(a, NULL, obj, key, lo, hi, out, d);
 }
 
 /* A number (integer or real) as float; the range is sampling_params_validate's to check. */
@@ -242,9 +252,10 @@ static ph_status read_speculative(const at *a, const json_t *obj, request_spec *
                   "%s:%d: speculative.method \"%s\" is none of none, ngram, mtp, replay", a->label,
                   a->line, shown(json_string_value(m), buf));
   int64_t k = 0, lo = 0, hi = 0;
-  FORWARD_IF_ERROR(get_int(a, v, "num_draft_tokens", 0, PH_MAX_DRAFT_TOKENS, &k, d));
-  FORWARD_IF_ERROR(get_int(a, v, "ngram_min", 0, SPEC_MAX_NGRAM, &lo, d));
-  FORWARD_IF_ERROR(get_int(a, v, "ngram_max", 0, SPEC_MAX_NGRAM, &hi, d));
+  FORWARD_IF_ERROR(
+      get_int_in(a, "speculative", v, "num_draft_tokens", 0, PH_MAX_DRAFT_TOKENS, &k, d));
+  FORWARD_IF_ERROR(get_int_in(a, "speculative", v, "ngram_min", 0, SPEC_MAX_NGRAM, &lo, d));
+  FORWARD_IF_ERROR(get_int_in(a, "speculative", v, "ngram_max", 0, SPEC_MAX_NGRAM, &hi, d));
   sp->num_draft_tokens = (int32_t)k;
   sp->ngram_min = (int32_t)lo;
   sp->ngram_max = (int32_t)hi;
@@ -467,7 +478,8 @@ static ph_status scan_prompt(const at *a, char *s, size_t n, int want, prompt_sc
 /* ---- one line -------------------------------------------------------------------------------- */
 
 /* Parses one non-blank line s[n] into *r (zeroed first); s is overwritten (the prompt array is
- * blanked). want_prompt 0: the prompt is checked and counted but not kept (r->prompt NULL). On
+ * blanked). want_prompt 0: the prompt and the replay tokens are checked and counted but not kept
+ * (r->prompt, r->draft_tokens and the speculative replay_tokens NULL; nothing to free). On
  * failure nothing is left allocated. */
 static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, request_spec *r,
                             diag *d) {
@@ -517,7 +529,13 @@ static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, req
   }
   json_decref(root);
   free(prompt);
-  if (st != PH_OK) request_spec_free(r);
+  if (st != PH_OK) {
+    request_spec_free(r);
+  } else if (!want_prompt) { /* checked, not kept: the index keeps 32 bytes a line */
+    free(r->draft_tokens);
+    r->draft_tokens = NULL;
+    r->sampling.speculative.replay_tokens = NULL;
+  }
   return st;
 }
 
@@ -938,6 +956,11 @@ static ph_status check_result_args(const char *id, const int64_t *tokens, int64_
                   "request result %s: negative count (prompt %lld, generated %lld, preempted "
                   "%lld)",
                   id, (long long)t->n_prompt, (long long)t->n_generated, (long long)t->n_preempted);
+  RETURN_ERROR_IF(t->n_drafted < 0 || t->n_accepted < 0 || t->n_accepted > t->n_drafted, d,
+                  PH_ERR_INVALID_ARGUMENT,
+                  "request result %s: %lld accepted of %lld drafted, expected 0 <= accepted <= "
+                  "drafted",
+                  id, (long long)t->n_accepted, (long long)t->n_drafted);
   RETURN_ERROR_IF(t->n_generated != n_tokens, d, PH_ERR_INVALID_ARGUMENT,
                   "request result %s: timing counts %lld generated tokens, tokens has %lld", id,
                   (long long)t->n_generated, (long long)n_tokens);

@@ -42,7 +42,7 @@ typedef struct request_spec {
   int64_t arrive_step;       /* >= 0: the engine step at which the request becomes visible */
   int64_t remove_step;       /* -1: never; else >= arrive_step: the step the engine aborts it */
   int line;                  /* 1-based line of the file it came from (for the engine's errors) */
-  int64_t *draft_tokens;     /* speculative replay tokens, owned (sampling.speculative points here) */
+  int64_t *draft_tokens;     /* replay tokens, owned (sampling.speculative points here) */
   int speculative_given;     /* the line has a "speculative" object */
 } request_spec;
 
@@ -87,7 +87,8 @@ int64_t request_file_count(const request_file *f); /* >= 1 */
 /* Entry i in [0, count) in file order; NULL outside. */
 const request_entry *request_file_entry(const request_file *f, int64_t i);
 
-/* Parses request i into *out (zeroed first; its prompt is allocated: request_spec_free).
+/* Parses request i into *out (zeroed first; its prompt and replay tokens are allocated:
+ * request_spec_free).
  * The line was checked when the file was opened; errors now are PH_ERR_IO (the file can no
  * longer be read, or changed size or time since it was opened: named), PH_ERR_NO_MEMORY, or
  * the parser's error if the bytes changed. Not thread-safe (one read buffer per file). */
@@ -136,7 +137,7 @@ typedef struct request_timing {
  *   id             NUL-terminated UTF-8
  *   tokens         [n_tokens] generated ids (not the prompt); NULL allowed when n_tokens == 0
  *   finish_reason  "length", "stop", "aborted" or "error"
- *   t              timing; times finite (negative = null), counts >= 0
+ *   t              timing; times finite (negative = null), counts >= 0, n_accepted <= n_drafted
  *   error_message  NULL, or UTF-8 text, only with finish_reason "error"
  * *out_line is malloc'd, the caller frees it. PH_ERR_INVALID_ARGUMENT (naming the argument) for
  * anything outside the above, PH_ERR_NO_MEMORY; *out_line is NULL on failure. */

@@ -564,6 +564,237 @@ static void test_result_errors(void) {
   CHECK(line == NULL);
 }
 
+/* ---- the "speculative" object ------------------------------------------------------------------
+ */
+
+static void test_speculative_fields(void) {
+  const char *text =
+      "{\"id\": \"n\", \"prompt_tokens\": [1, 2], \"speculative\": {\"method\": \"ngram\", "
+      "\"num_draft_tokens\": 6, \"ngram_min\": 2, \"ngram_max\": 5}}\n"
+      "{\"id\": \"r\", \"prompt_tokens\": [3], \"speculative\": {\"method\": \"replay\", "
+      "\"tokens\": [7, 0, 9], \"num_draft_tokens\": 8}}\n"
+      "{\"id\": \"m\", \"prompt_tokens\": [4], \"speculative\": {\"method\": \"mtp\"}}\n"
+      "{\"id\": \"z\", \"prompt_tokens\": [5], \"speculative\": {\"method\": \"none\"}}\n"
+      "{\"id\": \"d\", \"prompt_tokens\": [6], \"speculative\": {\"method\": \"ngram\", "
+      "\"num_draft_tokens\": null, \"ngram_min\": null, \"ngram_max\": null, \"tokens\": null}}\n"
+      "{\"id\": \"p\", \"prompt_tokens\": [7]}\n"
+      "{\"id\": \"q\", \"prompt_tokens\": [8], \"speculative\": null}\n";
+  request_list l;
+  diag d;
+  CHECK_STATUS(parse(text, &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 7);
+  if (l.n != 7) return;
+  const ph_speculative_params *n = &l.items[0].sampling.speculative;
+  CHECK_EQ_INT(n->method, PH_DRAFT_NGRAM);
+  CHECK_EQ_INT(n->num_draft_tokens, 6);
+  CHECK_EQ_INT(n->ngram_min, 2);
+  CHECK_EQ_INT(n->ngram_max, 5);
+  CHECK(n->replay_tokens == NULL && n->n_replay_tokens == 0);
+  CHECK_EQ_INT(l.items[0].speculative_given, 1);
+
+  const request_spec *r = &l.items[1];
+  CHECK_EQ_INT(r->sampling.speculative.method, PH_DRAFT_REPLAY);
+  CHECK_EQ_INT(r->sampling.speculative.num_draft_tokens, 8);
+  CHECK_EQ_INT(r->sampling.speculative.n_replay_tokens, 3);
+  CHECK(r->sampling.speculative.replay_tokens == r->draft_tokens); /* owned by the spec */
+  CHECK(r->draft_tokens && r->draft_tokens[0] == 7 && r->draft_tokens[1] == 0 &&
+        r->draft_tokens[2] == 9);
+
+  /* absent (and null) keys are 0: the defaults (4 drafts, n-grams 1..4) are applied later */
+  for (int i = 2; i <= 4; i++) {
+    const ph_speculative_params *s = &l.items[i].sampling.speculative;
+    CHECK_EQ_INT(s->method, i == 2 ? PH_DRAFT_MTP : i == 3 ? PH_DRAFT_NONE : PH_DRAFT_NGRAM);
+    CHECK(s->num_draft_tokens == 0 && s->ngram_min == 0 && s->ngram_max == 0);
+    CHECK(s->replay_tokens == NULL && s->n_replay_tokens == 0 && !l.items[i].draft_tokens);
+    CHECK_EQ_INT(l.items[i].speculative_given, 1);
+    ph_speculative_params res = speculative_params_resolved(s);
+    CHECK_EQ_INT(res.num_draft_tokens, SPEC_DEFAULT_DRAFTS);
+    CHECK(res.ngram_min == 1 && res.ngram_max == 4);
+  }
+  /* no object (or null): none, and not "given" (the CLI's --speculative default applies) */
+  sampling_params def = sampling_params_default();
+  for (int i = 5; i <= 6; i++) {
+    CHECK_EQ_INT(l.items[i].speculative_given, 0);
+    CHECK(memcmp(&l.items[i].sampling, &def, sizeof def) == 0);
+  }
+  /* request_spec_free frees the replay tokens (the sanitizer build checks) and clears them */
+  request_spec one = l.items[1];
+  l.items[1].draft_tokens = NULL; /* moved out */
+  l.items[1].prompt = NULL;
+  l.items[1].sampling.speculative.replay_tokens = NULL;
+  request_spec_free(&one);
+  CHECK(one.draft_tokens == NULL && one.prompt == NULL);
+  CHECK(one.sampling.speculative.replay_tokens == NULL &&
+        one.sampling.speculative.n_replay_tokens == 0);
+  request_spec_free(&one); /* twice is fine */
+  request_list_free(&l);
+}
+
+/* A line with a speculative object s, line 2 of a file (line 1 is valid). */
+static void expect_spec_error(const char *s, const char *needle) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"id\": \"ok\", \"prompt_tokens\": [1]}\n"
+           "{\"id\": \"bad\", \"prompt_tokens\": [1, 2], \"speculative\": %s}\n",
+           s);
+  expect_error(text, PH_ERR_CONFIG_INVALID, 2, needle);
+}
+
+static void test_speculative_errors(void) {
+  /* types */
+  expect_spec_error("\"ngram\"", "speculative is a string, expected an object");
+  expect_spec_error("[1]", "speculative is an array, expected an object");
+  expect_spec_error("4", "speculative is an integer, expected an object");
+  expect_spec_error("{}", "speculative.method is missing");
+  expect_spec_error("{\"method\": null}", "speculative.method is missing");
+  expect_spec_error("{\"method\": 1}", "speculative.method is an integer, expected \"none\"");
+  expect_spec_error("{\"method\": \"eagle\"}",
+                    "speculative.method \"eagle\" is none of none, ngram, mtp, replay");
+  expect_spec_error("{\"method\": \"NGRAM\"}", "speculative.method \"NGRAM\""); /* exact case */
+  expect_spec_error("{\"method\": \"ngram\", \"num_draft_tokens\": \"4\"}",
+                    "speculative.num_draft_tokens is a string, expected an integer");
+  expect_spec_error("{\"method\": \"ngram\", \"num_draft_tokens\": 4.0}",
+                    "speculative.num_draft_tokens is a real number, expected an integer");
+  expect_spec_error("{\"method\": \"ngram\", \"ngram_min\": true}",
+                    "speculative.ngram_min is a boolean, expected an integer");
+  expect_spec_error("{\"method\": \"ngram\", \"ngram_max\": [2]}",
+                    "speculative.ngram_max is an array, expected an integer");
+  /* unknown keys, inside the object (a top-level key is not a speculative one) */
+  expect_spec_error("{\"method\": \"ngram\", \"k\": 4}",
+                    "unknown key \"k\" in speculative (known: method, num_draft_tokens, ngram_min, "
+                    "ngram_max, tokens)");
+  expect_spec_error("{\"method\": \"ngram\", \"seed\": 4}", "unknown key \"seed\" in speculative");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"num_draft_tokens\": 4}",
+               PH_ERR_CONFIG_INVALID, 1, "unknown key \"num_draft_tokens\"");
+  /* bounds: num_draft_tokens 0..8 (0 = 4), n-grams 0..16 here, the rest by the validator */
+  expect_spec_error("{\"method\": \"ngram\", \"num_draft_tokens\": 9}",
+                    "speculative.num_draft_tokens = 9 is outside [0, 8]");
+  expect_spec_error("{\"method\": \"ngram\", \"num_draft_tokens\": -1}",
+                    "speculative.num_draft_tokens = -1 is outside [0, 8]");
+  expect_spec_error("{\"method\": \"ngram\", \"ngram_max\": 17}",
+                    "speculative.ngram_max = 17 is outside [0, 16]");
+  expect_spec_error("{\"method\": \"ngram\", \"ngram_min\": -2}",
+                    "speculative.ngram_min = -2 is outside [0, 16]");
+  expect_spec_error("{\"method\": \"ngram\", \"ngram_min\": 3, \"ngram_max\": 2}",
+                    "speculative.ngram_min = 3, ngram_max = 2: need 1 <= min <= max <= 16");
+  expect_spec_error("{\"method\": \"ngram\", \"ngram_max\": 3}",
+                    "speculative.ngram_min = 0, ngram_max = 3");
+  expect_spec_error("{\"method\": \"ngram\", \"ngram_min\": 2}",
+                    "speculative.ngram_min = 2, ngram_max = 0");
+  /* tokens: replay only, a non-empty array of ids >= 0 */
+  expect_spec_error("{\"method\": \"ngram\", \"tokens\": [1]}",
+                    "speculative.tokens is for the replay method only");
+  expect_spec_error("{\"method\": \"none\", \"tokens\": [1]}",
+                    "speculative.tokens is for the replay method only");
+  expect_spec_error("{\"method\": \"replay\"}", "speculative replay with 0 tokens");
+  expect_spec_error("{\"method\": \"replay\", \"tokens\": []}",
+                    "speculative.tokens must be an array of 1..16777216 token ids");
+  expect_spec_error("{\"method\": \"replay\", \"tokens\": 5}",
+                    "speculative.tokens must be an array of 1..16777216 token ids");
+  expect_spec_error("{\"method\": \"replay\", \"tokens\": [1, -4]}",
+                    "speculative.tokens[1] = -4 is negative");
+  expect_spec_error("{\"method\": \"replay\", \"tokens\": [1, 2, 2.5]}",
+                    "speculative.tokens[2] is a real number, expected a non-negative integer");
+  expect_spec_error("{\"method\": \"replay\", \"tokens\": [\"1\"]}",
+                    "speculative.tokens[0] is a string, expected a non-negative integer");
+  /* a duplicate key inside the object is jansson's */
+  char text[256];
+  snprintf(text, sizeof text,
+           "{\"id\": \"a\", \"prompt_tokens\": [1], \"speculative\": {\"method\": \"ngram\", "
+           "\"method\": \"mtp\"}}");
+  expect_error(text, PH_ERR_JSON, 1, "duplicate object key");
+  /* the error comes in file order: the first bad line is named, whatever comes after */
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"speculative\": {\"method\": \"x\"}}\n"
+               "{\"id\": \"b\", \"prompt_tokens\": [1], \"speculative\": 1}",
+               PH_ERR_CONFIG_INVALID, 1, "speculative.method \"x\"");
+}
+
+/* The index parses every line without keeping it: replay tokens must not leak there (nor when
+ * a duplicate-id check parses an earlier line again), nor on a failure after they were read. */
+static void test_speculative_no_leak(void) {
+  const char *text =
+      "{\"id\": \"a\", \"prompt_tokens\": [1], \"speculative\": {\"method\": \"replay\", "
+      "\"tokens\": [1, 2, 3]}}\n"
+      "{\"id\": \"b\", \"prompt_tokens\": [1, 2], \"speculative\": {\"method\": \"replay\", "
+      "\"tokens\": [4]}}\n";
+  request_file *f = NULL;
+  diag d;
+  CHECK_STATUS(request_file_open_text(text, strlen(text), "req.jsonl", &f, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(request_file_count(f), 2);
+  request_spec r;
+  CHECK_STATUS(request_file_get(f, 1, &r, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(r.sampling.speculative.n_replay_tokens, 1);
+  CHECK(r.draft_tokens && r.draft_tokens[0] == 4);
+  request_spec_free(&r);
+  request_file_close(f);
+  /* a duplicate id: the earlier line is parsed again to confirm it */
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"speculative\": {\"method\": \"replay\", "
+               "\"tokens\": [1, 2]}}\n"
+               "{\"id\": \"a\", \"prompt_tokens\": [1], \"speculative\": {\"method\": \"replay\", "
+               "\"tokens\": [3]}}",
+               PH_ERR_CONFIG_INVALID, 2, "repeats the id of line 1");
+  /* failures after the tokens were read: a later key, the validator */
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"speculative\": {\"method\": \"replay\", "
+               "\"tokens\": [1, 2]}, \"top_p\": 7}",
+               PH_ERR_CONFIG_INVALID, 1, "top_p");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"speculative\": {\"method\": \"replay\", "
+               "\"tokens\": [1, 2]}, \"remove_step\": 0, \"arrive_step\": 3}",
+               PH_ERR_CONFIG_INVALID, 1, "remove_step = 0 is before arrive_step = 3");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, -1], \"speculative\": {\"method\": "
+               "\"replay\", \"tokens\": [1, 2]}}",
+               PH_ERR_CONFIG_INVALID, 1, "prompt_tokens[1] = -1 is negative");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1, \"x\"], \"speculative\": {\"method\": "
+               "\"replay\", \"tokens\": [1, 2]}}",
+               PH_ERR_CONFIG_INVALID, 1, "prompt_tokens[1] is a string");
+}
+
+/* n_drafted_tokens / n_accepted_tokens: written, after n_preemptions, only when drafts were
+ * verified; counts must be >= 0 and accepted <= drafted. */
+static void test_result_speculative(void) {
+  const int64_t toks[] = {5, 6, 7};
+  request_timing t = {1.0, 2.0, 3.0, 2, 3, 0, 6, 4};
+  char *line = NULL;
+  diag d;
+  CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &t, NULL, &line, &d), PH_OK, d.msg);
+  CHECK(line && strstr(line, "\"n_preemptions\":0,\"n_drafted_tokens\":6,\"n_accepted_tokens\":4,"
+                             "\"time_in_queue_ms\":"));
+  json_error_t err;
+  json_t *o = json_loads(line ? line : "", 0, &err);
+  CHECK_EQ_INT(json_object_size(o), 11);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "n_drafted_tokens")), 6);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "n_accepted_tokens")), 4);
+  json_decref(o);
+  free(line);
+  /* nothing verified (no speculation, or none drafted): no keys */
+  t.n_drafted = t.n_accepted = 0;
+  CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &t, NULL, &line, &d), PH_OK, d.msg);
+  CHECK(line && !strstr(line, "n_drafted_tokens") && !strstr(line, "n_accepted_tokens"));
+  free(line);
+  /* every draft rejected: both keys, accepted 0 */
+  t.n_drafted = 3;
+  CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &t, NULL, &line, &d), PH_OK, d.msg);
+  CHECK(line && strstr(line, "\"n_drafted_tokens\":3,\"n_accepted_tokens\":0,"));
+  free(line);
+  /* out of range */
+  request_timing bad = t;
+  bad.n_accepted = -1;
+  CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &bad, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "-1 accepted of 3 drafted");
+  CHECK(line == NULL);
+  bad = t;
+  bad.n_accepted = 4; /* more kept than drafted */
+  CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &bad, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "4 accepted of 3 drafted");
+  bad = t;
+  bad.n_drafted = -2;
+  bad.n_accepted = 0;
+  CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &bad, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "0 accepted of -2 drafted");
+}
+
 int main(void) {
   RUN(test_all_fields);
   RUN(test_missing_and_duplicate);
@@ -579,5 +810,9 @@ int main(void) {
   RUN(test_prompt_scanner);
   RUN(test_result_round_trip);
   RUN(test_result_errors);
+  RUN(test_speculative_fields);
+  RUN(test_speculative_errors);
+  RUN(test_speculative_no_leak);
+  RUN(test_result_speculative);
   return check_finish();
 }
