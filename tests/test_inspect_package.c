@@ -538,6 +538,26 @@ static void test_genai_against_graph(void) {
 /* Issue 10 defect 1 at the command line: the 3,000-deep model (the fuzz seed) crashed inspect,
  * generate and run with a stack overflow; each now exits 1 with PH_ERR_LIMIT. Runs after
  * test_genai_against_graph, whose package supplies a genai_config.json. */
+/* A package exported with compact state updates says so, in the text and in the JSON. */
+static void test_state_update_package(void) {
+  char args[4096], ckpt[1024], pkg[1024];
+  snprintf(ckpt, sizeof ckpt, "%s/tiny-ckpt-su", g_tmp);
+  snprintf(pkg, sizeof pkg, "%s/tiny-pkg-su", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force", ckpt);
+  CHECK_EQ_INT(run_cli(args), 0);
+  snprintf(args, sizeof args,
+           "export '%s' -o '%s' --layout paged --target cpu --state-update-capacity 6 --force",
+           ckpt, pkg);
+  CHECK_EQ_INT(run_cli(args), 0);
+  snprintf(args, sizeof args, "inspect '%s'", pkg);
+  CHECK_EQ_INT(run_cli(args), 0);
+  CHECK_CONTAINS(g_stdout, "state updates:    capacity 6");
+  json_t *o = inspect_json("tiny-pkg-su");
+  if (!o) return;
+  CHECK_EQ_INT(JINT(json_object_get(o, "genai_config"), "state_update_capacity"), 6);
+  json_decref(o);
+}
+
 static void test_deep_model(void) {
   char seed[1024], args[4096];
   snprintf(seed, sizeof seed, "%s/fuzz/corpus/onnx/deep_subgraphs_3000_crasher",
@@ -569,6 +589,7 @@ int main(void) {
   RUN(test_package_unsupported_op);
   RUN(test_genai_against_graph);
   RUN(test_deep_model);
+  RUN(test_state_update_package);
   RUN(test_package_errors);
   RUN(test_config_only_package);
   RUN(test_damaged_package);

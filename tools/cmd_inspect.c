@@ -457,6 +457,8 @@ static json_t *genai_json(const genai_config *c) {
     }
     json_object_set_new(o, "state_groups", groups);
   }
+  if (c->state_update_capacity > 0) /* compact state updates (speculative decoding) */
+    json_object_set_new(o, "state_update_capacity", json_integer(c->state_update_capacity));
   if (c->dynamic_batching.present) {
     const genai_dynamic_batching *db = &c->dynamic_batching;
     json_t *b = json_object();
@@ -594,6 +596,14 @@ static void print_package_text(const json_t *o, const char *dir) {
              json_string_value(json_object_get(v, "kind")));
     field_at((int)strlen(label) + 1, label,
              ids_text(json_object_get(v, "layer_ids"), ids, sizeof ids));
+  }
+  const json_t *su = json_object_get(gc, "state_update_capacity");
+  if (su) {
+    char text[128];
+    snprintf(text, sizeof text,
+             "capacity %lld (a verify may capture that many tokens: docs/speculative.md)",
+             (long long)json_integer_value(su));
+    field_at(LABEL + 6, "  state updates:", text);
   }
   const json_t *db = json_object_get(gc, "dynamic_batching");
   if (db) {
