@@ -791,7 +791,9 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
     spec_state *ss = r->spec;
     ss->n_mtp_drafts = 0;
     if (ss->mtp_lost || r->finish_next != PH_FINISH_NONE || r->sr.state != SCHED_RUNNING) continue;
-    if (ss->mtp_handle < 0 && (en->start != 0 || mtp_session_open(e->mtp, &ss->mtp_handle, d))) {
+    diag ignored; /* all handles open: this request drafts no more, nothing else changes */
+    if (ss->mtp_handle < 0 &&
+        (en->start != 0 || mtp_session_open(e->mtp, &ss->mtp_handle, &ignored))) {
       ss->mtp_handle = -1;
       ss->mtp_lost = 1;
       continue;
@@ -961,9 +963,6 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
         f = verify(e, r, en, k, &e->kept[k], &si.n_generated);
         si.n_drafted += en->n_draft;
         si.n_accepted += e->kept[k] - 1;
-        /* the state after the kept tokens becomes the published one, with the KV length
-         * (sched_commit_kept below) */
-        FORWARD_IF_ERROR(paged_session_commit(e->s, k, e->kept[k], d));
       } else {
         f = emit(e, r, paged_session_last_logits(e->s, k));
         si.n_generated += f != PH_FINISH_ERROR;
@@ -974,6 +973,11 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
         n_done++;
       }
     }
+    /* one commit: every verify's state after its kept tokens is published (replayed into the
+     * inactive bank unless all were kept; ordinary sequences were updated in place), and every
+     * KV length advances by what was kept */
+    for (int32_t k = 0; k < b.n_entries; k++)
+      FORWARD_IF_ERROR(paged_session_commit(e->s, k, e->kept[k], d));
     FORWARD_IF_ERROR(sched_commit_kept(e->sch, &b, e->kept, d));
     capture_positions(e, &b);
     if (e->mtp) FORWARD_IF_ERROR(mtp_draft(e, &b, d));
