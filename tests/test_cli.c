@@ -1352,6 +1352,11 @@ static void test_demo(void) {
   CHECK_EQ_INT(run(args), 0);
   CHECK_CONTAINS(g_stdout, "RANDOM");
   CHECK_CONTAINS(g_stdout, "memory plan");
+  /* section 6: speculation changed nothing, and some drafts were kept */
+  CHECK_CONTAINS(g_stdout, "6. speculative decoding");
+  CHECK_CONTAINS(g_stdout, "speculative decoding changed no token and no logit");
+  CHECK(!strstr(g_stdout, "DIFFERENT"));
+  CHECK(!strstr(g_stdout, " 0 accepted"));
 }
 
 int main(void) {
