@@ -6,6 +6,8 @@
  *   matmul_wt           MatMulWT's dot-product kernels (kernels/matmul_wt.h)
  *   gated_delta_decode  GatedDeltaNet's one-token step on a V-major state, or NULL where the
  *                       variant runs the scalar reference (kernels/gated_delta.h)
+ *   replay_recurrent    the commit's replay of captured GatedDeltaNet updates, or NULL: the
+ *                       scalar reference (kernels/state_replay.h)
  * A new kernel is a new column here and one entry per row; tests/benches walk the table.
  * Cores with one implementation only (gated_delta_chunk/_token, attend_row in kernels/attend.h,
  * conv_causal_channel in kernels/conv.h, rope_rotate_f32 in kernels/rope.h) are called directly
@@ -27,6 +29,7 @@
 #include "base/diag.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
+#include "kernels/state_replay.h"
 
 typedef enum kernel_variant {
   KERNEL_SCALAR = 0, /* portable C reference */
@@ -39,7 +42,8 @@ typedef enum kernel_variant {
 typedef struct kernel_set {
   const char *name;                   /* "scalar", "avx2", "avx512": PH_KERNELS spells these */
   const matmul_wt_kernels *matmul_wt; /* never NULL; its entries are NULL where not built */
-  gated_delta_decode_fn gated_delta_decode; /* NULL: the scalar reference path */
+  gated_delta_decode_fn gated_delta_decode;   /* NULL: the scalar reference path */
+  state_replay_recurrent_fn replay_recurrent; /* NULL: the scalar reference */
 } kernel_set;
 
 /* "scalar", "avx2", "avx512"; "?" for a value outside the enum. */

@@ -35,4 +35,17 @@ void state_replay_conv(const void *src, void *dst, const void *values, int64_t c
 void state_replay_recurrent(const float *src, float *dst, const float *capsule, int64_t C,
                             int64_t Hv, int64_t Hk, int64_t Dk, int64_t Dv, int64_t a);
 
+/* The variants state_replay_recurrent dispatches to (kernels/dispatch.h: the replay_recurrent
+ * column; the scalar row runs the reference). Each reads every state element once and applies
+ * the a updates to it in registers, in slot order: the same fmaf chain per element as replaying
+ * slot by slot, so the bits are the same. The reference calls fmaf (a libm call in the baseline
+ * build); the AVX2 one is _mm256_fmadd_ps over eight key columns. */
+typedef void (*state_replay_recurrent_fn)(const float *src, float *dst, const float *capsule,
+                                          int64_t C, int64_t Hv, int64_t Hk, int64_t Dk, int64_t Dv,
+                                          int64_t a);
+void state_replay_recurrent_ref(const float *src, float *dst, const float *capsule, int64_t C,
+                                int64_t Hv, int64_t Hk, int64_t Dk, int64_t Dv, int64_t a);
+void state_replay_recurrent_avx2(const float *src, float *dst, const float *capsule, int64_t C,
+                                 int64_t Hv, int64_t Hk, int64_t Dk, int64_t Dv, int64_t a);
+
 #endif /* PH_KERNELS_STATE_REPLAY_H */

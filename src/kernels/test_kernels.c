@@ -40,6 +40,7 @@
 #include "kernels/attend.h"
 #include "kernels/conv.h"
 #include "kernels/dispatch.h"
+#include "kernels/state_replay.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
 #include "kernels/rope.h"
@@ -641,6 +642,55 @@ static void grid_rope(const kernel_variant *vs, int n_vs) {
   printf("  rope_rotate_f32: worst error / tolerance %.3g\n", worst);
 }
 
+/* The commit's replay (kernels/state_replay.h) against replaying slot by slot, written here as
+ * abi.md §2.5 states it (state = fmaf(key, delta, state * decay), one slot after another over the
+ * whole state): every variant bit for bit, every a in 0..C, key widths around 8, GQA ratios 1 and
+ * 2, in place and not. */
+static void grid_replay_recurrent(const kernel_variant *vs, int n_vs) {
+  rng r = rng_seed(0x7265706cu);
+  static const int64_t dks[] = {1, 7, 8, 9, 16, 33}, C = 4, Hk = 2;
+  for (size_t ki = 0; ki < sizeof dks / sizeof dks[0]; ki++)
+    for (int64_t ratio = 1; ratio <= 2; ratio++) {
+      const int64_t Dk = dks[ki], Dv = 5, Hv = Hk * ratio, n = Hv * Dv * Dk;
+      const int64_t w = C * (Hv + Hk * Dk + Hv * Dv);
+      float *src = malloc((size_t)n * sizeof(float)), *want = malloc((size_t)n * sizeof(float));
+      float *got = malloc((size_t)n * sizeof(float)), *cap = malloc((size_t)w * sizeof(float));
+      for (int64_t i = 0; i < n; i++) src[i] = rng_range(&r, -1.0f, 1.0f);
+      for (int64_t i = 0; i < w; i++) cap[i] = rng_range(&r, -1.0f, 1.0f);
+      for (int64_t i = 0; i < C * Hv; i++) cap[i] = rng_range(&r, 0.5f, 1.0f); /* decays */
+      const float *decay = cap, *key = cap + C * Hv, *delta = key + C * Hk * Dk;
+      for (int64_t a = 0; a <= C; a++) {
+        memcpy(want, src, (size_t)n * sizeof(float));
+        for (int64_t t = 0; t < a; t++)
+          for (int64_t hv = 0; hv < Hv; hv++)
+            for (int64_t c = 0; c < Dv; c++)
+              for (int64_t k = 0; k < Dk; k++) {
+                float *x = &want[(hv * Dv + c) * Dk + k];
+                *x = fmaf(key[(t * Hk + hv / ratio) * Dk + k], delta[(t * Hv + hv) * Dv + c],
+                          *x * decay[t * Hv + hv]);
+              }
+        for (int vi = -1; vi < n_vs; vi++) {
+          state_replay_recurrent_fn fn = vi < 0 ? state_replay_recurrent_ref
+                                                : kernel_set_of(vs[vi])->replay_recurrent;
+          if (!fn) continue;
+          for (int inplace = 0; inplace < 2; inplace++) {
+            memcpy(got, src, (size_t)n * sizeof(float));
+            fn(inplace ? got : src, got, cap, C, Hv, Hk, Dk, Dv, a);
+            char name[160];
+            snprintf(name, sizeof name, "replay_recurrent %s Dk=%lld Hv/Hk=%lld a=%lld%s",
+                     vi < 0 ? "ref" : kernel_variant_name(vs[vi]), (long long)Dk,
+                     (long long)ratio, (long long)a, inplace ? " in place" : "");
+            case_result(memcmp(got, want, (size_t)n * sizeof(float)) == 0, name, 0.0);
+          }
+        }
+      }
+      free(src);
+      free(want);
+      free(got);
+      free(cap);
+    }
+}
+
 /* ---- the grid ------------------------------------------------------------------------------- */
 
 typedef struct kernel_column {
@@ -653,6 +703,7 @@ typedef struct kernel_column {
 static const kernel_column COLUMNS[] = {
     {"matmul_wt", grid_matmul_wt},
     {"gated_delta_decode", grid_gated_delta_decode},
+    {"replay_recurrent", grid_replay_recurrent},
     {"gated_delta_chunk", grid_gated_delta_chunk},
     {"attend_row", grid_attend_row},
     {"conv_causal_channel", grid_conv_causal},
@@ -685,6 +736,7 @@ static void test_kernel_table(void) {
     for (int d = 0; d < 3; d++) CHECK(ks->matmul_wt->k[d][1] != NULL);
   }
   CHECK(kernel_set_of(KERNEL_SCALAR)->gated_delta_decode == NULL);
+  CHECK(kernel_set_of(KERNEL_SCALAR)->replay_recurrent == NULL);
 }
 
 int main(void) {
