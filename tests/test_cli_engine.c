@@ -2,7 +2,8 @@
  * id back in input order, arrivals at different steps, a removal mid-decode, a refused request
  * that leaves the others alone, greedy tokens equal to `generate`'s paged run, the same output
  * twice apart from timings, a package and its checkpoint agreeing) and its exit codes; and
- * `pagedhybrid bench --json` with the keys docs/bench.md lists. Runs the built binary (PH_CLI)
+ * `pagedhybrid bench --json` with the keys docs/bench.md lists, and its speculative section
+ * (--speculative replay). Runs the built binary (PH_CLI)
  * on the golden f32 checkpoint (tests/data). */
 #include <jansson.h>
 #include <math.h>
@@ -884,6 +885,113 @@ static void test_bench_table_and_usage(void) {
   CHECK_EQ_INT(run(args), 1);
 }
 
+/* --speculative replay: the speculative section in place of decode, every key docs/bench.md
+ * lists; at p = 1 every draft is kept (K + 1 tokens a step), at p = 0 none. bench itself fails
+ * when a speculative run's tokens differ from plain decode's, so exit 0 is the exactness check. */
+static void test_bench_speculative(void) {
+  char args[4096];
+  snprintf(args, sizeof args,
+           "bench --model '%s' --json --prompt 16 --decode-steps 3 --batches 1,2 --repeats 1 "
+           "--threads 1 --speculative replay --draft-tokens 1,3 --acceptance 0,0.5,1",
+           g_ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  json_error_t e;
+  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(o != NULL);
+  if (!o) {
+    fprintf(stderr, "       %s\n%s\n", e.text, g_stderr ? g_stderr : "");
+    return;
+  }
+  CHECK(json_object_get(o, "decode") == NULL);
+  CHECK(num(json_object_get(o, "prefill"), "tok_s") > 0);
+  json_t *sp = json_object_get(o, "speculative");
+  CHECK(json_is_object(sp));
+  CHECK_EQ_STR(json_string_value(json_object_get(sp, "method")), "replay");
+  CHECK_EQ_INT(num(sp, "state_update_capacity"), 8);
+  CHECK(json_is_true(json_object_get(sp, "exact")));
+  CHECK_EQ_INT(json_array_size(json_object_get(sp, "draft_tokens")), 2);
+  CHECK_EQ_INT(json_array_size(json_object_get(sp, "acceptance")), 3);
+  json_t *bs = json_object_get(sp, "batches");
+  CHECK(json_is_array(bs) && json_array_size(bs) == 2);
+  for (size_t i = 0; i < json_array_size(bs); i++) {
+    json_t *b = json_array_get(bs, i);
+    const int B = i == 0 ? 1 : 2;
+    CHECK_EQ_INT(num(b, "batch"), B);
+    CHECK(json_object_get(b, "skipped") == NULL);
+    CHECK_EQ_INT(num(b, "reference_tokens"), 2 + 4 * (3 + 2)); /* 2 + (max K + 1)(steps + 2) */
+    json_t *pl = json_object_get(b, "plain");
+    CHECK(num(pl, "tok_s") > 0);
+    CHECK(num(pl, "step_ms") > 0);
+    CHECK_EQ_INT(num(pl, "steady_steps"), 3);
+    CHECK(num(pl, "bytes_per_step") > 0);
+    CHECK(num(pl, "gbs") > 0);
+    CHECK(num(pl, "vs_bandwidth") > 0);
+    CHECK(num(pl, "gflops") > 0);
+    CHECK(num(pl, "vs_fma_peak") > 0);
+    json_t *runs = json_object_get(b, "runs");
+    CHECK(json_is_array(runs) && json_array_size(runs) == 6);
+    for (size_t j = 0; j < json_array_size(runs); j++) {
+      json_t *r = json_array_get(runs, j);
+      const int k = j < 3 ? 1 : 3;
+      const double p = j % 3 == 0 ? 0.0 : j % 3 == 1 ? 0.5 : 1.0;
+      CHECK_EQ_INT(num(r, "draft_tokens"), k);
+      CHECK(num(r, "p") == p);
+      CHECK_EQ_INT(num(r, "steady_steps"), 3);
+      const double acc = num(r, "acceptance"), tps = num(r, "tokens_per_step");
+      if (p == 0.0) {
+        CHECK(acc == 0.0);
+        CHECK(tps == 1.0);
+      } else if (p == 1.0) {
+        CHECK(acc == 1.0);
+        CHECK(tps == k + 1);
+      } else {
+        CHECK(acc >= 0.0 && acc <= 1.0);
+        CHECK(tps >= 1.0 && tps <= k + 1);
+      }
+      CHECK(num(r, "tok_s") > 0);
+      CHECK(num(r, "step_ms") > 0);
+      CHECK(num(r, "speedup") > 0);
+      CHECK(num(r, "verify_cost") > 0);
+      CHECK(num(r, "gflops") > 0);
+      CHECK(num(r, "vs_fma_peak") > 0);
+    }
+  }
+  json_decref(o);
+  /* the table */
+  snprintf(args, sizeof args,
+           "bench --model '%s' --prompt 16 --decode-steps 2 --batches 2 --repeats 1 --threads 1 "
+           "--speculative replay --draft-tokens 2 --acceptance 1",
+           g_ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "speculative replay drafter");
+  CHECK_CONTAINS(g_stdout, "batch 2  plain ");
+  CHECK_CONTAINS(g_stdout, "      2  1.00     1.000      3.00");
+  /* usage */
+  static const char *const bad[] = {"--draft-tokens 2",
+                                    "--acceptance 0.5",
+                                    "--speculative ngram",
+                                    "--speculative replay --draft-tokens 0",
+                                    "--speculative replay --draft-tokens 9",
+                                    "--speculative replay --draft-tokens 1,",
+                                    "--speculative replay --acceptance 1.5",
+                                    "--speculative replay --acceptance -0.1",
+                                    "--speculative replay --acceptance x",
+                                    "--speculative replay --acceptance 0.5,,1",
+                                    "--speculative replay --state-update-capacity 9"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(args, sizeof args, "bench --model '%s' %s", g_ckpt, bad[i]);
+    CHECK_EQ_INT(run(args), 2);
+  }
+  CHECK_CONTAINS(g_stderr, "--state-update-capacity");
+  /* drafts beyond the engine's capacity: the engine refuses the request, bench says why */
+  snprintf(args, sizeof args,
+           "bench --model '%s' --prompt 16 --decode-steps 2 --batches 1 --repeats 1 --threads 1 "
+           "--speculative replay --draft-tokens 4 --acceptance 1 --state-update-capacity 2",
+           g_ckpt);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "num_draft_tokens = 4");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   check_data(g_ckpt, sizeof g_ckpt, "golden/qwen35-tiny-f32/checkpoint");
@@ -903,6 +1011,7 @@ int main(void) {
   RUN(test_run_speculative);
   RUN(test_bench_json);
   RUN(test_bench_table_and_usage);
+  RUN(test_bench_speculative);
   cli_testing_done();
   return check_finish();
 }

@@ -13,6 +13,16 @@
  *            KV pages + state slots (ph_engine_info.cache_bytes)
  *   machine  DRAM read bandwidth and fp32 FMA peak (bench/roofline.h), measured after the model
  *            runs (so the probe's 1 GiB buffer stays out of the peak RSS)
+ *   speculative (--speculative replay, in place of decode) for each B of --batches: B requests
+ *            decode greedily once to give each its reference continuation; then, per repeat,
+ *            per K of --draft-tokens, one plain decode run and, per p of --acceptance, one
+ *            speculative run whose replay drafter proposes that continuation with each token
+ *            replaced by a wrong one with probability 1 - p (a fixed hash: deterministic). Each
+ *            run times --decode-steps steps after a warm-up; a speculative step is steady when
+ *            all B sequences verify K drafts. Reports tokens/s of both, their ratio, the
+ *            measured acceptance (ph_step_info n_accepted / n_drafted) and the verify step's
+ *            time over the plain step's. Every run's tokens must equal the reference: a
+ *            speculative run that changes the output is an error (PH_ERR_INTERNAL).
  * Every figure is the median over --repeats. Decode is compared with the bandwidth as bytes read
  * per step (weights once + each sequence's state read and written + its KV pages) / step time;
  * prefill with the FMA peak as 2 x parameters FLOPs per token. The weight bytes and parameters
@@ -70,11 +80,24 @@ static const cli_option OPTIONS[] = {
     {"memory", "MiB",
      "engine budget for KV pages + state slots (default: the pages the "
      "measurements need)"},
+    {"speculative", "METHOD",
+     "measure speculative decode instead of plain decode: replay (a known continuation, "
+     "correct with probability --acceptance)"},
+    {"draft-tokens", "LIST",
+     "with --speculative: drafts per step, comma-separated (default 1,2,4,8)"},
+    {"acceptance", "LIST",
+     "with --speculative: probability that each drafted token is correct, comma-separated "
+     "(default 0,0.5,0.9,1)"},
+    {"state-update-capacity", "N",
+     "state-update capacity of the engine (default: 8 with --speculative on a checkpoint, the "
+     "package's for a package)"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
 #define MAX_BATCHES   16
-#define DECODE_PROMPT 16      /* prompt tokens of each decoding request */
+#define MAX_DRAFTS    PH_MAX_DRAFT_TOKENS /* --draft-tokens values */
+#define MAX_ACCEPT    16                  /* --acceptance values */
+#define DECODE_PROMPT 16                  /* prompt tokens of each decoding request */
 #define MAX_LOOP      1000000 /* steps any one measurement may take before it is a bug */
 
 typedef struct bench_config {
@@ -82,6 +105,11 @@ typedef struct bench_config {
   int64_t batches[MAX_BATCHES];
   int n_batches;
   int json;
+  int spec; /* --speculative replay: the speculative section in place of decode */
+  int64_t drafts[MAX_DRAFTS];
+  int n_drafts;
+  double accept[MAX_ACCEPT];
+  int n_accept;
 } bench_config;
 
 /* What bench learns about the model and the engine over it. */
@@ -89,6 +117,7 @@ typedef struct model_facts {
   int is_package;
   int64_t parameters, weight_bytes; /* tensors as stored (checkpoint) or initializers (package) */
   int64_t state_bytes_per_seq;      /* one state slot: conv + recurrent, every linear layer */
+  int64_t state_banks;              /* copies of the state in a slot: 2 with state updates */
   int64_t kv_bytes_per_token;       /* K and V, every full-attention layer */
   int64_t vocab, block_size, max_context, kv_pages, cache_bytes;
   double load_s;
@@ -118,27 +147,78 @@ static double median(double *v, int64_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int parse_batches(cli_args *a, bench_config *c) {
-  const char *v = cli_get(a, "batches");
+/* --NAME LIST: up to max comma-separated integers in [lo, hi] into out[*n] (left alone when the
+ * option is absent). */
+static int parse_int_list(cli_args *a, const char *name, const char *what, int64_t lo, int64_t hi,
+                          int max, int64_t *out, int *n) {
+  const char *v = cli_get(a, name);
   if (!v) return CLI_EXIT_OK;
-  c->n_batches = 0;
+  *n = 0;
   const char *p = v;
   while (*p) {
     const char *end = p;
     int64_t x = 0;
-    if (!cli_parse_i64(p, &end, &x) || (*end != ',' && *end != '\0') || x < 1 || x > 4096 ||
-        c->n_batches == MAX_BATCHES)
+    if (!cli_parse_i64(p, &end, &x) || (*end != ',' && *end != '\0') || x < lo || x > hi ||
+        *n == max)
       return cli_usage_error(a,
-                             "--batches expects up to %d comma-separated sizes in [1, 4096], "
+                             "--%s expects up to %d comma-separated %s in [%lld, %lld], "
                              "got \"%s\"",
-                             MAX_BATCHES, v);
-    c->batches[c->n_batches++] = x;
+                             name, max, what, (long long)lo, (long long)hi, v);
+    out[(*n)++] = x;
     p = *end ? end + 1 : end;
     if (*end == ',' && *p == '\0')
-      return cli_usage_error(a, "--batches has a trailing comma: \"%s\"", v);
+      return cli_usage_error(a, "--%s has a trailing comma: \"%s\"", name, v);
   }
-  if (c->n_batches == 0) return cli_usage_error(a, "--batches is empty");
+  if (*n == 0) return cli_usage_error(a, "--%s is empty", name);
   return CLI_EXIT_OK;
+}
+
+static int parse_batches(cli_args *a, bench_config *c) {
+  return parse_int_list(a, "batches", "sizes", 1, 4096, MAX_BATCHES, c->batches, &c->n_batches);
+}
+
+/* --acceptance LIST: up to MAX_ACCEPT probabilities in [0, 1]. */
+static int parse_acceptance(cli_args *a, bench_config *c) {
+  const char *v = cli_get(a, "acceptance");
+  if (!v) return CLI_EXIT_OK;
+  c->n_accept = 0;
+  const char *p = v;
+  while (*p) {
+    char *end = NULL;
+    const double x = strtod(p, &end);
+    if (end == p || (*end != ',' && *end != '\0') || !(x >= 0.0 && x <= 1.0) ||
+        c->n_accept == MAX_ACCEPT)
+      return cli_usage_error(a,
+                             "--acceptance expects up to %d comma-separated probabilities in "
+                             "[0, 1], got \"%s\"",
+                             MAX_ACCEPT, v);
+    c->accept[c->n_accept++] = x;
+    p = *end ? end + 1 : end;
+    if (*end == ',' && *p == '\0')
+      return cli_usage_error(a, "--acceptance has a trailing comma: \"%s\"", v);
+  }
+  if (c->n_accept == 0) return cli_usage_error(a, "--acceptance is empty");
+  return CLI_EXIT_OK;
+}
+
+/* --speculative replay [--draft-tokens LIST] [--acceptance LIST]; the last two only with the
+ * first. */
+static int parse_speculative(cli_args *a, bench_config *c) {
+  const char *m = cli_get(a, "speculative");
+  if (!m) {
+    if (cli_get(a, "draft-tokens") || cli_get(a, "acceptance"))
+      return cli_usage_error(a, "--draft-tokens and --acceptance need --speculative replay");
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(m, "replay") != 0)
+    return cli_usage_error(a,
+                           "--speculative %s: bench measures the replay drafter (a known "
+                           "continuation, correct with probability --acceptance): expected replay",
+                           m);
+  c->spec = 1;
+  int rc = parse_int_list(a, "draft-tokens", "draft counts", 1, PH_MAX_DRAFT_TOKENS, MAX_DRAFTS,
+                          c->drafts, &c->n_drafts);
+  return rc ? rc : parse_acceptance(a, c);
 }
 
 /* The engine's vocabulary (ph_engine_get_info cannot fail on an open engine). */
@@ -292,10 +372,291 @@ static ph_status bench_decode(ph_engine *e, const bench_config *c, decode_result
 }
 
 /* Bytes a decode step at batch B reads (and writes, for the state): the weights once, each
- * sequence's state slot read and written back, and its KV pages up to the context. */
+ * sequence's state read and written back (one bank of a double-banked slot), and its KV pages
+ * up to the context. */
+static double bytes_per_step(const model_facts *m, int64_t B, double context) {
+  const double state = (double)m->state_bytes_per_seq / (double)m->state_banks;
+  return (double)m->weight_bytes +
+         (double)B * (2.0 * state + context * (double)m->kv_bytes_per_token);
+}
+
 static double decode_bytes_per_step(const model_facts *m, const decode_result *r) {
-  return (double)m->weight_bytes + (double)r->batch * (2.0 * (double)m->state_bytes_per_seq +
-                                                       r->context * (double)m->kv_bytes_per_token);
+  return bytes_per_step(m, r->batch, r->context);
+}
+
+/* ---- speculative decode (--speculative replay) ---------------------------------------------- */
+
+typedef struct spec_point {
+  int64_t k;              /* drafts per step */
+  double p;               /* probability that a drafted token is correct */
+  double step_s, tok_s;   /* median steady verify step; tokens emitted per second */
+  double verify_cost;     /* the verify step / the plain step of the same repeat and K, median */
+  double speedup;         /* tok_s / the plain tok_s of the same repeat and K, median */
+  double tokens_per_step; /* tokens emitted per sequence per steady step */
+  double acceptance;      /* n_accepted / n_drafted over the steady steps */
+  int64_t steady_steps;   /* of the last repeat */
+} spec_point;
+
+typedef struct spec_batch {
+  int64_t batch;
+  const char *skipped; /* NULL when measured */
+  char note[128];
+  double plain_step_s, plain_tok_s, context; /* one-token decode in the same engine */
+  int64_t plain_steady;                      /* of the last plain run */
+  int64_t n_ref;                             /* tokens of each reference continuation */
+  spec_point pts[MAX_DRAFTS * MAX_ACCEPT];   /* --draft-tokens x --acceptance, in that order */
+  int n_pts;
+} spec_batch;
+
+/* Tokens each request generates in a speculative measurement: its first token, the warm-up
+ * step and the timed steps, K + 1 each at most, and K + 1 spare so that the scheduler (which
+ * keeps a verify below the tokens a request may still generate) never trims a timed step's
+ * drafts. */
+static int64_t spec_ref_tokens(const bench_config *c) {
+  int64_t kmax = 0;
+  for (int i = 0; i < c->n_drafts; i++)
+    if (c->drafts[i] > kmax) kmax = c->drafts[i];
+  return 2 + (kmax + 1) * (c->decode_steps + 2);
+}
+
+/* Request b's prompt in the speculative section: the same in every run, so that every run
+ * must generate the reference continuation. */
+static void spec_prompt(int64_t b, int64_t V, int64_t *prompt) {
+  for (int j = 0; j < DECODE_PROMPT; j++)
+    prompt[j] = bench_prompt_token(700000 + (uint64_t)b, (uint64_t)j, V);
+}
+
+/* The replay drafter's continuation for request b: the reference with token i kept when a
+ * fixed hash of (b, i) in [0, 1) is below p, else replaced by another token. */
+static void spec_replay(const int64_t *ref, int64_t n, int64_t b, double p, int64_t V,
+                        int64_t *out) {
+  for (int64_t i = 0; i < n; i++) {
+    const double u =
+        (double)bench_prompt_token(900000 + (uint64_t)b, (uint64_t)i, (int64_t)1 << 30) /
+        (double)((int64_t)1 << 30);
+    const int64_t shift = V > 1 ? 1 + bench_prompt_token(800000 + (uint64_t)b, i, V - 1) : 0;
+    out[i] = u < p ? ref[i] : (ref[i] + shift) % V;
+  }
+}
+
+static ph_status spec_add(ph_engine *e, int64_t B, int64_t n_ref, int64_t k, const int64_t *replay,
+                          uint64_t *ids, diag *d) {
+  const int64_t V = vocab_of(e);
+  for (int64_t b = 0; b < B; b++) {
+    int64_t prompt[DECODE_PROMPT];
+    spec_prompt(b, V, prompt);
+    ph_sampling_params sp = ph_sampling_params_default();
+    sp.max_new_tokens = n_ref;
+    sp.ignore_eos = 1;
+    if (k > 0) {
+      sp.speculative.method = PH_DRAFT_REPLAY;
+      sp.speculative.num_draft_tokens = (int32_t)k;
+      sp.speculative.replay_tokens = replay + b * n_ref;
+      sp.speculative.n_replay_tokens = n_ref;
+    }
+    FORWARD_IF_ERROR(engine_call_failed(
+        "ph_engine_add_request", ph_engine_add_request(e, prompt, DECODE_PROMPT, &sp, &ids[b]), d));
+  }
+  return PH_OK;
+}
+
+/* The reference: B requests decode greedily (no speculation) to n_ref tokens each, into
+ * ref[B][n_ref]. */
+static ph_status spec_reference(ph_engine *e, int64_t B, int64_t n_ref, int64_t *ref, uint64_t *ids,
+                                diag *d) {
+  FORWARD_IF_ERROR(spec_add(e, B, n_ref, 0, NULL, ids, d));
+  FORWARD_IF_ERROR(drain(e, d));
+  for (int64_t b = 0; b < B; b++) {
+    FORWARD_IF_ERROR(finish_ok(e, ids[b], d));
+    int64_t n = 0;
+    const int64_t *t = ph_engine_request_tokens(e, ids[b], &n);
+    RETURN_ERROR_IF(!t || n != n_ref, d, PH_ERR_INTERNAL,
+                    "reference request %lld generated %lld tokens, expected %lld", (long long)b,
+                    (long long)n, (long long)n_ref);
+    memcpy(ref + b * n_ref, t, (size_t)n_ref * sizeof *t);
+    FORWARD_IF_ERROR(
+        engine_call_failed("ph_engine_release_request", ph_engine_release_request(e, ids[b]), d));
+  }
+  return PH_OK;
+}
+
+typedef struct spec_run_result {
+  double step_s; /* median steady step */
+  int64_t steady, generated, drafted, accepted;
+} spec_run_result;
+
+/* A step of a run at batch B with K drafts (0: plain decode) is steady when all B sequences ran
+ * K + 1 tokens, K of them drafts, and nothing was preempted. */
+static int spec_steady(const ph_step_info *si, int64_t B, int64_t k) {
+  if (k == 0) return bench_steady_step(si, B);
+  return si->batch_size == B && si->n_tokens == B * (k + 1) && si->n_drafted == B * k &&
+         si->n_preempted == 0;
+}
+
+/* One run: B requests (replay drafting k tokens from replay[B][n_ref], or plain when k is 0)
+ * step to their first steady step (the warm-up), then --decode-steps steps are timed. Every
+ * token they generated must equal the reference's; then they are removed. */
+static ph_status spec_run(ph_engine *e, const bench_config *c, int64_t B, int64_t k, double p,
+                          const int64_t *ref, const int64_t *replay, int64_t n_ref, uint64_t *ids,
+                          double *times, spec_run_result *out, diag *d) {
+  memset(out, 0, sizeof *out);
+  ph_status s = spec_add(e, B, n_ref, k, replay, ids, d);
+  ph_step_info si;
+  memset(&si, 0, sizeof si);
+  for (int64_t n = 0; s == PH_OK && !spec_steady(&si, B, k); n++) {
+    if (n == MAX_LOOP || (n > 0 && !ph_engine_busy(e))) {
+      /* a request the engine refused says why */
+      for (int64_t b = 0; s == PH_OK && b < B; b++) s = finish_ok(e, ids[b], d);
+      if (s == PH_OK)
+        s = diag_set(d, PH_ERR_INTERNAL,
+                     "batch %lld never reached a steady %s step (every sequence running %lld "
+                     "tokens)",
+                     (long long)B, k ? "verify" : "decode", (long long)k + 1);
+      break;
+    }
+    s = engine_failed(e, ph_engine_step(e, &si), d);
+  }
+  for (int64_t n = 0; s == PH_OK && n < c->decode_steps; n++) {
+    const double t0 = roofline_now();
+    s = engine_failed(e, ph_engine_step(e, &si), d);
+    const double t = roofline_now() - t0;
+    if (s != PH_OK || !spec_steady(&si, B, k)) continue;
+    times[out->steady++] = t;
+    out->generated += si.n_generated;
+    out->drafted += si.n_drafted;
+    out->accepted += si.n_accepted;
+  }
+  out->step_s = s == PH_OK ? median(times, out->steady) : 0.0;
+  for (int64_t b = 0; s == PH_OK && b < B; b++) s = finish_ok(e, ids[b], d);
+  /* exactness: speculation never changes a token */
+  for (int64_t b = 0; s == PH_OK && b < B; b++) {
+    int64_t n = 0;
+    const int64_t *t = ph_engine_request_tokens(e, ids[b], &n);
+    const int64_t *r = ref + b * n_ref;
+    for (int64_t i = 0; t && i < n && i < n_ref; i++)
+      if (t[i] != r[i]) {
+        s = diag_set(d, PH_ERR_INTERNAL,
+                     "batch %lld, %lld drafts, p %.3g: request %lld generated %lld at index "
+                     "%lld where plain decode generated %lld: %s changed the output",
+                     (long long)B, (long long)k, p, (long long)b, (long long)t[i], (long long)i,
+                     (long long)r[i], k ? "speculative decoding" : "a second plain run");
+        break;
+      }
+  }
+  for (int64_t b = 0; s == PH_OK && b < B; b++)
+    s = engine_call_failed("ph_engine_remove_request", ph_engine_remove_request(e, ids[b]), d);
+  if (s == PH_OK) s = drain(e, d);
+  for (int64_t b = 0; s == PH_OK && b < B; b++)
+    s = engine_call_failed("ph_engine_release_request", ph_engine_release_request(e, ids[b]), d);
+  return s;
+}
+
+/* The speculative section at batch r->batch: the reference, then per repeat and per K one plain
+ * run and one speculative run per p. Medians over repeats (the plain step: over every plain
+ * run). */
+static ph_status bench_spec(ph_engine *e, const bench_config *c, spec_batch *r, diag *d) {
+  ph_engine_info info;
+  FORWARD_IF_ERROR(engine_call_failed("ph_engine_get_info", ph_engine_get_info(e, &info), d));
+  const ph_engine_params *p = &info.params;
+  const int64_t B = r->batch, n_ref = spec_ref_tokens(c), V = info.vocab_size;
+  int64_t kmax = 0;
+  for (int i = 0; i < c->n_drafts; i++)
+    if (c->drafts[i] > kmax) kmax = c->drafts[i];
+  r->n_ref = n_ref;
+  if (B > p->max_batch_size) {
+    r->skipped = "above the engine's max_batch";
+    snprintf(r->note, sizeof r->note, "above the engine's max_batch (%d): --max-batch",
+             p->max_batch_size);
+    return PH_OK;
+  }
+  if (B * (kmax + 1) > p->max_scheduled_tokens || B * DECODE_PROMPT > p->max_scheduled_tokens) {
+    r->skipped = "above the engine's token budget";
+    snprintf(r->note, sizeof r->note,
+             "%lld x %lld tokens are above the engine's token budget (%lld): --max-tokens",
+             (long long)B, (long long)(kmax + 1 > DECODE_PROMPT ? kmax + 1 : DECODE_PROMPT),
+             (long long)p->max_scheduled_tokens);
+    return PH_OK;
+  }
+  const int64_t n_pts = (int64_t)c->n_drafts * c->n_accept, n_runs = c->repeats;
+  int64_t *ref = malloc((size_t)(B * n_ref) * sizeof *ref);
+  int64_t *replay = malloc((size_t)(B * n_ref * c->n_accept) * sizeof *replay); /* [p][B][n_ref] */
+  uint64_t *ids = calloc((size_t)B, sizeof *ids);
+  double *times = calloc((size_t)c->decode_steps, sizeof *times);
+  double *plain = calloc((size_t)(n_runs * c->n_drafts), sizeof *plain);
+  double *steps = calloc((size_t)(n_runs * n_pts), sizeof *steps);
+  double *toks = calloc((size_t)(n_runs * n_pts), sizeof *toks);
+  double *cost = calloc((size_t)(n_runs * n_pts), sizeof *cost);
+  double *gain = calloc((size_t)(n_runs * n_pts), sizeof *gain);
+  ph_status s = ref && replay && ids && times && plain && steps && toks && cost && gain
+                    ? PH_OK
+                    : diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
+  if (s == PH_OK) s = spec_reference(e, B, n_ref, ref, ids, d);
+  for (int64_t pi = 0; s == PH_OK && pi < c->n_accept; pi++)
+    for (int64_t b = 0; b < B; b++)
+      spec_replay(ref + b * n_ref, n_ref, b, c->accept[pi], V, replay + (pi * B + b) * n_ref);
+  int n_plain = 0;
+  int64_t drafted[MAX_DRAFTS * MAX_ACCEPT] = {0}, accepted[MAX_DRAFTS * MAX_ACCEPT] = {0};
+  int64_t generated[MAX_DRAFTS * MAX_ACCEPT] = {0}, steady_total[MAX_DRAFTS * MAX_ACCEPT] = {0};
+  int n_ok[MAX_DRAFTS * MAX_ACCEPT] = {0};
+  for (int rep = 0; s == PH_OK && rep < c->repeats; rep++)
+    for (int ki = 0; s == PH_OK && ki < c->n_drafts; ki++) {
+      spec_run_result x;
+      s = spec_run(e, c, B, 0, 1.0, ref, NULL, n_ref, ids, times, &x, d);
+      const double plain_s = x.steady > 0 ? x.step_s : 0.0; /* this repeat's, this K's */
+      if (s == PH_OK && x.steady > 0) plain[n_plain++] = x.step_s;
+      r->plain_steady = x.steady;
+      for (int pi = 0; s == PH_OK && pi < c->n_accept; pi++) {
+        const int i = ki * c->n_accept + pi;
+        spec_point *pt = &r->pts[i];
+        pt->k = c->drafts[ki];
+        pt->p = c->accept[pi];
+        s = spec_run(e, c, B, pt->k, pt->p, ref, replay + (int64_t)pi * B * n_ref, n_ref, ids,
+                     times, &x, d);
+        pt->steady_steps = x.steady;
+        if (s != PH_OK || x.steady == 0 || plain_s <= 0) continue;
+        /* the ratios against the plain run just before: both see the same machine */
+        const int64_t at = i * n_runs + n_ok[i];
+        steps[at] = x.step_s;
+        toks[at] = (double)x.generated / (double)x.steady / x.step_s;
+        cost[at] = x.step_s / plain_s;
+        gain[at] = toks[at] / ((double)B / plain_s);
+        n_ok[i]++;
+        drafted[i] += x.drafted;
+        accepted[i] += x.accepted;
+        generated[i] += x.generated;
+        steady_total[i] += x.steady;
+      }
+    }
+  r->n_pts = (int)n_pts;
+  if (s == PH_OK && n_plain == 0) {
+    r->skipped = "no steady decode step";
+    snprintf(r->note, sizeof r->note,
+             "no steady decode step (sequences were preempted: pages short, raise --memory)");
+  } else if (s == PH_OK) {
+    r->plain_step_s = median(plain, n_plain);
+    r->plain_tok_s = (double)B / r->plain_step_s;
+    r->context = DECODE_PROMPT + 2 + 0.5 * (double)(c->decode_steps - 1);
+    for (int i = 0; i < n_pts; i++) {
+      spec_point *pt = &r->pts[i];
+      if (n_ok[i] == 0) continue; /* steady_steps 0: reported as not measured */
+      pt->step_s = median(steps + i * n_runs, n_ok[i]);
+      pt->tok_s = median(toks + i * n_runs, n_ok[i]);
+      pt->verify_cost = median(cost + i * n_runs, n_ok[i]);
+      pt->speedup = median(gain + i * n_runs, n_ok[i]);
+      pt->tokens_per_step = (double)generated[i] / (double)steady_total[i] / (double)B;
+      pt->acceptance = drafted[i] > 0 ? (double)accepted[i] / (double)drafted[i] : 0.0;
+    }
+  }
+  free(ref);
+  free(replay);
+  free(ids);
+  free(times);
+  free(plain);
+  free(steps);
+  free(toks);
+  free(cost);
+  free(gain);
+  return s;
 }
 
 /* ---- model facts --------------------------------------------------------------------------- */
@@ -307,6 +668,7 @@ static void session_facts(const ph_engine_info *in, model_facts *m) {
   m->cache_bytes = in->cache_bytes;
   m->kv_pages = in->kv_pages;
   m->state_bytes_per_seq = in->state_bytes_per_request;
+  m->state_banks = in->params.state_update_capacity > 0 ? 2 : 1;
   m->kv_bytes_per_token = in->kv_bytes_per_token;
 }
 
@@ -385,11 +747,79 @@ typedef struct bench_report {
   prefill_result pre;
   int64_t prefill_steps;
   decode_result dec[MAX_BATCHES];
+  spec_batch *spec; /* [n_batches] with --speculative, in place of dec */
   int64_t peak_rss_bytes;
   double total_s;
 } bench_report;
 
 static json_t *real_or_null(int ok, double x) { return ok ? json_real(x) : json_null(); }
+
+/* The speculative section (docs/bench.md lists every key). */
+static json_t *spec_json(const bench_report *r) {
+  const model_facts *m = &r->m;
+  const int bw = r->ml.measured && r->ml.bandwidth_gbs > 0,
+            fma = r->ml.measured && r->ml.fma_gflops > 0;
+  json_t *o = json_object(), *ks = json_array(), *ps = json_array(), *bs = json_array();
+  for (int i = 0; i < r->c->n_drafts; i++) json_array_append_new(ks, json_integer(r->c->drafts[i]));
+  for (int i = 0; i < r->c->n_accept; i++) json_array_append_new(ps, json_real(r->c->accept[i]));
+  json_object_set_new(o, "method", json_string("replay"));
+  json_object_set_new(o, "state_update_capacity", json_integer(r->p.state_update_capacity));
+  json_object_set_new(o, "draft_tokens", ks);
+  json_object_set_new(o, "acceptance", ps);
+  for (int i = 0; i < r->c->n_batches; i++) {
+    const spec_batch *x = &r->spec[i];
+    json_t *e = json_object();
+    json_object_set_new(e, "batch", json_integer(x->batch));
+    if (x->skipped) {
+      json_object_set_new(e, "skipped", json_string(x->note));
+      json_array_append_new(bs, e);
+      continue;
+    }
+    json_object_set_new(e, "reference_tokens", json_integer(x->n_ref));
+    json_t *pl = json_object(), *runs = json_array();
+    const double bytes = bytes_per_step(m, x->batch, x->context),
+                 gbs = bytes / x->plain_step_s / 1e9;
+    const double gflops = x->plain_tok_s * 2.0 * (double)m->parameters / 1e9;
+    json_object_set_new(pl, "tok_s", json_real(x->plain_tok_s));
+    json_object_set_new(pl, "step_ms", json_real(x->plain_step_s * 1e3));
+    json_object_set_new(pl, "steady_steps", json_integer(x->plain_steady));
+    json_object_set_new(pl, "bytes_per_step", json_real(bytes));
+    json_object_set_new(pl, "gbs", json_real(gbs));
+    json_object_set_new(pl, "vs_bandwidth", real_or_null(bw, gbs / r->ml.bandwidth_gbs));
+    json_object_set_new(pl, "gflops", json_real(gflops));
+    json_object_set_new(pl, "vs_fma_peak", real_or_null(fma, gflops / r->ml.fma_gflops));
+    json_object_set_new(e, "plain", pl);
+    for (int j = 0; j < x->n_pts; j++) {
+      const spec_point *pt = &x->pts[j];
+      json_t *q = json_object();
+      json_object_set_new(q, "draft_tokens", json_integer(pt->k));
+      json_object_set_new(q, "p", json_real(pt->p));
+      json_object_set_new(q, "steady_steps", json_integer(pt->steady_steps));
+      if (pt->steady_steps == 0 || pt->step_s <= 0) {
+        json_object_set_new(q, "skipped", json_string("no steady verify step"));
+        json_array_append_new(runs, q);
+        continue;
+      }
+      /* every token a verify step runs does the work of one decode token */
+      const double run_gflops =
+          (double)x->batch * (double)(pt->k + 1) / pt->step_s * 2.0 * (double)m->parameters / 1e9;
+      json_object_set_new(q, "acceptance", json_real(pt->acceptance));
+      json_object_set_new(q, "tokens_per_step", json_real(pt->tokens_per_step));
+      json_object_set_new(q, "tok_s", json_real(pt->tok_s));
+      json_object_set_new(q, "step_ms", json_real(pt->step_s * 1e3));
+      json_object_set_new(q, "speedup", json_real(pt->speedup));
+      json_object_set_new(q, "verify_cost", json_real(pt->verify_cost));
+      json_object_set_new(q, "gflops", json_real(run_gflops));
+      json_object_set_new(q, "vs_fma_peak", real_or_null(fma, run_gflops / r->ml.fma_gflops));
+      json_array_append_new(runs, q);
+    }
+    json_object_set_new(e, "runs", runs);
+    json_array_append_new(bs, e);
+  }
+  json_object_set_new(o, "batches", bs);
+  json_object_set_new(o, "exact", json_true()); /* a run that changed a token fails the bench */
+  return o;
+}
 
 static void print_json(const bench_report *r) {
   const model_facts *m = &r->m;
@@ -425,7 +855,7 @@ static void print_json(const bench_report *r) {
   json_object_set_new(
       pre, "vs_fma",
       real_or_null(r->ml.measured && r->ml.fma_gflops > 0, pre_gflops / r->ml.fma_gflops));
-  for (int i = 0; i < r->c->n_batches; i++) {
+  for (int i = 0; !r->spec && i < r->c->n_batches; i++) {
     const decode_result *x = &r->dec[i];
     json_t *e = json_object();
     json_object_set_new(e, "batch", json_integer(x->batch));
@@ -466,7 +896,12 @@ static void print_json(const bench_report *r) {
   json_object_set_new(o, "engine", eng);
   json_object_set_new(o, "machine", mach);
   json_object_set_new(o, "prefill", pre);
-  json_object_set_new(o, "decode", dec);
+  if (r->spec) {
+    json_decref(dec);
+    json_object_set_new(o, "speculative", spec_json(r));
+  } else {
+    json_object_set_new(o, "decode", dec);
+  }
   json_object_set_new(o, "memory", mem);
   json_object_set_new(o, "repeats", json_integer(r->c->repeats));
   json_object_set_new(o, "decode_steps", json_integer(r->c->decode_steps));
@@ -476,6 +911,47 @@ static void print_json(const bench_report *r) {
   if (text) printf("%s\n", text);
   free(text);
   json_decref(o);
+}
+
+static void print_spec_table(const bench_report *r) {
+  const model_facts *m = &r->m;
+  const int lim = r->ml.measured && r->ml.bandwidth_gbs > 0 && r->ml.fma_gflops > 0;
+  printf(
+      "speculative replay drafter (each draft correct with probability p), state_update_capacity "
+      "%d;\n            plain = one-token decode in the same engine, interleaved; all tokens "
+      "checked equal\n",
+      (int)r->p.state_update_capacity);
+  for (int i = 0; i < r->c->n_batches; i++) {
+    const spec_batch *x = &r->spec[i];
+    if (x->skipped) {
+      printf("batch %lld  skipped: %s\n", (long long)x->batch, x->note);
+      continue;
+    }
+    const double bytes = bytes_per_step(m, x->batch, x->context),
+                 gbs = bytes / x->plain_step_s / 1e9;
+    const double gflops = x->plain_tok_s * 2.0 * (double)m->parameters / 1e9;
+    printf("batch %lld  plain %.1f tok/s, %.3f ms/step, %.3f GB/s", (long long)x->batch,
+           x->plain_tok_s, x->plain_step_s * 1e3, gbs);
+    if (lim)
+      printf(" = %.4f of bandwidth, %.2f GFLOP/s = %.4f of FMA peak", gbs / r->ml.bandwidth_gbs,
+             gflops, gflops / r->ml.fma_gflops);
+    printf("\n      k     p  accepted  tok/step      tok/s  speedup    step ms  verify/plain   "
+           "GFLOP/s  of FMA peak\n");
+    for (int j = 0; j < x->n_pts; j++) {
+      const spec_point *pt = &x->pts[j];
+      if (pt->steady_steps == 0 || pt->step_s <= 0) {
+        printf("      %lld  %4.2f  skipped: no steady verify step\n", (long long)pt->k, pt->p);
+        continue;
+      }
+      const double run_gflops =
+          (double)x->batch * (double)(pt->k + 1) / pt->step_s * 2.0 * (double)m->parameters / 1e9;
+      printf("      %lld  %4.2f  %8.3f  %8.2f  %9.1f  %7.2f  %9.3f  %12.2f  %8.2f",
+             (long long)pt->k, pt->p, pt->acceptance, pt->tokens_per_step, pt->tok_s, pt->speedup,
+             pt->step_s * 1e3, pt->verify_cost, run_gflops);
+      if (lim) printf("  %11.4f", run_gflops / r->ml.fma_gflops);
+      printf("\n");
+    }
+  }
 }
 
 static void print_table(const bench_report *r) {
@@ -504,9 +980,12 @@ static void print_table(const bench_report *r) {
   if (r->ml.measured && r->ml.fma_gflops > 0)
     printf(" = %.4f of the FMA peak", pre_gflops / r->ml.fma_gflops);
   printf("; TTFT %.2f ms (%lld steps)\n", r->pre.ttft_ms, (long long)r->prefill_steps);
-  printf("decode    batch       tok/s    step ms    MB/step      GB/s  of bandwidth   GFLOP/s  "
-         "of FMA peak\n");
-  for (int i = 0; i < r->c->n_batches; i++) {
+  if (r->spec)
+    print_spec_table(r);
+  else
+    printf("decode    batch       tok/s    step ms    MB/step      GB/s  of bandwidth   GFLOP/s  "
+           "of FMA peak\n");
+  for (int i = 0; !r->spec && i < r->c->n_batches; i++) {
     const decode_result *x = &r->dec[i];
     if (x->skipped) {
       printf("          %5lld  skipped: %s\n", (long long)x->batch, x->note);
@@ -524,9 +1003,9 @@ static void print_table(const bench_report *r) {
   printf("memory    peak RSS %s; engine cache (KV pages + state slots) %s\n",
          cli_bytes((uint64_t)r->peak_rss_bytes, b1, sizeof b1),
          cli_bytes((uint64_t)m->cache_bytes, b2, sizeof b2));
-  printf("(medians of %lld repeats; decode: the median of %lld timed steps per repeat; "
-         "%.1f s in all)\n",
-         (long long)r->c->repeats, (long long)r->c->decode_steps, r->total_s);
+  printf("(medians of %lld repeats; %s: the median of %lld timed steps per %s; %.1f s in all)\n",
+         (long long)r->c->repeats, r->spec ? "speculative" : "decode",
+         (long long)r->c->decode_steps, r->spec ? "run" : "repeat", r->total_s);
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */
@@ -543,7 +1022,10 @@ static int32_t pages_needed(const bench_config *c, const ph_engine_params *p) {
       largest = c->batches[i];
   if (p->max_batch_size == 0 && largest > 64) largest = 64; /* a package's cap */
   const int64_t prefill = (c->prompt + K - 1) / K;
-  const int64_t decode = largest * ((DECODE_PROMPT + c->decode_steps + 3 + K - 1) / K);
+  /* speculative: the reference continuation, and a verify's drafts beyond the last kept token */
+  const int64_t per_seq = c->spec ? DECODE_PROMPT + spec_ref_tokens(c) + PH_MAX_DRAFT_TOKENS
+                                  : DECODE_PROMPT + c->decode_steps + 3;
+  const int64_t decode = largest * ((per_seq + K - 1) / K);
   const int64_t need = 1 + (prefill > decode ? prefill : decode);
   return need < INT32_MAX ? (int32_t)need : INT32_MAX;
 }
@@ -557,6 +1039,9 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
     for (int i = 0; i < c->n_batches; i++)
       if (c->batches[i] > p.max_batch_size) p.max_batch_size = (int32_t)c->batches[i];
   if (p.num_blocks == 0 && p.memory_bytes == 0) p.num_blocks = pages_needed(c, &p);
+  /* a verify needs the checkpoint's graph built with state-update outputs (as run does) */
+  if (c->spec && !r->m.is_package && p.state_update_capacity == 0)
+    p.state_update_capacity = PH_MAX_DRAFT_TOKENS;
   ph_engine *e = NULL;
   const double t0 = roofline_now();
   ph_status s = ph_engine_create(dir, &p, &e);
@@ -585,9 +1070,20 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
     r->pre.tok_s = median(tok_s, c->repeats);
     r->pre.ttft_ms = median(ttft, c->repeats);
   }
+  if (s == PH_OK && c->spec && DECODE_PROMPT + spec_ref_tokens(c) > r->m.max_context)
+    s = diag_set(d, PH_ERR_LIMIT,
+                 "the speculative runs need %lld tokens of context (16 of prompt, %lld generated: "
+                 "--decode-steps, --draft-tokens), the context is %lld",
+                 (long long)(DECODE_PROMPT + spec_ref_tokens(c)), (long long)spec_ref_tokens(c),
+                 (long long)r->m.max_context);
   for (int i = 0; s == PH_OK && i < c->n_batches; i++) {
-    r->dec[i].batch = c->batches[i];
-    s = bench_decode(e, c, &r->dec[i], d);
+    if (c->spec) {
+      r->spec[i].batch = c->batches[i];
+      s = bench_spec(e, c, &r->spec[i], d);
+    } else {
+      r->dec[i].batch = c->batches[i];
+      s = bench_decode(e, c, &r->dec[i], d);
+    }
   }
   struct rusage ru;
   if (s == PH_OK && getrusage(RUSAGE_SELF, &ru) == 0)
@@ -608,7 +1104,9 @@ int cmd_bench(int argc, char **argv) {
         &a, "--model DIR|PKG [--json] [options]",
         "Prefill and decode throughput, time to first token and peak memory of the engine\n"
         "on this machine, next to the machine's DRAM bandwidth and fp32 FMA peak measured\n"
-        "in the same run; medians over --repeats (docs/bench.md).");
+        "in the same run; medians over --repeats (docs/bench.md). With --speculative replay,\n"
+        "speculative decode at each --draft-tokens K and --acceptance p next to plain decode\n"
+        "measured in the same engine, in place of the decode section.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
@@ -619,14 +1117,18 @@ int cmd_bench(int argc, char **argv) {
                     .repeats = 3,
                     .threads = 0,
                     .batches = {1, 4, 16, 64},
-                    .n_batches = 4};
+                    .n_batches = 4,
+                    .drafts = {1, 2, 4, 8},
+                    .n_drafts = 4,
+                    .accept = {0.0, 0.5, 0.9, 1.0},
+                    .n_accept = 4};
   c.json = cli_flag(&a, "json");
   /* the engine flags, --threads among them, through the parser run uses too */
   ph_engine_params p = ph_engine_params_default();
   if ((rc = cli_get_int(&a, "prompt", 1, (int64_t)1 << 24, &c.prompt)) ||
       (rc = cli_get_int(&a, "decode-steps", 1, 1 << 20, &c.decode_steps)) ||
       (rc = cli_get_int(&a, "repeats", 1, 64, &c.repeats)) || (rc = parse_batches(&a, &c)) ||
-      (rc = engine_flags_parse(&a, &p)))
+      (rc = parse_speculative(&a, &c)) || (rc = engine_flags_parse(&a, &p)))
     return rc;
   c.threads = p.n_threads;
 
@@ -637,12 +1139,14 @@ int cmd_bench(int argc, char **argv) {
   r.c = &c;
   diag d;
   diag_clear(&d);
+  if (c.spec && !(r.spec = calloc((size_t)c.n_batches, sizeof *r.spec)))
+    return cli_lib_error(PH_ERR_NO_MEMORY, "out of memory");
   if (!c.json) fprintf(stderr, "bench: measuring %s ...\n", dir);
   ph_status s = run_bench(dir, &p, &r, &d);
-  if (s != PH_OK) return cli_lib_error(s, d.msg);
-  if (c.json)
+  if (s == PH_OK && c.json)
     print_json(&r);
-  else
+  else if (s == PH_OK)
     print_table(&r);
-  return CLI_EXIT_OK;
+  free(r.spec);
+  return s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);
 }
