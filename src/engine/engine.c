@@ -768,13 +768,6 @@ static ph_finish_reason verify(engine *e, request *r, const sched_entry *en, int
 
 /* ---- the MTP drafter ------------------------------------------------------------------------ */
 
-static int64_t argmax_row(const float *row, int64_t n) {
-  int64_t best = 0;
-  for (int64_t v = 1; v < n; v++)
-    if (row[v] > row[best]) best = v;
-  return best;
-}
-
 /* After a step, for every live request drafting with the MTP head (docs/mtp.md, the flow of
  * runtime/mtp_session.h): catch the head up on the positions the step kept — row j reads the
  * target's hidden state at position start + j and the token after it — in one packed run; then,
@@ -830,7 +823,7 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
     const float *row = mtp_session_logits(e->mtp, i, q.n - 1);
     const float *h = mtp_session_hidden(e->mtp, i, q.n - 1);
     if (!row || !h) continue;
-    r->spec->mtp_drafts[0] = argmax_row(row, V);
+    r->spec->mtp_drafts[0] = sampler_argmax(row, V);
     r->spec->n_mtp_drafts = 1;
     const int32_t want = r->sp.speculative.num_draft_tokens < e->spec_max
                              ? r->sp.speculative.num_draft_tokens
@@ -871,7 +864,7 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
       request *r = e->mreq[i];
       const float *row = mtp_session_logits(e->mtp, i, 0), *h = mtp_session_hidden(e->mtp, i, 0);
       if (!row || !h) continue;
-      const int64_t t = argmax_row(row, V);
+      const int64_t t = sampler_argmax(row, V);
       r->spec->mtp_drafts[r->spec->n_mtp_drafts++] = t;
       e->mtok[i] = t;
       memcpy(e->mhidden + (size_t)i * H, h, (size_t)H * sizeof *h);

@@ -168,9 +168,7 @@ static double uniform_at(uint64_t seed, int64_t token_index) {
 
 /* ---- greedy ---------------------------------------------------------------------------------- */
 
-/* Highest logit, ties to the lowest id, NaN skipped (comparisons with NaN are false); 0 if every
- * entry is NaN. One pass. */
-static int64_t argmax(const float *x, int64_t n) {
+int64_t sampler_argmax(const float *x, int64_t n) {
   int64_t best = -1;
   float best_v = 0.0f;
   for (int64_t i = 0; i < n; i++) {
@@ -398,7 +396,7 @@ static int params_usable(const sampling_params *p) {
 int64_t sampler_sample(const float *logits, int64_t vocab, const sampling_params *p,
                        int64_t token_index, void *scratch, size_t scratch_bytes) {
   if (!logits || !p || vocab < 1 || vocab > SAMPLER_MAX_VOCAB || !params_usable(p)) return -1;
-  if (p->temperature == 0.0f || p->top_k == 1) return argmax(logits, vocab);
+  if (p->temperature == 0.0f || p->top_k == 1) return sampler_argmax(logits, vocab);
   if (!scratch || scratch_bytes < sampler_scratch_bytes(vocab) ||
       (uintptr_t)scratch % _Alignof(cand) != 0)
     return -1;
@@ -412,7 +410,7 @@ int64_t sampler_sample(const float *logits, int64_t vocab, const sampling_params
     if (x > max_logit) max_logit = x;
   }
   /* all NaN, all -inf, or +inf present: softmax has no finite form; greedy is the limit */
-  if (!any || isinf(max_logit)) return argmax(logits, vocab);
+  if (!any || isinf(max_logit)) return sampler_argmax(logits, vocab);
 
   cand *c = scratch, *tmp = c + vocab;
   double t = (double)p->temperature;

@@ -56,6 +56,10 @@ ph_status sampling_params_validate(const sampling_params *p, int64_t vocab, diag
  * 1,4); call after validation. */
 ph_speculative_params speculative_params_resolved(const ph_speculative_params *p);
 
+/* Greedy: the highest of x[n], ties to the lowest id, NaN skipped; 0 if every entry is NaN.
+ * One pass. (The MTP drafter's drafts are this of its rows.) */
+int64_t sampler_argmax(const float *x, int64_t n);
+
 /* Bytes of scratch sampler_sample needs for a vocabulary of vocab entries (32 per entry: 7.6 MiB
  * for 248,320); 0 when vocab is outside [1, SAMPLER_MAX_VOCAB]. Allocate once per engine and
  * reuse for every call (calls on different threads need their own). */
