@@ -437,7 +437,7 @@ ph_status engine_set_capture(engine *e, ph_logits_capture mode, diag *d) {
       PH_ERR_INVALID_ARGUMENT, "logits capture mode %d: expected 0, 1 or 2", (int)mode);
   RETURN_ERROR_IF(mode == PH_CAPTURE_POSITIONS && !paged_session_all_rows(e->s), d,
                   PH_ERR_UNSUPPORTED,
-                  "%s prunes its LM head to the last row per sequence; capturing every "
+                  "%s prunes its LM head to the rows sampling reads; capturing every "
                   "position's logits needs the full logits%s",
                   e->src.is_package ? "the package" : "the graph",
                   e->src.is_package ? "" : " (create the engine with capture_logits set)");
