@@ -869,6 +869,11 @@ static void test_logit_rows_head(void) {
       }
       CHECK_STATUS(paged_session_run(full, ba, p->n, &d), PH_OK, d.msg);
       CHECK_STATUS(paged_session_run(sel, bb, p->n, &d), PH_OK, d.msg);
+      int64_t kept[N_SEQ];
+      for (int i = 0; i < p->n; i++) kept[i] = i == 0 ? p->len[i] + 1 : p->len[i];
+      /* a bad count refuses the whole commit and publishes nothing */
+      CHECK_STATUS(paged_session_commit_all(sel, kept, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+      kept[0] = p->len[0];
       for (int i = 0; i < p->n; i++) {
         for (int64_t j = 0; j < p->len[i]; j++) {
           const float *x = paged_session_token_logits(full, i, j),
@@ -880,12 +885,16 @@ static void test_logit_rows_head(void) {
             CHECK(y == NULL);
           }
         }
-        CHECK(paged_session_last_logits(sel, i) == paged_session_token_logits(sel, i, p->len[i] - 1));
+        CHECK(paged_session_last_logits(sel, i) ==
+              paged_session_token_logits(sel, i, p->len[i] - 1));
         CHECK_STATUS(paged_session_commit(full, i, p->len[i], &d), PH_OK, d.msg);
-        CHECK_STATUS(paged_session_commit(sel, i, p->len[i], &d), PH_OK, d.msg);
         a[p->who[i]].done += p->len[i];
         b[p->who[i]].done += p->len[i];
       }
+      /* the whole step at once (2 threads), as the engine commits */
+      CHECK_STATUS(paged_session_commit_all(sel, kept, &d), PH_OK, d.msg);
+      CHECK_STATUS(paged_session_commit_all(sel, kept, &d), PH_ERR_INVALID_ARGUMENT, d.msg);
+      CHECK_CONTAINS(d.msg, "committed already");
     }
     free_seqs(a, full);
     free_seqs(b, sel);

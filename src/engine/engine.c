@@ -969,8 +969,7 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
     /* one commit: every verify's state after its kept tokens is published (replayed into the
      * inactive bank unless all were kept; ordinary sequences were updated in place), and every
      * KV length advances by what was kept */
-    for (int32_t k = 0; k < b.n_entries; k++)
-      FORWARD_IF_ERROR(paged_session_commit(e->s, k, e->kept[k], d));
+    FORWARD_IF_ERROR(paged_session_commit_all(e->s, e->kept, d));
     FORWARD_IF_ERROR(sched_commit_kept(e->sch, &b, e->kept, d));
     capture_positions(e, &b);
     if (e->mtp) FORWARD_IF_ERROR(mtp_draft(e, &b, d));

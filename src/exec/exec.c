@@ -185,6 +185,8 @@ ph_status exec_bind_output(executor *e, int i, const tensor *t, diag *d) {
   return PH_OK;
 }
 
+pool *exec_pool(executor *e) { return e->pool; }
+
 const tensor *exec_output(const executor *e, int i) {
   if (i < 0 || i >= e->g->n_outputs) return NULL;
   return &e->vt[e->g->outputs[i]];

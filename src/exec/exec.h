@@ -50,6 +50,10 @@ ph_status exec_run(executor *e, diag *d);
 /* Output i of the last run (the caller's buffer if bound). */
 const tensor *exec_output(const executor *e, int i);
 
+/* The executor's thread pool, for work a session splits between runs (a speculative commit's
+ * replays); never while exec_run is running. */
+pool *exec_pool(executor *e);
+
 /* Called after every node of a run with the graph, the node and its outputs (NULL for an absent
  * optional output), valid until the next node: for tools and tests that look at intermediates (the
  * range of activations an f16 package would hold, a value dump). It must not write them. fn NULL

@@ -3,6 +3,7 @@
  */
 #include "runtime/paged_session.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ struct paged_session {
   int32_t *capture;          /* [max_batch] the step's capture counts; capture[max_batch]: active */
   uint8_t *spec;             /* [max_batch] 1: speculative row */
   uint8_t *committed;        /* [max_batch] paged_session_commit done for row b */
+  int32_t *commit_seq;       /* [max_batch] paged_session_commit_all's replaying sequences */
   int pruned; /* logits [B, V] (the first dim is named batch_size) instead of [N, V] */
   int64_t block_size, vocab, max_context;
   /* packed step inputs, sized at creation (a step allocates nothing) */
@@ -448,12 +450,13 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   s->capture = calloc(B + 1, sizeof *s->capture);
   s->spec = calloc(B, sizeof *s->spec);
   s->committed = calloc(B, sizeof *s->committed);
+  s->commit_seq = malloc(B * sizeof *s->commit_seq);
   s->lrows = malloc(T * sizeof *s->lrows);
   s->lrow0 = malloc(B * sizeof *s->lrow0);
   s->lj0 = malloc(B * sizeof *s->lj0);
   if (!s->ids || !s->pos || !s->slot_map || !s->cu || !s->past || !s->table || !s->meta ||
-      !s->tables || !s->slots || !s->capture || !s->spec || !s->committed || !s->lrows ||
-      !s->lrow0 || !s->lj0) {
+      !s->tables || !s->slots || !s->capture || !s->spec || !s->committed || !s->commit_seq ||
+      !s->lrows || !s->lrow0 || !s->lj0) {
     st = diag_set(d, PH_ERR_NO_MEMORY, "paged session: out of memory");
     goto fail;
   }
@@ -484,6 +487,7 @@ void paged_session_free(paged_session *s) {
   free(s->lj0);
   free(s->spec);
   free(s->committed);
+  free(s->commit_seq);
   free(s);
 }
 
@@ -616,7 +620,7 @@ static ph_status bind_step(paged_session *s, const paged_seq *seqs, int32_t B, i
     const layer_bind *l = &s->layers[i];
     if (l->kind == PAGED_LAYER_NONE) continue;
     tensor t0, t1;
-    memset(&t1, 0, sizeof t1); /* LATENT layers have no second view */
+    memset(&t1, 0, sizeof t1);         /* LATENT layers have no second view */
     if (l->kind == PAGED_LAYER_LATENT) /* the latent pages alone */
       FORWARD_IF_ERROR(hybrid_cache_kv_views(s->cache, i, &t0, NULL, d));
     else if (l->kind == PAGED_LAYER_KV)
@@ -703,7 +707,33 @@ const float *paged_session_hidden(const paged_session *s, int32_t b, int64_t j, 
   return (const float *)t->data + ((int64_t)s->cu[b] + j) * t->dims[1];
 }
 
-ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *d) {
+/* The replay of linear layer i of sequence b of the last run: its first `kept` captured updates
+ * from the published rows into the inactive bank (kernels/state_replay.h). */
+static ph_status replay_layer(paged_session *s, int32_t b, int i, int64_t kept, diag *d) {
+  const layer_bind *l = &s->layers[i];
+  const int32_t slot = s->slots[b];
+  const state_pool *sp = hybrid_cache_states(s->cache);
+  tensor pc, pr, qc, qr;
+  FORWARD_IF_ERROR(state_pool_slot_conv(sp, i, slot, &pc, d));
+  FORWARD_IF_ERROR(state_pool_slot_recurrent(sp, i, slot, &pr, d));
+  FORWARD_IF_ERROR(hybrid_cache_state_views_staged(s->cache, i, slot, &qc, &qr, d));
+  const tensor *cv = exec_output(s->e, l->su_conv), *cap = exec_output(s->e, l->su_capsule);
+  RETURN_ERROR_IF(!cv || !cap || !cv->data || !cap->data, d, PH_ERR_INTERNAL,
+                  "paged_session_commit: layer %d has no state-update outputs", i);
+  const int64_t conv_dim = pc.dims[0], width = pc.dims[1];
+  const int64_t Hv = pr.dims[0], Dv = pr.dims[1], Dk = pr.dims[2], C = s->capacity;
+  const int64_t Hk = (s->capsule_width / C - Hv - Hv * Dv) / Dk;
+  const size_t es = dtype_size(pc.dtype);
+  state_replay_conv(pc.data, qc.data, (const char *)cv->data + (size_t)(b * C * conv_dim) * es,
+                    conv_dim, width, kept, pc.dtype);
+  state_replay_recurrent(pr.data, qr.data, (const float *)cap->data + b * s->capsule_width, C, Hv,
+                         Hk, Dk, Dv, kept);
+  return PH_OK;
+}
+
+/* Checks sequence b's commit of `kept` tokens. *replay = 1 when it needs one. */
+static ph_status check_commit(const paged_session *s, int32_t b, int64_t kept, int *replay,
+                              diag *d) {
   RETURN_ERROR_IF(b < 0 || b >= s->last_B, d, PH_ERR_INVALID_ARGUMENT,
                   "paged_session_commit: sequence %d of a run of %lld", (int)b,
                   (long long)s->last_B);
@@ -711,35 +741,70 @@ ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *
   RETURN_ERROR_IF(kept < 1 || kept > n || s->committed[b], d, PH_ERR_INVALID_ARGUMENT,
                   "paged_session_commit: sequence %d keeps %lld of %lld tokens%s", (int)b,
                   (long long)kept, (long long)n, s->committed[b] ? " (committed already)" : "");
+  *replay = s->spec[b] && kept < n; /* else: in place, or the op's final state as is */
+  RETURN_ERROR_IF(*replay && kept > s->capture[b], d, PH_ERR_INVALID_ARGUMENT,
+                  "paged_session_commit: sequence %d keeps %lld tokens, only %d were captured",
+                  (int)b, (long long)kept, (int)s->capture[b]);
+  return PH_OK;
+}
+
+ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *d) {
+  int replay = 0;
+  FORWARD_IF_ERROR(check_commit(s, b, kept, &replay, d));
   s->committed[b] = 1;
   if (!s->spec[b]) return PH_OK; /* updated in place */
-  const int32_t slot = s->slots[b];
-  if (kept < n) { /* replay the kept prefix from the published state into the inactive bank */
-    RETURN_ERROR_IF(kept > s->capture[b], d, PH_ERR_INVALID_ARGUMENT,
-                    "paged_session_commit: sequence %d keeps %lld tokens, only %d were captured",
-                    (int)b, (long long)kept, (int)s->capture[b]);
-    state_pool *sp = hybrid_cache_states(s->cache);
-    for (int i = 0; i < s->n_layers; i++) {
-      const layer_bind *l = &s->layers[i];
-      if (l->kind != PAGED_LAYER_FIXED) continue;
-      tensor pc, pr, qc, qr;
-      FORWARD_IF_ERROR(state_pool_slot_conv(sp, i, slot, &pc, d));
-      FORWARD_IF_ERROR(state_pool_slot_recurrent(sp, i, slot, &pr, d));
-      FORWARD_IF_ERROR(hybrid_cache_state_views_staged(s->cache, i, slot, &qc, &qr, d));
-      const tensor *cv = exec_output(s->e, l->su_conv), *cap = exec_output(s->e, l->su_capsule);
-      RETURN_ERROR_IF(!cv || !cap || !cv->data || !cap->data, d, PH_ERR_INTERNAL,
-                      "paged_session_commit: layer %d has no state-update outputs", i);
-      const int64_t conv_dim = pc.dims[0], width = pc.dims[1];
-      const int64_t Hv = pr.dims[0], Dv = pr.dims[1], Dk = pr.dims[2], C = s->capacity;
-      const int64_t Hk = (s->capsule_width / C - Hv - Hv * Dv) / Dk;
-      const size_t es = dtype_size(pc.dtype);
-      state_replay_conv(pc.data, qc.data, (const char *)cv->data + (size_t)(b * C * conv_dim) * es,
-                        conv_dim, width, kept, pc.dtype);
-      state_replay_recurrent(pr.data, qr.data, (const float *)cap->data + b * s->capsule_width, C,
-                             Hv, Hk, Dk, Dv, kept);
+  for (int i = 0; replay && i < s->n_layers; i++)
+    if (s->layers[i].kind == PAGED_LAYER_FIXED) FORWARD_IF_ERROR(replay_layer(s, b, i, kept, d));
+  return hybrid_cache_publish(s->cache, s->slots[b], d);
+}
+
+/* The commit's replays over the pool: task t is (sequence seq[t / n_fixed], layer
+ * fixed[t % n_fixed]). */
+typedef struct commit_job {
+  paged_session *s;
+  const int64_t *kept;
+  const int32_t *seq;   /* the sequences that replay */
+  const int32_t *fixed; /* the linear layers */
+  int32_t n_fixed;
+  _Atomic int failed;
+  diag first; /* the first failure's message (written once, by the task that set failed) */
+} commit_job;
+
+static void commit_task(void *ctx, size_t t, int thread) {
+  (void)thread;
+  commit_job *j = ctx;
+  const int32_t b = j->seq[t / (size_t)j->n_fixed], i = j->fixed[t % (size_t)j->n_fixed];
+  diag local;
+  if (replay_layer(j->s, b, i, j->kept[b], &local) != PH_OK) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&j->failed, &expected, 1)) j->first = local;
+  }
+}
+
+ph_status paged_session_commit_all(paged_session *s, const int64_t *kept, diag *d) {
+  const int32_t B = (int32_t)s->last_B;
+  int32_t n_seq = 0, n_fixed = 0, fixed[HF_MAX_LAYERS];
+  for (int32_t b = 0; b < B; b++) { /* every count checked before anything changes */
+    int replay = 0;
+    FORWARD_IF_ERROR(check_commit(s, b, kept[b], &replay, d));
+    if (replay) s->commit_seq[n_seq++] = b;
+  }
+  for (int i = 0; i < s->n_layers; i++)
+    if (s->layers[i].kind == PAGED_LAYER_FIXED) fixed[n_fixed++] = i;
+  if (n_seq > 0 && n_fixed > 0) {
+    commit_job j = {.s = s, .kept = kept, .seq = s->commit_seq, .fixed = fixed, .n_fixed = n_fixed};
+    atomic_init(&j.failed, 0);
+    pool_run(exec_pool(s->e), (size_t)n_seq * (size_t)n_fixed, commit_task, &j);
+    if (atomic_load(&j.failed)) {
+      diag_copy(d, &j.first);
+      return j.first.status;
     }
   }
-  return hybrid_cache_publish(s->cache, slot, d);
+  for (int32_t b = 0; b < B; b++) {
+    s->committed[b] = 1;
+    if (s->spec[b]) FORWARD_IF_ERROR(hybrid_cache_publish(s->cache, s->slots[b], d));
+  }
+  return PH_OK;
 }
 
 const float *paged_session_last_logits(const paged_session *s, int32_t b) {

@@ -155,6 +155,12 @@ ph_status paged_session_commit(paged_session *s, int32_t b, int64_t kept, diag *
  * the graph has no such output or (b, j) is out of range. *H receives the width when not NULL. */
 const float *paged_session_hidden(const paged_session *s, int32_t b, int64_t j, int64_t *H);
 
+/* paged_session_commit for every sequence of the last run (kept[B], B = the run's sequences),
+ * the replays split over the executor's threads as (sequence, layer) tasks — each its own
+ * slot's rows: the same bits as one after another. Validates every kept count first; on an
+ * error nothing is published. */
+ph_status paged_session_commit_all(paged_session *s, const int64_t *kept, diag *d);
+
 /* The graph's state_update_capacity (the most tokens a verify may capture), 0 without compact
  * state updates or without linear layers. */
 int32_t paged_session_state_capacity(const paged_session *s);
