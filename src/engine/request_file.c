@@ -131,19 +131,18 @@ static ph_status get_token(const at *a, const char *key, const json_t *arr, size
 
 /* ---- one line -------------------------------------------------------------------------------- */
 
-static ph_status check_keys(const at *a, const json_t *obj, diag *d) {
+/* Every key of obj is one of keys[n]; else the first that is not, named with where (the object:
+ * "" for the line) and listed (the known keys as the message spells them). */
+static ph_status check_keys(const at *a, const json_t *obj, const char *const *keys, size_t n,
+                            const char *where, const char *listed, diag *d) {
   const char *key;
   const json_t *v;
   json_object_foreach((json_t *)obj, key, v) {
     int known = 0;
-    for (size_t i = 0; i < sizeof known_keys / sizeof known_keys[0]; i++)
-      known |= strcmp(key, known_keys[i]) == 0;
+    for (size_t i = 0; i < n; i++) known |= strcmp(key, keys[i]) == 0;
     char buf[KEY_SHOWN + 4];
-    RETURN_ERROR_IF(!known, d, PH_ERR_CONFIG_INVALID,
-                    "%s:%d: unknown key \"%s\" (known: id, prompt_tokens, max_new_tokens, "
-                    "arrive_step, remove_step, temperature, top_k, top_p, min_p, seed, "
-                    "stop_token_ids, ignore_eos, speculative)",
-                    a->label, a->line, shown(key, buf));
+    RETURN_ERROR_IF(!known, d, PH_ERR_CONFIG_INVALID, "%s:%d: unknown key \"%s\"%s (known: %s)",
+                    a->label, a->line, shown(key, buf), where, listed);
   }
   return PH_OK;
 }
@@ -221,18 +220,9 @@ static ph_status read_speculative(const at *a, const json_t *obj, request_spec *
                   "%s:%d: speculative is %s, expected an object like {\"method\": \"ngram\", "
                   "\"num_draft_tokens\": 4}",
                   a->label, a->line, json_kind(v));
-  const char *key;
-  const json_t *x;
-  json_object_foreach((json_t *)v, key, x) {
-    int known = 0;
-    for (size_t i = 0; i < sizeof spec_keys / sizeof spec_keys[0]; i++)
-      known |= strcmp(key, spec_keys[i]) == 0;
-    char buf[KEY_SHOWN + 4];
-    RETURN_ERROR_IF(!known, d, PH_ERR_CONFIG_INVALID,
-                    "%s:%d: unknown key \"%s\" in speculative (known: method, num_draft_tokens, "
-                    "ngram_min, ngram_max, tokens)",
-                    a->label, a->line, shown(key, buf));
-  }
+  FORWARD_IF_ERROR(check_keys(a, v, spec_keys, sizeof spec_keys / sizeof spec_keys[0],
+                              " in speculative",
+                              "method, num_draft_tokens, ngram_min, ngram_max, tokens", d));
   ph_speculative_params *sp = &r->sampling.speculative;
   const json_t *m = get(v, "method");
   RETURN_ERROR_IF(!m || !json_is_string(m), d, PH_ERR_CONFIG_INVALID,
@@ -279,7 +269,11 @@ static ph_status read_speculative(const at *a, const json_t *obj, request_spec *
 
 /* Everything but the prompt; only replay draft tokens are allocated (r->draft_tokens). */
 static ph_status read_fields(const at *a, const json_t *obj, request_spec *r, diag *d) {
-  FORWARD_IF_ERROR(check_keys(a, obj, d));
+  FORWARD_IF_ERROR(check_keys(a, obj, known_keys, sizeof known_keys / sizeof known_keys[0], "",
+                              "id, prompt_tokens, max_new_tokens, arrive_step, remove_step, "
+                              "temperature, top_k, top_p, min_p, seed, stop_token_ids, "
+                              "ignore_eos, speculative",
+                              d));
   FORWARD_IF_ERROR(read_id(a, obj, r->id, d));
   sampling_params *sp = &r->sampling;
   *sp = sampling_params_default();

@@ -131,6 +131,14 @@ genai_config genai_config_paged(const hf_config *c, int64_t context_length, int6
                                 int64_t max_batch_size, double gpu_utilization_factor,
                                 int64_t num_blocks, int64_t max_scheduled_tokens);
 
+/* The graph inputs g names one by one (the per-layer templates aside), in this order:
+ * input_ids, position_ids, attention_mask, block_table, cumulative_sequence_lengths,
+ * past_sequence_lengths, attention_metadata, slot_mapping, state_update_capture_count,
+ * state_update_active; "" where g names none. The one list of them (the export's name check
+ * and inference_metadata.json read it). */
+#define GENAI_N_SINGLE_INPUTS 10
+void genai_config_single_inputs(const genai_config *g, const char *out[GENAI_N_SINGLE_INPUTS]);
+
 /* Sets g's compact state updates to capacity (the ABI's names, graph/abi_names.h, when > 0;
  * capacity 0 clears them). Not validated here. */
 void genai_config_set_state_updates(genai_config *g, int32_t capacity);

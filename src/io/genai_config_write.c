@@ -126,6 +126,20 @@ genai_config genai_config_paged(const hf_config *c, int64_t context_length, int6
   return g;
 }
 
+void genai_config_single_inputs(const genai_config *g, const char *out[GENAI_N_SINGLE_INPUTS]) {
+  const char *const v[GENAI_N_SINGLE_INPUTS] = {g->input_ids,
+                                                g->position_ids,
+                                                g->attention_mask,
+                                                g->block_table,
+                                                g->cumulative_sequence_lengths,
+                                                g->past_sequence_lengths,
+                                                g->attention_metadata,
+                                                g->slot_mapping,
+                                                g->state_update_capture_count,
+                                                g->state_update_active};
+  memcpy(out, v, sizeof v);
+}
+
 void genai_config_set_state_updates(genai_config *g, int32_t capacity) {
   const int on = capacity > 0;
   g->state_update_capacity = on ? capacity : 0;

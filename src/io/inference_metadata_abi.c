@@ -82,26 +82,12 @@ static int named(const char *config_name, const char *name) {
   return config_name[0] && strcmp(config_name, name) == 0;
 }
 
-/* The graph inputs genai_config names one by one ("" where it names none), in the order of
- * INPUT_KINDS. */
-static const md_kind INPUT_KINDS[] = {
+/* The kinds of the graph inputs genai_config names one by one, in the order of
+ * genai_config_single_inputs. */
+static const md_kind INPUT_KINDS[GENAI_N_SINGLE_INPUTS] = {
     MD_TOKENS,       MD_POSITIONS,     MD_MASK,         MD_BLOCK_TABLE,      MD_CU_SEQLENS,
     MD_PAST_SEQLENS, MD_ATTN_METADATA, MD_SLOT_MAPPING, MD_SU_CAPTURE_COUNT, MD_SU_ACTIVE};
-#define N_INPUT_KINDS (sizeof INPUT_KINDS / sizeof INPUT_KINDS[0])
-
-static void config_inputs(const genai_config *gc, const char *names[N_INPUT_KINDS]) {
-  const char *const v[N_INPUT_KINDS] = {gc->input_ids,
-                                        gc->position_ids,
-                                        gc->attention_mask,
-                                        gc->block_table,
-                                        gc->cumulative_sequence_lengths,
-                                        gc->past_sequence_lengths,
-                                        gc->attention_metadata,
-                                        gc->slot_mapping,
-                                        gc->state_update_capture_count,
-                                        gc->state_update_active};
-  memcpy(names, v, sizeof v);
-}
+#define N_INPUT_KINDS GENAI_N_SINGLE_INPUTS
 
 static ph_status classify(const genai_config *gc, const char *name, int is_output, md_kind *kind,
                           int *layer, diag *d) {
@@ -110,7 +96,7 @@ static ph_status classify(const genai_config *gc, const char *name, int is_outpu
     if (named(gc->logits, name)) return *kind = MD_LOGITS, PH_OK;
   } else {
     const char *names[N_INPUT_KINDS];
-    config_inputs(gc, names);
+    genai_config_single_inputs(gc, names);
     for (size_t i = 0; i < N_INPUT_KINDS; i++)
       if (named(names[i], name)) return *kind = INPUT_KINDS[i], PH_OK;
   }
@@ -365,7 +351,7 @@ ph_status md_abi_build(const graph *g, const genai_config *gc, md_abi *a, diag *
                  gc->logits);
   /* every input genai_config names is one the graph has (GenAI binds each by name) */
   const char *named_inputs[N_INPUT_KINDS];
-  config_inputs(gc, named_inputs);
+  genai_config_single_inputs(gc, named_inputs);
   for (size_t i = 0; s == PH_OK && i < N_INPUT_KINDS; i++)
     if (named_inputs[i][0] && !input_named(a, named_inputs[i]))
       s = diag_set(d, PH_ERR_CONFIG_INCONSISTENT,

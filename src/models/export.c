@@ -202,16 +202,8 @@ static ph_status check_layer_names(const graph *g, int layer, const char *past_t
  * LATENT config (slot_mapping named, no value templates) gives its MLA layers key pages only. */
 static ph_status check_genai_names(const graph *g, const genai_config *gc, const hf_config *c,
                                    diag *d) {
-  const char *ins[] = {gc->input_ids,
-                       gc->attention_mask,
-                       gc->position_ids,
-                       gc->block_table,
-                       gc->cumulative_sequence_lengths,
-                       gc->past_sequence_lengths,
-                       gc->attention_metadata,
-                       gc->slot_mapping,
-                       gc->state_update_capture_count,
-                       gc->state_update_active};
+  const char *ins[GENAI_N_SINGLE_INPUTS];
+  genai_config_single_inputs(gc, ins);
   /* LATENT (slot_mapping named, no value templates): an MLA layer holds key pages only */
   const int key_only =
       gc->slot_mapping[0] && !gc->past_value_names[0] && !gc->present_value_names[0];
