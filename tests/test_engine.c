@@ -974,6 +974,20 @@ static void test_remove_from_callback(void) {
 
 /* Adds the workload (outside the counted region) and steps it to the end, counting allocations
  * inside engine_step only. */
+/* The warm-up's workload: N_WORK requests of unequal prompts (around the page and chunk
+ * sizes), greedy and sampled, prompts drawn from seed. Caller frees. */
+static req_spec *work_specs(int64_t V, uint64_t seed) {
+  static const int64_t lens[N_WORK] = {5, 33, 64, 90, 17, 120};
+  static const int64_t news[N_WORK] = {8, 12, 6, 10, 16, 7};
+  req_spec *q = calloc(N_WORK, sizeof *q);
+  rng r = rng_seed(seed);
+  for (int i = 0; q && i < N_WORK; i++) {
+    fill_prompt(&r, &q[i], lens[i], V);
+    q[i].sp = i % 2 ? sampled(news[i], 0.8f, 40, 0.9f, 77 + (uint64_t)i) : greedy(news[i]);
+  }
+  return q;
+}
+
 static void work_round(engine *e, const req_spec *q, int count, outcome *got, long *allocs,
                        long *allocs_admit, int64_t *steps) {
   diag d;
@@ -1009,14 +1023,7 @@ static void test_no_alloc_in_step(void) {
   engine *e = open_engine(&p);
   if (!e) return;
   const int64_t V = engine_vocab(e);
-  static const int64_t lens[N_WORK] = {5, 33, 64, 90, 17, 120};
-  static const int64_t news[N_WORK] = {8, 12, 6, 10, 16, 7};
-  req_spec *q = calloc(N_WORK, sizeof *q);
-  rng r = rng_seed(5);
-  for (int i = 0; i < N_WORK; i++) {
-    fill_prompt(&r, &q[i], lens[i], V);
-    q[i].sp = i % 2 ? sampled(news[i], 0.8f, 40, 0.9f, 77 + (uint64_t)i) : greedy(news[i]);
-  }
+  req_spec *q = work_specs(V, 5);
   const int counter = alloc_counter_ready();
   CHECK(counter);
   outcome warm[N_WORK], again[N_WORK];
@@ -1072,7 +1079,7 @@ static void test_no_alloc_in_step(void) {
   dense_ref_close(&dr);
   free(rr.reqs);
   /* the traffic is a different workload: longer prompts than the warm-up's, preempting */
-  CHECK(rr.n >= 10 && longest > lens[N_WORK - 1] && c.preemptions >= 1);
+  CHECK(rr.n >= 10 && longest > q[N_WORK - 1].n_prompt && c.preemptions >= 1);
   printf("  counted by %s: %ld allocations in %lld engine_step calls of the warm-up's workload "
          "(%ld in steps that admitted requests, %lld preemptions); %ld in %lld steps of a new "
          "workload (%d requests, prompts up to %lld, %lld removed, %lld preemptions)\n",
@@ -1097,14 +1104,9 @@ static void no_alloc_speculative_in(const char *dir, ph_draft_method even, const
   if (!e) return;
   engine_set_capture_logits(e, 1);
   const int64_t V = engine_vocab(e);
-  static const int64_t lens[N_WORK] = {5, 33, 64, 90, 17, 120};
-  static const int64_t news[N_WORK] = {8, 12, 6, 10, 16, 7};
   static const int64_t cont[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  req_spec *q = calloc(N_WORK, sizeof *q);
-  rng r = rng_seed(6);
-  for (int i = 0; i < N_WORK; i++) {
-    fill_prompt(&r, &q[i], lens[i], V);
-    q[i].sp = i % 2 ? sampled(news[i], 0.8f, 40, 0.9f, 77 + (uint64_t)i) : greedy(news[i]);
+  req_spec *q = work_specs(V, 6);
+  for (int i = 0; i < N_WORK && q; i++) {
     q[i].sp.speculative.method = i % 3 ? even : PH_DRAFT_REPLAY;
     q[i].sp.speculative.num_draft_tokens = 1 + i;
     q[i].sp.speculative.replay_tokens = cont;

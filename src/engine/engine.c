@@ -712,6 +712,13 @@ static void capture_positions(engine *e, const sched_batch *b) {
   }
 }
 
+/* The drafts request r asks for a step: its num_draft_tokens, within the model's bound (which
+ * engine_add's checks already hold it to). */
+static int32_t drafts_wanted(const engine *e, const request *r) {
+  const int32_t k = r->sp.speculative.num_draft_tokens;
+  return k < e->spec_max ? k : e->spec_max;
+}
+
 /* Speculative drafts for every running request whose next chunk is its decode token: written
  * after its known tokens (r->tokens[n_total, n_total + n), where the tokens it may generate
  * go; nothing there is published until sampled) and offered to the scheduler as sr.n_draft.
@@ -724,7 +731,7 @@ static void propose_drafts(engine *e) {
     q->n_draft = 0;
     const ph_speculative_params *sp = &r->sp.speculative;
     if (sp->method == PH_DRAFT_NONE || q->n_computed + 1 != q->n_total) continue;
-    int64_t k = sp->num_draft_tokens < e->spec_max ? sp->num_draft_tokens : e->spec_max;
+    int64_t k = drafts_wanted(e, r);
     const int64_t n_total = q->n_total;
     if (k > r->capacity - n_total) k = r->capacity - n_total;
     if (k > e->max_context - n_total) k = e->max_context - n_total;
@@ -825,9 +832,7 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
     if (!row || !h) continue;
     r->spec->mtp_drafts[0] = sampler_argmax(row, V);
     r->spec->n_mtp_drafts = 1;
-    const int32_t want = r->sp.speculative.num_draft_tokens < e->spec_max
-                             ? r->sp.speculative.num_draft_tokens
-                             : e->spec_max;
+    const int32_t want = drafts_wanted(e, r);
     if (want > most) most = want;
     memcpy(e->mhidden + (size_t)C * (size_t)H, h, (size_t)H * sizeof *h);
     e->mtok[C] = r->spec->mtp_drafts[0];
@@ -838,9 +843,7 @@ static ph_status mtp_draft(engine *e, const sched_batch *b, diag *d) {
     int32_t n = 0; /* the chains still short of their count and inside the context */
     for (int32_t i = 0; i < C; i++) {
       request *r = e->mreq[i];
-      const int32_t want = r->sp.speculative.num_draft_tokens < e->spec_max
-                               ? r->sp.speculative.num_draft_tokens
-                               : e->spec_max;
+      const int32_t want = drafts_wanted(e, r);
       if (r->spec->n_mtp_drafts >= want || e->mseq[i].past + 1 >= e->max_context) continue;
       if (n != i) {
         e->mseq[n] = e->mseq[i];
