@@ -420,6 +420,7 @@ typedef struct gdn_job {
   size_t ws_bytes;
   gated_delta_shape sh;
   gated_delta_decode_fn decode; /* the variant's V-major decode kernel, or the reference */
+  gated_delta_chunk_fn chunk;   /* the variant's chunk kernel, or the reference */
 } gdn_job;
 
 static void gdn_l2(float *x, int64_t n) {
@@ -533,7 +534,7 @@ static void gdn_chunk(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int
                       int64_t L) {
   for (int64_t i = 0; i < L; i++) gdn_load_token(j, ws, h, tok0 + i, i);
   gdn_out w = {j, h, tok0};
-  gated_delta_chunk(&j->sh, ws, L, gdn_store_row, &w);
+  j->chunk(&j->sh, ws, L, gdn_store_row, &w);
 }
 
 static void gdn_task(void *ctx, size_t task, int thread) {
@@ -626,6 +627,8 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   gdn_shape(&g, &j.sh);
   j.decode = kernel_set_of(kernel_variant_active())->gated_delta_decode;
   if (!j.decode) j.decode = gated_delta_decode_ref;
+  j.chunk = kernel_set_of(kernel_variant_active())->gated_delta_chunk;
+  if (!j.chunk) j.chunk = gated_delta_chunk;
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
                   PH_ERR_INTERNAL, "GatedDeltaNet: scratch is %zu bytes, %d threads need %zu",
