@@ -19,7 +19,8 @@
  *
  * Work is split over (sequence, value head) pairs; each pair is one single-threaded kernel
  * call. A sequence of one token (decode) runs the one-token step on the V-major state; a longer
- * one runs in chunks of the WY/UT form (kernels/gated_delta.h: gated_delta_chunk, the core
+ * one runs in chunks of the WY/UT form (kernels/gated_delta.h: the variant's chunk kernel from
+ * kernels/dispatch.h, gated_delta_chunk or the blocked gated_delta_chunk_avx512, the core
  * LinearAttention runs too, on a K-major copy of the state, G = 1, per-head decay), chunks
  * anchored at that sequence's first token, so a sequence's results never depend on the other
  * sequences of the call nor on the thread count. A pair reads its whole initial state before
