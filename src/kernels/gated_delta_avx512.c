@@ -160,8 +160,10 @@ static WT_INLINE WT_AVX512 void gd_tri(const int mr, const int nw, __mmask16 las
 /* gd_tile and gd_tri with mr, nw as constants (1..GD_MR, 1..GD_NW). */
 #define GD_CASES(X)                                                                                \
   X(1, 1)                                                                                          \
-  X(1, 2) X(1, 3) X(1, 4) X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(4, 1)  \
-      X(4, 2) X(4, 3) X(4, 4)
+  X(1, 2)                                                                                          \
+  X(1, 3)                                                                                          \
+  X(1, 4) X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(4, 1) X(4, 2) X(4, 3)  \
+      X(4, 4)
 
 static WT_AVX512 void gd_tile_any(int mr, int nw, __mmask16 last, int64_t K, const float *A,
                                   int64_t lda, const float *B, int64_t ldb, float *Y, int64_t ldy,
@@ -237,6 +239,54 @@ static WT_AVX512 void gd_lower(int64_t L, int64_t N, const float *M, int64_t ldm
   }
 }
 
+/* x[i] = a x[i], i < n. */
+static WT_AVX512 void gd_vscale(float *x, float a, int64_t n) {
+  __m512 va = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : gd_last_mask(n - i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+/* x[i] = w[i] x[i], i < n. */
+static WT_AVX512 void gd_vmul(float *x, const float *w, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : gd_last_mask(n - i);
+    __m512 vw = _mm512_maskz_loadu_ps(m, w + i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(vw, _mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+/* x[i] = −(b w[i]) x[i], i < n: the right-hand side's keys, per key dim. */
+static WT_AVX512 void gd_vnegmul(float *x, float b, const float *w, int64_t n) {
+  __m512 vb = _mm512_set1_ps(b);
+  __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : gd_last_mask(n - i);
+    __m512 f = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(_mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, w + i))), sign));
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(f, _mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+/* Kt[r][s] = e_s K[s][r] (e NULL: K[s][r]) for s < L, r < Dk: a column of K gathered per
+ * 16 tokens. */
+static WT_AVX512 void gd_transpose(const float *K, int64_t Dk, int64_t L, const float *e, float *Kt,
+                                   int64_t ldt) {
+  const __m512i idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32((int)Dk));
+  for (int64_t s0 = 0; s0 < L; s0 += 16) {
+    __mmask16 m = L - s0 >= 16 ? (__mmask16)0xffff : gd_last_mask(L - s0);
+    __m512 ve = e ? _mm512_maskz_loadu_ps(m, e + s0) : _mm512_setzero_ps();
+    for (int64_t r = 0; r < Dk; r++) {
+      __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, K + s0 * Dk + r, 4);
+      if (e) v = _mm512_mul_ps(ve, v);
+      _mm512_mask_storeu_ps(Kt + r * ldt + s0, m, v);
+    }
+  }
+}
+
 WT_AVX512 void gated_delta_chunk_avx512(const gated_delta_shape *sh, const gated_delta_ws *ws,
                                         int64_t L, gated_delta_store_fn store, void *ctx) {
   const int64_t G = sh->G, C = sh->C, Dk = sh->Dk, Dv = sh->Dv;
@@ -247,8 +297,7 @@ WT_AVX512 void gated_delta_chunk_avx512(const gated_delta_shape *sh, const gated
   gated_delta_chunk_decays(sh, ws, L);
 
   /* 2. pairwise products, lower triangle */
-  for (int64_t s = 0; s < L; s++)
-    for (int64_t r = 0; r < Dk; r++) Kt[r * C + s] = K[s * Dk + r];
+  gd_transpose(K, Dk, L, NULL, Kt, C);
   if (!per_dim) {
     if (delta) gd_gram(L, Dk, K, Dk, Kt, C, ws->A, C);
     for (int64_t jq = 0; jq < G; jq++)
@@ -277,27 +326,33 @@ WT_AVX512 void gated_delta_chunk_avx512(const gated_delta_shape *sh, const gated
 
   /* 3. the decayed keys for the end state (transposed), then K', Q', β⊙V in place */
   const double *gend = ws->gam + (L - 1) * Dg;
-  for (int64_t s = 0; s < L; s++) {
-    const double *gs = ws->gam + s * Dg;
-    const float *ks = K + s * Dk;
-    if (per_dim) {
+  if (per_dim) {
+    for (int64_t s = 0; s < L; s++) {
+      const double *gs = ws->gam + s * Dk;
+      const float *ks = K + s * Dk;
       for (int64_t r = 0; r < Dk; r++) Kt[r * C + s] = expf((float)(gend[r] - gs[r])) * ks[r];
-    } else {
-      float e = expf((float)(gend[0] - gs[0]));
-      for (int64_t r = 0; r < Dk; r++) Kt[r * C + s] = e * ks[r];
     }
+  } else {
+    float *es = ws->O; /* [L] of O's room (G C Dv >= C floats), free until step 5 */
+    for (int64_t s = 0; s < L; s++) es[s] = expf((float)(gend[0] - ws->gam[s]));
+    gd_transpose(K, Dk, L, es, Kt, C);
   }
   for (int64_t t = 0; t < L; t++) {
     const float *eg = ws->eg + t * Dg;
     if (delta) {
       float *kt = K + t * Dk, b = ws->beta[t];
-      for (int64_t r = 0; r < Dk; r++) kt[r] = -(b * eg[per_dim ? r : 0]) * kt[r];
-      float *ut = U + t * Dv;
-      for (int64_t c = 0; c < Dv; c++) ut[c] *= b;
+      if (per_dim)
+        gd_vnegmul(kt, b, eg, Dk);
+      else
+        gd_vscale(kt, -(b * eg[0]), Dk);
+      gd_vscale(U + t * Dv, b, Dv);
     }
     for (int64_t jq = 0; jq < G; jq++) {
       float *qt = ws->Q + (jq * C + t) * Dk;
-      for (int64_t r = 0; r < Dk; r++) qt[r] *= eg[per_dim ? r : 0];
+      if (per_dim)
+        gd_vmul(qt, eg, Dk);
+      else
+        gd_vscale(qt, eg[0], Dk);
     }
   }
 
@@ -314,7 +369,7 @@ WT_AVX512 void gated_delta_chunk_avx512(const gated_delta_shape *sh, const gated
     gd_lower(L, Dv, ws->QK + jq * C * C, C, U, Dv, O, Dv, 0);
     for (int64_t t = 0; t < L; t++) {
       float *o = O + t * Dv;
-      for (int64_t c = 0; c < Dv; c++) o[c] *= sh->scale;
+      gd_vscale(o, sh->scale, Dv);
       store(ctx, jq, t, o);
     }
   }
