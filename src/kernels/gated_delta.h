@@ -87,8 +87,8 @@ typedef void (*gated_delta_chunk_fn)(const gated_delta_shape *sh, const gated_de
  * in double (ws->gam) and e^{γ_t} = expf((float)γ_t) (ws->eg), rows t < L. */
 void gated_delta_chunk_decays(const gated_delta_shape *sh, const gated_delta_ws *ws, int64_t L);
 
-/* gated_delta_chunk as blocked matrix products in AVX-512 F (kernels/gated_delta_avx512.c), the
- * same math in another summation order (register tiles of 4 rows x 64 columns, every sum over
+/* gated_delta_chunk as blocked matrix products in AVX-512 F (kernels/gated_delta_chunk_avx512.c),
+ * the same math in another summation order (register tiles of 4 rows x 64 columns, every sum over
  * its inner index in increasing order, one fused multiply-add per term); the order depends on
  * the shape and L only. The pairwise products, the right-hand side β⊙V − (β⊙e^γ⊙K) S0, the
  * triangular solve (forward substitution, row tiles of 4 in increasing order), the outputs

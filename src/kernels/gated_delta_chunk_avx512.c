@@ -1,5 +1,5 @@
-/* gated_delta_avx512 — the chunked WY/UT form of the gated delta rule as blocked matrix products
- * in AVX-512 F (kernels/gated_delta.h: gated_delta_chunk_avx512), the dispatch table's
+/* gated_delta_chunk_avx512 — the chunked WY/UT form of the gated delta rule as blocked matrix
+ * products in AVX-512 F (kernels/gated_delta.h: gated_delta_chunk_avx512), the dispatch table's
  * gated_delta_chunk for the avx512 variant.
  *
  * Every product is one register tile shape: up to GD_MR rows by up to GD_NW 16-lane columns
@@ -162,8 +162,8 @@ static WT_INLINE WT_AVX512 void gd_tri(const int mr, const int nw, __mmask16 las
   X(1, 1)                                                                                          \
   X(1, 2)                                                                                          \
   X(1, 3)                                                                                          \
-  X(1, 4) X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(4, 1) X(4, 2) X(4, 3)  \
-      X(4, 4)
+  X(1, 4)                                                                                          \
+  X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(4, 1) X(4, 2) X(4, 3) X(4, 4)
 
 static WT_AVX512 void gd_tile_any(int mr, int nw, __mmask16 last, int64_t K, const float *A,
                                   int64_t lda, const float *B, int64_t ldb, float *Y, int64_t ldy,
