@@ -13,10 +13,10 @@
  *                       update of §2.5 (written here, independent of the kernels' tiling):
  *                       output, final state and delta row, with the state absent, separate or
  *                       aliased, and no final state asked for.
- *   gated_delta_chunk   the reference against L recurrent steps, NMSE at most
- *                       GATED_DELTA_CHUNK_NMSE, state and outputs; every variant's chunk kernel
- *                       against the reference per element within twice a first-order running
- *                       error bound derived from the inputs (gd_chunk_bound).
+ *   gated_delta_chunk   every variant's chunk kernel against the reference per element within
+ *                       twice a first-order running error bound derived from the inputs
+ *                       (gd_chunk_bound); the reference against L recurrent steps, NMSE at most
+ *                       GATED_DELTA_CHUNK_NMSE, state and outputs.
  *   attend_row          (one implementation today: PagedAttention's and GroupQueryAttention's
  *                       core) against a double reference, per element within ATTEND_TOL (an
  *                       error bound derived beside it from the inputs), f32/f16/bf16 rows, with
