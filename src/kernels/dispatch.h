@@ -8,8 +8,10 @@
  *                       variant runs the scalar reference (kernels/gated_delta.h)
  *   replay_recurrent    the commit's replay of captured GatedDeltaNet updates, or NULL: the
  *                       scalar reference (kernels/state_replay.h)
+ *   gated_delta_chunk   the chunked WY/UT form of GatedDeltaNet's and LinearAttention's prefill,
+ *                       or NULL: the reference gated_delta_chunk (kernels/gated_delta.h)
  * A new kernel is a new column here and one entry per row; tests/benches walk the table.
- * Cores with one implementation only (gated_delta_chunk/_token, attend_row in kernels/attend.h,
+ * Cores with one implementation only (gated_delta_token, attend_row in kernels/attend.h,
  * conv_causal_channel in kernels/conv.h, rope_rotate_f32 in kernels/rope.h) are called directly
  * and have no column: they get one when a second variant of them exists. test_kernels checks
  * them in its grid all the same.
@@ -44,6 +46,7 @@ typedef struct kernel_set {
   const matmul_wt_kernels *matmul_wt; /* never NULL; its entries are NULL where not built */
   gated_delta_decode_fn gated_delta_decode;   /* NULL: the scalar reference path */
   state_replay_recurrent_fn replay_recurrent; /* NULL: the scalar reference */
+  gated_delta_chunk_fn gated_delta_chunk;     /* NULL: the reference gated_delta_chunk */
 } kernel_set;
 
 /* "scalar", "avx2", "avx512"; "?" for a value outside the enum. */

@@ -32,6 +32,8 @@ size_t gated_delta_ws_layout(const gated_delta_shape *s, int64_t s_min_cols, cha
   GD_CARVE(gam, double, C *Dg);
   GD_CARVE(t0, float, Dm);
   GD_CARVE(t1, float, Dv);
+  GD_CARVE(Kt, float, Dk *C);
+  GD_CARVE(O, float, G *C *Dv);
 #undef GD_CARVE
   return off;
 }
@@ -63,13 +65,8 @@ void gated_delta_token(const gated_delta_shape *sh, const gated_delta_ws *ws,
   }
 }
 
-void gated_delta_chunk(const gated_delta_shape *sh, const gated_delta_ws *ws, int64_t L,
-                       gated_delta_store_fn store, void *ctx) {
-  int64_t G = sh->G, C = sh->C, Dk = sh->Dk, Dv = sh->Dv;
-  int per_dim = sh->per_dim;
-  int64_t Dg = per_dim ? Dk : 1;
-  float *S = ws->S, *K = ws->K, *U = ws->V, *tmp = ws->t0, *o = ws->t1;
-
+void gated_delta_chunk_decays(const gated_delta_shape *sh, const gated_delta_ws *ws, int64_t L) {
+  int64_t Dg = sh->per_dim ? sh->Dk : 1;
   for (int64_t i = 0; i < L; i++) {
     for (int64_t r = 0; r < Dg; r++) {
       double gv = ws->gl[i * Dg + r];
@@ -78,6 +75,16 @@ void gated_delta_chunk(const gated_delta_shape *sh, const gated_delta_ws *ws, in
       ws->eg[i * Dg + r] = expf((float)ws->gam[i * Dg + r]);
     }
   }
+}
+
+void gated_delta_chunk(const gated_delta_shape *sh, const gated_delta_ws *ws, int64_t L,
+                       gated_delta_store_fn store, void *ctx) {
+  int64_t G = sh->G, C = sh->C, Dk = sh->Dk, Dv = sh->Dv;
+  int per_dim = sh->per_dim;
+  int64_t Dg = per_dim ? Dk : 1;
+  float *S = ws->S, *K = ws->K, *U = ws->V, *tmp = ws->t0, *o = ws->t1;
+
+  gated_delta_chunk_decays(sh, ws, L);
 
   /* Pairwise products within the chunk. Per key dim the decay sits inside the dot product, so
    * the decayed key e^{γ_t−γ_s}⊙k_s is formed once per pair and shared by A and every query. */

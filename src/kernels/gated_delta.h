@@ -50,6 +50,8 @@ typedef struct gated_delta_ws {
   double *gam; /* [C][Dg]    γ_t = Σ_{s<=t} g_s, in double so differences of sums stay exact */
   float *t0;   /* [max(Dk,Dv)] */
   float *t1;   /* [Dv] */
+  float *Kt; /* [Dk][C]    the blocked chunk's keys transposed, then e^{γ_L-γ_s} k_s transposed */
+  float *O;  /* [G][C][Dv] the blocked chunk's output rows */
 } gated_delta_ws;
 
 /* Bytes of one workspace for shape s, every array 64-byte aligned; carves it from base into ws
@@ -67,7 +69,8 @@ void gated_delta_token(const gated_delta_shape *sh, const gated_delta_ws *ws,
                        gated_delta_store_fn store, void *ctx);
 
 /* One chunk of L tokens (rows 0..L-1 loaded), the WY/UT form, from the state in ws->S to the
- * state after the chunk, in place. With γ_t the decay summed from the chunk start through t:
+ * state after the chunk, in place (K, V, Q, A, QK, Kt, O are scratch: their contents after the
+ * call are unspecified). With γ_t the decay summed from the chunk start through t:
  *   (I + A) U = β⊙V − (β⊙e^γ⊙K) S0,     A_ts = β_t (k_t · e^{γ_t−γ_s}⊙k_s)  for s < t
  *   o_t = scale (S0^T (e^{γ_t}⊙q_t) + Σ_{s<=t} (q_t · e^{γ_t−γ_s}⊙k_s) u_s)
  *   S_end = e^{γ_L}⊙S0 + Σ_s (e^{γ_L−γ_s}⊙k_s) u_s^T
@@ -75,6 +78,25 @@ void gated_delta_token(const gated_delta_shape *sh, const gated_delta_ws *ws,
  * with s <= t, so for g <= 0 every factor is in [0, 1] and nothing overflows. */
 void gated_delta_chunk(const gated_delta_shape *sh, const gated_delta_ws *ws, int64_t L,
                        gated_delta_store_fn store, void *ctx);
+
+/* A variant of gated_delta_chunk (the dispatch table's gated_delta_chunk column). */
+typedef void (*gated_delta_chunk_fn)(const gated_delta_shape *sh, const gated_delta_ws *ws,
+                                     int64_t L, gated_delta_store_fn store, void *ctx);
+
+/* The chunk's decays, shared by every chunk variant: γ_t = Σ_{s<=t} max(g_s, GATED_DELTA_G_FLOOR)
+ * in double (ws->gam) and e^{γ_t} = expf((float)γ_t) (ws->eg), rows t < L. */
+void gated_delta_chunk_decays(const gated_delta_shape *sh, const gated_delta_ws *ws, int64_t L);
+
+/* gated_delta_chunk as blocked matrix products in AVX-512 F (kernels/gated_delta_chunk_avx512.c),
+ * the same math in another summation order (register tiles of 4 rows x 64 columns, every sum over
+ * its inner index in increasing order, one fused multiply-add per term); the order depends on
+ * the shape and L only. The pairwise products, the right-hand side β⊙V − (β⊙e^γ⊙K) S0, the
+ * triangular solve (forward substitution, row tiles of 4 in increasing order), the outputs
+ * (e^γ⊙Q) S0 + QK U and the end state e^{γ_L} S0 + K'^T U are each one blocked product.
+ * Per-key-dim decay forms its pairwise products as the reference does (the decay sits inside
+ * the dot product). Absent (the reference runs) off x86. */
+void gated_delta_chunk_avx512(const gated_delta_shape *sh, const gated_delta_ws *ws, int64_t L,
+                              gated_delta_store_fn store, void *ctx);
 
 /* Log decays below this are clamped: e^-1e4 is 0 in f32 either way, and the clamp keeps the
  * chunk's cumulative sums finite so that differences of them never become inf - inf = NaN. */

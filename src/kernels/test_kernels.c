@@ -13,7 +13,9 @@
  *                       update of §2.5 (written here, independent of the kernels' tiling):
  *                       output, final state and delta row, with the state absent, separate or
  *                       aliased, and no final state asked for.
- *   gated_delta_chunk   (one implementation today) against L recurrent steps, NMSE at most
+ *   gated_delta_chunk   every variant's chunk kernel against the reference per element within
+ *                       twice a first-order running error bound derived from the inputs
+ *                       (gd_chunk_bound); the reference against L recurrent steps, NMSE at most
  *                       GATED_DELTA_CHUNK_NMSE, state and outputs.
  *   attend_row          (one implementation today: PagedAttention's and GroupQueryAttention's
  *                       core) against a double reference, per element within ATTEND_TOL (an
@@ -40,10 +42,10 @@
 #include "kernels/attend.h"
 #include "kernels/conv.h"
 #include "kernels/dispatch.h"
-#include "kernels/state_replay.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
 #include "kernels/rope.h"
+#include "kernels/state_replay.h"
 #include "tensor/dtype.h"
 
 #define MATMUL_WT_NMSE         1e-10
@@ -274,13 +276,140 @@ static void grid_gated_delta_decode(const kernel_variant *vs, int n_vs) {
     }
 }
 
-/* gated_delta_chunk over L tokens against L calls of gated_delta_token. */
-static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
-  (void)vs;
-  (void)n_vs; /* one implementation in every variant today */
-  static const int64_t Ls[] = {1, 2, 5, 16, 33};
-  static const int64_t dims[][2] = {{1, 1}, {3, 9}, {16, 8}, {24, 17}, {64, 64}};
+/* gamma_t = Σ_{s<=t} max(g_s, floor) in double, as gated_delta_chunk_decays forms it. */
+static void gd_gammas(const float *gg, int64_t L, int64_t Dg, double *gam) {
+  for (int64_t t = 0; t < L; t++)
+    for (int64_t r = 0; r < Dg; r++) {
+      double g = gg[t * Dg + r];
+      if (g < GATED_DELTA_G_FLOOR) g = GATED_DELTA_G_FLOOR;
+      gam[t * Dg + r] = (t ? gam[(t - 1) * Dg + r] : 0.0) + g;
+    }
+}
+
+/* The decay factor from just after token s (s = -1: the chunk start) through token t, key dim r:
+ * the f32 value both chunk implementations compute, expf((float)(γ_t - γ_s)). */
+static double gd_e(const double *gam, int64_t Dg, int64_t t, int64_t s, int64_t r) {
+  int64_t j = Dg > 1 ? r : 0;
+  return (double)expf((float)(gam[t * Dg + j] - (s < 0 ? 0.0 : gam[s * Dg + j])));
+}
+
+/* The first-order running error bound of one f32 evaluation of the chunk (Higham, "Accuracy
+ * and Stability of Numerical Algorithms", §3.1, 3.3), for either implementation: the decay
+ * factors are the same f32 numbers in both (gd_e), so they count as exact inputs. For each
+ * computed quantity z = init + Σ_i a_i b_i whose evaluation rounds each term at most m times,
+ * |ẑ − z| <= m u Z + Σ_i (|b_i| E(a_i) + |a_i| E(b_i)) + E(init), with Z the same expression
+ * over absolute values and u = 2^-24. m per quantity, the longer of the two implementations'
+ * chains: A_ts and QK_ts Dk + 3 (the decayed key or the factor, the dot, β e), the right-hand
+ * side β(v − e k·S0) Dk + 4, U_t (t + 1) (the t solve terms on it), o_t Dk + t + 4 (e q, the
+ * state read, the t + 1 intra-chunk terms, scale), S_end L + 3 (the decayed key, the decayed
+ * state, the L terms). Gives Eo [G][L][Dv] and Es [Dk][Dv]. */
+static void gd_chunk_bound(const gated_delta_shape *sh, int64_t L, const float *kk, const float *qq,
+                           const float *vv, const float *bb, const float *gg, const float *S0,
+                           double *Eo, double *Es) {
+  const double u = 0x1p-24;
+  const int64_t G = sh->G, Dk = sh->Dk, Dv = sh->Dv, Dg = sh->per_dim ? Dk : 1;
+  double *gam = malloc((size_t)(L * Dg) * sizeof(double));
+  double *Ua = calloc((size_t)(L * Dv), sizeof(double)),
+         *Ue = calloc((size_t)(L * Dv), sizeof(double));
+  double *Xa = malloc((size_t)(L * L) * sizeof(double)); /* |A| or |QK| */
+  gd_gammas(gg, L, Dg, gam);
+  if (sh->delta) {
+    for (int64_t t = 0; t < L; t++)
+      for (int64_t s = 0; s < t; s++) {
+        double a = 0.0;
+        for (int64_t r = 0; r < Dk; r++)
+          a += gd_e(gam, Dg, t, s, r) * fabs(kk[t * Dk + r]) * fabs(kk[s * Dk + r]);
+        Xa[t * L + s] = fabs(bb[t]) * a;
+      }
+  }
+  for (int64_t t = 0; t < L; t++)
+    for (int64_t c = 0; c < Dv; c++) {
+      if (!sh->delta) {
+        Ua[t * Dv + c] = fabs(vv[t * Dv + c]);
+        continue;
+      }
+      double b = fabs(vv[t * Dv + c]);
+      for (int64_t r = 0; r < Dk; r++)
+        b += gd_e(gam, Dg, t, -1, r) * fabs(kk[t * Dk + r]) * fabs(S0[r * Dv + c]);
+      b *= fabs(bb[t]);
+      double ua = b, ue = (double)(Dk + 4) * u * b;
+      for (int64_t s = 0; s < t; s++) {
+        double A = Xa[t * L + s];
+        ua += A * Ua[s * Dv + c];
+        ue += A * Ue[s * Dv + c] + (double)(Dk + 3) * u * A * Ua[s * Dv + c];
+      }
+      Ua[t * Dv + c] = ua;
+      Ue[t * Dv + c] = ue + (double)(t + 1) * u * ua;
+    }
+  for (int64_t jq = 0; jq < G; jq++) {
+    const float *q = qq + jq * L * Dk;
+    for (int64_t t = 0; t < L; t++)
+      for (int64_t s = 0; s <= t; s++) {
+        double a = 0.0;
+        for (int64_t r = 0; r < Dk; r++)
+          a += gd_e(gam, Dg, t, s, r) * fabs(q[t * Dk + r]) * fabs(kk[s * Dk + r]);
+        Xa[t * L + s] = a;
+      }
+    for (int64_t t = 0; t < L; t++)
+      for (int64_t c = 0; c < Dv; c++) {
+        double oa = 0.0, oe = 0.0;
+        for (int64_t r = 0; r < Dk; r++)
+          oa += gd_e(gam, Dg, t, -1, r) * fabs(q[t * Dk + r]) * fabs(S0[r * Dv + c]);
+        for (int64_t s = 0; s <= t; s++) {
+          double X = Xa[t * L + s];
+          oa += X * Ua[s * Dv + c];
+          oe += X * Ue[s * Dv + c] + (double)(Dk + 3) * u * X * Ua[s * Dv + c];
+        }
+        Eo[(jq * L + t) * Dv + c] = fabs(sh->scale) * (oe + (double)(Dk + t + 4) * u * oa);
+      }
+  }
+  for (int64_t r = 0; r < Dk; r++)
+    for (int64_t c = 0; c < Dv; c++) {
+      double sa = gd_e(gam, Dg, L - 1, -1, r) * fabs(S0[r * Dv + c]), se = 0.0;
+      for (int64_t s = 0; s < L; s++) {
+        double w = gd_e(gam, Dg, L - 1, s, r) * fabs(kk[s * Dk + r]);
+        sa += w * Ua[s * Dv + c];
+        se += w * Ue[s * Dv + c];
+      }
+      Es[r * Dv + c] = se + (double)(L + 3) * u * sa;
+    }
+  free(gam);
+  free(Ua);
+  free(Ue);
+  free(Xa);
+}
+
+/* |x − ref| <= GD_PAIR_SLACK (2 Eo + GD_ABS_FLOOR) per element, or +inf (NaN fails). Two f32
+ * evaluations each within the bound E of the exact value differ by at most 2E (triangle
+ * inequality); 1.01 covers the second-order terms the first-order bound drops (γ_n = nu/(1−nu)
+ * <= 1.01 nu while nu <= 1e-2: n < 1.6e5 here); the floor covers results underflowing to
+ * subnormals (an absolute error of at most 2^-149 per rounding). Gives the worst ratio. */
+#define GD_PAIR_SLACK 1.01
+#define GD_ABS_FLOOR  (1e4 * 0x1p-149)
+static double gd_bound_ratio(const float *x, const float *ref, const double *E, int64_t n) {
   double worst = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(x[i]) || !isfinite(ref[i])) return INFINITY;
+    double d = fabs((double)x[i] - (double)ref[i]);
+    double b = GD_PAIR_SLACK * (2.0 * E[i] + GD_ABS_FLOOR);
+    double q = d / b;
+    if (q > worst) worst = q;
+  }
+  return worst;
+}
+
+/* gated_delta_chunk (the reference) over L tokens against L calls of gated_delta_token (NMSE at
+ * most GATED_DELTA_CHUNK_NMSE), and every variant's chunk kernel (the dispatch table's
+ * gated_delta_chunk column) against the reference per element within the derived bound of
+ * gd_chunk_bound: outputs and end state, over Dk x Dv, L in 1..64 (with the workspace stride C
+ * = L or 64), G 1..2, per-head or per-key-dim decay, every update rule, log decays down to
+ * below the clamp. */
+static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
+  static const int64_t Ls[] = {1, 2, 3, 4, 5, 7, 16, 17, 33, 64};
+  static const int64_t dims[][2] = {{1, 1},   {3, 9},   {16, 8},   {17, 33},
+                                    {24, 17}, {64, 64}, {128, 128}};
+  double worst = 0.0, worst_v = 0.0;
+  int n_var = 0;
   rng r = rng_seed(0x6368756e6bu);
   for (size_t li = 0; li < sizeof Ls / sizeof Ls[0]; li++)
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
@@ -288,8 +417,10 @@ static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
         for (int per_dim = 0; per_dim < 2; per_dim++)
           for (int64_t G = 1; G <= 2; G++) {
             int64_t L = Ls[li], Dk = dims[di][0], Dv = dims[di][1], Dg = per_dim ? Dk : 1;
+            int64_t C = (rule + G) % 2 ? 64 : L; /* the stride: L, or longer than the chunk */
+            if (Dk == 128 && per_dim && L > 17) continue; /* the bound's L²Dk expf: kept short */
             gated_delta_shape sc = {
-                Dk, Dv, G, L, per_dim, rule & 1, (rule >> 1) & 1, 1.0f / sqrtf((float)Dk)};
+                Dk, Dv, G, C, per_dim, rule & 1, (rule >> 1) & 1, 1.0f / sqrtf((float)Dk)};
             gated_delta_shape st = sc;
             st.C = 1;
             gated_delta_ws wc, wt;
@@ -299,19 +430,38 @@ static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
             float *vv = malloc((size_t)(L * Dv) * sizeof(float));
             float *bb = malloc((size_t)L * sizeof(float)),
                   *gg = malloc((size_t)(L * Dg) * sizeof(float));
+            float *S0 = malloc((size_t)(Dk * Dv) * sizeof(float));
             float *oc = malloc((size_t)(G * L * Dv) * sizeof(float));
             float *ot = malloc((size_t)(G * L * Dv) * sizeof(float));
-            for (int64_t i = 0; i < L * Dk; i++) kk[i] = rng_range(&r, -0.3f, 0.3f);
+            float *ov = malloc((size_t)(G * L * Dv) * sizeof(float));
+            double *Eo = malloc((size_t)(G * L * Dv) * sizeof(double));
+            double *Es = malloc((size_t)(Dk * Dv) * sizeof(double));
+            /* keys of norm about 1 (the op's l2 norm) up to 2, as the model's */
+            float ks = 2.0f / sqrtf((float)Dk);
+            for (int64_t i = 0; i < L * Dk; i++) kk[i] = rng_range(&r, -ks, ks);
             for (int64_t i = 0; i < G * L * Dk; i++) qq[i] = rng_range(&r, -1.0f, 1.0f);
             for (int64_t i = 0; i < L * Dv; i++) vv[i] = rng_range(&r, -1.0f, 1.0f);
             for (int64_t i = 0; i < L; i++) bb[i] = (rule >> 1) & 1 ? rng_range(&r, 0.1f, 0.9f) : 1;
-            for (int64_t i = 0; i < L * Dg; i++) gg[i] = rule & 1 ? rng_range(&r, -0.5f, 0.0f) : 0;
-            for (int64_t i = 0; i < Dk * Dv; i++) wc.S[i] = wt.S[i] = rng_range(&r, -0.5f, 0.5f);
-            memcpy(wc.K, kk, (size_t)(L * Dk) * sizeof(float));
-            memcpy(wc.V, vv, (size_t)(L * Dv) * sizeof(float));
-            memcpy(wc.Q, qq, (size_t)(G * L * Dk) * sizeof(float));
-            memcpy(wc.beta, bb, (size_t)L * sizeof(float));
-            memcpy(wc.gl, gg, (size_t)(L * Dg) * sizeof(float));
+            for (int64_t i = 0; i < L * Dg; i++) {
+              float g = rng_range(&r, -0.5f, 0.0f);
+              if (rng_range(&r, 0.0f, 1.0f) < 0.05f) g = -30.0f; /* a near-full reset */
+              if (rng_range(&r, 0.0f, 1.0f) < 0.02f) g = -2e4f;  /* below the clamp */
+              gg[i] = rule & 1 ? g : 0;
+            }
+            for (int64_t i = 0; i < Dk * Dv; i++) S0[i] = rng_range(&r, -0.5f, 0.5f);
+            memcpy(wc.S, S0, (size_t)(Dk * Dv) * sizeof(float));
+            memcpy(wt.S, S0, (size_t)(Dk * Dv) * sizeof(float));
+            /* loads the chunk's rows into ws (query group jq at row jq * C) */
+#define GD_LOAD(ws)                                                                                \
+  do {                                                                                             \
+    memcpy((ws).K, kk, (size_t)(L * Dk) * sizeof(float));                                          \
+    memcpy((ws).V, vv, (size_t)(L * Dv) * sizeof(float));                                          \
+    for (int64_t jq = 0; jq < G; jq++)                                                             \
+      memcpy((ws).Q + jq * C * Dk, qq + jq * L * Dk, (size_t)(L * Dk) * sizeof(float));            \
+    memcpy((ws).beta, bb, (size_t)L * sizeof(float));                                              \
+    memcpy((ws).gl, gg, (size_t)(L * Dg) * sizeof(float));                                         \
+  } while (0)
+            GD_LOAD(wc);
             gd_sink sink_c = {oc, L, Dv};
             gated_delta_chunk(&sc, &wc, L, gd_store, &sink_c);
             for (int64_t t = 0; t < L; t++) {
@@ -330,13 +480,41 @@ static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
             double eo = nmse(oc, ot, G * L * Dv), es = nmse(wc.S, wt.S, Dk * Dv);
             double e = eo > es ? eo : es;
             if (e > worst) worst = e;
-            char name[160];
+            char name[200];
             snprintf(name, sizeof name,
-                     "gated_delta_chunk L=%lld Dk=%lld Dv=%lld rule=%d per_dim=%d G=%lld: NMSE "
-                     "vs token steps (out %.3g, state %.3g)",
-                     (long long)L, (long long)Dk, (long long)Dv, rule, per_dim, (long long)G, eo,
-                     es);
+                     "gated_delta_chunk L=%lld C=%lld Dk=%lld Dv=%lld rule=%d per_dim=%d G=%lld: "
+                     "NMSE vs token steps (out %.3g, state %.3g)",
+                     (long long)L, (long long)C, (long long)Dk, (long long)Dv, rule, per_dim,
+                     (long long)G, eo, es);
             case_result(e <= GATED_DELTA_CHUNK_NMSE, name, e);
+            int have_bound = 0;
+            for (int vi = 0; vi < n_vs; vi++) {
+              gated_delta_chunk_fn fn = kernel_set_of(vs[vi])->gated_delta_chunk;
+              if (!fn) continue; /* this variant runs the reference */
+              if (!have_bound) {
+                gd_chunk_bound(&sc, L, kk, qq, vv, bb, gg, S0, Eo, Es);
+                have_bound = 1;
+              }
+              gated_delta_ws wv;
+              char *bv = gd_ws_new(&sc, &wv);
+              memcpy(wv.S, S0, (size_t)(Dk * Dv) * sizeof(float));
+              GD_LOAD(wv);
+              gd_sink sink_v = {ov, L, Dv};
+              fn(&sc, &wv, L, gd_store, &sink_v);
+              double ro = gd_bound_ratio(ov, oc, Eo, G * L * Dv);
+              double rs = gd_bound_ratio(wv.S, wc.S, Es, Dk * Dv);
+              double rv = ro > rs ? ro : rs;
+              if (rv > worst_v) worst_v = rv;
+              n_var++;
+              snprintf(name, sizeof name,
+                       "gated_delta_chunk %s L=%lld C=%lld Dk=%lld Dv=%lld rule=%d per_dim=%d "
+                       "G=%lld: error / derived bound vs the reference (out %.3g, state %.3g)",
+                       kernel_variant_name(vs[vi]), (long long)L, (long long)C, (long long)Dk,
+                       (long long)Dv, rule, per_dim, (long long)G, ro, rs);
+              case_result(rv <= 1.0, name, rv);
+              free(bv);
+            }
+#undef GD_LOAD
             free(bc);
             free(bt);
             free(kk);
@@ -344,11 +522,16 @@ static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
             free(vv);
             free(bb);
             free(gg);
+            free(S0);
             free(oc);
             free(ot);
+            free(ov);
+            free(Eo);
+            free(Es);
           }
-  printf("  gated_delta_chunk: worst NMSE vs token steps %.3g (bound %.0e)\n", worst,
-         GATED_DELTA_CHUNK_NMSE);
+  printf("  gated_delta_chunk: worst NMSE vs token steps %.3g (bound %.0e); %d variant runs, "
+         "worst error / derived bound %.3g\n",
+         worst, GATED_DELTA_CHUNK_NMSE, n_var, worst_v);
 }
 
 /* ---- attend_row ----------------------------------------------------------------------------- */
@@ -670,16 +853,16 @@ static void grid_replay_recurrent(const kernel_variant *vs, int n_vs) {
                           *x * decay[t * Hv + hv]);
               }
         for (int vi = -1; vi < n_vs; vi++) {
-          state_replay_recurrent_fn fn = vi < 0 ? state_replay_recurrent_ref
-                                                : kernel_set_of(vs[vi])->replay_recurrent;
+          state_replay_recurrent_fn fn =
+              vi < 0 ? state_replay_recurrent_ref : kernel_set_of(vs[vi])->replay_recurrent;
           if (!fn) continue;
           for (int inplace = 0; inplace < 2; inplace++) {
             memcpy(got, src, (size_t)n * sizeof(float));
             fn(inplace ? got : src, got, cap, C, Hv, Hk, Dk, Dv, a);
             char name[160];
             snprintf(name, sizeof name, "replay_recurrent %s Dk=%lld Hv/Hk=%lld a=%lld%s",
-                     vi < 0 ? "ref" : kernel_variant_name(vs[vi]), (long long)Dk,
-                     (long long)ratio, (long long)a, inplace ? " in place" : "");
+                     vi < 0 ? "ref" : kernel_variant_name(vs[vi]), (long long)Dk, (long long)ratio,
+                     (long long)a, inplace ? " in place" : "");
             case_result(memcmp(got, want, (size_t)n * sizeof(float)) == 0, name, 0.0);
           }
         }
@@ -699,7 +882,7 @@ typedef struct kernel_column {
 } kernel_column;
 
 /* One row per kernel of kernel_set (kernels/dispatch.h), and one per single-implementation core
- * (gated_delta_chunk, attend_row, conv_causal_channel, rope_rotate_f32: outside the table). */
+ * (attend_row, conv_causal_channel, rope_rotate_f32: outside the table). */
 static const kernel_column COLUMNS[] = {
     {"matmul_wt", grid_matmul_wt},
     {"gated_delta_decode", grid_gated_delta_decode},
@@ -737,6 +920,7 @@ static void test_kernel_table(void) {
   }
   CHECK(kernel_set_of(KERNEL_SCALAR)->gated_delta_decode == NULL);
   CHECK(kernel_set_of(KERNEL_SCALAR)->replay_recurrent == NULL);
+  CHECK(kernel_set_of(KERNEL_SCALAR)->gated_delta_chunk == NULL);
 }
 
 int main(void) {

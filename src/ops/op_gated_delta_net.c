@@ -19,7 +19,8 @@
  *
  * Work is split over (sequence, value head) pairs; each pair is one single-threaded kernel
  * call. A sequence of one token (decode) runs the one-token step on the V-major state; a longer
- * one runs in chunks of the WY/UT form (kernels/gated_delta.h: gated_delta_chunk, the core
+ * one runs in chunks of the WY/UT form (kernels/gated_delta.h: the variant's chunk kernel from
+ * kernels/dispatch.h, gated_delta_chunk or the blocked gated_delta_chunk_avx512, the core
  * LinearAttention runs too, on a K-major copy of the state, G = 1, per-head decay), chunks
  * anchored at that sequence's first token, so a sequence's results never depend on the other
  * sequences of the call nor on the thread count. A pair reads its whole initial state before
@@ -420,6 +421,7 @@ typedef struct gdn_job {
   size_t ws_bytes;
   gated_delta_shape sh;
   gated_delta_decode_fn decode; /* the variant's V-major decode kernel, or the reference */
+  gated_delta_chunk_fn chunk;   /* the variant's chunk kernel, or the reference */
 } gdn_job;
 
 static void gdn_l2(float *x, int64_t n) {
@@ -533,7 +535,18 @@ static void gdn_chunk(const gdn_job *j, const gated_delta_ws *ws, int64_t h, int
                       int64_t L) {
   for (int64_t i = 0; i < L; i++) gdn_load_token(j, ws, h, tok0 + i, i);
   gdn_out w = {j, h, tok0};
-  gated_delta_chunk(&j->sh, ws, L, gdn_store_row, &w);
+  j->chunk(&j->sh, ws, L, gdn_store_row, &w);
+}
+
+/* dst [n][m] = src [m][n] transposed (dst[j * m + i] = src[i * n + j]), in 16 x 16 blocks so that
+ * every cache line read or written is used whole (the state head is 64 KiB, more than L1). */
+static void gdn_transpose(float *restrict dst, const float *restrict src, int64_t m, int64_t n) {
+  for (int64_t i0 = 0; i0 < m; i0 += 16)
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+      int64_t i1 = i0 + 16 < m ? i0 + 16 : m, j1 = j0 + 16 < n ? j0 + 16 : n;
+      for (int64_t j = j0; j < j1; j++)
+        for (int64_t i = i0; i < i1; i++) dst[j * m + i] = src[i * n + j];
+    }
 }
 
 static void gdn_task(void *ctx, size_t task, int thread) {
@@ -561,9 +574,7 @@ static void gdn_task(void *ctx, size_t task, int thread) {
   }
   /* The whole V-major head is read (transposed into S) before anything is written. */
   if (j->state) {
-    const float *src = (const float *)j->state->data + off;
-    for (int64_t c = 0; c < Dv; c++)
-      for (int64_t r = 0; r < Dk; r++) ws.S[r * Dv + c] = src[c * Dk + r];
+    gdn_transpose(ws.S, (const float *)j->state->data + off, Dv, Dk);
   } else {
     memset(ws.S, 0, (size_t)(Dk * Dv) * sizeof(float));
   }
@@ -572,9 +583,7 @@ static void gdn_task(void *ctx, size_t task, int thread) {
     gdn_chunk(j, &ws, h, start + t0, L);
   }
   if (j->final_state) {
-    float *dst = (float *)j->final_state->data + off;
-    for (int64_t c = 0; c < Dv; c++)
-      for (int64_t r = 0; r < Dk; r++) dst[c * Dk + r] = ws.S[r * Dv + c];
+    gdn_transpose((float *)j->final_state->data + off, ws.S, Dk, Dv);
   }
 }
 
@@ -626,6 +635,8 @@ static ph_status gdn_run(const gnode *n, const tensor *const *in, tensor *const 
   gdn_shape(&g, &j.sh);
   j.decode = kernel_set_of(kernel_variant_active())->gated_delta_decode;
   if (!j.decode) j.decode = gated_delta_decode_ref;
+  j.chunk = kernel_set_of(kernel_variant_active())->gated_delta_chunk;
+  if (!j.chunk) j.chunk = gated_delta_chunk;
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
                   PH_ERR_INTERNAL, "GatedDeltaNet: scratch is %zu bytes, %d threads need %zu",

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/dispatch.h"
 #include "kernels/gated_delta.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
@@ -263,6 +264,8 @@ typedef struct la_job {
   char *scratch;
   size_t ws_bytes;
   gated_delta_shape sh;
+  gated_delta_chunk_fn
+      chunk; /* the variant's chunk kernel (kernels/dispatch.h), or the reference */
 } la_job;
 
 /* Where head vectors of token t of sequence b start (elements). */
@@ -330,7 +333,7 @@ static void la_chunk(const la_job *j, const gated_delta_ws *ws, int64_t b, int64
                      int64_t L, int64_t C) {
   for (int64_t i = 0; i < L; i++) la_load_token(j, ws, b, h, t0 + i, i, C);
   la_out w = {j, b, h, t0};
-  gated_delta_chunk(&j->sh, ws, L, la_store_row, &w);
+  j->chunk(&j->sh, ws, L, la_store_row, &w);
 }
 
 static void la_head_chunked(const la_job *j, const gated_delta_ws *ws, int64_t b, int64_t h) {
@@ -385,6 +388,8 @@ static ph_status la_run(const gnode *n, const tensor *const *in, tensor *const *
   j.present = present;
   j.ws_bytes = la_ws_layout(&g, NULL, NULL);
   la_shape(&g, &j.sh);
+  j.chunk = kernel_set_of(kernel_variant_active())->gated_delta_chunk;
+  if (!j.chunk) j.chunk = gated_delta_chunk;
   int n_threads = pool_threads(ctx->pool);
   RETURN_ERROR_IF(ctx->scratch_bytes < j.ws_bytes * (size_t)n_threads || !ctx->scratch, d,
                   PH_ERR_INTERNAL, "LinearAttention: scratch is %zu bytes, %d threads need %zu",

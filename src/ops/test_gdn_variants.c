@@ -3,8 +3,12 @@
  * kernels/dispatch.h does at run time) against scalar with memcmp, over shapes whose Dk and Dv are
  * and are not multiples of 8 and 16, every update rule, with and without an initial state, with
  * the final state aliasing the initial one and with no final state asked for. A batch mixing a
- * prefill sequence with decode ones is included (the prefill path is shared by all variants).
+ * prefill sequence with decode ones is included: its decode sequences give the bits of scalar,
+ * its prefill sequence runs the variant's chunk kernel (kernels/dispatch.h: gated_delta_chunk,
+ * another summation order, checked against the reference in test_kernels' grid) and is held to
+ * the pair bound of two f32 evaluations of the chunk (gdn_pair_tol below).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,6 +90,47 @@ static int same(const tensor *a, const tensor *b) {
   return tensor_numel(a) == tensor_numel(b) && memcmp(a->data, b->data, bytes) == 0;
 }
 
+/* Two f32 evaluations of one chunk of L tokens (l2-normalized keys, β and decays <= 1: every
+ * update a contraction) differ by at most 2 (2 Dk + 2 L) u of the slice's scale: each is within
+ * n u of exact with n the longest chain of roundings, Dk (k·k) + L (the solve) + L (the output's
+ * intra-chunk sum) + Dk (the state read) (test_ops_gdn.c's header, Higham §3.1), and the
+ * triangle inequality gives twice that. */
+static double gdn_pair_tol(int64_t Dk, int64_t L) {
+  return 2.0 * (double)(2 * Dk + 2 * L) * 0x1p-24;
+}
+
+/* n floats at a and b: max |a - b| <= tol * max |b| (NaN fails). */
+static int close_to(const float *a, const float *b, int64_t n, double tol) {
+  double mx = 0.0, err = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(a[i]) || !isfinite(b[i])) return 0;
+    double d = fabs((double)a[i] - (double)b[i]);
+    err = d > err ? d : err;
+    mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
+  }
+  return err <= tol * mx;
+}
+
+/* Output (state 0) or final state (state 1) of a variant's run against scalar's, sequence by
+ * sequence: a sequence of at most one token (the decode kernel) bitwise, a longer one (the chunk
+ * kernel) within gdn_pair_tol. */
+static int same_seqs(const vcase *c, const tensor *a, const tensor *b, int state) {
+  if (!a || !b || tensor_numel(a) != tensor_numel(b)) return 0;
+  const float *x = a->data, *y = b->data;
+  int64_t Hv = c->Hq * c->ratio, tok = 0, ok = 1;
+  for (int i = 0; i < c->nseq; i++) {
+    int64_t len = c->lens[i];
+    int64_t off = state ? i * Hv * c->Dv * c->Dk : tok * Hv * c->Dv;
+    int64_t n = state ? Hv * c->Dv * c->Dk : len * Hv * c->Dv;
+    if (len <= 1)
+      ok = ok && memcmp(x + off, y + off, (size_t)n * sizeof(float)) == 0;
+    else
+      ok = ok && close_to(x + off, y + off, n, gdn_pair_tol(c->Dk, len));
+    tok += len;
+  }
+  return (int)ok;
+}
+
 static int g_compared, g_differed;
 
 static void check_case(const vcase *c, uint64_t seed) {
@@ -101,14 +146,14 @@ static void check_case(const vcase *c, uint64_t seed) {
     tensor *o[2] = {NULL, NULL}, *o1[1] = {NULL};
     CHECK_STATUS(run_case(c, in, o, 2, 3, &d), PH_OK, d.msg);
     CHECK_STATUS(run_case(c, in, o1, 1, 1, &d), PH_OK, d.msg);
-    int ok = same(o[0], ref[0]) && same(o[1], ref[1]) && same(o1[0], ref[0]);
+    int ok = same_seqs(c, o[0], ref[0], 0) && same_seqs(c, o[1], ref[1], 1) && same(o1[0], o[0]);
     /* final state written over the initial one */
     if (in[ISTATE]) {
       tensor *keep = mk(PH_DTYPE_F32, 4, c->nseq, c->Hq * c->ratio, c->Dv, c->Dk);
       memcpy(keep->data, in[ISTATE]->data, (size_t)tensor_numel(keep) * 4);
       tensor *al[2] = {NULL, in[ISTATE]};
       CHECK_STATUS(run_case(c, in, al, 2, 2, &d), PH_OK, d.msg);
-      ok = ok && same(al[0], ref[0]) && same(in[ISTATE], ref[1]);
+      ok = ok && same(al[0], o[0]) && same(in[ISTATE], o[1]);
       memcpy(in[ISTATE]->data, keep->data, (size_t)tensor_numel(keep) * 4);
       tensor_free(al[0]);
       tensor_free(keep);
@@ -142,8 +187,9 @@ static void test_decode_variants_bitwise(void) {
   /* decode sequences packed with a prefill one and an empty one */
   vcase mixed = {2, 2, 40, 24, 4, {1, 7, 0, 1}, 3, 1, 1, 1};
   check_case(&mixed, 77);
-  printf("  %d variant runs compared with scalar, %d bit-identical\n", g_compared,
-         g_compared - g_differed);
+  printf("  %d variant runs compared with scalar, %d as promised (decode bits, chunks within "
+         "the pair bound)\n",
+         g_compared, g_compared - g_differed);
   /* a CPU without AVX2 leaves nothing to compare: that is not a pass */
   if (!check_report(g_compared > 0, __FILE__, __LINE__, "at least one SIMD variant compared"))
     fprintf(stderr, "       no GatedDeltaNet variant besides scalar is available on this CPU\n");
