@@ -13,7 +13,7 @@
  *           even a non-finite value row of another row's key cannot leak in).
  * The exponential is attend_expf's sequence on 16 lanes (roundscale = rintf, scalef = ldexpf in
  * its range). So a row's bits do not depend on the tile, and equal the scalar variant's.
- * Only key rows in [min lo, max hi] of the tile are read (others point at a zero row).
+ * Only key rows in [min lo, max hi] of the tile are read (others are zeros).
  */
 #include <math.h>
 #include <stdint.h>
@@ -83,16 +83,32 @@ static AT_INLINE AT_AVX512 const float *at_row(const void *base, ph_dtype dt, in
   return dst;
 }
 
-/* sT[k][lane] = (Σ_e qT[e][lane] k_k[e]) * scale for the 16 keys kp[0..16). */
-static AT_INLINE AT_AVX512 void at_scores16(const float *qT, int64_t D, const float *const *kp,
-                                            float scale, float *sT) {
+/* sT[k][lane] = (Σ_e qT[e][lane] k_k[e]) * scale for the 16 keys k_k = the row `stride` bytes
+ * after k_{k-1}, k_0 at base. Four row pointers advance along e; the others are reached by the
+ * strides 1, 2 and 3 (so that nothing spills: 16 separate pointers would not fit). */
+static AT_INLINE AT_AVX512 void at_scores16(const float *qT, int64_t D, const float *base,
+                                            int64_t stride, float scale, float *sT) {
   __m512 acc[16];
   AT_UNROLL
   for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+  const char *b[4];
+  for (int i = 0; i < 4; i++) b[i] = (const char *)base + 4 * i * stride;
+  const int64_t s1 = stride, s2 = 2 * stride, s3 = 3 * stride;
   for (int64_t e = 0; e < D; e++) {
     const __m512 q = _mm512_loadu_ps(qT + 16 * e);
     AT_UNROLL
-    for (int k = 0; k < 16; k++) acc[k] = _mm512_fmadd_ps(q, _mm512_set1_ps(kp[k][e]), acc[k]);
+    for (int i = 0; i < 4; i++) {
+      float k0, k1, k2, k3;
+      memcpy(&k0, b[i], 4);
+      memcpy(&k1, b[i] + s1, 4);
+      memcpy(&k2, b[i] + s2, 4);
+      memcpy(&k3, b[i] + s3, 4);
+      acc[4 * i + 0] = _mm512_fmadd_ps(q, _mm512_set1_ps(k0), acc[4 * i + 0]);
+      acc[4 * i + 1] = _mm512_fmadd_ps(q, _mm512_set1_ps(k1), acc[4 * i + 1]);
+      acc[4 * i + 2] = _mm512_fmadd_ps(q, _mm512_set1_ps(k2), acc[4 * i + 2]);
+      acc[4 * i + 3] = _mm512_fmadd_ps(q, _mm512_set1_ps(k3), acc[4 * i + 3]);
+      b[i] += 4;
+    }
   }
   const __m512 sc = _mm512_set1_ps(scale);
   AT_UNROLL
@@ -183,17 +199,29 @@ AT_AVX512 void attend_rows_avx512(const attend_kv *kv, int64_t D, float scale, f
     const int64_t base = b * KB;
     const int ta = (int)((base > lo_min ? base : lo_min) - base);
     const int tb = (int)((base + KB - 1 < hi_max ? base + KB - 1 : hi_max) - base);
-    const float *kp[ATTEND_KB], *vp[ATTEND_KB];
-    for (int t = 0; t < KB; t++) {
-      if (t < ta || t > tb) {
-        kp[t] = vp[t] = zero;
+    const float *vp[ATTEND_KB];
+    for (int t = 0; t < KB; t++)
+      vp[t] =
+          t < ta || t > tb ? zero : at_row(kv->v, kv->dt, at_off(kv, base + t), Dv, vbuf + t * Dv);
+    for (int g = ta / 16; g <= tb / 16; g++) {
+      /* a group of 16 keys the tile sees whole, f32, evenly strided (contiguous, or inside one
+       * page): read in place; else its rows converted or copied into kbuf, zeros for keys
+       * outside [ta, tb] (nothing outside the tile's range is read) */
+      const int full = ta <= 16 * g && 16 * g + 15 <= tb;
+      if (full && kv->dt == PH_DTYPE_F32 && (!kv->pages || kv->page_rows % 16 == 0)) {
+        at_scores16(qT, D, (const float *)kv->k + at_off(kv, base + 16 * g), kv->row_stride * 4,
+                    scale, sT + 256 * g);
         continue;
       }
-      const int64_t off = at_off(kv, base + t);
-      kp[t] = at_row(kv->k, kv->dt, off, D, kbuf + t * D);
-      vp[t] = at_row(kv->v, kv->dt, off, Dv, vbuf + t * Dv);
+      for (int t = 16 * g; t < 16 * g + 16; t++) {
+        float *dst = kbuf + t * D;
+        if (t < ta || t > tb)
+          memset(dst, 0, (size_t)D * sizeof(float));
+        else if (at_row(kv->k, kv->dt, at_off(kv, base + t), D, dst) != dst)
+          memcpy(dst, (const float *)kv->k + at_off(kv, base + t), (size_t)D * sizeof(float));
+      }
+      at_scores16(qT, D, kbuf + 16 * g * D, D * 4, scale, sT + 256 * g);
     }
-    for (int g = ta / 16; g <= tb / 16; g++) at_scores16(qT, D, kp + 16 * g, scale, sT + 256 * g);
     if (softcap > 0.0f)
       for (int t = ta; t <= tb; t++)
         for (int i = 0; i < n; i++) sT[16 * t + i] = softcap * tanhf(sT[16 * t + i] / softcap);

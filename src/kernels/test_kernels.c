@@ -15,18 +15,16 @@
  *                       aliased, and no final state asked for.
  *   gated_delta_chunk   (one implementation today) against L recurrent steps, NMSE at most
  *                       GATED_DELTA_CHUNK_NMSE, state and outputs.
- *   attend_rows         (PagedAttention's and GroupQueryAttention's core; scalar, and avx512
- *                       where the CPU runs it) against a double reference, per element within
- *                       ATTEND_TOL (an error bound derived beside it from the inputs), f32/f16/
- *                       bf16 rows, head dims 1..256 with tails, 1..70 keys across key blocks and
- *                       pages, GQA groups 1..16, softcap, head sinks, windows, latent values;
- *                       every variant gives the scalar variant's bits, and every row the bits it
- *                       gets alone in the whole tile, reversed and in tiles of 3 and 5, paged
- *                       addressing (pages out of order) the contiguous bits.
- *   attend_expf         within ATTEND_EXP_ULP ulp of exp over [-80, 10].
- *   conv_causal_channel (one implementation today: both causal convs' core) against a double
- *                       reference within CONV_TOL (derived beside it), silu on/off, dilation.
- *   rope_rotate_f32     (one implementation today: RotaryEmbedding's, PagedAttention's and
+ *   attend_rows         (PagedAttention's and GroupQueryAttention's core; scalar, avx2 and
+ *                       avx512 where the CPU runs them) against a double reference, per element
+ * within ATTEND_TOL (an error bound derived beside it from the inputs), f32/f16/ bf16 rows, head
+ * dims 1..256 with tails, 1..70 keys across key blocks and pages of 5 and 16 rows, GQA
+ * groups 1..16, softcap, head sinks, windows, latent values; every variant gives the scalar
+ * variant's bits, and every row the bits it gets alone in the whole tile, reversed and in tiles of
+ * 3 and 5, paged addressing (pages out of order) the contiguous bits. attend_expf         within
+ * ATTEND_EXP_ULP ulp of exp over [-80, 10]. conv_causal_channel (one implementation today: both
+ * causal convs' core) against a double reference within CONV_TOL (derived beside it), silu on/off,
+ * dilation. rope_rotate_f32     (one implementation today: RotaryEmbedding's, PagedAttention's and
  *                       GroupQueryAttention's rotation) against a double reference within
  *                       ROPE_TOL (derived beside it), both pairings; in place gives the bits.
  * Shapes: 1, odd sizes, and sizes around 8/16/64/256. A failing case is printed by name with its
@@ -460,12 +458,12 @@ static void at_run(attend_rows_fn fn, const attend_kv *kv, const at_case *c, flo
 /* attend_rows, every variant: against the double reference within ATTEND_TOL (below); every
  * variant gives the scalar variant's bits; each row's bits are the same alone, in the whole
  * tile, in the tile reversed (every row at another place) and in tiles of 3 and 5 rows; and
- * paged addressing (pages out of order, PAGE rows each) gives the contiguous bits. */
+ * paged addressing (pages out of order, 5 or 16 rows each) gives the contiguous bits. */
 static void grid_attend(const kernel_variant *vs, int n_vs) {
   static const int64_t Ds[] = {1, 3, 16, 17, 64, 256};
   static const int64_t Ts[] = {1, 2, 31, 33, 70};
   static const int Gs[] = {1, 3, 4, 8};
-  static const int64_t PAGE = 5; /* rows per page in the paged copy: crosses key blocks */
+
   const double u = FLT_EPSILON / 2.0;
   double worst = 0.0;
   int n_case = 0;
@@ -486,6 +484,9 @@ static void grid_attend(const kernel_variant *vs, int n_vs) {
           c.P = ATTEND_MAX_ROWS / c.G < c.T ? ATTEND_MAX_ROWS / c.G : (int)c.T;
           const size_t es = dtype_size(c.dt);
           const int64_t D = c.D, Dv = c.Dv, T = c.T;
+          /* rows per page in the paged copy: 5 (pages cross key groups) or 16 (a 16-key group
+           * lies in one page: the AVX-512 kernel reads such a group in place) */
+          const int64_t PAGE = n_case % 2 ? 16 : 5;
           const int64_t n_pages = (T + PAGE - 1) / PAGE, stride = D + 3; /* rows apart */
           const float scale = 1.0f / sqrtf((float)D);
           const int n = c.G * c.P;

@@ -18,18 +18,19 @@
  *    7.8e-3, so 8e-3 of the scale for f16 and bf16 alike (f16 is 8x inside it).
  *  - PagedAttention output (pa_tol): f32: a sum of n f32 terms is within n u of exact relative to
  *    its terms' magnitudes (Higham §3.1), O(scale) here; the longest chain is the softmax over
- *    past + ql <= 60 keys, a head dim <= 32, and about 10 norm and rotary steps: ~100 u = 6e-6,
- *    so 2e-5. f16/bf16: the stored query and key, their normed and rotated copies and the output
- *    are each rounded to the IO dtype: up to about 8 roundings of O(scale) values on the path to
- *    an output: 8 x 2^-11 = 3.9e-3 (f16: 4e-3), 8 x 2^-8 = 3.1e-2 (bf16: 3e-2).
+ *    past + ql <= 110 keys (in 4 key blocks: 4 rescales and their exponentials), a head dim <=
+ *    32, and about 10 norm and rotary steps: ~170 u = 1e-5, so 2e-5. f16/bf16: the stored query and
+ * key, their normed and rotated copies and the output are each rounded to the IO dtype: up to about
+ * 8 roundings of O(scale) values on the path to an output: 8 x 2^-11 = 3.9e-3 (f16: 4e-3), 8 x 2^-8
+ * = 3.1e-2 (bf16: 3e-2).
  *  - the written key slots (key_tol): one rounding of a normed, rotated key to the IO dtype. The
  *    kernel's f32 value and the reference's float64 one may straddle a rounding boundary: one
  *    ulp of the element in f16/bf16. Before that rounding, the f32 arithmetic: the norm's sum of
  *    D squares and about 8 more roundings, (D / 2 + 8) u relative, of elements at most
  *    1.5 sqrt(D) (norm weight <= 1.5): the f32 bound, and the slack added to the ulp. Values
  *    are copies: exact.
- *  - against GroupQueryAttention: exact (both call attend_row, kernels/attend.h, on the same f32
- *    rows in the same order; pages change only where a row is read from).
+ *  - against GroupQueryAttention: exact (both call attend_rows, kernels/attend.h, on the same f32
+ *    rows; a row's bits depend neither on its tile nor on where its keys are read from).
  */
 #include <math.h>
 #include <stdio.h>
@@ -543,6 +544,10 @@ static void test_paged_prefill_mixes(void) {
       {.dt = PH_DTYPE_F16,  4, 4, 32, 16, 3, {5, 0, 17}, {2, 0, 30}},
       {.dt = PH_DTYPE_BF16, 4, 2, 16, 32, 2, {3, 20},    {40, 0}},
       {.dt = PH_DTYPE_F32,  4, 2, 16, 16, 2, {3, 20},    {0, 37}, .packed = 1},
+      /* the 0.8B group (8 heads on 2): more rows than a task's chunk of 32 positions, tiles of
+       * 4 positions x 4 heads across 32-key blocks */
+      {.dt = PH_DTYPE_F32,  8, 2, 24, 16, 2, {70, 5},    {0, 40}},
+      {.dt = PH_DTYPE_BF16, 8, 2, 16, 16, 2, {3, 66},    {29, 0}, .window = 37},
   };
   /* clang-format on */
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) pa_run_case(&cs[i], 200 + i);
@@ -703,7 +708,7 @@ static void test_paged_vs_gqa(void) {
       double *ref = calloc((size_t)(S * Hq * D), sizeof(double));
       for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = tensor_at(go[0], i);
       double scale = 0.0, err = tensor_max_abs_diff(io.out[0], ref, S * Hq * D, &scale);
-      CHECK(err == 0); /* the same attend_row on the same rows: see the top */
+      CHECK(err == 0); /* the same attend_rows arithmetic on the same rows: see the top */
       free(ref);
     }
     tensors_free(go, 3);
