@@ -353,7 +353,7 @@ static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
          GATED_DELTA_CHUNK_NMSE);
 }
 
-/* ---- attend_row ----------------------------------------------------------------------------- */
+/* ---- attend_rows ---------------------------------------------------------------------------- */
 
 static const ph_dtype AT_DTYPES[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
 static const char *const AT_DTYPE_NAMES[3] = {"f32", "f16", "bf16"};
