@@ -65,7 +65,8 @@ static void attend_load(const void *base, ph_dtype dt, int64_t i, int64_t n, flo
 
 static inline __attribute__((always_inline)) float at_exp_inline(float x) { AT_EXPF_BODY(x); }
 
-/* One row, literally as attend.h writes it (always inlined into each variant's entry point). */
+/* One row, literally as attend.h writes it (always inlined into each variant's entry point).
+ * Work: s [ATTEND_KB] scores, row [ATTEND_KB][D] the block's keys (then one value row). */
 static inline __attribute__((always_inline)) void attend_one(const attend_kv *kv, int64_t D,
                                                              int64_t Dv, float scale, float softcap,
                                                              const attend_query *rq, float *s,
@@ -77,14 +78,39 @@ static inline __attribute__((always_inline)) void attend_one(const attend_kv *kv
     const int64_t t1 =
         b * ATTEND_KB + ATTEND_KB - 1 < rq->hi ? b * ATTEND_KB + ATTEND_KB - 1 : rq->hi;
     float mb = -INFINITY;
-    for (int64_t t = t0; t <= t1; t++) {
-      attend_load(kv->k, kv->dt, attend_off(kv, t), D, row);
-      float dot = 0.0f;
-      for (int64_t e = 0; e < D; e++) dot = fmaf(rq->q[e], row[e], dot);
-      float sc = dot * scale;
-      if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
-      s[t - t0] = sc;
-      if (sc > mb) mb = sc;
+    for (int64_t t = t0; t <= t1; t++)
+      attend_load(kv->k, kv->dt, attend_off(kv, t), D, row + (t - t0) * D);
+    for (int64_t t = t0; t <= t1; t += 8) {
+      /* up to 8 keys' fma chains side by side (each chain is still one key's, in e order) */
+      const int nt = t1 - t + 1 < 8 ? (int)(t1 - t + 1) : 8;
+      const float *kr = row + (t - t0) * D;
+      float dot[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      if (nt == 8) { /* named accumulators: kept in registers */
+        float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f, d4 = 0.0f, d5 = 0.0f, d6 = 0.0f;
+        float d7 = 0.0f;
+        for (int64_t e = 0; e < D; e++) {
+          const float qe = rq->q[e];
+          d0 = fmaf(qe, kr[e], d0);
+          d1 = fmaf(qe, kr[D + e], d1);
+          d2 = fmaf(qe, kr[2 * D + e], d2);
+          d3 = fmaf(qe, kr[3 * D + e], d3);
+          d4 = fmaf(qe, kr[4 * D + e], d4);
+          d5 = fmaf(qe, kr[5 * D + e], d5);
+          d6 = fmaf(qe, kr[6 * D + e], d6);
+          d7 = fmaf(qe, kr[7 * D + e], d7);
+        }
+        dot[0] = d0, dot[1] = d1, dot[2] = d2, dot[3] = d3;
+        dot[4] = d4, dot[5] = d5, dot[6] = d6, dot[7] = d7;
+      } else {
+        for (int64_t e = 0; e < D; e++)
+          for (int j = 0; j < nt; j++) dot[j] = fmaf(rq->q[e], kr[j * D + e], dot[j]);
+      }
+      for (int j = 0; j < nt; j++) {
+        float sc = dot[j] * scale;
+        if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+        s[t - t0 + j] = sc;
+        if (sc > mb) mb = sc;
+      }
     }
     const float mn = mb > m ? mb : m;
     const float alpha = mn == m ? 1.0f : at_exp_inline(m - mn);
