@@ -17,14 +17,16 @@
  *                       twice a first-order running error bound derived from the inputs
  *                       (gd_chunk_bound); the reference against L recurrent steps, NMSE at most
  *                       GATED_DELTA_CHUNK_NMSE, state and outputs.
- *   attend_row          (one implementation today: PagedAttention's and GroupQueryAttention's
- *                       core) against a double reference, per element within ATTEND_TOL (an
- *                       error bound derived beside it from the inputs), f32/f16/bf16 rows, with
- *                       softcap, head sink and a window start; and paged addressing (pages out
- *                       of order) giving the bits of contiguous rows.
- *   conv_causal_channel (one implementation today: both causal convs' core) against a double
- *                       reference within CONV_TOL (derived beside it), silu on/off, dilation.
- *   rope_rotate_f32     (one implementation today: RotaryEmbedding's, PagedAttention's and
+ *   attend_rows         (PagedAttention's and GroupQueryAttention's core; scalar, avx2 and
+ *                       avx512 where the CPU runs them) against a double reference, per element
+ * within ATTEND_TOL (an error bound derived beside it from the inputs), f32/f16/ bf16 rows, head
+ * dims 1..256 with tails, 1..70 keys across key blocks and pages of 5 and 16 rows, GQA
+ * groups 1..16, softcap, head sinks, windows, latent values; every variant gives the scalar
+ * variant's bits, and every row the bits it gets alone in the whole tile, reversed and in tiles of
+ * 3 and 5, paged addressing (pages out of order) the contiguous bits. attend_expf         within
+ * ATTEND_EXP_ULP ulp of exp over [-80, 10]. conv_causal_channel (one implementation today: both
+ * causal convs' core) against a double reference within CONV_TOL (derived beside it), silu on/off,
+ * dilation. rope_rotate_f32     (one implementation today: RotaryEmbedding's, PagedAttention's and
  *                       GroupQueryAttention's rotation) against a double reference within
  *                       ROPE_TOL (derived beside it), both pairings; in place gives the bits.
  * Shapes: 1, odd sizes, and sizes around 8/16/64/256. A failing case is printed by name with its
@@ -534,7 +536,7 @@ static void grid_gated_delta_chunk(const kernel_variant *vs, int n_vs) {
          worst, GATED_DELTA_CHUNK_NMSE, n_var, worst_v);
 }
 
-/* ---- attend_row ----------------------------------------------------------------------------- */
+/* ---- attend_rows ---------------------------------------------------------------------------- */
 
 static const ph_dtype AT_DTYPES[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
 static const char *const AT_DTYPE_NAMES[3] = {"f32", "f16", "bf16"};
@@ -586,126 +588,223 @@ static void at_reference(const float *q, const float *kf, const float *vf, int64
   free(s);
 }
 
-/* attend_row, the one implementation (scalar, in every variant): against the double reference
- * within ATTEND_TOL (below), and the paged addressing bit-identical to the contiguous one. Two
- * value layouts: separate value rows D wide, and the latent one (PagedAttention LATENT): values
- * are the first Dv = (D + 1) / 2 elements of the key rows themselves (v == k). */
-static void grid_attend_row(const kernel_variant *vs, int n_vs) {
+/* attend_expf against exp in double: every x of a sweep of [-80, 0] (and a few of [-80, 10]),
+ * within ATTEND_EXP_ULP ulp of the result; 0 below -80 and for -inf; exact 1 at 0. */
+#define ATTEND_EXP_ULP 2.0
+static void grid_attend_exp(const kernel_variant *vs, int n_vs) {
   (void)vs;
-  (void)n_vs; /* one implementation in every variant today */
-  static const int64_t Ds[] = {1, 3, 8, 64, 128};
-  static const int64_t ns[] = {1, 2, 17, 100};
-  static const int64_t los[] = {0, 5};
-  static const int64_t PAGE = 4; /* rows per page in the paged copy */
+  (void)n_vs;
+  double worst = 0.0;
+  for (int i = 0; i <= 200000; i++) {
+    const float x = -80.0f + 90.0f * (float)i / 200000.0f;
+    const double want = exp((double)x), got = attend_expf(x);
+    const double ulp = ldexp(1.0, ilogb(want) - 23);
+    const double e = fabs(got - want) / ulp;
+    if (!(e <= worst)) worst = e;
+  }
+  char name[120];
+  snprintf(name, sizeof name, "attend_expf within %.0f ulp on [-80, 10] (worst %.3g ulp)",
+           ATTEND_EXP_ULP, worst);
+  case_result(worst <= ATTEND_EXP_ULP, name, worst);
+  case_result(attend_expf(0.0f) == 1.0f && attend_expf(-0.0f) == 1.0f, "attend_expf(0) is 1", 0.0);
+  case_result(attend_expf(-80.5f) == 0.0f && attend_expf(-INFINITY) == 0.0f,
+              "attend_expf is 0 below -80", 0.0);
+  case_result(isnan(attend_expf(NAN)), "attend_expf(NaN) is NaN", 0.0);
+  printf("  attend_expf: worst %.3g ulp\n", worst);
+}
+
+/* One attention case: G query heads of one kv head x P consecutive positions ending at key
+ * T - 1 (the causal prefill tile), window W (0: off), over T keys stored contiguous and paged. */
+typedef struct at_case {
+  ph_dtype dt;
+  int64_t D, Dv, T, W;
+  int G, P, latent;
+  float softcap;
+  int sink; /* 0 none, 1 per-head sinks of 0.3 and 4 alternating */
+} at_case;
+
+/* Runs fn over rows in the order given by perm, in tiles of `tile` rows, into out[row][Dv]. */
+static void at_run(attend_rows_fn fn, const attend_kv *kv, const at_case *c, float scale,
+                   const attend_query *rows, int n, const int *perm, int tile, float *out,
+                   float *work) {
+  attend_query t[ATTEND_MAX_ROWS];
+  for (int i0 = 0; i0 < n; i0 += tile) {
+    int k = n - i0 < tile ? n - i0 : tile;
+    for (int i = 0; i < k; i++) {
+      t[i] = rows[perm[i0 + i]];
+      t[i].out = out + perm[i0 + i] * c->Dv;
+    }
+    fn(kv, c->D, scale, c->softcap, t, k, work);
+  }
+}
+
+/* attend_rows, every variant: against the double reference within ATTEND_TOL (below); every
+ * variant gives the scalar variant's bits; each row's bits are the same alone, in the whole
+ * tile, in the tile reversed (every row at another place) and in tiles of 3 and 5 rows; and
+ * paged addressing (pages out of order, 5 or 16 rows each) gives the contiguous bits. */
+static void grid_attend(const kernel_variant *vs, int n_vs) {
+  static const int64_t Ds[] = {1, 3, 16, 17, 64, 256};
+  static const int64_t Ts[] = {1, 2, 31, 33, 70};
+  static const int Gs[] = {1, 3, 4, 8};
+
   const double u = FLT_EPSILON / 2.0;
   double worst = 0.0;
+  int n_case = 0;
   rng r = rng_seed(0x617474656e64u);
   for (int di = 0; di < 3; di++)
     for (size_t Di = 0; Di < sizeof Ds / sizeof Ds[0]; Di++)
-      for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-        for (size_t li = 0; li < sizeof los / sizeof los[0]; li++)
-          for (int opt = 0; opt < 12; opt++) { /* softcap off/on x sink none/small/large x
-                                                * separate/latent values */
-            const ph_dtype dt = AT_DTYPES[di];
-            const size_t es = dtype_size(dt);
-            const int latent = opt >= 6;
-            const int64_t D = Ds[Di], lo = los[li], hi = lo + ns[ni] - 1, T = hi + 1;
-            const int64_t Dv = latent ? (D + 1) / 2 : D;
-            const int64_t n_pages = (T + PAGE - 1) / PAGE, stride = D + 3; /* rows apart */
-            const int o6 = opt % 6;
-            const float scale = 1.0f / sqrtf((float)D), softcap = o6 & 1 ? 5.0f : 0.0f;
-            const float sink_v = o6 >= 4 ? 4.0f : 0.3f, *sink = o6 >= 2 ? &sink_v : NULL;
-            float *q = malloc((size_t)D * sizeof(float));
-            float *kf = malloc((size_t)(T * D) * sizeof(float));
-            float *vf = malloc((size_t)(T * D) * sizeof(float));
-            /* contiguous: rows stride apart; paged: page order reversed, rows stride apart */
-            char *kc = calloc((size_t)(T * stride), es), *vc = calloc((size_t)(T * stride), es);
-            char *kp = calloc((size_t)(n_pages * PAGE * stride), es);
-            char *vp = calloc((size_t)(n_pages * PAGE * stride), es);
-            int32_t *pages = malloc((size_t)n_pages * sizeof(int32_t));
-            for (int64_t pg = 0; pg < n_pages; pg++) pages[pg] = (int32_t)(n_pages - 1 - pg);
-            for (int64_t e = 0; e < D; e++) q[e] = rng_range(&r, -2.0f, 2.0f);
-            for (int64_t t = 0; t < T; t++) {
-              int64_t slot = (int64_t)pages[t / PAGE] * PAGE + t % PAGE;
-              for (int64_t e = 0; e < D; e++) {
-                kf[t * D + e] = at_put(kc, dt, t * stride + e, rng_range(&r, -2.0f, 2.0f));
-                at_put(kp, dt, slot * stride + e, kf[t * D + e]);
-                if (latent) {
-                  if (e < Dv) vf[t * Dv + e] = kf[t * D + e];
-                  continue;
-                }
-                vf[t * D + e] = at_put(vc, dt, t * stride + e, rng_range(&r, -1.0f, 1.0f));
-                at_put(vp, dt, slot * stride + e, vf[t * D + e]);
+      for (size_t Ti = 0; Ti < sizeof Ts / sizeof Ts[0]; Ti++)
+        for (int opt = 0; opt < 12; opt++, n_case++) {
+          /* softcap off/on x sink none/on x window off/on/latent values */
+          at_case c = {.dt = AT_DTYPES[di], .D = Ds[Di], .T = Ts[Ti]};
+          c.softcap = opt & 1 ? 5.0f : 0.0f;
+          c.sink = (opt >> 1) & 1;
+          const int mode = opt >> 2; /* 0 plain, 1 window, 2 latent values */
+          c.latent = mode == 2;
+          c.W = mode == 1 ? 1 + (int64_t)(n_case % 40) : 0;
+          c.Dv = c.latent ? (c.D + 1) / 2 : c.D;
+          c.G = c.latent ? 1 + 15 * (n_case % 2) : Gs[n_case % 4];
+          c.P = ATTEND_MAX_ROWS / c.G < c.T ? ATTEND_MAX_ROWS / c.G : (int)c.T;
+          const size_t es = dtype_size(c.dt);
+          const int64_t D = c.D, Dv = c.Dv, T = c.T;
+          /* rows per page in the paged copy: 5 (pages cross key groups) or 16 (a 16-key group
+           * lies in one page: the AVX-512 kernel reads such a group in place) */
+          const int64_t PAGE = n_case % 2 ? 16 : 5;
+          const int64_t n_pages = (T + PAGE - 1) / PAGE, stride = D + 3; /* rows apart */
+          const float scale = 1.0f / sqrtf((float)D);
+          const int n = c.G * c.P;
+          float *q = malloc((size_t)(n * D) * sizeof(float));
+          float *kf = malloc((size_t)(T * D) * sizeof(float));
+          float *vf = malloc((size_t)(T * D) * sizeof(float));
+          char *kc = calloc((size_t)(T * stride), es), *vc = calloc((size_t)(T * stride), es);
+          char *kp = calloc((size_t)(n_pages * PAGE * stride), es);
+          char *vp = calloc((size_t)(n_pages * PAGE * stride), es);
+          int32_t *pages = malloc((size_t)n_pages * sizeof(int32_t));
+          for (int64_t pg = 0; pg < n_pages; pg++) pages[pg] = (int32_t)(n_pages - 1 - pg);
+          for (int64_t e = 0; e < n * D; e++) q[e] = rng_range(&r, -2.0f, 2.0f);
+          for (int64_t t = 0; t < T; t++) {
+            int64_t slot = (int64_t)pages[t / PAGE] * PAGE + t % PAGE;
+            for (int64_t e = 0; e < D; e++) {
+              kf[t * D + e] = at_put(kc, c.dt, t * stride + e, rng_range(&r, -2.0f, 2.0f));
+              at_put(kp, c.dt, slot * stride + e, kf[t * D + e]);
+              if (c.latent) {
+                if (e < Dv) vf[t * Dv + e] = kf[t * D + e];
+                continue;
               }
+              vf[t * D + e] = at_put(vc, c.dt, t * stride + e, rng_range(&r, -1.0f, 1.0f));
+              at_put(vp, c.dt, slot * stride + e, vf[t * D + e]);
             }
-            const attend_kv cont = {
-                .k = kc, .v = latent ? kc : vc, .v_width = Dv, .dt = dt, .row_stride = stride};
-            const attend_kv paged = {.k = kp,
-                                     .v = latent ? kp : vp,
-                                     .v_width = Dv,
-                                     .dt = dt,
-                                     .row_stride = stride,
-                                     .pages = pages,
-                                     .page_rows = PAGE};
-            float *scores = malloc((size_t)(hi - lo + 1) * sizeof(float));
-            float *row = malloc((size_t)D * sizeof(float));
-            float *oc = malloc((size_t)D * sizeof(float)), *op = malloc((size_t)D * sizeof(float));
-            double *ref = malloc((size_t)D * sizeof(double)), A = 0.0, R = 0.0;
-            attend_row(q, D, lo, hi, scale, softcap, sink, &cont, scores, row, oc);
-            attend_row(q, D, lo, hi, scale, softcap, sink, &paged, scores, row, op);
-            at_reference(q, kf, vf, D, Dv, lo, hi, scale, softcap, sink, ref, &A, &R);
-            /* ATTEND_TOL, first-order error bound of attend_row's f32 arithmetic (u = 2^-24,
-             * n = hi-lo+1 rows, A = max_t Σ_e |q_e k_te|, R = max_t (m - s_t), V = max |v|):
-             *   scores: D-term dot (D u A), the scale and the softcap's division (2 u scale A),
-             *           tanhf (2 ulp) and its product (u): e_s = (D+2) u scale A + 3 u softcap;
-             *   weights e^{s_t - m}: e_s, the subtraction (u R) and expf (<= 2 u, glibc < 1 ulp);
-             *           the shift by m is common to every term and cancels in the ratio:
-             *           e_w = e_s + u R + 2 u relative;
-             *   numerator Σ w_t v_t and denominator Σ w_t (+ sink): n products and n additions
-             *           each, (n+1) u relative of Σ w |v| <= V Σ w; the division: u;
-             *   so |o - ref| <= V (2 e_w + (2n + 3) u), and twice that for the second-order
-             *   terms. Worst-case; the measured error is printed below, far under it. */
-            double V = 0.0;
-            for (int64_t i = 0; i < T * Dv; i++)
-              if (fabs(vf[i]) > V) V = fabs(vf[i]);
-            const double e_s = (double)(D + 2) * u * scale * A + 3.0 * u * softcap;
-            const double e_w = e_s + u * R + 2.0 * u;
-            const double tol = 2.0 * V * (2.0 * e_w + (double)(2 * (hi - lo + 1) + 3) * u);
+          }
+          const attend_kv cont = {
+              .k = kc, .v = c.latent ? kc : vc, .v_width = Dv, .dt = c.dt, .row_stride = stride};
+          const attend_kv paged = {.k = kp,
+                                   .v = c.latent ? kp : vp,
+                                   .v_width = Dv,
+                                   .dt = c.dt,
+                                   .row_stride = stride,
+                                   .pages = pages,
+                                   .page_rows = PAGE};
+          float sinks[ATTEND_MAX_ROWS];
+          attend_query rows[ATTEND_MAX_ROWS];
+          int fwd[ATTEND_MAX_ROWS], rev[ATTEND_MAX_ROWS];
+          for (int i = 0; i < n; i++) {
+            const int pos = i / c.G, h = i % c.G;
+            const int64_t p = T - c.P + pos;
+            sinks[i] = h % 2 ? 4.0f : 0.3f;
+            rows[i] = (attend_query){.q = q + i * D,
+                                     .lo = c.W > 0 && p - c.W + 1 > 0 ? p - c.W + 1 : 0,
+                                     .hi = p,
+                                     .sink = c.sink ? &sinks[i] : NULL};
+            fwd[i] = i;
+            rev[i] = n - 1 - i;
+          }
+          float *work = malloc(attend_work_floats(D, Dv) * sizeof(float));
+          float *want = malloc((size_t)(n * Dv) * sizeof(float));
+          float *got = malloc((size_t)(n * Dv) * sizeof(float));
+          double *ref = malloc((size_t)Dv * sizeof(double));
+          char name[240];
+          int nm =
+              snprintf(name, sizeof name,
+                       "attend %s D=%lld Dv=%lld%s T=%lld G=%d P=%d W=%lld softcap=%g "
+                       "sink=%d",
+                       AT_DTYPE_NAMES[di], (long long)D, (long long)Dv, c.latent ? " (latent)" : "",
+                       (long long)T, c.G, c.P, (long long)c.W, (double)c.softcap, c.sink);
+          /* the scalar variant, whole tile: the bits every other run must give */
+          at_run(attend_rows_scalar, &cont, &c, scale, rows, n, fwd, n, want, work);
+          for (int i = 0; i < n; i++) {
+            double A = 0.0, R = 0.0, V = 0.0, lo_s = INFINITY, hi_s = -INFINITY;
+            at_reference(rows[i].q, kf, vf, D, Dv, rows[i].lo, rows[i].hi, scale, c.softcap,
+                         rows[i].sink, ref, &A, &R);
+            for (int64_t t = rows[i].lo; t <= rows[i].hi; t++) {
+              double dot = 0.0;
+              for (int64_t e = 0; e < D; e++) dot += (double)rows[i].q[e] * kf[t * D + e];
+              dot *= scale;
+              if (dot < lo_s) lo_s = dot;
+              if (dot > hi_s) hi_s = dot;
+              for (int64_t e = 0; e < Dv; e++)
+                if (fabs(vf[t * Dv + e]) > V) V = fabs(vf[t * Dv + e]);
+            }
+            /* ATTEND_TOL, first-order error bound of the arithmetic of attend.h (u = 2^-24,
+             * n keys, nb key blocks, A = max_t Σ_e |q_e k_te|, R = max_t (m - s_t) (and the
+             * sink's), Rm = the range of the scores, V = max |v|, exp within ATTEND_EXP_ULP
+             * ulp = 2 ATTEND_EXP_ULP u):
+             *   scores: D-term fma chain (D u A), the scale (u scale A), the softcap's division,
+             *           tanhf (2 ulp) and its product: e_s = (D+1) u scale A + 3 u softcap;
+             *   weights e^{s_t - m'}: e_s, the subtraction (u R) and the exponential;
+             *   rescales: each block's α errs by its exponential and its subtraction (u |Δm|,
+             *           Σ over blocks <= u Rm), and multiplies acc and l (u each): what has been
+             *           summed so far is weighted off by that against later terms, so
+             *           e_w = e_s + u R + e_x + nb (e_x + 2 u) + u Rm, e_x = 2 ATTEND_EXP_ULP u;
+             *   numerator Σ p_t v_t (fma) and denominator Σ p_t (+ sink): (n+1) u relative of
+             *           Σ p |v| <= V Σ p each; the final product and division: 2 u;
+             *   so |o - ref| <= V (2 e_w + (2n + 4) u), and twice that for second-order terms.
+             * Worst-case; the measured error is printed below, far under it. */
+            const int64_t nk = rows[i].hi - rows[i].lo + 1;
+            const int64_t nb = rows[i].hi / ATTEND_KB - rows[i].lo / ATTEND_KB + 1;
+            const double e_x = 2.0 * ATTEND_EXP_ULP * u;
+            const double e_s = (double)(D + 1) * u * scale * A + 3.0 * u * c.softcap;
+            const double e_w = e_s + u * R + e_x + (double)nb * (e_x + 2.0 * u) + u * (hi_s - lo_s);
+            const double tol = 2.0 * V * (2.0 * e_w + (double)(2 * nk + 4) * u);
             double err = 0.0;
             for (int64_t e = 0; e < Dv; e++) {
-              double x = isfinite(oc[e]) ? fabs(oc[e] - ref[e]) : INFINITY;
+              double x = isfinite(want[i * Dv + e]) ? fabs(want[i * Dv + e] - ref[e]) : INFINITY;
               if (!(x <= err)) err = x; /* NaN/inf propagate to err as failure */
             }
             if (tol > 0.0 && err / tol > worst) worst = err / tol;
-            char name[200];
-            snprintf(name, sizeof name,
-                     "attend_row %s D=%lld Dv=%lld%s lo=%lld n=%lld softcap=%g sink=%s: vs "
-                     "double reference (err %.3g, tol %.3g)",
-                     AT_DTYPE_NAMES[di], (long long)D, (long long)Dv, latent ? " (latent)" : "",
-                     (long long)lo, (long long)(hi - lo + 1), (double)softcap,
-                     sink ? (o6 >= 4 ? "4" : "0.3") : "none", err, tol);
+            snprintf(name + nm, sizeof name - (size_t)nm,
+                     " row %d: vs double reference (err %.3g, tol %.3g)", i, err, tol);
             case_result(err <= tol, name, err);
-            snprintf(name, sizeof name,
-                     "attend_row %s D=%lld lo=%lld n=%lld opt=%d: paged rows give the "
-                     "contiguous bits",
-                     AT_DTYPE_NAMES[di], (long long)D, (long long)lo, (long long)(hi - lo + 1),
-                     opt);
-            case_result(memcmp(oc, op, (size_t)Dv * sizeof(float)) == 0, name, 0.0);
-            free(q);
-            free(kf);
-            free(vf);
-            free(kc);
-            free(vc);
-            free(kp);
-            free(vp);
-            free(pages);
-            free(scores);
-            free(row);
-            free(oc);
-            free(op);
-            free(ref);
           }
-  printf("  attend_row: worst error / tolerance %.3g\n", worst);
+          /* every variant, every way of tiling, both addressings: the same bits */
+          for (int vi = 0; vi < n_vs; vi++) {
+            const attend_rows_fn fn = attend_rows_for(vs[vi]);
+            static const char *const how[6] = {"whole tile", "reversed",   "alone",
+                                               "tiles of 3", "tiles of 5", "paged"};
+            for (int k = 0; k < 6; k++) {
+              for (int64_t e = 0; e < n * Dv; e++) got[e] = NAN;
+              const int tile = k == 2 ? 1 : k == 3 ? 3 : k == 4 ? 5 : n;
+              at_run(fn, k == 5 ? &paged : &cont, &c, scale, rows, n, k == 1 ? rev : fwd, tile, got,
+                     work);
+              snprintf(name + nm, sizeof name - (size_t)nm,
+                       " %s, %s: the scalar variant's whole-tile bits", kernel_variant_name(vs[vi]),
+                       how[k]);
+              case_result(memcmp(got, want, (size_t)(n * Dv) * sizeof(float)) == 0, name, 0.0);
+            }
+          }
+          free(q);
+          free(kf);
+          free(vf);
+          free(kc);
+          free(vc);
+          free(kp);
+          free(vp);
+          free(pages);
+          free(work);
+          free(want);
+          free(got);
+          free(ref);
+        }
+  printf("  attend: worst error / tolerance %.3g\n", worst);
 }
 
 /* ---- conv_causal_channel -------------------------------------------------------------------- */
@@ -882,13 +981,15 @@ typedef struct kernel_column {
 } kernel_column;
 
 /* One row per kernel of kernel_set (kernels/dispatch.h), and one per single-implementation core
- * (attend_row, conv_causal_channel, rope_rotate_f32: outside the table). */
+ * (attend_rows, conv_causal_channel, rope_rotate_f32: outside the table;
+ * attend_rows picks its variant itself, attend_rows_for). */
 static const kernel_column COLUMNS[] = {
     {"matmul_wt", grid_matmul_wt},
     {"gated_delta_decode", grid_gated_delta_decode},
     {"replay_recurrent", grid_replay_recurrent},
     {"gated_delta_chunk", grid_gated_delta_chunk},
-    {"attend_row", grid_attend_row},
+    {"attend_expf", grid_attend_exp},
+    {"attend_rows", grid_attend},
     {"conv_causal_channel", grid_conv_causal},
     {"rope_rotate_f32", grid_rope},
 };

@@ -40,10 +40,12 @@
  *   query head h reads kv head h / (Hq/Hkv). Softmax in f32 with the maximum subtracted; the
  *   output is sum_j e_j v_j / sum_j e_j rounded once to F.
  * present never aliases past (the shapes differ). Work: phase 1 builds present over (b, kv head)
- * tasks, phase 2 runs one single-threaded task per (b, query head), each query row through
- * attend_row (kernels/attend.h, PagedAttention's core too); no reduction spans tasks, so
- * results are bit-identical for any thread count and any batch neighbours.
- * Scratch: (T + 4*D) floats per thread (one score row, q, one k/v row, accumulator, cos/sin).
+ * tasks, phase 2 runs one single-threaded task per (b, query head), its query rows in tiles of
+ * up to ATTEND_MAX_ROWS positions through attend_rows (kernels/attend.h, PagedAttention's core
+ * too: a row's bits never depend on its tile); no reduction spans tasks, so results are
+ * bit-identical for any thread count and any batch neighbours.
+ * Scratch per thread: attend_work_floats(D, D) + 2 * ATTEND_MAX_ROWS * D + rot floats (the
+ * kernel's work, the q and output tiles, cos/sin).
  */
 #include <math.h>
 #include <string.h>
@@ -338,7 +340,11 @@ static ph_status gqa_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d)
   return PH_OK;
 }
 
-static size_t gqa_slice_floats(const gqa_geom *g) { return (size_t)(g->T + 4 * g->D); }
+/* Per thread: attend's work, q and out tiles [ATTEND_MAX_ROWS][D], cos and sin [rot/2]. */
+static size_t gqa_slice_floats(const gqa_geom *g) {
+  return attend_work_floats(g->D, g->D) +
+         (size_t)(2 * ATTEND_MAX_ROWS * g->D + (g->rotary ? g->rot : 0));
+}
 
 static size_t gqa_scratch(const gnode *n, const tinfo *in, int n_threads) {
   gqa_geom g;
@@ -359,6 +365,7 @@ typedef struct gqa_job {
   tensor *out, *present_k, *present_v;
   float *scratch;
   size_t esize;
+  attend_rows_fn attend; /* the variant chosen once per run (kernels/dispatch.h) */
 } gqa_job;
 
 /* element offsets of token (b, s)'s q head h, k head g and v head g */
@@ -429,7 +436,8 @@ static void gqa_present_task(void *ctx, size_t task, int thread) {
   }
 }
 
-/* Phase 2, task (b, query head): all S queries of this head against present. */
+/* Phase 2, task (b, query head): all S queries of this head against present, in tiles of up to
+ * ATTEND_MAX_ROWS consecutive positions (a row's bits do not depend on its tile: attend.h). */
 static void gqa_attend_task(void *ctx, size_t task, int thread) {
   const gqa_job *j = ctx;
   const gqa_geom *g = j->g;
@@ -442,19 +450,28 @@ static void gqa_attend_task(void *ctx, size_t task, int thread) {
                              .v = (const char *)j->present_v->data + row0,
                              .dt = g->dt,
                              .row_stride = D};
-  /* slice: scores [T], q [D], k or v row [D], acc [D], cos [rot/2], sin [rot/2] */
-  float *scores = j->scratch + (size_t)thread * gqa_slice_floats(g);
-  float *q = scores + g->T, *kv = q + D, *acc = kv + D, *c = acc + D;
-  float *sn = c + (g->rotary ? g->rot / 2 : 0);
+  /* slice: attend work, q [16][D], out [16][D], cos [rot/2], sin [rot/2] */
+  float *work = j->scratch + (size_t)thread * gqa_slice_floats(g);
+  float *q = work + attend_work_floats(D, D), *o = q + ATTEND_MAX_ROWS * D;
+  float *c = o + ATTEND_MAX_ROWS * D, *sn = c + (g->rotary ? g->rot / 2 : 0);
   const float sink = j->sink ? tensor_get_f32(j->sink, h) : 0.0f;
-  for (int64_t s = 0; s < g->S; s++) {
-    const int64_t p = Pb + s;
-    const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
-    tensor_load_f32(j->q, gqa_q_off(j, b, s, h), D, q);
-    if (g->rotary) gqa_rotate(j, q, gqa_pos(j, b, s), c, sn);
-    attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, &kv_rows, scores, kv,
-               acc);
-    tensor_store_f32(j->out, (b * g->S + s) * g->Hq * D + h * D, D, acc);
+  attend_query rows[ATTEND_MAX_ROWS];
+  for (int64_t s0 = 0; s0 < g->S; s0 += ATTEND_MAX_ROWS) {
+    const int n = (int)(g->S - s0 < ATTEND_MAX_ROWS ? g->S - s0 : ATTEND_MAX_ROWS);
+    for (int i = 0; i < n; i++) {
+      const int64_t s = s0 + i, p = Pb + s;
+      float *qi = q + i * D;
+      tensor_load_f32(j->q, gqa_q_off(j, b, s, h), D, qi);
+      if (g->rotary) gqa_rotate(j, qi, gqa_pos(j, b, s), c, sn);
+      rows[i] = (attend_query){.q = qi,
+                               .lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0,
+                               .hi = p,
+                               .sink = j->sink ? &sink : NULL,
+                               .out = o + i * D};
+    }
+    j->attend(&kv_rows, D, g->scale, g->softcap, rows, n, work);
+    for (int i = 0; i < n; i++)
+      tensor_store_f32(j->out, (b * g->S + s0 + i) * g->Hq * D + h * D, D, o + i * D);
   }
 }
 
@@ -517,6 +534,7 @@ static ph_status gqa_run(const gnode *n, const tensor *const *in, tensor *const 
   j.present_k = out[1];
   j.present_v = out[2];
   j.scratch = ctx->scratch;
+  j.attend = attend_rows_for(kernel_variant_active());
   j.esize = dtype_size(g.dt);
   pool_run(ctx->pool, (size_t)(g.B * g.Hkv), gqa_present_task, &j);
   pool_run(ctx->pool, (size_t)(g.B * g.Hq), gqa_attend_task, &j);

@@ -55,9 +55,11 @@
  * positions below max_pos (else INVALID_ARGUMENT). Unsupported: is_causal = 0, quantized caches.
  *
  * Work: phase 1 writes K/V over kv-head tasks (rows in order, so duplicate slots resolve the same
- * way for every thread count); phase 2 runs one task per (sequence, query head), each query row
- * through attend_row (kernels/attend.h, GroupQueryAttention's core too) over the sequence's
- * pages. Every output element is computed by the same code whatever the batch or thread count.
+ * way for every thread count); phase 2 runs one task per (sequence, kv head, chunk of PA_CHUNK
+ * query positions), the chunk's rows of every query head of the kv head's group going through
+ * attend_rows (kernels/attend.h, GroupQueryAttention's core too) in tiles of positions x heads
+ * over the sequence's pages. A row's bits never depend on its tile (attend.h), so every output
+ * element is the same whatever the batch, the chunking or the thread count.
  */
 #include <math.h>
 #include <stdint.h>
@@ -445,14 +447,15 @@ static ph_status pa_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
   return PH_OK;
 }
 
-/* Per thread: scores [MB*BS], x [D], kv [D], acc [D], cos [rot/2], sin [rot/2]. */
+/* Per thread: attend's work, the q and output tiles [ATTEND_MAX_ROWS][D or Dv], cos and sin
+ * [rot/2] (phase 1 uses the slice's first D + rot floats). */
 static size_t pa_slice_floats(const pa_geom *g) {
-  return (size_t)(g->MB * g->BS + 3 * g->D + g->rot);
+  return attend_work_floats(g->D, g->Dv) + (size_t)(ATTEND_MAX_ROWS * (g->D + g->Dv) + g->rot);
 }
 
 static size_t pa_scratch(const gnode *n, const tinfo *in, int n_threads) {
   pa_geom g;
-  if (pa_resolve(n, in, &g, NULL) != PH_OK || g.MB < 0 || g.BS < 0 || g.D < 0) return 0;
+  if (pa_resolve(n, in, &g, NULL) != PH_OK || g.D < 0 || g.Dv < 0 || g.rot < 0) return 0;
   return pa_slice_floats(&g) * sizeof(float) * (size_t)(n_threads > 0 ? n_threads : 1);
 }
 
@@ -465,7 +468,12 @@ typedef struct pa_job {
   const tensor *cos, *sin, *sink, *qn, *kn;
   tensor *kc, *vc, *out;
   float *scratch;
+  attend_rows_fn attend; /* the variant chosen once per run (kernels/dispatch.h) */
+  int64_t chunks;        /* position chunks of PA_CHUNK rows per (sequence, kv head) */
 } pa_job;
+
+/* Query positions per phase-2 task. */
+enum { PA_CHUNK = 32 };
 
 static int64_t pa_q_off(const pa_geom *g, int64_t row, int64_t h) {
   const int64_t w = g->packed ? (g->Hq + 2 * g->Hkv) * g->D : g->Hq * g->D;
@@ -507,7 +515,7 @@ static void pa_write_task(void *ctx, size_t task, int thread) {
   const pa_geom *g = j->g;
   const int64_t kvh = (int64_t)task, D = g->D;
   float *x = j->scratch + (size_t)thread * pa_slice_floats(g);
-  float *c = x + 3 * D, *sn = c + g->rot / 2;
+  float *c = x + D, *sn = c + g->rot / 2;
   const size_t es = dtype_size(g->dt);
   for (int64_t b = 0; b < g->B; b++)
     for (int64_t r = j->cu[b]; r < j->cu[b + 1]; r++) {
@@ -530,34 +538,60 @@ static void pa_write_task(void *ctx, size_t task, int thread) {
     }
 }
 
-/* Phase 2, task (sequence, query head). */
+/* Phase 2, task (sequence b, kv head, chunk c of PA_CHUNK query positions): the chunk's rows of
+ * every query head of the kv head's group, in tiles of up to ATTEND_MAX_ROWS rows (positions x
+ * heads; at least one position, heads split when the group is larger than a tile). A row's
+ * bits never depend on its tile (kernels/attend.h), so neither on the chunking nor the batch. */
 static void pa_attend_task(void *ctx, size_t task, int thread) {
   const pa_job *j = ctx;
   const pa_geom *g = j->g;
-  const int64_t b = (int64_t)task / g->Hq, h = (int64_t)task % g->Hq, D = g->D;
-  const int64_t kvh = h / (g->Hq / g->Hkv);
+  const int64_t c = (int64_t)task % j->chunks, kvh = (int64_t)task / j->chunks % g->Hkv;
+  const int64_t b = (int64_t)task / j->chunks / g->Hkv, D = g->D, Dv = g->Dv;
+  const int64_t r_lo = j->cu[b] + c * PA_CHUNK;
+  const int64_t r_hi = j->cu[b + 1] < r_lo + PA_CHUNK ? j->cu[b + 1] : r_lo + PA_CHUNK;
+  if (r_lo >= r_hi) return;
+  const int64_t G = g->Hq / g->Hkv;
   /* keys and values of this kv head through sequence b's block table row (kernels/attend.h) */
   const size_t es = dtype_size(g->dt);
   const attend_kv kv_rows = {.k = (const char *)j->kc->data + (size_t)(kvh * D) * es,
                              .v = (const char *)(g->latent ? j->kc : j->vc)->data +
                                   (size_t)(kvh * D) * es,
-                             .v_width = g->Dv,
+                             .v_width = Dv,
                              .dt = g->dt,
                              .row_stride = g->Hkv * D,
                              .pages = j->bt + b * g->MB,
                              .page_rows = g->BS};
-  float *scores = j->scratch + (size_t)thread * pa_slice_floats(g);
-  float *q = scores + g->MB * g->BS, *kv = q + D, *acc = kv + D, *c = acc + D;
-  float *sn = c + g->rot / 2;
-  const float sink = j->sink ? tensor_get_f32(j->sink, h) : 0.0f;
-  for (int64_t r = j->cu[b]; r < j->cu[b + 1]; r++) {
-    const int64_t p = (int64_t)j->past[b] + (r - j->cu[b]);
-    const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
-    tensor_load_f32(j->q, pa_q_off(g, r, h), D, q);
-    pa_prep(j, q, j->qn, p, c, sn);
-    attend_row(q, D, lo, p, g->scale, g->softcap, j->sink ? &sink : NULL, &kv_rows, scores, kv,
-               acc);
-    tensor_store_f32(j->out, (r * g->Hq + h) * g->Dv, g->Dv, acc);
+  float *work = j->scratch + (size_t)thread * pa_slice_floats(g);
+  float *q = work + attend_work_floats(D, Dv), *o = q + ATTEND_MAX_ROWS * D;
+  float *cs = o + ATTEND_MAX_ROWS * Dv, *sn = cs + g->rot / 2;
+  float sinks[ATTEND_MAX_ROWS];
+  attend_query rows[ATTEND_MAX_ROWS];
+  const int64_t hn = G < ATTEND_MAX_ROWS ? G : ATTEND_MAX_ROWS; /* heads per tile */
+  const int64_t pn = ATTEND_MAX_ROWS / hn;                      /* positions per tile */
+  for (int64_t h0 = 0; h0 < G; h0 += hn) {
+    const int64_t nh = G - h0 < hn ? G - h0 : hn;
+    for (int64_t i = 0; i < nh; i++)
+      sinks[i] = j->sink ? tensor_get_f32(j->sink, kvh * G + h0 + i) : 0.0f;
+    for (int64_t r0 = r_lo; r0 < r_hi; r0 += pn) {
+      const int64_t np = r_hi - r0 < pn ? r_hi - r0 : pn;
+      int n = 0;
+      for (int64_t r = r0; r < r0 + np; r++) {
+        const int64_t p = (int64_t)j->past[b] + (r - j->cu[b]);
+        const int64_t lo = g->window > 0 && p - g->window + 1 > 0 ? p - g->window + 1 : 0;
+        for (int64_t i = 0; i < nh; i++, n++) {
+          float *qi = q + n * D;
+          tensor_load_f32(j->q, pa_q_off(g, r, kvh * G + h0 + i), D, qi);
+          pa_prep(j, qi, j->qn, p, cs, sn);
+          rows[n] = (attend_query){
+              .q = qi, .lo = lo, .hi = p, .sink = j->sink ? &sinks[i] : NULL, .out = o + n * Dv};
+        }
+      }
+      j->attend(&kv_rows, D, g->scale, g->softcap, rows, n, work);
+      n = 0;
+      for (int64_t r = r0; r < r0 + np; r++)
+        for (int64_t i = 0; i < nh; i++, n++)
+          tensor_store_f32(j->out, (r * g->Hq + kvh * G + h0 + i) * Dv, Dv, o + n * Dv);
+    }
   }
 }
 
@@ -654,8 +688,13 @@ static ph_status pa_run(const gnode *n, const tensor *const *in, tensor *const *
   j.vc = vc ? vc : (tensor *)(uintptr_t)ivc; /* NULL in LATENT */
 
   if (g.N > 0) {
+    int64_t longest = 0;
+    for (int64_t b = 0; b < g.B; b++)
+      if (j.cu[b + 1] - j.cu[b] > longest) longest = j.cu[b + 1] - j.cu[b];
+    j.chunks = (longest + PA_CHUNK - 1) / PA_CHUNK;
+    j.attend = attend_rows_for(kernel_variant_active());
     pool_run(ctx->pool, (size_t)g.Hkv, pa_write_task, &j);
-    pool_run(ctx->pool, (size_t)(g.B * g.Hq), pa_attend_task, &j);
+    pool_run(ctx->pool, (size_t)(g.B * g.Hkv * j.chunks), pa_attend_task, &j);
   }
   return PH_OK;
 }

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/attend.h"
 #include "paged_testing.h"
 
 static double worst_out = 0.0, worst_absorb_f64 = 0.0, worst_absorb_f32 = 0.0;
@@ -497,14 +498,16 @@ static void test_latent_absorption(void) {
          *     by <= (2 + 4) u scale A (two factors, the rotation's table entries and its two
          *     products and sum) and the value rows by u V;
          *   the op's f32 arithmetic (kernels/attend.h): the D-term dot, the scale: (D + 1) u
-         *     scale A; the exponentials: the subtraction u R and expf 2 u; the two sums of n
-         *     terms and the division (2n + 3) u of V;
-         *   so |o_lat - ref| <= V (2 e_w + (2n + 4) u) with e_w = (D + 7) u scale A + u R + 2 u,
-         *   doubled for the second-order terms, and out = W_UV o_lat turns it into
-         *   Σ_e |W_UV[i][e]| times that. */
+         *     scale A; the exponentials: the subtraction u R and attend_expf 4 u (2 ulp); the
+         *     online softmax's rescale at each of the nb key blocks: its exponential and two
+         *     products, 6 u, plus its subtraction, u R over all blocks; the two sums of n terms
+         *     and the division (2n + 3) u of V;
+         *   so |o_lat - ref| <= V (2 e_w + (2n + 4) u) with
+         *   e_w = (D + 7) u scale A + 2 u R + 4 u + 6 nb u, doubled for the second-order terms,
+         *   and out = W_UV o_lat turns it into Σ_e |W_UV[i][e]| times that. */
         if (!io.out[0]) continue;
-        const double u = 0x1p-24, n = (double)(j + 1);
-        const double e_w = (double)(D + 7) * u * scale * A + u * Rg + 2.0 * u;
+        const double u = 0x1p-24, n = (double)(j + 1), nb = (double)(j / ATTEND_KB + 1);
+        const double e_w = (double)(D + 7) * u * scale * A + 2.0 * u * Rg + 4.0 * u + 6.0 * nb * u;
         const double tol_lat = 2.0 * 1.0 * (2.0 * e_w + (2.0 * n + 4.0) * u);
         for (int i = 0; i < DV; i++) {
           double s = 0.0, w1 = 0.0;

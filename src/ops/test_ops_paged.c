@@ -7,7 +7,8 @@
  * dense CausalConvWithState run on each sequence alone. PagedAttention runs over shuffled
  * physical pages prefilled with garbage: pages and slots the call must not write stay
  * bit-identical, written slots are checked, and a sequence alone gives the same bits as packed
- * with others; 1 vs 3 threads is bit-exact.
+ * with others; 1 vs 3 threads is bit-exact. A row gives the same bits however its sequence is
+ * chunked (whole prefill, continued from several pasts, decode), whatever shares its tiles.
  *
  * Tolerances (u = 2^-24 for f32; the unit roundoff of the IO dtype, 2^-11 for f16 and 2^-8 for
  * bf16, when it is narrower; values here are O(1): inputs in [-2, 2], weights in [-1, 1] and
@@ -18,18 +19,19 @@
  *    7.8e-3, so 8e-3 of the scale for f16 and bf16 alike (f16 is 8x inside it).
  *  - PagedAttention output (pa_tol): f32: a sum of n f32 terms is within n u of exact relative to
  *    its terms' magnitudes (Higham §3.1), O(scale) here; the longest chain is the softmax over
- *    past + ql <= 60 keys, a head dim <= 32, and about 10 norm and rotary steps: ~100 u = 6e-6,
- *    so 2e-5. f16/bf16: the stored query and key, their normed and rotated copies and the output
- *    are each rounded to the IO dtype: up to about 8 roundings of O(scale) values on the path to
- *    an output: 8 x 2^-11 = 3.9e-3 (f16: 4e-3), 8 x 2^-8 = 3.1e-2 (bf16: 3e-2).
+ *    past + ql <= 110 keys (in 4 key blocks: 4 rescales and their exponentials), a head dim <=
+ *    32, and about 10 norm and rotary steps: ~170 u = 1e-5, so 2e-5. f16/bf16: the stored query and
+ * key, their normed and rotated copies and the output are each rounded to the IO dtype: up to about
+ * 8 roundings of O(scale) values on the path to an output: 8 x 2^-11 = 3.9e-3 (f16: 4e-3), 8 x 2^-8
+ * = 3.1e-2 (bf16: 3e-2).
  *  - the written key slots (key_tol): one rounding of a normed, rotated key to the IO dtype. The
  *    kernel's f32 value and the reference's float64 one may straddle a rounding boundary: one
  *    ulp of the element in f16/bf16. Before that rounding, the f32 arithmetic: the norm's sum of
  *    D squares and about 8 more roundings, (D / 2 + 8) u relative, of elements at most
  *    1.5 sqrt(D) (norm weight <= 1.5): the f32 bound, and the slack added to the ulp. Values
  *    are copies: exact.
- *  - against GroupQueryAttention: exact (both call attend_row, kernels/attend.h, on the same f32
- *    rows in the same order; pages change only where a row is read from).
+ *  - against GroupQueryAttention: exact (both call attend_rows, kernels/attend.h, on the same f32
+ *    rows; a row's bits depend neither on its tile nor on where its keys are read from).
  */
 #include <math.h>
 #include <stdio.h>
@@ -543,6 +545,10 @@ static void test_paged_prefill_mixes(void) {
       {.dt = PH_DTYPE_F16,  4, 4, 32, 16, 3, {5, 0, 17}, {2, 0, 30}},
       {.dt = PH_DTYPE_BF16, 4, 2, 16, 32, 2, {3, 20},    {40, 0}},
       {.dt = PH_DTYPE_F32,  4, 2, 16, 16, 2, {3, 20},    {0, 37}, .packed = 1},
+      /* the 0.8B group (8 heads on 2): more rows than a task's chunk of 32 positions, tiles of
+       * 4 positions x 4 heads across 32-key blocks */
+      {.dt = PH_DTYPE_F32,  8, 2, 24, 16, 2, {70, 5},    {0, 40}},
+      {.dt = PH_DTYPE_BF16, 8, 2, 16, 16, 2, {3, 66},    {29, 0}, .window = 37},
   };
   /* clang-format on */
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) pa_run_case(&cs[i], 200 + i);
@@ -664,6 +670,87 @@ static void test_paged_continuation(void) {
   }
 }
 
+/* A row's output has the same bits however its sequence is chunked and whatever rows share its
+ * tiles: one sequence prefilled whole (70 rows, 8 query heads on 2 kv heads) and, in the same
+ * call, the same tokens continued from past P = 1, 29, 32, 33 and 69 (P = 69: the decode of the
+ * last token), their pages preloaded with the first P keys and values (no norm, no rotary: the
+ * cache holds the key rows as given, which is what the whole prefill writes). The continued
+ * rows sit at other places in other tiles, task chunks and key blocks' first rows. */
+static void test_paged_chunking_bits(void) {
+  enum { HQ = 8, HKV = 2, D = 24, BS = 16, L = 70, NB = 6 };
+  static const int32_t pasts[NB] = {0, 1, 29, 32, 33, 69};
+  static const ph_dtype dts[2] = {PH_DTYPE_F32, PH_DTYPE_BF16};
+  for (int di = 0; di < 2; di++) {
+    const ph_dtype dt = dts[di];
+    const size_t es = dtype_size(dt);
+    rng r = rng_seed(77 + (uint64_t)di);
+    const int64_t qd[2] = {L, HQ * D}, kd[2] = {L, HKV * D};
+    tensor *qs = tensor_rand(dt, 2, qd, &r, -2.0f, 2.0f);
+    tensor *ks = tensor_rand(dt, 2, kd, &r, -2.0f, 2.0f);
+    tensor *vs = tensor_rand(dt, 2, kd, &r, -1.0f, 1.0f);
+    int32_t cu[NB + 1] = {0}, past[NB];
+    for (int b = 0; b < NB; b++) {
+      past[b] = pasts[b];
+      cu[b + 1] = cu[b] + L - pasts[b];
+    }
+    const int64_t N = cu[NB], MB = (L + BS - 1) / BS, NP = NB * MB;
+    const int64_t nd[2] = {N, HQ * D}, nkd[2] = {N, HKV * D}, cd[4] = {NP, BS, HKV, D};
+    const int64_t btd[2] = {NB, MB};
+    tensor *in[8] = {tensor_new(dt, 2, nd), tensor_new(dt, 2, nkd),          tensor_new(dt, 2, nkd),
+                     tensor_new(dt, 4, cd), tensor_new(dt, 4, cd),           tensor_i32(NB + 1, cu),
+                     tensor_i32(NB, past),  tensor_new(PH_DTYPE_I32, 2, btd)};
+    int32_t *bt = in[7]->data;
+    for (int b = 0; b < NB; b++)
+      for (int64_t m = 0; m < MB; m++) bt[b * MB + m] = (int32_t)(m * NB + (NB - 1 - b));
+    char *q = in[0]->data, *k = in[1]->data, *v = in[2]->data;
+    char *kc = in[3]->data, *vc = in[4]->data;
+    for (int b = 0; b < NB; b++) {
+      for (int64_t t = past[b]; t < L; t++) { /* the new rows: the sequence's rows P.. */
+        const int64_t row = cu[b] + t - past[b];
+        memcpy(q + (size_t)(row * HQ * D) * es, (char *)qs->data + (size_t)(t * HQ * D) * es,
+               (size_t)(HQ * D) * es);
+        memcpy(k + (size_t)(row * HKV * D) * es, (char *)ks->data + (size_t)(t * HKV * D) * es,
+               (size_t)(HKV * D) * es);
+        memcpy(v + (size_t)(row * HKV * D) * es, (char *)vs->data + (size_t)(t * HKV * D) * es,
+               (size_t)(HKV * D) * es);
+      }
+      for (int64_t t = 0; t < past[b]; t++) { /* the cached rows: keys and values as given */
+        const int64_t slot = (int64_t)bt[b * MB + t / BS] * BS + t % BS;
+        memcpy(kc + (size_t)(slot * HKV * D) * es, (char *)ks->data + (size_t)(t * HKV * D) * es,
+               (size_t)(HKV * D) * es);
+        memcpy(vc + (size_t)(slot * HKV * D) * es, (char *)vs->data + (size_t)(t * HKV * D) * es,
+               (size_t)(HKV * D) * es);
+      }
+    }
+    gattr a[2] = {attr_int("num_heads", HQ), attr_int("kv_num_heads", HKV)};
+    gnode n = op_test_node("PagedAttention", "com.microsoft", 8, 1, a, 2);
+    for (int threads = 1; threads <= 2; threads++) {
+      diag d = {0};
+      tensor *o[1] = {NULL};
+      CHECK_STATUS(op_test_run(&n, in, o, threads, &d), PH_OK, d.msg);
+      if (!o[0]) continue;
+      const char *out = o[0]->data;
+      const size_t row_bytes = (size_t)(HQ * D) * es;
+      for (int b = 1; b < NB; b++) {
+        int same = 1;
+        for (int64_t t = past[b]; t < L; t++)
+          same &= memcmp(out + (size_t)(cu[b] + t - past[b]) * row_bytes,
+                         out + (size_t)t * row_bytes, row_bytes) == 0;
+        if (!same)
+          printf("  FAIL %s, %d thread(s): rows continued from past %d differ from the whole "
+                 "prefill's\n",
+                 dtype_label(dt), threads, (int)past[b]);
+        CHECK(same);
+      }
+      tensors_free(o, 1);
+    }
+    tensors_free(in, 8);
+    tensor_free(qs);
+    tensor_free(ks);
+    tensor_free(vs);
+  }
+}
+
 /* Single sequence, no past: PagedAttention equals GroupQueryAttention. */
 static void test_paged_vs_gqa(void) {
   static const int ratios[3][2] = {{2, 2}, {4, 2}, {6, 2}};
@@ -703,7 +790,7 @@ static void test_paged_vs_gqa(void) {
       double *ref = calloc((size_t)(S * Hq * D), sizeof(double));
       for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = tensor_at(go[0], i);
       double scale = 0.0, err = tensor_max_abs_diff(io.out[0], ref, S * Hq * D, &scale);
-      CHECK(err == 0); /* the same attend_row on the same rows: see the top */
+      CHECK(err == 0); /* the same attend_rows arithmetic on the same rows: see the top */
       free(ref);
     }
     tensors_free(go, 3);
@@ -876,6 +963,7 @@ int main(void) {
   RUN(test_paged_features);
   RUN(test_paged_metadata_no_effect);
   RUN(test_paged_continuation);
+  RUN(test_paged_chunking_bits);
   RUN(test_paged_vs_gqa);
   RUN(test_paged_errors);
   printf("worst relative error: paged %.3g, varlen conv %.3g\n", worst_pa, worst_conv);
