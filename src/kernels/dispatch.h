@@ -11,10 +11,10 @@
  *   gated_delta_chunk   the chunked WY/UT form of GatedDeltaNet's and LinearAttention's prefill,
  *                       or NULL: the reference gated_delta_chunk (kernels/gated_delta.h)
  * A new kernel is a new column here and one entry per row; tests/benches walk the table.
- * Cores with one implementation only (gated_delta_token, attend_row in kernels/attend.h,
- * conv_causal_channel in kernels/conv.h, rope_rotate_f32 in kernels/rope.h) are called directly
- * and have no column: they get one when a second variant of them exists. test_kernels checks
- * them in its grid all the same.
+ * Cores with one implementation only (gated_delta_token, conv_causal_channel in kernels/conv.h,
+ * rope_rotate_f32 in kernels/rope.h) are called directly and have no column: they get one when a
+ * second variant of them exists. attend_rows (kernels/attend.h) has variants but picks them
+ * itself from the active variant (attend_rows_for). test_kernels checks them all in its grid.
  *
  * The variant is chosen once per process, from the CPU (cpu_features(), which honours
  * PH_CPU_DISABLE) and the environment variable PH_KERNELS = scalar | avx2 | avx512 | auto
