@@ -40,10 +40,10 @@
 #include "kernels/attend.h"
 #include "kernels/conv.h"
 #include "kernels/dispatch.h"
-#include "kernels/state_replay.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
 #include "kernels/rope.h"
+#include "kernels/state_replay.h"
 #include "tensor/dtype.h"
 
 #define MATMUL_WT_NMSE         1e-10
@@ -151,7 +151,9 @@ static void grid_matmul_wt(const kernel_variant *vs, int n_vs) {
 
 /* ---- gated delta ---------------------------------------------------------------------------- */
 
-static const int64_t GD_DIMS[] = {1, 3, 8, 9, 16, 24, 64, 128};
+/* 16 / 17 / 24 / 40 / 128: the AVX-512 decode's 16-row blocks with and without an 8-row or odd
+ * tail (Dv) and a Dk tail; 272: its Dk above the stack tile (handed to the AVX2 kernel) */
+static const int64_t GD_DIMS[] = {1, 3, 8, 9, 16, 17, 24, 40, 64, 128, 272};
 #define GD_N_DIMS ((int)(sizeof GD_DIMS / sizeof GD_DIMS[0]))
 
 typedef struct gd_sink {
@@ -670,16 +672,16 @@ static void grid_replay_recurrent(const kernel_variant *vs, int n_vs) {
                           *x * decay[t * Hv + hv]);
               }
         for (int vi = -1; vi < n_vs; vi++) {
-          state_replay_recurrent_fn fn = vi < 0 ? state_replay_recurrent_ref
-                                                : kernel_set_of(vs[vi])->replay_recurrent;
+          state_replay_recurrent_fn fn =
+              vi < 0 ? state_replay_recurrent_ref : kernel_set_of(vs[vi])->replay_recurrent;
           if (!fn) continue;
           for (int inplace = 0; inplace < 2; inplace++) {
             memcpy(got, src, (size_t)n * sizeof(float));
             fn(inplace ? got : src, got, cap, C, Hv, Hk, Dk, Dv, a);
             char name[160];
             snprintf(name, sizeof name, "replay_recurrent %s Dk=%lld Hv/Hk=%lld a=%lld%s",
-                     vi < 0 ? "ref" : kernel_variant_name(vs[vi]), (long long)Dk,
-                     (long long)ratio, (long long)a, inplace ? " in place" : "");
+                     vi < 0 ? "ref" : kernel_variant_name(vs[vi]), (long long)Dk, (long long)ratio,
+                     (long long)a, inplace ? " in place" : "");
             case_result(memcmp(got, want, (size_t)n * sizeof(float)) == 0, name, 0.0);
           }
         }
