@@ -114,9 +114,10 @@ void paged_session_free(paged_session *s); /* NULL-safe */
 ph_status paged_session_create_package(const char *dir, const genai_config *gc,
                                        const paged_session_params *p, paged_session **out, diag *d);
 
-/* Builds the paged graph of an opened checkpoint (models/registry.h, with o->paged forced on; the
- * checkpoint must outlive the session: weights are views of its mapping) and binds it with
- * paged_binding_for_config. */
+/* Builds the paged graph of an opened checkpoint (models/registry.h, with o->paged forced on) and
+ * binds it with paged_binding_for_config. The checkpoint must outlive the session: its weights are
+ * copied out of the mapping at creation (p->map_weights 0, the default; the mapping's pages are
+ * released, graph_note_checkpoint) or read from it (map_weights 1). */
 typedef struct model_options model_options; /* models/registry.h */
 ph_status paged_session_create_model(const ph_model *m, const model_options *o,
                                      const paged_session_params *p, paged_session **out, diag *d);
