@@ -238,6 +238,17 @@ void pages_free_huge(void *p, size_t bytes) {
   if (p) munmap(p, huge_round(bytes));
 }
 
+uint64_t mem_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb * 1024u;
+}
+
 size_t fmap_release(const fmap *m, const void *p, size_t n) {
   const uint8_t *b = p;
   if (!m || !m->data || !n || b < m->data || b > m->data + m->size || n > m->size ||

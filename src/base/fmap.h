@@ -67,6 +67,10 @@ void pages_free(void *p, size_t bytes); /* NULL-safe */
 void *pages_alloc_huge(size_t bytes);
 void pages_free_huge(void *p, size_t bytes); /* NULL-safe */
 
+/* MemAvailable of /proc/meminfo in bytes (what the kernel estimates can be allocated without
+ * swapping, reclaimable page cache included); 0 when unknown (not Linux, unreadable). */
+uint64_t mem_available_bytes(void);
+
 /* Drops the pages of the read-only private file mapping m that hold [p, p + n) from this process
  * (madvise MADV_DONTNEED; the range is widened to whole pages, clipped to the mapping): the
  * mapping stays valid and its bytes read back from the file when touched again, so only the

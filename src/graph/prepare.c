@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/fmap.h"
+#include "base/log.h"
 #include "tensor/dtype.h"
 
 /* The constant weight feeding input 1 of a MatMul: the initializer itself or the input of a Cast
@@ -287,6 +288,16 @@ static ph_status make_weights_resident(graph *g, diag *d) {
     total += ((size_t)keys[i].n_bytes + 63) & ~(size_t)63;
   }
   if (total == 0) {
+    free(keys);
+    return PH_OK;
+  }
+  /* a checkpoint larger than the memory the kernel can give keeps its mapping (paged in from
+   * the file as it is read) instead of being copied into memory that does not exist */
+  const uint64_t avail = mem_available_bytes();
+  if (avail > 0 && (uint64_t)total > avail) {
+    LOG_WARN("weights: %.1f MiB do not fit in the %.1f MiB of available memory; they are read "
+             "from the file mapping",
+             (double)total / 1048576.0, (double)avail / 1048576.0);
     free(keys);
     return PH_OK;
   }

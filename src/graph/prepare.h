@@ -25,9 +25,11 @@
  * the mappings stay valid (their pages read back from the file). Decode streams every weight
  * once per step, and on the development VM a file mapping (4 KiB pages, page-cache reclaim) read
  * 2-3.5x slower and erratically against huge-page-advised anonymous memory
- * (docs/performance.md). WEIGHTS_MAP keeps the views (nothing copied; load is faster and a
- * checkpoint larger than memory still runs, paged in from the file). Graphs that are exported
- * are never prepared, so the exporter never copies. The copy is freed with the graph.
+ * (docs/performance.md). When the copy would exceed the memory the kernel reports available
+ * (MemAvailable), the views are kept with a warning in the log, as WEIGHTS_MAP does: a checkpoint
+ * larger than memory runs paged in from its file. WEIGHTS_MAP keeps the views (nothing copied; load
+ * is faster and a checkpoint larger than memory still runs, paged in from the file). Graphs that
+ * are exported are never prepared, so the exporter never copies. The copy is freed with the graph.
  */
 #ifndef PH_GRAPH_PREPARE_H
 #define PH_GRAPH_PREPARE_H
