@@ -439,6 +439,8 @@ static long mapping_rss_kb(const void *p) {
  * as it was. */
 static void test_prepare_resident_weights(void) {
   char path[512];
+  diag d;
+  CHECK_STATUS(path_mkdirs(check_env("PH_TMP_DIR"), &d), PH_OK, d.msg);
   snprintf(path, sizeof path, "%s/resident-weights.bin", check_env("PH_TMP_DIR"));
   static unsigned char file[RW_BYTES];
   float ef[RW_V * RW_H], wf[RW_H * RW_N];
@@ -448,14 +450,20 @@ static void test_prepare_resident_weights(void) {
   dtype_convert(wb, PH_DTYPE_BF16, wf, PH_DTYPE_F32, RW_H * RW_N, NULL);
   memcpy(file + RW_E_OFF, ef, sizeof ef);
   memcpy(file + RW_W_OFF, wb, sizeof wb);
-  diag d;
   CHECK_STATUS(file_write_all(path, file, sizeof file, &d), PH_OK, d.msg);
   float bias[RW_N] = {0.5f, -1, 2, 0.25f, 3, -0.75f};
   float z_map[3 * RW_N], l_map[3 * RW_V], z_copy[3 * RW_N], l_copy[3 * RW_V];
   graph *gm = NULL, *gc = NULL;
   fmap m1, m2;
-  CHECK_STATUS(fmap_open(path, &m1, &d), PH_OK, d.msg);
-  CHECK_STATUS(fmap_open(path, &m2, &d), PH_OK, d.msg);
+  ph_status s1 = fmap_open(path, &m1, &d);
+  CHECK_STATUS(s1, PH_OK, d.msg);
+  ph_status s2 = fmap_open(path, &m2, &d);
+  CHECK_STATUS(s2, PH_OK, d.msg);
+  if (s1 != PH_OK || s2 != PH_OK) {
+    fmap_close(&m1);
+    fmap_close(&m2);
+    return;
+  }
   gm = resident_graph(&m1, bias, &d);
   gc = resident_graph(&m2, bias, &d);
   if (!CHECK(gm && gc)) {

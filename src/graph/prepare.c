@@ -277,7 +277,7 @@ static ph_status make_weights_resident(graph *g, diag *d) {
     }
   }
   free(uses);
-  qsort(keys, n_keys, sizeof *keys, wkey_cmp);
+  if (n_keys > 1) qsort(keys, n_keys, sizeof *keys, wkey_cmp); /* keys is NULL when none */
   size_t total = 0;
   for (size_t i = 0; i < n_keys; i++) {
     if (i > 0 && wkey_same(&keys[i], &keys[i - 1])) {
