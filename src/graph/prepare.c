@@ -171,6 +171,48 @@ static int wkey_same(const wkey *a, const wkey *b) {
          a->from == b->from && a->to == b->to;
 }
 
+/* ---- copies shared between graphs ------------------------------------------------------------ */
+
+typedef struct store_entry {
+  wkey key; /* value and offset unused */
+  const uint8_t *data;
+} store_entry;
+
+typedef struct store_region {
+  void *p;
+  size_t bytes;
+} store_region;
+
+struct weight_store {
+  store_entry *e;
+  size_t n, cap;
+  store_region *r;
+  size_t n_r;
+  size_t bytes;
+};
+
+ph_status weight_store_create(weight_store **out, diag *d) {
+  *out = calloc(1, sizeof **out);
+  RETURN_ERROR_IF(!*out, d, PH_ERR_NO_MEMORY, "out of memory");
+  return PH_OK;
+}
+
+void weight_store_free(weight_store *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n_r; i++) pages_free_huge(s->r[i].p, s->r[i].bytes);
+  free(s->r);
+  free(s->e);
+  free(s);
+}
+
+size_t weight_store_bytes(const weight_store *s) { return s ? s->bytes : 0; }
+
+static const uint8_t *store_find(const weight_store *s, const wkey *k) {
+  for (size_t i = 0; s && i < s->n; i++)
+    if (wkey_same(&s->e[i].key, k)) return s->e[i].data;
+  return NULL;
+}
+
 /* Drops [p, p + n) of the source from the file mappings the graph views
  * (graph_note_file_mapping, graph_adopt_mapping); memory that is not a named file mapping is left
  * alone. */
@@ -238,7 +280,7 @@ static ph_status copy_releasing(graph *g, const wkey *k, uint8_t *dst, diag *d) 
  * values at the copies. The source's file pages are released as they are copied (every
  * RELEASE_STEP bytes), so the copy replaces the mapping in the resident set instead of doubling
  * it. */
-static ph_status make_weights_resident(graph *g, diag *d) {
+static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
   int *uses = calloc((size_t)g->n_values, sizeof *uses);
   RETURN_ERROR_IF(!uses, d, PH_ERR_NO_MEMORY, "out of memory listing the weights");
   for (int i = 0; i < g->n_outputs; i++) uses[g->outputs[i]] = 1;
@@ -278,15 +320,37 @@ static ph_status make_weights_resident(graph *g, diag *d) {
   }
   free(uses);
   if (n_keys > 1) qsort(keys, n_keys, sizeof *keys, wkey_cmp); /* keys is NULL when none */
-  size_t total = 0;
+  size_t total = 0, n_new = 0;
+  const size_t SHARED = SIZE_MAX; /* offset of a key the store already holds */
   for (size_t i = 0; i < n_keys; i++) {
     if (i > 0 && wkey_same(&keys[i], &keys[i - 1])) {
       keys[i].offset = keys[i - 1].offset;
       continue;
     }
+    if (store_find(store, &keys[i])) {
+      keys[i].offset = SHARED;
+      continue;
+    }
     keys[i].offset = total;
     total += ((size_t)keys[i].n_bytes + 63) & ~(size_t)63;
+    n_new++;
   }
+  if (store && n_new > 0) { /* room for the new entries and region, before anything changes */
+    store_entry *e = realloc(store->e, (store->n + n_new) * sizeof *e);
+    if (e) store->e = e;
+    store_region *r = e ? realloc(store->r, (store->n_r + 1) * sizeof *r) : NULL;
+    if (r) store->r = r;
+    if (!e || !r) {
+      free(keys);
+      return diag_set(d, PH_ERR_NO_MEMORY, "out of memory listing %zu weights", n_new);
+    }
+  }
+  for (size_t i = 0; i < n_keys; i++) /* the shared ones: point at the store's copy */
+    if (keys[i].offset == SHARED) {
+      gvalue *val = &g->values[keys[i].value];
+      val->type.data = store_find(store, &keys[i]);
+      val->owned = 1;
+    }
   if (total == 0) {
     free(keys);
     return PH_OK;
@@ -306,29 +370,40 @@ static ph_status make_weights_resident(graph *g, diag *d) {
     free(keys);
     return diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying %zu bytes of weights", total);
   }
+  /* the region belongs to the store when there is one (it outlives the graph), else to g; the
+   * values already moved point into it even after an error, so it is handed over first */
+  if (store) {
+    store->r[store->n_r++] = (store_region){region, total};
+    store->bytes += total;
+  } else {
+    g->resident = region;
+    g->resident_bytes = total;
+  }
   ph_status st = PH_OK;
   for (size_t i = 0; i < n_keys && st == PH_OK; i++) {
     const wkey *k = &keys[i];
+    if (k->offset == SHARED) continue;
     gvalue *val = &g->values[k->value];
     uint8_t *dst = region + k->offset;
-    if (i == 0 || !wkey_same(k, &keys[i - 1])) st = copy_releasing(g, k, dst, d);
+    if (i == 0 || !wkey_same(k, &keys[i - 1])) {
+      st = copy_releasing(g, k, dst, d);
+      if (st == PH_OK && store) store->e[store->n++] = (store_entry){*k, dst};
+    }
     val->type.data = dst;
     val->owned = 1;
   }
   free(keys);
-  if (st != PH_OK) { /* the values already moved point into the region: keep it with the graph */
-    g->resident = region;
-    g->resident_bytes = total;
-    return diag_prefix(d, "copying the weights");
-  }
-  g->resident = region;
-  g->resident_bytes = total;
-  return PH_OK;
+  return st == PH_OK ? PH_OK : diag_prefix(d, "copying the weights");
 }
 
 ph_status graph_prepare_cpu(graph *g, diag *d) { return graph_prepare_cpu_ex(g, WEIGHTS_COPY, d); }
 
 ph_status graph_prepare_cpu_ex(graph *g, weight_residency weights, diag *d) {
+  return graph_prepare_cpu_shared(g, weights, NULL, d);
+}
+
+ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_store *store,
+                                   diag *d) {
   RETURN_ERROR_IF(!g->finalized, d, PH_ERR_INVALID_ARGUMENT, "prepare needs a finalized graph");
   for (int i = 0; i < g->n_nodes; i++) {
     gnode *n = &g->nodes[i];
@@ -358,5 +433,5 @@ ph_status graph_prepare_cpu_ex(graph *g, weight_residency weights, diag *d) {
   mark_dead_nodes(g);
   g->finalized = 0;
   FORWARD_IF_ERROR(graph_finalize(g, d));
-  return weights == WEIGHTS_MAP ? PH_OK : make_weights_resident(g, d);
+  return weights == WEIGHTS_MAP ? PH_OK : make_weights_resident(g, store, d);
 }

@@ -41,10 +41,23 @@ typedef enum weight_residency {
   WEIGHTS_MAP = 1,  /* read from where the graph views them (the file mapping) */
 } weight_residency;
 
+/* Copies shared by the graphs of one checkpoint: the target's session and its MTP head's both
+ * read the embedding (and a tied LM head). A graph prepared with a store takes from it every
+ * weight already copied from the same source bytes, copies the rest into a region the store
+ * owns, and lists them there; the store must outlive every graph prepared with it (a ph_model
+ * owns its checkpoint's: model_weight_store). Not thread-safe: one prepare at a time. */
+typedef struct weight_store weight_store;
+ph_status weight_store_create(weight_store **out, diag *d);
+void weight_store_free(weight_store *s);          /* NULL-safe */
+size_t weight_store_bytes(const weight_store *s); /* bytes copied into it */
+
 /* graph_prepare_cpu_ex(g, WEIGHTS_COPY, d). */
 ph_status graph_prepare_cpu(graph *g, diag *d);
 /* Errors: graph_finalize's; PH_ERR_NO_MEMORY when the weight copy cannot be allocated (nothing
  * is released then). */
 ph_status graph_prepare_cpu_ex(graph *g, weight_residency weights, diag *d);
+/* The same, sharing copies through store (NULL: the graph owns its copy, as _ex). */
+ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_store *store,
+                                   diag *d);
 
 #endif /* PH_GRAPH_PREPARE_H */

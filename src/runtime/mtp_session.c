@@ -54,6 +54,7 @@ ph_status mtp_session_create(const ph_model *m, const model_options *o, int32_t 
   p.max_slots = max_seqs;
   p.max_batch = max_seqs;
   p.max_tokens = max_tokens;
+  p.weights_store = model_weight_store(m); /* the target's embedding copy, not a second one */
   mtp_session *s = calloc(1, sizeof *s);
   if (!s) {
     graph_free(g);

@@ -428,7 +428,8 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "paged session: no layer binding");
     goto fail;
   }
-  if ((st = graph_prepare_cpu_ex(g, s->p.map_weights ? WEIGHTS_MAP : WEIGHTS_COPY, d)) != PH_OK)
+  if ((st = graph_prepare_cpu_shared(g, s->p.map_weights ? WEIGHTS_MAP : WEIGHTS_COPY,
+                                     s->p.weights_store, d)) != PH_OK)
     goto fail;
   if ((st = exec_create(g, s->p.n_threads, &s->e, d)) != PH_OK) goto fail;
   if ((st = bind_io(s, bind, d)) != PH_OK) goto fail;
@@ -854,7 +855,9 @@ ph_status paged_session_create_model(const ph_model *m, const model_options *o,
   }
   paged_binding bind;
   paged_binding_for_config(c, &bind);
-  return paged_session_create(g, &bind, p, out, d);
+  paged_session_params sp = p ? *p : paged_session_params_default();
+  if (!sp.weights_store) sp.weights_store = model_weight_store(m); /* shared with its MTP head */
+  return paged_session_create(g, &bind, &sp, out, d);
 }
 
 ph_status graph_note_checkpoint(graph *g, const ph_model *m, diag *d) {

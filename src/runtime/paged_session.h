@@ -91,9 +91,12 @@ typedef struct paged_session_params {
   int n_threads;        /* <= 0: all CPUs */
   int state_banks;      /* 2: double-banked fixed state, what a speculative step (paged_seq.capture)
                            needs; 0 or 1: one bank */
-  int map_weights;      /* 1: the graph reads its weights where they are mapped (WEIGHTS_MAP);
-                           0: copied at creation into huge-page-advised memory, the mapping's
-                           pages released (WEIGHTS_COPY, graph/prepare.h) */
+  struct weight_store *weights_store; /* NULL, or where the graph's weight copies are shared
+                                         with other graphs of the same checkpoint (it must
+                                         outlive the session: graph/prepare.h) */
+  int map_weights; /* 1: the graph reads its weights where they are mapped (WEIGHTS_MAP);
+                      0: copied at creation into huge-page-advised memory, the mapping's
+                      pages released (WEIGHTS_COPY, graph/prepare.h) */
 } paged_session_params;
 
 paged_session_params paged_session_params_default(void); /* 257 pages, 8 slots, 8, 2048 */

@@ -18,6 +18,7 @@
 #include "graph/prepare.h"
 #include "models/model.h"
 #include "models/tiny.h"
+#include "runtime/mtp_session.h"
 #include "runtime/runtime.h"
 
 static long peak_rss_kb(void) {
@@ -25,14 +26,16 @@ static long peak_rss_kb(void) {
   return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_maxrss : -1;
 }
 
-/* A checkpoint of about 40 MB of f32 weights (a 32768-row tied embedding is most of it). */
-static void write_checkpoint(const char *dir) {
+/* A checkpoint of about 70 MB of f32 weights (the 32768-row embedding and LM head are most of
+ * it), with an MTP head when mtp. */
+static void write_checkpoint(const char *dir, int mtp) {
   pid_t pid = fork();
   if (pid == 0) {
     tiny_params tp = tiny_params_default();
     tp.vocab_size = 32768;
     tp.hidden_size = 256;
     tp.intermediate_size = 512;
+    tp.mtp_layers = mtp;
     diag d;
     _exit(tiny_write(dir, &tp, &d) == PH_OK ? 0 : 1);
   }
@@ -92,7 +95,7 @@ static int session_within_bound(const char *dir, weight_residency mode) {
 static void test_peak_rss_bound(void) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/rss-checkpoint", check_env("PH_TMP_DIR"));
-  write_checkpoint(dir);
+  write_checkpoint(dir, 0);
   /* mapped first, in a child: its own peak, not this process's */
   fflush(stdout);
   pid_t pid = fork();
@@ -107,7 +110,49 @@ static void test_peak_rss_bound(void) {
   session_within_bound(dir, WEIGHTS_COPY);
 }
 
+/* The MTP head's session reads the target's embedding (and LM head): built from the same
+ * checkpoint, it takes the target session's copies (the model's weight_store) and copies only its
+ * own layer's weights, so the drafter does not add a second embedding to the resident set. */
+static void test_mtp_shares_the_copy(void) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/rss-checkpoint-mtp", check_env("PH_TMP_DIR"));
+  write_checkpoint(dir, 1);
+  diag d;
+  runtime_source src;
+  ph_status st = runtime_source_open(dir, &src, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st != PH_OK) return;
+  CHECK(runtime_source_has_mtp(&src));
+  runtime_build b = {.block_size = 16, .io_dtype = PH_DTYPE_F32, .prune_lm_head = 1};
+  paged_session_params p = paged_session_params_default();
+  p.n_blocks = 8;
+  p.max_slots = 1;
+  p.max_batch = 1;
+  p.max_tokens = 8;
+  p.n_threads = 1;
+  paged_session *s = NULL;
+  mtp_session *m = NULL;
+  st = runtime_paged_session(&src, &b, &p, &s, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  const weight_store *ws = model_weight_store(src.model);
+  const size_t target = weight_store_bytes(ws);
+  const double embed = 32768.0 * 256 * 4;
+  CHECK(target >= 2 * embed); /* embedding and LM head copied once */
+  if (st == PH_OK) {
+    st = runtime_mtp_session(&src, &b, 1, 8, 0, &m, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    const size_t head = weight_store_bytes(ws) - target;
+    printf("  target copied %.1f MiB, the MTP head %.1f MiB more\n", target / 1048576.0,
+           head / 1048576.0);
+    CHECK(head > 0 && head < embed / 4); /* its own layer only */
+  }
+  mtp_session_free(m);
+  paged_session_free(s);
+  runtime_source_close(&src);
+}
+
 int main(void) {
   RUN(test_peak_rss_bound);
+  RUN(test_mtp_shares_the_copy);
   return check_finish();
 }
