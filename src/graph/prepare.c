@@ -150,26 +150,31 @@ static void mark_dead_nodes(graph *g) {
 typedef struct wkey {
   const void *src;
   int64_t n_bytes;
+  int64_t cols; /* a transpose's source columns (its value's dims[0]); 0 otherwise */
   int transposed;
   ph_dtype from, to;
   int value;
   size_t offset;
 } wkey;
 
-static int wkey_cmp(const void *pa, const void *pb) {
-  const wkey *a = pa, *b = pb;
+/* The order of the bytes a key names (value and offset aside). */
+static int wkey_bytes_cmp(const wkey *a, const wkey *b) {
   if (a->src != b->src) return (uintptr_t)a->src < (uintptr_t)b->src ? -1 : 1;
   if (a->n_bytes != b->n_bytes) return a->n_bytes < b->n_bytes ? -1 : 1;
+  if (a->cols != b->cols) return a->cols < b->cols ? -1 : 1;
   if (a->transposed != b->transposed) return a->transposed < b->transposed ? -1 : 1;
   if (a->from != b->from) return a->from < b->from ? -1 : 1;
   if (a->to != b->to) return a->to < b->to ? -1 : 1;
-  return a->value - b->value;
+  return 0;
 }
 
-static int wkey_same(const wkey *a, const wkey *b) {
-  return a->src == b->src && a->n_bytes == b->n_bytes && a->transposed == b->transposed &&
-         a->from == b->from && a->to == b->to;
+static int wkey_cmp(const void *pa, const void *pb) {
+  const wkey *a = pa, *b = pb;
+  int c = wkey_bytes_cmp(a, b);
+  return c ? c : a->value - b->value;
 }
+
+static int wkey_same(const wkey *a, const wkey *b) { return wkey_bytes_cmp(a, b) == 0; }
 
 /* ---- copies shared between graphs ------------------------------------------------------------ */
 
@@ -184,8 +189,8 @@ typedef struct store_region {
 } store_region;
 
 struct weight_store {
-  store_entry *e;
-  size_t n, cap;
+  store_entry *e; /* [n], sorted by key (wkey_bytes_cmp), keys unique */
+  size_t n;
   store_region *r;
   size_t n_r;
   size_t bytes;
@@ -207,10 +212,15 @@ void weight_store_free(weight_store *s) {
 
 size_t weight_store_bytes(const weight_store *s) { return s ? s->bytes : 0; }
 
+static int store_entry_cmp(const void *pa, const void *pb) {
+  return wkey_bytes_cmp(&((const store_entry *)pa)->key, &((const store_entry *)pb)->key);
+}
+
 static const uint8_t *store_find(const weight_store *s, const wkey *k) {
-  for (size_t i = 0; s && i < s->n; i++)
-    if (wkey_same(&s->e[i].key, k)) return s->e[i].data;
-  return NULL;
+  if (!s || s->n == 0) return NULL;
+  store_entry probe = {*k, NULL};
+  const store_entry *e = bsearch(&probe, s->e, s->n, sizeof *s->e, store_entry_cmp);
+  return e ? e->data : NULL;
 }
 
 /* Drops [p, p + n) of the source from the file mappings the graph views
@@ -307,6 +317,7 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     wkey *k = &keys[i];
     k->value = uses[i];
     k->n_bytes = val->n_bytes;
+    k->cols = 0;
     k->to = val->type.dtype;
     if (val->type.data) {
       k->src = val->type.data;
@@ -315,6 +326,7 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     } else {
       k->src = val->src;
       k->transposed = val->src_transposed;
+      k->cols = val->src_transposed ? val->type.dims[0] : 0;
       k->from = val->src_dtype;
     }
   }
@@ -393,6 +405,7 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     val->owned = 1;
   }
   free(keys);
+  if (store && store->n > 1) qsort(store->e, store->n, sizeof *store->e, store_entry_cmp);
   return st == PH_OK ? PH_OK : diag_prefix(d, "copying the weights");
 }
 
