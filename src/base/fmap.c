@@ -211,3 +211,55 @@ void *pages_alloc_zeroed(size_t bytes) {
 void pages_free(void *p, size_t bytes) {
   if (p) munmap(p, bytes ? bytes : 1);
 }
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t huge_round(size_t bytes) {
+  return bytes ? (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1) : HUGE_PAGE;
+}
+
+void *pages_alloc_huge(size_t bytes) {
+  size_t n = huge_round(bytes);
+  if (n < bytes || n + HUGE_PAGE < n) return NULL; /* overflow */
+  /* over-map by one huge page and trim both ends to a 2 MiB-aligned [n] */
+  uint8_t *p =
+      mmap(NULL, n + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+  if (a > p) munmap(p, (size_t)(a - p));
+  if (a + n < p + n + HUGE_PAGE) munmap(a + n, (size_t)(p + n + HUGE_PAGE - (a + n)));
+#ifdef MADV_HUGEPAGE
+  madvise(a, n, MADV_HUGEPAGE); /* advice: without transparent huge pages it is 4 KiB pages */
+#endif
+  return a;
+}
+
+void pages_free_huge(void *p, size_t bytes) {
+  if (p) munmap(p, huge_round(bytes));
+}
+
+uint64_t mem_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb * 1024u;
+}
+
+size_t fmap_release(const fmap *m, const void *p, size_t n) {
+  const uint8_t *b = p;
+  if (!m || !m->data || !n || b < m->data || b > m->data + m->size || n > m->size ||
+      (size_t)(b - m->data) > m->size - n)
+    return 0;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = (uintptr_t)b & ~(page - 1), hi = ((uintptr_t)b + n + page - 1) & ~(page - 1);
+  const uintptr_t m_lo = (uintptr_t)m->data; /* mmap returned it: page-aligned */
+  const uintptr_t m_hi = (m_lo + m->size + page - 1) & ~(page - 1);
+  if (lo < m_lo) lo = m_lo;
+  if (hi > m_hi) hi = m_hi;
+  if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+  return hi - lo;
+}

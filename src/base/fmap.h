@@ -60,6 +60,25 @@ int path_exists(const char *path);
  * the same size. */
 void *pages_alloc_zeroed(size_t bytes);
 void pages_free(void *p, size_t bytes); /* NULL-safe */
+/* Anonymous read-write memory for data read often and at bandwidth (the weights a prepared graph
+ * reads): aligned to 2 MiB and advised MADV_HUGEPAGE, so the kernel can back it with huge pages
+ * (fewer TLB misses when decode streams every weight once per step); committed when first
+ * written, not zeroed up front. NULL on failure. Free with pages_free_huge and the same size. */
+void *pages_alloc_huge(size_t bytes);
+void pages_free_huge(void *p, size_t bytes); /* NULL-safe */
+
+/* MemAvailable of /proc/meminfo in bytes (what the kernel estimates can be allocated without
+ * swapping, reclaimable page cache included); 0 when unknown (not Linux, unreadable). */
+uint64_t mem_available_bytes(void);
+
+/* Drops the pages of the read-only private file mapping m that hold [p, p + n) from this process
+ * (madvise MADV_DONTNEED; the range is widened to whole pages, clipped to the mapping): the
+ * mapping stays valid and its bytes read back from the file when touched again, so only the
+ * resident set shrinks. Nothing is done when [p, p + n) is not inside m. Returns the bytes
+ * released (0 when none). Only for fmap_open's mappings (never anonymous memory, which
+ * MADV_DONTNEED would zero). */
+size_t fmap_release(const fmap *m, const void *p, size_t n);
+
 /* 1 if path is a directory. */
 int path_is_dir(const char *path);
 

@@ -2,8 +2,11 @@
  * outputs bound in place of inputs; no allocation once sized; the CPU prepare pass keeps results.
  */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "base/fmap.h"
 #include "check.h"
 #include "exec/exec.h"
 #include "graph/prepare.h"
@@ -351,10 +354,174 @@ static void test_plan_follows_shapes(void) {
   graph_free(g);
 }
 
+/* ---- where the prepared graph's weights live (graph/prepare.h: weight_residency) ------------ */
+
+/* A graph over a weights file as a package or checkpoint has it: an embedding E [10, 8] read by
+ * a Gather and, transposed, by the LM head MatMul (a tied embedding: one source, two readers), a
+ * package's plain [K, N] = [8, 6] bf16 MatMul weight W (prepare transposes it into rows) and a
+ * bias in caller memory (not a file mapping: never released). ids -> h = E[ids] -> y = h W + b,
+ * logits = h E^T. */
+enum { RW_V = 10, RW_H = 8, RW_N = 6 };
+#define RW_E_OFF 0
+#define RW_W_OFF (RW_V * RW_H * 4)
+#define RW_BYTES (RW_W_OFF + RW_H * RW_N * 2)
+
+static graph *resident_graph(const fmap *m, const float *bias, diag *d) {
+  graph *g = NULL;
+  if (graph_create(&g, d) != PH_OK) return NULL;
+  fmap own = *m; /* the graph unmaps what it adopts: each graph maps the file itself */
+  int ids = graph_add_input(g, "ids", PH_DTYPE_I64, 1, (int64_t[]){3}, NULL);
+  int e =
+      graph_add_initializer_view(g, "E", PH_DTYPE_F32, shape_2d(RW_V, RW_H), own.data + RW_E_OFF);
+  int et = graph_add_initializer_transposed(g, "E.T", PH_DTYPE_F32, RW_V, RW_H, own.data);
+  int w =
+      graph_add_initializer_view(g, "W", PH_DTYPE_BF16, shape_2d(RW_H, RW_N), own.data + RW_W_OFF);
+  int b = graph_add_initializer_view(g, "b", PH_DTYPE_F32, shape_1d(RW_N), bias);
+  gattr to = attr_int("to", 1);
+  int h = -1, wf = -1, y = -1, z = -1, logits = -1;
+  graph_add_node(g, "Gather", "", "embed", 2, (int[]){e, ids}, 1, (const char *[]){"h"}, &h, 0,
+                 NULL);
+  graph_add_node(g, "Cast", "", "cast_w", 1, &w, 1, (const char *[]){"W_f32"}, &wf, 1, &to);
+  graph_add_node(g, "MatMul", "", "mm", 2, (int[]){h, wf}, 1, (const char *[]){"y"}, &y, 0, NULL);
+  graph_add_node(g, "Add", "", "add", 2, (int[]){y, b}, 1, (const char *[]){"z"}, &z, 0, NULL);
+  graph_add_node(g, "MatMul", "", "head", 2, (int[]){h, et}, 1, (const char *[]){"logits"}, &logits,
+                 0, NULL);
+  graph_mark_output(g, z, NULL);
+  graph_mark_output(g, logits, NULL);
+  if (graph_status(g) != PH_OK || graph_adopt_mapping(g, &own, d) != PH_OK ||
+      graph_finalize(g, d) != PH_OK) {
+    graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+static int run_resident(graph *g, float *z, float *logits) {
+  diag d;
+  executor *e = NULL;
+  CHECK_STATUS(exec_create(g, 1, &e, &d), PH_OK, d.msg);
+  if (!e) return 0;
+  int64_t ids[3] = {7, 0, 9};
+  tensor t = tens(PH_DTYPE_I64, 1, (int64_t[]){3}, ids);
+  CHECK_STATUS(exec_bind_input(e, 0, &t, &d), PH_OK, d.msg);
+  ph_status st = exec_run(e, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st == PH_OK) {
+    memcpy(z, exec_output(e, 0)->data, 3 * RW_N * sizeof(float));
+    memcpy(logits, exec_output(e, 1)->data, 3 * RW_V * sizeof(float));
+  }
+  exec_free(e);
+  return st == PH_OK;
+}
+
+/* Resident kB of the mapping holding p, from /proc/self/smaps; -1 when not found. */
+static long mapping_rss_kb(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  long rss = -1;
+  int in = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+      continue;
+    }
+    if (in && sscanf(line, "Rss: %ld kB", &rss) == 1) break;
+  }
+  fclose(f);
+  return in ? rss : -1;
+}
+
+/* Every weight the prepared graph reads is a copy in its resident region (64-byte aligned, the
+ * same bytes as the file's, a tied source copied once), the results are the bits of the mapped
+ * graph's, the file pages the copy replaced are no longer resident, and caller memory is left
+ * as it was. */
+static void test_prepare_resident_weights(void) {
+  char path[512];
+  diag d;
+  CHECK_STATUS(path_mkdirs(check_env("PH_TMP_DIR"), &d), PH_OK, d.msg);
+  snprintf(path, sizeof path, "%s/resident-weights.bin", check_env("PH_TMP_DIR"));
+  static unsigned char file[RW_BYTES];
+  float ef[RW_V * RW_H], wf[RW_H * RW_N];
+  uint16_t wb[RW_H * RW_N];
+  for (int i = 0; i < RW_V * RW_H; i++) ef[i] = (float)((i * 37) % 23) / 8.0f - 1.0f;
+  for (int i = 0; i < RW_H * RW_N; i++) wf[i] = (float)((i * 11) % 13) / 4.0f - 1.5f;
+  dtype_convert(wb, PH_DTYPE_BF16, wf, PH_DTYPE_F32, RW_H * RW_N, NULL);
+  memcpy(file + RW_E_OFF, ef, sizeof ef);
+  memcpy(file + RW_W_OFF, wb, sizeof wb);
+  CHECK_STATUS(file_write_all(path, file, sizeof file, &d), PH_OK, d.msg);
+  float bias[RW_N] = {0.5f, -1, 2, 0.25f, 3, -0.75f};
+  float z_map[3 * RW_N], l_map[3 * RW_V], z_copy[3 * RW_N], l_copy[3 * RW_V];
+  graph *gm = NULL, *gc = NULL;
+  fmap m1, m2;
+  ph_status s1 = fmap_open(path, &m1, &d);
+  CHECK_STATUS(s1, PH_OK, d.msg);
+  ph_status s2 = fmap_open(path, &m2, &d);
+  CHECK_STATUS(s2, PH_OK, d.msg);
+  if (s1 != PH_OK || s2 != PH_OK) {
+    fmap_close(&m1);
+    fmap_close(&m2);
+    return;
+  }
+  gm = resident_graph(&m1, bias, &d);
+  gc = resident_graph(&m2, bias, &d);
+  if (!CHECK(gm && gc)) {
+    graph_free(gm);
+    graph_free(gc);
+    return;
+  }
+  CHECK_STATUS(graph_prepare_cpu_ex(gm, WEIGHTS_MAP, &d), PH_OK, d.msg);
+  CHECK_STATUS(graph_prepare_cpu(gc, &d), PH_OK, d.msg);
+  CHECK(gm->resident == NULL);
+  CHECK(gc->resident != NULL && ((uintptr_t)gc->resident & ((2u << 20) - 1)) == 0);
+  CHECK(run_resident(gm, z_map, l_map));
+  CHECK(run_resident(gc, z_copy, l_copy));
+  CHECK(memcmp(z_map, z_copy, sizeof z_map) == 0);
+  CHECK(memcmp(l_map, l_copy, sizeof l_map) == 0);
+  /* every initializer a live node reads: in the region, aligned, the mapped graph's bytes */
+  const uint8_t *lo = gc->resident, *hi = lo + gc->resident_bytes;
+  int n_weights = 0;
+  const void *embed = NULL, *head = NULL;
+  for (int i = 0; i < gc->n_nodes; i++) {
+    const gnode *n = &gc->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++) {
+      int v = n->inputs[k];
+      if (v < 0 || gc->values[v].kind != VALUE_INITIALIZER) continue;
+      const gvalue *val = &gc->values[v];
+      const uint8_t *p = val->type.data;
+      n_weights++;
+      CHECK(p >= lo && p + val->n_bytes <= hi && ((uintptr_t)p & 63) == 0);
+      int twin = graph_find_value(gm, val->name);
+      unsigned char want[RW_V * RW_H * 4];
+      if (!CHECK(twin >= 0 && gm->values[twin].n_bytes == val->n_bytes &&
+                 (size_t)val->n_bytes <= sizeof want))
+        continue;
+      CHECK_STATUS(
+          graph_initializer_read(gm, twin, 0, tinfo_numel(&gm->values[twin].type), want, &d), PH_OK,
+          d.msg);
+      if (!CHECK(memcmp(p, want, (size_t)val->n_bytes) == 0))
+        fprintf(stderr, "  %s: the copy differs from the file\n", val->name);
+      if (strcmp(n->name, "embed") == 0 && k == 0) embed = p;
+      if (strcmp(n->name, "head") == 0 && k == 1) head = p;
+    }
+  }
+  CHECK_EQ_INT(n_weights, 4);            /* E, W's rows, b, E's rows */
+  CHECK(embed != NULL && embed == head); /* the tied embedding: one copy */
+  CHECK(memcmp(bias, (float[RW_N]){0.5f, -1, 2, 0.25f, 3, -0.75f}, sizeof bias) == 0);
+  /* the mapped graph's file pages are resident (it read them); the copied graph's are not */
+  CHECK(mapping_rss_kb(gm->mappings[0].data) > 0);
+  CHECK_EQ_INT(mapping_rss_kb(gc->mappings[0].data), 0);
+  graph_free(gm);
+  graph_free(gc);
+}
+
 int main(void) {
   RUN(test_build_and_run);
   RUN(test_prepare_matches);
   RUN(test_prepare_keeps_narrowing_casts);
+  RUN(test_prepare_resident_weights);
   RUN(test_contract_errors);
   RUN(test_in_place_state);
   RUN(test_no_allocation_once_sized);

@@ -28,6 +28,8 @@ void graph_free(graph *g) {
   if (!g) return;
   for (int i = 0; i < g->n_mappings; i++) fmap_close(&g->mappings[i]);
   free(g->mappings);
+  free(g->borrowed);
+  pages_free_huge(g->resident, g->resident_bytes);
   arena_free(&g->arena);
   free(g->values);
   free(g->nodes);
@@ -266,6 +268,15 @@ ph_status graph_adopt_mapping(graph *g, const fmap *m, diag *d) {
   RETURN_ERROR_IF(!p, d, PH_ERR_NO_MEMORY, "out of memory");
   g->mappings = p;
   g->mappings[g->n_mappings++] = *m;
+  return PH_OK;
+}
+
+ph_status graph_note_file_mapping(graph *g, const fmap *m, diag *d) {
+  if (!m->data) return PH_OK; /* an empty file: nothing to view */
+  fmap *p = realloc(g->borrowed, (size_t)(g->n_borrowed + 1) * sizeof *p);
+  RETURN_ERROR_IF(!p, d, PH_ERR_NO_MEMORY, "out of memory");
+  g->borrowed = p;
+  g->borrowed[g->n_borrowed++] = *m;
   return PH_OK;
 }
 

@@ -3,7 +3,8 @@
  * A graph is values and nodes. A value has a name, a dtype and a shape whose dims are known
  * numbers or unknown (-1) until run time; graph inputs and outputs may name their unknown dims
  * symbolically ("batch", "sequence") for export. Initializers are values with data: a view into
- * the mmapped checkpoint (never copied) or bytes owned by the graph's arena. Nodes are ONNX /
+ * the mmapped checkpoint (never copied while building; the CPU prepare pass copies what it runs,
+ * graph/prepare.h) or bytes owned by the graph's arena. Nodes are ONNX /
  * com.microsoft operators: op type, domain, attributes, and ordered inputs/outputs where an
  * absent optional slot is -1 (an empty name in ONNX).
  *
@@ -52,7 +53,7 @@ typedef struct gvalue {
   int is_output;
   int producer;    /* node index, -1 for inputs/initializers */
   int64_t n_bytes; /* initializers: data bytes */
-  int owned;       /* initializers: data lives in the graph arena */
+  int owned;       /* initializers: data lives in the graph arena or its resident weight copy */
   /* Lazy initializer: the value (type.dtype, type.dims) is computed from `src`, src_dtype
    * elements of the checkpoint, by converting to type.dtype and, when src_transposed, reading
    * the source as [rows, cols] = [type.dims[1], type.dims[0]] (what ONNX MatMul wants is the
@@ -120,6 +121,10 @@ typedef struct graph {
   int finalized;
   struct fmap *mappings; /* adopted file mappings, unmapped by graph_free */
   int n_mappings;
+  struct fmap *borrowed; /* file mappings owned elsewhere that views may point into */
+  int n_borrowed;
+  void *resident;        /* the weight copy (graph_prepare_cpu, prepare.h): initializers */
+  size_t resident_bytes; /* point into it; pages_free_huge'd by graph_free */
 } graph;
 
 /* ---- lifecycle ---- */
@@ -186,6 +191,13 @@ ph_status graph_finalize(graph *g, diag *d);
  * unmapped by graph_free(). */
 struct fmap;
 ph_status graph_adopt_mapping(graph *g, const struct fmap *m, diag *d);
+
+/* Names a read-only private file mapping owned elsewhere (it must outlive the graph) that
+ * initializer views may point into — a checkpoint's shards. The CPU prepare pass, once it has
+ * copied the weights it reads out of such a mapping (or an adopted one), drops the copied pages
+ * from the process (MADV_DONTNEED): they read back from the file if touched again, so the
+ * mapping stays valid for its owner. Memory that is not named here is never released. */
+ph_status graph_note_file_mapping(graph *g, const struct fmap *m, diag *d);
 
 /* Writes elements [begin, end) of an initializer's canonical bytes into dst (for streaming
  * writers: never materializes the whole value). */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fmap.h"
+#include "base/log.h"
 #include "tensor/dtype.h"
 
 /* The constant weight feeding input 1 of a MatMul: the initializer itself or the input of a Cast
@@ -49,6 +51,12 @@ static int rows_initializer(graph *g, int w, ph_dtype dt, diag *d) {
   if (v->lazy && v->src_transposed && dt == v->type.dtype)
     return graph_add_initializer_lazy(g, name, dt, shape_2d(N, K), v->src, v->src_dtype, 0);
   const ph_dtype from = v->type.dtype; /* v moves when the graph adds the rows below */
+  /* a stored [K, N] float weight (a package's MatMul B): its rows are a lazy transpose, made
+   * once where the weights come to live (graph_prepare_cpu's copy), never an arena copy beside
+   * the mapping */
+  if (!v->lazy && v->type.data &&
+      (from == PH_DTYPE_F32 || from == PH_DTYPE_F16 || from == PH_DTYPE_BF16))
+    return graph_add_initializer_lazy(g, name, dt, shape_2d(N, K), v->type.data, from, 1);
   const void *data = graph_initializer_data(g, w, d);
   if (!data) return -1;
   void *dst = NULL;
@@ -135,7 +143,280 @@ static void mark_dead_nodes(graph *g) {
   free(uses);
 }
 
-ph_status graph_prepare_cpu(graph *g, diag *d) {
+/* ---- resident weights ---------------------------------------------------------------------- */
+
+/* What an initializer's bytes are made from: equal keys are the same bytes (a tied embedding read
+ * by the Gather and, as rows, by the LM head), copied once. */
+typedef struct wkey {
+  const void *src;
+  int64_t n_bytes;
+  int64_t cols; /* a transpose's source columns (its value's dims[0]); 0 otherwise */
+  int transposed;
+  ph_dtype from, to;
+  int value;
+  size_t offset;
+} wkey;
+
+/* The order of the bytes a key names (value and offset aside). */
+static int wkey_bytes_cmp(const wkey *a, const wkey *b) {
+  if (a->src != b->src) return (uintptr_t)a->src < (uintptr_t)b->src ? -1 : 1;
+  if (a->n_bytes != b->n_bytes) return a->n_bytes < b->n_bytes ? -1 : 1;
+  if (a->cols != b->cols) return a->cols < b->cols ? -1 : 1;
+  if (a->transposed != b->transposed) return a->transposed < b->transposed ? -1 : 1;
+  if (a->from != b->from) return a->from < b->from ? -1 : 1;
+  if (a->to != b->to) return a->to < b->to ? -1 : 1;
+  return 0;
+}
+
+static int wkey_cmp(const void *pa, const void *pb) {
+  const wkey *a = pa, *b = pb;
+  int c = wkey_bytes_cmp(a, b);
+  return c ? c : a->value - b->value;
+}
+
+static int wkey_same(const wkey *a, const wkey *b) { return wkey_bytes_cmp(a, b) == 0; }
+
+/* ---- copies shared between graphs ------------------------------------------------------------ */
+
+typedef struct store_entry {
+  wkey key; /* value and offset unused */
+  const uint8_t *data;
+} store_entry;
+
+typedef struct store_region {
+  void *p;
+  size_t bytes;
+} store_region;
+
+struct weight_store {
+  store_entry *e; /* [n], sorted by key (wkey_bytes_cmp), keys unique */
+  size_t n;
+  store_region *r;
+  size_t n_r;
+  size_t bytes;
+};
+
+ph_status weight_store_create(weight_store **out, diag *d) {
+  *out = calloc(1, sizeof **out);
+  RETURN_ERROR_IF(!*out, d, PH_ERR_NO_MEMORY, "out of memory");
+  return PH_OK;
+}
+
+void weight_store_free(weight_store *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n_r; i++) pages_free_huge(s->r[i].p, s->r[i].bytes);
+  free(s->r);
+  free(s->e);
+  free(s);
+}
+
+size_t weight_store_bytes(const weight_store *s) { return s ? s->bytes : 0; }
+
+static int store_entry_cmp(const void *pa, const void *pb) {
+  return wkey_bytes_cmp(&((const store_entry *)pa)->key, &((const store_entry *)pb)->key);
+}
+
+static const uint8_t *store_find(const weight_store *s, const wkey *k) {
+  if (!s || s->n == 0) return NULL;
+  store_entry probe = {*k, NULL};
+  const store_entry *e = bsearch(&probe, s->e, s->n, sizeof *s->e, store_entry_cmp);
+  return e ? e->data : NULL;
+}
+
+/* Drops [p, p + n) of the source from the file mappings the graph views
+ * (graph_note_file_mapping, graph_adopt_mapping); memory that is not a named file mapping is left
+ * alone. */
+static void release_range(const graph *g, const void *p, size_t n) {
+  for (int i = 0; i < g->n_borrowed; i++) fmap_release(&g->borrowed[i], p, n);
+  for (int i = 0; i < g->n_mappings; i++) fmap_release(&g->mappings[i], p, n);
+}
+
+/* Bytes copied between two releases of the source: the file pages resident at once while a
+ * weight is copied (a 500 MB embedding must not be resident twice, even for a moment). */
+#define RELEASE_STEP ((size_t)4 << 20)
+
+/* The bytes of initializer k->value into dst, the source's file pages released as they are
+ * consumed. A same-dtype transpose (a package's [K, N] weight into rows) runs in tiles of 32 x 32
+ * elements, its source released every 32 rows (walking it an element at a time would go a row
+ * apart on every element). */
+static ph_status copy_releasing(graph *g, const wkey *k, uint8_t *dst, diag *d) {
+  const gvalue *val = &g->values[k->value];
+  const uint8_t *src = k->src;
+  if (!k->transposed && k->from == k->to) {
+    for (size_t at = 0; at < (size_t)k->n_bytes; at += RELEASE_STEP) {
+      size_t n = (size_t)k->n_bytes - at < RELEASE_STEP ? (size_t)k->n_bytes - at : RELEASE_STEP;
+      memcpy(dst + at, src + at, n);
+      release_range(g, src + at, n);
+    }
+    return PH_OK;
+  }
+  const int64_t numel = tinfo_numel(&val->type);
+  if (k->transposed && k->from == k->to) {
+    enum { T = 32 };
+    const int64_t rows = val->type.dims[1], cols = val->type.dims[0]; /* of the source */
+    const size_t es = dtype_size(k->to);
+    for (int64_t r0 = 0; r0 < rows; r0 += T) {
+      const int64_t r1 = r0 + T < rows ? r0 + T : rows;
+      for (int64_t c0 = 0; c0 < cols; c0 += T) {
+        const int64_t c1 = c0 + T < cols ? c0 + T : cols;
+        for (int64_t c = c0; c < c1; c++)
+          for (int64_t r = r0; r < r1; r++)
+            memcpy(dst + ((size_t)c * (size_t)rows + (size_t)r) * es,
+                   src + ((size_t)r * (size_t)cols + (size_t)c) * es, es);
+      }
+      release_range(g, src + (size_t)r0 * (size_t)cols * es, (size_t)(r1 - r0) * (size_t)cols * es);
+    }
+    return PH_OK;
+  }
+  if (!k->transposed) { /* a conversion, element for element: in steps */
+    const int64_t step = (int64_t)(RELEASE_STEP / dtype_size(k->from));
+    const size_t ef = dtype_size(k->from), et = dtype_size(k->to);
+    for (int64_t at = 0; at < numel; at += step) {
+      const int64_t end = at + step < numel ? at + step : numel;
+      FORWARD_IF_ERROR(graph_initializer_read(g, k->value, at, end, dst + (size_t)at * et, d));
+      release_range(g, src + (size_t)at * ef, (size_t)(end - at) * ef);
+    }
+    return PH_OK;
+  }
+  /* a transpose that also converts (no source format has one for a MatMul weight): whole */
+  FORWARD_IF_ERROR(graph_initializer_read(g, k->value, 0, numel, dst, d));
+  release_range(g, src, (size_t)numel * dtype_size(k->from));
+  return PH_OK;
+}
+
+/* Copies every initializer a live node reads that is not already the graph's own memory (views
+ * of a file mapping or of caller memory, and lazy values) into one region of anonymous memory
+ * advised for huge pages (pages_alloc_huge), each at a 64-byte aligned offset, and points the
+ * values at the copies. The source's file pages are released as they are copied (every
+ * RELEASE_STEP bytes), so the copy replaces the mapping in the resident set instead of doubling
+ * it. */
+static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
+  int *uses = calloc((size_t)g->n_values, sizeof *uses);
+  RETURN_ERROR_IF(!uses, d, PH_ERR_NO_MEMORY, "out of memory listing the weights");
+  for (int i = 0; i < g->n_outputs; i++) uses[g->outputs[i]] = 1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const gnode *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++)
+      if (n->inputs[k] >= 0) uses[n->inputs[k]] = 1;
+  }
+  size_t n_keys = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    const gvalue *val = &g->values[v];
+    if (val->kind != VALUE_INITIALIZER || !uses[v] || val->n_bytes <= 0 || val->owned) continue;
+    if (!val->type.data && !val->lazy) continue;
+    uses[n_keys++] = v; /* reuse: ids of the values to copy, in order */
+  }
+  wkey *keys = n_keys ? malloc(n_keys * sizeof *keys) : NULL;
+  if (n_keys && !keys) {
+    free(uses);
+    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory listing %zu weights", n_keys);
+  }
+  for (size_t i = 0; i < n_keys; i++) {
+    const gvalue *val = &g->values[uses[i]];
+    wkey *k = &keys[i];
+    k->value = uses[i];
+    k->n_bytes = val->n_bytes;
+    k->cols = 0;
+    k->to = val->type.dtype;
+    if (val->type.data) {
+      k->src = val->type.data;
+      k->transposed = 0;
+      k->from = k->to;
+    } else {
+      k->src = val->src;
+      k->transposed = val->src_transposed;
+      k->cols = val->src_transposed ? val->type.dims[0] : 0;
+      k->from = val->src_dtype;
+    }
+  }
+  free(uses);
+  if (n_keys > 1) qsort(keys, n_keys, sizeof *keys, wkey_cmp); /* keys is NULL when none */
+  size_t total = 0, n_new = 0;
+  const size_t SHARED = SIZE_MAX; /* offset of a key the store already holds */
+  for (size_t i = 0; i < n_keys; i++) {
+    if (i > 0 && wkey_same(&keys[i], &keys[i - 1])) {
+      keys[i].offset = keys[i - 1].offset;
+      continue;
+    }
+    if (store_find(store, &keys[i])) {
+      keys[i].offset = SHARED;
+      continue;
+    }
+    keys[i].offset = total;
+    total += ((size_t)keys[i].n_bytes + 63) & ~(size_t)63;
+    n_new++;
+  }
+  if (store && n_new > 0) { /* room for the new entries and region, before anything changes */
+    store_entry *e = realloc(store->e, (store->n + n_new) * sizeof *e);
+    if (e) store->e = e;
+    store_region *r = e ? realloc(store->r, (store->n_r + 1) * sizeof *r) : NULL;
+    if (r) store->r = r;
+    if (!e || !r) {
+      free(keys);
+      return diag_set(d, PH_ERR_NO_MEMORY, "out of memory listing %zu weights", n_new);
+    }
+  }
+  for (size_t i = 0; i < n_keys; i++) /* the shared ones: point at the store's copy */
+    if (keys[i].offset == SHARED) {
+      gvalue *val = &g->values[keys[i].value];
+      val->type.data = store_find(store, &keys[i]);
+      val->owned = 1;
+    }
+  if (total == 0) {
+    free(keys);
+    return PH_OK;
+  }
+  /* a checkpoint larger than the memory the kernel can give keeps its mapping (paged in from
+   * the file as it is read) instead of being copied into memory that does not exist */
+  const uint64_t avail = mem_available_bytes();
+  if (avail > 0 && (uint64_t)total > avail) {
+    LOG_WARN("weights: %.1f MiB do not fit in the %.1f MiB of available memory; they are read "
+             "from the file mapping",
+             (double)total / 1048576.0, (double)avail / 1048576.0);
+    free(keys);
+    return PH_OK;
+  }
+  uint8_t *region = pages_alloc_huge(total);
+  if (!region) {
+    free(keys);
+    return diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying %zu bytes of weights", total);
+  }
+  /* the region belongs to the store when there is one (it outlives the graph), else to g; the
+   * values already moved point into it even after an error, so it is handed over first */
+  if (store) {
+    store->r[store->n_r++] = (store_region){region, total};
+    store->bytes += total;
+  } else {
+    g->resident = region;
+    g->resident_bytes = total;
+  }
+  ph_status st = PH_OK;
+  for (size_t i = 0; i < n_keys && st == PH_OK; i++) {
+    const wkey *k = &keys[i];
+    if (k->offset == SHARED) continue;
+    gvalue *val = &g->values[k->value];
+    uint8_t *dst = region + k->offset;
+    if (i == 0 || !wkey_same(k, &keys[i - 1])) {
+      st = copy_releasing(g, k, dst, d);
+      if (st == PH_OK && store) store->e[store->n++] = (store_entry){*k, dst};
+    }
+    val->type.data = dst;
+    val->owned = 1;
+  }
+  free(keys);
+  if (store && store->n > 1) qsort(store->e, store->n, sizeof *store->e, store_entry_cmp);
+  return st == PH_OK ? PH_OK : diag_prefix(d, "copying the weights");
+}
+
+ph_status graph_prepare_cpu(graph *g, diag *d) { return graph_prepare_cpu_ex(g, WEIGHTS_COPY, d); }
+
+ph_status graph_prepare_cpu_ex(graph *g, weight_residency weights, diag *d) {
+  return graph_prepare_cpu_shared(g, weights, NULL, d);
+}
+
+ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_store *store,
+                                   diag *d) {
   RETURN_ERROR_IF(!g->finalized, d, PH_ERR_INVALID_ARGUMENT, "prepare needs a finalized graph");
   for (int i = 0; i < g->n_nodes; i++) {
     gnode *n = &g->nodes[i];
@@ -164,5 +445,6 @@ ph_status graph_prepare_cpu(graph *g, diag *d) {
   }
   mark_dead_nodes(g);
   g->finalized = 0;
-  return graph_finalize(g, d);
+  FORWARD_IF_ERROR(graph_finalize(g, d));
+  return weights == WEIGHTS_MAP ? PH_OK : make_weights_resident(g, store, d);
 }

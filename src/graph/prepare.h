@@ -12,12 +12,52 @@
  *   node becomes internal (its inputs no longer share one dtype as ORT's schema wants).
  * - Nodes whose outputs nobody reads any more (the Casts above) are marked dead.
  * Then the graph is finalized again, so the rewritten nodes pass their contract checks.
+ *
+ * Where the weights live (weight_residency). WEIGHTS_COPY, the default: every initializer a live
+ * node reads that is not the graph's own memory already — views of a checkpoint's or a package's
+ * file mapping, lazy transposes and conversions — is copied once into one region of anonymous
+ * memory aligned to 2 MiB and advised MADV_HUGEPAGE (base/fmap.h pages_alloc_huge), each value at
+ * a 64-byte aligned offset, in the layout it has in the graph (MatMulWT's weights as the
+ * checkpoint's rows; a package's [K, N] MatMul weight transposed into rows here). Values with the
+ * same source share one copy (a tied embedding and LM head). As each source is copied, its pages
+ * in the file mappings the graph knows (graph_adopt_mapping, graph_note_file_mapping) are dropped
+ * from the process, so the resident set holds the copy instead of the mapping plus the copy;
+ * the mappings stay valid (their pages read back from the file). Decode streams every weight
+ * once per step, and on the development VM a file mapping (4 KiB pages, page-cache reclaim) read
+ * 2-3.5x slower and erratically against huge-page-advised anonymous memory
+ * (docs/performance.md). When the copy would exceed the memory the kernel reports available
+ * (MemAvailable), the views are kept with a warning in the log, as WEIGHTS_MAP does: a checkpoint
+ * larger than memory runs paged in from its file. WEIGHTS_MAP keeps the views (nothing copied; load
+ * is faster and a checkpoint larger than memory still runs, paged in from the file). Graphs that
+ * are exported are never prepared, so the exporter never copies. The copy is freed with the graph.
  */
 #ifndef PH_GRAPH_PREPARE_H
 #define PH_GRAPH_PREPARE_H
 
 #include "graph/graph.h"
 
+typedef enum weight_residency {
+  WEIGHTS_COPY = 0, /* copied into huge-page-advised anonymous memory, mappings released */
+  WEIGHTS_MAP = 1,  /* read from where the graph views them (the file mapping) */
+} weight_residency;
+
+/* Copies shared by the graphs of one checkpoint: the target's session and its MTP head's both
+ * read the embedding (and a tied LM head). A graph prepared with a store takes from it every
+ * weight already copied from the same source bytes, copies the rest into a region the store
+ * owns, and lists them there; the store must outlive every graph prepared with it (a ph_model
+ * owns its checkpoint's: model_weight_store). Not thread-safe: one prepare at a time. */
+typedef struct weight_store weight_store;
+ph_status weight_store_create(weight_store **out, diag *d);
+void weight_store_free(weight_store *s);          /* NULL-safe */
+size_t weight_store_bytes(const weight_store *s); /* bytes copied into it */
+
+/* graph_prepare_cpu_ex(g, WEIGHTS_COPY, d). */
 ph_status graph_prepare_cpu(graph *g, diag *d);
+/* Errors: graph_finalize's; PH_ERR_NO_MEMORY when the weight copy cannot be allocated (nothing
+ * is released then). */
+ph_status graph_prepare_cpu_ex(graph *g, weight_residency weights, diag *d);
+/* The same, sharing copies through store (NULL: the graph owns its copy, as _ex). */
+ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_store *store,
+                                   diag *d);
 
 #endif /* PH_GRAPH_PREPARE_H */

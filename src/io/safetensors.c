@@ -376,6 +376,10 @@ void st_close(st_set *s) {
 }
 
 size_t st_count(const st_set *s) { return s ? s->n_tensors : 0; }
+size_t st_file_count(const st_set *s) { return s ? s->n_files : 0; }
+const fmap *st_file_map(const st_set *s, size_t i) {
+  return s && i < s->n_files ? &s->files[i].map : NULL;
+}
 
 const st_tensor *st_at(const st_set *s, size_t i) {
   return (s && i < s->n_tensors) ? &s->tensors[i] : NULL;

@@ -70,6 +70,11 @@ ph_status st_open_dir(const char *dir, st_set **out, diag *d);
 void st_close(st_set *s); /* NULL-safe */
 
 size_t st_count(const st_set *s);
+/* The file mapping of shard i (i < st_file_count), what the tensors of file_index i point into;
+ * NULL past the end. An st_parse set's one entry has data == NULL (the caller owns the bytes). */
+struct fmap;
+size_t st_file_count(const st_set *s);
+const struct fmap *st_file_map(const st_set *s, size_t i);
 const st_tensor *st_at(const st_set *s, size_t i);           /* sorted by name */
 const st_tensor *st_find(const st_set *s, const char *name); /* NULL if absent */
 /* Metadata value from the first file's "__metadata__", NULL if absent. */

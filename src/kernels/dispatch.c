@@ -10,22 +10,25 @@
 #include "base/log.h"
 
 #if WT_X86
-#define GD_DECODE_AVX2  gated_delta_decode_f32_avx2
-#define REPLAY_AVX2     state_replay_recurrent_avx2
-#define GD_CHUNK_AVX512 gated_delta_chunk_avx512
+#define GD_DECODE_AVX2   gated_delta_decode_f32_avx2
+#define GD_DECODE_AVX512 gated_delta_decode_f32_avx512
+#define REPLAY_AVX2      state_replay_recurrent_avx2
+#define GD_CHUNK_AVX512  gated_delta_chunk_avx512
 #else
-#define GD_DECODE_AVX2  NULL
-#define REPLAY_AVX2     NULL
-#define GD_CHUNK_AVX512 NULL
+#define GD_DECODE_AVX2   NULL
+#define GD_DECODE_AVX512 NULL
+#define REPLAY_AVX2      NULL
+#define GD_CHUNK_AVX512  NULL
 #endif
 
-/* Every kernel variant, registered once. avx512 has no gated-delta decode of its own and runs
- * the AVX2 one (bit-identical to the reference either way); its gated-delta chunk is the blocked
- * one (another summation order: within test_kernels' derived bound of the reference). */
+/* Every kernel variant, registered once. avx512 has no replay of its own and runs the AVX2 one
+ * (bit-identical to the reference either way); its gated-delta decode is bit-identical to the
+ * reference too; its gated-delta chunk is the blocked one (another summation order: within
+ * test_kernels' derived bound of the reference). */
 static const kernel_set KERNEL_SETS[KERNEL_N_VARIANTS] = {
     [KERNEL_SCALAR] = {"scalar", &matmul_wt_scalar_kernels, NULL, NULL, NULL},
     [KERNEL_AVX2] = {"avx2", &matmul_wt_avx2_kernels, GD_DECODE_AVX2, REPLAY_AVX2, NULL},
-    [KERNEL_AVX512] = {"avx512", &matmul_wt_avx512_kernels, GD_DECODE_AVX2, REPLAY_AVX2,
+    [KERNEL_AVX512] = {"avx512", &matmul_wt_avx512_kernels, GD_DECODE_AVX512, REPLAY_AVX2,
                        GD_CHUNK_AVX512},
 };
 

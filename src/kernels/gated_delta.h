@@ -142,4 +142,9 @@ void gated_delta_decode_ref(const gated_delta_dec *p);
  * x86. */
 void gated_delta_decode_f32_avx2(const gated_delta_dec *p);
 
+/* The same sixteen value rows per step in AVX-512 F (kernels/gated_delta_avx512.c), its tile on
+ * the stack (p->tile is used only by the rows it hands to the AVX2 kernel: the last Dv % 16, a
+ * Dv below 16, a Dk above 256): bit-identical to the reference. Absent off x86. */
+void gated_delta_decode_f32_avx512(const gated_delta_dec *p);
+
 #endif /* PH_KERNELS_GATED_DELTA_H */

@@ -155,7 +155,9 @@ static void grid_matmul_wt(const kernel_variant *vs, int n_vs) {
 
 /* ---- gated delta ---------------------------------------------------------------------------- */
 
-static const int64_t GD_DIMS[] = {1, 3, 8, 9, 16, 24, 64, 128};
+/* 16 / 17 / 24 / 40 / 128: the AVX-512 decode's 16-row blocks with and without an 8-row or odd
+ * tail (Dv) and a Dk tail; 272: its Dk above the stack tile (handed to the AVX2 kernel) */
+static const int64_t GD_DIMS[] = {1, 3, 8, 9, 16, 17, 24, 40, 64, 128, 272};
 #define GD_N_DIMS ((int)(sizeof GD_DIMS / sizeof GD_DIMS[0]))
 
 typedef struct gd_sink {

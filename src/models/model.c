@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "graph/prepare.h"
 #include "tensor/dtype.h"
 
 struct ph_model {
@@ -17,6 +18,7 @@ struct ph_model {
   model_weights weights; /* bound when tensors != NULL */
   int64_t predicted_parameters;
   int64_t predicted_bytes;
+  weight_store *store; /* the copies its sessions' graphs share (graph/prepare.h) */
 };
 
 ph_model_params ph_model_params_default(void) {
@@ -59,6 +61,7 @@ ph_status ph_model_open(const char *dir, const ph_model_params *params, ph_model
   if (s != PH_OK) return s;
   s = weights_bind(&m->config, m->tensors, &m->weights, &m->err);
   if (s != PH_OK) return diag_prefix(&m->err, "%s", dir);
+  FORWARD_IF_ERROR(weight_store_create(&m->store, &m->err));
   LOG_INFO("opened %s: %s, %d layers, %lld parameters", dir, m->config.model_type,
            (int)m->config.n_layers, (long long)m->weights.n_parameters);
   return PH_OK;
@@ -67,6 +70,7 @@ ph_status ph_model_open(const char *dir, const ph_model_params *params, ph_model
 void ph_model_free(ph_model *m) {
   if (!m) return;
   weights_free(&m->weights);
+  weight_store_free(m->store);
   st_close(m->tensors);
   free(m->dir);
   free(m);
@@ -112,6 +116,7 @@ int64_t ph_model_kv_bytes_per_token(const ph_model *m, ph_dtype kv_dtype) {
 const hf_config *model_config(const ph_model *m) { return m->has_config ? &m->config : NULL; }
 const model_weights *model_weights_of(const ph_model *m) { return m->tensors ? &m->weights : NULL; }
 const st_set *model_tensors(const ph_model *m) { return m->tensors; }
+weight_store *model_weight_store(const ph_model *m) { return m->store; }
 const char *model_dir(const ph_model *m) { return m->dir; }
 
 static void scan_one(nonfinite_report *r, const st_tensor *t) {

@@ -12,6 +12,10 @@ const hf_config *model_config(const ph_model *m);
 /* NULL when the model was opened without weights. */
 const model_weights *model_weights_of(const ph_model *m);
 const st_set *model_tensors(const ph_model *m);
+/* The weight copies shared by the graphs of every session built from m (graph/prepare.h
+ * weight_store: the target's and the MTP head's sessions read one embedding); freed with m.
+ * NULL when m was opened without weights. */
+struct weight_store *model_weight_store(const ph_model *m);
 const char *model_dir(const ph_model *m);
 
 /* Scans every bound weight (globals, then layer by layer, then experts; the tensors the model

@@ -38,7 +38,7 @@
 
 enum { VC_IN_X, VC_IN_W, VC_IN_CU, VC_IN_BIAS, VC_IN_STATE, VC_IN_CAPTURE, VC_N_IN };
 
-#define VC_BLOCK 16
+#define VC_BLOCK 64
 
 typedef struct vc_geom {
   ph_dtype dt;
@@ -165,10 +165,11 @@ static ph_status vc_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
 }
 
 /* One thread's workspace: X [VC_BLOCK][P+N] (x_full per channel; a sequence has at most N
- * rows), W [VC_BLOCK][K], bias and a row buffer [VC_BLOCK]. */
+ * rows), Y [VC_BLOCK][N] (the outputs per channel), W [VC_BLOCK][K], the block's state rows
+ * [VC_BLOCK][P], bias and a row buffer [VC_BLOCK]. */
 static size_t vc_ws_bytes(const vc_geom *g) {
-  size_t f = (size_t)VC_BLOCK * (size_t)(g->P + g->N) + (size_t)VC_BLOCK * (size_t)g->K +
-             2 * VC_BLOCK + (size_t)g->N;
+  size_t f = (size_t)VC_BLOCK * (size_t)(g->P + g->N) + (size_t)VC_BLOCK * (size_t)g->N +
+             (size_t)VC_BLOCK * (size_t)g->K + (size_t)VC_BLOCK * (size_t)g->P + 2 * VC_BLOCK;
   return (f * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -192,6 +193,9 @@ typedef struct vc_job {
   int64_t n_blocks;
 } vc_job;
 
+/* Every tensor is read and written a row of the block at a time (one call per row: the block's
+ * channels are contiguous in x, out, weight, bias and both states), never an element or a
+ * channel at a time: at decode, L = 1 and P = 3, per-channel calls were most of the op. */
 static void vc_task(void *ctx, size_t task, int thread) {
   const vc_job *j = ctx;
   const vc_geom *g = j->g;
@@ -200,25 +204,32 @@ static void vc_task(void *ctx, size_t task, int thread) {
   const int64_t P = g->P, K = g->K, Ch = g->Ch;
   const int64_t r0 = j->cu[b], L = (int64_t)j->cu[b + 1] - r0, F = P + L;
   float *X = (float *)(void *)(j->scratch + (size_t)thread * j->ws_bytes);
-  float *W = X + VC_BLOCK * F, *bias = W + VC_BLOCK * K, *row = bias + VC_BLOCK;
-  float *y = row + VC_BLOCK; /* [L] */
+  float *Y = X + VC_BLOCK * F, *W = Y + VC_BLOCK * L, *S = W + VC_BLOCK * K;
+  float *bias = S + VC_BLOCK * P, *row = bias + VC_BLOCK;
 
   /* Everything this block reads, before anything is written (final_state may alias). */
-  for (int64_t i = 0; i < nc; i++) {
-    tensor_load_f32(j->w, (c0 + i) * K, K, W + i * K);
-    bias[i] = j->bias ? tensor_get_f32(j->bias, c0 + i) : 0.0f;
-    tensor_load_f32(j->state, (b * Ch + c0 + i) * P, P, X + i * F);
-  }
+  tensor_load_f32(j->w, c0 * K, nc * K, W);
+  if (j->bias)
+    tensor_load_f32(j->bias, c0, nc, bias);
+  else
+    for (int64_t i = 0; i < nc; i++) bias[i] = 0.0f;
+  tensor_load_f32(j->state, (b * Ch + c0) * P, nc * P, S);
+  for (int64_t i = 0; i < nc; i++)
+    for (int64_t p = 0; p < P; p++) X[i * F + p] = S[i * P + p];
   for (int64_t t = 0; t < L; t++) {
     tensor_load_f32(j->x, (r0 + t) * Ch + c0, nc, row);
     for (int64_t i = 0; i < nc; i++) X[i * F + P + t] = row[i];
   }
 
-  for (int64_t i = 0; i < nc; i++) {
-    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, y);
-    for (int64_t t = 0; t < L; t++) tensor_set_f32(j->out, (r0 + t) * Ch + c0 + i, y[t]);
-    tensor_store_f32(j->final_state, (b * Ch + c0 + i) * P, P, X + i * F + L);
+  for (int64_t i = 0; i < nc; i++)
+    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, Y + i * L);
+  for (int64_t t = 0; t < L; t++) {
+    for (int64_t i = 0; i < nc; i++) row[i] = Y[i * L + t];
+    tensor_store_f32(j->out, (r0 + t) * Ch + c0, nc, row);
   }
+  for (int64_t i = 0; i < nc; i++)
+    for (int64_t p = 0; p < P; p++) S[i * P + p] = X[i * F + L + p];
+  tensor_store_f32(j->final_state, (b * Ch + c0) * P, nc * P, S);
 }
 
 /* The plan is the geometry of these shapes; the offsets' contents are run()'s to check. */

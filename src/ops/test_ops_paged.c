@@ -190,10 +190,16 @@ static void vc_run_case(const vc_case *c, uint64_t seed) {
 static void test_varlen_conv_reference_and_dense(void) {
   static const int32_t l1[] = {1}, l2[] = {3, 20}, l3[] = {5, 0, 17}, l4[] = {0, 0, 4, 1};
   vc_case cs[] = {
-      {PH_DTYPE_F32, 1, 8, 4, 1, 1, 1, l1},  {PH_DTYPE_F32, 2, 37, 4, 1, 1, 1, l2},
-      {PH_DTYPE_F32, 3, 19, 4, 2, 0, 0, l3}, {PH_DTYPE_F32, 4, 16, 3, 2, 1, 1, l4},
-      {PH_DTYPE_F16, 3, 20, 4, 1, 1, 1, l3}, {PH_DTYPE_BF16, 2, 33, 4, 2, 1, 0, l2},
+      {PH_DTYPE_F32, 1, 8, 4, 1, 1, 1, l1},
+      {PH_DTYPE_F32, 2, 37, 4, 1, 1, 1, l2},
+      {PH_DTYPE_F32, 3, 19, 4, 2, 0, 0, l3},
+      {PH_DTYPE_F32, 4, 16, 3, 2, 1, 1, l4},
+      {PH_DTYPE_F16, 3, 20, 4, 1, 1, 1, l3},
+      {PH_DTYPE_BF16, 2, 33, 4, 2, 1, 0, l2},
       {PH_DTYPE_F32, 2, 5, 1, 1, 1, 1, l2}, /* K = 1: empty state */
+      /* more channels than one task's block (VC_BLOCK 64), the last block partial */
+      {PH_DTYPE_F32, 3, 150, 4, 1, 1, 1, l3},
+      {PH_DTYPE_BF16, 2, 130, 4, 2, 1, 0, l2},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) vc_run_case(&cs[i], 100 + i);
 }

@@ -10,6 +10,7 @@
 #include "graph/prepare.h"
 #include "models/model.h"
 #include "models/registry.h"
+#include "runtime/paged_session.h"
 
 typedef struct layer_io {
   int full;
@@ -45,6 +46,11 @@ ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_thr
   opt.max_context = max_context;
   graph *g = NULL;
   FORWARD_IF_ERROR(model_build_graph(c, w, &opt, &g, d));
+  ph_status st = graph_note_checkpoint(g, m, d);
+  if (st != PH_OK) {
+    graph_free(g);
+    return st;
+  }
   return dense_session_create_graph(g, max_context, n_threads, out, d);
 }
 

@@ -38,6 +38,11 @@ ph_status mtp_session_create(const ph_model *m, const model_options *o, int32_t 
                   (long long)max_tokens);
   graph *g = NULL;
   FORWARD_IF_ERROR(mtp_build(c, w, o, &g, d));
+  ph_status nst = graph_note_checkpoint(g, m, d);
+  if (nst != PH_OK) {
+    graph_free(g);
+    return nst;
+  }
   /* the target's packed names, one KV layer (index 0), no fixed state */
   paged_binding bind;
   paged_binding_for_config(c, &bind);
@@ -49,6 +54,7 @@ ph_status mtp_session_create(const ph_model *m, const model_options *o, int32_t 
   p.max_slots = max_seqs;
   p.max_batch = max_seqs;
   p.max_tokens = max_tokens;
+  p.weights_store = model_weight_store(m); /* the target's embedding copy, not a second one */
   mtp_session *s = calloc(1, sizeof *s);
   if (!s) {
     graph_free(g);

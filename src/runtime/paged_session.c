@@ -428,7 +428,9 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "paged session: no layer binding");
     goto fail;
   }
-  if ((st = graph_prepare_cpu(g, d)) != PH_OK) goto fail;
+  if ((st = graph_prepare_cpu_shared(g, s->p.map_weights ? WEIGHTS_MAP : WEIGHTS_COPY,
+                                     s->p.weights_store, d)) != PH_OK)
+    goto fail;
   if ((st = exec_create(g, s->p.n_threads, &s->e, d)) != PH_OK) goto fail;
   if ((st = bind_io(s, bind, d)) != PH_OK) goto fail;
   if ((st = bind_layers(s, bind, d)) != PH_OK) goto fail;
@@ -846,9 +848,23 @@ ph_status paged_session_create_model(const ph_model *m, const model_options *o,
   opt.paged = 1;
   graph *g = NULL;
   FORWARD_IF_ERROR(model_build_graph(c, w, &opt, &g, d));
+  ph_status st = graph_note_checkpoint(g, m, d);
+  if (st != PH_OK) {
+    graph_free(g);
+    return st;
+  }
   paged_binding bind;
   paged_binding_for_config(c, &bind);
-  return paged_session_create(g, &bind, p, out, d);
+  paged_session_params sp = p ? *p : paged_session_params_default();
+  if (!sp.weights_store) sp.weights_store = model_weight_store(m); /* shared with its MTP head */
+  return paged_session_create(g, &bind, &sp, out, d);
+}
+
+ph_status graph_note_checkpoint(graph *g, const ph_model *m, diag *d) {
+  const st_set *set = model_tensors(m);
+  for (size_t i = 0; i < st_file_count(set); i++)
+    FORWARD_IF_ERROR(graph_note_file_mapping(g, st_file_map(set, i), d));
+  return PH_OK;
 }
 
 ph_status paged_session_create_package(const char *dir, const genai_config *gc,

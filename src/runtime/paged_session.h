@@ -91,6 +91,12 @@ typedef struct paged_session_params {
   int n_threads;        /* <= 0: all CPUs */
   int state_banks;      /* 2: double-banked fixed state, what a speculative step (paged_seq.capture)
                            needs; 0 or 1: one bank */
+  struct weight_store *weights_store; /* NULL, or where the graph's weight copies are shared
+                                         with other graphs of the same checkpoint (it must
+                                         outlive the session: graph/prepare.h) */
+  int map_weights; /* 1: the graph reads its weights where they are mapped (WEIGHTS_MAP);
+                      0: copied at creation into huge-page-advised memory, the mapping's
+                      pages released (WEIGHTS_COPY, graph/prepare.h) */
 } paged_session_params;
 
 paged_session_params paged_session_params_default(void); /* 257 pages, 8 slots, 8, 2048 */
@@ -111,12 +117,18 @@ void paged_session_free(paged_session *s); /* NULL-safe */
 ph_status paged_session_create_package(const char *dir, const genai_config *gc,
                                        const paged_session_params *p, paged_session **out, diag *d);
 
-/* Builds the paged graph of an opened checkpoint (models/registry.h, with o->paged forced on; the
- * checkpoint must outlive the session: weights are views of its mapping) and binds it with
- * paged_binding_for_config. */
+/* Builds the paged graph of an opened checkpoint (models/registry.h, with o->paged forced on) and
+ * binds it with paged_binding_for_config. The checkpoint must outlive the session: its weights are
+ * copied out of the mapping at creation (p->map_weights 0, the default; the mapping's pages are
+ * released, graph_note_checkpoint) or read from it (map_weights 1). */
 typedef struct model_options model_options; /* models/registry.h */
 ph_status paged_session_create_model(const ph_model *m, const model_options *o,
                                      const paged_session_params *p, paged_session **out, diag *d);
+
+/* Names the file mappings of m's checkpoint on g (graph_note_file_mapping), so the CPU prepare
+ * pass drops each weight's file pages once it has copied them (graph/prepare.h): what every
+ * session built from a checkpoint (paged, dense, MTP) does before preparing its graph. */
+ph_status graph_note_checkpoint(graph *g, const ph_model *m, diag *d);
 
 /* One sequence of a step. */
 typedef struct paged_seq {
@@ -168,8 +180,8 @@ int32_t paged_session_state_capacity(const paged_session *s);
 /* Logits of the last run: row r of [rows, vocab] f32, valid until the next run. rows is N, B
  * for a graph with a pruned LM head, or the rows the session asked for when the graph has the
  * logit_rows input (model_options.logit_rows: each sequence's last row, every row of a sequence
- * with capture > 0; paged_session_token_logits maps them). paged_session_last_logits gives sequence b's last row in
- * either case. */
+ * with capture > 0; paged_session_token_logits maps them). paged_session_last_logits gives sequence
+ * b's last row in either case. */
 const float *paged_session_logits(const paged_session *s, int64_t *rows);
 const float *paged_session_last_logits(const paged_session *s, int32_t b);
 /* Row of token j of sequence b, or NULL when the graph prunes the LM head (only j = n-1). */
