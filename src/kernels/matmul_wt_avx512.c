@@ -120,13 +120,116 @@ WT512_KERNELS(f32, PH_DTYPE_F32)
 WT512_KERNELS(bf16, PH_DTYPE_BF16)
 WT512_KERNELS(f16, PH_DTYPE_F16)
 
+/* ---- bf16 mode (matmul_wt.h "the bf16 dot") ------------------------------------------------ */
+
+/* x with every lane whose exponent field is zero replaced by its signed zero (DAZ/FTZ). */
+static WT_INLINE WT_AVX512 __m512 wtb512_ftz(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __mmask16 normal = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(
+      _mm512_mask_mov_epi32(_mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)), normal, u));
+}
+
+/* vdpbf16ps in AVX-512F: lane j += a[2j+1] * w[2j+1] (rounded), then += a[2j] * w[2j]
+ * (rounded), inputs, products and sums flushed like the instruction's. */
+static WT_INLINE WT_AVX512 __m512 wtb512_dot_emul(__m512 acc, __m512i a, __m512i w) {
+  const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+  __m512 ao = wtb512_ftz(_mm512_castsi512_ps(_mm512_and_si512(a, hi)));
+  __m512 wo = wtb512_ftz(_mm512_castsi512_ps(_mm512_and_si512(w, hi)));
+  __m512 ae = wtb512_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)));
+  __m512 we = wtb512_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  acc = wtb512_ftz(_mm512_add_ps(acc, wtb512_ftz(_mm512_mul_ps(ao, wo))));
+  return wtb512_ftz(_mm512_add_ps(acc, wtb512_ftz(_mm512_mul_ps(ae, we))));
+}
+
+static WT_INLINE WT_AVX512BF16 __m512 wtb512_dot_native(__m512 acc, __m512i a, __m512i w) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)w);
+}
+
+/* The bf16-mode body: R rows of bf16 A against WT_NW bf16 W rows, 32 elements (16 pairs, one
+ * per lane) per step; the K % 32 tail is loaded masked (zeros past K, nothing read there) and
+ * goes through the same dot, so the padded pairs add +0 products as the reference's do. */
+#define WTB512_BODY(DOT)                                                                           \
+  const int64_t es = 2;                                                                            \
+  __m512 acc[WT_RMAX][WT_NW];                                                                      \
+  WT_UNROLL                                                                                        \
+  for (int r = 0; r < R; r++) {                                                                    \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_setzero_ps();                               \
+  }                                                                                                \
+  int64_t k = 0;                                                                                   \
+  for (; k + 32 <= K; k += 32) {                                                                   \
+    __m512i wv[WT_NW];                                                                             \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++) wv[c] = _mm512_loadu_si512(w[c] + k * es);                     \
+    /* the next group of WT_NW rows, one line per stream per step, as the f32 body */              \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++)                                                                \
+      _mm_prefetch(wt_ahead(w[c], (k + WT_NW * K) * es), _MM_HINT_T0);                             \
+    WT_UNROLL                                                                                      \
+    for (int r = 0; r < R; r++) {                                                                  \
+      __m512i av = _mm512_loadu_si512(a + r * K + k);                                              \
+      WT_UNROLL                                                                                    \
+      for (int c = 0; c < WT_NW; c++) acc[r][c] = DOT(acc[r][c], av, wv[c]);                       \
+    }                                                                                              \
+  }                                                                                                \
+  if (k < K) {                                                                                     \
+    __mmask32 m = (__mmask32)((1ull << (unsigned)(K - k)) - 1u);                                   \
+    __m512i wv[WT_NW];                                                                             \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++) wv[c] = _mm512_maskz_loadu_epi16(m, w[c] + k * es);            \
+    WT_UNROLL                                                                                      \
+    for (int r = 0; r < R; r++) {                                                                  \
+      __m512i av = _mm512_maskz_loadu_epi16(m, a + r * K + k);                                     \
+      WT_UNROLL                                                                                    \
+      for (int c = 0; c < WT_NW; c++) acc[r][c] = DOT(acc[r][c], av, wv[c]);                       \
+    }                                                                                              \
+  }                                                                                                \
+  WT_UNROLL                                                                                        \
+  for (int r = 0; r < R; r++) {                                                                    \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++) sums[r * WT_NW + c] = wt512_tree(acc[r][c]);                   \
+  }
+
+static WT_INLINE WT_AVX512 void
+wtb512_body_emul(const uint16_t *a, int64_t K, const unsigned char *const *w, float *sums, int R) {
+  WTB512_BODY(wtb512_dot_emul)
+}
+
+static WT_INLINE WT_AVX512BF16 void wtb512_body_native(const uint16_t *a, int64_t K,
+                                                       const unsigned char *const *w, float *sums,
+                                                       int R){WTB512_BODY(wtb512_dot_native)}
+
+#define WTB512_KERNEL(NAME, BODY, ATTR, R)                                                         \
+  static ATTR void NAME(const uint16_t *a, int64_t K, const unsigned char *const *w,               \
+                        float *sums) {                                                             \
+    BODY(a, K, w, sums, R);                                                                        \
+  }
+#define WTB512_KERNELS(SUF, BODY, ATTR)                                                            \
+  WTB512_KERNEL(wtb_##SUF##_r1, BODY, ATTR, 1)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r2, BODY, ATTR, 2)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r3, BODY, ATTR, 3)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r4, BODY, ATTR, 4)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r5, BODY, ATTR, 5)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r6, BODY, ATTR, 6)
+
+WTB512_KERNELS(emul, wtb512_body_emul, WT_AVX512)
+    WTB512_KERNELS(native, wtb512_body_native, WT_AVX512BF16)
+
+        const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {{{NULL}},
+                                                                {NULL, wtb_native_r1, wtb_native_r2,
+                                                                 wtb_native_r3, wtb_native_r4,
+                                                                 wtb_native_r5, wtb_native_r6}};
+
 const matmul_wt_kernels matmul_wt_avx512_kernels = {
     {{NULL, wt_f32_avx512_r1, wt_f32_avx512_r2, wt_f32_avx512_r3, wt_f32_avx512_r4,
       wt_f32_avx512_r5, wt_f32_avx512_r6},
      {NULL, wt_bf16_avx512_r1, wt_bf16_avx512_r2, wt_bf16_avx512_r3, wt_bf16_avx512_r4,
       wt_bf16_avx512_r5, wt_bf16_avx512_r6},
      {NULL, wt_f16_avx512_r1, wt_f16_avx512_r2, wt_f16_avx512_r3, wt_f16_avx512_r4,
-      wt_f16_avx512_r5, wt_f16_avx512_r6}}};
+      wt_f16_avx512_r5, wt_f16_avx512_r6}},
+    {NULL, wtb_emul_r1, wtb_emul_r2, wtb_emul_r3, wtb_emul_r4, wtb_emul_r5, wtb_emul_r6}};
 #else
 const matmul_wt_kernels matmul_wt_avx512_kernels = {{{NULL}}};
+const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {{{NULL}}};
 #endif /* WT_X86 */
