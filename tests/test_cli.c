@@ -491,12 +491,12 @@ static void test_generate_moe_golden(void) {
       if (dense)
         snprintf(args, sizeof args,
                  "generate --model '%s' --tokens %s --layout dense --max-new 2 --logits-out '%s' "
-                 "--threads 2",
+                 "--threads 2 --precision f32",
                  ckpt, list[1], out);
       else
         snprintf(args, sizeof args,
                  "generate --model '%s' --tokens %s --tokens %s --tokens %s --max-new 2 "
-                 "--logits-out '%s' --threads 2",
+                 "--logits-out '%s' --threads 2 --precision f32",
                  ckpt, list[0], list[1], list[2], out);
       CHECK_EQ_INT(run(args), 0);
       st_set *got = NULL;

@@ -135,8 +135,25 @@ static void mark_dead_nodes(graph *g) {
   free(uses);
 }
 
-ph_status graph_prepare_cpu(graph *g, diag *d) {
+/* Adds the int attribute bf16_dot = 1 to node i (its attrs live in the graph's arena). */
+static int mark_bf16_dot(graph *g, int i) {
+  gnode *n = &g->nodes[i];
+  gattr *attrs = arena_alloc(&g->arena, (size_t)(n->n_attrs + 1) * sizeof *attrs);
+  if (!attrs) return 0;
+  if (n->n_attrs) memcpy(attrs, n->attrs, (size_t)n->n_attrs * sizeof *attrs);
+  attrs[n->n_attrs] = attr_int("bf16_dot", 1);
+  n->attrs = attrs;
+  n->n_attrs++;
+  return 1;
+}
+
+ph_status graph_prepare_cpu(graph *g, diag *d) { return graph_prepare_cpu_ex(g, 0, NULL, d); }
+
+ph_status graph_prepare_cpu_ex(graph *g, int matmul_bf16, int *used_bf16, diag *d) {
+  if (used_bf16) *used_bf16 = 0;
   RETURN_ERROR_IF(!g->finalized, d, PH_ERR_INVALID_ARGUMENT, "prepare needs a finalized graph");
+  RETURN_ERROR_IF(matmul_bf16 < -1 || matmul_bf16 > 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "prepare: matmul_bf16 must be -1, 0 or 1, got %d", matmul_bf16);
   for (int i = 0; i < g->n_nodes; i++) {
     gnode *n = &g->nodes[i];
     if (n->dead || strcmp(n->op_type, "MatMul") != 0 || n->domain[0] || n->n_inputs != 2) continue;
@@ -155,6 +172,10 @@ ph_status graph_prepare_cpu(graph *g, diag *d) {
     n->domain = "pagedhybrid.internal";
     n->internal = 1;
     n->op = NULL;
+    if (matmul_bf16 == 1 || (matmul_bf16 < 0 && g->values[rows].type.dtype == PH_DTYPE_BF16)) {
+      RETURN_ERROR_IF(!mark_bf16_dot(g, i), d, PH_ERR_NO_MEMORY, "prepare: out of memory");
+      if (used_bf16) *used_bf16 = 1;
+    }
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const gnode *n = &g->nodes[i];

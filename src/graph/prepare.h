@@ -20,4 +20,11 @@
 
 ph_status graph_prepare_cpu(graph *g, diag *d);
 
+/* graph_prepare_cpu with the precision of the linear layers (docs/precision.md): matmul_bf16 1
+ * marks every MatMulWT it makes with the internal attribute bf16_dot = 1 (ops/op_matmul.c: the
+ * bf16 dot), 0 leaves them f32 (graph_prepare_cpu), -1 (auto) marks those whose weight is
+ * stored bf16. *used_bf16 (may be NULL) is set to 1 when any MatMulWT got bf16_dot, else 0. MoE
+ * experts stay f32 in every mode. */
+ph_status graph_prepare_cpu_ex(graph *g, int matmul_bf16, int *used_bf16, diag *d);
+
 #endif /* PH_GRAPH_PREPARE_H */

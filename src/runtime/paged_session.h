@@ -91,6 +91,8 @@ typedef struct paged_session_params {
   int n_threads;        /* <= 0: all CPUs */
   int state_banks;      /* 2: double-banked fixed state, what a speculative step (paged_seq.capture)
                            needs; 0 or 1: one bank */
+  int matmul_bf16;      /* the linear layers' precision (graph/prepare.h graph_prepare_cpu_ex):
+                           0 f32 (the default), 1 bf16, -1 auto (bf16 for bf16-stored weights) */
 } paged_session_params;
 
 paged_session_params paged_session_params_default(void); /* 257 pages, 8 slots, 8, 2048 */
@@ -168,14 +170,17 @@ int32_t paged_session_state_capacity(const paged_session *s);
 /* Logits of the last run: row r of [rows, vocab] f32, valid until the next run. rows is N, B
  * for a graph with a pruned LM head, or the rows the session asked for when the graph has the
  * logit_rows input (model_options.logit_rows: each sequence's last row, every row of a sequence
- * with capture > 0; paged_session_token_logits maps them). paged_session_last_logits gives sequence b's last row in
- * either case. */
+ * with capture > 0; paged_session_token_logits maps them). paged_session_last_logits gives sequence
+ * b's last row in either case. */
 const float *paged_session_logits(const paged_session *s, int64_t *rows);
 const float *paged_session_last_logits(const paged_session *s, int32_t b);
 /* Row of token j of sequence b, or NULL when the graph prunes the LM head (only j = n-1). */
 const float *paged_session_token_logits(const paged_session *s, int32_t b, int64_t j);
 
 int64_t paged_session_vocab(const paged_session *s);
+/* The linear layers' precision resolved at creation: PH_PRECISION_BF16 when any MatMulWT runs the
+ * bf16 dot, else PH_PRECISION_F32. */
+ph_precision paged_session_precision(const paged_session *s);
 int64_t paged_session_cache_bytes(const paged_session *s); /* KV pages + state slots */
 int64_t paged_session_block_size(const paged_session *s);
 int64_t paged_session_max_context(const paged_session *s); /* rotary rows: positions < this */
