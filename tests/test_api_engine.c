@@ -603,6 +603,12 @@ static void test_bf16_mode(void) {
   if (e && ph_engine_get_info(e, &in) == PH_OK) CHECK_EQ_INT(in.params.precision, PH_PRECISION_F32);
   ph_engine_free(e);
   e = NULL;
+  p.precision = PH_PRECISION_BF16; /* asked for: f32 weights are rounded to bf16 */
+  CHECK_STATUS(ph_engine_create(dir32, &p, &e), PH_OK, ph_engine_error(e));
+  if (e && ph_engine_get_info(e, &in) == PH_OK)
+    CHECK_EQ_INT(in.params.precision, PH_PRECISION_BF16);
+  ph_engine_free(e);
+  e = NULL;
   enum { R = 4, G = 3 };
   const int lens[R] = {3, 20, 37, 9};
   int64_t prompts[R][40];

@@ -130,16 +130,18 @@ static WT_INLINE WT_AVX512 __m512 wtb512_ftz(__m512 x) {
       _mm512_mask_mov_epi32(_mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)), normal, u));
 }
 
-/* vdpbf16ps in AVX-512F: lane j += a[2j+1] * w[2j+1] (rounded), then += a[2j] * w[2j]
- * (rounded), inputs, products and sums flushed like the instruction's. */
+/* vdpbf16ps in AVX-512F: lane j = acc + a[2j+1] * w[2j+1], then + a[2j] * w[2j], each a fused
+ * multiply-add (the exact product plus acc, rounded once, as the instruction does), inputs and
+ * sums flushed like the instruction's (the default MXCSR keeps subnormals, so the explicit
+ * flushes are the whole of it). */
 static WT_INLINE WT_AVX512 __m512 wtb512_dot_emul(__m512 acc, __m512i a, __m512i w) {
   const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
   __m512 ao = wtb512_ftz(_mm512_castsi512_ps(_mm512_and_si512(a, hi)));
   __m512 wo = wtb512_ftz(_mm512_castsi512_ps(_mm512_and_si512(w, hi)));
   __m512 ae = wtb512_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)));
   __m512 we = wtb512_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-  acc = wtb512_ftz(_mm512_add_ps(acc, wtb512_ftz(_mm512_mul_ps(ao, wo))));
-  return wtb512_ftz(_mm512_add_ps(acc, wtb512_ftz(_mm512_mul_ps(ae, we))));
+  acc = wtb512_ftz(_mm512_fmadd_ps(ao, wo, acc));
+  return wtb512_ftz(_mm512_fmadd_ps(ae, we, acc));
 }
 
 static WT_INLINE WT_AVX512BF16 __m512 wtb512_dot_native(__m512 acc, __m512i a, __m512i w) {

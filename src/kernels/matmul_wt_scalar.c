@@ -67,10 +67,13 @@ static inline float wtb_ld(const unsigned char *p, int64_t k, int64_t K) {
   return k < K ? wt_ftz(wt_ld_bf16(p, k)) : 0.0f;
 }
 
-/* One pair step of one partial: odd product first, then even, each sum rounded and flushed. */
+/* One pair step of one partial: odd product first, then even; each product exact (in double: a
+ * product of two bf16 has 16 significant bits, whatever its exponent), each sum rounded once to
+ * f32 (a float and an exact product summed in double, then rounded to f32, is the correctly
+ * rounded f32 sum: 53 >= 2 * 24 + 2) and flushed when subnormal. */
 static inline float wtb_pair(float acc, float ae, float ao, float we, float wo) {
-  acc = wt_ftz(acc + wt_ftz(ao * wo));
-  return wt_ftz(acc + wt_ftz(ae * we));
+  acc = wt_ftz((float)((double)acc + (double)ao * (double)wo));
+  return wt_ftz((float)((double)acc + (double)ae * (double)we));
 }
 
 #define WTB_KERNEL(NAME, R)                                                                        \

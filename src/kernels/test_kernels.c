@@ -180,12 +180,15 @@ static double wtb_bound(int64_t K) {
 }
 
 /* Fills n bf16 values: uniform in [-1, 1] rounded (special = 0), or (special = 1) a mix meant
- * for the DAZ/FTZ rules: bf16 subnormals, tiny values whose products underflow, signed zeros
- * and cancelling pairs. */
+ * for the DAZ/FTZ rules: bf16 subnormals, tiny values whose products underflow, signed zeros;
+ * or (special = 2) uniform values scaled by 2^-62 or 2^-76, so that partial sums lie around the
+ * smallest normal f32 (2^-126) and products reach far below it (to 2^-152, past the last f32
+ * subnormal bit): such products must be added exactly, sums below 2^-126 flushed. */
 static void wtb_fill(uint16_t *x, int64_t n, rng *r, int special) {
   for (int64_t i = 0; i < n; i++) {
     float f = rng_range(r, -1.0f, 1.0f);
-    if (special) {
+    if (special == 2) f = ldexpf(f, rng_next(r) % 2 ? -62 : -76);
+    if (special == 1) {
       uint32_t pick = rng_next(r) % 6u;
       if (pick == 0) f = ldexpf(f, -120); /* products with pick 0/1 underflow */
       if (pick == 1) f = ldexpf(f, -20);
@@ -208,7 +211,7 @@ static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
   int n_sets = wtb_sets(sets, names);
   double worst = 0.0;
   rng r = rng_seed(0x62663136u);
-  for (int special = 0; special < 2; special++)
+  for (int special = 0; special < 3; special++)
     for (size_t ki = 0; ki < sizeof KS / sizeof KS[0]; ki++) {
       int64_t K = KS[ki];
       uint16_t *a = malloc((size_t)(WT_RMAX * K) * sizeof *a);
@@ -253,7 +256,10 @@ static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
           memcpy(got, tmp, (size_t)R * WT_NW * sizeof(float));
           /* every row of every R of every table: the reference's bits for that row alone */
           snprintf(name, sizeof name, "matmul_wt bf16-dot %s R=%d K=%lld%s: bits of the reference",
-                   names[si], R, (long long)K, special ? " (subnormals, underflow)" : "");
+                   names[si], R, (long long)K,
+                   special == 1   ? " (subnormals, underflow)"
+                   : special == 2 ? " (sums around 2^-126)"
+                                  : "");
           case_result(memcmp(got, want, (size_t)R * WT_NW * sizeof(float)) == 0, name, 0.0);
         }
       free(a);
