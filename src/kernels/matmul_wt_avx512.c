@@ -52,6 +52,24 @@ static WT_INLINE WT_AVX512 float wt512_tree(__m512 v) {
   return _mm_cvtss_f32(s1);
 }
 
+/* The reference tree of four accumulators at once (WT_NW = 4), lane for lane the additions of
+ * wt512_tree (l + 8, + 4, + 2, + 1; a + b = b + a exactly), with the lanes of the four moved
+ * side by side so that each level is one vector add: s[c] = tree(v[c]) for c < 4. */
+static WT_INLINE WT_AVX512 void wt512_tree4(__m512 v0, __m512 v1, __m512 v2, __m512 v3, float *s) {
+  /* level 8: [lo(v0) + hi(v0) | lo(v1) + hi(v1)], the same for v2, v3 */
+  __m512 s01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xee));
+  __m512 s23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xee));
+  /* level 4: 128-bit block c holds v_c's four partials */
+  __m512 s4 = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+  /* levels 2 and 1 inside each block */
+  __m512 s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+  __m512 s1 = _mm512_add_ps(s2, _mm512_permute_ps(s2, _MM_SHUFFLE(2, 3, 0, 1)));
+  _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, s1)));
+}
+
 /* sums[r * WT_NW + c] = dot(A row r, W row c) for R rows of A (f32, K apart) and WT_NW W rows.
  * R and wdt are constants in every caller, so the loops unroll and acc stays in registers. */
 static WT_INLINE WT_AVX512 void wt512_body(const float *a, int64_t K, const unsigned char *const *w,
@@ -189,8 +207,7 @@ static WT_INLINE WT_AVX512BF16 __m512 wtb512_dot_native(__m512 acc, __m512i a, _
   }                                                                                                \
   WT_UNROLL                                                                                        \
   for (int r = 0; r < R; r++) {                                                                    \
-    WT_UNROLL                                                                                      \
-    for (int c = 0; c < WT_NW; c++) sums[r * WT_NW + c] = wt512_tree(acc[r][c]);                   \
+    wt512_tree4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums + r * WT_NW);                     \
   }
 
 static WT_INLINE WT_AVX512 void
