@@ -209,6 +209,12 @@ const op_def op_def_matmul = {
 /* ---- MatMulWT ------------------------------------------------------------------------------ */
 
 #define WT_MC 64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
+#ifndef WT_MC_BF16
+#define WT_MC_BF16 256 /* bf16 mode: rows per pool_run (2 bytes a value: more rows fit in L2) */
+#endif
+
+/* A rows per pool_run: every W row is read from memory once per chunk. */
+static int64_t wt_chunk(int bf16) { return bf16 ? WT_MC_BF16 : WT_MC; }
 #define WT_NB 32 /* output columns per task (a multiple of WT_NW) */
 
 static ph_status wt_bf16_attr(const gnode *n, int *bf16, diag *d);
@@ -402,7 +408,7 @@ static void wt_task(void *ctx, size_t task, int thread) {
  * variant. */
 static size_t wt_scratch_floats(int64_t M, int64_t K, ph_dtype w_dtype, int bf16, int n_threads) {
   if (K <= 0 || M <= 0) return 0;
-  size_t rows = (size_t)min64(M, WT_MC);
+  size_t rows = (size_t)min64(M, wt_chunk(bf16));
   size_t n = rows * (size_t)K;
   if (bf16) n += (rows * (size_t)K + 1) / 2;
   if ((w_dtype == PH_DTYPE_F16 && M > 1) || (bf16 && w_dtype != PH_DTYPE_BF16))
@@ -456,7 +462,8 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
   size_t need = wt_scratch_floats(M, j.K, w->dtype, bf16, pool_threads(ctx->pool)) * sizeof(float);
   RETURN_ERROR_IF(ctx->scratch_bytes < need, d, PH_ERR_INTERNAL,
                   "MatMulWT: scratch of %zu bytes, need %zu", ctx->scratch_bytes, need);
-  int64_t a_floats = min64(M, WT_MC) * j.K;
+  const int64_t MC = wt_chunk(bf16);
+  int64_t a_floats = min64(M, MC) * j.K;
   float *after = (float *)ctx->scratch + a_floats;
   uint16_t *ab = NULL;
   if (bf16 && j.K > 0) {
@@ -470,8 +477,8 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
   static const float no_rows[1] = {0.0f};
   const float *abuf = j.K > 0 ? (const float *)ctx->scratch : no_rows;
   size_t n_tasks = (size_t)((j.N + WT_NB - 1) / WT_NB);
-  for (int64_t m0 = 0; m0 < M; m0 += WT_MC) {
-    j.rows = min64(WT_MC, M - m0);
+  for (int64_t m0 = 0; m0 < M; m0 += MC) {
+    j.rows = min64(MC, M - m0);
     j.row0 = m0;
     if (j.K > 0) tensor_load_f32(a, m0 * j.K, j.rows * j.K, (float *)ctx->scratch);
     if (ab) /* bf16 mode: A rounded once per call, before any kernel reads it */
