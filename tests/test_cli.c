@@ -453,6 +453,9 @@ static void test_generate_golden_logits(void) {
   snprintf(args, sizeof args, "generate --model '%s' --tokens 1,999", ckpt);
   CHECK_EQ_INT(run(args), 1);
   CHECK_CONTAINS(g_stderr, "outside the vocabulary");
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1 --precision fp8", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--precision fp8: expected f32, bf16 or auto");
 }
 
 /* generate on the MoE goldens (issue 14): every sequence of each set packed into one paged run,

@@ -208,13 +208,19 @@ const op_def op_def_matmul = {
 
 /* ---- MatMulWT ------------------------------------------------------------------------------ */
 
-#define WT_MC 64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
-#ifndef WT_MC_BF16
-#define WT_MC_BF16 256 /* bf16 mode: rows per pool_run (2 bytes a value: more rows fit in L2) */
-#endif
+#define WT_MC           64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
+#define WT_MC_BF16      256 /* bf16 mode: at most this many rows per pool_run ... */
+#define WT_A_BF16_BYTES ((int64_t)512 << 10) /* ... and at most this many bytes of bf16 A */
 
-/* A rows per pool_run: every W row is read from memory once per chunk. */
-static int64_t wt_chunk(int bf16) { return bf16 ? WT_MC_BF16 : WT_MC; }
+/* A rows per pool_run (a function of K only): every W row is read from memory once per chunk,
+ * and for every group of WT_NW W rows the chunk's A rows are read from cache, so the chunk
+ * should be large but stay in L2. bf16 mode: up to WT_MC_BF16 rows within WT_A_BF16_BYTES
+ * (K = 1024: 256 rows, K = 3584: 73), never fewer than f32 mode's WT_MC. */
+static int64_t wt_chunk(int bf16, int64_t K) {
+  if (!bf16) return WT_MC;
+  int64_t rows = K > 0 ? WT_A_BF16_BYTES / (2 * K) : WT_MC_BF16;
+  return rows < WT_MC ? WT_MC : rows > WT_MC_BF16 ? WT_MC_BF16 : rows;
+}
 #define WT_NB 32 /* output columns per task (a multiple of WT_NW) */
 
 static ph_status wt_bf16_attr(const gnode *n, int *bf16, diag *d);
@@ -408,7 +414,7 @@ static void wt_task(void *ctx, size_t task, int thread) {
  * variant. */
 static size_t wt_scratch_floats(int64_t M, int64_t K, ph_dtype w_dtype, int bf16, int n_threads) {
   if (K <= 0 || M <= 0) return 0;
-  size_t rows = (size_t)min64(M, wt_chunk(bf16));
+  size_t rows = (size_t)min64(M, wt_chunk(bf16, K));
   size_t n = rows * (size_t)K;
   if (bf16) n += (rows * (size_t)K + 1) / 2;
   if ((w_dtype == PH_DTYPE_F16 && M > 1) || (bf16 && w_dtype != PH_DTYPE_BF16))
@@ -462,7 +468,7 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
   size_t need = wt_scratch_floats(M, j.K, w->dtype, bf16, pool_threads(ctx->pool)) * sizeof(float);
   RETURN_ERROR_IF(ctx->scratch_bytes < need, d, PH_ERR_INTERNAL,
                   "MatMulWT: scratch of %zu bytes, need %zu", ctx->scratch_bytes, need);
-  const int64_t MC = wt_chunk(bf16);
+  const int64_t MC = wt_chunk(bf16, j.K);
   int64_t a_floats = min64(M, MC) * j.K;
   float *after = (float *)ctx->scratch + a_floats;
   uint16_t *ab = NULL;

@@ -343,7 +343,7 @@ static double wtb_op_bound(int64_t K) {
  * (+ bias), bit-identical to the scalar variant, each row bit-identical alone and in sub-batches,
  * on 1 and 3 threads; for W f32, bf16 and f16 (f32/f16 W are rounded to bf16). */
 static void test_bf16_mode(void) {
-  static const int64_t Ms[] = {1, 3, 7, 13, 65};
+  static const int64_t Ms[] = {1, 3, 7, 13, 65, 300}; /* 300: two 256-row chunks */
   static const int64_t Ks[] = {1, 33, 64, 1031};
   static const int64_t Ns[] = {1, 5, 37};
   kernel_variant v[KERNEL_N_VARIANTS];
@@ -354,7 +354,7 @@ static void test_bf16_mode(void) {
   for (int wi = 0; wi < N_WDTS; wi++)
     for (int ki = 0; ki < 4; ki++)
       for (int ni = 0; ni < 3; ni++)
-        for (int mi = 0; mi < 5; mi++) {
+        for (int mi = 0; mi < 6; mi++) {
           int64_t M = Ms[mi], K = Ks[ki], N = Ns[ni];
           tensor *a = tn2(PH_DTYPE_F32, M, K), *w = tn2(WDTS[wi], N, K);
           tensor *bias = tensor_new(PH_DTYPE_F32, 1, (int64_t[]){N});
