@@ -4,6 +4,15 @@
  * DRAM bandwidth and fp32 FMA peak measured in the same run (roofline.h).
  *
  *   bench_matmul [--threads N] [--repeats N] [--variant scalar|avx2|avx512] [--case NAME]
+ *                [--precision f32|bf16|both]
+ *
+ * Every case runs in the precision modes asked (default both; docs/precision.md): f32 (f32
+ * FMA, reported against the fp32 FMA peak) and bf16 (A rounded to bf16, vdpbf16ps where the CPU
+ * has it, reported against the bf16-dot peak roofline_bf16dot measured in the same run; the
+ * "of peak" column is against the mode's own peak). The 0.8B model's shapes: K = 1024 against
+ * N = 3584 (MLP up/gate), 6144 (GatedDeltaNet in-projection), 248320 (LM head), and K = 3584
+ * against N = 1024 (MLP down), at M = 1, 4, 16, 64, 512 rows (the LM head to 64: the engine
+ * computes only each sequence's last row).
  *
  * Cases: decode-like (M = 1: bandwidth-bound, reported as weight GB/s vs bandwidth) and
  * prefill-like (M = 64, 512: compute-bound, GFLOP/s vs the fp32 FMA peak). Decode shapes small
@@ -38,12 +47,21 @@ typedef struct bench_case {
 static const bench_case CASES[] = {
     {"decode-mlp-up", 1, 1024, 3584, PH_DTYPE_BF16, 1},
     {"decode-mlp-down", 1, 3584, 1024, PH_DTYPE_BF16, 1},
+    {"decode-gdn-in", 1, 1024, 6144, PH_DTYPE_BF16, 1},
     {"decode-lm-head", 1, 1024, 248320, PH_DTYPE_BF16, 1},
     {"decode-f16", 1, 1024, 3584, PH_DTYPE_F16, 1},
     {"decode-f32", 1, 1024, 3584, PH_DTYPE_F32, 1},
-    {"prefill-64", 64, 1024, 3584, PH_DTYPE_BF16, 0},
-    {"prefill-64-down", 64, 3584, 1024, PH_DTYPE_BF16, 0},
+    {"b4-mlp-up", 4, 1024, 3584, PH_DTYPE_BF16, 1},
+    {"b4-lm-head", 4, 1024, 248320, PH_DTYPE_BF16, 1},
+    {"b16-mlp-up", 16, 1024, 3584, PH_DTYPE_BF16, 0},
+    {"b16-lm-head", 16, 1024, 248320, PH_DTYPE_BF16, 0},
+    {"b64-mlp-up", 64, 1024, 3584, PH_DTYPE_BF16, 0},
+    {"b64-gdn-in", 64, 1024, 6144, PH_DTYPE_BF16, 0},
+    {"b64-mlp-down", 64, 3584, 1024, PH_DTYPE_BF16, 0},
+    {"b64-lm-head", 64, 1024, 248320, PH_DTYPE_BF16, 0},
     {"prefill-512", 512, 1024, 3584, PH_DTYPE_BF16, 0},
+    {"prefill-512-gdn", 512, 1024, 6144, PH_DTYPE_BF16, 0},
+    {"prefill-512-down", 512, 3584, 1024, PH_DTYPE_BF16, 0},
 };
 #define N_CASES (sizeof CASES / sizeof CASES[0])
 
@@ -66,11 +84,12 @@ typedef struct bench_setup {
   unsigned char *w_all;
   tensor a, w, y;
   const op_def *op;
+  gattr attr; /* bf16_dot */
   gnode node;
   op_ctx ctx;
 } bench_setup;
 
-static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
+static int setup(bench_setup *s, const bench_case *c, pool *p, int threads, int bf16) {
   memset(s, 0, sizeof *s);
   s->c = c;
   s->w_bytes = (size_t)(c->N * c->K) * dtype_size(c->w_dtype);
@@ -96,7 +115,8 @@ static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
   s->y.rank = 2;
   s->y.dims[0] = c->M;
   s->y.dims[1] = c->N;
-  s->node = kernel_lab_node("pagedhybrid.internal", "MatMulWT", 2, NULL, 0);
+  s->attr = attr_int("bf16_dot", bf16);
+  s->node = kernel_lab_node("pagedhybrid.internal", "MatMulWT", 2, &s->attr, 1);
   s->op = s->node.op;
   if (!s->op) return 0;
   tinfo ti[2];
@@ -128,8 +148,9 @@ static int run_once(void *arg, int i) {
   return st == PH_OK;
 }
 
-/* Largest error of 256 sampled outputs against float64, in units of u * sum |a w|. */
-static double validate(bench_setup *s) {
+/* Largest error of 256 sampled outputs against float64, in units of u * sum |a w|; in bf16 mode
+ * against the products of the bf16-rounded A and W (what the mode computes). */
+static double validate(bench_setup *s, int bf16) {
   const bench_case *c = s->c;
   rng r = rng_seed(9);
   double worst = 0;
@@ -138,7 +159,12 @@ static double validate(bench_setup *s) {
     int64_t m = (int64_t)rng_below(&r, (uint64_t)c->M), n = (int64_t)rng_below(&r, (uint64_t)c->N);
     double sum = 0, mag = 0;
     for (int64_t k = 0; k < c->K; k++) {
-      double p = (double)a[m * c->K + k] * (double)tensor_get_f32(&s->w, n * c->K + k);
+      float av = a[m * c->K + k], wv = tensor_get_f32(&s->w, n * c->K + k);
+      if (bf16) {
+        av = bf16_to_f32(f32_to_bf16(av));
+        wv = bf16_to_f32(f32_to_bf16(wv));
+      }
+      double p = (double)av * (double)wv;
       sum += p;
       mag += fabs(p);
     }
@@ -153,45 +179,58 @@ int main(int argc, char **argv) {
   int rc = kernel_lab_init(&lab, "bench_matmul", argc, argv);
   if (rc) return rc;
   const double bw = lab.bw, fma = lab.fma;
+  const char *prec = kernel_lab_arg(argc, argv, "--precision", "both");
+  const int mode0 = strcmp(prec, "bf16") == 0, mode1 = strcmp(prec, "f32") == 0 ? 0 : 1;
+  if (strcmp(prec, "both") && strcmp(prec, "f32") && strcmp(prec, "bf16")) {
+    fprintf(stderr, "bench_matmul: --precision %s: expected f32, bf16 or both\n", prec);
+    return 2;
+  }
+  const double bf16dot = roofline_bf16dot(lab.threads);
+  printf("machine   bf16 dot (vdpbf16ps) %.1f GFLOP/s = %.2f x the fp32 FMA peak (measured now; "
+         "0: no AVX-512 BF16)\n",
+         bf16dot, fma > 0 ? bf16dot / fma : 0.0);
   diag d;
-  printf("%-16s %-7s %8s %8s %9s %7s %9s %7s %7s %8s\n", "case", "variant", "M", "K x N", "us/call",
-         "GB/s", "of bw", "GFLOP/s", "of FMA", "err (u)");
+  printf("%-16s %-4s %-7s %5s %11s %9s %7s %6s %7s %7s %8s\n", "case", "mode", "variant", "M",
+         "K x N", "us/call", "GB/s", "of bw", "GFLOP/s", "of peak", "err (u)");
   int failed = 0;
-  for (size_t ci = 0; ci < N_CASES; ci++) {
-    const bench_case *c = &CASES[ci];
-    if (lab.only_case && strcmp(lab.only_case, c->name) != 0) continue;
-    bench_setup s;
-    if (!setup(&s, c, lab.pool, lab.threads)) {
-      fprintf(stderr, "bench_matmul: %s: out of memory\n", c->name);
-      teardown(&s);
-      failed = 1;
-      continue;
-    }
-    double base = 0;
-    for (int vi = 0; vi < lab.nv; vi++) {
-      if (kernel_force_variant(lab.vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
+  for (size_t ci = 0; ci < N_CASES; ci++)
+    for (int bf16 = mode0; bf16 <= mode1; bf16++) {
+      const bench_case *c = &CASES[ci];
+      if (lab.only_case && strcmp(lab.only_case, c->name) != 0) continue;
+      const double peak = bf16 && bf16dot > 0 ? bf16dot : fma;
+      bench_setup s;
+      if (!setup(&s, c, lab.pool, lab.threads, bf16)) {
+        fprintf(stderr, "bench_matmul: %s: out of memory\n", c->name);
+        teardown(&s);
         failed = 1;
         continue;
       }
-      double err = validate(&s);
-      double sec = kernel_lab_time(run_once, &s, s.n_w, lab.repeats);
-      double bytes = (double)s.w_bytes + 4.0 * (double)(c->M * c->K + c->M * c->N);
-      double gbs = bytes / sec / 1e9, gflops = 2.0 * c->M * c->N * c->K / sec / 1e9;
-      if (vi == 0) base = sec;
-      char dims[32];
-      snprintf(dims, sizeof dims, "%lldx%lld", (long long)c->K, (long long)c->N);
-      printf("%-16s %-7s %8lld %8s %9.1f %7.1f %9.3f %7.1f %7.3f %8.2f", c->name,
-             kernel_variant_name(lab.vars[vi]), (long long)c->M, dims, sec * 1e6, gbs, gbs / bw,
-             gflops, gflops / fma, err);
-      if (vi > 0) printf("  x%.1f", base / sec);
-      printf("%s\n", c->decode ? "  (bandwidth-bound)" : "  (compute-bound)");
-      /* a loose sanity check; test_matmul_wt holds the exact bounds */
-      if (!(err <= 64.0 + c->K / 16)) failed = 1;
+      double base = 0;
+      for (int vi = 0; vi < lab.nv; vi++) {
+        if (kernel_force_variant(lab.vars[vi], &d) != PH_OK || !run_once(&s, 0)) {
+          failed = 1;
+          continue;
+        }
+        double err = validate(&s, bf16);
+        double sec = kernel_lab_time(run_once, &s, s.n_w, lab.repeats);
+        double bytes = (double)s.w_bytes + 4.0 * (double)(c->M * c->K + c->M * c->N);
+        double gbs = bytes / sec / 1e9, gflops = 2.0 * c->M * c->N * c->K / sec / 1e9;
+        if (vi == 0) base = sec;
+        char dims[32];
+        snprintf(dims, sizeof dims, "%lldx%lld", (long long)c->K, (long long)c->N);
+        printf("%-16s %-4s %-7s %5lld %11s %9.1f %7.1f %6.3f %7.1f %7.3f %8.2f", c->name,
+               bf16 ? "bf16" : "f32", kernel_variant_name(lab.vars[vi]), (long long)c->M, dims,
+               sec * 1e6, gbs, gbs / bw, gflops, gflops / peak, err);
+        if (vi > 0) printf("  x%.1f", base / sec);
+        printf("%s\n", c->decode ? "  (bandwidth-bound)" : "  (compute-bound)");
+        /* a loose sanity check; test_matmul_wt holds the exact bounds */
+        if (!(err <= 64.0 + c->K / 16)) failed = 1;
+      }
+      teardown(&s);
     }
-    teardown(&s);
-  }
-  printf("x N: speedup over the first variant listed. err: max |y - float64| over 256 sampled "
-         "outputs, in u * sum |a w| (u = 2^-24).\n");
+  printf("x N: speedup over the first variant listed. of peak: of the fp32 FMA peak (f32 mode) or "
+         "the bf16-dot peak (bf16 mode). err: max |y - float64| over 256 sampled outputs, in u * "
+         "sum |a w| (u = 2^-24; bf16 mode: of the bf16-rounded operands).\n");
   pool_free(lab.pool);
   return failed;
 }

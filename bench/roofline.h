@@ -5,6 +5,9 @@
  *   roofline_bandwidth(threads)  DRAM read GB/s: 4 concurrent streams per thread over 1 GiB of
  *                                huge-page-advised anonymous memory, median of 5
  *   roofline_fma(threads)        fp32 FMA GFLOP/s: 16 independent 16-lane chains per thread
+ *   roofline_bf16dot(threads)    bf16 dot GFLOP/s (vdpbf16ps: 32 multiply-adds per lane-pair
+ *                                vector, 64 flops per instruction): 16 independent chains per
+ *                                thread; 0 when the CPU has no AVX-512 BF16
  *
  * Header-only, for bench/ programs (compiled with -O3 -march=native). Not part of the library.
  */
@@ -125,5 +128,48 @@ static inline double roofline_fma(int threads) {
   }
   return roofline_median(g, 5);
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+__attribute__((target("avx512f,avx512bf16"))) static inline void *roofline_bf16dot_job(void *arg) {
+  roofline_job *j = arg;
+  __m512 acc[16];
+  __m512i x = _mm512_set1_epi32(0x3f803f80), y = _mm512_set1_epi32(0x3f7f3f7f);
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_ps((float)i);
+  for (int it = 0; it < j->iters; it++)
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)x, (__m512bh)y);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, acc[i]);
+  j->result = (double)_mm512_reduce_add_ps(s);
+  return NULL;
+}
+
+static inline double roofline_bf16dot(int threads) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16")) return 0;
+  double g[5];
+  roofline_job jobs[16];
+  pthread_t tid[16];
+  if (threads > 16) threads = 16;
+  const int iters = 20 * 1000 * 1000;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = roofline_now();
+    for (int t = 0; t < threads; t++) {
+      jobs[t].iters = iters;
+      pthread_create(&tid[t], NULL, roofline_bf16dot_job, &jobs[t]);
+    }
+    for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
+    /* 16 chains x 16 lanes x 2 pairs x 2 flops per instruction */
+    g[rep] = (double)iters * 16 * 16 * 4 * threads / (roofline_now() - t0) / 1e9;
+  }
+  return roofline_median(g, 5);
+}
+#else
+static inline double roofline_bf16dot(int threads) {
+  (void)threads;
+  return 0;
+}
+#endif
 
 #endif /* PH_BENCH_ROOFLINE_H */

@@ -215,6 +215,21 @@ typedef enum ph_logits_capture {
                                row per sequence cannot give it (PH_ERR_UNSUPPORTED) */
 } ph_logits_capture;
 
+/* The arithmetic of the linear layers (docs/precision.md). f32: f32 products and sums throughout
+ * (the numerics of every release so far). bf16: every linear layer (LM head included; MoE
+ * experts excepted) rounds its input rows to bf16 and sums bf16 x bf16 products in f32 in the
+ * order of the AVX-512 BF16 dot instruction, as a bf16 deployment computes; everything else stays
+ * f32. auto: bf16 when the checkpoint's linear weights are stored bf16, else f32. Outputs are
+ * bit-identical batched or alone in every mode. */
+typedef enum ph_precision {
+  PH_PRECISION_AUTO = 0,
+  PH_PRECISION_F32 = 1,
+  PH_PRECISION_BF16 = 2,
+} ph_precision;
+
+/* "auto", "f32", "bf16"; "unknown" otherwise. Static. */
+PH_API const char *ph_precision_name(ph_precision precision);
+
 typedef struct ph_engine_params {
   int32_t max_batch_size;       /* sequences per step; 0: the package's, capped at 64, else 16 */
   int64_t max_scheduled_tokens; /* token budget per step; 0: the package's, else 2048 */
@@ -228,16 +243,18 @@ typedef struct ph_engine_params {
   ph_dtype io_dtype;            /* checkpoints: activation dtype (PH_DTYPE_INVALID: f32) */
   ph_logits_capture capture_logits; /* what requests keep of their logits (0: nothing); see
                                        ph_engine_set_capture_logits */
-  int32_t state_update_capacity; /* compact state updates, what speculative decoding needs on a
-                                    model with linear-attention layers (0..8; abi.md §8.4):
-                                    checkpoints build their graph with it (0: none, speculative
-                                    requests are refused); packages: 0 takes the package's, any
-                                    other value must equal it */
+  int32_t state_update_capacity;    /* compact state updates, what speculative decoding needs on a
+                                       model with linear-attention layers (0..8; abi.md §8.4):
+                                       checkpoints build their graph with it (0: none, speculative
+                                       requests are refused); packages: 0 takes the package's, any
+                                       other value must equal it */
+  ph_precision precision;           /* linear-layer arithmetic (0, auto: from the weights' dtype);
+                                       ph_engine_info.params gives the one resolved, f32 or bf16 */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);
 
-#define PH_MAX_STOP_TOKENS 16
+#define PH_MAX_STOP_TOKENS  16
 #define PH_MAX_DRAFT_TOKENS 8 /* drafts verified per step (state_update_capacity's bound) */
 
 /* Where a request's speculative drafts come from (docs/speculative.md). Every draft is verified:
@@ -338,7 +355,7 @@ typedef struct ph_request_info {
   char message[256];
   int64_t n_prompt, n_generated, n_preemptions;
   double queue_ms, time_to_first_token_ms, total_ms; /* -1 when not reached */
-  int64_t n_drafted, n_accepted; /* speculative drafts verified, and kept */
+  int64_t n_drafted, n_accepted;                     /* speculative drafts verified, and kept */
 } ph_request_info;
 
 /* Thread-safe. */

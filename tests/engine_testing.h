@@ -54,6 +54,9 @@ static inline void outcome_free(outcome *o) {
 static inline ph_engine_params small_params(int32_t max_batch, int64_t max_tokens, int64_t chunk,
                                             int32_t n_blocks) {
   ph_engine_params p = ph_engine_params_default();
+  /* f32: these engines are compared with the f32 dense session and the goldens at 2e-4 (the
+   * default, auto, would run a bf16 checkpoint in bf16; its tests set it) */
+  p.precision = PH_PRECISION_F32;
   p.max_batch_size = max_batch;
   p.max_scheduled_tokens = max_tokens;
   p.prefill_chunk = chunk;

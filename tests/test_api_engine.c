@@ -573,10 +573,94 @@ done:
   ph_engine_free(e);
 }
 
+/* The bf16 precision mode through the public API (docs/precision.md): auto resolves from the
+ * weights' dtype (bf16 checkpoint: bf16; f32 checkpoint: f32) and ph_engine_info reports it; a
+ * value outside the enum is refused; and in bf16 mode every request's captured logits are the
+ * bits of the same request run alone, with 4 requests of different lengths batched in chunks
+ * (batch invariance holds in every mode). The mode is really on: its rows differ from an f32
+ * engine's. */
+static void test_bf16_mode(void) {
+  char dir[1024], dir32[1024];
+  check_data(dir, sizeof dir, "golden/qwen35-tiny-bf16-vlm/checkpoint");
+  check_data(dir32, sizeof dir32, "golden/qwen35-tiny-f32/checkpoint");
+  ph_engine_params p = ph_engine_params_default();
+  p.max_context = 128;
+  p.num_blocks = 24;
+  p.prefill_chunk = 16;
+  p.max_batch_size = 4;
+  p.capture_logits = PH_CAPTURE_SAMPLED;
+  ph_engine *e = NULL;
+  p.precision = (ph_precision)9;
+  CHECK(ph_engine_create(dir, &p, &e) == PH_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ph_engine_error(e), "precision");
+  ph_engine_free(e);
+  e = NULL;
+  CHECK_EQ_STR(ph_precision_name(PH_PRECISION_BF16), "bf16");
+  CHECK_EQ_STR(ph_precision_name((ph_precision)9), "unknown");
+  ph_engine_info in;
+  p.precision = PH_PRECISION_AUTO;
+  CHECK_STATUS(ph_engine_create(dir32, &p, &e), PH_OK, ph_engine_error(e));
+  if (e && ph_engine_get_info(e, &in) == PH_OK) CHECK_EQ_INT(in.params.precision, PH_PRECISION_F32);
+  ph_engine_free(e);
+  e = NULL;
+  p.precision = PH_PRECISION_BF16; /* asked for: f32 weights are rounded to bf16 */
+  CHECK_STATUS(ph_engine_create(dir32, &p, &e), PH_OK, ph_engine_error(e));
+  if (e && ph_engine_get_info(e, &in) == PH_OK)
+    CHECK_EQ_INT(in.params.precision, PH_PRECISION_BF16);
+  ph_engine_free(e);
+  e = NULL;
+  enum { R = 4, G = 3 };
+  const int lens[R] = {3, 20, 37, 9};
+  int64_t prompts[R][40];
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < lens[r]; j++) prompts[r][j] = (r * 17 + j * 29 + 3) % 256;
+  ph_sampling_params sp = ph_sampling_params_default();
+  sp.max_new_tokens = G;
+  sp.ignore_eos = 1;
+  float *rows[1][R] = {{NULL}};
+  for (int mode = 0; mode < 3; mode++) { /* 0: bf16 batched, 1: bf16 alone, 2: f32 batched */
+    p.precision = mode == 2 ? PH_PRECISION_F32 : PH_PRECISION_AUTO;
+    CHECK_STATUS(ph_engine_create(dir, &p, &e), PH_OK, ph_engine_error(e));
+    if (!e) return;
+    CHECK_STATUS(ph_engine_get_info(e, &in), PH_OK, "info");
+    CHECK_EQ_INT(in.params.precision, mode == 2 ? PH_PRECISION_F32 : PH_PRECISION_BF16);
+    const int64_t V = in.vocab_size;
+    uint64_t ids[R];
+    for (int r = 0; r < R; r++) {
+      CHECK_STATUS(ph_engine_add_request(e, prompts[r], lens[r], &sp, &ids[r]), PH_OK, "add");
+      if (mode == 1) /* alone: each request runs to the end before the next is added */
+        while (ph_engine_busy(e))
+          if (ph_engine_step(e, NULL) != PH_OK) break;
+    }
+    while (ph_engine_busy(e))
+      if (ph_engine_step(e, NULL) != PH_OK) break;
+    int64_t differ = 0;
+    for (int r = 0; r < R; r++) {
+      int64_t n = 0;
+      const float *x = ph_engine_request_logits(e, ids[r], &n);
+      CHECK(x != NULL && n == G);
+      if (!x || n != G) continue;
+      if (mode == 0) {
+        rows[0][r] = malloc((size_t)(G * V) * sizeof(float));
+        if (rows[0][r]) memcpy(rows[0][r], x, (size_t)(G * V) * sizeof(float));
+      } else if (rows[0][r] && mode == 1) {
+        CHECK(memcmp(rows[0][r], x, (size_t)(G * V) * sizeof(float)) == 0);
+      } else if (rows[0][r]) {
+        differ += memcmp(rows[0][r], x, (size_t)(G * V) * sizeof(float)) != 0;
+      }
+    }
+    if (mode == 2) CHECK_EQ_INT(differ, R); /* f32 rows are not the bf16 mode's */
+    ph_engine_free(e);
+    e = NULL;
+  }
+  for (int r = 0; r < R; r++) free(rows[0][r]);
+}
+
 int main(void) {
   RUN(test_threads_callback_poll);
   RUN(test_refusals);
   RUN(test_info_and_capture);
   RUN(test_speculative);
+  RUN(test_bf16_mode);
   return check_finish();
 }

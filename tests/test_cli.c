@@ -453,6 +453,9 @@ static void test_generate_golden_logits(void) {
   snprintf(args, sizeof args, "generate --model '%s' --tokens 1,999", ckpt);
   CHECK_EQ_INT(run(args), 1);
   CHECK_CONTAINS(g_stderr, "outside the vocabulary");
+  snprintf(args, sizeof args, "generate --model '%s' --tokens 1 --precision fp8", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--precision fp8: expected f32, bf16 or auto");
 }
 
 /* generate on the MoE goldens (issue 14): every sequence of each set packed into one paged run,
@@ -491,12 +494,12 @@ static void test_generate_moe_golden(void) {
       if (dense)
         snprintf(args, sizeof args,
                  "generate --model '%s' --tokens %s --layout dense --max-new 2 --logits-out '%s' "
-                 "--threads 2",
+                 "--threads 2 --precision f32",
                  ckpt, list[1], out);
       else
         snprintf(args, sizeof args,
                  "generate --model '%s' --tokens %s --tokens %s --tokens %s --max-new 2 "
-                 "--logits-out '%s' --threads 2",
+                 "--logits-out '%s' --threads 2 --precision f32",
                  ckpt, list[0], list[1], list[2], out);
       CHECK_EQ_INT(run(args), 0);
       st_set *got = NULL;

@@ -874,15 +874,18 @@ static void test_bench_table_and_usage(void) {
   CHECK_CONTAINS(g_stdout, "usage: pagedhybrid bench");
   CHECK_EQ_INT(run("bench"), 2);
   CHECK_CONTAINS(g_stderr, "--model DIR|PKG is required");
-  static const char *const bad[] = {"--batches 0", "--batches 1,,2", "--batches 1,",
-                                    "--repeats 0", "--prompt x",     "--decode-steps 0",
-                                    "--json 1"};
+  static const char *const bad[] = {"--batches 0", "--batches 1,,2",  "--batches 1,",
+                                    "--repeats 0", "--prompt x",      "--decode-steps 0",
+                                    "--json 1",    "--precision bf15"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(args, sizeof args, "bench --model '%s' %s", g_ckpt, bad[i]);
     CHECK_EQ_INT(run(args), 2);
   }
   snprintf(args, sizeof args, "bench --model '%s/nonexistent' --repeats 1", g_tmp);
   CHECK_EQ_INT(run(args), 1);
+  snprintf(args, sizeof args, "run --model '%s' --requests x.jsonl --precision F32", g_ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  CHECK_CONTAINS(g_stderr, "--precision F32: expected f32, bf16 or auto");
 }
 
 /* --speculative replay: the speculative section in place of decode, every key docs/bench.md

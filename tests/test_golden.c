@@ -1,7 +1,9 @@
 /* The dense Qwen3.5 graph against ../shared/golden: logits of every position and the final
  * conv/recurrent states and K/V of each sequence, within 2e-4 of the reference's own scale
  * (f32 rounding over these lengths stays well below; a real mistake is orders of magnitude
- * larger), run whole and split into prefill + continuation chunks. */
+ * larger), run whole and split into prefill + continuation chunks, in f32 precision mode. The
+ * bf16 precision mode is checked against each set's reference-bf16-forward.safetensors (the
+ * yardstick, test_golden_bf16_mode). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,6 +292,123 @@ static void test_golden_f32_gated_delta_net(void) {
   check_set("qwen35-moe-tiny");
   g_gdn = 0;
 }
+/* ---- bf16 mode against the yardstick ----------------------------------------------------------
+ * The bf16 precision mode (docs/precision.md) is bounded per sequence by
+ * reference-bf16-forward.safetensors, the same model run as a bf16 deployment runs it: its max
+ * |logits - reference| / scale and its top-1 agreement with reference.safetensors are the bar;
+ * the mode's error must not exceed the first and its agreement must not fall below the second,
+ * for the whole prompt at once, token by token, and a three-way split. */
+
+/* max |got - ref| / max |ref| over n rows of V, and the fraction of rows whose argmax agrees. */
+static void logits_vs(const float *got, const float *ref, int64_t rows, int64_t V, double *rel,
+                      double *top1) {
+  double scale = 0, err = 0;
+  int64_t agree = 0;
+  for (int64_t t = 0; t < rows; t++) {
+    int64_t ag = 0, ar = 0;
+    for (int64_t v = 0; v < V; v++) {
+      const double r = ref[t * V + v], x = got[t * V + v];
+      if (fabs(r) > scale) scale = fabs(r);
+      const double e = fabs(x - r);
+      if (!(e <= err)) err = e == e ? e : INFINITY;
+      if (got[t * V + v] > got[t * V + ag]) ag = v;
+      if (ref[t * V + v] > ref[t * V + ar]) ar = v;
+    }
+    agree += ag == ar;
+  }
+  *rel = scale > 0 ? err / scale : err;
+  *top1 = rows > 0 ? (double)agree / (double)rows : 0;
+}
+
+/* Runs sequence seq in the splits given; logits [T, V] into out. 0 on failure. */
+static int run_logits(golden *g, dense_session *s, int seq, const int64_t *splits, int n_splits,
+                      float *out) {
+  const int64_t V = dense_session_vocab(s);
+  dense_session_reset(s);
+  int64_t at = 0;
+  diag d;
+  for (int k = 0; k < n_splits; k++) {
+    ph_status st = dense_session_step(s, g->tokens[seq] + at, splits[k], out + at * V, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (st != PH_OK) return 0;
+    at += splits[k];
+  }
+  return 1;
+}
+
+static void check_set_bf16(const char *set, ph_precision auto_resolves_to) {
+  golden g;
+  if (!load_golden(&g, set)) {
+    free_golden(&g);
+    return;
+  }
+  char path[1100];
+  diag d;
+  st_set *fwd = NULL;
+  check_data(path, sizeof path, "golden/%s/reference-bf16-forward.safetensors", set);
+  CHECK_STATUS(st_open_file(path, &fwd, &d), PH_OK, d.msg);
+  /* auto follows the weights' dtype */
+  dense_session *s = NULL;
+  ph_status st = dense_session_create_ex(g.model, 512, 2, PH_PRECISION_AUTO, &s, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (s) CHECK_EQ_INT(dense_session_precision(s), auto_resolves_to);
+  dense_session_free(s);
+  s = NULL;
+  st = dense_session_create_ex(g.model, 512, 2, PH_PRECISION_BF16, &s, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st != PH_OK || !fwd) {
+    dense_session_free(s);
+    st_close(fwd);
+    free_golden(&g);
+    return;
+  }
+  CHECK_EQ_INT(dense_session_precision(s), PH_PRECISION_BF16);
+  const int64_t V = dense_session_vocab(s);
+  for (int i = 0; i < g.n_seqs; i++) {
+    const int64_t T = g.n_tokens[i];
+    char name[64];
+    snprintf(name, sizeof name, "seq%d.logits", i);
+    int64_t n = 0, nf = 0;
+    const float *ref = ref_tensor(&g, name, &n);
+    const st_tensor *ft = st_find(fwd, name);
+    CHECK(ft != NULL);
+    if (!ref || !ft || n != T * V) continue;
+    nf = shape_numel(&ft->shape);
+    CHECK_EQ_INT(nf, T * V);
+    double bar_rel, bar_top1;
+    logits_vs((const float *)ft->data, ref, T, V, &bar_rel, &bar_top1);
+    float *got = calloc((size_t)(T * V), sizeof(float));
+    int64_t ones[MAX_TOKENS];
+    for (int64_t k = 0; k < T; k++) ones[k] = 1;
+    const int64_t split3[3] = {T / 3, T > 1 ? 1 : 0, T - T / 3 - (T > 1 ? 1 : 0)};
+    double worst_rel = 0, worst_top1 = 1;
+    for (int way = 0; way < 3; way++) {
+      int ok = way == 0   ? run_logits(&g, s, i, &T, 1, got)
+               : way == 1 ? run_logits(&g, s, i, ones, (int)T, got)
+                          : T > 2 && run_logits(&g, s, i, split3, 3, got);
+      if (!ok) continue;
+      double rel, top1;
+      logits_vs(got, ref, T, V, &rel, &top1);
+      if (!(rel <= worst_rel)) worst_rel = rel;
+      if (top1 < worst_top1) worst_top1 = top1;
+    }
+    printf("  %s seq %d (%lld tokens), bf16 mode: error %.4f of scale (yardstick %.4f), top-1 "
+           "%.3f (yardstick %.3f)\n",
+           set, i, (long long)T, worst_rel, bar_rel, worst_top1, bar_top1);
+    CHECK(worst_rel <= bar_rel);
+    CHECK(worst_top1 >= bar_top1);
+    free(got);
+  }
+  dense_session_free(s);
+  st_close(fwd);
+  free_golden(&g);
+}
+
+static void test_golden_bf16_mode(void) {
+  check_set_bf16("qwen35-tiny-f32", PH_PRECISION_F32);
+  check_set_bf16("qwen35-tiny-bf16-vlm", PH_PRECISION_BF16);
+}
+
 static void test_golden_bf16_vlm(void) { check_set("qwen35-tiny-bf16-vlm"); }
 static void test_golden_qwen35_moe(void) { check_set("qwen35-moe-tiny"); }
 static void test_golden_deepseek_v3_moe(void) { check_set("deepseek-v3-tiny-moe"); }
@@ -300,5 +419,6 @@ int main(void) {
   RUN(test_golden_bf16_vlm);
   RUN(test_golden_qwen35_moe);
   RUN(test_golden_deepseek_v3_moe);
+  RUN(test_golden_bf16_mode);
   return check_finish();
 }

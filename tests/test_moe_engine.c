@@ -68,6 +68,7 @@ static ph_engine *open_engine(const char *set, int32_t num_blocks, int64_t chunk
   char dir[1200];
   check_data(dir, sizeof dir, "golden/%s/checkpoint", set);
   ph_engine_params p = ph_engine_params_default();
+  p.precision = PH_PRECISION_F32; /* compared with f32 references at the golden bound */
   p.max_context = 256;
   p.block_size = 16;
   p.num_blocks = num_blocks;
@@ -213,6 +214,7 @@ static void check_tiny(const char *tag, const tiny_params *tp) {
   for (int s = 0; s < 2; s++)
     for (int64_t k = 0; k < g.n[s]; k++) g.tokens[s][k] = (k * 37 + s * 11 + 5) % tp->vocab_size;
   ph_engine_params p = ph_engine_params_default();
+  p.precision = PH_PRECISION_F32; /* compared with f32 references at the golden bound */
   p.max_context = 128;
   p.block_size = 16;
   p.num_blocks = 16;

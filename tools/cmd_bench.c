@@ -72,6 +72,9 @@ static const cli_option OPTIONS[] = {
     {"repeats", "N", "repeat every measurement N times and report medians (default 3)"},
     {"threads", "N", "worker threads for the model and the roofline probes (default: all CPUs)"},
     {"json", NULL, "print one JSON object instead of the table"},
+    {"precision", "f32|bf16|auto",
+     "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
+     "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
     {"max-batch", "N",
      "engine sequences per step (default: the largest of --batches for a "
      "checkpoint, the package's for a package)"},
@@ -835,6 +838,7 @@ static void print_json(const bench_report *r) {
   json_object_set_new(model, "kv_bytes_per_token", json_integer(m->kv_bytes_per_token));
   json_object_set_new(model, "vocab", json_integer(m->vocab));
   json_object_set_new(model, "max_context", json_integer(m->max_context));
+  json_object_set_new(eng, "precision", json_string(ph_precision_name(r->p.precision)));
   json_object_set_new(eng, "max_batch", json_integer(r->p.max_batch_size));
   json_object_set_new(eng, "max_tokens", json_integer(r->p.max_scheduled_tokens));
   json_object_set_new(eng, "prefill_chunk", json_integer(r->p.prefill_chunk));
@@ -965,9 +969,10 @@ static void print_table(const bench_report *r) {
          cli_bytes((uint64_t)m->weight_bytes, b1, sizeof b1),
          cli_bytes((uint64_t)m->state_bytes_per_seq, b2, sizeof b2),
          cli_bytes((uint64_t)m->kv_bytes_per_token, b3, sizeof b3));
-  printf("engine    max_batch %d, max_tokens %lld, prefill_chunk %lld, %lld KV pages of %lld "
-         "tokens; loaded in %.2f s\n",
-         r->p.max_batch_size, (long long)r->p.max_scheduled_tokens, (long long)r->p.prefill_chunk,
+  printf("engine    precision %s, max_batch %d, max_tokens %lld, prefill_chunk %lld, %lld KV "
+         "pages of %lld tokens; loaded in %.2f s\n",
+         ph_precision_name(r->p.precision), r->p.max_batch_size,
+         (long long)r->p.max_scheduled_tokens, (long long)r->p.prefill_chunk,
          (long long)m->kv_pages, (long long)m->block_size, m->load_s);
   if (r->ml.measured)
     printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured in this "

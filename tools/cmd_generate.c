@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "engine_flags.h"
 #include "pagedhybrid.h"
 #include "tools_api.h"
 
@@ -48,6 +49,9 @@ static const cli_option OPTIONS[] = {
      "write every position's logits: F32 safetensors \"seq{i}.logits\" [T_i, vocab]"},
     {"threads", "N", "worker threads (default: all CPUs)"},
     {"max-context", "N", "context bound (default min(max_position_embeddings, 32768))"},
+    {"precision", "f32|bf16|auto",
+     "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
+     "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -264,10 +268,12 @@ int cmd_generate(int argc, char **argv) {
   if (cli_get(&a, "logits-out") && wfile_check_target(cli_get(&a, "logits-out"), &out_d) != PH_OK)
     return cli_lib_error(out_d.status, out_d.msg);
   int64_t max_new = 16, threads = 0, max_ctx = 0, block = 16;
+  ph_precision precision = PH_PRECISION_AUTO;
   if ((rc = cli_get_int(&a, "max-new", 0, 1 << 20, &max_new)) ||
       (rc = cli_get_int(&a, "threads", 0, 1024, &threads)) ||
       (rc = cli_get_int(&a, "max-context", 0, (int64_t)1 << 24, &max_ctx)) ||
-      (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)))
+      (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)) ||
+      (rc = engine_flags_precision(&a, &precision)))
     return rc;
   if (block & (block - 1))
     return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
@@ -325,9 +331,10 @@ int cmd_generate(int argc, char **argv) {
     if (is_package) {
       graph *g = NULL;
       s = package_read_graph(dir, &gc, PACKAGE_FINALIZE | PACKAGE_CHECK, &g, NULL, &d);
-      if (s == PH_OK) s = dense_session_create_graph(g, max_ctx, (int)threads, &dense, &d);
+      if (s == PH_OK)
+        s = dense_session_create_graph_ex(g, max_ctx, (int)threads, precision, &dense, &d);
     } else {
-      s = dense_session_create(m, max_ctx, (int)threads, &dense, &d);
+      s = dense_session_create_ex(m, max_ctx, (int)threads, precision, &dense, &d);
     }
     if (s == PH_OK) {
       V = dense_session_vocab(dense);
@@ -344,6 +351,7 @@ int cmd_generate(int argc, char **argv) {
     }
     /* --logits-out: every position's row (a checkpoint's graph keeps its whole LM head) */
     if (cli_get(&a, "logits-out")) p.capture_logits = PH_CAPTURE_POSITIONS;
+    p.precision = precision;
     ph_engine_info info;
     s = ph_engine_create(dir, &p, &eng);
     if (s == PH_ERR_UNSUPPORTED && eng && strstr(ph_engine_error(eng), "prunes its LM head"))

@@ -55,6 +55,9 @@ static const cli_option OPTIONS[] = {
      "default speculation of requests without their own \"speculative\": none, ngram or mtp, "
      "K drafts per step 1..8 (default 4); outputs are identical with it or without "
      "(docs/speculative.md)"},
+    {"precision", "f32|bf16|auto",
+     "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
+     "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
     {"progress", "N", "a progress line on stderr every N steps (default 0: the summary only)"},
     {"strict", NULL, "exit 1 when any request finished with an error"},
 };

@@ -16,12 +16,13 @@ typedef enum flag {
   F_MAX_CONTEXT,
   F_IO_DTYPE,
   F_STATE_UPDATE_CAPACITY,
+  F_PRECISION,
   N_FLAGS
 } flag;
 
 typedef struct flag_rule {
   const char *name;
-  int64_t min, max; /* integers; io-dtype has none */
+  int64_t min, max; /* integers; io-dtype and precision have none */
 } flag_rule;
 
 static const flag_rule RULES[N_FLAGS] = {
@@ -35,7 +36,21 @@ static const flag_rule RULES[N_FLAGS] = {
     [F_MAX_CONTEXT] = {"max-context", 1, (int64_t)1 << 24},
     [F_IO_DTYPE] = {"io-dtype", 0, 0},
     [F_STATE_UPDATE_CAPACITY] = {"state-update-capacity", 0, PH_MAX_DRAFT_TOKENS},
+    [F_PRECISION] = {"precision", 0, 0},
 };
+
+int engine_flags_precision(cli_args *a, ph_precision *out) {
+  *out = PH_PRECISION_AUTO;
+  const char *v = cli_get(a, "precision");
+  if (!v) return CLI_EXIT_OK;
+  static const ph_precision ALL[] = {PH_PRECISION_AUTO, PH_PRECISION_F32, PH_PRECISION_BF16};
+  for (size_t i = 0; i < sizeof ALL / sizeof ALL[0]; i++)
+    if (strcmp(v, ph_precision_name(ALL[i])) == 0) {
+      *out = ALL[i];
+      return CLI_EXIT_OK;
+    }
+  return cli_usage_error(a, "--precision %s: expected f32, bf16 or auto", v);
+}
 
 static int flag_of(const char *name) {
   for (int f = 0; f < N_FLAGS; f++)
@@ -58,6 +73,8 @@ int engine_flags_parse(cli_args *a, ph_engine_params *p) {
     if (f < 0) continue;
     if (f == F_IO_DTYPE)
       rc = cli_get_dtype(a, RULES[f].name, &p->io_dtype);
+    else if (f == F_PRECISION)
+      rc = engine_flags_precision(a, &p->precision);
     else
       rc = cli_get_int(a, RULES[f].name, RULES[f].min, RULES[f].max, &v[f]);
     if (rc) return rc;

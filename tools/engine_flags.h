@@ -15,6 +15,7 @@
  *   --io-dtype f32|f16|bf16              io_dtype                     (checkpoints only)
  *   --state-update-capacity N  [0, 8]    state_update_capacity (speculative decoding; a package
  *                                        must match its own)
+ *   --precision f32|bf16|auto            precision (docs/precision.md; default auto)
  * A flag not given leaves its field 0 (the engine's default, include/pagedhybrid.h). A bad value
  * is a usage error (tools/cli.h: printed, CLI_EXIT_USAGE). */
 #ifndef PH_TOOLS_ENGINE_FLAGS_H
@@ -27,6 +28,10 @@
 /* Fills *p (start from ph_engine_params_default()) from the engine flags a has. Returns
  * CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */
 int engine_flags_parse(cli_args *a, ph_engine_params *p);
+
+/* --precision f32|bf16|auto into *out (PH_PRECISION_AUTO when absent); engine_flags_parse reads
+ * it too, for the commands that list it. Returns CLI_EXIT_OK or CLI_EXIT_USAGE (printed). */
+int engine_flags_precision(cli_args *a, ph_precision *out);
 
 /* --speculative METHOD[:K] (METHOD none, ngram or mtp; K drafts per step, 1..8): the default
  * speculation of requests that do not set their own. *given = 1 when the flag is there.

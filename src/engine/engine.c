@@ -129,6 +129,18 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char *ph_precision_name(ph_precision precision) {
+  switch (precision) {
+  case PH_PRECISION_AUTO:
+    return "auto";
+  case PH_PRECISION_F32:
+    return "f32";
+  case PH_PRECISION_BF16:
+    return "bf16";
+  }
+  return "unknown";
+}
+
 const char *ph_draft_method_name(ph_draft_method method) {
   switch (method) {
   case PH_DRAFT_NONE:
@@ -187,6 +199,12 @@ static void resolve_params(ph_engine_params *p, const genai_config *gc) {
 }
 
 static ph_status check_params(const ph_engine_params *p, diag *d) {
+  RETURN_ERROR_IF(p->precision != PH_PRECISION_AUTO && p->precision != PH_PRECISION_F32 &&
+                      p->precision != PH_PRECISION_BF16,
+                  d, PH_ERR_INVALID_ARGUMENT,
+                  "engine params: precision %d: expected PH_PRECISION_AUTO (0), _F32 (1) or "
+                  "_BF16 (2)",
+                  (int)p->precision);
   RETURN_ERROR_IF(p->state_update_capacity < 0 || p->state_update_capacity > PH_MAX_DRAFT_TOKENS, d,
                   PH_ERR_INVALID_ARGUMENT,
                   "engine params: state_update_capacity %d: must be in [0, %d] (0: none)",
@@ -213,6 +231,9 @@ static paged_session_params session_params(const ph_engine_params *p) {
   sp.max_tokens = p->max_scheduled_tokens;
   sp.n_threads = p->n_threads;
   sp.state_banks = p->state_update_capacity > 0 ? 2 : 1;
+  sp.matmul_bf16 = p->precision == PH_PRECISION_BF16  ? 1
+                   : p->precision == PH_PRECISION_F32 ? 0
+                                                      : -1;
   return sp;
 }
 
@@ -318,6 +339,7 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
                       mtp,
                       e->p.capture_logits != PH_CAPTURE_POSITIONS};
   if ((st = runtime_paged_session(&e->src, &rb, &sp, &e->s, d)) != PH_OK) goto fail;
+  e->p.precision = paged_session_precision(e->s); /* what auto resolved to */
   if (mtp && (st = open_mtp(e, &rb, d)) != PH_OK) goto fail;
   if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
   if ((st = finish_create(e, d)) != PH_OK) goto fail;

@@ -409,15 +409,29 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
   return st == PH_OK ? PH_OK : diag_prefix(d, "copying the weights");
 }
 
-ph_status graph_prepare_cpu(graph *g, diag *d) { return graph_prepare_cpu_ex(g, WEIGHTS_COPY, d); }
-
-ph_status graph_prepare_cpu_ex(graph *g, weight_residency weights, diag *d) {
-  return graph_prepare_cpu_shared(g, weights, NULL, d);
+/* Adds the int attribute bf16_dot = 1 to node i (its attrs live in the graph's arena). */
+static int mark_bf16_dot(graph *g, int i) {
+  gnode *n = &g->nodes[i];
+  gattr *attrs = arena_alloc(&g->arena, (size_t)(n->n_attrs + 1) * sizeof *attrs);
+  if (!attrs) return 0;
+  if (n->n_attrs) memcpy(attrs, n->attrs, (size_t)n->n_attrs * sizeof *attrs);
+  attrs[n->n_attrs] = attr_int("bf16_dot", 1);
+  n->attrs = attrs;
+  n->n_attrs++;
+  return 1;
 }
 
-ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_store *store,
-                                   diag *d) {
+ph_status graph_prepare_cpu(graph *g, diag *d) {
+  const prepare_options o = {WEIGHTS_COPY, NULL, 0};
+  return graph_prepare_cpu_opts(g, &o, NULL, d);
+}
+
+ph_status graph_prepare_cpu_opts(graph *g, const prepare_options *o, int *used_bf16, diag *d) {
+  if (used_bf16) *used_bf16 = 0;
+  const int matmul_bf16 = o->matmul_bf16;
   RETURN_ERROR_IF(!g->finalized, d, PH_ERR_INVALID_ARGUMENT, "prepare needs a finalized graph");
+  RETURN_ERROR_IF(matmul_bf16 < -1 || matmul_bf16 > 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "prepare: matmul_bf16 must be -1, 0 or 1, got %d", matmul_bf16);
   for (int i = 0; i < g->n_nodes; i++) {
     gnode *n = &g->nodes[i];
     if (n->dead || strcmp(n->op_type, "MatMul") != 0 || n->domain[0] || n->n_inputs != 2) continue;
@@ -436,6 +450,10 @@ ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_st
     n->domain = "pagedhybrid.internal";
     n->internal = 1;
     n->op = NULL;
+    if (matmul_bf16 == 1 || (matmul_bf16 < 0 && g->values[rows].type.dtype == PH_DTYPE_BF16)) {
+      RETURN_ERROR_IF(!mark_bf16_dot(g, i), d, PH_ERR_NO_MEMORY, "prepare: out of memory");
+      if (used_bf16) *used_bf16 = 1;
+    }
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const gnode *n = &g->nodes[i];
@@ -446,5 +464,5 @@ ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_st
   mark_dead_nodes(g);
   g->finalized = 0;
   FORWARD_IF_ERROR(graph_finalize(g, d));
-  return weights == WEIGHTS_MAP ? PH_OK : make_weights_resident(g, store, d);
+  return o->weights == WEIGHTS_MAP ? PH_OK : make_weights_resident(g, o->store, d);
 }

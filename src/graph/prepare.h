@@ -51,13 +51,24 @@ ph_status weight_store_create(weight_store **out, diag *d);
 void weight_store_free(weight_store *s);          /* NULL-safe */
 size_t weight_store_bytes(const weight_store *s); /* bytes copied into it */
 
-/* graph_prepare_cpu_ex(g, WEIGHTS_COPY, d). */
+/* How to prepare (zero-initialised = the defaults: copy, no store, f32 linear layers).
+ *   weights      where the weights live (above).
+ *   store        copies shared between graphs (NULL: the graph owns its copy).
+ *   matmul_bf16  the precision of the linear layers (docs/precision.md): 1 marks every MatMulWT
+ *                prepare makes with the internal attribute bf16_dot = 1 (ops/op_matmul.c: the
+ *                bf16 dot), 0 leaves them f32, -1 (auto) marks those whose weight is stored
+ *                bf16. MoE experts stay f32 in every mode. */
+typedef struct prepare_options {
+  weight_residency weights;
+  weight_store *store;
+  int matmul_bf16;
+} prepare_options;
+
+/* graph_prepare_cpu_opts with the defaults. */
 ph_status graph_prepare_cpu(graph *g, diag *d);
-/* Errors: graph_finalize's; PH_ERR_NO_MEMORY when the weight copy cannot be allocated (nothing
- * is released then). */
-ph_status graph_prepare_cpu_ex(graph *g, weight_residency weights, diag *d);
-/* The same, sharing copies through store (NULL: the graph owns its copy, as _ex). */
-ph_status graph_prepare_cpu_shared(graph *g, weight_residency weights, weight_store *store,
-                                   diag *d);
+/* *used_bf16 (may be NULL) is set to 1 when any MatMulWT got bf16_dot, else 0. Errors:
+ * graph_finalize's; PH_ERR_INVALID_ARGUMENT for a matmul_bf16 outside -1..1; PH_ERR_NO_MEMORY
+ * when the weight copy cannot be allocated (nothing is released then). */
+ph_status graph_prepare_cpu_opts(graph *g, const prepare_options *o, int *used_bf16, diag *d);
 
 #endif /* PH_GRAPH_PREPARE_H */

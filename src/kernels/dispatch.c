@@ -56,6 +56,14 @@ static kernel_variant best_up_to(kernel_variant want) {
   return (kernel_variant)v;
 }
 
+const wt_bf16_kernel_fn *kernel_matmul_wt_bf16(kernel_variant v) {
+  if (v == KERNEL_AVX512 && kernel_variant_available(v) && cpu_features()->avx512_bf16 &&
+      matmul_wt_avx512bf16_kernels.kb[1])
+    return matmul_wt_avx512bf16_kernels.kb;
+  const matmul_wt_kernels *ks = kernel_set_of(v)->matmul_wt;
+  return ks->kb[1] ? ks->kb : matmul_wt_scalar_kernels.kb;
+}
+
 static pthread_once_t choice_once = PTHREAD_ONCE_INIT;
 static kernel_variant choice;
 static _Atomic int forced = -1; /* kernel_force_variant's choice, -1 while none */

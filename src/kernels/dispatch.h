@@ -62,6 +62,13 @@ kernel_variant kernel_variant_active(void);
 /* The table row of v (v must be < KERNEL_N_VARIANTS; an unavailable v's kernels must not run). */
 const kernel_set *kernel_set_of(kernel_variant v);
 
+/* The bf16-mode MatMulWT kernels (kernels/matmul_wt.h "the bf16 dot") variant v runs, by rows per
+ * call: for avx512 on a CPU with avx512_bf16 (after PH_CPU_DISABLE) the native vdpbf16ps kernels,
+ * else the variant's own (avx512: an AVX-512F emulation), else the scalar reference's (avx2 has
+ * none yet). All of them give the same bits, so this choice is speed only. Entry [1] is never
+ * NULL. */
+const wt_bf16_kernel_fn *kernel_matmul_wt_bf16(kernel_variant v);
+
 /* The one test override: forces v for every later kernel choice in this process, so tests and
  * benchmarks can time or check each variant in turn. Switching while another thread runs an op
  * is safe but makes that thread's later ops use the new variant: do not switch under a running

@@ -52,6 +52,24 @@ static WT_INLINE WT_AVX512 float wt512_tree(__m512 v) {
   return _mm_cvtss_f32(s1);
 }
 
+/* The reference tree of four accumulators at once (WT_NW = 4), lane for lane the additions of
+ * wt512_tree (l + 8, + 4, + 2, + 1; a + b = b + a exactly), with the lanes of the four moved
+ * side by side so that each level is one vector add: s[c] = tree(v[c]) for c < 4. */
+static WT_INLINE WT_AVX512 void wt512_tree4(__m512 v0, __m512 v1, __m512 v2, __m512 v3, float *s) {
+  /* level 8: [lo(v0) + hi(v0) | lo(v1) + hi(v1)], the same for v2, v3 */
+  __m512 s01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xee));
+  __m512 s23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xee));
+  /* level 4: 128-bit block c holds v_c's four partials */
+  __m512 s4 = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+  /* levels 2 and 1 inside each block */
+  __m512 s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+  __m512 s1 = _mm512_add_ps(s2, _mm512_permute_ps(s2, _MM_SHUFFLE(2, 3, 0, 1)));
+  _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, s1)));
+}
+
 /* sums[r * WT_NW + c] = dot(A row r, W row c) for R rows of A (f32, K apart) and WT_NW W rows.
  * R and wdt are constants in every caller, so the loops unroll and acc stays in registers. */
 static WT_INLINE WT_AVX512 void wt512_body(const float *a, int64_t K, const unsigned char *const *w,
@@ -120,13 +138,117 @@ WT512_KERNELS(f32, PH_DTYPE_F32)
 WT512_KERNELS(bf16, PH_DTYPE_BF16)
 WT512_KERNELS(f16, PH_DTYPE_F16)
 
+/* ---- bf16 mode (matmul_wt.h "the bf16 dot") ------------------------------------------------ */
+
+/* x with every lane whose exponent field is zero replaced by its signed zero (DAZ/FTZ). */
+static WT_INLINE WT_AVX512 __m512 wtb512_ftz(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __mmask16 normal = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(
+      _mm512_mask_mov_epi32(_mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)), normal, u));
+}
+
+/* vdpbf16ps in AVX-512F: lane j = acc + a[2j+1] * w[2j+1], then + a[2j] * w[2j], each a fused
+ * multiply-add (the exact product plus acc, rounded once, as the instruction does), inputs and
+ * sums flushed like the instruction's (the default MXCSR keeps subnormals, so the explicit
+ * flushes are the whole of it). */
+static WT_INLINE WT_AVX512 __m512 wtb512_dot_emul(__m512 acc, __m512i a, __m512i w) {
+  const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+  __m512 ao = wtb512_ftz(_mm512_castsi512_ps(_mm512_and_si512(a, hi)));
+  __m512 wo = wtb512_ftz(_mm512_castsi512_ps(_mm512_and_si512(w, hi)));
+  __m512 ae = wtb512_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)));
+  __m512 we = wtb512_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  acc = wtb512_ftz(_mm512_fmadd_ps(ao, wo, acc));
+  return wtb512_ftz(_mm512_fmadd_ps(ae, we, acc));
+}
+
+static WT_INLINE WT_AVX512BF16 __m512 wtb512_dot_native(__m512 acc, __m512i a, __m512i w) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)w);
+}
+
+/* The bf16-mode body: R rows of bf16 A against WT_NW bf16 W rows, 32 elements (16 pairs, one
+ * per lane) per step; the K % 32 tail is loaded masked (zeros past K, nothing read there) and
+ * goes through the same dot, so the padded pairs add +0 products as the reference's do. */
+#define WTB512_BODY(DOT)                                                                           \
+  const int64_t es = 2;                                                                            \
+  __m512 acc[WT_RMAX][WT_NW];                                                                      \
+  WT_UNROLL                                                                                        \
+  for (int r = 0; r < R; r++) {                                                                    \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_setzero_ps();                               \
+  }                                                                                                \
+  int64_t k = 0;                                                                                   \
+  for (; k + 32 <= K; k += 32) {                                                                   \
+    __m512i wv[WT_NW];                                                                             \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++) wv[c] = _mm512_loadu_si512(w[c] + k * es);                     \
+    /* the next group of WT_NW rows, one line per stream per step, as the f32 body */              \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++)                                                                \
+      _mm_prefetch(wt_ahead(w[c], (k + WT_NW * K) * es), _MM_HINT_T0);                             \
+    WT_UNROLL                                                                                      \
+    for (int r = 0; r < R; r++) {                                                                  \
+      __m512i av = _mm512_loadu_si512(a + r * K + k);                                              \
+      WT_UNROLL                                                                                    \
+      for (int c = 0; c < WT_NW; c++) acc[r][c] = DOT(acc[r][c], av, wv[c]);                       \
+    }                                                                                              \
+  }                                                                                                \
+  if (k < K) {                                                                                     \
+    __mmask32 m = (__mmask32)((1ull << (unsigned)(K - k)) - 1u);                                   \
+    __m512i wv[WT_NW];                                                                             \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < WT_NW; c++) wv[c] = _mm512_maskz_loadu_epi16(m, w[c] + k * es);            \
+    WT_UNROLL                                                                                      \
+    for (int r = 0; r < R; r++) {                                                                  \
+      __m512i av = _mm512_maskz_loadu_epi16(m, a + r * K + k);                                     \
+      WT_UNROLL                                                                                    \
+      for (int c = 0; c < WT_NW; c++) acc[r][c] = DOT(acc[r][c], av, wv[c]);                       \
+    }                                                                                              \
+  }                                                                                                \
+  WT_UNROLL                                                                                        \
+  for (int r = 0; r < R; r++) {                                                                    \
+    wt512_tree4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums + r * WT_NW);                     \
+  }
+
+static WT_INLINE WT_AVX512 void
+wtb512_body_emul(const uint16_t *a, int64_t K, const unsigned char *const *w, float *sums, int R) {
+  WTB512_BODY(wtb512_dot_emul)
+}
+
+static WT_INLINE WT_AVX512BF16 void wtb512_body_native(const uint16_t *a, int64_t K,
+                                                       const unsigned char *const *w, float *sums,
+                                                       int R){WTB512_BODY(wtb512_dot_native)}
+
+#define WTB512_KERNEL(NAME, BODY, ATTR, R)                                                         \
+  static ATTR void NAME(const uint16_t *a, int64_t K, const unsigned char *const *w,               \
+                        float *sums) {                                                             \
+    BODY(a, K, w, sums, R);                                                                        \
+  }
+#define WTB512_KERNELS(SUF, BODY, ATTR)                                                            \
+  WTB512_KERNEL(wtb_##SUF##_r1, BODY, ATTR, 1)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r2, BODY, ATTR, 2)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r3, BODY, ATTR, 3)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r4, BODY, ATTR, 4)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r5, BODY, ATTR, 5)                                                     \
+  WTB512_KERNEL(wtb_##SUF##_r6, BODY, ATTR, 6)
+
+WTB512_KERNELS(emul, wtb512_body_emul, WT_AVX512)
+    WTB512_KERNELS(native, wtb512_body_native, WT_AVX512BF16)
+
+        const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {{{NULL}},
+                                                                {NULL, wtb_native_r1, wtb_native_r2,
+                                                                 wtb_native_r3, wtb_native_r4,
+                                                                 wtb_native_r5, wtb_native_r6}};
+
 const matmul_wt_kernels matmul_wt_avx512_kernels = {
     {{NULL, wt_f32_avx512_r1, wt_f32_avx512_r2, wt_f32_avx512_r3, wt_f32_avx512_r4,
       wt_f32_avx512_r5, wt_f32_avx512_r6},
      {NULL, wt_bf16_avx512_r1, wt_bf16_avx512_r2, wt_bf16_avx512_r3, wt_bf16_avx512_r4,
       wt_bf16_avx512_r5, wt_bf16_avx512_r6},
      {NULL, wt_f16_avx512_r1, wt_f16_avx512_r2, wt_f16_avx512_r3, wt_f16_avx512_r4,
-      wt_f16_avx512_r5, wt_f16_avx512_r6}}};
+      wt_f16_avx512_r5, wt_f16_avx512_r6}},
+    {NULL, wtb_emul_r1, wtb_emul_r2, wtb_emul_r3, wtb_emul_r4, wtb_emul_r5, wtb_emul_r6}};
 #else
 const matmul_wt_kernels matmul_wt_avx512_kernels = {{{NULL}}};
+const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {{{NULL}}};
 #endif /* WT_X86 */

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/rng.h"
 #include "check.h"
 #include "kernels/attend.h"
@@ -151,6 +152,151 @@ static void grid_matmul_wt(const kernel_variant *vs, int n_vs) {
     }
   }
   printf("  matmul_wt: worst NMSE vs scalar %.3g (bound %.0e)\n", worst, MATMUL_WT_NMSE);
+}
+
+/* ---- matmul_wt, bf16 mode (kernels/matmul_wt.h "the bf16 dot") ------------------------------ */
+
+/* The bf16-mode kernel tables this CPU runs: the scalar reference, the AVX-512F emulation and the
+ * native AVX-512 BF16 kernels; returns how many. */
+static int wtb_sets(const wt_bf16_kernel_fn **sets, const char **names) {
+  int n = 0;
+  sets[n] = kernel_set_of(KERNEL_SCALAR)->matmul_wt->kb;
+  names[n++] = "scalar";
+  if (kernel_variant_available(KERNEL_AVX512) && matmul_wt_avx512_kernels.kb[1]) {
+    sets[n] = matmul_wt_avx512_kernels.kb;
+    names[n++] = "avx512-emulated";
+  }
+  if (kernel_variant_available(KERNEL_AVX512) && cpu_features()->avx512_bf16 &&
+      matmul_wt_avx512bf16_kernels.kb[1]) {
+    sets[n] = matmul_wt_avx512bf16_kernels.kb;
+    names[n++] = "avx512bf16";
+  }
+  return n;
+}
+
+/* The bound of the reference bf16 dot against the exact sum of the same (rounded) products: each
+ * lane adds 2 ceil(K / 32) products, each sum rounded once, then 4 tree levels, so at most
+ * n = 2 ceil(K / 32) + 4 roundings of partial sums bounded by sum |a w| (products are exact):
+ * gamma_n = n u / (1 - n u), u = 2^-24 (Higham §3.1). */
+static double wtb_bound(int64_t K) {
+  double u = ldexp(1.0, -24), n = (double)(2 * ((K + 31) / 32) + 4);
+  return n * u / (1.0 - n * u);
+}
+
+/* Fills n bf16 values: uniform in [-1, 1] rounded (special = 0), or (special = 1) a mix meant
+ * for the DAZ/FTZ rules: bf16 subnormals, tiny values whose products underflow, signed zeros;
+ * or (special = 2) uniform values scaled by 2^-62 or 2^-76, so that partial sums lie around the
+ * smallest normal f32 (2^-126) and products reach far below it (to 2^-152, past the last f32
+ * subnormal bit): such products must be added exactly, sums below 2^-126 flushed. */
+static void wtb_fill(uint16_t *x, int64_t n, rng *r, int special) {
+  for (int64_t i = 0; i < n; i++) {
+    float f = rng_range(r, -1.0f, 1.0f);
+    if (special == 2) f = ldexpf(f, rng_next(r) % 2 ? -62 : -76);
+    if (special == 1) {
+      uint32_t pick = rng_next(r) % 6u;
+      if (pick == 0) f = ldexpf(f, -120); /* products with pick 0/1 underflow */
+      if (pick == 1) f = ldexpf(f, -20);
+      if (pick == 2) f = i % 2 ? -0.0f : 0.0f;
+      if (pick == 3) { /* a bf16 subnormal: read as a signed zero */
+        x[i] = (uint16_t)((rng_next(r) & 0x807fu) | 1u);
+        continue;
+      }
+    }
+    x[i] = f32_to_bf16(f);
+  }
+}
+
+static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
+  (void)vs;
+  (void)n_vs;
+  static const int64_t KS[] = {1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 1024, 1031};
+  const wt_bf16_kernel_fn *sets[3];
+  const char *names[3];
+  int n_sets = wtb_sets(sets, names);
+  double worst = 0.0;
+  rng r = rng_seed(0x62663136u);
+  for (int special = 0; special < 3; special++)
+    for (size_t ki = 0; ki < sizeof KS / sizeof KS[0]; ki++) {
+      int64_t K = KS[ki];
+      uint16_t *a = malloc((size_t)(WT_RMAX * K) * sizeof *a);
+      /* W rows at odd byte offsets: the kernels accept any alignment */
+      unsigned char *wbuf = malloc((size_t)WT_NW * ((size_t)K * 2 + 3) + 8);
+      uint16_t *wv = malloc((size_t)(WT_NW * K) * sizeof *wv);
+      const unsigned char *w[WT_NW];
+      wtb_fill(a, WT_RMAX * K, &r, special);
+      wtb_fill(wv, WT_NW * K, &r, special);
+      for (int c = 0; c < WT_NW; c++) {
+        unsigned char *row = wbuf + 1 + (size_t)c * ((size_t)K * 2 + 3);
+        memcpy(row, wv + c * K, (size_t)K * 2);
+        w[c] = row;
+      }
+      float want[WT_RMAX * WT_NW], got[WT_RMAX * WT_NW];
+      for (int m = 0; m < WT_RMAX; m++) {
+        float tmp[WT_RMAX * WT_NW];
+        sets[0][1](a + m * K, K, w, tmp);
+        memcpy(want + m * WT_NW, tmp, WT_NW * sizeof(float));
+      }
+      char name[160];
+      if (!special) /* the reference against the exact sum of its products */
+        for (int m = 0; m < WT_RMAX; m++)
+          for (int c = 0; c < WT_NW; c++) {
+            double s = 0, sa = 0;
+            for (int64_t k = 0; k < K; k++) {
+              double p = (double)bf16_to_f32(a[m * K + k]) * (double)bf16_to_f32(wv[c * K + k]);
+              s += p;
+              sa += fabs(p);
+            }
+            double e = fabs((double)want[m * WT_NW + c] - s), b = wtb_bound(K) * sa;
+            if (sa > 0 && e / b > worst) worst = e / b;
+            snprintf(name, sizeof name, "matmul_wt bf16-dot scalar K=%lld row %d col %d: bound",
+                     (long long)K, m, c);
+            case_result(isfinite(want[m * WT_NW + c]) && e <= b, name, e);
+          }
+      for (int si = 0; si < n_sets; si++)
+        for (int R = 1; R <= WT_RMAX; R++) {
+          if (!sets[si][R]) continue;
+          float tmp[WT_RMAX * WT_NW];
+          sets[si][R](a, K, w, tmp);
+          memcpy(got, tmp, (size_t)R * WT_NW * sizeof(float));
+          /* every row of every R of every table: the reference's bits for that row alone */
+          snprintf(name, sizeof name, "matmul_wt bf16-dot %s R=%d K=%lld%s: bits of the reference",
+                   names[si], R, (long long)K,
+                   special == 1   ? " (subnormals, underflow)"
+                   : special == 2 ? " (sums around 2^-126)"
+                                  : "");
+          case_result(memcmp(got, want, (size_t)R * WT_NW * sizeof(float)) == 0, name, 0.0);
+        }
+      free(a);
+      free(wbuf);
+      free(wv);
+    }
+  printf("  matmul_wt bf16-dot: tables");
+  for (int si = 0; si < n_sets; si++) printf(" %s", names[si]);
+  printf("; reference worst error %.3f of its bound\n", worst);
+}
+
+/* wt_round_bf16: round to nearest even as f32_to_bf16 for normal results (ties included), NaN
+ * stays NaN, a subnormal result becomes the signed zero. */
+static void grid_round_bf16(const kernel_variant *vs, int n_vs) {
+  (void)vs;
+  (void)n_vs;
+  int64_t bad = 0;
+  for (uint64_t i = 0; i < (1ull << 32); i += 4093) {
+    uint32_t u = (uint32_t)i;
+    float f;
+    memcpy(&f, &u, 4);
+    uint16_t got = wt_round_bf16(f), want = f32_to_bf16(f);
+    if (isnan(f)) {
+      bad += !isnan(bf16_to_f32(got));
+      continue;
+    }
+    if (!(want & 0x7f80u)) want &= 0x8000u;
+    bad += got != want;
+  }
+  /* ties: 1 + 2^-8 (even: down) and 1 + 3 * 2^-8 (odd: up) */
+  bad += wt_round_bf16(1.0f + 0x1p-8f) != 0x3f80u;
+  bad += wt_round_bf16(1.0f + 0x3p-8f) != 0x3f82u;
+  case_result(bad == 0, "wt_round_bf16 against f32_to_bf16 with subnormals flushed", (double)bad);
 }
 
 /* ---- gated delta ---------------------------------------------------------------------------- */
@@ -987,6 +1133,8 @@ typedef struct kernel_column {
  * attend_rows picks its variant itself, attend_rows_for). */
 static const kernel_column COLUMNS[] = {
     {"matmul_wt", grid_matmul_wt},
+    {"matmul_wt bf16-dot", grid_matmul_wt_bf16},
+    {"wt_round_bf16", grid_round_bf16},
     {"gated_delta_decode", grid_gated_delta_decode},
     {"replay_recurrent", grid_replay_recurrent},
     {"gated_delta_chunk", grid_gated_delta_chunk},

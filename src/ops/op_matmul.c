@@ -18,14 +18,25 @@
  * conversions to f32 are exact, so converting on the fly or not cannot change a product. Work is
  * split over column blocks (never K) with pool_run.
  *
+ * bf16 mode (internal int attribute bf16_dot = 1, set by graph_prepare_cpu in the bf16 precision
+ * mode, docs/precision.md): A is rounded to bf16 once per call (wt_round_bf16) into scratch, and
+ * the dot products are the bf16 dot of kernels/matmul_wt.h (pairs of bf16 products summed in f32
+ * in the order of vdpbf16ps, a function of K only). bf16 W is read as stored; f32 and f16 W are
+ * rounded to bf16 per group of WT_NW rows into per-thread scratch, once per task and reused by
+ * every row of the chunk (no prepare-time copy, so memory is not doubled; f32/f16 checkpoints
+ * run f32 mode by default anyway). Bias and output rounding are as in f32 mode. Every variant's
+ * bf16 kernels give the same bits (kernels/dispatch.h kernel_matmul_wt_bf16), so the invariance
+ * holds across variants too.
+ *
  * Variants: the kernels come from the variant kernels/dispatch.h chooses once per process (the
  * CPU, PH_KERNELS, the test override), read once at the start of run(), never from the shapes,
  * so the invariance above holds within each variant; the variants agree with the scalar
  * reference to rounding (test_matmul_wt.c).
  *
  * Memory: nothing is allocated in run(). MatMul needs per-thread rows (scratch_bytes);
- * MatMulWT converts up to WT_MC rows of A to f32 at a time into scratch and, for f16 weights
- * with M > 1, WT_NW converted weight rows per thread. Tensor data may be unaligned
+ * MatMulWT converts up to WT_MC rows of A to f32 at a time into scratch (bf16 mode: and to bf16)
+ * and, for f16 weights with M > 1 (scalar variant) or f32/f16 weights in bf16 mode, WT_NW
+ * converted weight rows per thread. Tensor data may be unaligned
  * (safetensors views), so weights and bias are read with memcpy or unaligned vector loads.
  */
 #include <stdlib.h>
@@ -197,8 +208,22 @@ const op_def op_def_matmul = {
 
 /* ---- MatMulWT ------------------------------------------------------------------------------ */
 
-#define WT_MC 64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
+#define WT_MC           64 /* A rows converted to f32 per pool_run: bounds scratch, keeps it in L2 */
+#define WT_MC_BF16      256 /* bf16 mode: at most this many rows per pool_run ... */
+#define WT_A_BF16_BYTES ((int64_t)512 << 10) /* ... and at most this many bytes of bf16 A */
+
+/* A rows per pool_run (a function of K only): every W row is read from memory once per chunk,
+ * and for every group of WT_NW W rows the chunk's A rows are read from cache, so the chunk
+ * should be large but stay in L2. bf16 mode: up to WT_MC_BF16 rows within WT_A_BF16_BYTES
+ * (K = 1024: 256 rows, K = 3584: 73), never fewer than f32 mode's WT_MC. */
+static int64_t wt_chunk(int bf16, int64_t K) {
+  if (!bf16) return WT_MC;
+  int64_t rows = K > 0 ? WT_A_BF16_BYTES / (2 * K) : WT_MC_BF16;
+  return rows < WT_MC ? WT_MC : rows > WT_MC_BF16 ? WT_MC_BF16 : rows;
+}
 #define WT_NB 32 /* output columns per task (a multiple of WT_NW) */
+
+static ph_status wt_bf16_attr(const gnode *n, int *bf16, diag *d);
 
 static ph_status matmul_wt_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
   RETURN_ERROR_IF(n->n_inputs < 2 || n->n_inputs > 3 || n->n_outputs != 1, d,
@@ -231,6 +256,8 @@ static ph_status matmul_wt_infer(const gnode *n, const tinfo *in, tinfo *out, di
                     (long long)N);
     if (N < 0) N = nb;
   }
+  int bf16 = 0;
+  FORWARD_IF_ERROR(wt_bf16_attr(n, &bf16, d));
   memset(out, 0, sizeof *out);
   out->dtype = a->dtype;
   out->rank = a->rank;
@@ -255,6 +282,12 @@ typedef struct wt_job {
   const wt_kernel_fn *k;     /* the variant's kernels for W's dtype, by rows per call */
   const wt_kernel_fn *k_f32; /* the variant's f32 kernels (scalar f16 pre-conversion) */
   float *w_f32; /* scalar variant, f16 W only: per thread WT_NW * K floats, else NULL */
+  /* bf16 mode (attribute bf16_dot = 1): the bf16-dot kernels, A rounded to bf16, and for f32/f16
+   * W per thread WT_NW * K bf16 elements the task rounds each group of W rows into (else NULL) */
+  const wt_bf16_kernel_fn *kb;
+  const uint16_t *ab;
+  uint16_t *w_bf16;
+  ph_dtype w_dtype;
 } wt_job;
 
 static float wt_bias(const wt_job *j, int64_t c) {
@@ -300,9 +333,47 @@ static void wt_emit(const wt_job *j, int64_t row, int n_rows, int64_t col, int n
 /* Task = WT_NB output columns for every row of the chunk. For each group of WT_NW weight rows
  * the chunk's rows go through the variant's widest kernel, then narrower ones for the rest, so
  * those weight rows are read from memory once and then from cache. */
+/* wt_task in bf16 mode: the same tiling over the bf16-dot kernels; f32 and f16 weight rows are
+ * rounded to bf16 once per group of WT_NW rows, then read from that copy by every row of the
+ * chunk (no prepare-time copy: the model's weight bytes are not doubled). */
+static void wt_task_bf16(const wt_job *j, int64_t c0, int64_t c1, int thread) {
+  float sums[WT_RMAX * WT_NW];
+  uint16_t *wbuf = j->w_bf16 ? j->w_bf16 + (int64_t)thread * WT_NW * j->K : NULL;
+  for (int64_t col = c0; col < c1; col += WT_NW) {
+    int nc = (int)min64(WT_NW, c1 - col);
+    const unsigned char *wr[WT_NW];
+    float bias[WT_NW];
+    for (int c = 0; c < WT_NW; c++) {
+      int cc = c < nc ? c : nc - 1; /* a short last group repeats its last row */
+      wr[c] = j->w + (size_t)(col + cc) * (size_t)j->K * j->w_size;
+      bias[c] = wt_bias(j, col + cc);
+    }
+    if (wbuf)
+      for (int c = 0; c < WT_NW; c++) {
+        uint16_t *dst = wbuf + c * j->K;
+        if (j->w_dtype == PH_DTYPE_F16)
+          for (int64_t kk = 0; kk < j->K; kk++) dst[kk] = wt_round_bf16(wt_ld_f16(wr[c], kk));
+        else
+          for (int64_t kk = 0; kk < j->K; kk++) dst[kk] = wt_round_bf16(wt_ld_f32(wr[c], kk));
+        wr[c] = (const unsigned char *)dst;
+      }
+    for (int64_t m = 0; m < j->rows;) {
+      int R = (int)min64(WT_RMAX, j->rows - m);
+      while (!j->kb[R]) R--; /* kb[1] exists (kernel_matmul_wt_bf16) */
+      j->kb[R](j->ab + m * j->K, j->K, wr, sums);
+      wt_emit(j, m, R, col, nc, sums, bias);
+      m += R;
+    }
+  }
+}
+
 static void wt_task(void *ctx, size_t task, int thread) {
   const wt_job *j = ctx;
   int64_t c0 = (int64_t)task * WT_NB, c1 = min64(j->N, c0 + WT_NB);
+  if (j->kb) {
+    wt_task_bf16(j, c0, c1, thread);
+    return;
+  }
   float sums[WT_RMAX * WT_NW];
   /* f16 -> f32 costs more than a multiply-add in portable C: with several rows, the scalar
    * variant converts the weight rows once and runs its f32 kernels (conversions are exact:
@@ -336,23 +407,38 @@ static void wt_task(void *ctx, size_t task, int thread) {
   }
 }
 
-/* Scratch: up to WT_MC rows of A in f32, then (f16 W with M > 1) WT_NW converted weight rows
- * per thread. The same size for every variant (only the scalar one uses the second part), so
- * the plan does not depend on the variant. */
-static size_t wt_scratch_floats(int64_t M, int64_t K, ph_dtype w_dtype, int n_threads) {
+/* Scratch: up to WT_MC rows of A in f32; in bf16 mode the same rows rounded to bf16 (K / 2
+ * floats a row, rounded up); then WT_NW converted weight rows per thread when a task converts
+ * W (f16 W with M > 1 on the scalar variant, or f32/f16 W in bf16 mode). The same size for
+ * every variant (only the scalar one uses the f16 part), so the plan does not depend on the
+ * variant. */
+static size_t wt_scratch_floats(int64_t M, int64_t K, ph_dtype w_dtype, int bf16, int n_threads) {
   if (K <= 0 || M <= 0) return 0;
-  size_t n = (size_t)min64(M, WT_MC) * (size_t)K;
-  if (w_dtype == PH_DTYPE_F16 && M > 1)
+  size_t rows = (size_t)min64(M, wt_chunk(bf16, K));
+  size_t n = rows * (size_t)K;
+  if (bf16) n += (rows * (size_t)K + 1) / 2;
+  if ((w_dtype == PH_DTYPE_F16 && M > 1) || (bf16 && w_dtype != PH_DTYPE_BF16))
     n += (size_t)(n_threads > 0 ? n_threads : 1) * WT_NW * (size_t)K;
   return n;
 }
 
+/* The bf16_dot attribute: 1 = bf16 mode, 0 or absent = f32 (docs/precision.md). */
+static ph_status wt_bf16_attr(const gnode *n, int *bf16, diag *d) {
+  int64_t v = 0;
+  FORWARD_IF_ERROR(op_attr_int(n, "bf16_dot", 0, &v, d));
+  RETURN_ERROR_IF(v != 0 && v != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulWT: attribute bf16_dot must be 0 or 1, got %lld", (long long)v);
+  *bf16 = (int)v;
+  return PH_OK;
+}
+
 static size_t matmul_wt_scratch(const gnode *n, const tinfo *in, int n_threads) {
-  (void)n;
   if (in[0].rank < 1) return 0;
+  int bf16 = 0;
+  if (wt_bf16_attr(n, &bf16, NULL) != PH_OK) bf16 = 1; /* the larger; run() reports the error */
   int64_t K = in[0].dims[in[0].rank - 1], M = 1;
   for (int i = 0; i + 1 < in[0].rank; i++) M *= in[0].dims[i];
-  return wt_scratch_floats(M, K, in[1].dtype, n_threads) * sizeof(float);
+  return wt_scratch_floats(M, K, in[1].dtype, bf16, n_threads) * sizeof(float);
 }
 
 static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *const *out,
@@ -372,24 +458,39 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
   j.bias_dtype = bias ? bias->dtype : PH_DTYPE_INVALID;
   j.y = out[0]->data;
   j.y_dtype = out[0]->dtype;
+  int bf16 = 0;
+  FORWARD_IF_ERROR(wt_bf16_attr(n, &bf16, d));
   kernel_variant v = kernel_variant_active();
   const matmul_wt_kernels *ks = kernel_set_of(v)->matmul_wt;
   j.k = ks->k[w->dtype == PH_DTYPE_BF16 ? 1 : w->dtype == PH_DTYPE_F16 ? 2 : 0];
   j.k_f32 = ks->k[0];
-  size_t need = wt_scratch_floats(M, j.K, w->dtype, pool_threads(ctx->pool)) * sizeof(float);
+  j.w_dtype = w->dtype;
+  size_t need = wt_scratch_floats(M, j.K, w->dtype, bf16, pool_threads(ctx->pool)) * sizeof(float);
   RETURN_ERROR_IF(ctx->scratch_bytes < need, d, PH_ERR_INTERNAL,
                   "MatMulWT: scratch of %zu bytes, need %zu", ctx->scratch_bytes, need);
-  if (v == KERNEL_SCALAR && w->dtype == PH_DTYPE_F16 && M > 1 && j.K > 0)
-    j.w_f32 = (float *)ctx->scratch + min64(M, WT_MC) * j.K;
+  const int64_t MC = wt_chunk(bf16, j.K);
+  int64_t a_floats = min64(M, MC) * j.K;
+  float *after = (float *)ctx->scratch + a_floats;
+  uint16_t *ab = NULL;
+  if (bf16 && j.K > 0) {
+    j.kb = kernel_matmul_wt_bf16(v);
+    ab = (uint16_t *)after;
+    after += (a_floats + 1) / 2;
+    if (w->dtype != PH_DTYPE_BF16) j.w_bf16 = (uint16_t *)after;
+  }
+  if (!bf16 && v == KERNEL_SCALAR && w->dtype == PH_DTYPE_F16 && M > 1 && j.K > 0) j.w_f32 = after;
   /* with K == 0 the kernels read nothing, but still offset this pointer */
   static const float no_rows[1] = {0.0f};
   const float *abuf = j.K > 0 ? (const float *)ctx->scratch : no_rows;
   size_t n_tasks = (size_t)((j.N + WT_NB - 1) / WT_NB);
-  for (int64_t m0 = 0; m0 < M; m0 += WT_MC) {
-    j.rows = min64(WT_MC, M - m0);
+  for (int64_t m0 = 0; m0 < M; m0 += MC) {
+    j.rows = min64(MC, M - m0);
     j.row0 = m0;
     if (j.K > 0) tensor_load_f32(a, m0 * j.K, j.rows * j.K, (float *)ctx->scratch);
+    if (ab) /* bf16 mode: A rounded once per call, before any kernel reads it */
+      for (int64_t i = 0; i < j.rows * j.K; i++) ab[i] = wt_round_bf16(abuf[i]);
     j.a = abuf;
+    j.ab = ab;
     pool_run(ctx->pool, n_tasks, wt_task, &j);
   }
   return PH_OK;

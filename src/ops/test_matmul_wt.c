@@ -317,6 +317,128 @@ static void test_batch_invariance(void) {
   }
 }
 
+/* ---- bf16 mode (attribute bf16_dot = 1) ------------------------------------------------------ */
+
+static tensor *wt_run_bf16(const tensor *a, const tensor *w, const tensor *bias, int threads,
+                           int64_t mode, ph_status want) {
+  gattr at = attr_int("bf16_dot", mode);
+  gnode n = op_test_node("MatMulWT", "pagedhybrid.internal", bias ? 3 : 2, 1, &at, 1);
+  tensor *in[3] = {(tensor *)a, (tensor *)w, (tensor *)bias}, *out[1] = {NULL};
+  diag d;
+  ph_status s = op_test_run(&n, in, out, threads, &d);
+  CHECK_STATUS(s, want, d.msg);
+  if (s == PH_OK) return out[0];
+  tensor_free(out[0]);
+  return NULL;
+}
+
+/* The bound against the exact sum of the rounded products (kernels/matmul_wt.h: 2 ceil(K / 32)
+ * rounded sums per lane, 4 tree levels, + 1 for the bias): gamma_n, u = 2^-24. */
+static double wtb_op_bound(int64_t K) {
+  double u = ldexp(1.0, -24), n = (double)(2 * ((K + 31) / 32) + 5);
+  return n * u / (1.0 - n * u);
+}
+
+/* Every variant in bf16 mode: within the bound of the exact sum of bf16(A) x bf16(W) products
+ * (+ bias), bit-identical to the scalar variant, each row bit-identical alone and in sub-batches,
+ * on 1 and 3 threads; for W f32, bf16 and f16 (f32/f16 W are rounded to bf16). */
+static void test_bf16_mode(void) {
+  static const int64_t Ms[] = {1, 3, 7, 13, 65, 300}; /* 300: two 256-row chunks */
+  static const int64_t Ks[] = {1, 33, 64, 1031};
+  static const int64_t Ns[] = {1, 5, 37};
+  kernel_variant v[KERNEL_N_VARIANTS];
+  int nv = available_variants(v);
+  rng r = rng_seed(33);
+  int64_t over = 0, differ = 0, rows_bad = 0, outputs = 0;
+  double worst = 0;
+  for (int wi = 0; wi < N_WDTS; wi++)
+    for (int ki = 0; ki < 4; ki++)
+      for (int ni = 0; ni < 3; ni++)
+        for (int mi = 0; mi < 6; mi++) {
+          int64_t M = Ms[mi], K = Ks[ki], N = Ns[ni];
+          if (M > 256 && K > 64) continue; /* M = 300: two chunks; small K keeps it cheap */
+          tensor *a = tn2(PH_DTYPE_F32, M, K), *w = tn2(WDTS[wi], N, K);
+          tensor *bias = tensor_new(PH_DTYPE_F32, 1, (int64_t[]){N});
+          tensor_fill_uniform(a, &r, -1, 1);
+          tensor_fill_uniform(w, &r, -1, 1);
+          tensor_fill_uniform(bias, &r, -1, 1);
+          tensor *y0 = NULL;
+          for (int vi = 0; vi < nv; vi++) {
+            force(v[vi]);
+            tensor *y = wt_run_bf16(a, w, bias, 1 + (int)((mi + ni) % 3), 1, PH_OK);
+            if (!y) continue;
+            const float *yv = y->data;
+            if (vi == 0) {
+              for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                  double s = 0, sa = 0;
+                  for (int64_t k = 0; k < K; k++) {
+                    double p =
+                        (double)bf16_to_f32(f32_to_bf16(((float *)a->data)[m * K + k])) *
+                        (double)bf16_to_f32(f32_to_bf16((float)tensor_get_f32(w, n * K + k)));
+                    s += p;
+                    sa += fabs(p);
+                  }
+                  double b = ((float *)bias->data)[n];
+                  s += b;
+                  sa += fabs(b);
+                  double e = fabs((double)yv[m * N + n] - s), bound = wtb_op_bound(K) * sa;
+                  if (!(e <= bound)) {
+                    if (!over)
+                      fprintf(stderr, "  bf16 W %s M %lld K %lld N %lld: %.9g vs %.12g\n",
+                              dtn(WDTS[wi]), (long long)M, (long long)K, (long long)N,
+                              (double)yv[m * N + n], s);
+                    over++;
+                  }
+                  if (sa > 0 && e / bound > worst) worst = e / bound;
+                  outputs++;
+                }
+              y0 = y;
+              /* batch invariance: each row alone and the rows in sub-batches of 4 */
+              for (int64_t s0 = 0; s0 < M; s0 += 4) {
+                int64_t rows = M - s0 < 4 ? M - s0 : 4;
+                for (int alone = 0; alone < 2; alone++)
+                  for (int64_t q = 0; q < rows; q += alone ? 1 : rows) {
+                    int64_t nr = alone ? 1 : rows;
+                    tensor *sub = rows_of(a, s0 + q, nr);
+                    tensor *part = wt_run_bf16(sub, w, bias, 2, 1, PH_OK);
+                    rows_bad += rows_differ(part, y0, s0 + q, nr);
+                    tensor_free(part);
+                    tensor_free(sub);
+                  }
+              }
+              continue;
+            }
+            differ += memcmp(y->data, y0->data, (size_t)(M * N) * sizeof(float)) != 0;
+            tensor_free(y);
+          }
+          tensor_free(y0);
+          tensor_free(a);
+          tensor_free(w);
+          tensor_free(bias);
+        }
+  printf("  bf16 mode: %lld outputs, worst %.3f of the bound; variant calls differing from "
+         "scalar %lld; rows differing alone/in sub-batches %lld\n",
+         (long long)outputs, worst, (long long)differ, (long long)rows_bad);
+  CHECK_EQ_INT(over, 0);
+  CHECK_EQ_INT(differ, 0);
+  CHECK_EQ_INT(rows_bad, 0);
+  CHECK(outputs > 0);
+  /* bf16 mode really rounds A: a = 1 + 2^-10 (not a bf16) times w = 1 gives 1 */
+  tensor *a = tn2(PH_DTYPE_F32, 1, 1), *w = tn2(PH_DTYPE_F32, 1, 1);
+  ((float *)a->data)[0] = 1.0f + 0x1p-10f;
+  ((float *)w->data)[0] = 1.0f;
+  tensor *y = wt_run_bf16(a, w, NULL, 1, 1, PH_OK), *yf = wt_run_bf16(a, w, NULL, 1, 0, PH_OK);
+  CHECK(y && ((float *)y->data)[0] == 1.0f);
+  CHECK(yf && ((float *)yf->data)[0] == 1.0f + 0x1p-10f);
+  tensor_free(y);
+  tensor_free(yf);
+  /* a value of bf16_dot other than 0 or 1 is refused */
+  CHECK(wt_run_bf16(a, w, NULL, 1, 2, PH_ERR_INVALID_ARGUMENT) == NULL);
+  tensor_free(a);
+  tensor_free(w);
+}
+
 /* ---- weight conversions --------------------------------------------------------------------- */
 
 /* Every 16-bit pattern as a weight, alone in its row at position `at` against a = 1: the output
@@ -360,6 +482,7 @@ int main(void) {
   RUN(test_variants);
   RUN(test_grid);
   RUN(test_batch_invariance);
+  RUN(test_bf16_mode);
   RUN(test_conversions);
   return check_finish();
 }

@@ -28,7 +28,8 @@ struct dense_session {
   graph *g;
   executor *e;
   int64_t max_context;
-  int64_t len; /* tokens in the cache */
+  ph_precision precision; /* resolved: f32 or bf16 */
+  int64_t len;            /* tokens in the cache */
   int in_ids, in_mask, in_pos, out_logits;
   layer_io *layers;
   int64_t *ids, *mask, *pos; /* [max_context] each; pos [3 * max_context] */
@@ -38,6 +39,18 @@ static float *alloc_f32(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), size
 
 ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_threads,
                                dense_session **out, diag *d) {
+  return dense_session_create_ex(m, max_context, n_threads, PH_PRECISION_F32, out, d);
+}
+
+ph_precision dense_session_precision(const dense_session *s) { return s->precision; }
+
+/* The -1 / 0 / 1 of prepare_options.matmul_bf16 for a public precision. */
+static int matmul_bf16_of(ph_precision p) {
+  return p == PH_PRECISION_BF16 ? 1 : p == PH_PRECISION_F32 ? 0 : -1;
+}
+
+ph_status dense_session_create_ex(const ph_model *m, int64_t max_context, int n_threads,
+                                  ph_precision precision, dense_session **out, diag *d) {
   *out = NULL;
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
@@ -51,7 +64,7 @@ ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_thr
     graph_free(g);
     return st;
   }
-  return dense_session_create_graph(g, max_context, n_threads, out, d);
+  return dense_session_create_graph_ex(g, max_context, n_threads, precision, out, d);
 }
 
 /* The static dims of graph input `name`, or -1 when absent. */
@@ -112,14 +125,29 @@ static ph_status bind_layer(dense_session *s, int i, diag *d) {
 
 ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_threads,
                                      dense_session **out, diag *d) {
+  return dense_session_create_graph_ex(g, max_context, n_threads, PH_PRECISION_F32, out, d);
+}
+
+ph_status dense_session_create_graph_ex(graph *g, int64_t max_context, int n_threads,
+                                        ph_precision precision, dense_session **out, diag *d) {
   *out = NULL;
+  if (precision != PH_PRECISION_AUTO && precision != PH_PRECISION_F32 &&
+      precision != PH_PRECISION_BF16) {
+    graph_free(g);
+    return diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                    "dense session: precision %d: expected auto (0), f32 (1) or bf16 (2)",
+                    (int)precision);
+  }
   dense_session *s = calloc(1, sizeof *s);
   if (!s) {
     graph_free(g);
     return diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
   }
   s->g = g;
-  ph_status st = graph_prepare_cpu(s->g, d);
+  int bf16 = 0;
+  const prepare_options po = {WEIGHTS_COPY, NULL, matmul_bf16_of(precision)};
+  ph_status st = graph_prepare_cpu_opts(s->g, &po, &bf16, d);
+  s->precision = bf16 ? PH_PRECISION_BF16 : PH_PRECISION_F32;
   if (st == PH_OK) st = exec_create(s->g, n_threads, &s->e, d);
   if (st != PH_OK) {
     dense_session_free(s);

@@ -33,6 +33,15 @@ ph_status dense_session_create(const ph_model *m, int64_t max_context, int n_thr
  * max_context when it has none (0 → 4096). */
 ph_status dense_session_create_graph(graph *g, int64_t max_context, int n_threads,
                                      dense_session **out, diag *d);
+/* The two above with the linear layers' precision (docs/precision.md; the plain ones run f32):
+ * PH_PRECISION_AUTO runs bf16 where the weights are stored bf16. PH_ERR_INVALID_ARGUMENT for a
+ * value outside the enum. */
+ph_status dense_session_create_ex(const ph_model *m, int64_t max_context, int n_threads,
+                                  ph_precision precision, dense_session **out, diag *d);
+ph_status dense_session_create_graph_ex(graph *g, int64_t max_context, int n_threads,
+                                        ph_precision precision, dense_session **out, diag *d);
+/* The precision resolved at creation: PH_PRECISION_BF16 or PH_PRECISION_F32. */
+ph_precision dense_session_precision(const dense_session *s);
 void dense_session_free(dense_session *s); /* NULL-safe */
 
 /* Appends n tokens (n >= 1) and runs them; logits (may be NULL) receives [n, vocab] f32. */

@@ -28,6 +28,7 @@ struct paged_session {
   graph *g;
   executor *e;
   paged_session_params p;
+  int bf16;            /* 1: some MatMulWT runs the bf16 dot (paged_session_precision) */
   hybrid_cache *cache; /* pages, page buffers and slots (src/cache/hybrid_cache.h) */
   int n_layers;
   layer_bind layers[HF_MAX_LAYERS];
@@ -428,9 +429,11 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "paged session: no layer binding");
     goto fail;
   }
-  if ((st = graph_prepare_cpu_shared(g, s->p.map_weights ? WEIGHTS_MAP : WEIGHTS_COPY,
-                                     s->p.weights_store, d)) != PH_OK)
-    goto fail;
+  {
+    const prepare_options po = {s->p.map_weights ? WEIGHTS_MAP : WEIGHTS_COPY, s->p.weights_store,
+                                s->p.matmul_bf16};
+    if ((st = graph_prepare_cpu_opts(g, &po, &s->bf16, d)) != PH_OK) goto fail;
+  }
   if ((st = exec_create(g, s->p.n_threads, &s->e, d)) != PH_OK) goto fail;
   if ((st = bind_io(s, bind, d)) != PH_OK) goto fail;
   if ((st = bind_layers(s, bind, d)) != PH_OK) goto fail;
@@ -827,6 +830,10 @@ const float *paged_session_token_logits(const paged_session *s, int32_t b, int64
   if (s->pruned) return j == s->cu[b + 1] - s->cu[b] - 1 ? l + (int64_t)b * s->vocab : NULL;
   if (s->in_lrows >= 0) return j >= s->lj0[b] ? l + (s->lrow0[b] + j - s->lj0[b]) * s->vocab : NULL;
   return l + ((int64_t)s->cu[b] + j) * s->vocab;
+}
+
+ph_precision paged_session_precision(const paged_session *s) {
+  return s->bf16 ? PH_PRECISION_BF16 : PH_PRECISION_F32;
 }
 
 int64_t paged_session_vocab(const paged_session *s) { return s->vocab; }

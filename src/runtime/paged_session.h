@@ -97,6 +97,8 @@ typedef struct paged_session_params {
   int map_weights; /* 1: the graph reads its weights where they are mapped (WEIGHTS_MAP);
                       0: copied at creation into huge-page-advised memory, the mapping's
                       pages released (WEIGHTS_COPY, graph/prepare.h) */
+  int matmul_bf16; /* the linear layers' precision (graph/prepare.h prepare_options):
+                      0 f32 (the default), 1 bf16, -1 auto (bf16 for bf16-stored weights) */
 } paged_session_params;
 
 paged_session_params paged_session_params_default(void); /* 257 pages, 8 slots, 8, 2048 */
@@ -188,6 +190,9 @@ const float *paged_session_last_logits(const paged_session *s, int32_t b);
 const float *paged_session_token_logits(const paged_session *s, int32_t b, int64_t j);
 
 int64_t paged_session_vocab(const paged_session *s);
+/* The linear layers' precision resolved at creation: PH_PRECISION_BF16 when any MatMulWT runs the
+ * bf16 dot, else PH_PRECISION_F32. */
+ph_precision paged_session_precision(const paged_session *s);
 int64_t paged_session_cache_bytes(const paged_session *s); /* KV pages + state slots */
 int64_t paged_session_block_size(const paged_session *s);
 int64_t paged_session_max_context(const paged_session *s); /* rotary rows: positions < this */

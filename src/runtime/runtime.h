@@ -37,15 +37,15 @@ ph_status runtime_source_open(const char *dir, runtime_source *src, diag *d);
 
 /* How a checkpoint's paged graph is built (a package is served as exported and ignores it). */
 typedef struct runtime_build {
-  int64_t block_size;  /* tokens per KV page */
-  int64_t max_context; /* rotary rows; 0 = the family's default */
-  ph_dtype io_dtype;   /* activations, KV pages, conv state */
-  int prune_lm_head;   /* logits of each sequence's last row only */
+  int64_t block_size;            /* tokens per KV page */
+  int64_t max_context;           /* rotary rows; 0 = the family's default */
+  ph_dtype io_dtype;             /* activations, KV pages, conv state */
+  int prune_lm_head;             /* logits of each sequence's last row only */
   int32_t state_update_capacity; /* compact state updates in the linear layers (0..8) */
-  int output_hidden;   /* the packed graph also outputs hidden_states [N, H] (what an MTP head
-                          reads; models/registry.h model_options.output_hidden) */
-  int logit_rows;      /* the LM head computes only the rows the session asks for (each
-                          sequence's last, every row of a verify; model_options.logit_rows) */
+  int output_hidden; /* the packed graph also outputs hidden_states [N, H] (what an MTP head
+                        reads; models/registry.h model_options.output_hidden) */
+  int logit_rows;    /* the LM head computes only the rows the session asks for (each
+                        sequence's last, every row of a verify; model_options.logit_rows) */
 } runtime_build;
 
 /* 1 when src is a checkpoint whose multi-token-prediction head was bound (mtp.* weights of a

@@ -149,7 +149,8 @@ static void test_latent_slot_mapping(void) {
   int64_t toks[64];
   for (int i = 0; i < 64; i++) toks[i] = i % VOCAB;
   /* step 1: 14 | 20 (crosses 16) | 17 (crosses 16) new tokens from position 0 */
-  paged_seq q[3] = {{-1, &t[0], 0, toks, 14, 0}, {-1, &t[1], 0, toks, 20, 0}, {-1, &t[2], 0, toks, 17, 0}};
+  paged_seq q[3] = {
+      {-1, &t[0], 0, toks, 14, 0}, {-1, &t[1], 0, toks, 20, 0}, {-1, &t[2], 0, toks, 17, 0}};
   CHECK_STATUS(paged_session_run(s, q, 3, &d), PH_OK, d.msg);
   check_slots(s, q, 3);
   /* step 2: continuations crossing 16 and 32 */
