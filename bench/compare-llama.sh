@@ -67,7 +67,7 @@ while [ $# -gt 0 ]; do
     *) echo "compare-llama: unknown option $1" >&2; usage ;;
   esac
 done
-[ -n "$LLAMA_BIN" ] && [ -n "$GGUF" ] && [ -n "$MODEL" ] || usage
+if [ -z "$LLAMA_BIN" ] || [ -z "$GGUF" ] || [ -z "$MODEL" ]; then usage; fi
 for n in "$ROUNDS" "$THREADS" "$PROMPT" "$STEPS"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "compare-llama: expected a positive integer, got '$n'" >&2; exit 2; }
 done
@@ -109,7 +109,7 @@ run_llama() { # ROUND_DIR
   echo "date_utc=$(date -u +%FT%TZ)"
   echo "host=$(uname -n) cpus=$(nproc)"
   echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-  echo "ours=$OURS $(cd "$(dirname "$0")" && git rev-parse --short HEAD 2>/dev/null || true)"
+  echo "ours=$OURS commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null)"
   echo "baseline=$BASELINE"
   echo "llama_bin=$LLAMA_BIN"
   echo "gguf=$GGUF model=$MODEL"
