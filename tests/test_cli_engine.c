@@ -834,6 +834,12 @@ static void test_bench_json(void) {
   CHECK(num(pre, "ttft_ms") > 0);
   CHECK(num(pre, "gflops") > 0);
   CHECK(num(pre, "vs_fma") > 0);
+  /* an f32 checkpoint runs in f32 mode: its compute peak is the FMA's; the bf16 dot peak is
+   * measured where the CPU has it (null otherwise) */
+  CHECK_EQ_STR(json_string_value(json_object_get(eng, "precision")), "f32");
+  CHECK(num(pre, "vs_compute") == num(pre, "vs_fma"));
+  json_t *bf = json_object_get(mach, "bf16_gflops");
+  CHECK(json_is_null(bf) || json_number_value(bf) > 0);
   CHECK(json_is_array(dec) && json_array_size(dec) == 2);
   for (size_t i = 0; i < json_array_size(dec); i++) {
     json_t *x = json_array_get(dec, i);
@@ -848,6 +854,7 @@ static void test_bench_json(void) {
     CHECK(num(x, "vs_bandwidth") > 0);
     CHECK(num(x, "gflops") > 0);
     CHECK(num(x, "vs_fma_peak") > 0);
+    CHECK(num(x, "vs_compute") == num(x, "vs_fma_peak"));
   }
   CHECK(num(mem, "peak_rss_bytes") > 0);
   CHECK(num(mem, "cache_bytes") > 0);

@@ -11,8 +11,9 @@
  *            median step gives B / step tokens per second
  *   memory   peak resident set (getrusage ru_maxrss) after the model runs, and the engine's
  *            KV pages + state slots (ph_engine_info.cache_bytes)
- *   machine  DRAM read bandwidth and fp32 FMA peak (bench/roofline.h), measured after the model
- *            runs (so the probe's 1 GiB buffer stays out of the peak RSS)
+ *   machine  DRAM read bandwidth, fp32 FMA peak and, where the CPU has AVX-512 BF16, the bf16
+ *            dot peak (vdpbf16ps; bench/roofline.h), measured after the model runs (so the
+ *            probe's 1 GiB buffer stays out of the peak RSS)
  *   speculative (--speculative replay, in place of decode) for each B of --batches: B requests
  *            decode greedily once to give each its reference continuation; then, per repeat,
  *            per K of --draft-tokens, one plain decode run and, per p of --acceptance, one
@@ -25,8 +26,10 @@
  *            speculative run that changes the output is an error (PH_ERR_INTERNAL).
  * Every figure is the median over --repeats. Decode is compared with the bandwidth as bytes read
  * per step (weights once + each sequence's state read and written + its KV pages) / step time;
- * prefill with the FMA peak as 2 x parameters FLOPs per token. The weight bytes and parameters
- * are the checkpoint's tensors as stored (ph_model_get_info) or the package's initializers.
+ * prefill with the FMA peak as 2 x parameters FLOPs per token, and with the compute peak of the
+ * precision the engine runs (the bf16 dot peak in bf16 mode, else the FMA peak): vs_compute. The
+ * weight bytes and parameters are the checkpoint's tensors as stored (ph_model_get_info) or the
+ * package's initializers.
  *
  * bench/roofline.h is written for bench/ programs built with -march=native; the CLI is built
  * for the baseline ISA, so on x86-64 its functions are compiled here for AVX-512 + FMA (at -O3
@@ -727,6 +730,7 @@ static int roofline_available(void) {
 typedef struct machine_limits {
   int threads, measured;
   double bandwidth_gbs, fma_gflops;
+  double bf16_gflops; /* 0: the CPU has no vdpbf16ps */
 } machine_limits;
 
 static void measure_machine(int64_t threads, machine_limits *ml) {
@@ -737,6 +741,14 @@ static void measure_machine(int64_t threads, machine_limits *ml) {
   if (!ml->measured) return;
   ml->bandwidth_gbs = roofline_bandwidth(ml->threads);
   ml->fma_gflops = roofline_fma(ml->threads);
+  ml->bf16_gflops = roofline_bf16dot(ml->threads);
+}
+
+/* The compute peak the engine's linear layers can reach: the bf16 dot's in bf16 mode (where the
+ * CPU has it), else the f32 FMA's; 0 when not measured. */
+static double compute_peak(const machine_limits *ml, ph_precision p) {
+  if (!ml->measured) return 0;
+  return p == PH_PRECISION_BF16 && ml->bf16_gflops > 0 ? ml->bf16_gflops : ml->fma_gflops;
 }
 
 /* ---- reporting ------------------------------------------------------------------------------ */
@@ -827,6 +839,7 @@ static json_t *spec_json(const bench_report *r) {
 static void print_json(const bench_report *r) {
   const model_facts *m = &r->m;
   const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
+  const double peak = compute_peak(&r->ml, r->p.precision);
   json_t *o = json_object();
   json_t *model = json_object(), *eng = json_object(), *mach = json_object(), *pre = json_object(),
          *dec = json_array(), *mem = json_object(), *units = json_object();
@@ -850,6 +863,8 @@ static void print_json(const bench_report *r) {
   json_object_set_new(mach, "measured", json_boolean(r->ml.measured));
   json_object_set_new(mach, "bandwidth_gbs", real_or_null(r->ml.measured, r->ml.bandwidth_gbs));
   json_object_set_new(mach, "fma_gflops", real_or_null(r->ml.measured, r->ml.fma_gflops));
+  json_object_set_new(mach, "bf16_gflops",
+                      real_or_null(r->ml.measured && r->ml.bf16_gflops > 0, r->ml.bf16_gflops));
   json_object_set_new(pre, "tokens", json_integer(r->c->prompt));
   json_object_set_new(pre, "tok_s", json_real(r->pre.tok_s));
   json_object_set_new(pre, "ttft_ms", json_real(r->pre.ttft_ms));
@@ -859,6 +874,7 @@ static void print_json(const bench_report *r) {
   json_object_set_new(
       pre, "vs_fma",
       real_or_null(r->ml.measured && r->ml.fma_gflops > 0, pre_gflops / r->ml.fma_gflops));
+  json_object_set_new(pre, "vs_compute", real_or_null(peak > 0, pre_gflops / peak));
   for (int i = 0; !r->spec && i < r->c->n_batches; i++) {
     const decode_result *x = &r->dec[i];
     json_t *e = json_object();
@@ -883,6 +899,7 @@ static void print_json(const bench_report *r) {
       json_object_set_new(
           e, "vs_fma_peak",
           real_or_null(r->ml.measured && r->ml.fma_gflops > 0, gflops / r->ml.fma_gflops));
+      json_object_set_new(e, "vs_compute", real_or_null(peak > 0, gflops / peak));
     }
     json_array_append_new(dec, e);
   }
@@ -964,6 +981,7 @@ static void print_table(const bench_report *r) {
    * in decimal GB/s and MB as memory bandwidth is quoted */
   char b1[CLI_BYTES_BUF], b2[CLI_BYTES_BUF], b3[CLI_BYTES_BUF];
   const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
+  const double peak = compute_peak(&r->ml, r->p.precision);
   printf("model     %s (%s): %lld parameters, %s of weights; state %s/sequence, KV %s/token\n",
          r->model_dir, m->is_package ? "package" : "checkpoint", (long long)m->parameters,
          cli_bytes((uint64_t)m->weight_bytes, b1, sizeof b1),
@@ -974,22 +992,26 @@ static void print_table(const bench_report *r) {
          ph_precision_name(r->p.precision), r->p.max_batch_size,
          (long long)r->p.max_scheduled_tokens, (long long)r->p.prefill_chunk,
          (long long)m->kv_pages, (long long)m->block_size, m->load_s);
-  if (r->ml.measured)
-    printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s (measured in this "
-           "run)\n",
-           r->ml.threads, r->ml.bandwidth_gbs, r->ml.fma_gflops);
-  else
+  if (r->ml.measured) {
+    printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s", r->ml.threads,
+           r->ml.bandwidth_gbs, r->ml.fma_gflops);
+    if (r->ml.bf16_gflops > 0) printf(", bf16 dot %.1f GFLOP/s", r->ml.bf16_gflops);
+    printf(" (measured in this run)\n");
+  } else
     printf("machine   not measured: the roofline probes need AVX-512 and FMA\n");
   printf("prefill   %lld tokens: %.1f tok/s = %.3f GFLOP/s", (long long)r->c->prompt, r->pre.tok_s,
          pre_gflops);
   if (r->ml.measured && r->ml.fma_gflops > 0)
     printf(" = %.4f of the FMA peak", pre_gflops / r->ml.fma_gflops);
+  if (peak > 0 && peak != r->ml.fma_gflops)
+    printf(", %.4f of the bf16 dot peak", pre_gflops / peak);
   printf("; TTFT %.2f ms (%lld steps)\n", r->pre.ttft_ms, (long long)r->prefill_steps);
   if (r->spec)
     print_spec_table(r);
   else
     printf("decode    batch       tok/s    step ms    MB/step      GB/s  of bandwidth   GFLOP/s  "
-           "of FMA peak\n");
+           "of FMA peak%s\n",
+           peak > 0 && peak != r->ml.fma_gflops ? "  of bf16 peak" : "");
   for (int i = 0; !r->spec && i < r->c->n_batches; i++) {
     const decode_result *x = &r->dec[i];
     if (x->skipped) {
@@ -1003,6 +1025,7 @@ static void print_table(const bench_report *r) {
     if (r->ml.measured && r->ml.bandwidth_gbs > 0 && r->ml.fma_gflops > 0)
       printf("  %12.4f  %8.2f  %11.4f", gbs / r->ml.bandwidth_gbs, gflops,
              gflops / r->ml.fma_gflops);
+    if (peak > 0 && peak != r->ml.fma_gflops) printf("  %12.4f", gflops / peak);
     printf("\n");
   }
   printf("memory    peak RSS %s; engine cache (KV pages + state slots) %s\n",
