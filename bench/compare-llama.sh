@@ -181,6 +181,8 @@ def ours_figures(j):
         lim.append(f"{p['vs_fma']:.3f} of f32 FMA")
     m = j.get("machine") or {}
     bf = next((m[k] for k in m if "bf16" in k and m[k]), None)
+    if (j.get("engine") or {}).get("precision") != "bf16":
+        bf = None  # f32 mode: the FMA peak is its ceiling
     if bf and p.get("gflops"):
         lim.append(f"{p['gflops'] / bf:.3f} of bf16 dot")
     f["prefill"] = (p.get("tok_s"), ", ".join(lim))
@@ -192,6 +194,8 @@ def ours_figures(j):
             lim.append(f"{d['vs_bandwidth']:.3f} of bandwidth")
         if d.get("vs_fma_peak") is not None:
             lim.append(f"{d['vs_fma_peak']:.3f} of f32 FMA")
+        if bf and d.get("gflops"):
+            lim.append(f"{d['gflops'] / bf:.3f} of bf16 dot")
         f[f"decode{d['batch']}"] = (d.get("tok_s"), ", ".join(lim))
     return f
 
