@@ -20,6 +20,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "base/rng.h"
 
 /* Top-k up to this size uses a heap over the row; beyond it, every token is weighted and
@@ -168,17 +172,49 @@ static double uniform_at(uint64_t seed, int64_t token_index) {
 
 /* ---- greedy ---------------------------------------------------------------------------------- */
 
+/* The largest of x[0, n) under >, NaN skipped; -inf when there is none. */
+static float block_max(const float *x, int64_t n) {
+  float m = -INFINITY;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  /* _mm_max_ps(v, acc) is v > acc ? v : acc lane by lane: a NaN v keeps acc */
+  __m128 a0 = _mm_set1_ps(-INFINITY), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm_max_ps(_mm_loadu_ps(x + i), a0);
+    a1 = _mm_max_ps(_mm_loadu_ps(x + i + 4), a1);
+    a2 = _mm_max_ps(_mm_loadu_ps(x + i + 8), a2);
+    a3 = _mm_max_ps(_mm_loadu_ps(x + i + 12), a3);
+  }
+  float lanes[4];
+  _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(a0, a1), _mm_max_ps(a2, a3)));
+  for (int k = 0; k < 4; k++)
+    if (lanes[k] > m) m = lanes[k];
+#endif
+  for (; i < n; i++)
+    if (x[i] > m) m = x[i];
+  return m;
+}
+
+/* The first index whose value equals (==) the maximum is the one the one-pass rule "replace on >"
+ * keeps, so: the maximum per block of ARGMAX_BLOCK, the first block that raised it, and there the
+ * first index equal to it. No block raised it: every non-NaN entry is -inf (or there is none),
+ * and the first -inf is the answer (0 if there is none). */
+#define ARGMAX_BLOCK 1024
 int64_t sampler_argmax(const float *x, int64_t n) {
-  int64_t best = -1;
-  float best_v = 0.0f;
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    if (v > best_v || (best < 0 && v == v)) {
-      best = i;
-      best_v = v;
+  float best_v = -INFINITY;
+  int64_t from = 0, to = n;
+  for (int64_t b = 0; b < n; b += ARGMAX_BLOCK) {
+    const int64_t end = b + ARGMAX_BLOCK < n ? b + ARGMAX_BLOCK : n;
+    const float m = block_max(x + b, end - b);
+    if (m > best_v) {
+      best_v = m;
+      from = b;
+      to = end;
     }
   }
-  return best < 0 ? 0 : best;
+  for (int64_t i = from; i < to; i++)
+    if (x[i] == best_v) return i;
+  return 0;
 }
 
 /* ---- rank order: a heap for top-k, a radix sort for everything else ------------------------ */
