@@ -174,6 +174,17 @@ static void test_first_nonfinite(void) {
       }
       row[at[k]] = keep;
     }
+  /* a last block whose length is not a multiple of eight: every position of its tail */
+  for (int i = 0; i < V; i++) row[i] = 1.0f;
+  for (int64_t n = 1029; n <= 1031; n++)
+    for (int64_t at2 = 1016; at2 < n; at2++) {
+      row[at2] = NAN;
+      CHECK_EQ_INT(sampler_first_nonfinite(row, n), at2);
+      row[at2] = 1.0f;
+    }
+  CHECK_EQ_INT(sampler_first_nonfinite(row, 7), -1);
+  row[6] = INFINITY;
+  CHECK_EQ_INT(sampler_first_nonfinite(row, 7), 6);
   CHECK_EQ_INT(sampler_first_nonfinite(row, 0), -1);
   CHECK_EQ_INT(sampler_first_nonfinite(NULL, V), -1);
   free(row);
