@@ -20,6 +20,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "base/rng.h"
 
 /* Top-k up to this size uses a heap over the row; beyond it, every token is weighted and
@@ -125,20 +129,33 @@ size_t sampler_scratch_bytes(int64_t vocab) {
 
 int64_t sampler_first_nonfinite(const float *logits, int64_t vocab) {
   if (!logits || vocab <= 0) return -1;
-  /* blocks of 1024 with an OR of "exponent all ones" (NaN and +-inf, nothing else) that the
-   * compiler vectorizes; the index is looked for only in a block that has one */
+  /* blocks of 1024 with an OR of "exponent all ones" (NaN and +-inf, nothing else), eight
+   * entries a step in SSE2 and the block's last (end - b) % 8 one by one; the index is looked for
+   * only in a block that has one */
   const int64_t block = 1024;
   for (int64_t b = 0; b < vocab; b += block) {
     const int64_t end = b + block < vocab ? b + block : vocab;
     uint32_t any = 0;
-    for (int64_t i = b; i < end; i++) {
+    int64_t i = b;
+#if defined(__SSE2__)
+    /* four lanes at a time: exponent bits all ones <=> NaN or +-inf */
+    const __m128i expo = _mm_set1_epi32(0x7f800000);
+    __m128i acc = _mm_setzero_si128();
+    for (; i + 8 <= end; i += 8) {
+      __m128i v0 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(logits + i)), expo);
+      __m128i v1 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(logits + i + 4)), expo);
+      acc = _mm_or_si128(acc, _mm_or_si128(_mm_cmpeq_epi32(v0, expo), _mm_cmpeq_epi32(v1, expo)));
+    }
+    any = (uint32_t)(_mm_movemask_epi8(acc) != 0);
+#endif
+    for (; i < end; i++) {
       uint32_t bits;
       memcpy(&bits, &logits[i], sizeof bits);
       any |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
     }
     if (any)
-      for (int64_t i = b; i < end; i++)
-        if (!isfinite(logits[i])) return i;
+      for (int64_t j = b; j < end; j++)
+        if (!isfinite(logits[j])) return j;
   }
   return -1;
 }
@@ -168,17 +185,49 @@ static double uniform_at(uint64_t seed, int64_t token_index) {
 
 /* ---- greedy ---------------------------------------------------------------------------------- */
 
+/* The largest of x[0, n) under >, NaN skipped; -inf when there is none. */
+static float block_max(const float *x, int64_t n) {
+  float m = -INFINITY;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  /* _mm_max_ps(v, acc) is v > acc ? v : acc lane by lane: a NaN v keeps acc */
+  __m128 a0 = _mm_set1_ps(-INFINITY), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm_max_ps(_mm_loadu_ps(x + i), a0);
+    a1 = _mm_max_ps(_mm_loadu_ps(x + i + 4), a1);
+    a2 = _mm_max_ps(_mm_loadu_ps(x + i + 8), a2);
+    a3 = _mm_max_ps(_mm_loadu_ps(x + i + 12), a3);
+  }
+  float lanes[4];
+  _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(a0, a1), _mm_max_ps(a2, a3)));
+  for (int k = 0; k < 4; k++)
+    if (lanes[k] > m) m = lanes[k];
+#endif
+  for (; i < n; i++)
+    if (x[i] > m) m = x[i];
+  return m;
+}
+
+/* The first index whose value equals (==) the maximum is the one the one-pass rule "replace on >"
+ * keeps, so: the maximum per block of ARGMAX_BLOCK, the first block that raised it, and there the
+ * first index equal to it. No block raised it: every non-NaN entry is -inf (or there is none),
+ * and the first -inf is the answer (0 if there is none). */
+#define ARGMAX_BLOCK 1024
 int64_t sampler_argmax(const float *x, int64_t n) {
-  int64_t best = -1;
-  float best_v = 0.0f;
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    if (v > best_v || (best < 0 && v == v)) {
-      best = i;
-      best_v = v;
+  float best_v = -INFINITY;
+  int64_t from = 0, to = n;
+  for (int64_t b = 0; b < n; b += ARGMAX_BLOCK) {
+    const int64_t end = b + ARGMAX_BLOCK < n ? b + ARGMAX_BLOCK : n;
+    const float m = block_max(x + b, end - b);
+    if (m > best_v) {
+      best_v = m;
+      from = b;
+      to = end;
     }
   }
-  return best < 0 ? 0 : best;
+  for (int64_t i = from; i < to; i++)
+    if (x[i] == best_v) return i;
+  return 0;
 }
 
 /* ---- rank order: a heap for top-k, a radix sort for everything else ------------------------ */

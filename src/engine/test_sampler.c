@@ -104,6 +104,53 @@ static void test_greedy_ties_and_nan(void) {
     CHECK_EQ_INT(sampler_sample(nan_one, 4, &s, t, scratch, sizeof scratch), 2);
 }
 
+/* The one-pass rule sampler_argmax is specified by (sampler.h): replace on >, NaN skipped. */
+static int64_t argmax_one_pass(const float *x, int64_t n) {
+  int64_t best = -1;
+  float best_v = 0.0f;
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] > best_v || (best < 0 && x[i] == x[i])) {
+      best = i;
+      best_v = x[i];
+    }
+  return best < 0 ? 0 : best;
+}
+
+/* sampler_argmax (blocked, vectorized maximum, then the first index equal to it) against the
+ * one-pass rule: lengths around the vector width and the block (1024), values drawn from a small
+ * set so that ties, +-0, +-inf and NaN meet in one block and across blocks. */
+static void test_argmax_blocked(void) {
+  static const float pool[] = {NAN, -INFINITY, INFINITY, -0.0f, 0.0f, 1.0f, -1.0f, 2.5f, 2.5f};
+  const int64_t lens[] = {0, 1, 3, 15, 16, 17, 1023, 1024, 1025, 2048, 3001};
+  float *x = malloc(3001 * sizeof *x);
+  uint64_t st = 12345;
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+    for (int trial = 0; trial < 200; trial++) {
+      const int64_t n = lens[li];
+      /* trial picks which of the pool's values may occur, and how rare the big ones are */
+      for (int64_t i = 0; i < n; i++) {
+        uint64_t r = rng_splitmix64(&st);
+        int k = (int)(r % (uint64_t)(trial % 9 + 1));
+        x[i] = (r >> 32) % 64 == 0 ? pool[(r >> 40) % 9] : pool[k];
+      }
+      CHECK_EQ_INT(sampler_argmax(x, n), argmax_one_pass(x, n));
+    }
+  /* all -inf but a NaN first; all NaN; -0 before +0 in a later block */
+  for (int i = 0; i < 3001; i++) x[i] = -INFINITY;
+  x[0] = NAN;
+  CHECK_EQ_INT(sampler_argmax(x, 3001), 1);
+  for (int i = 0; i < 3001; i++) x[i] = NAN;
+  CHECK_EQ_INT(sampler_argmax(x, 3001), 0);
+  for (int i = 0; i < 3001; i++) x[i] = -1.0f;
+  x[500] = -0.0f;
+  x[2000] = 0.0f;
+  CHECK_EQ_INT(sampler_argmax(x, 3001), 500);
+  x[2999] = 1.0f;
+  x[3000] = 1.0f;
+  CHECK_EQ_INT(sampler_argmax(x, 3001), 2999);
+  free(x);
+}
+
 /* The engine's check before sampling: the first NaN or +-inf, in any block of the row. */
 static void test_first_nonfinite(void) {
   enum { V = 5000 };
@@ -127,6 +174,17 @@ static void test_first_nonfinite(void) {
       }
       row[at[k]] = keep;
     }
+  /* a last block whose length is not a multiple of eight: every position of its tail */
+  for (int i = 0; i < V; i++) row[i] = 1.0f;
+  for (int64_t n = 1029; n <= 1031; n++)
+    for (int64_t at2 = 1016; at2 < n; at2++) {
+      row[at2] = NAN;
+      CHECK_EQ_INT(sampler_first_nonfinite(row, n), at2);
+      row[at2] = 1.0f;
+    }
+  CHECK_EQ_INT(sampler_first_nonfinite(row, 7), -1);
+  row[6] = INFINITY;
+  CHECK_EQ_INT(sampler_first_nonfinite(row, 7), 6);
   CHECK_EQ_INT(sampler_first_nonfinite(row, 0), -1);
   CHECK_EQ_INT(sampler_first_nonfinite(NULL, V), -1);
   free(row);
@@ -641,6 +699,7 @@ static void test_big_vocab(void) {
 int main(void) {
   RUN(test_greedy_ties_and_nan);
   RUN(test_first_nonfinite);
+  RUN(test_argmax_blocked);
   RUN(test_greedy_equivalences);
   RUN(test_determinism);
   RUN(test_distribution);
