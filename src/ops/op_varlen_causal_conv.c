@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "kernels/conv.h"
+#include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 
@@ -184,6 +185,7 @@ static size_t vc_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
 }
 
 typedef struct vc_job {
+  const act_kernels *act; /* the active variant's SiLU, read once per run */
   const vc_geom *g;
   const tensor *x, *w, *bias, *state;
   const int32_t *cu;
@@ -221,8 +223,11 @@ static void vc_task(void *ctx, size_t task, int thread) {
     for (int64_t i = 0; i < nc; i++) X[i * F + P + t] = row[i];
   }
 
+  /* the SiLU over the block's L outputs of all nc channels at once: act_siluf's bits, which
+   * conv_causal_channel's own silu gives too (kernels/conv.h) */
   for (int64_t i = 0; i < nc; i++)
-    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, Y + i * L);
+    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], 0, L, Y + i * L);
+  if (g->silu) j->act->silu(Y, Y, nc * L);
   for (int64_t t = 0; t < L; t++) {
     for (int64_t i = 0; i < nc; i++) row[i] = Y[i * L + t];
     tensor_store_f32(j->out, (r0 + t) * Ch + c0, nc, row);
@@ -262,6 +267,7 @@ static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *
   vc_job j;
   memset(&j, 0, sizeof j);
   j.g = &g;
+  j.act = kernel_set_of(kernel_variant_active())->act;
   j.x = in[VC_IN_X];
   j.w = in[VC_IN_W];
   j.bias = g.has_bias ? in[VC_IN_BIAS] : NULL;
