@@ -12,9 +12,9 @@
  * with x_full = concat(initial_state[b], its rows) over time:
  *   y[t] = act(bias + Σ_j w[j] · x_full[t + j*dilation]),  final_state[b] = x_full[L_b .. L_b+P)
  * so nothing is read across a sequence boundary and a sequence of 0 tokens keeps its state.
- * The arithmetic is the dense CausalConvWithState's (both run conv_causal_channel,
- * kernels/conv.h), so a sequence gives the same bits alone, packed with others, or through the
- * dense op.
+ * The arithmetic is the dense CausalConvWithState's (conv_causal_channel, kernels/conv.h: f16
+ * and bf16 run it; f32 runs the same operations per channel token-major, vc_task_f32), so a
+ * sequence gives the same bits alone, packed with others, or through the dense op.
  *
  * cap > 0 (compact state updates, spec/abi.md §3): capture_count int32 [B] is required (and
  * refused when cap = 0); output 2 [B,cap,Ch] (dtype T) gets, in slots [0, cc_b) with
@@ -36,6 +36,10 @@
 #include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 enum { VC_IN_X, VC_IN_W, VC_IN_CU, VC_IN_BIAS, VC_IN_STATE, VC_IN_CAPTURE, VC_N_IN };
 
@@ -195,6 +199,44 @@ typedef struct vc_job {
   int64_t n_blocks;
 } vc_job;
 
+/* The f32 path, token-major: per token t the block's nc channels at once, straight from the
+ * input rows into the output row (no transposes), with each channel's operations those of
+ * conv_causal_channel (acc = bias, then acc + w[k] * x_full[t + k*dil] in increasing k), so the
+ * bits are the channel-major path's. x_full's first P positions are the block's state rows,
+ * transposed once into H [P][nc]; the weights into Wt [K][nc]. The output never aliases the
+ * input (the executor's arena keeps a node's inputs and outputs apart); final_state may alias
+ * initial_state, which is read into H before anything is written. */
+static void vc_task_f32(const vc_job *j, int64_t b, int64_t c0, int64_t nc, float *ws) {
+  const vc_geom *g = j->g;
+  const int64_t P = g->P, K = g->K, Ch = g->Ch, dil = g->dil;
+  const int64_t r0 = j->cu[b], L = (int64_t)j->cu[b + 1] - r0;
+  const float *xd = j->x->data, *wd = j->w->data, *sd = j->state->data;
+  const float *bd = j->bias ? (const float *)j->bias->data + c0 : NULL;
+  float *od = j->out->data, *fd = j->final_state->data;
+  float *H = ws, *Wt = H + VC_BLOCK * P;
+  for (int64_t i = 0; i < nc; i++)
+    for (int64_t p = 0; p < P; p++) H[p * nc + i] = sd[(b * Ch + c0 + i) * P + p];
+  for (int64_t i = 0; i < nc; i++)
+    for (int64_t k = 0; k < K; k++) Wt[k * nc + i] = wd[(c0 + i) * K + k];
+  for (int64_t t = 0; t < L; t++) {
+    float *y = od + (r0 + t) * Ch + c0;
+    for (int64_t i = 0; i < nc; i++) y[i] = bd ? bd[i] : 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+      const int64_t q = t + k * dil; /* position in x_full */
+      const float *src = q < P ? H + q * nc : xd + (r0 + q - P) * Ch + c0;
+      const float *w = Wt + k * nc;
+      for (int64_t i = 0; i < nc; i++) y[i] += w[i] * src[i];
+    }
+    if (g->silu) j->act->silu(y, y, nc);
+  }
+  /* final_state[b][c][p] = x_full[L + p] */
+  for (int64_t p = 0; p < P; p++) {
+    const int64_t q = L + p;
+    const float *src = q < P ? H + q * nc : xd + (r0 + q - P) * Ch + c0;
+    for (int64_t i = 0; i < nc; i++) fd[(b * Ch + c0 + i) * P + p] = src[i];
+  }
+}
+
 /* Every tensor is read and written a row of the block at a time (one call per row: the block's
  * channels are contiguous in x, out, weight, bias and both states), never an element or a
  * channel at a time: at decode, L = 1 and P = 3, per-channel calls were most of the op. */
@@ -208,6 +250,10 @@ static void vc_task(void *ctx, size_t task, int thread) {
   float *X = (float *)(void *)(j->scratch + (size_t)thread * j->ws_bytes);
   float *Y = X + VC_BLOCK * F, *W = Y + VC_BLOCK * L, *S = W + VC_BLOCK * K;
   float *bias = S + VC_BLOCK * P, *row = bias + VC_BLOCK;
+  if (g->dt == PH_DTYPE_F32) {
+    vc_task_f32(j, b, c0, nc, X);
+    return;
+  }
 
   /* Everything this block reads, before anything is written (final_state may alias). */
   tensor_load_f32(j->w, c0 * K, nc * K, W);
