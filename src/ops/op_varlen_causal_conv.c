@@ -206,6 +206,12 @@ typedef struct vc_job {
  * transposed once into H [P][nc]; the weights into Wt [K][nc]. The output never aliases the
  * input (the executor's arena keeps a node's inputs and outputs apart); final_state may alias
  * initial_state, which is read into H before anything is written. */
+/* acc[i] += w[i] * x[i]: a product, then a sum (two roundings, as conv_causal_channel). */
+static inline void vc_tap(float *restrict acc, const float *restrict w, const float *restrict x,
+                          int64_t n) {
+  for (int64_t i = 0; i < n; i++) acc[i] += w[i] * x[i];
+}
+
 static void vc_task_f32(const vc_job *j, int64_t b, int64_t c0, int64_t nc, float *ws) {
   const vc_geom *g = j->g;
   const int64_t P = g->P, K = g->K, Ch = g->Ch, dil = g->dil;
@@ -220,14 +226,20 @@ static void vc_task_f32(const vc_job *j, int64_t b, int64_t c0, int64_t nc, floa
     for (int64_t k = 0; k < K; k++) Wt[k * nc + i] = wd[(c0 + i) * K + k];
   for (int64_t t = 0; t < L; t++) {
     float *y = od + (r0 + t) * Ch + c0;
-    for (int64_t i = 0; i < nc; i++) y[i] = bd ? bd[i] : 0.0f;
+    float acc[VC_BLOCK];
+    for (int64_t i = 0; i < nc; i++) acc[i] = bd ? bd[i] : 0.0f;
     for (int64_t k = 0; k < K; k++) {
       const int64_t q = t + k * dil; /* position in x_full */
       const float *src = q < P ? H + q * nc : xd + (r0 + q - P) * Ch + c0;
-      const float *w = Wt + k * nc;
-      for (int64_t i = 0; i < nc; i++) y[i] += w[i] * src[i];
+      if (nc == VC_BLOCK)
+        vc_tap(acc, Wt + k * nc, src, VC_BLOCK); /* a constant count: the compiler vectorises */
+      else
+        vc_tap(acc, Wt + k * nc, src, nc);
     }
-    if (g->silu) j->act->silu(y, y, nc);
+    if (g->silu)
+      j->act->silu(acc, y, nc);
+    else
+      memcpy(y, acc, (size_t)nc * sizeof(float));
   }
   /* final_state[b][c][p] = x_full[L + p] */
   for (int64_t p = 0; p < P; p++) {
