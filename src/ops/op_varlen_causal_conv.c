@@ -26,8 +26,10 @@
  * PH_ERR_INVALID_ARGUMENT here (ORT's CUDA kernel skips the work instead); they are checked before
  * anything is written.
  *
- * Work is split over (sequence, block of VC_BLOCK channels); a task reads its block's state and
- * rows before writing, so final_state may alias initial_state.
+ * f16/bf16: work is split over (sequence, block of VC_BLOCK channels); a task reads its block's
+ * state and rows before writing, so final_state may alias initial_state. f32: over (sequence,
+ * VC_TOKENS tokens) for the outputs, then a second pool run over (sequence, channel block) writes
+ * the final states, after every output task has read the initial ones.
  */
 #include <stdint.h>
 #include <string.h>
@@ -43,7 +45,8 @@
 
 enum { VC_IN_X, VC_IN_W, VC_IN_CU, VC_IN_BIAS, VC_IN_STATE, VC_IN_CAPTURE, VC_N_IN };
 
-#define VC_BLOCK 64
+#define VC_BLOCK  64
+#define VC_TOKENS 32 /* tokens per task of the f32 path */
 
 typedef struct vc_geom {
   ph_dtype dt;
@@ -169,12 +172,14 @@ static ph_status vc_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
   return PH_OK;
 }
 
-/* One thread's workspace: X [VC_BLOCK][P+N] (x_full per channel; a sequence has at most N
- * rows), Y [VC_BLOCK][N] (the outputs per channel), W [VC_BLOCK][K], the block's state rows
- * [VC_BLOCK][P], bias and a row buffer [VC_BLOCK]. */
+/* One thread's workspace: f16/bf16: X [VC_BLOCK][P+N] (x_full per channel; a sequence has at
+ * most N rows), Y [VC_BLOCK][N] (the outputs per channel), W [VC_BLOCK][K], the block's state
+ * rows [VC_BLOCK][P], bias and a row buffer [VC_BLOCK]; f32: the weights transposed, [K][Ch]. */
 static size_t vc_ws_bytes(const vc_geom *g) {
   size_t f = (size_t)VC_BLOCK * (size_t)(g->P + g->N) + (size_t)VC_BLOCK * (size_t)g->N +
              (size_t)VC_BLOCK * (size_t)g->K + (size_t)VC_BLOCK * (size_t)g->P + 2 * VC_BLOCK;
+  const size_t wt = (size_t)g->Ch * (size_t)g->K; /* the f32 path's transposed weights */
+  if (f < wt) f = wt;
   return (f * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -197,56 +202,80 @@ typedef struct vc_job {
   char *scratch;
   size_t ws_bytes;
   int64_t n_blocks;
+  int64_t n_tok_blocks; /* f32: VC_TOKENS-token blocks of the longest sequence */
 } vc_job;
 
-/* The f32 path, token-major: per token t the block's nc channels at once, straight from the
- * input rows into the output row (no transposes), with each channel's operations those of
- * conv_causal_channel (acc = bias, then acc + w[k] * x_full[t + k*dil] in increasing k), so the
- * bits are the channel-major path's. x_full's first P positions are the block's state rows,
- * transposed once into H [P][nc]; the weights into Wt [K][nc]. The output never aliases the
- * input (the executor's arena keeps a node's inputs and outputs apart); final_state may alias
- * initial_state, which is read into H before anything is written. */
 /* acc[i] += w[i] * x[i]: a product, then a sum (two roundings, as conv_causal_channel). */
 static inline void vc_tap(float *restrict acc, const float *restrict w, const float *restrict x,
                           int64_t n) {
   for (int64_t i = 0; i < n; i++) acc[i] += w[i] * x[i];
 }
 
-static void vc_task_f32(const vc_job *j, int64_t b, int64_t c0, int64_t nc, float *ws) {
+/* The f32 path, token-major: a task is (sequence b, VC_TOKENS tokens) over all channels, so it
+ * reads the input rows front to back; per token and block of VC_BLOCK channels, each channel's
+ * operations are those of conv_causal_channel (acc = bias, then acc + w[k] * x_full[t + k*dil]
+ * in increasing k), so the bits are the channel-major path's. x_full's first P positions are the
+ * initial state, read (never written) here; the weights are transposed once per task into
+ * Wt [K][Ch]. The output never aliases the input (the executor's arena keeps a node's inputs and
+ * outputs apart). The final state, which may alias the initial state, is written by a second
+ * pool run (vc_final_f32), after every task has read it. */
+static void vc_task_f32(void *ctx, size_t task, int thread) {
+  const vc_job *j = ctx;
   const vc_geom *g = j->g;
-  const int64_t P = g->P, K = g->K, Ch = g->Ch, dil = g->dil;
+  const int64_t b = (int64_t)task / j->n_tok_blocks;
+  const int64_t t0 = ((int64_t)task % j->n_tok_blocks) * VC_TOKENS;
   const int64_t r0 = j->cu[b], L = (int64_t)j->cu[b + 1] - r0;
+  if (t0 >= L) return;
+  const int64_t t1 = t0 + VC_TOKENS < L ? t0 + VC_TOKENS : L;
+  const int64_t P = g->P, K = g->K, Ch = g->Ch, dil = g->dil;
   const float *xd = j->x->data, *wd = j->w->data, *sd = j->state->data;
-  const float *bd = j->bias ? (const float *)j->bias->data + c0 : NULL;
-  float *od = j->out->data, *fd = j->final_state->data;
-  float *H = ws, *Wt = H + VC_BLOCK * P;
-  for (int64_t i = 0; i < nc; i++)
-    for (int64_t p = 0; p < P; p++) H[p * nc + i] = sd[(b * Ch + c0 + i) * P + p];
-  for (int64_t i = 0; i < nc; i++)
-    for (int64_t k = 0; k < K; k++) Wt[k * nc + i] = wd[(c0 + i) * K + k];
-  for (int64_t t = 0; t < L; t++) {
-    float *y = od + (r0 + t) * Ch + c0;
-    float acc[VC_BLOCK];
-    for (int64_t i = 0; i < nc; i++) acc[i] = bd ? bd[i] : 0.0f;
-    for (int64_t k = 0; k < K; k++) {
-      const int64_t q = t + k * dil; /* position in x_full */
-      const float *src = q < P ? H + q * nc : xd + (r0 + q - P) * Ch + c0;
-      if (nc == VC_BLOCK)
-        vc_tap(acc, Wt + k * nc, src, VC_BLOCK); /* a constant count: the compiler vectorises */
+  const float *bd = j->bias ? (const float *)j->bias->data : NULL;
+  float *od = j->out->data;
+  float *Wt = (float *)(void *)(j->scratch + (size_t)thread * j->ws_bytes);
+  for (int64_t c = 0; c < Ch; c++)
+    for (int64_t k = 0; k < K; k++) Wt[k * Ch + c] = wd[c * K + k];
+  for (int64_t t = t0; t < t1; t++) {
+    float *y = od + (r0 + t) * Ch;
+    for (int64_t c0 = 0; c0 < Ch; c0 += VC_BLOCK) {
+      const int64_t nc = Ch - c0 < VC_BLOCK ? Ch - c0 : VC_BLOCK;
+      float acc[VC_BLOCK], h[VC_BLOCK];
+      for (int64_t i = 0; i < nc; i++) acc[i] = bd ? bd[c0 + i] : 0.0f;
+      for (int64_t k = 0; k < K; k++) {
+        const int64_t q = t + k * dil; /* position in x_full */
+        const float *src = xd + (r0 + q - P) * Ch + c0;
+        if (q < P) { /* the initial state, channel-major [Ch][P] */
+          for (int64_t i = 0; i < nc; i++) h[i] = sd[(b * Ch + c0 + i) * P + q];
+          src = h;
+        }
+        if (nc == VC_BLOCK)
+          vc_tap(acc, Wt + k * Ch + c0, src, VC_BLOCK); /* a constant count: vectorised */
+        else
+          vc_tap(acc, Wt + k * Ch + c0, src, nc);
+      }
+      if (g->silu)
+        j->act->silu(acc, y + c0, nc);
       else
-        vc_tap(acc, Wt + k * nc, src, nc);
+        memcpy(y + c0, acc, (size_t)nc * sizeof(float));
     }
-    if (g->silu)
-      j->act->silu(acc, y, nc);
-    else
-      memcpy(y, acc, (size_t)nc * sizeof(float));
   }
-  /* final_state[b][c][p] = x_full[L + p] */
-  for (int64_t p = 0; p < P; p++) {
-    const int64_t q = L + p;
-    const float *src = q < P ? H + q * nc : xd + (r0 + q - P) * Ch + c0;
-    for (int64_t i = 0; i < nc; i++) fd[(b * Ch + c0 + i) * P + p] = src[i];
-  }
+}
+
+/* final_state[b][c][p] = x_full[L + p] for (sequence b, block of channels): in increasing p,
+ * which reads the initial state only at L + p >= p, so an aliased state shifts in place. */
+static void vc_final_f32(void *ctx, size_t task, int thread) {
+  (void)thread;
+  const vc_job *j = ctx;
+  const vc_geom *g = j->g;
+  const int64_t b = (int64_t)task / j->n_blocks, c0 = ((int64_t)task % j->n_blocks) * VC_BLOCK;
+  const int64_t nc = g->Ch - c0 < VC_BLOCK ? g->Ch - c0 : VC_BLOCK;
+  const int64_t P = g->P, Ch = g->Ch, r0 = j->cu[b], L = (int64_t)j->cu[b + 1] - r0;
+  const float *xd = j->x->data, *sd = j->state->data;
+  float *fd = j->final_state->data;
+  for (int64_t i = 0; i < nc; i++)
+    for (int64_t p = 0; p < P; p++) {
+      const int64_t q = L + p, c = c0 + i;
+      fd[(b * Ch + c) * P + p] = q < P ? sd[(b * Ch + c) * P + q] : xd[(r0 + q - P) * Ch + c];
+    }
 }
 
 /* Every tensor is read and written a row of the block at a time (one call per row: the block's
@@ -262,10 +291,6 @@ static void vc_task(void *ctx, size_t task, int thread) {
   float *X = (float *)(void *)(j->scratch + (size_t)thread * j->ws_bytes);
   float *Y = X + VC_BLOCK * F, *W = Y + VC_BLOCK * L, *S = W + VC_BLOCK * K;
   float *bias = S + VC_BLOCK * P, *row = bias + VC_BLOCK;
-  if (g->dt == PH_DTYPE_F32) {
-    vc_task_f32(j, b, c0, nc, X);
-    return;
-  }
 
   /* Everything this block reads, before anything is written (final_state may alias). */
   tensor_load_f32(j->w, c0 * K, nc * K, W);
@@ -341,7 +366,16 @@ static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *
                   "VarlenCausalConvWithState: scratch is %zu bytes, %d threads need %zu",
                   ctx->scratch_bytes, n_threads, j.ws_bytes * (size_t)n_threads);
   j.scratch = ctx->scratch;
-  if (g.B > 0 && g.Ch > 0) pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_task, &j);
+  if (g.B > 0 && g.Ch > 0 && g.dt == PH_DTYPE_F32) {
+    int64_t max_l = 0;
+    for (int64_t b = 0; b < g.B; b++)
+      if ((int64_t)j.cu[b + 1] - j.cu[b] > max_l) max_l = (int64_t)j.cu[b + 1] - j.cu[b];
+    j.n_tok_blocks = (max_l + VC_TOKENS - 1) / VC_TOKENS;
+    if (j.n_tok_blocks > 0) pool_run(ctx->pool, (size_t)(g.B * j.n_tok_blocks), vc_task_f32, &j);
+    pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_final_f32, &j);
+  } else if (g.B > 0 && g.Ch > 0) {
+    pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_task, &j);
+  }
   return PH_OK;
 }
 
