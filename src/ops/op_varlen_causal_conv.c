@@ -27,9 +27,9 @@
  * anything is written.
  *
  * f16/bf16: work is split over (sequence, block of VC_BLOCK channels); a task reads its block's
- * state and rows before writing, so final_state may alias initial_state. f32: over (sequence,
- * VC_TOKENS tokens) for the outputs, then a second pool run over (sequence, channel block) writes
- * the final states, after every output task has read the initial ones.
+ * state and rows before writing, so final_state may alias initial_state. f32: over VC_TOKENS packed
+ * rows (of one or more sequences) for the outputs, then a second pool run over (sequence, channel
+ * block) writes the final states, after every output task has read the initial ones.
  */
 #include <stdint.h>
 #include <string.h>
@@ -202,7 +202,6 @@ typedef struct vc_job {
   char *scratch;
   size_t ws_bytes;
   int64_t n_blocks;
-  int64_t n_tok_blocks; /* f32: VC_TOKENS-token blocks of the longest sequence */
 } vc_job;
 
 /* acc[i] += w[i] * x[i]: a product, then a sum (two roundings, as conv_causal_channel). */
@@ -211,8 +210,9 @@ static inline void vc_tap(float *restrict acc, const float *restrict w, const fl
   for (int64_t i = 0; i < n; i++) acc[i] += w[i] * x[i];
 }
 
-/* The f32 path, token-major: a task is (sequence b, VC_TOKENS tokens) over all channels, so it
- * reads the input rows front to back; per token and block of VC_BLOCK channels, each channel's
+/* The f32 path, token-major: a task is VC_TOKENS consecutive packed rows over all channels
+ * (rows of several sequences when they are short, as at decode), so it reads the input rows
+ * front to back; per token and block of VC_BLOCK channels, each channel's
  * operations are those of conv_causal_channel (acc = bias, then acc + w[k] * x_full[t + k*dil]
  * in increasing k), so the bits are the channel-major path's. x_full's first P positions are the
  * initial state, read (never written) here; the weights are transposed once per task into
@@ -222,11 +222,8 @@ static inline void vc_tap(float *restrict acc, const float *restrict w, const fl
 static void vc_task_f32(void *ctx, size_t task, int thread) {
   const vc_job *j = ctx;
   const vc_geom *g = j->g;
-  const int64_t b = (int64_t)task / j->n_tok_blocks;
-  const int64_t t0 = ((int64_t)task % j->n_tok_blocks) * VC_TOKENS;
-  const int64_t r0 = j->cu[b], L = (int64_t)j->cu[b + 1] - r0;
-  if (t0 >= L) return;
-  const int64_t t1 = t0 + VC_TOKENS < L ? t0 + VC_TOKENS : L;
+  const int64_t row0 = (int64_t)task * VC_TOKENS;
+  const int64_t row1 = row0 + VC_TOKENS < g->N ? row0 + VC_TOKENS : g->N;
   const int64_t P = g->P, K = g->K, Ch = g->Ch, dil = g->dil;
   const float *xd = j->x->data, *wd = j->w->data, *sd = j->state->data;
   const float *bd = j->bias ? (const float *)j->bias->data : NULL;
@@ -234,8 +231,11 @@ static void vc_task_f32(void *ctx, size_t task, int thread) {
   float *Wt = (float *)(void *)(j->scratch + (size_t)thread * j->ws_bytes);
   for (int64_t c = 0; c < Ch; c++)
     for (int64_t k = 0; k < K; k++) Wt[k * Ch + c] = wd[c * K + k];
-  for (int64_t t = t0; t < t1; t++) {
-    float *y = od + (r0 + t) * Ch;
+  int64_t b = 0; /* the sequence of each row: cu[b] <= row < cu[b + 1] */
+  for (int64_t row = row0; row < row1; row++) {
+    while (j->cu[b + 1] <= row) b++; /* skips sequences of 0 tokens */
+    const int64_t r0 = j->cu[b], t = row - r0;
+    float *y = od + row * Ch;
     for (int64_t c0 = 0; c0 < Ch; c0 += VC_BLOCK) {
       const int64_t nc = Ch - c0 < VC_BLOCK ? Ch - c0 : VC_BLOCK;
       float acc[VC_BLOCK], h[VC_BLOCK];
@@ -367,11 +367,7 @@ static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *
                   ctx->scratch_bytes, n_threads, j.ws_bytes * (size_t)n_threads);
   j.scratch = ctx->scratch;
   if (g.B > 0 && g.Ch > 0 && g.dt == PH_DTYPE_F32) {
-    int64_t max_l = 0;
-    for (int64_t b = 0; b < g.B; b++)
-      if ((int64_t)j.cu[b + 1] - j.cu[b] > max_l) max_l = (int64_t)j.cu[b + 1] - j.cu[b];
-    j.n_tok_blocks = (max_l + VC_TOKENS - 1) / VC_TOKENS;
-    if (j.n_tok_blocks > 0) pool_run(ctx->pool, (size_t)(g.B * j.n_tok_blocks), vc_task_f32, &j);
+    if (g.N > 0) pool_run(ctx->pool, (size_t)((g.N + VC_TOKENS - 1) / VC_TOKENS), vc_task_f32, &j);
     pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_final_f32, &j);
   } else if (g.B > 0 && g.Ch > 0) {
     pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_task, &j);
