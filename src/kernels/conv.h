@@ -14,7 +14,9 @@
 
 /* One channel over L tokens, x = x_full = concat(carried state, inputs), (K-1)*dil + L values:
  *   y[t] = act(bias + Σ_k w[k] x[t + k*dil]), the sum from bias in increasing k, t in [0, L);
- *   act is the identity, or silu(a) = a / (1 + e^{-a}) when silu is 1. */
+ *   act is the identity, or act_siluf(a) = a / (1 + act_expf(-a)) (kernels/act.h) when silu is
+ *   1. The ops run it with silu 0 and apply the dispatch table's act->silu row kernel to their
+ *   block of outputs: the same bits. */
 void conv_causal_channel(const float *x, const float *w, int64_t K, int64_t dil, float bias,
                          int silu, int64_t L, float *y);
 

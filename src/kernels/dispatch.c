@@ -14,22 +14,27 @@
 #define GD_DECODE_AVX512 gated_delta_decode_f32_avx512
 #define REPLAY_AVX2      state_replay_recurrent_avx2
 #define GD_CHUNK_AVX512  gated_delta_chunk_avx512
+#define ACT_AVX2         (&act_avx2_kernels)
+#define ACT_AVX512       (&act_avx512_kernels)
 #else
 #define GD_DECODE_AVX2   NULL
 #define GD_DECODE_AVX512 NULL
 #define REPLAY_AVX2      NULL
 #define GD_CHUNK_AVX512  NULL
+#define ACT_AVX2         (&act_scalar_kernels)
+#define ACT_AVX512       (&act_scalar_kernels)
 #endif
 
 /* Every kernel variant, registered once. avx512 has no replay of its own and runs the AVX2 one
  * (bit-identical to the reference either way); its gated-delta decode is bit-identical to the
  * reference too; its gated-delta chunk is the blocked one (another summation order: within
- * test_kernels' derived bound of the reference). */
+ * test_kernels' derived bound of the reference); the activations of every row give the scalar
+ * bits. */
 static const kernel_set KERNEL_SETS[KERNEL_N_VARIANTS] = {
-    [KERNEL_SCALAR] = {"scalar", &matmul_wt_scalar_kernels, NULL, NULL, NULL},
-    [KERNEL_AVX2] = {"avx2", &matmul_wt_avx2_kernels, GD_DECODE_AVX2, REPLAY_AVX2, NULL},
+    [KERNEL_SCALAR] = {"scalar", &matmul_wt_scalar_kernels, NULL, NULL, NULL, &act_scalar_kernels},
+    [KERNEL_AVX2] = {"avx2", &matmul_wt_avx2_kernels, GD_DECODE_AVX2, REPLAY_AVX2, NULL, ACT_AVX2},
     [KERNEL_AVX512] = {"avx512", &matmul_wt_avx512_kernels, GD_DECODE_AVX512, REPLAY_AVX2,
-                       GD_CHUNK_AVX512},
+                       GD_CHUNK_AVX512, ACT_AVX512},
 };
 
 const char *kernel_variant_name(kernel_variant v) {

@@ -10,6 +10,8 @@
  *                       scalar reference (kernels/state_replay.h)
  *   gated_delta_chunk   the chunked WY/UT form of GatedDeltaNet's and LinearAttention's prefill,
  *                       or NULL: the reference gated_delta_chunk (kernels/gated_delta.h)
+ *   act                 the elementwise activations' row kernels (exp, sigmoid, SiLU on f32:
+ *                       kernels/act.h), never NULL; every variant gives the scalar bits
  * A new kernel is a new column here and one entry per row; tests/benches walk the table.
  * Cores with one implementation only (gated_delta_token, conv_causal_channel in kernels/conv.h,
  * rope_rotate_f32 in kernels/rope.h) are called directly and have no column: they get one when a
@@ -29,6 +31,7 @@
 #define PH_KERNELS_DISPATCH_H
 
 #include "base/diag.h"
+#include "kernels/act.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul_wt.h"
 #include "kernels/state_replay.h"
@@ -47,6 +50,7 @@ typedef struct kernel_set {
   gated_delta_decode_fn gated_delta_decode;   /* NULL: the scalar reference path */
   state_replay_recurrent_fn replay_recurrent; /* NULL: the scalar reference */
   gated_delta_chunk_fn gated_delta_chunk;     /* NULL: the reference gated_delta_chunk */
+  const act_kernels *act;                     /* never NULL */
 } kernel_set;
 
 /* "scalar", "avx2", "avx512"; "?" for a value outside the enum. */

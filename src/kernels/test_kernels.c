@@ -29,6 +29,9 @@
  * dilation. rope_rotate_f32     (one implementation today: RotaryEmbedding's, PagedAttention's and
  *                       GroupQueryAttention's rotation) against a double reference within
  *                       ROPE_TOL (derived beside it), both pairings; in place gives the bits.
+ *   act                 (exp, sigmoid, SiLU rows) the reference within derived ulp bounds of
+ *                       double over a sweep of all 2^32 bit patterns and the edges; every
+ *                       variant the reference's bits, every length and offset, in place.
  * Shapes: 1, odd sizes, and sizes around 8/16/64/256. A failing case is printed by name with its
  * error; NaN or infinity in any result fails. Each grid prints its worst NMSE.
  */
@@ -42,6 +45,7 @@
 #include "base/cpu.h"
 #include "base/rng.h"
 #include "check.h"
+#include "kernels/act.h"
 #include "kernels/attend.h"
 #include "kernels/conv.h"
 #include "kernels/dispatch.h"
@@ -761,6 +765,169 @@ static void grid_attend_exp(const kernel_variant *vs, int n_vs) {
   printf("  attend_expf: worst %.3g ulp\n", worst);
 }
 
+/* ---- act (exp, sigmoid, SiLU) --------------------------------------------------------------- */
+
+/* The ulp of v in f32, subnormals included (2^-149 below FLT_MIN), FLT_MAX's above it. */
+static double f32_ulp(double v) {
+  v = fabs(v);
+  if (v < (double)FLT_MIN) return ldexp(1.0, -149);
+  if (v > (double)FLT_MAX) v = (double)FLT_MAX;
+  return ldexp(1.0, ilogb(v) - 23);
+}
+
+/* Error of got against the exact want in ulps of want; a result that rounds past FLT_MAX may be
+ * +-inf (0 ulp), an infinity for a finite want is +inf ulp, NaN is +inf. */
+static double ulp_err(float got, double want) {
+  if (isnan(got)) return INFINITY;
+  if (isinf(got)) return isinf(want) || fabs(want) > (double)FLT_MAX ? 0.0 : INFINITY;
+  return fabs((double)got - want) / f32_ulp(want);
+}
+
+/* The act grid's inputs: a sweep of every 4099th bit pattern over all 2^32 (both signs, every
+ * exponent, subnormals, infinities and NaNs), the specials, the clamp and overflow edges, and the
+ * points halfway between two multiples of ln 2 (where rint(x log2e) changes n). */
+static int64_t act_inputs(float *xs, int64_t cap) {
+  int64_t n = 0;
+  for (uint64_t b = 0; b < (1ull << 32) && n < cap; b += 4099) {
+    uint32_t u = (uint32_t)b;
+    memcpy(&xs[n++], &u, 4);
+  }
+  const float sp[] = {
+      0.0f,    -0.0f,    INFINITY, -INFINITY,   NAN,         -NAN,        FLT_MIN, -FLT_MIN,
+      FLT_MAX, -FLT_MAX, 1e-45f,   -1e-45f,     1.17e-38f,   -1.17e-38f,  1.0f,    -1.0f,
+      88.0f,   88.5f,    88.72f,   88.7228394f, 88.7228470f, 88.73f,      89.0f,   89.5f,
+      -87.33f, -87.34f,  -100.0f,  -103.9f,     -103.97f,    -103.98f,    -104.0f, -104.5f,
+      -150.0f, 150.0f,   1e10f,    -1e10f,      0.3465736f,  -0.3465736f, 20.0f,   -20.0f};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0] && n < cap; i++) xs[n++] = sp[i];
+  const uint32_t snan = 0x7f800123u, nsnan = 0xffc00456u;
+  memcpy(&xs[n++], &snan, 4);
+  memcpy(&xs[n++], &nsnan, 4);
+  for (int k = -152; k <= 130 && n + 4 <= cap; k++) {
+    const float h = (float)(((double)k + 0.5) * 0.69314718055994530942);
+    xs[n++] = h;
+    xs[n++] = nextafterf(h, INFINITY);
+    xs[n++] = nextafterf(h, -INFINITY);
+  }
+  return n;
+}
+
+/* act_expf, act_sigmoidf, act_siluf (kernels/act.h) against double over act_inputs:
+ *   exp      within ACT_EXP_ULP ulp (derived in docs/performance.md "Vector exp"), and exactly 1
+ *            at +-0 and subnormals, +0 at -inf and below -104, +inf at +inf and above 89, NaN at
+ *            NaN;
+ *   sigmoid  within ACT_SIGMOID_ULP = 8 ulp: e = exp(-|x|) is within 2 ulp (relative 2^-22), 1 + e
+ *            carries at most half of that plus its rounding 2^-24, the quotient adds 2^-24 and its
+ *            numerator e (x < 0) all of it: relative 4 * 2^-23 = 8 ulp at most;
+ *   silu     within ACT_SILU_ULP = 6 ulp (the same count without the numerator's share: relative
+ *            2^-22 + 2 * 2^-24 = 3 * 2^-23), except where e^-x overflows (x < -88.72): there
+ *            x / inf = -0 against an exact value below 2^-100 in magnitude, checked as such;
+ * and every variant's row kernels give the scalar reference's bits (NaN for NaN) on every row
+ * length 1..40 at every offset of a 64-float window, and on the whole set in place. */
+#define ACT_SIGMOID_ULP 8.0
+#define ACT_SILU_ULP    6.0
+static void grid_act(const kernel_variant *vs, int n_vs) {
+  enum { CAP = 1100000 };
+  float *xs = malloc(CAP * sizeof(float)), *ref = malloc(CAP * sizeof(float));
+  float *got = malloc(CAP * sizeof(float));
+  CHECK(xs && ref && got);
+  if (!xs || !ref || !got) {
+    free(xs);
+    free(ref);
+    free(got);
+    return;
+  }
+  const int64_t n = act_inputs(xs, CAP);
+  double w_exp = 0.0, w_sig = 0.0, w_silu = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    const float x = xs[i];
+    if (isnan(x)) continue;
+    const double ex = exp((double)x);
+    const double e_exp = ulp_err(act_expf(x), ex);
+    if (!(e_exp <= w_exp)) w_exp = e_exp;
+    const double sg = x >= 0.0f ? 1.0 / (1.0 + exp(-(double)x)) : ex / (1.0 + ex);
+    const double e_sig = ulp_err(act_sigmoidf(x), sg);
+    if (!(e_sig <= w_sig)) w_sig = e_sig;
+    if (x < -88.72f) {
+      const float s = act_siluf(x);
+      const double e_s = isinf(x)                      ? (isnan(s) ? 0.0 : INFINITY)
+                         : fabs((double)s) <= 0x1p-100 ? 0.0
+                                                       : INFINITY;
+      if (!(e_s <= w_silu)) w_silu = e_s;
+    } else if (!isinf(x)) {
+      const double sl = (double)x * sg;
+      const double e_s = ulp_err(act_siluf(x), sl);
+      if (!(e_s <= w_silu)) w_silu = e_s;
+    }
+  }
+  char name[160];
+  snprintf(name, sizeof name, "act_expf within %.0f ulp of exp over %lld inputs (worst %.3g)",
+           ACT_EXP_ULP, (long long)n, w_exp);
+  case_result(w_exp <= ACT_EXP_ULP, name, w_exp);
+  snprintf(name, sizeof name, "act_sigmoidf within %.0f ulp (worst %.3g)", ACT_SIGMOID_ULP, w_sig);
+  case_result(w_sig <= ACT_SIGMOID_ULP, name, w_sig);
+  snprintf(name, sizeof name, "act_siluf within %.0f ulp (worst %.3g)", ACT_SILU_ULP, w_silu);
+  case_result(w_silu <= ACT_SILU_ULP, name, w_silu);
+  const float one = 1.0f;
+  case_result(act_expf(0.0f) == one && act_expf(-0.0f) == one && act_expf(1e-45f) == one &&
+                  act_expf(-1e-45f) == one && act_expf(-1e-40f) == one,
+              "act_expf is 1 at 0 and subnormals", 0.0);
+  case_result(act_expf(-INFINITY) == 0.0f && act_expf(-104.5f) == 0.0f &&
+                  !signbit(act_expf(-1e30f)),
+              "act_expf is +0 at -inf and far below", 0.0);
+  case_result(isinf(act_expf(INFINITY)) && isinf(act_expf(89.5f)) && act_expf(88.0f) < INFINITY,
+              "act_expf overflows to +inf past ln FLT_MAX only", 0.0);
+  case_result(isnan(act_expf(NAN)) && isnan(act_sigmoidf(NAN)) && isnan(act_siluf(NAN)),
+              "act NaN in, NaN out", 0.0);
+  case_result(act_sigmoidf(INFINITY) == 1.0f && act_sigmoidf(-INFINITY) == 0.0f &&
+                  act_sigmoidf(0.0f) == 0.5f && act_sigmoidf(-0.0f) == 0.5f,
+              "act_sigmoidf at +-inf and +-0", 0.0);
+  case_result(act_expf(-100.0f) > 0.0f && act_expf(-100.0f) < FLT_MIN, "act_expf subnormal results",
+              0.0);
+
+  static const char *const fn_names[3] = {"exp", "sigmoid", "silu"};
+  for (int f = 0; f < 3; f++) {
+    for (int64_t i = 0; i < n; i++)
+      ref[i] = f == 0 ? act_expf(xs[i]) : f == 1 ? act_sigmoidf(xs[i]) : act_siluf(xs[i]);
+    for (int v = 0; v < n_vs; v++) {
+      const act_kernels *ak = kernel_set_of(vs[v])->act;
+      CHECK(ak && ak->exp && ak->sigmoid && ak->silu);
+      if (!ak || !ak->exp || !ak->sigmoid || !ak->silu) continue;
+      const act_row_fn fn = f == 0 ? ak->exp : f == 1 ? ak->sigmoid : ak->silu;
+      int64_t bad = 0;
+      fn(xs, got, n);
+      for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &ref[i], 4) != 0 && !(isnan(got[i]) && isnan(ref[i]))) bad++;
+      memcpy(got, xs, (size_t)n * sizeof(float)); /* in place */
+      fn(got, got, n);
+      for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &ref[i], 4) != 0 && !(isnan(got[i]) && isnan(ref[i]))) bad++;
+      /* every length 1..40 at every offset of a 64-float window; past the row is untouched */
+      for (int64_t len = 1; len <= 40; len++)
+        for (int64_t off = 0; off + len <= 64; off++) {
+          float buf[64];
+          for (int k = 0; k < 64; k++) buf[k] = -7.0f;
+          const int64_t base = (len * 997 + off * 131) % (n - 64);
+          fn(xs + base + off, buf + off, len);
+          for (int64_t k = 0; k < 64; k++) {
+            const int in_row = k >= off && k < off + len;
+            if (!in_row && buf[k] != -7.0f) bad++;
+            if (in_row && memcmp(&buf[k], &ref[base + k], 4) != 0 &&
+                !(isnan(buf[k]) && isnan(ref[base + k])))
+              bad++;
+          }
+        }
+      snprintf(name, sizeof name, "act %s %s: the scalar bits (%lld differ)", fn_names[f],
+               kernel_variant_name(vs[v]), (long long)bad);
+      case_result(bad == 0, name, (double)bad);
+    }
+  }
+  printf("  act: exp worst %.3g ulp, sigmoid %.3g, silu %.3g over %lld inputs\n", w_exp, w_sig,
+         w_silu, (long long)n);
+  free(xs);
+  free(ref);
+  free(got);
+}
+
 /* One attention case: G query heads of one kv head x P consecutive positions ending at key
  * T - 1 (the causal prefill tile), window W (0: off), over T keys stored contiguous and paged. */
 typedef struct at_case {
@@ -1139,6 +1306,7 @@ static const kernel_column COLUMNS[] = {
     {"replay_recurrent", grid_replay_recurrent},
     {"gated_delta_chunk", grid_gated_delta_chunk},
     {"attend_expf", grid_attend_exp},
+    {"act", grid_act},
     {"attend_rows", grid_attend},
     {"conv_causal_channel", grid_conv_causal},
     {"rope_rotate_f32", grid_rope},
@@ -1172,6 +1340,7 @@ static void test_kernel_table(void) {
   CHECK(kernel_set_of(KERNEL_SCALAR)->gated_delta_decode == NULL);
   CHECK(kernel_set_of(KERNEL_SCALAR)->replay_recurrent == NULL);
   CHECK(kernel_set_of(KERNEL_SCALAR)->gated_delta_chunk == NULL);
+  for (int v = 0; v < KERNEL_N_VARIANTS; v++) CHECK(kernel_set_of((kernel_variant)v)->act != NULL);
 }
 
 int main(void) {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/conv.h"
+#include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 
@@ -150,6 +151,7 @@ static size_t cc_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
 }
 
 typedef struct cc_job {
+  const act_kernels *act; /* the active variant's SiLU, read once per run */
   const cc_geom *g;
   const tensor *x, *w, *bias, *past;
   tensor *out, *present;
@@ -196,8 +198,11 @@ static void cc_task(void *ctx, size_t task, int thread) {
     }
   }
 
+  /* the SiLU over the block's L outputs of all nc channels at once: act_siluf's bits, which
+   * conv_causal_channel's own silu gives too (kernels/conv.h) */
   for (int64_t i = 0; i < nc; i++)
-    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, Y + i * L);
+    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], 0, L, Y + i * L);
+  if (g->silu) j->act->silu(Y, Y, nc * L);
 
   if (!g->channels_last) {
     for (int64_t i = 0; i < nc; i++) {
@@ -231,6 +236,7 @@ static ph_status cc_run(const gnode *n, const tensor *const *in, tensor *const *
   cc_job j;
   memset(&j, 0, sizeof j);
   j.g = &g;
+  j.act = kernel_set_of(kernel_variant_active())->act;
   j.x = in[CC_IN_X];
   j.w = in[CC_IN_W];
   j.bias = g.has_bias ? in[CC_IN_BIAS] : NULL;

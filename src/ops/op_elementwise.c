@@ -11,17 +11,22 @@
  * runs where each input's inner stride is 0 (broadcast) or 1, so the inner loops are flat.
  *
  * Unary ops: Sigmoid, Softplus, Exp and Log take f32/f16/bf16; Neg also i64, i32, i8 (wrapping).
- * Sigmoid is 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below (no overflow either way); Softplus is
- * x for x > 20 (where log1p(e^x) == x in f32) else log1p(e^x). Log is libm's logf (log 0 = -inf,
- * a negative x gives NaN, as IEEE says).
+ * Exp is act_expf and Sigmoid act_sigmoidf (kernels/act.h: one exponential written as IEEE
+ * operations, within ACT_EXP_ULP ulp of exp, vectorised with the same bits in every variant of
+ * the dispatch table's `act` column): Sigmoid is 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below
+ * (no overflow either way). Softplus is x for x > 20 (where log1p(e^x) == x in f32) else
+ * log1pf(expf(x)), and Log libm's logf (log 0 = -inf, a negative x gives NaN, as IEEE says).
  *
  * Every output element depends only on its inputs, so large tensors are split over the pool
- * by rows without affecting results. run() never allocates: float rows go through 256-element
- * stack buffers.
+ * by rows without affecting results. run() never allocates: f32 operands that step by 1 are
+ * read and written in place; anything else (f16/bf16, a broadcast scalar) goes through
+ * 256-element stack buffers. Either way each element gets the same operations, so the staging
+ * changes no bits.
  */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
@@ -185,6 +190,13 @@ static void bin_row(bin_op op, const tensor *a, int64_t oa, int64_t sa, const te
     for (int64_t i = 0; i < n; i++) py[i] = bin_i32(op, pa[i * sa], pb[i * sb]);
     return;
   }
+  case PH_DTYPE_F32:
+    if (sa == 1 && sb == 1) { /* no staging: the same operation per element */
+      bin_f32(op, (const float *)a->data + oa, (const float *)b->data + ob, (float *)y->data + oy,
+              n);
+      return;
+    }
+    break;
   default:
     break;
   }
@@ -289,36 +301,32 @@ BINARY_OP(div, BIN_DIV, "Div")
 
 /* ---- unary ---------------------------------------------------------------------------------- */
 
-static float sigmoid_f32(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
-  float e = expf(x);
-  return e / (1.0f + e);
-}
-
 static float softplus_f32(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-static void un_f32(un_op op, float *v, int64_t n) {
+/* y[0..n) = op(x[0..n)); y may equal x. */
+static void un_f32(un_op op, const act_kernels *act, const float *x, float *y, int64_t n) {
   switch (op) {
   case UN_SIGMOID:
-    for (int64_t i = 0; i < n; i++) v[i] = sigmoid_f32(v[i]);
+    act->sigmoid(x, y, n);
     break;
   case UN_SOFTPLUS:
-    for (int64_t i = 0; i < n; i++) v[i] = softplus_f32(v[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = softplus_f32(x[i]);
     break;
   case UN_EXP:
-    for (int64_t i = 0; i < n; i++) v[i] = expf(v[i]);
+    act->exp(x, y, n);
     break;
   case UN_LOG:
-    for (int64_t i = 0; i < n; i++) v[i] = logf(v[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]);
     break;
   case UN_NEG:
-    for (int64_t i = 0; i < n; i++) v[i] = -v[i];
+    for (int64_t i = 0; i < n; i++) y[i] = -x[i];
     break;
   }
 }
 
 typedef struct un_job {
   un_op op;
+  const act_kernels *act; /* the active variant's, read once per run */
   const tensor *x;
   tensor *y;
   int64_t n, n_tasks;
@@ -350,6 +358,9 @@ static void un_task(void *ctx, size_t task, int thread) {
     }
     return;
   }
+  case PH_DTYPE_F32: /* no staging */
+    un_f32(j->op, j->act, (const float *)j->x->data + i0, (float *)j->y->data + i0, i1 - i0);
+    return;
   default:
     break;
   }
@@ -357,7 +368,7 @@ static void un_task(void *ctx, size_t task, int thread) {
   for (int64_t i = i0; i < i1; i += EW_CHUNK) {
     int64_t m = i1 - i < EW_CHUNK ? i1 - i : EW_CHUNK;
     tensor_load_f32(j->x, i, m, buf);
-    un_f32(j->op, buf, m);
+    un_f32(j->op, j->act, buf, buf, m);
     tensor_store_f32(j->y, i, m, buf);
   }
 }
@@ -380,6 +391,7 @@ static ph_status unary_infer(un_op op, const gnode *n, const tinfo *in, tinfo *o
 static ph_status unary_run(un_op op, const tensor *const *in, tensor *const *out, op_ctx *ctx) {
   un_job j;
   j.op = op;
+  j.act = kernel_set_of(kernel_variant_active())->act;
   j.x = in[0];
   j.y = out[0];
   j.n = tensor_numel(j.x);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 
@@ -98,6 +99,7 @@ static size_t gn_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
 }
 
 typedef struct gn_job {
+  const act_kernels *act; /* the active variant's SiLU, read once per run */
   const gn_geom *g;
   const tensor *x, *scale, *gate;
   tensor *y;
@@ -118,10 +120,8 @@ static void gn_task(void *ctx, size_t task, int thread) {
     float ss = 0.0f;
     for (int64_t c = 0; c < C; c++) ss += x[c] * x[c];
     float inv = 1.0f / sqrtf(ss / (float)C + j->g->eps);
-    for (int64_t c = 0; c < C; c++) {
-      float silu = z[c] / (1.0f + expf(-z[c]));
-      x[c] = x[c] * inv * w[c] * silu;
-    }
+    j->act->silu(z, z, C); /* act_siluf per element (kernels/act.h) */
+    for (int64_t c = 0; c < C; c++) x[c] = x[c] * inv * w[c] * z[c];
     tensor_store_f32(j->y, gi * C, C, x);
   }
 }
@@ -140,6 +140,7 @@ static ph_status gn_run(const gnode *n, const tensor *const *in, tensor *const *
   gn_job j;
   memset(&j, 0, sizeof j);
   j.g = &g;
+  j.act = kernel_set_of(kernel_variant_active())->act;
   j.x = in[GN_IN_X];
   j.scale = in[GN_IN_SCALE];
   j.gate = in[GN_IN_GATE];

@@ -12,9 +12,9 @@
  * with x_full = concat(initial_state[b], its rows) over time:
  *   y[t] = act(bias + Σ_j w[j] · x_full[t + j*dilation]),  final_state[b] = x_full[L_b .. L_b+P)
  * so nothing is read across a sequence boundary and a sequence of 0 tokens keeps its state.
- * The arithmetic is the dense CausalConvWithState's (both run conv_causal_channel,
- * kernels/conv.h), so a sequence gives the same bits alone, packed with others, or through the
- * dense op.
+ * The arithmetic is the dense CausalConvWithState's (conv_causal_channel, kernels/conv.h: f16
+ * and bf16 run it; f32 runs the same operations per channel token-major, vc_task_f32), so a
+ * sequence gives the same bits alone, packed with others, or through the dense op.
  *
  * cap > 0 (compact state updates, spec/abi.md §3): capture_count int32 [B] is required (and
  * refused when cap = 0); output 2 [B,cap,Ch] (dtype T) gets, in slots [0, cc_b) with
@@ -26,19 +26,27 @@
  * PH_ERR_INVALID_ARGUMENT here (ORT's CUDA kernel skips the work instead); they are checked before
  * anything is written.
  *
- * Work is split over (sequence, block of VC_BLOCK channels); a task reads its block's state and
- * rows before writing, so final_state may alias initial_state.
+ * f16/bf16: work is split over (sequence, block of VC_BLOCK channels); a task reads its block's
+ * state and rows before writing, so final_state may alias initial_state. f32: over VC_TOKENS packed
+ * rows (of one or more sequences) for the outputs, then a second pool run over (sequence, channel
+ * block) writes the final states, after every output task has read the initial ones.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/conv.h"
+#include "kernels/dispatch.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
 
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 enum { VC_IN_X, VC_IN_W, VC_IN_CU, VC_IN_BIAS, VC_IN_STATE, VC_IN_CAPTURE, VC_N_IN };
 
-#define VC_BLOCK 64
+#define VC_BLOCK  64
+#define VC_TOKENS 32 /* tokens per task of the f32 path */
 
 typedef struct vc_geom {
   ph_dtype dt;
@@ -164,12 +172,14 @@ static ph_status vc_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
   return PH_OK;
 }
 
-/* One thread's workspace: X [VC_BLOCK][P+N] (x_full per channel; a sequence has at most N
- * rows), Y [VC_BLOCK][N] (the outputs per channel), W [VC_BLOCK][K], the block's state rows
- * [VC_BLOCK][P], bias and a row buffer [VC_BLOCK]. */
+/* One thread's workspace: f16/bf16: X [VC_BLOCK][P+N] (x_full per channel; a sequence has at
+ * most N rows), Y [VC_BLOCK][N] (the outputs per channel), W [VC_BLOCK][K], the block's state
+ * rows [VC_BLOCK][P], bias and a row buffer [VC_BLOCK]; f32: the weights transposed, [K][Ch]. */
 static size_t vc_ws_bytes(const vc_geom *g) {
   size_t f = (size_t)VC_BLOCK * (size_t)(g->P + g->N) + (size_t)VC_BLOCK * (size_t)g->N +
              (size_t)VC_BLOCK * (size_t)g->K + (size_t)VC_BLOCK * (size_t)g->P + 2 * VC_BLOCK;
+  const size_t wt = (size_t)g->Ch * (size_t)g->K; /* the f32 path's transposed weights */
+  if (f < wt) f = wt;
   return (f * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -184,6 +194,7 @@ static size_t vc_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
 }
 
 typedef struct vc_job {
+  const act_kernels *act; /* the active variant's SiLU, read once per run */
   const vc_geom *g;
   const tensor *x, *w, *bias, *state;
   const int32_t *cu;
@@ -192,6 +203,80 @@ typedef struct vc_job {
   size_t ws_bytes;
   int64_t n_blocks;
 } vc_job;
+
+/* acc[i] += w[i] * x[i]: a product, then a sum (two roundings, as conv_causal_channel). */
+static inline void vc_tap(float *restrict acc, const float *restrict w, const float *restrict x,
+                          int64_t n) {
+  for (int64_t i = 0; i < n; i++) acc[i] += w[i] * x[i];
+}
+
+/* The f32 path, token-major: a task is VC_TOKENS consecutive packed rows over all channels
+ * (rows of several sequences when they are short, as at decode), so it reads the input rows
+ * front to back; per token and block of VC_BLOCK channels, each channel's
+ * operations are those of conv_causal_channel (acc = bias, then acc + w[k] * x_full[t + k*dil]
+ * in increasing k), so the bits are the channel-major path's. x_full's first P positions are the
+ * initial state, read (never written) here; the weights are transposed once per task into
+ * Wt [K][Ch]. The output never aliases the input (the executor's arena keeps a node's inputs and
+ * outputs apart). The final state, which may alias the initial state, is written by a second
+ * pool run (vc_final_f32), after every task has read it. */
+static void vc_task_f32(void *ctx, size_t task, int thread) {
+  const vc_job *j = ctx;
+  const vc_geom *g = j->g;
+  const int64_t row0 = (int64_t)task * VC_TOKENS;
+  const int64_t row1 = row0 + VC_TOKENS < g->N ? row0 + VC_TOKENS : g->N;
+  const int64_t P = g->P, K = g->K, Ch = g->Ch, dil = g->dil;
+  const float *xd = j->x->data, *wd = j->w->data, *sd = j->state->data;
+  const float *bd = j->bias ? (const float *)j->bias->data : NULL;
+  float *od = j->out->data;
+  float *Wt = (float *)(void *)(j->scratch + (size_t)thread * j->ws_bytes);
+  for (int64_t c = 0; c < Ch; c++)
+    for (int64_t k = 0; k < K; k++) Wt[k * Ch + c] = wd[c * K + k];
+  int64_t b = 0; /* the sequence of each row: cu[b] <= row < cu[b + 1] */
+  for (int64_t row = row0; row < row1; row++) {
+    while (j->cu[b + 1] <= row) b++; /* skips sequences of 0 tokens */
+    const int64_t r0 = j->cu[b], t = row - r0;
+    float *y = od + row * Ch;
+    for (int64_t c0 = 0; c0 < Ch; c0 += VC_BLOCK) {
+      const int64_t nc = Ch - c0 < VC_BLOCK ? Ch - c0 : VC_BLOCK;
+      float acc[VC_BLOCK], h[VC_BLOCK];
+      for (int64_t i = 0; i < nc; i++) acc[i] = bd ? bd[c0 + i] : 0.0f;
+      for (int64_t k = 0; k < K; k++) {
+        const int64_t q = t + k * dil; /* position in x_full */
+        const float *src = xd + (r0 + q - P) * Ch + c0;
+        if (q < P) { /* the initial state, channel-major [Ch][P] */
+          for (int64_t i = 0; i < nc; i++) h[i] = sd[(b * Ch + c0 + i) * P + q];
+          src = h;
+        }
+        if (nc == VC_BLOCK)
+          vc_tap(acc, Wt + k * Ch + c0, src, VC_BLOCK); /* a constant count: vectorised */
+        else
+          vc_tap(acc, Wt + k * Ch + c0, src, nc);
+      }
+      if (g->silu)
+        j->act->silu(acc, y + c0, nc);
+      else
+        memcpy(y + c0, acc, (size_t)nc * sizeof(float));
+    }
+  }
+}
+
+/* final_state[b][c][p] = x_full[L + p] for (sequence b, block of channels): in increasing p,
+ * which reads the initial state only at L + p >= p, so an aliased state shifts in place. */
+static void vc_final_f32(void *ctx, size_t task, int thread) {
+  (void)thread;
+  const vc_job *j = ctx;
+  const vc_geom *g = j->g;
+  const int64_t b = (int64_t)task / j->n_blocks, c0 = ((int64_t)task % j->n_blocks) * VC_BLOCK;
+  const int64_t nc = g->Ch - c0 < VC_BLOCK ? g->Ch - c0 : VC_BLOCK;
+  const int64_t P = g->P, Ch = g->Ch, r0 = j->cu[b], L = (int64_t)j->cu[b + 1] - r0;
+  const float *xd = j->x->data, *sd = j->state->data;
+  float *fd = j->final_state->data;
+  for (int64_t i = 0; i < nc; i++)
+    for (int64_t p = 0; p < P; p++) {
+      const int64_t q = L + p, c = c0 + i;
+      fd[(b * Ch + c) * P + p] = q < P ? sd[(b * Ch + c) * P + q] : xd[(r0 + q - P) * Ch + c];
+    }
+}
 
 /* Every tensor is read and written a row of the block at a time (one call per row: the block's
  * channels are contiguous in x, out, weight, bias and both states), never an element or a
@@ -221,8 +306,11 @@ static void vc_task(void *ctx, size_t task, int thread) {
     for (int64_t i = 0; i < nc; i++) X[i * F + P + t] = row[i];
   }
 
+  /* the SiLU over the block's L outputs of all nc channels at once: act_siluf's bits, which
+   * conv_causal_channel's own silu gives too (kernels/conv.h) */
   for (int64_t i = 0; i < nc; i++)
-    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], g->silu, L, Y + i * L);
+    conv_causal_channel(X + i * F, W + i * K, K, g->dil, bias[i], 0, L, Y + i * L);
+  if (g->silu) j->act->silu(Y, Y, nc * L);
   for (int64_t t = 0; t < L; t++) {
     for (int64_t i = 0; i < nc; i++) row[i] = Y[i * L + t];
     tensor_store_f32(j->out, (r0 + t) * Ch + c0, nc, row);
@@ -262,6 +350,7 @@ static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *
   vc_job j;
   memset(&j, 0, sizeof j);
   j.g = &g;
+  j.act = kernel_set_of(kernel_variant_active())->act;
   j.x = in[VC_IN_X];
   j.w = in[VC_IN_W];
   j.bias = g.has_bias ? in[VC_IN_BIAS] : NULL;
@@ -277,7 +366,12 @@ static ph_status vc_run(const gnode *n, const tensor *const *in, tensor *const *
                   "VarlenCausalConvWithState: scratch is %zu bytes, %d threads need %zu",
                   ctx->scratch_bytes, n_threads, j.ws_bytes * (size_t)n_threads);
   j.scratch = ctx->scratch;
-  if (g.B > 0 && g.Ch > 0) pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_task, &j);
+  if (g.B > 0 && g.Ch > 0 && g.dt == PH_DTYPE_F32) {
+    if (g.N > 0) pool_run(ctx->pool, (size_t)((g.N + VC_TOKENS - 1) / VC_TOKENS), vc_task_f32, &j);
+    pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_final_f32, &j);
+  } else if (g.B > 0 && g.Ch > 0) {
+    pool_run(ctx->pool, (size_t)(g.B * j.n_blocks), vc_task, &j);
+  }
   return PH_OK;
 }
 

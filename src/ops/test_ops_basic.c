@@ -939,8 +939,9 @@ static void test_unary(void) {
           double ref[390], tol[390];
           for (int64_t i = 0; i < n; i++) {
             ref[i] = ref_un(op, tensor_elem(in[0], i));
-            /* libm f32 functions are within a few ulp; the sigmoid quotient adds two */
-            tol[i] = 4 * dtype_ulp_at(PH_DTYPE_F32, ref[i]);
+            /* Exp and Sigmoid are kernels/act.h's: within ACT_EXP_ULP = 2 and 8 ulp (derived
+             * in test_kernels' act grid); Softplus is libm's, within a few */
+            tol[i] = (op == 0 ? 8 : 4) * dtype_ulp_at(PH_DTYPE_F32, ref[i]);
           }
           char name[64];
           snprintf(name, sizeof name, "%s [3,%lld]", UN[op], (long long)W);

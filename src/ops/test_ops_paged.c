@@ -189,6 +189,7 @@ static void vc_run_case(const vc_case *c, uint64_t seed) {
 
 static void test_varlen_conv_reference_and_dense(void) {
   static const int32_t l1[] = {1}, l2[] = {3, 20}, l3[] = {5, 0, 17}, l4[] = {0, 0, 4, 1};
+  static const int32_t l5[] = {70, 33, 2, 64}; /* past the f32 path's 32-token tasks */
   vc_case cs[] = {
       {PH_DTYPE_F32, 1, 8, 4, 1, 1, 1, l1},
       {PH_DTYPE_F32, 2, 37, 4, 1, 1, 1, l2},
@@ -200,6 +201,9 @@ static void test_varlen_conv_reference_and_dense(void) {
       /* more channels than one task's block (VC_BLOCK 64), the last block partial */
       {PH_DTYPE_F32, 3, 150, 4, 1, 1, 1, l3},
       {PH_DTYPE_BF16, 2, 130, 4, 2, 1, 0, l2},
+      /* sequences longer than one f32 task's VC_TOKENS (32), full and partial token blocks */
+      {PH_DTYPE_F32, 4, 150, 4, 1, 1, 1, l5},
+      {PH_DTYPE_F32, 4, 70, 4, 2, 0, 1, l5},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) vc_run_case(&cs[i], 100 + i);
 }
