@@ -213,6 +213,18 @@ static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
   const wt_bf16_kernel_fn *sets[3];
   const char *names[3];
   int n_sets = wtb_sets(sets, names);
+  const wt_bf16_kblock_fn *kbk[2];
+  const char *kbk_names[2];
+  int n_kbk = 0;
+  if (kernel_variant_available(KERNEL_AVX512) && matmul_wt_avx512_kernels.kbk[1]) {
+    kbk[n_kbk] = matmul_wt_avx512_kernels.kbk;
+    kbk_names[n_kbk++] = "avx512";
+  }
+  if (kernel_variant_available(KERNEL_AVX512) && cpu_features()->avx512_bf16 &&
+      matmul_wt_avx512bf16_kernels.kbk[1]) {
+    kbk[n_kbk] = matmul_wt_avx512bf16_kernels.kbk;
+    kbk_names[n_kbk++] = "avx512bf16";
+  }
   double worst = 0.0;
   rng r = rng_seed(0x62663136u);
   for (int special = 0; special < 3; special++)
@@ -266,12 +278,35 @@ static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
                                   : "");
           case_result(memcmp(got, want, (size_t)R * WT_NW * sizeof(float)) == 0, name, 0.0);
         }
+      /* the K-blocked forms (kbk): calls over consecutive blocks of 32, 64 and 1024 elements,
+       * partial sums carried in acc, give every row the reference's bits too */
+      static const int64_t KBS[] = {32, 64, 1024};
+      for (int ti = 0; ti < n_kbk; ti++)
+        for (size_t bi = 0; bi < sizeof KBS / sizeof KBS[0]; bi++)
+          for (int R = 1; R <= WT_RMAX; R++) {
+            if (!kbk[ti][R]) continue;
+            float acc[WT_RMAX * WT_NW * WT_LANES], tmp[WT_RMAX * WT_NW];
+            memset(tmp, 0xff, sizeof tmp);
+            for (int64_t k0 = 0; k0 < K; k0 += KBS[bi]) {
+              int64_t k1 = k0 + KBS[bi] < K ? k0 + KBS[bi] : K;
+              kbk[ti][R](a, K, k0, k1, w, acc, tmp);
+            }
+            snprintf(name, sizeof name,
+                     "matmul_wt bf16-dot %s K-blocked by %lld R=%d K=%lld%s: bits of the reference",
+                     kbk_names[ti], (long long)KBS[bi], R, (long long)K,
+                     special == 1   ? " (subnormals, underflow)"
+                     : special == 2 ? " (sums around 2^-126)"
+                                    : "");
+            case_result(memcmp(tmp, want, (size_t)R * WT_NW * sizeof(float)) == 0, name, 0.0);
+          }
       free(a);
       free(wbuf);
       free(wv);
     }
   printf("  matmul_wt bf16-dot: tables");
   for (int si = 0; si < n_sets; si++) printf(" %s", names[si]);
+  printf("; K-blocked:");
+  for (int ti = 0; ti < n_kbk; ti++) printf(" %s", kbk_names[ti]);
   printf("; reference worst error %.3f of its bound\n", worst);
 }
 
