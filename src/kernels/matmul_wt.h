@@ -15,7 +15,8 @@
  *   matmul_wt_avx2.c    AVX2+FMA+F16C (two ymm per dot product), R = 1
  *   matmul_wt_avx512.c  AVX-512 F/BW/VL (one zmm per dot product), R = 1..6; its bf16-mode
  *                       kernels emulate vdpbf16ps in AVX-512F, and matmul_wt_avx512bf16_kernels
- *                       are the native AVX-512 BF16 ones (R = 1..6, same bits)
+ *                       are the native AVX-512 BF16 ones (R = 1..6, same bits); both AVX-512
+ *                       tables also have the K-blocked form kbk (wt_bf16_kblock_fn)
  * Kernels read only their inputs and write only sums; nothing allocates; all are thread-safe.
  */
 #ifndef PH_KERNELS_MATMUL_WT_H
@@ -77,6 +78,9 @@ typedef struct matmul_wt_kernels {
   wt_bf16_kernel_fn kb[WT_RMAX + 1];
   /* the K-blocked form of kb (the AVX-512 tables; NULL elsewhere: the op then runs whole rows) */
   wt_bf16_kblock_fn kbk[WT_RMAX + 1];
+  /* one A row against 2 * WT_NW W rows (w[0..7] -> sums[0..7]) with kb's bits: eight weight
+   * streams for M = 1 (the AVX-512 tables; NULL elsewhere: the op then runs kb[1]) */
+  wt_bf16_kernel_fn kb_w8;
 } matmul_wt_kernels;
 
 extern const matmul_wt_kernels matmul_wt_scalar_kernels;

@@ -233,8 +233,45 @@ static WT_INLINE WT_AVX512 void wtb512_body_emul(const uint16_t *a, int64_t K, i
 
 static WT_INLINE WT_AVX512BF16 void wtb512_body_native(const uint16_t *a, int64_t K, int64_t k0,
                                                        int64_t k1, const unsigned char *const *w,
-                                                       float *accb, float *sums,
-                                                       int R){WTB512_BODY(wtb512_dot_native)}
+                                                       float *accb, float *sums, int R) {
+  WTB512_BODY(wtb512_dot_native)
+}
+
+/* One bf16 A row against 2 * WT_NW weight rows (w[0..7], sums[0..7]): eight concurrent weight
+ * streams for decode (M = 1), where four leave DRAM bandwidth unused. Each dot product is the
+ * WTB512_BODY one lane for lane (same steps, same masked tail, same tree), so the same bits. */
+#define WTB512_W8_BODY(DOT)                                                                        \
+  const int64_t es = 2;                                                                            \
+  __m512 acc[2 * WT_NW];                                                                           \
+  WT_UNROLL                                                                                        \
+  for (int c = 0; c < 2 * WT_NW; c++) acc[c] = _mm512_setzero_ps();                                \
+  int64_t k = 0;                                                                                   \
+  for (; k + 32 <= K; k += 32) {                                                                   \
+    __m512i av = _mm512_loadu_si512(a + k);                                                        \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < 2 * WT_NW; c++) {                                                          \
+      __m512i wv = _mm512_loadu_si512(w[c] + k * es);                                              \
+      _mm_prefetch(wt_ahead(w[c], (k + 2 * WT_NW * K) * es), _MM_HINT_T0);                         \
+      acc[c] = DOT(acc[c], av, wv);                                                                \
+    }                                                                                              \
+  }                                                                                                \
+  if (k < K) {                                                                                     \
+    __mmask32 mt = (__mmask32)((1ull << (unsigned)(K - k)) - 1u);                                  \
+    __m512i av = _mm512_maskz_loadu_epi16(mt, a + k);                                              \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < 2 * WT_NW; c++)                                                            \
+      acc[c] = DOT(acc[c], av, _mm512_maskz_loadu_epi16(mt, w[c] + k * es));                       \
+  }                                                                                                \
+  wt512_tree4(acc[0], acc[1], acc[2], acc[3], sums);                                               \
+  wt512_tree4(acc[4], acc[5], acc[6], acc[7], sums + WT_NW);
+
+static WT_AVX512 void wtb_emul_w8(const uint16_t *a, int64_t K, const unsigned char *const *w,
+                                  float *sums) {
+  WTB512_W8_BODY(wtb512_dot_emul)
+}
+
+static WT_AVX512BF16 void wtb_native_w8(const uint16_t *a, int64_t K, const unsigned char *const *w,
+                                        float *sums){WTB512_W8_BODY(wtb512_dot_native)}
 
 #define WTB512_KERNEL(NAME, BODY, ATTR, R)                                                         \
   static ATTR void NAME(const uint16_t *a, int64_t K, const unsigned char *const *w,               \
@@ -261,7 +298,8 @@ WTB512_KERNELS(emul, wtb512_body_emul, WT_AVX512)
             {NULL, wtb_native_r1, wtb_native_r2, wtb_native_r3, wtb_native_r4, wtb_native_r5,
              wtb_native_r6},
             {NULL, wtb_native_r1_kb, wtb_native_r2_kb, wtb_native_r3_kb, wtb_native_r4_kb,
-             wtb_native_r5_kb, wtb_native_r6_kb}};
+             wtb_native_r5_kb, wtb_native_r6_kb},
+            wtb_native_w8};
 
 const matmul_wt_kernels matmul_wt_avx512_kernels = {
     {{NULL, wt_f32_avx512_r1, wt_f32_avx512_r2, wt_f32_avx512_r3, wt_f32_avx512_r4,
@@ -272,7 +310,8 @@ const matmul_wt_kernels matmul_wt_avx512_kernels = {
       wt_f16_avx512_r5, wt_f16_avx512_r6}},
     {NULL, wtb_emul_r1, wtb_emul_r2, wtb_emul_r3, wtb_emul_r4, wtb_emul_r5, wtb_emul_r6},
     {NULL, wtb_emul_r1_kb, wtb_emul_r2_kb, wtb_emul_r3_kb, wtb_emul_r4_kb, wtb_emul_r5_kb,
-     wtb_emul_r6_kb}};
+     wtb_emul_r6_kb},
+    wtb_emul_w8};
 #else
 const matmul_wt_kernels matmul_wt_avx512_kernels = {{{NULL}}};
 const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {{{NULL}}};

@@ -299,6 +299,27 @@ static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
                                     : "");
             case_result(memcmp(tmp, want, (size_t)R * WT_NW * sizeof(float)) == 0, name, 0.0);
           }
+      /* the eight-stream kernels (kb_w8): row 0 against W rows 0..3 then 3..0 */
+      for (int ti = 0; ti < n_kbk; ti++) {
+        const matmul_wt_kernels *t = kbk[ti] == matmul_wt_avx512_kernels.kbk
+                                         ? &matmul_wt_avx512_kernels
+                                         : &matmul_wt_avx512bf16_kernels;
+        if (!t->kb_w8) continue;
+        const unsigned char *w8[2 * WT_NW] = {w[0], w[1], w[2], w[3], w[3], w[2], w[1], w[0]};
+        float s8[2 * WT_NW], want8[2 * WT_NW];
+        for (int c = 0; c < WT_NW; c++) {
+          want8[c] = want[c];
+          want8[2 * WT_NW - 1 - c] = want[c];
+        }
+        t->kb_w8(a, K, w8, s8);
+        snprintf(name, sizeof name,
+                 "matmul_wt bf16-dot %s 8 weight rows K=%lld%s: bits of the reference",
+                 kbk_names[ti], (long long)K,
+                 special == 1   ? " (subnormals, underflow)"
+                 : special == 2 ? " (sums around 2^-126)"
+                                : "");
+        case_result(memcmp(s8, want8, sizeof s8) == 0, name, 0.0);
+      }
       free(a);
       free(wbuf);
       free(wv);

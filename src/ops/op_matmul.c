@@ -24,7 +24,11 @@
  * in the order of vdpbf16ps, a function of K only). bf16 W is read as stored; f32 and f16 W are
  * rounded to bf16 per group of WT_NW rows into per-thread scratch, once per task and reused by
  * every row of the chunk (no prepare-time copy, so memory is not doubled; f32/f16 checkpoints
- * run f32 mode by default anyway). Bias and output rounding are as in f32 mode. Every variant's
+ * run f32 mode by default anyway). Chunks of more than WT_RMAX rows with K > WTB_KBLOCK run
+ * K-blocked (the kbk kernels, partial sums carried per tile in per-thread scratch between
+ * blocks: the same operations per lane in the same order, so the same bits); a single row runs
+ * two weight groups per call (kb_w8: eight weight streams, for decode bandwidth). Bias and output
+ * rounding are as in f32 mode. Every variant's
  * bf16 kernels give the same bits (kernels/dispatch.h kernel_matmul_wt_bf16), so the invariance
  * holds across variants too.
  *
@@ -36,7 +40,8 @@
  * Memory: nothing is allocated in run(). MatMul needs per-thread rows (scratch_bytes);
  * MatMulWT converts up to WT_MC rows of A to f32 at a time into scratch (bf16 mode: and to bf16)
  * and, for f16 weights with M > 1 (scalar variant) or f32/f16 weights in bf16 mode, WT_NW
- * converted weight rows per thread. Tensor data may be unaligned
+ * converted weight rows per thread; K-blocked bf16 chunks add WT_NW x WT_LANES partial sums per
+ * row of the chunk per thread. Tensor data may be unaligned
  * (safetensors views), so weights and bias are read with memcpy or unaligned vector loads.
  */
 #include <stdlib.h>
@@ -294,6 +299,7 @@ typedef struct wt_job {
    * W per thread WT_NW * K bf16 elements the task rounds each group of W rows into (else NULL) */
   const wt_bf16_kernel_fn *kb;
   const wt_bf16_kblock_fn *kbk; /* kb's K-blocked form, NULL where the table has none */
+  wt_bf16_kernel_fn kb_w8;      /* kb[1] against 8 W rows (M = 1), NULL where none */
   float *acc_bf16; /* K-blocked chunks: per thread rows * WT_NW * WT_LANES partial sums */
   const uint16_t *ab;
   uint16_t *w_bf16;
@@ -384,6 +390,19 @@ static void wt_task_bf16(const wt_job *j, int64_t c0, int64_t c1, int thread) {
       }
       continue;
     }
+    if (j->kb_w8 && j->rows == 1 && !wbuf && col + 2 * WT_NW <= c1) {
+      /* one row: two full groups at once, eight weight streams (the same dot products) */
+      const unsigned char *w8[2 * WT_NW];
+      float bias2[WT_NW];
+      for (int c = 0; c < 2 * WT_NW; c++)
+        w8[c] = j->w + (size_t)(col + c) * (size_t)j->K * j->w_size;
+      for (int c = 0; c < WT_NW; c++) bias2[c] = wt_bias(j, col + WT_NW + c);
+      j->kb_w8(j->ab, j->K, w8, sums);
+      wt_emit(j, 0, 1, col, WT_NW, sums, bias);
+      wt_emit(j, 0, 1, col + WT_NW, WT_NW, sums + WT_NW, bias2);
+      col += WT_NW;
+      continue;
+    }
     for (int64_t m = 0; m < j->rows;) {
       int R = (int)min64(WT_RMAX, j->rows - m);
       while (!j->kb[R]) R--; /* kb[1] exists (kernel_matmul_wt_bf16) */
@@ -436,9 +455,10 @@ static void wt_task(void *ctx, size_t task, int thread) {
 
 /* Scratch: up to WT_MC rows of A in f32; in bf16 mode the same rows rounded to bf16 (K / 2
  * floats a row, rounded up); then WT_NW converted weight rows per thread when a task converts
- * W (f16 W with M > 1 on the scalar variant, or f32/f16 W in bf16 mode). The same size for
- * every variant (only the scalar one uses the f16 part), so the plan does not depend on the
- * variant. */
+ * W (f16 W with M > 1 on the scalar variant, or f32/f16 W in bf16 mode); then, for K-blocked
+ * bf16 chunks (wtb_kblocked), WT_NW x WT_LANES partial sums per chunk row per thread. The same
+ * size for every variant (only the scalar one uses the f16 part, only the AVX-512 ones the
+ * partial sums), so the plan does not depend on the variant. */
 static size_t wt_scratch_floats(int64_t M, int64_t K, ph_dtype w_dtype, int bf16, int n_threads) {
   if (K <= 0 || M <= 0) return 0;
   size_t rows = (size_t)min64(M, wt_chunk(bf16, K));
@@ -514,6 +534,7 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
                                       ? &matmul_wt_avx512bf16_kernels
                                   : j.kb == ks->kb ? ks
                                                    : NULL;
+    if (kt) j.kb_w8 = kt->kb_w8;
     if (kt && kt->kbk[1] && wtb_kblocked(min64(M, MC), j.K)) {
       j.kbk = kt->kbk;
       j.acc_bf16 = after;
