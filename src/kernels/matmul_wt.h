@@ -15,7 +15,8 @@
  *   matmul_wt_avx2.c    AVX2+FMA+F16C (two ymm per dot product), R = 1
  *   matmul_wt_avx512.c  AVX-512 F/BW/VL (one zmm per dot product), R = 1..6; its bf16-mode
  *                       kernels emulate vdpbf16ps in AVX-512F, and matmul_wt_avx512bf16_kernels
- *                       are the native AVX-512 BF16 ones (R = 1..6, same bits)
+ *                       are the native AVX-512 BF16 ones (R = 1..6, same bits); both AVX-512
+ *                       tables also have the K-blocked form kbk (wt_bf16_kblock_fn)
  * Kernels read only their inputs and write only sums; nothing allocates; all are thread-safe.
  */
 #ifndef PH_KERNELS_MATMUL_WT_H
@@ -57,6 +58,15 @@ typedef void (*wt_kernel_fn)(const float *a, int64_t K, const unsigned char *con
 typedef void (*wt_bf16_kernel_fn)(const uint16_t *a, int64_t K, const unsigned char *const *w,
                                   float *sums);
 
+/* The same bf16 dot over elements [k0, k1) of the rows only, for K-blocked tiles: k0 is a
+ * multiple of 2 * WT_LANES and so is k1 unless k1 = K. The R x WT_NW x WT_LANES partial sums
+ * ([r][c][lane] floats) start at zero when k0 = 0, else are read from acc, where the previous
+ * block's call left them; k1 < K stores them back to acc, k1 = K ends the dot (tail, tree) and
+ * writes sums as wt_bf16_kernel_fn does. Each lane sees exactly the operations of one whole-row
+ * call in the same order, so calls over consecutive blocks give that call's bits. */
+typedef void (*wt_bf16_kblock_fn)(const uint16_t *a, int64_t K, int64_t k0, int64_t k1,
+                                  const unsigned char *const *w, float *acc, float *sums);
+
 /* One variant's kernels, indexed [W dtype: 0 f32, 1 bf16, 2 f16][rows per call], NULL where the
  * variant has no kernel for that row count (rows are then split into smaller calls; every call
  * of a variant computes each row with the same operations, so the split cannot change a bit).
@@ -66,6 +76,11 @@ typedef struct matmul_wt_kernels {
   /* bf16-mode kernels by rows per call (NULL where absent, as k; all NULL: the variant runs the
    * scalar reference's, which gives the same bits) */
   wt_bf16_kernel_fn kb[WT_RMAX + 1];
+  /* the K-blocked form of kb (the AVX-512 tables; NULL elsewhere: the op then runs whole rows) */
+  wt_bf16_kblock_fn kbk[WT_RMAX + 1];
+  /* one A row against 2 * WT_NW W rows (w[0..7] -> sums[0..7]) with kb's bits: eight weight
+   * streams for M = 1 (the AVX-512 tables; NULL elsewhere: the op then runs kb[1]) */
+  wt_bf16_kernel_fn kb_w8;
 } matmul_wt_kernels;
 
 extern const matmul_wt_kernels matmul_wt_scalar_kernels;

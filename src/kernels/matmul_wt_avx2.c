@@ -97,7 +97,9 @@ WT256_KERNEL(wt_f16_avx2_r1, PH_DTYPE_F16)
 
 const matmul_wt_kernels matmul_wt_avx2_kernels = {
     {{NULL, wt_f32_avx2_r1}, {NULL, wt_bf16_avx2_r1}, {NULL, wt_f16_avx2_r1}},
-    {NULL} /* bf16 mode: the scalar reference's kernels (same bits; no AVX2 bf16 dot yet) */};
+    {NULL}, /* bf16 mode: the scalar reference's kernels (same bits; no AVX2 bf16 dot yet) */
+    {NULL},
+    NULL};
 #else
 const matmul_wt_kernels matmul_wt_avx2_kernels = {{{NULL}}};
 #endif /* WT_X86 */

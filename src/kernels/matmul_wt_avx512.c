@@ -167,18 +167,24 @@ static WT_INLINE WT_AVX512BF16 __m512 wtb512_dot_native(__m512 acc, __m512i a, _
 }
 
 /* The bf16-mode body: R rows of bf16 A against WT_NW bf16 W rows, 32 elements (16 pairs, one
- * per lane) per step; the K % 32 tail is loaded masked (zeros past K, nothing read there) and
- * goes through the same dot, so the padded pairs add +0 products as the reference's do. */
+ * per lane) per step, over elements [k0, k1) (the whole row: k0 = 0, k1 = K). The partial sums
+ * start at zero when k0 = 0, else from accb ([r][c][lane], as a previous call left them); the
+ * K % 32 tail (k1 = K only) is loaded masked (zeros past K, nothing read there) and goes through
+ * the same dot, so the padded pairs add +0 products as the reference's do. k1 = K ends with the
+ * tree into sums, k1 < K stores the partials to accb: a K-blocked call sequence performs each
+ * lane's operations in the same order as one call over the whole row (stores are exact). */
 #define WTB512_BODY(DOT)                                                                           \
   const int64_t es = 2;                                                                            \
   __m512 acc[WT_RMAX][WT_NW];                                                                      \
   WT_UNROLL                                                                                        \
   for (int r = 0; r < R; r++) {                                                                    \
     WT_UNROLL                                                                                      \
-    for (int c = 0; c < WT_NW; c++) acc[r][c] = _mm512_setzero_ps();                               \
+    for (int c = 0; c < WT_NW; c++)                                                                \
+      acc[r][c] = k0 ? _mm512_loadu_ps(accb + (r * WT_NW + c) * WT_LANES) : _mm512_setzero_ps();   \
   }                                                                                                \
-  int64_t k = 0;                                                                                   \
-  for (; k + 32 <= K; k += 32) {                                                                   \
+  int64_t k = k0;                                                                                  \
+  const int64_t kend = k1 < K ? k1 : K;                                                            \
+  for (; k + 32 <= kend; k += 32) {                                                                \
     __m512i wv[WT_NW];                                                                             \
     WT_UNROLL                                                                                      \
     for (int c = 0; c < WT_NW; c++) wv[c] = _mm512_loadu_si512(w[c] + k * es);                     \
@@ -192,6 +198,15 @@ static WT_INLINE WT_AVX512BF16 __m512 wtb512_dot_native(__m512 acc, __m512i a, _
       WT_UNROLL                                                                                    \
       for (int c = 0; c < WT_NW; c++) acc[r][c] = DOT(acc[r][c], av, wv[c]);                       \
     }                                                                                              \
+  }                                                                                                \
+  if (k1 < K) {                                                                                    \
+    WT_UNROLL                                                                                      \
+    for (int r = 0; r < R; r++) {                                                                  \
+      WT_UNROLL                                                                                    \
+      for (int c = 0; c < WT_NW; c++)                                                              \
+        _mm512_storeu_ps(accb + (r * WT_NW + c) * WT_LANES, acc[r][c]);                            \
+    }                                                                                              \
+    return;                                                                                        \
   }                                                                                                \
   if (k < K) {                                                                                     \
     __mmask32 m = (__mmask32)((1ull << (unsigned)(K - k)) - 1u);                                   \
@@ -210,19 +225,62 @@ static WT_INLINE WT_AVX512BF16 __m512 wtb512_dot_native(__m512 acc, __m512i a, _
     wt512_tree4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums + r * WT_NW);                     \
   }
 
-static WT_INLINE WT_AVX512 void
-wtb512_body_emul(const uint16_t *a, int64_t K, const unsigned char *const *w, float *sums, int R) {
+static WT_INLINE WT_AVX512 void wtb512_body_emul(const uint16_t *a, int64_t K, int64_t k0,
+                                                 int64_t k1, const unsigned char *const *w,
+                                                 float *accb, float *sums, int R) {
   WTB512_BODY(wtb512_dot_emul)
 }
 
-static WT_INLINE WT_AVX512BF16 void wtb512_body_native(const uint16_t *a, int64_t K,
-                                                       const unsigned char *const *w, float *sums,
-                                                       int R){WTB512_BODY(wtb512_dot_native)}
+static WT_INLINE WT_AVX512BF16 void wtb512_body_native(const uint16_t *a, int64_t K, int64_t k0,
+                                                       int64_t k1, const unsigned char *const *w,
+                                                       float *accb, float *sums, int R) {
+  WTB512_BODY(wtb512_dot_native)
+}
+
+/* One bf16 A row against 2 * WT_NW weight rows (w[0..7], sums[0..7]): eight concurrent weight
+ * streams for decode (M = 1), where four leave DRAM bandwidth unused. Each dot product is the
+ * WTB512_BODY one lane for lane (same steps, same masked tail, same tree), so the same bits. */
+#define WTB512_W8_BODY(DOT)                                                                        \
+  const int64_t es = 2;                                                                            \
+  __m512 acc[2 * WT_NW];                                                                           \
+  WT_UNROLL                                                                                        \
+  for (int c = 0; c < 2 * WT_NW; c++) acc[c] = _mm512_setzero_ps();                                \
+  int64_t k = 0;                                                                                   \
+  for (; k + 32 <= K; k += 32) {                                                                   \
+    __m512i av = _mm512_loadu_si512(a + k);                                                        \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < 2 * WT_NW; c++) {                                                          \
+      __m512i wv = _mm512_loadu_si512(w[c] + k * es);                                              \
+      _mm_prefetch(wt_ahead(w[c], (k + 2 * WT_NW * K) * es), _MM_HINT_T0);                         \
+      acc[c] = DOT(acc[c], av, wv);                                                                \
+    }                                                                                              \
+  }                                                                                                \
+  if (k < K) {                                                                                     \
+    __mmask32 mt = (__mmask32)((1ull << (unsigned)(K - k)) - 1u);                                  \
+    __m512i av = _mm512_maskz_loadu_epi16(mt, a + k);                                              \
+    WT_UNROLL                                                                                      \
+    for (int c = 0; c < 2 * WT_NW; c++)                                                            \
+      acc[c] = DOT(acc[c], av, _mm512_maskz_loadu_epi16(mt, w[c] + k * es));                       \
+  }                                                                                                \
+  wt512_tree4(acc[0], acc[1], acc[2], acc[3], sums);                                               \
+  wt512_tree4(acc[4], acc[5], acc[6], acc[7], sums + WT_NW);
+
+static WT_AVX512 void wtb_emul_w8(const uint16_t *a, int64_t K, const unsigned char *const *w,
+                                  float *sums) {
+  WTB512_W8_BODY(wtb512_dot_emul)
+}
+
+static WT_AVX512BF16 void wtb_native_w8(const uint16_t *a, int64_t K, const unsigned char *const *w,
+                                        float *sums){WTB512_W8_BODY(wtb512_dot_native)}
 
 #define WTB512_KERNEL(NAME, BODY, ATTR, R)                                                         \
   static ATTR void NAME(const uint16_t *a, int64_t K, const unsigned char *const *w,               \
                         float *sums) {                                                             \
-    BODY(a, K, w, sums, R);                                                                        \
+    BODY(a, K, 0, K, w, NULL, sums, R);                                                            \
+  }                                                                                                \
+  static ATTR void NAME##_kb(const uint16_t *a, int64_t K, int64_t k0, int64_t k1,                 \
+                             const unsigned char *const *w, float *acc, float *sums) {             \
+    BODY(a, K, k0, k1, w, acc, sums, R);                                                           \
   }
 #define WTB512_KERNELS(SUF, BODY, ATTR)                                                            \
   WTB512_KERNEL(wtb_##SUF##_r1, BODY, ATTR, 1)                                                     \
@@ -235,10 +293,13 @@ static WT_INLINE WT_AVX512BF16 void wtb512_body_native(const uint16_t *a, int64_
 WTB512_KERNELS(emul, wtb512_body_emul, WT_AVX512)
     WTB512_KERNELS(native, wtb512_body_native, WT_AVX512BF16)
 
-        const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {{{NULL}},
-                                                                {NULL, wtb_native_r1, wtb_native_r2,
-                                                                 wtb_native_r3, wtb_native_r4,
-                                                                 wtb_native_r5, wtb_native_r6}};
+        const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {
+            {{NULL}},
+            {NULL, wtb_native_r1, wtb_native_r2, wtb_native_r3, wtb_native_r4, wtb_native_r5,
+             wtb_native_r6},
+            {NULL, wtb_native_r1_kb, wtb_native_r2_kb, wtb_native_r3_kb, wtb_native_r4_kb,
+             wtb_native_r5_kb, wtb_native_r6_kb},
+            wtb_native_w8};
 
 const matmul_wt_kernels matmul_wt_avx512_kernels = {
     {{NULL, wt_f32_avx512_r1, wt_f32_avx512_r2, wt_f32_avx512_r3, wt_f32_avx512_r4,
@@ -247,7 +308,10 @@ const matmul_wt_kernels matmul_wt_avx512_kernels = {
       wt_bf16_avx512_r5, wt_bf16_avx512_r6},
      {NULL, wt_f16_avx512_r1, wt_f16_avx512_r2, wt_f16_avx512_r3, wt_f16_avx512_r4,
       wt_f16_avx512_r5, wt_f16_avx512_r6}},
-    {NULL, wtb_emul_r1, wtb_emul_r2, wtb_emul_r3, wtb_emul_r4, wtb_emul_r5, wtb_emul_r6}};
+    {NULL, wtb_emul_r1, wtb_emul_r2, wtb_emul_r3, wtb_emul_r4, wtb_emul_r5, wtb_emul_r6},
+    {NULL, wtb_emul_r1_kb, wtb_emul_r2_kb, wtb_emul_r3_kb, wtb_emul_r4_kb, wtb_emul_r5_kb,
+     wtb_emul_r6_kb},
+    wtb_emul_w8};
 #else
 const matmul_wt_kernels matmul_wt_avx512_kernels = {{{NULL}}};
 const matmul_wt_kernels matmul_wt_avx512bf16_kernels = {{{NULL}}};

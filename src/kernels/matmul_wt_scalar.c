@@ -101,4 +101,6 @@ WTB_KERNEL(wtb_r4, 4)
 const matmul_wt_kernels matmul_wt_scalar_kernels = {{{NULL, wt_f32_r1, NULL, NULL, wt_f32_r4},
                                                      {NULL, wt_bf16_r1, NULL, NULL, wt_bf16_r4},
                                                      {NULL, wt_f16_r1, NULL, NULL, wt_f16_r4}},
-                                                    {NULL, wtb_r1, NULL, NULL, wtb_r4}};
+                                                    {NULL, wtb_r1, NULL, NULL, wtb_r4},
+                                                    {NULL},
+                                                    NULL};

@@ -217,6 +217,18 @@ static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
   const wt_bf16_kernel_fn *sets[3];
   const char *names[3];
   int n_sets = wtb_sets(sets, names);
+  const wt_bf16_kblock_fn *kbk[2];
+  const char *kbk_names[2];
+  int n_kbk = 0;
+  if (kernel_variant_available(KERNEL_AVX512) && matmul_wt_avx512_kernels.kbk[1]) {
+    kbk[n_kbk] = matmul_wt_avx512_kernels.kbk;
+    kbk_names[n_kbk++] = "avx512";
+  }
+  if (kernel_variant_available(KERNEL_AVX512) && cpu_features()->avx512_bf16 &&
+      matmul_wt_avx512bf16_kernels.kbk[1]) {
+    kbk[n_kbk] = matmul_wt_avx512bf16_kernels.kbk;
+    kbk_names[n_kbk++] = "avx512bf16";
+  }
   double worst = 0.0;
   rng r = rng_seed(0x62663136u);
   for (int special = 0; special < 3; special++)
@@ -270,12 +282,56 @@ static void grid_matmul_wt_bf16(const kernel_variant *vs, int n_vs) {
                                   : "");
           case_result(memcmp(got, want, (size_t)R * WT_NW * sizeof(float)) == 0, name, 0.0);
         }
+      /* the K-blocked forms (kbk): calls over consecutive blocks of 32, 64 and 1024 elements,
+       * partial sums carried in acc, give every row the reference's bits too */
+      static const int64_t KBS[] = {32, 64, 1024};
+      for (int ti = 0; ti < n_kbk; ti++)
+        for (size_t bi = 0; bi < sizeof KBS / sizeof KBS[0]; bi++)
+          for (int R = 1; R <= WT_RMAX; R++) {
+            if (!kbk[ti][R]) continue;
+            float acc[WT_RMAX * WT_NW * WT_LANES], tmp[WT_RMAX * WT_NW];
+            memset(tmp, 0xff, sizeof tmp);
+            for (int64_t k0 = 0; k0 < K; k0 += KBS[bi]) {
+              int64_t k1 = k0 + KBS[bi] < K ? k0 + KBS[bi] : K;
+              kbk[ti][R](a, K, k0, k1, w, acc, tmp);
+            }
+            snprintf(name, sizeof name,
+                     "matmul_wt bf16-dot %s K-blocked by %lld R=%d K=%lld%s: bits of the reference",
+                     kbk_names[ti], (long long)KBS[bi], R, (long long)K,
+                     special == 1   ? " (subnormals, underflow)"
+                     : special == 2 ? " (sums around 2^-126)"
+                                    : "");
+            case_result(memcmp(tmp, want, (size_t)R * WT_NW * sizeof(float)) == 0, name, 0.0);
+          }
+      /* the eight-stream kernels (kb_w8): row 0 against W rows 0..3 then 3..0 */
+      for (int ti = 0; ti < n_kbk; ti++) {
+        const matmul_wt_kernels *t = kbk[ti] == matmul_wt_avx512_kernels.kbk
+                                         ? &matmul_wt_avx512_kernels
+                                         : &matmul_wt_avx512bf16_kernels;
+        if (!t->kb_w8) continue;
+        const unsigned char *w8[2 * WT_NW] = {w[0], w[1], w[2], w[3], w[3], w[2], w[1], w[0]};
+        float s8[2 * WT_NW], want8[2 * WT_NW];
+        for (int c = 0; c < WT_NW; c++) {
+          want8[c] = want[c];
+          want8[2 * WT_NW - 1 - c] = want[c];
+        }
+        t->kb_w8(a, K, w8, s8);
+        snprintf(name, sizeof name,
+                 "matmul_wt bf16-dot %s 8 weight rows K=%lld%s: bits of the reference",
+                 kbk_names[ti], (long long)K,
+                 special == 1   ? " (subnormals, underflow)"
+                 : special == 2 ? " (sums around 2^-126)"
+                                : "");
+        case_result(memcmp(s8, want8, sizeof s8) == 0, name, 0.0);
+      }
       free(a);
       free(wbuf);
       free(wv);
     }
   printf("  matmul_wt bf16-dot: tables");
   for (int si = 0; si < n_sets; si++) printf(" %s", names[si]);
+  printf("; K-blocked:");
+  for (int ti = 0; ti < n_kbk; ti++) printf(" %s", kbk_names[ti]);
   printf("; reference worst error %.3f of its bound\n", worst);
 }
 

@@ -24,7 +24,11 @@
  * in the order of vdpbf16ps, a function of K only). bf16 W is read as stored; f32 and f16 W are
  * rounded to bf16 per group of WT_NW rows into per-thread scratch, once per task and reused by
  * every row of the chunk (no prepare-time copy, so memory is not doubled; f32/f16 checkpoints
- * run f32 mode by default anyway). Bias and output rounding are as in f32 mode. Every variant's
+ * run f32 mode by default anyway). Chunks of more than WT_RMAX rows with K > WTB_KBLOCK run
+ * K-blocked (the kbk kernels, partial sums carried per tile in per-thread scratch between
+ * blocks: the same operations per lane in the same order, so the same bits); a single row runs
+ * two weight groups per call (kb_w8: eight weight streams, for decode bandwidth). Bias and output
+ * rounding are as in f32 mode. Every variant's
  * bf16 kernels give the same bits (kernels/dispatch.h kernel_matmul_wt_bf16), so the invariance
  * holds across variants too.
  *
@@ -36,7 +40,8 @@
  * Memory: nothing is allocated in run(). MatMul needs per-thread rows (scratch_bytes);
  * MatMulWT converts up to WT_MC rows of A to f32 at a time into scratch (bf16 mode: and to bf16)
  * and, for f16 weights with M > 1 (scalar variant) or f32/f16 weights in bf16 mode, WT_NW
- * converted weight rows per thread. Tensor data may be unaligned
+ * converted weight rows per thread; K-blocked bf16 chunks add WT_NW x WT_LANES partial sums per
+ * row of the chunk per thread. Tensor data may be unaligned
  * (safetensors views), so weights and bias are read with memcpy or unaligned vector loads.
  */
 #include <stdlib.h>
@@ -221,7 +226,15 @@ static int64_t wt_chunk(int bf16, int64_t K) {
   int64_t rows = K > 0 ? WT_A_BF16_BYTES / (2 * K) : WT_MC_BF16;
   return rows < WT_MC ? WT_MC : rows > WT_MC_BF16 ? WT_MC_BF16 : rows;
 }
-#define WT_NB 32 /* output columns per task (a multiple of WT_NW) */
+#define WT_NB      32 /* output columns per task (a multiple of WT_NW) */
+/* bf16 mode: a chunk of more than WT_RMAX rows with K above this runs K-blocked (kbk kernels),
+ * this many elements at a time (a multiple of 2 * WT_LANES): a weight group's block (8 KB) and
+ * a register tile's A block (12 KB) then stay in L1 while the chunk's tiles pass over them,
+ * where whole rows of K = 3584 (28 KB of W + 42 KB of A per tile) do not. */
+#define WTB_KBLOCK 1024
+
+/* Whether a chunk of `rows` rows runs K-blocked in bf16 mode (shapes only, never the variant). */
+static int wtb_kblocked(int64_t rows, int64_t K) { return rows > WT_RMAX && K > WTB_KBLOCK; }
 
 static ph_status wt_bf16_attr(const gnode *n, int *bf16, diag *d);
 
@@ -285,6 +298,9 @@ typedef struct wt_job {
   /* bf16 mode (attribute bf16_dot = 1): the bf16-dot kernels, A rounded to bf16, and for f32/f16
    * W per thread WT_NW * K bf16 elements the task rounds each group of W rows into (else NULL) */
   const wt_bf16_kernel_fn *kb;
+  const wt_bf16_kblock_fn *kbk; /* kb's K-blocked form, NULL where the table has none */
+  wt_bf16_kernel_fn kb_w8;      /* kb[1] against 8 W rows (M = 1), NULL where none */
+  float *acc_bf16; /* K-blocked chunks: per thread rows * WT_NW * WT_LANES partial sums */
   const uint16_t *ab;
   uint16_t *w_bf16;
   ph_dtype w_dtype;
@@ -339,6 +355,8 @@ static void wt_emit(const wt_job *j, int64_t row, int n_rows, int64_t col, int n
 static void wt_task_bf16(const wt_job *j, int64_t c0, int64_t c1, int thread) {
   float sums[WT_RMAX * WT_NW];
   uint16_t *wbuf = j->w_bf16 ? j->w_bf16 + (int64_t)thread * WT_NW * j->K : NULL;
+  const int kblocked = j->kbk && wtb_kblocked(j->rows, j->K);
+  float *acc = kblocked ? j->acc_bf16 + (int64_t)thread * j->rows * WT_NW * WT_LANES : NULL;
   for (int64_t col = c0; col < c1; col += WT_NW) {
     int nc = (int)min64(WT_NW, c1 - col);
     const unsigned char *wr[WT_NW];
@@ -357,6 +375,34 @@ static void wt_task_bf16(const wt_job *j, int64_t c0, int64_t c1, int thread) {
           for (int64_t kk = 0; kk < j->K; kk++) dst[kk] = wt_round_bf16(wt_ld_f32(wr[c], kk));
         wr[c] = (const unsigned char *)dst;
       }
+    if (kblocked) {
+      /* every block walks the chunk's rows in the same tiles, each tile's partial sums kept in
+       * acc at its first row, so each dot sees its lanes' operations in the whole-row order */
+      for (int64_t k0 = 0; k0 < j->K; k0 += WTB_KBLOCK) {
+        int64_t k1 = min64(j->K, k0 + WTB_KBLOCK);
+        for (int64_t m = 0; m < j->rows;) {
+          int R = (int)min64(WT_RMAX, j->rows - m);
+          while (!j->kbk[R]) R--;
+          j->kbk[R](j->ab + m * j->K, j->K, k0, k1, wr, acc + m * WT_NW * WT_LANES, sums);
+          if (k1 == j->K) wt_emit(j, m, R, col, nc, sums, bias);
+          m += R;
+        }
+      }
+      continue;
+    }
+    if (j->kb_w8 && j->rows == 1 && !wbuf && col + 2 * WT_NW <= c1) {
+      /* one row: two full groups at once, eight weight streams (the same dot products) */
+      const unsigned char *w8[2 * WT_NW];
+      float bias2[WT_NW];
+      for (int c = 0; c < 2 * WT_NW; c++)
+        w8[c] = j->w + (size_t)(col + c) * (size_t)j->K * j->w_size;
+      for (int c = 0; c < WT_NW; c++) bias2[c] = wt_bias(j, col + WT_NW + c);
+      j->kb_w8(j->ab, j->K, w8, sums);
+      wt_emit(j, 0, 1, col, WT_NW, sums, bias);
+      wt_emit(j, 0, 1, col + WT_NW, WT_NW, sums + WT_NW, bias2);
+      col += WT_NW;
+      continue;
+    }
     for (int64_t m = 0; m < j->rows;) {
       int R = (int)min64(WT_RMAX, j->rows - m);
       while (!j->kb[R]) R--; /* kb[1] exists (kernel_matmul_wt_bf16) */
@@ -409,16 +455,19 @@ static void wt_task(void *ctx, size_t task, int thread) {
 
 /* Scratch: up to WT_MC rows of A in f32; in bf16 mode the same rows rounded to bf16 (K / 2
  * floats a row, rounded up); then WT_NW converted weight rows per thread when a task converts
- * W (f16 W with M > 1 on the scalar variant, or f32/f16 W in bf16 mode). The same size for
- * every variant (only the scalar one uses the f16 part), so the plan does not depend on the
- * variant. */
+ * W (f16 W with M > 1 on the scalar variant, or f32/f16 W in bf16 mode); then, for K-blocked
+ * bf16 chunks (wtb_kblocked), WT_NW x WT_LANES partial sums per chunk row per thread. The same
+ * size for every variant (only the scalar one uses the f16 part, only the AVX-512 ones the
+ * partial sums), so the plan does not depend on the variant. */
 static size_t wt_scratch_floats(int64_t M, int64_t K, ph_dtype w_dtype, int bf16, int n_threads) {
   if (K <= 0 || M <= 0) return 0;
   size_t rows = (size_t)min64(M, wt_chunk(bf16, K));
   size_t n = rows * (size_t)K;
   if (bf16) n += (rows * (size_t)K + 1) / 2;
+  size_t T = (size_t)(n_threads > 0 ? n_threads : 1);
   if ((w_dtype == PH_DTYPE_F16 && M > 1) || (bf16 && w_dtype != PH_DTYPE_BF16))
-    n += (size_t)(n_threads > 0 ? n_threads : 1) * WT_NW * (size_t)K;
+    n += T * WT_NW * (size_t)K;
+  if (bf16 && wtb_kblocked((int64_t)rows, K)) n += T * rows * WT_NW * WT_LANES;
   return n;
 }
 
@@ -476,7 +525,20 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
     j.kb = kernel_matmul_wt_bf16(v);
     ab = (uint16_t *)after;
     after += (a_floats + 1) / 2;
-    if (w->dtype != PH_DTYPE_BF16) j.w_bf16 = (uint16_t *)after;
+    if (w->dtype != PH_DTYPE_BF16) {
+      j.w_bf16 = (uint16_t *)after;
+      after += (int64_t)pool_threads(ctx->pool) * WT_NW * j.K;
+    }
+    /* the K-blocked forms of the table kernel_matmul_wt_bf16 chose (same bits as kb) */
+    const matmul_wt_kernels *kt = j.kb == matmul_wt_avx512bf16_kernels.kb
+                                      ? &matmul_wt_avx512bf16_kernels
+                                  : j.kb == ks->kb ? ks
+                                                   : NULL;
+    if (kt) j.kb_w8 = kt->kb_w8;
+    if (kt && kt->kbk[1] && wtb_kblocked(min64(M, MC), j.K)) {
+      j.kbk = kt->kbk;
+      j.acc_bf16 = after;
+    }
   }
   if (!bf16 && v == KERNEL_SCALAR && w->dtype == PH_DTYPE_F16 && M > 1 && j.K > 0) j.w_f32 = after;
   /* with K == 0 the kernels read nothing, but still offset this pointer */
