@@ -519,9 +519,11 @@ static ph_status matmul_wt_run(const gnode *n, const tensor *const *in, tensor *
                   "MatMulWT: scratch of %zu bytes, need %zu", ctx->scratch_bytes, need);
   const int64_t MC = wt_chunk(bf16, j.K);
   int64_t a_floats = min64(M, MC) * j.K;
-  float *after = (float *)ctx->scratch + a_floats;
+  /* no scratch (need is 0: no rows or K == 0) leaves every carved pointer NULL, never an offset
+   * of NULL (undefined) */
+  float *after = ctx->scratch ? (float *)ctx->scratch + a_floats : NULL;
   uint16_t *ab = NULL;
-  if (bf16 && j.K > 0) {
+  if (bf16 && j.K > 0 && after) {
     j.kb = kernel_matmul_wt_bf16(v);
     ab = (uint16_t *)after;
     after += (a_floats + 1) / 2;
