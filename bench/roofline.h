@@ -110,7 +110,9 @@ static inline void *roofline_fma_job(void *arg) {
   return NULL;
 }
 
-static inline double roofline_fma(int threads) {
+/* GFLOP/s of `threads` threads each running job (20M iterations of 16 chains x 16 lanes, each
+ * instruction worth flops_per_lane FLOP per lane), the median of 5. */
+static inline double roofline_peak(int threads, void *(*job)(void *), int flops_per_lane) {
   double g[5];
   roofline_job jobs[16];
   pthread_t tid[16];
@@ -120,13 +122,17 @@ static inline double roofline_fma(int threads) {
     double t0 = roofline_now();
     for (int t = 0; t < threads; t++) {
       jobs[t].iters = iters;
-      pthread_create(&tid[t], NULL, roofline_fma_job, &jobs[t]);
+      pthread_create(&tid[t], NULL, job, &jobs[t]);
     }
     for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
-    /* 16 chains x 16 lanes x 2 flops per FMA */
-    g[rep] = (double)iters * 16 * 16 * 2 * threads / (roofline_now() - t0) / 1e9;
+    g[rep] = (double)iters * 16 * 16 * flops_per_lane * threads / (roofline_now() - t0) / 1e9;
   }
   return roofline_median(g, 5);
+}
+
+/* 2 FLOP per lane per FMA */
+static inline double roofline_fma(int threads) {
+  return roofline_peak(threads, roofline_fma_job, 2);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -145,25 +151,11 @@ __attribute__((target("avx512f,avx512bf16"))) static inline void *roofline_bf16d
   return NULL;
 }
 
+/* 2 pairs x 2 FLOP per lane per instruction */
 static inline double roofline_bf16dot(int threads) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512bf16")) return 0;
-  double g[5];
-  roofline_job jobs[16];
-  pthread_t tid[16];
-  if (threads > 16) threads = 16;
-  const int iters = 20 * 1000 * 1000;
-  for (int rep = 0; rep < 5; rep++) {
-    double t0 = roofline_now();
-    for (int t = 0; t < threads; t++) {
-      jobs[t].iters = iters;
-      pthread_create(&tid[t], NULL, roofline_bf16dot_job, &jobs[t]);
-    }
-    for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
-    /* 16 chains x 16 lanes x 2 pairs x 2 flops per instruction */
-    g[rep] = (double)iters * 16 * 16 * 4 * threads / (roofline_now() - t0) / 1e9;
-  }
-  return roofline_median(g, 5);
+  return roofline_peak(threads, roofline_bf16dot_job, 4);
 }
 #else
 static inline double roofline_bf16dot(int threads) {
