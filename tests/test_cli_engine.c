@@ -801,19 +801,24 @@ static double num(json_t *o, const char *key) {
   return json_number_value(v);
 }
 
+/* Runs `args` (a bench command with --json), checks it exits 0 and prints one JSON object;
+ * returns that object (the caller's), or NULL after the failed check says why. */
+static json_t *bench_json(const char *args) {
+  CHECK_EQ_INT(run(args), 0);
+  json_error_t e;
+  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(o != NULL);
+  if (!o) fprintf(stderr, "       %s\n%s\n", e.text, g_stderr ? g_stderr : "");
+  return o;
+}
+
 static void test_bench_json(void) {
   char args[4096];
   snprintf(args, sizeof args,
            "bench --model '%s' --json --prompt 64 --decode-steps 4 --batches 1,4 --repeats 1",
            g_ckpt);
-  CHECK_EQ_INT(run(args), 0);
-  json_error_t e;
-  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
-  CHECK(o != NULL);
-  if (!o) {
-    fprintf(stderr, "       %s\n%s\n", e.text, g_stderr ? g_stderr : "");
-    return;
-  }
+  json_t *o = bench_json(args);
+  if (!o) return;
   json_t *model = json_object_get(o, "model"), *eng = json_object_get(o, "engine");
   json_t *mach = json_object_get(o, "machine"), *pre = json_object_get(o, "prefill");
   json_t *dec = json_object_get(o, "decode"), *mem = json_object_get(o, "memory");
@@ -904,14 +909,8 @@ static void test_bench_speculative(void) {
            "bench --model '%s' --json --prompt 16 --decode-steps 3 --batches 1,2 --repeats 1 "
            "--threads 1 --speculative replay --draft-tokens 1,3 --acceptance 0,0.5,1",
            g_ckpt);
-  CHECK_EQ_INT(run(args), 0);
-  json_error_t e;
-  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
-  CHECK(o != NULL);
-  if (!o) {
-    fprintf(stderr, "       %s\n%s\n", e.text, g_stderr ? g_stderr : "");
-    return;
-  }
+  json_t *o = bench_json(args);
+  if (!o) return;
   CHECK(json_object_get(o, "decode") == NULL);
   CHECK(num(json_object_get(o, "prefill"), "tok_s") > 0);
   json_t *sp = json_object_get(o, "speculative");
