@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_lab.h"
 #include "kernels/dispatch.h"
 #include "kernels/gated_delta.h"
 #include "roofline.h"
@@ -31,12 +32,6 @@
 #define DV    128
 #define CHUNK 64
 #define HEADS 16
-
-static const char *arg_value(int argc, char **argv, const char *name, const char *def) {
-  for (int i = 1; i + 1 < argc; i++)
-    if (strcmp(argv[i], name) == 0) return argv[i + 1];
-  return def;
-}
 
 typedef struct head {
   gated_delta_ws ws;
@@ -79,8 +74,8 @@ static double time_layer(head *hs, const gated_delta_shape *sh, int64_t L, gated
 }
 
 int main(int argc, char **argv) {
-  int repeats = atoi(arg_value(argc, argv, "--repeats", "15"));
-  int64_t L = atoll(arg_value(argc, argv, "--L", "64"));
+  int repeats = atoi(kernel_lab_arg(argc, argv, "--repeats", "15"));
+  int64_t L = atoll(kernel_lab_arg(argc, argv, "--L", "64"));
   if (repeats < 1 || L < 1 || L > CHUNK) {
     fprintf(stderr, "usage: bench_gdn [--repeats N >= 1] [--L 1..%d]\n", CHUNK);
     return 2;

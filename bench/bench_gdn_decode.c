@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_lab.h"
 #include "kernels/dispatch.h"
 #include "kernels/gated_delta.h"
 #include "roofline.h"
@@ -27,12 +28,6 @@
 #define DK    128
 #define DV    128
 #define HEADS 16
-
-static const char *arg_value(int argc, char **argv, const char *name, const char *def) {
-  for (int i = 1; i + 1 < argc; i++)
-    if (strcmp(argv[i], name) == 0) return argv[i + 1];
-  return def;
-}
 
 static uint64_t bench_rng = 0x9e3779b97f4a7c15u;
 static float frand(float lo, float hi) {
@@ -93,8 +88,8 @@ static double time_unit(unit *u, gated_delta_decode_fn fn, int repeats) {
 }
 
 int main(int argc, char **argv) {
-  int repeats = atoi(arg_value(argc, argv, "--repeats", "9"));
-  int64_t batch = atoll(arg_value(argc, argv, "--batch", "64"));
+  int repeats = atoi(kernel_lab_arg(argc, argv, "--repeats", "9"));
+  int64_t batch = atoll(kernel_lab_arg(argc, argv, "--batch", "64"));
   if (repeats < 1 || batch < 1) {
     fprintf(stderr, "usage: bench_gdn_decode [--repeats N >= 1] [--batch B >= 1]\n");
     return 2;
