@@ -64,7 +64,9 @@ extern "C" {
   X(23, ERR_LIMIT, "a size or count exceeds a supported limit")                                    \
   X(24, ERR_INTERNAL, "internal error")                                                            \
   X(25, ERR_ONNX, "malformed ONNX model")                                                          \
-  X(26, ERR_NON_FINITE, "a value that must be finite is NaN or infinite")
+  X(26, ERR_NON_FINITE, "a value that must be finite is NaN or infinite")                          \
+  X(27, ERR_TOKENIZER, "malformed or unsupported tokenizer file")                                  \
+  X(28, ERR_TEMPLATE, "chat template could not be parsed or rendered")
 
 typedef enum ph_status {
 #define PH_STATUS_ENUM_(value, name, message) PH_##name = value,
@@ -396,6 +398,86 @@ typedef struct ph_engine_info {
 } ph_engine_info;
 
 PH_API ph_status ph_engine_get_info(const ph_engine *engine, ph_engine_info *out);
+
+/* ---- text: tokenizer, chat template, streaming detokenization --------------------------------- *
+ * A checkpoint's own Hugging Face tokenizer (tokenizer.json: NFC normalizer, Split-regex +
+ * ByteLevel pre-tokenizer, BPE, added/special tokens; docs/tokenizer.md) and chat template
+ * (Jinja, rendered by our own interpreter of the subset real templates use; docs/chat-template.md).
+ * A ph_tokenizer is read-only once open: every function below that takes a const ph_tokenizer may
+ * be called from many threads at once. Strings handed out are malloc'ed: free them with ph_free. */
+
+typedef struct ph_tokenizer ph_tokenizer;
+
+/* Opens the tokenizer of a checkpoint or package directory: tokenizer.json (required),
+ * tokenizer_config.json (special tokens, add_bos_token, chat_template), chat_template.jinja
+ * (preferred over tokenizer_config's chat_template when both exist) and generation_config.json
+ * (eos_token_id). PH_ERR_NOT_FOUND when dir has no tokenizer.json. A chat template that cannot be
+ * parsed does not fail the open: ph_chat_render reports it. On failure returns the error and,
+ * when memory allowed, still sets *out to an object whose ph_tokenizer_error() explains it. */
+PH_API ph_status ph_tokenizer_open(const char *dir, ph_tokenizer **out);
+PH_API void ph_tokenizer_free(ph_tokenizer *tok);
+PH_API const char *ph_tokenizer_error(const ph_tokenizer *tok); /* why ph_tokenizer_open failed */
+PH_API void ph_free(void *p); /* frees what the text functions hand out */
+
+typedef struct ph_tokenizer_info {
+  int64_t vocab_size; /* ids are below it: the model's vocabulary and the added tokens */
+  int64_t bos_id;     /* -1: none */
+  int add_bos;        /* tokenizer_config add_bos_token: encode with add_special prepends bos_id */
+  int32_t n_eos_ids;  /* generation_config.json eos_token_id (one or a list), else the
+                         tokenizer's eos_token; at most PH_MAX_STOP_TOKENS */
+  int64_t eos_ids[PH_MAX_STOP_TOKENS];
+  int has_chat_template; /* 1: a template was found (it may still fail to parse) */
+} ph_tokenizer_info;
+
+PH_API ph_status ph_tokenizer_get_info(const ph_tokenizer *tok, ph_tokenizer_info *out);
+
+/* Encodes len bytes of UTF-8 text into *ids (malloc'ed, *n of them; free with ph_free). Byte
+ * sequences that are not UTF-8 are read as U+FFFD, as a WHATWG UTF-8 decoder reads them. Special
+ * tokens written in the text are recognised (as Hugging Face does by default). add_special: 1
+ * adds what the tokenizer's configuration asks (BOS when add_bos_token); 0 adds nothing (what a
+ * rendered chat template is encoded with). */
+PH_API ph_status ph_tokenizer_encode(const ph_tokenizer *tok, const char *text, size_t len,
+                                     int add_special, int64_t **ids, int64_t *n);
+/* Decodes n ids into *text (malloc'ed, NUL-terminated, *len bytes without the NUL; free with
+ * ph_free). skip_special: 1 leaves out special tokens. Bytes that do not form UTF-8 become U+FFFD.
+ * PH_ERR_INVALID_ARGUMENT for an id outside the vocabulary. */
+PH_API ph_status ph_tokenizer_decode(const ph_tokenizer *tok, const int64_t *ids, int64_t n,
+                                     int skip_special, char **text, size_t *len);
+/* The id of a token's exact text (vocabulary entry or added token); -1 when there is none. */
+PH_API int64_t ph_tokenizer_token_id(const ph_tokenizer *tok, const char *token);
+
+/* Renders the tokenizer's chat template. messages_json: a JSON array of messages ({"role",
+ * "content", and whatever else the template reads: tool_calls, reasoning_content, ...}).
+ * extra_json: NULL or a JSON object whose members become template variables too (tools,
+ * enable_thinking, ...). The template also sees add_generation_prompt and the tokenizer's special
+ * tokens (bos_token, eos_token, ...). *text: malloc'ed, NUL-terminated (free with ph_free).
+ * Errors: PH_ERR_JSON (messages/extra), PH_ERR_NOT_FOUND (no template), PH_ERR_TEMPLATE (a
+ * construct the interpreter does not support, or raise_exception: never a wrong prompt);
+ * err (may be NULL) receives a message naming the template line. */
+PH_API ph_status ph_chat_render(const ph_tokenizer *tok, const char *messages_json,
+                                const char *extra_json, int add_generation_prompt, char **text,
+                                size_t *len, char *err, size_t err_cap);
+
+/* Streaming detokenization with stop strings: feed a request's generated tokens one at a time;
+ * what comes out, concatenated, is exactly ph_tokenizer_decode of those tokens, cut before the
+ * first occurrence of any stop string. A piece never ends inside a UTF-8 character, and text
+ * that could still be the start of a stop string is held back until it cannot. One stream per
+ * request, used by one thread at a time. */
+typedef struct ph_text_stream ph_text_stream;
+
+#define PH_MAX_STOP_STRINGS 16
+/* stops: n_stops (<= PH_MAX_STOP_STRINGS) non-empty NUL-terminated strings, copied. */
+PH_API ph_status ph_text_stream_create(const ph_tokenizer *tok, const char *const *stops,
+                                       int n_stops, int skip_special, ph_text_stream **out);
+PH_API void ph_text_stream_free(ph_text_stream *s);
+/* Feeds one token. *piece, *len: the text now safe to show (may be empty; valid until the next
+ * call on s). *stopped becomes 1 when a stop string completed: the text before it has been
+ * handed out, nothing after it ever will be, and the request should be removed. */
+PH_API ph_status ph_text_stream_push(ph_text_stream *s, int64_t token, const char **piece,
+                                     size_t *len, int *stopped);
+/* Generation ended: the text held back (a partial stop string; an unfinished character as
+ * U+FFFD, as ph_tokenizer_decode gives it). */
+PH_API ph_status ph_text_stream_finish(ph_text_stream *s, const char **piece, size_t *len);
 
 #ifdef __cplusplus
 }

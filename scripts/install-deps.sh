@@ -18,6 +18,9 @@ PACKAGES=(
   libprotobuf-c-dev  # ONNX protobuf runtime (docs/dependencies.md)
   protobuf-c-compiler # protoc-c: generates the C code from onnx.proto at build time
   libonnx-dev        # ships /usr/include/onnx/onnx.proto
+  libpcre2-dev       # tokenizer: the checkpoint's Unicode-property pre-tokenizer regex (docs/tokenizer.md)
+  libutf8proc-dev    # tokenizer: Unicode normalization (NFC) (docs/tokenizer.md)
+  libmicrohttpd-dev  # `pagedhybrid serve`: the HTTP server (docs/serve.md)
   clang              # sanitizer build (ASan+UBSan) and libFuzzer targets
   libclang-rt-14-dev # clang's sanitizer and libFuzzer runtimes
 )

@@ -14,6 +14,7 @@ ROOT=${PH_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 allowed() { # module -> the modules it may include besides itself
   case "$1" in
   base) echo "" ;;
+  text) echo "base" ;;
   tensor) echo "base" ;;
   kernels) echo "base tensor" ;;
   graph) echo "base tensor ops" ;;
