@@ -355,7 +355,8 @@ static int generate_text(cli_args *a, const char *dir, int64_t max_new, int64_t 
   int64_t *ids = NULL, n_ids = 0;
   uint64_t id = 0;
   const char *what = cli_get(a, "chat") ? "--chat" : "--prompt";
-  ph_status s = text_open_tokenizer(dir, what, &tok, &d);
+  ph_status s = text_open_tokenizer(
+      dir, what, "--tokens 1,2,3 generates from token ids without one", &tok, &d);
   if (s == PH_OK) s = text_prompt_ids(a, tok, &ids, &n_ids, &d);
   if (s == PH_OK) s = text_join_eos(tok, &sp, &d);
   if (s == PH_OK) s = text_out_init(&g.out, tok, stops, n_stops, &d);

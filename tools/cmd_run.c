@@ -464,13 +464,14 @@ static ph_status open_tokenizer(run_state *rs, const char *dir, const char *path
     char what[1200];
     snprintf(what, sizeof what, "%s:%d (a text prompt, messages or stop strings)", path,
              request_file_entry(rs->file, first)->line);
-    return text_open_tokenizer(dir, what, &rs->tok, d);
+    return text_open_tokenizer(
+        dir, what, "lines of prompt_tokens without stop strings run without one", &rs->tok, d);
   }
   if (!text_has_tokenizer(dir)) return PH_OK;
   /* only ids: a tokenizer that does not open costs the lines their text, not the run */
   diag why;
   diag_clear(&why);
-  if (text_open_tokenizer(dir, "run", &rs->tok, &why) != PH_OK)
+  if (text_open_tokenizer(dir, "run", NULL, &rs->tok, &why) != PH_OK)
     fprintf(stderr, "run: note: the result lines carry no text: %s: %s\n",
             ph_status_name(why.status), why.msg);
   return PH_OK;

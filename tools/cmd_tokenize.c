@@ -164,7 +164,7 @@ int cmd_tokenize(int argc, char **argv) {
   char *text = NULL, *messages = NULL, *extra = NULL;
   size_t len = 0;
   const char *what = dec ? "--decode" : chat ? "--chat" : "tokenize";
-  ph_status s = text_open_tokenizer(dir, what, &tok, &d);
+  ph_status s = text_open_tokenizer(dir, what, NULL, &tok, &d);
   if (s == PH_OK && dec) {
     s = decode(tok, ids, n, cli_flag(&a, "skip-special"), &d);
   } else if (s == PH_OK && chat) {

@@ -16,14 +16,14 @@ int text_has_tokenizer(const char *dir) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-ph_status text_open_tokenizer(const char *dir, const char *what, ph_tokenizer **out, diag *d) {
+ph_status text_open_tokenizer(const char *dir, const char *what, const char *hint,
+                              ph_tokenizer **out, diag *d) {
   *out = NULL;
   /* named here rather than by the library: the message says which option needs it */
   RETURN_ERROR_IF(!text_has_tokenizer(dir), d, PH_ERR_NOT_FOUND,
                   "%s/tokenizer.json not found: %s needs the model's tokenizer (a Hugging Face "
-                  "tokenizer.json beside config.json); give token ids instead (generate --tokens, "
-                  "prompt_tokens in a requests file)",
-                  dir, what);
+                  "tokenizer.json beside config.json)%s%s",
+                  dir, what, hint ? "; " : "", hint ? hint : "");
   ph_tokenizer *tok = NULL;
   const ph_status s = ph_tokenizer_open(dir, &tok);
   if (s != PH_OK) {

@@ -18,9 +18,11 @@
 #include "tools_api.h"
 
 /* Opens dir's tokenizer. A directory without tokenizer.json is PH_ERR_NOT_FOUND saying
- * "<dir>/tokenizer.json not found: <what> needs the model's tokenizer" (what: "--prompt",
- * "req.jsonl:3: prompt", ...); any other failure carries ph_tokenizer_error's detail. */
-ph_status text_open_tokenizer(const char *dir, const char *what, ph_tokenizer **out, diag *d);
+ * "<dir>/tokenizer.json not found: <what> needs the model's tokenizer (...)[; <hint>]" (what:
+ * "--prompt", "req.jsonl:3 (...)"; hint: NULL, or what works without one); any other failure
+ * carries ph_tokenizer_error's detail. */
+ph_status text_open_tokenizer(const char *dir, const char *what, const char *hint,
+                              ph_tokenizer **out, diag *d);
 
 /* 1 when dir holds a tokenizer.json (a regular file); 0 otherwise. */
 int text_has_tokenizer(const char *dir);
