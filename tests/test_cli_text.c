@@ -518,6 +518,20 @@ static void test_run_text(void) {
   check_text(r, want, n);
   ph_free(want);
   json_decref(out);
+  /* the stopped request alone: removed at once, the engine generates nothing after the token
+   * that completed the stop string (the summary counts what the engine generated) */
+  json_t *alone = json_pack("{s:s,s:s,s:i,s:b,s:[s]}", "id", "s", "prompt", PROMPT, "max_tokens",
+                            MAX_NEW, "ignore_eos", 1, "stop", g_stop);
+  char *l = json_dumps(alone, JSON_COMPACT);
+  json_decref(alone);
+  write_text(path, l);
+  free(l);
+  CHECK_EQ_INT(cli_run(args), 0);
+  char summary[128];
+  snprintf(summary, sizeof summary, "(0 length, 1 stop, 0 aborted, 0 error)");
+  CHECK_CONTAINS(g_stderr, summary);
+  snprintf(summary, sizeof summary, " tokens run, %lld generated = ", (long long)g_k);
+  CHECK_CONTAINS(g_stderr, summary);
 }
 
 /* ---- errors ---- */
