@@ -418,6 +418,52 @@ static void test_generate_chat(void) {
   CHECK_EQ_INT(cli_run(args), 2);
 }
 
+/* A model vocabulary larger than the tokenizer's (as Qwen pads its own): the ids beyond the
+ * tokenizer give no text, as Hugging Face's decode drops them, and never fail the request. */
+static void test_generate_padded_vocab(void) {
+  char dir[700], args[2048];
+  snprintf(dir, sizeof dir, "%s/v512", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force --vocab 512", dir);
+  CHECK_EQ_INT(cli_run(args), 0);
+  ph_tokenizer *t = NULL;
+  ph_tokenizer_info info;
+  CHECK_STATUS(ph_tokenizer_open(dir, &t), PH_OK, t ? ph_tokenizer_error(t) : "");
+  if (!t) return;
+  CHECK_STATUS(ph_tokenizer_get_info(t, &info), PH_OK, "info");
+  int64_t n = 0, *ids = NULL, gen[24];
+  CHECK_STATUS(ph_tokenizer_encode(t, PROMPT, strlen(PROMPT), 1, &ids, &n), PH_OK, "encode");
+  char *list = csv(ids, n);
+  snprintf(args, sizeof args, "generate --model '%s' --layout paged --tokens %s --max-new 24", dir,
+           list);
+  free(list);
+  ph_free(ids);
+  CHECK_EQ_INT(cli_run(args), 0);
+  int64_t n_gen = 0, n_known = 0, known[24];
+  for (const char *p = g_stdout ? strstr(g_stdout, "generated:") : NULL; p && n_gen < 24;) {
+    p += p[0] == 'g' ? strlen("generated:") : 1;
+    char *end = NULL;
+    const long long v = strtoll(p, &end, 10);
+    if (end == p) break;
+    gen[n_gen++] = v;
+    p = end;
+    if (*p != ',') break;
+  }
+  CHECK_EQ_INT(n_gen, 24);
+  for (int64_t i = 0; i < n_gen; i++)
+    if (gen[i] < info.vocab_size) known[n_known++] = gen[i];
+  CHECK(n_known < n_gen); /* the random weights do generate ids beyond the tokenizer */
+  char *want = NULL;
+  size_t want_n = 0;
+  CHECK_STATUS(ph_tokenizer_decode(t, known, n_known, 1, &want, &want_n), PH_OK, "decode");
+  snprintf(args, sizeof args, "generate --model '%s' --prompt '%s' --max-new 24 --ignore-eos", dir,
+           PROMPT);
+  CHECK_EQ_INT(cli_run(args), 0);
+  check_stdout_text(want ? want : "", want_n);
+  CHECK_CONTAINS(g_stderr, "24 generated tokens");
+  ph_free(want);
+  ph_tokenizer_free(t);
+}
+
 /* ---- run ---- */
 
 static json_t *parse_lines(const char *text, int want) {
@@ -615,6 +661,7 @@ int main(void) {
   RUN(test_generate_stop);
   RUN(test_generate_eos);
   RUN(test_generate_chat);
+  RUN(test_generate_padded_vocab);
   RUN(test_run_text);
   RUN(test_bad_inputs);
   free(g_prompt);

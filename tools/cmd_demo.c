@@ -180,6 +180,9 @@ static int make_model(const char *dir) {
     p.layout = LAYOUT_VLM; /* the shipped Qwen3.5/3.6/3.8 layout */
     s = tiny_write(dir, &p, &d);
   }
+  /* the tokenizer files make-tiny writes too: the demo shows text */
+  if (s == PH_OK && p.vocab_size >= TINY_TOKENIZER_MIN_VOCAB)
+    s = tiny_tokenizer_write(dir, p.vocab_size, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
   char pattern[64];
   int64_t n = p.n_layers < 63 ? p.n_layers : 63;
@@ -188,7 +191,8 @@ static int make_model(const char *dir) {
   printf("1. make-tiny wrote a Qwen3.8-shaped checkpoint (VLM layout, bf16) to\n"
          "   %s\n"
          "   %lld layers %s (L GatedDeltaNet linear attention, F full attention),\n"
-         "   hidden %lld, vocab %lld. The weights are RANDOM: the tokens are meaningless;\n"
+         "   hidden %lld, vocab %lld, with a byte-level tokenizer and a chat template.\n"
+         "   The weights are RANDOM: the tokens are meaningless (the text gibberish);\n"
          "   this demo shows the serving machinery.\n\n",
          dir, (long long)p.n_layers, pattern, (long long)p.hidden_size, (long long)p.vocab_size);
   return CLI_EXIT_OK;
@@ -432,7 +436,10 @@ static void print_text(const char *label, const char *text, size_t n, int indent
       snprintf(buf, sizeof buf, "\\%c", c == '\n' ? 'n' : c == '\t' ? 't' : (char)c);
     else if (c < 0x20 || c == 0x7f)
       snprintf(buf, sizeof buf, "\\x%02x", c);
-    else {
+    else if (c == 0xc2 && i + 1 < n && (unsigned char)text[i + 1] < 0xa0) { /* C1 controls */
+      snprintf(buf, sizeof buf, "\\u%04x", (unsigned char)text[i + 1]);
+      w = 2;
+    } else {
       w = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
       if (w > n - i) w = n - i;
       memcpy(buf, text + i, w);
@@ -446,13 +453,23 @@ static void print_text(const char *label, const char *text, size_t n, int indent
   printf("\"\n");
 }
 
-/* The text of ids (special tokens left out); NULL without a tokenizer. */
+/* The text of ids (special tokens left out, ids beyond the tokenizer's vocabulary too: the
+ * model's is larger, and a random model generates them); NULL without a tokenizer. */
 static char *text_of(const ph_tokenizer *tok, const int64_t *ids, int64_t n, size_t *len) {
+  ph_tokenizer_info info;
+  int64_t *known = tok && ph_tokenizer_get_info(tok, &info) == PH_OK
+                       ? malloc((size_t)(n > 0 ? n : 1) * sizeof *known)
+                       : NULL;
+  if (!known) return NULL;
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] >= 0 && ids[i] < info.vocab_size) known[k++] = ids[i];
   char *t = NULL;
-  if (!tok || ph_tokenizer_decode(tok, ids, n, 1, &t, len) != PH_OK) {
+  if (ph_tokenizer_decode(tok, known, k, 1, &t, len) != PH_OK) {
     ph_free(t);
-    return NULL;
+    t = NULL;
   }
+  free(known);
   return t;
 }
 
@@ -492,10 +509,7 @@ static void summary(ph_engine *e, const demo_req *reqs, const totals *t, const p
     if (text) print_text("     prompt text:", text, len, 6);
     ph_free(text);
     text = gen ? text_of(tok, gen, n, &len) : NULL;
-    if (text)
-      print_text("     generated text:", text, len, 6);
-    else if (tok && gen)
-      printf("     generated text: none (an id beyond the tokenizer's vocabulary)\n");
+    if (text) print_text("     generated text:", text, len, 6);
     ph_free(text);
     snprintf(label, sizeof label, "     prompt (%lld):", (long long)r->spec->n_prompt);
     print_ids(label, r->prompt, r->spec->n_prompt, 6);
