@@ -515,6 +515,8 @@ static void test_run_text(void) {
                 "Hi there", "max_tokens", 8, "ignore_eos", 1),
       json_pack("{s:s,s:s,s:i,s:b,s:i}", "id", "r", "prompt", PROMPT, "max_tokens", 30,
                 "ignore_eos", 1, "remove_step", 4),
+      /* a chat the template refuses (no content): that request's error, the others go on */
+      json_pack("{s:s,s:[{s:s}]}", "id", "bad", "messages", "role", "user"),
   };
   json_decref(ids);
   char *text = calloc(1, 1 << 16);
@@ -530,7 +532,7 @@ static void test_run_text(void) {
   char args[2048];
   snprintf(args, sizeof args, "run --model '%s' --requests '%s'", g_model, path);
   CHECK_EQ_INT(cli_run(args), 0);
-  json_t *out = parse_lines(g_stdout, 5);
+  json_t *out = parse_lines(g_stdout, 6);
   json_t *p = json_array_get(out, 0), *t = json_array_get(out, 1), *s = json_array_get(out, 2);
   json_t *c = json_array_get(out, 3), *r = json_array_get(out, 4);
   /* a text prompt gives what generate --tokens gives for its ids, and the reference text */
@@ -563,6 +565,13 @@ static void test_run_text(void) {
   want = decode(rids, rn < 64 ? rn : 64, &n);
   check_text(r, want, n);
   ph_free(want);
+  json_t *bad = json_array_get(out, 5);
+  CHECK_EQ_STR(json_string_value(json_object_get(bad, "finish_reason")), "error");
+  CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")), "line 6: PH_ERR_TEMPLATE: ");
+  CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")), "tokenizer_config.json:1:");
+  check_text(bad, "", 0);
+  check_tokens(bad, NULL, 0);
+  CHECK_CONTAINS(g_stderr, "(3 length, 1 stop, 1 aborted, 1 error)");
   json_decref(out);
   /* the stopped request alone: removed at once, the engine generates nothing after the token
    * that completed the stop string (the summary counts what the engine generated) */
