@@ -1,7 +1,8 @@
 /* test_cli_text — text in and out of the command line (issue 17), on a make-tiny model with the
  * tokenizer files make-tiny writes: `tokenize` (ids, pieces, --decode round trips, --chat),
  * `generate --prompt / --chat` against a reference the text path did not produce (the ids of
- * `generate --tokens` on the same prompt, decoded in this process with ph_tokenizer_decode), stop
+ * `generate --tokens` on the same prompt, decoded in this process with ph_tokenizer_decode), on
+ * the checkpoint and on its paged package (a dense one refused), a padded vocabulary, stop
  * strings cutting text and tokens, the EOS of generation_config.json stopping generation, `run`
  * with prompt / messages / max_tokens / stop lines, and the errors: both prompts, a stop of the
  * wrong type, a model without tokenizer.json (typed, naming the file; --tokens still works),
@@ -464,6 +465,27 @@ static void test_generate_padded_vocab(void) {
   ph_tokenizer_free(t);
 }
 
+/* A package carries the tokenizer files export copies: a paged package generates the same text
+ * as its checkpoint; a dense one is refused (the engine serves the paged layout), typed. */
+static void test_generate_package(void) {
+  char pkg[700], dense[700], args[4096];
+  snprintf(pkg, sizeof pkg, "%s/pkg-paged", g_tmp);
+  snprintf(dense, sizeof dense, "%s/pkg-dense", g_tmp);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --layout paged --target cpu --force", g_model,
+           pkg);
+  CHECK_EQ_INT(cli_run(args), 0);
+  snprintf(args, sizeof args, "generate --model '%s' --prompt '%s' --max-new %d --ignore-eos", pkg,
+           PROMPT, MAX_NEW);
+  CHECK_EQ_INT(cli_run(args), 0);
+  check_stdout_text(g_ref, g_ref_n);
+  snprintf(args, sizeof args, "export '%s' -o '%s' --force", g_model, dense);
+  CHECK_EQ_INT(cli_run(args), 0);
+  snprintf(args, sizeof args, "generate --model '%s' --prompt '%s'", dense, PROMPT);
+  CHECK_EQ_INT(cli_run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_UNSUPPORTED");
+  CHECK_CONTAINS(g_stderr, "is a dense package: text generation runs on the serving engine");
+}
+
 /* ---- run ---- */
 
 static json_t *parse_lines(const char *text, int want) {
@@ -671,6 +693,7 @@ int main(void) {
   RUN(test_generate_eos);
   RUN(test_generate_chat);
   RUN(test_generate_padded_vocab);
+  RUN(test_generate_package);
   RUN(test_run_text);
   RUN(test_bad_inputs);
   free(g_prompt);
