@@ -644,7 +644,7 @@ static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, req
     free(prompt);
     return diag_set(d, PH_ERR_LIMIT,
                     "%s:%d: %zu bytes of the line are neither whitespace nor a prompt_tokens "
-                    "array of integer ids; at most %u (the other fields are short)",
+                    "array of integer ids; at most %u (a text prompt or messages included)",
                     a->label, a->line, other, REQUEST_LINE_MAX_OTHER);
   }
   json_error_t err;

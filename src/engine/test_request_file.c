@@ -914,6 +914,31 @@ static void test_text_errors(void) {
                "unknown key \"propmt\"");
 }
 
+/* A text prompt counts toward the 1 MiB of a line outside prompt_tokens (jansson holds it). */
+static void test_text_prompt_limit(void) {
+  const size_t n = REQUEST_LINE_MAX_OTHER + 16;
+  char *line = malloc(n + 64);
+  size_t k = (size_t)sprintf(line, "{\"id\": \"a\", \"prompt\": \"");
+  memset(line + k, 'x', n);
+  k += n;
+  k += (size_t)sprintf(line + k, "\"}");
+  request_list l;
+  diag d;
+  CHECK_STATUS(request_list_parse(line, k, "req.jsonl", &l, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "req.jsonl:1:");
+  CHECK_CONTAINS(d.msg, "(a text prompt or messages included)");
+  /* just under: accepted, kept whole */
+  k = (size_t)sprintf(line, "{\"id\": \"a\", \"prompt\": \"");
+  const size_t m = REQUEST_LINE_MAX_OTHER - 64;
+  memset(line + k, 'y', m);
+  k += m;
+  k += (size_t)sprintf(line + k, "\"}");
+  CHECK_STATUS(request_list_parse(line, k, "req.jsonl", &l, &d), PH_OK, d.msg);
+  CHECK(l.n == 1 && l.items[0].prompt_text_len == m && l.items[0].prompt_text[m - 1] == 'y');
+  request_list_free(&l);
+  free(line);
+}
+
 static void test_result_text(void) {
   const int64_t toks[3] = {5, 6, 7};
   request_timing t = {0.5, 1.0, 2.0, 4, 3, 0, 0, 0};
@@ -967,6 +992,7 @@ int main(void) {
   RUN(test_result_speculative);
   RUN(test_text_fields);
   RUN(test_text_errors);
+  RUN(test_text_prompt_limit);
   RUN(test_result_text);
   return check_finish();
 }
