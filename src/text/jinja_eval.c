@@ -60,6 +60,7 @@ static jv env_get(const jenv *e, jstr name) {
 }
 
 static int exec_block(jctx *c, jnode *const *body, size_t n, jenv *env);
+static int js_text(jctx *c, int line, jv v, jstr *out);
 
 /* ---- operators ------------------------------------------------------------------------------- */
 
@@ -147,56 +148,79 @@ int jinja_loose_eq(jctx *c, int line, jv a, jv b, int *eq) {
     *eq = a_nil && b_nil;
     return 0;
   }
+  if (a.kind == JV_FUNC || b.kind == JV_FUNC) {
+    if (a.kind == b.kind) return *eq = a.u.fn == b.u.fn, 0;
+    return jctx_fail(c, line, "unsupported: comparing a function with ==");
+  }
   int a_prim = a.kind == JV_BOOL || is_num(a) || a.kind == JV_STR;
   int b_prim = b.kind == JV_BOOL || is_num(b) || b.kind == JV_STR;
-  if (a_prim && b_prim) {
-    if (a.kind == JV_STR && b.kind == JV_STR) {
-      *eq = jstr_eq(a.u.s, b.u.s);
-    } else {
-      double x = a.kind == JV_STR ? js_to_number(a.u.s) : num(a);
-      double y = b.kind == JV_STR ? js_to_number(b.u.s) : num(b);
-      *eq = x == y;
-    }
-    return 0;
-  }
   if (!a_prim && !b_prim) {
     *eq = jinja_strict_eq(a, b);
     return 0;
   }
-  return jctx_fail(c, line,
-                   "unsupported: comparing a %s with a %s using == or !=", jv_kind_name(a.kind),
-                   jv_kind_name(b.kind));
+  /* an object against a primitive: the object's text (ToPrimitive), then as primitives */
+  jstr t;
+  if (!a_prim) {
+    if (js_text(c, line, a, &t)) return -1;
+    a = jv_str(t);
+  }
+  if (!b_prim) {
+    if (js_text(c, line, b, &t)) return -1;
+    b = jv_str(t);
+  }
+  if (a.kind == JV_STR && b.kind == JV_STR) {
+    *eq = jstr_eq(a.u.s, b.u.s);
+  } else {
+    double x = a.kind == JV_STR ? js_to_number(a.u.s) : num(a);
+    double y = b.kind == JV_STR ? js_to_number(b.u.s) : num(b);
+    *eq = x == y;
+  }
+  return 0;
 }
 
-/* value.toString() of a primitive, as + and ~ use it (floats without a forced ".0"). */
-static int prim_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out) {
+/* value.toString() as + and ~ (and == against a primitive) use it: floats without a forced
+ * ".0", a list as its items' text joined by commas (Array.prototype.toString), a dict or a
+ * namespace as "[object Map]". The text goes to *out (in the arena when it is built). */
+static int js_text(jctx *c, int line, jv v, jstr *out) {
+  char buf[64];
   switch (v.kind) {
   case JV_STR:
     *out = v.u.s;
     return 0;
   case JV_INT:
-    snprintf(buf, cap, "%lld", (long long)v.u.i);
+    snprintf(buf, sizeof buf, "%lld", (long long)v.u.i);
     break;
   case JV_FLOAT:
-    js_number_text(v.u.f, buf, cap);
+    js_number_text(v.u.f, buf, sizeof buf);
     break;
   case JV_BOOL:
-    snprintf(buf, cap, "%s", v.u.b ? "true" : "false");
+    snprintf(buf, sizeof buf, "%s", v.u.b ? "true" : "false");
     break;
-  default:
-    return jctx_fail(c, line, "unsupported: joining a %s into a string with + or ~",
-                     jv_kind_name(v.kind));
+  case JV_DICT:
+  case JV_NS:
+    snprintf(buf, sizeof buf, "[object Map]");
+    break;
+  case JV_LIST: {
+    size_t mark = c->out_n;
+    for (size_t i = 0; i < v.u.l->n; i++)
+      if ((i && jctx_emit(c, line, ",", 1)) || jv_emit_string(c, line, v.u.l->items[i])) return -1;
+    jv s;
+    if (jctx_cut(c, line, mark, &s)) return -1;
+    *out = s.u.s;
+    return 0;
   }
-  out->p = buf;
-  out->n = strlen(buf);
+  default:
+    return jctx_fail(c, line, "unsupported: a %s as text in + or ~", jv_kind_name(v.kind));
+  }
+  jv s;
+  if (jv_make_str(c, line, buf, strlen(buf), &s)) return -1;
+  *out = s.u.s;
   return 0;
 }
 
 static int concat(jctx *c, int line, jv a, jv b, jv *out) {
-  char ba[64], bb[64];
   jstr x, y;
-  if (prim_text(c, line, a, ba, sizeof ba, &x) || prim_text(c, line, b, bb, sizeof bb, &y))
-    return -1;
+  if (js_text(c, line, a, &x) || js_text(c, line, b, &y)) return -1;
   char *p = jctx_alloc(c, line, x.n + y.n + 1);
   if (!p) return -1;
   if (x.n) memcpy(p, x.p, x.n);
@@ -274,17 +298,22 @@ static int eval_binary(jctx *c, const jnode *n, jenv *env, jv *out) {
       return int_result(c, line, res, out);
     }
     case JOP_DIV:
-      if (b == 0) return jctx_fail(c, line, "division by zero");
+      if (b == 0)
+        return jctx_fail(c, line,
+                         "unsupported: division by zero (the reference gives Infinity or NaN)");
       *out = jv_float(a / b);
       return 0;
     case JOP_FLOORDIV: {
-      if (b == 0) return jctx_fail(c, line, "division by zero");
+      if (b == 0)
+        return jctx_fail(c, line,
+                         "unsupported: division by zero (the reference gives Infinity or NaN)");
       double res = floor(a / b);
       if (is_float) return *out = jv_float(res), 0;
       return int_result(c, line, res, out);
     }
     case JOP_MOD:
-      if (b == 0) return jctx_fail(c, line, "modulo by zero");
+      if (b == 0)
+        return jctx_fail(c, line, "unsupported: modulo by zero (the reference gives NaN)");
       if (is_float) return *out = jv_float(fmod(a, b)), 0;
       *out = jv_int(l.u.i % r.u.i); /* JavaScript's % keeps the dividend's sign, as C's does */
       return 0;

@@ -198,6 +198,17 @@ int js_str_cmp(jstr a, jstr b) {
   return 0;
 }
 
+/* Code points whose JavaScript case mapping is not a one-to-one simple mapping (SpecialCasing:
+ * ß -> SS, ligatures, Greek with iota subscript; İ and the context-dependent final sigma when
+ * lower-casing): refused rather than mapped differently. */
+static int special_casing(uint32_t cp, int upper) {
+  if (!upper) return cp == 0x130 || cp == 0x3A3;
+  return cp == 0xDF || cp == 0x149 || cp == 0x1F0 || cp == 0x390 || cp == 0x3B0 || cp == 0x587 ||
+         (cp >= 0x1E96 && cp <= 0x1E9A) || (cp >= 0x1F50 && cp <= 0x1F56 && !(cp & 1)) ||
+         (cp >= 0x1F80 && cp <= 0x1FFC) || (cp >= 0xFB00 && cp <= 0xFB06) ||
+         (cp >= 0xFB13 && cp <= 0xFB17);
+}
+
 int js_case(jctx *c, int line, jstr s, int upper, jv *out) {
   char *buf = jctx_alloc(c, line, s.n * 2 + 4);
   if (!buf) return -1;
@@ -205,6 +216,11 @@ int js_case(jctx *c, int line, jstr s, int upper, jv *out) {
   for (size_t i = 0; i < s.n;) {
     uint32_t cp;
     i += utf8_next(s.p + i, s.n - i, &cp);
+    if (special_casing(cp, upper))
+      return jctx_fail(c, line,
+                       "unsupported: %s-casing U+%04X (JavaScript maps it to several characters "
+                       "or by context)",
+                       upper ? "upper" : "lower", cp);
     utf8proc_int32_t m =
         upper ? utf8proc_toupper((utf8proc_int32_t)cp) : utf8proc_tolower((utf8proc_int32_t)cp);
     char tmp[4];
