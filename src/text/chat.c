@@ -72,10 +72,12 @@ ph_status chat_context(const json_t *config, const char *const special[CHAT_N_SP
     json_t *val;
     json_object_foreach(extra, key, val) {
       if (strcmp(key, "messages") == 0 || strcmp(key, "add_generation_prompt") == 0) {
+        /* the message first: key belongs to extra */
+        diag_set(d, PH_ERR_JSON,
+                 "extra: '%s' is set by its own argument and cannot be given in extra", key);
         json_decref(extra);
         json_decref(c);
-        return diag_set(d, PH_ERR_JSON,
-                        "extra: '%s' is set by its own argument and cannot be given in extra", key);
+        return PH_ERR_JSON;
       }
       if (json_object_set(c, key, val)) goto oom;
     }

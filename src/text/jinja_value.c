@@ -60,7 +60,8 @@ int jctx_emit(jctx *c, int line, const char *p, size_t n) {
 static int emit_c(jctx *c, int line, const char *s) { return jctx_emit(c, line, s, strlen(s)); }
 
 int jctx_cut(jctx *c, int line, size_t mark, jv *out) {
-  int rc = jv_make_str(c, line, c->out + mark, c->out_n - mark, out);
+  /* nothing written yet: the buffer may not exist */
+  int rc = jv_make_str(c, line, c->out ? c->out + mark : "", c->out_n - mark, out);
   c->out_n = mark;
   return rc;
 }
