@@ -284,6 +284,13 @@ static void test_chat_context(void) {
                   "\"add_generation_prompt\":true,\"enable_thinking\":false}");
   free(s);
   json_decref(ctx);
+  /* without extra: tools and documents are null, as apply_chat_template passes them; no unk */
+  CHECK_STATUS(chat_context(NULL, special, "[]", NULL, 0, &ctx, &d), PH_OK, d.msg);
+  CHECK(json_is_null(json_object_get(ctx, "tools")));
+  CHECK(json_is_null(json_object_get(ctx, "documents")));
+  CHECK(json_object_get(ctx, "unk_token") == NULL);
+  CHECK(json_is_false(json_object_get(ctx, "add_generation_prompt")));
+  json_decref(ctx);
   CHECK_STATUS(chat_context(NULL, special, "{\"role\": 1}", NULL, 0, &ctx, &d), PH_ERR_JSON, d.msg);
   CHECK_CONTAINS(d.msg, "messages");
   CHECK_STATUS(chat_context(NULL, special, "[", NULL, 0, &ctx, &d), PH_ERR_JSON, d.msg);
