@@ -13,6 +13,7 @@
 #include "check.h"
 #include "text/chat.h"
 #include "text/jinja.h"
+#include "text/jinja_internal.h"
 
 static char g_out[1 << 16];
 static char g_err[DIAG_MSG_BYTES];
@@ -270,6 +271,26 @@ static void test_limits(void) {
   CHECK_CONTAINS(g_err, "nesting deeper");
 }
 
+/* A template of many string literals compiles in memory proportional to its size (each
+ * literal's buffer once took the rest of the source: quadratic). */
+static void test_parse_memory_is_linear(void) {
+  size_t n_lit = 20000, cap = n_lit * 16 + 1;
+  char *src = malloc(cap);
+  if (!CHECK(src != NULL)) return;
+  size_t n = 0;
+  for (size_t i = 0; i < n_lit; i++) n += (size_t)snprintf(src + n, cap - n, "{{ 'abcdef' }}");
+  jinja_template *t = NULL;
+  diag d;
+  CHECK_STATUS(jinja_parse(src, n, "many.jinja", &t, &d), PH_OK, d.msg);
+  if (t) {
+    CHECK(t->mem.used_bytes < 400 * n);
+    if (t->mem.used_bytes >= 400 * n)
+      fprintf(stderr, "       %zu bytes of source took %zu bytes\n", n, t->mem.used_bytes);
+  }
+  jinja_free(t);
+  free(src);
+}
+
 static void test_chat_context(void) {
   const char *special[CHAT_N_SPECIAL] = {"<s>", "</s>", NULL, NULL};
   json_t *ctx = NULL;
@@ -359,6 +380,7 @@ int main(void) {
   RUN(test_whitespace_control);
   RUN(test_errors_name_the_line);
   RUN(test_limits);
+  RUN(test_parse_memory_is_linear);
   RUN(test_chat_context);
   RUN(test_ph_chat_render);
   return check_finish();
