@@ -205,6 +205,8 @@ typedef struct jctx {
   diag *d;
   char *out; /* the output buffer: blocks render into it, macros cut their text back out */
   size_t out_n, out_cap;
+  char *str_chunk; /* strings are bump-allocated here, unaligned, so that the newest one can */
+  size_t str_used, str_cap; /* grow in place: `set ns.s = ns.s ~ x` in a loop stays linear */
   int64_t loop_iterations;
   int call_depth;
   struct jenv *globals;
@@ -214,6 +216,10 @@ typedef struct jctx {
  * PH_ERR_NO_MEMORY). */
 int jctx_fail(jctx *c, int line, const char *fmt, ...) PH_PRINTF(3, 4);
 void *jctx_alloc(jctx *c, int line, size_t bytes);
+/* Room for a string of n bytes (not NUL-terminated) in the string chunk. */
+char *jctx_str_alloc(jctx *c, int line, size_t n);
+/* a ~ b: appended in place when a is the newest string and its chunk has room. */
+int jctx_str_concat(jctx *c, int line, jstr a, jstr b, jv *out);
 
 static inline jv jv_undef(void) {
   jv v = {JV_UNDEF, {0}};

@@ -36,6 +36,37 @@ void *jctx_alloc(jctx *c, int line, size_t bytes) {
   return p;
 }
 
+char *jctx_str_alloc(jctx *c, int line, size_t n) {
+  if (!c->str_chunk || c->str_cap - c->str_used < n) {            /* never NULL, even for n == 0 */
+    size_t cap = n < ((size_t)1 << 15) ? (size_t)1 << 16 : 2 * n; /* room to grow in place */
+    char *p = jctx_alloc(c, line, cap);
+    if (!p) return NULL;
+    c->str_chunk = p;
+    c->str_used = 0;
+    c->str_cap = cap;
+  }
+  char *r = c->str_chunk + c->str_used;
+  c->str_used += n;
+  return r;
+}
+
+int jctx_str_concat(jctx *c, int line, jstr a, jstr b, jv *out) {
+  if (a.n && c->str_chunk && a.p + a.n == c->str_chunk + c->str_used &&
+      c->str_cap - c->str_used >= b.n) {
+    /* a is the newest string: what follows it is free, and a keeps its own length */
+    if (b.n) memcpy(c->str_chunk + c->str_used, b.p, b.n);
+    c->str_used += b.n;
+    *out = jv_str((jstr){a.p, a.n + b.n});
+    return 0;
+  }
+  char *p = jctx_str_alloc(c, line, a.n + b.n);
+  if (!p) return -1;
+  if (a.n) memcpy(p, a.p, a.n);
+  if (b.n) memcpy(p + a.n, b.p, b.n);
+  *out = jv_str((jstr){p, a.n + b.n});
+  return 0;
+}
+
 int jctx_emit(jctx *c, int line, const char *p, size_t n) {
   if (n == 0) return 0;
   if (c->out_n + n > c->lim->max_output_bytes)
@@ -293,7 +324,7 @@ int jstr_eq_c(jstr a, const char *s) {
 }
 
 int jv_make_str(jctx *c, int line, const char *p, size_t n, jv *out) {
-  char *b = jctx_alloc(c, line, n + 1);
+  char *b = jctx_str_alloc(c, line, n);
   if (!b) return -1;
   if (n) memcpy(b, p, n);
   *out = jv_str((jstr){b, n});

@@ -291,6 +291,20 @@ static void test_parse_memory_is_linear(void) {
   free(src);
 }
 
+/* A string grown in a loop (`set ns.s = ns.s ~ x`) costs memory linear in its final length:
+ * the newest string grows in place (copying every step took 2 GB here, past the limit). */
+static void test_growing_string_is_linear(void) {
+  jinja_limits lim;
+  jinja_limits_default(&lim);
+  lim.max_memory_bytes = 32 << 20;
+  ph_status s = render_lim("{% set ns = namespace(s='') %}{% for i in range(20000) %}"
+                           "{% set ns.s = ns.s ~ 'abcdefghi' ~ (i % 10) %}{% endfor %}"
+                           "{{ ns.s|length }} {{ ns.s[-20:] }}",
+                           NULL, &lim);
+  CHECK_STATUS(s, PH_OK, g_err);
+  CHECK_EQ_STR(g_out, "200000 abcdefghi8abcdefghi9");
+}
+
 static void test_chat_context(void) {
   const char *special[CHAT_N_SPECIAL] = {"<s>", "</s>", NULL, NULL};
   json_t *ctx = NULL;
@@ -381,6 +395,7 @@ int main(void) {
   RUN(test_errors_name_the_line);
   RUN(test_limits);
   RUN(test_parse_memory_is_linear);
+  RUN(test_growing_string_is_linear);
   RUN(test_chat_context);
   RUN(test_ph_chat_render);
   return check_finish();
