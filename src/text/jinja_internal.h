@@ -205,6 +205,8 @@ typedef struct jctx {
   diag *d;
   char *out; /* the output buffer: blocks render into it, macros cut their text back out */
   size_t out_n, out_cap;
+  char *small_chunk; /* small objects: 8-byte aligned bump allocation (the arena aligns to 64) */
+  size_t small_used, small_cap;
   char *str_chunk; /* strings are bump-allocated here, unaligned, so that the newest one can */
   size_t str_used, str_cap; /* grow in place: `set ns.s = ns.s ~ x` in a loop stays linear */
   int64_t loop_iterations;

@@ -25,7 +25,24 @@ int jctx_fail(jctx *c, int line, const char *fmt, ...) {
   return -1;
 }
 
+static void *arena_take(jctx *c, int line, size_t bytes);
+
 void *jctx_alloc(jctx *c, int line, size_t bytes) {
+  if (bytes > 1024) return arena_take(c, line, bytes);
+  size_t need = (bytes + 7) & ~(size_t)7;
+  if (!c->small_chunk || c->small_cap - c->small_used < need) {
+    char *p = arena_take(c, line, (size_t)1 << 14);
+    if (!p) return NULL;
+    c->small_chunk = p;
+    c->small_used = 0;
+    c->small_cap = (size_t)1 << 14;
+  }
+  void *r = c->small_chunk + c->small_used; /* zeroed: the arena zeroes, nothing is reused */
+  c->small_used += need;
+  return r;
+}
+
+static void *arena_take(jctx *c, int line, size_t bytes) {
   if (c->mem->used_bytes + bytes > c->lim->max_memory_bytes) {
     jctx_fail(c, line, "rendering needs more than the memory limit (%zu bytes)",
               c->lim->max_memory_bytes);
@@ -38,8 +55,8 @@ void *jctx_alloc(jctx *c, int line, size_t bytes) {
 
 char *jctx_str_alloc(jctx *c, int line, size_t n) {
   if (!c->str_chunk || c->str_cap - c->str_used < n) {            /* never NULL, even for n == 0 */
-    size_t cap = n < ((size_t)1 << 15) ? (size_t)1 << 16 : 2 * n; /* room to grow in place */
-    char *p = jctx_alloc(c, line, cap);
+    size_t cap = n < ((size_t)1 << 13) ? (size_t)1 << 14 : 2 * n; /* room to grow in place */
+    char *p = arena_take(c, line, cap);
     if (!p) return NULL;
     c->str_chunk = p;
     c->str_used = 0;
