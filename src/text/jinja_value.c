@@ -21,7 +21,10 @@ int jctx_fail(jctx *c, int line, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  diag_set(c->d, PH_ERR_TEMPLATE, "%s:%d: %s", c->origin, line, what);
+  if (line > 0)
+    diag_set(c->d, PH_ERR_TEMPLATE, "%s:%d: %s", c->origin, line, what);
+  else /* the context, not a template line */
+    diag_set(c->d, PH_ERR_TEMPLATE, "%s: %s", c->origin, what);
   return -1;
 }
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -305,6 +306,23 @@ static void test_growing_string_is_linear(void) {
   CHECK_EQ_STR(g_out, "200000 abcdefghi8abcdefghi9");
 }
 
+static void test_strftime_now(void) {
+  for (int attempt = 0; attempt < 3; attempt++) { /* a render across midnight retries */
+    char before[64], after[64];
+    time_t t = time(NULL);
+    struct tm tmv;
+    localtime_r(&t, &tmv);
+    strftime(before, sizeof before, "%Y-%m-%d %B %b %%", &tmv);
+    CHECK_STATUS(render("{{ strftime_now('%Y-%m-%d %B %b %%') }}", NULL), PH_OK, g_err);
+    t = time(NULL);
+    localtime_r(&t, &tmv);
+    strftime(after, sizeof after, "%Y-%m-%d %B %b %%", &tmv);
+    if (strcmp(before, after) != 0) continue;
+    CHECK_EQ_STR(g_out, before);
+    return;
+  }
+}
+
 static void test_chat_context(void) {
   const char *special[CHAT_N_SPECIAL] = {"<s>", "</s>", NULL, NULL};
   json_t *ctx = NULL;
@@ -376,6 +394,22 @@ static void test_ph_chat_render(void) {
     CHECK_EQ_STR(text, "<s>[user]hi\n[assistant]</s>!");
     CHECK_EQ_INT(len, strlen("<s>[user]hi\n[assistant]</s>!"));
     ph_free(text);
+    s = ph_chat_render(tok, "[]", "{\"x\": []}", 0, &text, &len, err, sizeof err);
+    CHECK_STATUS(s, PH_OK, err);
+    ph_free(text);
+    /* an error names the template's line inside tokenizer_config.json's chat_template */
+    s = ph_chat_render(tok, "[]", "{\"x\": {}}", 0, &text, &len, err, sizeof err);
+    CHECK_STATUS(s, PH_OK, err);
+    ph_free(text);
+    s = ph_chat_render(tok, "[{\"role\": \"u\", \"content\": {}}]", NULL, 0, &text, &len, err,
+                       sizeof err);
+    CHECK_STATUS(s, PH_OK, err); /* a dict as text is JSON, as the reference writes it */
+    CHECK_EQ_STR(text, "<s>[u]{}\n</s>");
+    ph_free(text);
+    s = ph_chat_render(tok, "[]", "{\"x\": 9007199254740993}", 0, &text, &len, err, sizeof err);
+    CHECK_STATUS(s, PH_ERR_TEMPLATE, err);
+    CHECK_CONTAINS(err, "tokenizer_config.json chat_template:");
+    CHECK(text == NULL);
     s = ph_chat_render(tok, "{}", NULL, 0, &text, &len, err, sizeof err);
     CHECK_STATUS(s, PH_ERR_JSON, err);
     CHECK(text == NULL);
@@ -396,6 +430,7 @@ int main(void) {
   RUN(test_limits);
   RUN(test_parse_memory_is_linear);
   RUN(test_growing_string_is_linear);
+  RUN(test_strftime_now);
   RUN(test_chat_context);
   RUN(test_ph_chat_render);
   return check_finish();
