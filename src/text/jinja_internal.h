@@ -3,8 +3,10 @@
  *
  * Memory: the tree lives in the template's arena; every value made while rendering lives in the
  * render's arena (freed at once when the render ends), whose size is bounded by
- * jinja_limits.max_memory_bytes. Values are never mutated once made, except a namespace's
- * members (`set ns.x = ...`), as in the reference.
+ * jinja_limits.max_memory_bytes. Small objects are bump-allocated from 16 KiB chunks of it, and
+ * strings from a chunk of their own where the newest string can grow in place (a string built up
+ * in a loop costs memory linear in its length). Values are never mutated once made, except a
+ * namespace's members (`set ns.x = ...`), as in the reference.
  */
 #ifndef PH_TEXT_JINJA_INTERNAL_H
 #define PH_TEXT_JINJA_INTERNAL_H
