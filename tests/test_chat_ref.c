@@ -17,6 +17,8 @@
  * the texts must be identical, or both must fail. A corpus entry may list a template in
  * "refuses" (with why): there we must fail with "unsupported" where the reference renders.
  *
+ * PH_VERBOSE=1 also lists the cases that fail on both sides, with both messages.
+ *
  * Without node or the packages (PH_NODE_DIR/UNAVAILABLE says why) the test is a skip (77),
  * a failure under PH_REQUIRE_ORT=1 (CI).
  */
