@@ -919,19 +919,12 @@ done:
     free(c.out);
     return c.d->status != PH_OK ? c.d->status : PH_ERR_TEMPLATE;
   }
-  if (jctx_emit(&c, 0, "", 0) || !c.out) {
-    char *e = malloc(1);
-    if (!e) {
-      free(c.out);
-      return diag_set(d, PH_ERR_NO_MEMORY, "%s: out of memory", t->origin);
-    }
-    if (!c.out) {
-      c.out = e;
-      c.out_n = 0;
-    } else {
-      free(e);
-    }
+  if (!c.out) { /* nothing was written: an empty string */
+    c.out = malloc(1);
+    if (!c.out) return diag_set(d, PH_ERR_NO_MEMORY, "%s: out of memory", t->origin);
+    c.out_n = 0;
   }
+  /* jctx_emit keeps a byte free after the text */
   c.out[c.out_n] = '\0';
   *out = c.out;
   if (out_len) *out_len = c.out_n;
