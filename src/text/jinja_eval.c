@@ -819,6 +819,8 @@ void jinja_limits_default(jinja_limits *lim) {
 
 ph_status jinja_parse(const char *src, size_t len, const char *origin, jinja_template **out,
                       diag *d) {
+  diag local;
+  if (!d) d = &local; /* the lexer and parser always have a diag to fill */
   diag_clear(d);
   if (!origin) origin = "template";
   if (!src) return diag_set(d, PH_ERR_INVALID_ARGUMENT, "%s: no template source", origin);

@@ -231,6 +231,20 @@ static void test_errors_name_the_line(void) {
   EXPECT_ERR("{{ 'x' is frobbed }}", NULL, "unknown test 'frobbed'");
 }
 
+/* A NULL diag is allowed everywhere: the status alone comes back. */
+static void test_null_diag(void) {
+  jinja_template *t = NULL;
+  const char *bad = "{{ 1 + }}", *raises = "{{ x.y }}{{ raise_exception('r') }}";
+  CHECK_STATUS(jinja_parse(bad, strlen(bad), NULL, &t, NULL), PH_ERR_TEMPLATE, NULL);
+  CHECK(t == NULL);
+  CHECK_STATUS(jinja_parse(raises, strlen(raises), NULL, &t, NULL), PH_OK, NULL);
+  char *text = (char *)"not set";
+  CHECK_STATUS(jinja_render(t, NULL, NULL, &text, NULL, NULL), PH_ERR_TEMPLATE, NULL);
+  CHECK(text == NULL);
+  jinja_free(t);
+  jinja_free(NULL);
+}
+
 static void test_limits(void) {
   jinja_limits lim;
   jinja_limits_default(&lim);
@@ -427,6 +441,7 @@ int main(void) {
   RUN(test_statements);
   RUN(test_whitespace_control);
   RUN(test_errors_name_the_line);
+  RUN(test_null_diag);
   RUN(test_limits);
   RUN(test_parse_memory_is_linear);
   RUN(test_growing_string_is_linear);
