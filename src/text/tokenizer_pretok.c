@@ -349,12 +349,10 @@ static void encode_scratch_free(encode_scratch *e) {
   for (int i = 0; i < TOK_MAX_STEPS; i++) pcre2_match_data_free(e->md[i]);
 }
 
-int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_buf *out) {
-  out->n = 0;
-  if (!tok_buf_append(out, s, n)) return 0;
-  int ascii = 1;
-  for (size_t i = 0; i < n && ascii; i++) ascii = (unsigned char)s[i] < 0x80;
-  if (ascii) return 1; /* every normalization form leaves ASCII as it is */
+/* Runs the normalizer steps on s[0..n) with utf8proc, appending to out. 0: failure. */
+static int normalize_utf8proc(const ph_tokenizer *tok, const char *s, size_t n, tok_buf *out) {
+  tok_buf cur = {0};
+  if (!tok_buf_append(&cur, s, n)) return 0;
   for (int k = 0; k < tok->n_norm; k++) {
     utf8proc_option_t opt = UTF8PROC_STABLE;
     switch (tok->norm[k]) {
@@ -373,14 +371,69 @@ int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_bu
     }
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r =
-        utf8proc_map((const utf8proc_uint8_t *)out->p, (utf8proc_ssize_t)out->n, &dst, opt);
-    if (r < 0) return 0;
-    out->n = 0;
-    int ok = tok_buf_append(out, dst, (size_t)r);
+        utf8proc_map((const utf8proc_uint8_t *)cur.p, (utf8proc_ssize_t)cur.n, &dst, opt);
+    if (r < 0) {
+      free(cur.p);
+      return 0;
+    }
+    cur.n = 0;
+    int ok = tok_buf_append(&cur, dst, (size_t)r);
     free(dst);
-    if (!ok) return 0;
+    if (!ok) {
+      free(cur.p);
+      return 0;
+    }
   }
-  return 1;
+  int ok = tok_buf_append(out, cur.p, cur.n);
+  free(cur.p);
+  return ok;
+}
+
+/* Code points NFC leaves as they are and never composes with what comes before: a run of them
+ * passes through NFC unchanged, and NFC never reaches across one. Below U+0300 (no composition
+ * has one as its second part), kana letters, CJK unified ideographs, Hangul syllables (they can
+ * start a composition with a following jamo, which is not in this set, so that run is
+ * normalized together with the syllable before it). test_tokenizer checks the fast path
+ * against utf8proc on random mixtures. */
+static int nfc_inert(uint32_t c) {
+  return c < 0x300 || (c >= 0x3041 && c <= 0x3096) || (c >= 0x30A1 && c <= 0x30FA) ||
+         (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3);
+}
+
+int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_buf *out) {
+  out->n = 0;
+  if (!tok_buf_reserve(out, n)) return 0;
+  const unsigned char *u = (const unsigned char *)s;
+  if (tok->n_norm == 0) return tok_buf_append(out, s, n);
+  if (tok->n_norm > 1 || tok->norm[0] != NORM_NFC) {
+    int ascii = 1;
+    for (size_t i = 0; i < n && ascii; i++) ascii = u[i] < 0x80;
+    /* every normalization form leaves ASCII as it is */
+    return ascii ? tok_buf_append(out, s, n) : normalize_utf8proc(tok, s, n, out);
+  }
+  /* NFC: only the runs of code points that are not inert, each with the inert one before it
+   * (the starter they may compose with), go through utf8proc */
+  size_t i = 0, copied = 0, prev = 0;
+  while (i < n) {
+    size_t l;
+    uint32_t c = u[i] < 0x80 ? (l = 1, u[i]) : utf8_decode1(u + i, n - i, &l);
+    if (nfc_inert(c)) {
+      prev = i;
+      i += l;
+      continue;
+    }
+    size_t start = i > copied ? prev : i, j = i + l;
+    while (j < n) {
+      size_t m;
+      if (nfc_inert(utf8_decode1(u + j, n - j, &m))) break;
+      j += m;
+    }
+    if (!tok_buf_append(out, s + copied, start - copied) ||
+        !normalize_utf8proc(tok, s + start, j - start, out))
+      return 0;
+    copied = i = j;
+  }
+  return tok_buf_append(out, s + copied, n - copied);
 }
 
 /* The pre-tokenizer and BPE on one normalized text segment s[0..n). */
