@@ -6,8 +6,9 @@
  *                   [--node-dir build/ort] [--source-dir .] [--no-reference]
  *
  * Run from the repository root (or give --source-dir). The text: about --mb MB (default 1) made
- * deterministically from the corpus of tests/data/text/tokenizer_corpus.hex (its valid UTF-8
- * entries: many scripts, code, emoji, whitespace) and English sentences, in a random order.
+ * deterministically: a third the corpus of tests/data/text/tokenizer_corpus.hex (its valid UTF-8
+ * entries: many scripts, code, emoji, whitespace), a third English sentences, a third words of
+ * random letters and CJK characters (words seen once, so a word cache cannot carry the run).
  * Reported: the open time of tokenizer.json, then encode and decode MB/s (medians of --repeats,
  * MB = 10^6 bytes of text) for ours and for the reference, and tokens per second. Both run one
  * thread. Timing only; correctness is test_tokenizer_ref's. */
@@ -83,12 +84,29 @@ static int make_text(const char *corpus_path, size_t target, tok_buf *out) {
   while (out->n < target) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t r = (uint32_t)(s >> 33);
-    if (r % 2 == 0 && n > 0) {
-      tok_buf_append(out, entries[r / 2 % (uint32_t)n].p, entries[r / 2 % (uint32_t)n].n);
+    if (r % 3 == 0 && n > 0) {
+      tok_buf_append(out, entries[r / 3 % (uint32_t)n].p, entries[r / 3 % (uint32_t)n].n);
       tok_buf_append(out, "\n", 1);
-    } else {
-      const char *e = english[r / 2 % (sizeof english / sizeof english[0])];
+    } else if (r % 3 == 1) {
+      const char *e = english[r / 3 % (sizeof english / sizeof english[0])];
       tok_buf_append(out, e, strlen(e));
+    } else { /* words seen once or rarely: random letters, a few CJK characters */
+      for (int w = 0; w < 8; w++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t q = (uint32_t)(s >> 33);
+        char word[64];
+        size_t k = 0;
+        word[k++] = ' ';
+        for (uint32_t c = 0; c < 2 + q % 9; c++) {
+          s = s * 6364136223846793005ull + 1442695040888963407ull;
+          if (q % 5 == 0)
+            k += utf8_encode1(0x4E00 + (uint32_t)(s >> 33) % 0x5000, word + k);
+          else
+            word[k++] = (char)('a' + (s >> 33) % 26);
+        }
+        tok_buf_append(out, word, k);
+      }
+      tok_buf_append(out, ".\n", 2);
     }
   }
   for (int i = 0; i < n; i++) free(entries[i].p);
