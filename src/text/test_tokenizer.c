@@ -412,6 +412,12 @@ static void test_utf8_repair(void) {
     CHECK_EQ_STR(b.p, cases[i].out);
     free(b.p);
   }
+  /* a character cut short by the end of the input, whose next byte (beyond len) would finish it:
+   * the first reference run found the repair reading past the end */
+  tok_buf cut = {0};
+  CHECK(utf8_repair("x\xc3\xa9", 2, &cut));
+  CHECK(cut.n == 4 && memcmp(cut.p, "x\xef\xbf\xbd", 4) == 0);
+  free(cut.p);
   CHECK_EQ_INT(utf8_incomplete_tail((const unsigned char *)"a\xf0\x9f\x98", 4), 3);
   CHECK_EQ_INT(utf8_incomplete_tail((const unsigned char *)"a\xf0\x9f\x98\x80", 5), 0);
   CHECK_EQ_INT(utf8_incomplete_tail((const unsigned char *)"a\xc3", 2), 1);
