@@ -15,6 +15,7 @@
 #include "text/chat.h"
 #include "text/jinja.h"
 #include "text/jinja_internal.h"
+#include "text/tiny_tokenizer.h"
 
 static char g_out[1 << 16];
 static char g_err[DIAG_MSG_BYTES];
@@ -431,6 +432,51 @@ static void test_ph_chat_render(void) {
   ph_tokenizer_free(tok);
 }
 
+/* make-tiny's tokenizer: its chat template renders, and the prompt encodes with the special
+ * tokens recognised (the path generate --chat and serve take). */
+static void test_tiny_tokenizer_chat(void) {
+  char dir[1200];
+  snprintf(dir, sizeof dir, "%s/tiny_tok", check_env("PH_TMP_DIR"));
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  ph_status s = tiny_tokenizer_write(dir, 512, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return;
+  ph_tokenizer *tok = NULL;
+  s = ph_tokenizer_open(dir, &tok);
+  CHECK_STATUS(s, PH_OK, tok ? ph_tokenizer_error(tok) : "open");
+  if (s != PH_OK) {
+    ph_tokenizer_free(tok);
+    return;
+  }
+  char err[256];
+  char *text = NULL;
+  size_t len = 0;
+  s = ph_chat_render(tok,
+                     "[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                     "{\"role\": \"user\", \"content\": \"Hi there\"}]",
+                     NULL, 1, &text, &len, err, sizeof err);
+  CHECK_STATUS(s, PH_OK, err);
+  const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi "
+                     "there<|im_end|>\n<|im_start|>assistant\n";
+  CHECK_EQ_STR(text, want);
+  if (s == PH_OK) {
+    int64_t *ids = NULL, n = 0;
+    CHECK_STATUS(ph_tokenizer_encode(tok, text, len, 0, &ids, &n), PH_OK, NULL);
+    int64_t im_start = ph_tokenizer_token_id(tok, "<|im_start|>");
+    CHECK(im_start >= 0);
+    CHECK(n > 0 && ids[0] == im_start);
+    char *back = NULL;
+    size_t back_len = 0;
+    CHECK_STATUS(ph_tokenizer_decode(tok, ids, n, 0, &back, &back_len), PH_OK, NULL);
+    CHECK_EQ_STR(back, want);
+    ph_free(back);
+    ph_free(ids);
+  }
+  ph_free(text);
+  ph_tokenizer_free(tok);
+}
+
 int main(void) {
   RUN(test_output_of_values);
   RUN(test_operators);
@@ -448,5 +494,6 @@ int main(void) {
   RUN(test_strftime_now);
   RUN(test_chat_context);
   RUN(test_ph_chat_render);
+  RUN(test_tiny_tokenizer_chat);
   return check_finish();
 }
