@@ -17,6 +17,8 @@
  * the texts must be identical, or both must fail. A corpus entry may list a template in
  * "refuses" (with why): there we must fail with "unsupported" where the reference renders.
  *
+ * PH_CHAT_TEMPLATES=DIR adds every .jinja file of DIR as one more chat template (templates that are
+ * not on npm, such as Qwen3.5's chat_template.jinja from its checkpoint; never committed).
  * PH_VERBOSE=1 also lists the cases that fail on both sides, with both messages.
  *
  * Without node or the packages (PH_NODE_DIR/UNAVAILABLE says why) the test is a skip (77),
@@ -148,7 +150,7 @@ static int cmp_names(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void add_own_dir(const char *dir) {
+static void add_own_dir(const char *dir, int all_chat) {
   DIR *dp = opendir(dir);
   if (!CHECK(dp != NULL)) return;
   char *names[MAX_TEMPLATES];
@@ -161,7 +163,7 @@ static void add_own_dir(const char *dir) {
   closedir(dp);
   qsort(names, (size_t)n, sizeof names[0], cmp_names);
   for (int i = 0; i < n; i++) {
-    add_own(dir, names[i], strncmp(names[i], "chat_", 5) == 0);
+    add_own(dir, names[i], all_chat || strncmp(names[i], "chat_", 5) == 0);
     free(names[i]);
   }
 }
@@ -292,7 +294,10 @@ static void test_against_reference(void) {
   add_real("deepseek_v3");
   char dir[1300];
   snprintf(dir, sizeof dir, "%s/text/jinja", check_env("PH_DATA_DIR"));
-  add_own_dir(dir);
+  add_own_dir(dir, 0);
+  /* more chat templates, never committed (a checkpoint's chat_template.jinja, say Qwen3.5's) */
+  const char *extra_dir = getenv("PH_CHAT_TEMPLATES");
+  if (extra_dir && *extra_dir) add_own_dir(extra_dir, 1);
   snprintf(path, sizeof path, "%s/context.json", dir);
   json_t *own_ctx = json_load_file(path, 0, &err);
   if (!check_report(own_ctx != NULL, __FILE__, __LINE__, "jinja/context.json parses")) return;
