@@ -93,6 +93,10 @@ static void test_operators(void) {
   EXPECT("{{ 0 or '' or 'z' }} {{ 1 and [] }} {{ not 0 }} {{ 'y' if 0 else 'n' }}[{{ 'y' if 0 }}]",
          NULL, "z [] true n[]");
   EXPECT("{{ [1] + [2, 3] }} {{ -(3) }} {{ 3 < 4 }} {{ 2 >= 3 }}", NULL, "[1, 2, 3] -3 true false");
+  /* only the newest string grows in place: an older one is copied */
+  EXPECT("{% set a = 'x' ~ 'y' %}{% set b = 'p' ~ 'q' %}{% set c = a ~ 'Z' %}{{ c }}{{ b }}"
+         "{% set d = b ~ 1 %}{{ d }}{{ a ~ b }}{{ c }}",
+         NULL, "xyZpqpq1xypqxyZ");
   EXPECT_ERR("{{ 'a' < 'b' }}", NULL, "unsupported operator '<'");
   EXPECT_ERR("{{ nope + 1 }}", NULL, "undefined");
   EXPECT_ERR("{{ 1 / 0 }}", NULL, "division by zero");
