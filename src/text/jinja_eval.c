@@ -60,6 +60,7 @@ static jv env_get(const jenv *e, jstr name) {
 }
 
 static int exec_block(jctx *c, jnode *const *body, size_t n, jenv *env);
+static int js_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out);
 
 /* ---- operators ------------------------------------------------------------------------------- */
 
@@ -147,29 +148,41 @@ int jinja_loose_eq(jctx *c, int line, jv a, jv b, int *eq) {
     *eq = a_nil && b_nil;
     return 0;
   }
+  if (a.kind == JV_FUNC || b.kind == JV_FUNC) {
+    if (a.kind == b.kind) return *eq = a.u.fn == b.u.fn, 0;
+    return jctx_fail(c, line, "unsupported: comparing a function with ==");
+  }
   int a_prim = a.kind == JV_BOOL || is_num(a) || a.kind == JV_STR;
   int b_prim = b.kind == JV_BOOL || is_num(b) || b.kind == JV_STR;
-  if (a_prim && b_prim) {
-    if (a.kind == JV_STR && b.kind == JV_STR) {
-      *eq = jstr_eq(a.u.s, b.u.s);
-    } else {
-      double x = a.kind == JV_STR ? js_to_number(a.u.s) : num(a);
-      double y = b.kind == JV_STR ? js_to_number(b.u.s) : num(b);
-      *eq = x == y;
-    }
-    return 0;
-  }
   if (!a_prim && !b_prim) {
     *eq = jinja_strict_eq(a, b);
     return 0;
   }
-  return jctx_fail(c, line,
-                   "unsupported: comparing a %s with a %s using == or !=", jv_kind_name(a.kind),
-                   jv_kind_name(b.kind));
+  /* an object against a primitive: the object's text (ToPrimitive), then as primitives */
+  char ba[64], bb[64];
+  jstr t;
+  if (!a_prim) {
+    if (js_text(c, line, a, ba, sizeof ba, &t)) return -1;
+    a = jv_str(t);
+  }
+  if (!b_prim) {
+    if (js_text(c, line, b, bb, sizeof bb, &t)) return -1;
+    b = jv_str(t);
+  }
+  if (a.kind == JV_STR && b.kind == JV_STR) {
+    *eq = jstr_eq(a.u.s, b.u.s);
+  } else {
+    double x = a.kind == JV_STR ? js_to_number(a.u.s) : num(a);
+    double y = b.kind == JV_STR ? js_to_number(b.u.s) : num(b);
+    *eq = x == y;
+  }
+  return 0;
 }
 
-/* value.toString() of a primitive, as + and ~ use it (floats without a forced ".0"). */
-static int prim_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out) {
+/* value.toString() as + and ~ (and == against a primitive) use it: floats without a forced
+ * ".0", a list as its items' text joined by commas (Array.prototype.toString), a dict or a
+ * namespace as "[object Map]". The text goes to *out (in the arena when it is built). */
+static int js_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out) {
   switch (v.kind) {
   case JV_STR:
     *out = v.u.s;
@@ -183,10 +196,24 @@ static int prim_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out) 
   case JV_BOOL:
     snprintf(buf, cap, "%s", v.u.b ? "true" : "false");
     break;
-  default:
-    return jctx_fail(c, line, "unsupported: joining a %s into a string with + or ~",
-                     jv_kind_name(v.kind));
+  case JV_DICT:
+  case JV_NS:
+    snprintf(buf, cap, "[object Map]");
+    break;
+  case JV_LIST: {
+    size_t mark = c->out_n;
+    for (size_t i = 0; i < v.u.l->n; i++)
+      if ((i && jctx_emit(c, line, ",", 1)) || jv_emit_string(c, line, v.u.l->items[i])) return -1;
+    jv s;
+    if (jctx_cut(c, line, mark, &s)) return -1;
+    *out = s.u.s;
+    return 0;
   }
+  default:
+    return jctx_fail(c, line, "unsupported: a %s as text in + or ~", jv_kind_name(v.kind));
+  }
+  /* numbers and booleans stay in the caller's buffer: no allocation between a growing
+   * string and what is appended to it */
   out->p = buf;
   out->n = strlen(buf);
   return 0;
@@ -195,14 +222,8 @@ static int prim_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out) 
 static int concat(jctx *c, int line, jv a, jv b, jv *out) {
   char ba[64], bb[64];
   jstr x, y;
-  if (prim_text(c, line, a, ba, sizeof ba, &x) || prim_text(c, line, b, bb, sizeof bb, &y))
-    return -1;
-  char *p = jctx_alloc(c, line, x.n + y.n + 1);
-  if (!p) return -1;
-  if (x.n) memcpy(p, x.p, x.n);
-  if (y.n) memcpy(p + x.n, y.p, y.n);
-  *out = jv_str((jstr){p, x.n + y.n});
-  return 0;
+  if (js_text(c, line, a, ba, sizeof ba, &x) || js_text(c, line, b, bb, sizeof bb, &y)) return -1;
+  return jctx_str_concat(c, line, x, y, out);
 }
 
 static int int_result(jctx *c, int line, double r, jv *out) {
@@ -274,17 +295,22 @@ static int eval_binary(jctx *c, const jnode *n, jenv *env, jv *out) {
       return int_result(c, line, res, out);
     }
     case JOP_DIV:
-      if (b == 0) return jctx_fail(c, line, "division by zero");
+      if (b == 0)
+        return jctx_fail(c, line,
+                         "unsupported: division by zero (the reference gives Infinity or NaN)");
       *out = jv_float(a / b);
       return 0;
     case JOP_FLOORDIV: {
-      if (b == 0) return jctx_fail(c, line, "division by zero");
+      if (b == 0)
+        return jctx_fail(c, line,
+                         "unsupported: division by zero (the reference gives Infinity or NaN)");
       double res = floor(a / b);
       if (is_float) return *out = jv_float(res), 0;
       return int_result(c, line, res, out);
     }
     case JOP_MOD:
-      if (b == 0) return jctx_fail(c, line, "modulo by zero");
+      if (b == 0)
+        return jctx_fail(c, line, "unsupported: modulo by zero (the reference gives NaN)");
       if (is_float) return *out = jv_float(fmod(a, b)), 0;
       *out = jv_int(l.u.i % r.u.i); /* JavaScript's % keeps the dividend's sign, as C's does */
       return 0;
@@ -793,6 +819,8 @@ void jinja_limits_default(jinja_limits *lim) {
 
 ph_status jinja_parse(const char *src, size_t len, const char *origin, jinja_template **out,
                       diag *d) {
+  diag local;
+  if (!d) d = &local; /* the lexer and parser always have a diag to fill */
   diag_clear(d);
   if (!origin) origin = "template";
   if (!src) return diag_set(d, PH_ERR_INVALID_ARGUMENT, "%s: no template source", origin);
@@ -893,19 +921,12 @@ done:
     free(c.out);
     return c.d->status != PH_OK ? c.d->status : PH_ERR_TEMPLATE;
   }
-  if (jctx_emit(&c, 0, "", 0) || !c.out) {
-    char *e = malloc(1);
-    if (!e) {
-      free(c.out);
-      return diag_set(d, PH_ERR_NO_MEMORY, "%s: out of memory", t->origin);
-    }
-    if (!c.out) {
-      c.out = e;
-      c.out_n = 0;
-    } else {
-      free(e);
-    }
+  if (!c.out) { /* nothing was written: an empty string */
+    c.out = malloc(1);
+    if (!c.out) return diag_set(d, PH_ERR_NO_MEMORY, "%s: out of memory", t->origin);
+    c.out_n = 0;
   }
+  /* jctx_emit keeps a byte free after the text */
   c.out[c.out_n] = '\0';
   *out = c.out;
   if (out_len) *out_len = c.out_n;

@@ -63,7 +63,7 @@ static int bound_method(jctx *c, int line, jv self, jstr name, int on_dict, jv *
 /* ---- member access --------------------------------------------------------------------------- */
 
 /* The UTF-16 unit at index i of s (negative: from the end), as String.prototype.at gives it;
- * half of a surrogate pair is written as U+FFFD, as node writes a lone surrogate. */
+ * half of a surrogate pair has no UTF-8 form: refused. */
 static int str_at(jctx *c, int line, jstr s, int64_t i, jv *out) {
   int64_t len = (int64_t)js_utf16_len(s);
   if (i < 0) i += len;
@@ -74,7 +74,10 @@ static int str_at(jctx *c, int line, jstr s, int64_t i, jv *out) {
     size_t k = utf8_next(s.p + b, s.n - b, &cp);
     int w = cp >= 0x10000 ? 2 : 1;
     if (i < u + w) {
-      if (w == 2) return jv_make_str(c, line, "\xEF\xBF\xBD", 3, out);
+      if (w == 2)
+        return jctx_fail(c, line,
+                         "unsupported: an index into half of a character beyond U+FFFF (the "
+                         "reference gives a lone surrogate)");
       return jv_make_str(c, line, s.p + b, k, out);
     }
     u += w;

@@ -80,6 +80,11 @@ typedef struct merge_map {
   uint64_t n;
 } merge_map;
 
+/* A merge of two one-byte tokens, looked up directly by the two bytes (id -1: none). */
+typedef struct bpe_pair {
+  int32_t rank, id;
+} bpe_pair;
+
 /* ---- added tokens: a byte trie, leftmost-longest ---- */
 typedef struct trie_node {
   int32_t child;   /* first child node, -1 none */
@@ -137,6 +142,7 @@ struct ph_tokenizer {
   str_map vocab_other; /* the exact string -> id, entries outside the byte-level alphabet */
   char *key_blob;      /* the keys of vocab and vocab_other */
   merge_map merges;
+  bpe_pair *byte_pair;  /* [256 * 256]: merges of two one-byte tokens, by (left, right) byte */
   int32_t byte_id[256]; /* the id of each one-byte token, -1 none */
   int ignore_merges;
   int64_t unk_id; /* -1: none (unknown bytes are dropped, as Hugging Face does) */
@@ -210,6 +216,31 @@ int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_bu
 /* Compiles a regex for a Split step (UTF, UCP, JIT when available). NULL: *msg says why. */
 void *tok_regex_compile(const char *pattern, size_t len, char *msg, size_t msg_cap);
 void tok_regex_free(void *re);
+
+/* ---- tokenizer_json.c: model.vocab and model.merges as flat lists ---- */
+typedef struct vocab_item {
+  uint32_t off, len; /* the token's string in model_lists.strs */
+  int64_t id;        /* -1 when the JSON value is not an integer */
+} vocab_item;
+typedef struct merge_item {
+  uint32_t a_off, a_len, b_off, b_len;
+} merge_item;
+typedef struct model_lists {
+  tok_buf strs; /* the strings, each followed by a NUL */
+  vocab_item *vocab;
+  size_t n_vocab, cap_vocab;
+  merge_item *merge;
+  size_t n_merge, cap_merge;
+} model_lists;
+void model_lists_free(model_lists *l);
+int model_lists_push_vocab(model_lists *l, uint32_t off, uint32_t len, int64_t id);
+int model_lists_push_merge(model_lists *l, uint32_t a_off, uint32_t a_len, uint32_t b_off,
+                           uint32_t b_len);
+/* Reads model.vocab and model.merges of a tokenizer.json text into *lists and gives the rest of
+ * the document (those two emptied) in *rest (malloc'ed). 0 when the fast path is not taken
+ * (nothing is held then): parse the whole text with jansson instead. */
+int tokenizer_json_fast(const char *json, size_t len, model_lists *lists, char **rest,
+                        size_t *rest_len);
 
 /* ---- tokenizer.c ---- */
 /* Opens a tokenizer from the bytes of a tokenizer.json (and optionally a tokenizer_config.json's,
