@@ -85,19 +85,31 @@ static ph_status print_pieces(const ph_tokenizer *tok, const int64_t *ids, int64
   return PH_OK;
 }
 
+/* The text of the ids. Ids beyond the tokenizer's vocabulary give no text (the library drops
+ * them, as Hugging Face's decode does: a model's vocabulary may be padded beyond the
+ * tokenizer's); a note on stderr says so, since a person typing ids may have mistyped one. */
 static ph_status decode(const ph_tokenizer *tok, const int64_t *ids, int64_t n, int skip, diag *d) {
   char *t = NULL;
   size_t len = 0;
   const ph_status s = ph_tokenizer_decode(tok, ids, n, skip, &t, &len);
   if (s != PH_OK) {
     ph_free(t);
-    ph_tokenizer_info info;
-    const int64_t vocab = ph_tokenizer_get_info(tok, &info) == PH_OK ? info.vocab_size : -1;
-    return diag_set(d, s, "--decode: %s (ids are below the vocabulary size %lld)",
-                    ph_status_message(s), (long long)vocab);
+    return diag_set(d, s, "--decode: %s", ph_status_message(s));
   }
   fwrite(t, 1, len, stdout);
   ph_free(t);
+  ph_tokenizer_info info;
+  if (ph_tokenizer_get_info(tok, &info) == PH_OK) {
+    int64_t beyond = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+      if (ids[i] >= info.vocab_size && beyond++ == 0) first = ids[i];
+    if (beyond)
+      fprintf(stderr,
+              "tokenize: note: %lld id%s at or beyond the tokenizer's vocabulary size %lld (the "
+              "first: %lld) give no text, as in Hugging Face's decode\n",
+              (long long)beyond, beyond > 1 ? "s" : "", (long long)info.vocab_size,
+              (long long)first);
+  }
   return PH_OK;
 }
 

@@ -536,10 +536,25 @@ static void test_decode(void) {
   CHECK_EQ_STR(text, "h\xc3\xa9\xef\xbf\xbd"); /* the last byte alone is U+FFFD */
   CHECK_EQ_INT(len, 6);
   ph_free(text);
-  int64_t bad[] = {'a', 256};
-  CHECK_STATUS(ph_tokenizer_decode(t, bad, 2, 0, &text, &len), PH_ERR_INVALID_ARGUMENT, NULL);
-  int64_t neg[] = {-1};
-  CHECK_STATUS(ph_tokenizer_decode(t, neg, 1, 0, &text, &len), PH_ERR_INVALID_ARGUMENT, NULL);
+  /* an id that is no token (beyond vocab_size: a padded model vocabulary generates them) gives
+   * no text, as Hugging Face's decode drops it; a negative id is refused */
+  int64_t beyond[] = {'a', 256, INT64_MAX, 'b'};
+  CHECK_STATUS(ph_tokenizer_decode(t, beyond, 4, 0, &text, &len), PH_OK, NULL);
+  CHECK(text && len == 2 && strcmp(text, "ab") == 0);
+  ph_free(text);
+  int64_t neg[] = {'a', -1};
+  CHECK_STATUS(ph_tokenizer_decode(t, neg, 2, 0, &text, &len), PH_ERR_INVALID_ARGUMENT, NULL);
+  CHECK(text == NULL && len == 0);
+  char *gap_json = make_json(NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 'A');
+  ph_tokenizer *gap = gap_json ? open_json(gap_json, NULL) : NULL;
+  free(gap_json);
+  if (gap) { /* id 65 is a gap: no text either */
+    int64_t ids_gap[] = {'x', 'A', 'y'};
+    CHECK_STATUS(ph_tokenizer_decode(gap, ids_gap, 3, 0, &text, &len), PH_OK, NULL);
+    CHECK(text && strcmp(text, "xy") == 0);
+    ph_free(text);
+    ph_tokenizer_free(gap);
+  }
   int64_t *out = NULL, n = -1;
   CHECK_STATUS(ph_tokenizer_encode(t, "", 0, 0, &out, &n), PH_OK, NULL);
   CHECK_EQ_INT(n, 0);
@@ -759,7 +774,19 @@ static void test_text_stream(void) {
   CHECK(stopped == 1 && len == 0);
   CHECK_STATUS(ph_text_stream_finish(s, &p, &len), PH_OK, NULL);
   CHECK_EQ_INT(len, 0);
-  CHECK_STATUS(ph_text_stream_push(s, 999, &p, &len, &stopped), PH_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 999, &p, &len, &stopped), PH_OK, NULL);
+  CHECK(stopped == 1 && len == 0);
+  CHECK_STATUS(ph_text_stream_push(s, -1, &p, &len, &stopped), PH_ERR_INVALID_ARGUMENT, NULL);
+  ph_text_stream_free(s);
+  /* an id that is no token gives no text and keeps the stream going, as decode drops it */
+  CHECK_STATUS(ph_text_stream_create(t, stops, 2, 1, &s), PH_OK, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 0xc3, &p, &len, &stopped), PH_OK, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 999, &p, &len, &stopped), PH_OK, NULL);
+  CHECK_EQ_INT(len, 0);
+  CHECK_STATUS(ph_text_stream_push(s, 0xa9, &p, &len, &stopped), PH_OK, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 'x', &p, &len, &stopped), PH_OK, NULL);
+  CHECK(len == 3 && memcmp(p, "\xc3\xa9x", 3) == 0); /* the character across the unknown id */
+  CHECK_STATUS(ph_text_stream_push(s, -5, &p, &len, &stopped), PH_ERR_INVALID_ARGUMENT, NULL);
   ph_text_stream_free(s);
   /* a held-back prefix is flushed by finish, and an unfinished character becomes U+FFFD */
   CHECK_STATUS(ph_text_stream_create(t, stops, 2, 0, &s), PH_OK, NULL);
