@@ -120,5 +120,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif /* PH_TOOLS_CLI_H */
