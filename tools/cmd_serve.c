@@ -94,6 +94,10 @@ static void wait_and_drain(serve_http *h, serve_engine *se, const sigset_t *sigs
   if (left > 0) {
     fprintf(stderr, "serve: aborting %lld request(s) still running\n", (long long)left);
     serve_engine_abort_all(se);
+    /* their clients get the abort (an error object, a stream's error event) before the
+     * connections close; bounded, as a client may not be reading */
+    const double until_abort = now_s() + 10;
+    while (serve_http_active(h) > 0 && now_s() < until_abort) nanosleep(&slice, NULL);
   }
 }
 

@@ -118,6 +118,12 @@ static int connection_fd(struct MHD_Connection *c) {
   return ci ? (int)ci->connect_fd : -1;
 }
 
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* ---- one generation ------------------------------------------------------------------------ */
 
 typedef struct gen {
@@ -141,6 +147,7 @@ typedef struct gen {
   serve_error err;           /* finished with an error (err.http != 0) */
   int role_sent, done_sent;  /* stream: the role chunk; the final events */
   int gone;                  /* the client went away */
+  double checked_at;         /* when the socket was last looked at (mono_s) */
   sbuf out;                  /* stream: bytes for libmicrohttpd */
   size_t out_pos;
 } gen;
@@ -370,9 +377,14 @@ static void gen_advance(gen *g) {
     }
     return;
   }
-  if (n == 0 && client_gone(g->fd)) {
-    g->gone = 1;
-    serve_req_cancel(g->req);
+  /* tokens may flow without pause: the socket is looked at every WAIT_SLICE_MS regardless */
+  const double now = mono_s();
+  if (now - g->checked_at >= WAIT_SLICE_MS * 1e-3) {
+    g->checked_at = now;
+    if (client_gone(g->fd)) {
+      g->gone = 1;
+      serve_req_cancel(g->req);
+    }
   }
 }
 
