@@ -23,8 +23,8 @@
  *                models/weights.h weights_param_counts: active parameters); models/package.h
  *                (package_read, package_check_graph); io/genai_config.h, io/onnx.h (a
  *                package's files); tensor/tensor.h (nonfinite_scan over initializers)
- *   make-tiny,   models/tiny.h: tiny_params, tiny_apply_preset, tiny_write
- *   demo
+ *   make-tiny,   models/tiny.h: tiny_params, tiny_apply_preset, tiny_write;
+ *   demo         text/tiny_tokenizer.h: tiny_tokenizer_write (the tokenizer files beside them)
  *   run          engine/request_file.h: the JSONL request file (docs/run.md) and its result
  *                lines; base/wfile.h (--out written whole); io/onnx.h: onnx_is_package
  *   bench        models/package.h: a package's parameter and initializer bytes; io/onnx.h
@@ -52,5 +52,6 @@
 #include "runtime/dense_session.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
+#include "text/tiny_tokenizer.h"
 
 #endif /* PH_TOOLS_API_H */

@@ -1309,11 +1309,14 @@ static void test_writes_stay_inside(void) {
   plant_link(pkg, "model.onnx.data", outside);
   plant_link(pkg, "genai_config.json", outside);
   plant_link(pkg, "tokenizer.json", outside);
+  plant_link(pkg, "vocab.json", outside);
   CHECK_EQ_INT(run(args), 0);
   CHECK(ft_file_is(outside, KEEP, strlen(KEEP)));
   snprintf(path, sizeof path, "%s/genai_config.json", pkg);
   CHECK(!ft_is_symlink(path) && path_exists(path));
-  snprintf(path, sizeof path, "%s/tokenizer.json", pkg); /* stale: the checkpoint has none */
+  snprintf(path, sizeof path, "%s/tokenizer.json", pkg); /* make-tiny's, copied over the link */
+  CHECK(!ft_is_symlink(path) && path_exists(path));
+  snprintf(path, sizeof path, "%s/vocab.json", pkg); /* stale: the checkpoint has none */
   CHECK(!ft_is_symlink(path) && !path_exists(path));
   CHECK_EQ_INT(ft_count_tmp(pkg), 0);
   /* a FIFO among a package's file names is refused, and left there */

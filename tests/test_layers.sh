@@ -94,7 +94,7 @@ done
 # pools, the executor or the ops: the tools serve through ph_engine_*.
 TOOLS_API_ALLOWED="base/diag.h base/fmap.h base/wfile.h engine/request_file.h io/genai_config.h
 io/inference_metadata.h io/onnx.h models/export.h models/model.h models/package.h models/tiny.h
-pagedhybrid.h runtime/dense_session.h tensor/dtype.h tensor/tensor.h"
+pagedhybrid.h runtime/dense_session.h tensor/dtype.h tensor/tensor.h text/tiny_tokenizer.h"
 if [ -e "$ROOT/src/tools_api.h" ]; then
   checked=$((checked + 1))
   grep -n '^#include "' "$ROOT/src/tools_api.h" | while IFS= read -r line; do

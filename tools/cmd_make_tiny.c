@@ -1,5 +1,6 @@
 /* pagedhybrid make-tiny --out DIR — a deterministic random-weight checkpoint in exact HF
- * layout (config.json + safetensors), for tests, the demo and benchmarks. */
+ * layout (config.json + safetensors), for tests, the demo and benchmarks, with a byte-level
+ * tokenizer and a chat template of our own (text/tiny_tokenizer.h) when --vocab allows one. */
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
@@ -143,8 +144,14 @@ int cmd_make_tiny(int argc, char **argv) {
                          "--out directory is not empty (use --force to overwrite)");
   ph_status s = tiny_write(out, &p, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
-  printf("wrote %s (%s, %s, %s layout, seed %llu; random weights)\n", out, p.model_type,
+  /* text for tiny models too: a byte-level tokenizer and a chat template of our own */
+  const int with_tokenizer = p.vocab_size >= TINY_TOKENIZER_MIN_VOCAB;
+  if (with_tokenizer && (s = tiny_tokenizer_write(out, p.vocab_size, &d)) != PH_OK)
+    return cli_lib_error(s, d.msg);
+  printf("wrote %s (%s, %s, %s layout, seed %llu; random weights; %s)\n", out, p.model_type,
          ph_dtype_name(p.dtype), p.layout == LAYOUT_VLM ? "vlm" : "causal_lm",
-         (unsigned long long)p.seed);
+         (unsigned long long)p.seed,
+         with_tokenizer ? "with tokenizer.json and a chat template"
+                        : "no tokenizer: --vocab is below 246");
   return CLI_EXIT_OK;
 }

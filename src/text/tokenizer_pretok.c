@@ -1,0 +1,495 @@
+/* tokenizer_pretok — from valid UTF-8 text to BPE pieces, in Hugging Face's order: added tokens
+ * split out of the input (a byte trie, leftmost-longest, with their single_word / lstrip /
+ * rstrip rules), the normalizer on the text between them, the added tokens marked normalized
+ * split out of that, then the pre-tokenizer's Split steps (PCRE2, UTF + UCP, JIT) and ByteLevel,
+ * each piece then encoded by the BPE model.
+ *
+ * Regex semantics: Hugging Face's Rust tokenizers use Oniguruma; PCRE2 agrees with it on the
+ * constructs real tokenizers use (\p{..} classes, \s, lookahead, (?i:...)); docs/tokenizer.md
+ * lists the few characters where the JavaScript reference differs from both. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "text/tokenizer_impl.h"
+
+/* ---- added-token trie ---- */
+
+static int32_t trie_new_node(added_trie *t, uint8_t byte) {
+  if (t->n == t->cap) {
+    int32_t cap = t->cap ? t->cap * 2 : 256;
+    trie_node *p = realloc(t->node, (size_t)cap * sizeof *p);
+    if (!p) return -1;
+    t->node = p;
+    t->cap = cap;
+  }
+  t->node[t->n] = (trie_node){-1, -1, -1, byte};
+  return t->n++;
+}
+
+static int32_t trie_child(const added_trie *t, int32_t node, uint8_t byte) {
+  if (node == 0) return t->root_child[byte];
+  for (int32_t c = t->node[node].child; c >= 0; c = t->node[c].sibling)
+    if (t->node[c].byte == byte) return c;
+  return -1;
+}
+
+int added_trie_add(added_trie *t, const char *s, size_t n, int token) {
+  if (t->n == 0) {
+    for (int i = 0; i < 256; i++) t->root_child[i] = -1;
+    if (trie_new_node(t, 0) < 0) return 0;
+  }
+  int32_t node = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t b = (uint8_t)s[i];
+    int32_t c = trie_child(t, node, b);
+    if (c < 0) {
+      c = trie_new_node(t, b);
+      if (c < 0) return 0;
+      if (node == 0) {
+        t->root_child[b] = c;
+      } else {
+        t->node[c].sibling = t->node[node].child;
+        t->node[node].child = c;
+      }
+    }
+    node = c;
+  }
+  if (node != 0 && t->node[node].token < 0) t->node[node].token = token;
+  t->n_tokens++;
+  return 1;
+}
+
+void added_trie_free(added_trie *t) {
+  free(t->node);
+  memset(t, 0, sizeof *t);
+}
+
+/* The longest token starting at s (its index, *len its bytes), or -1. */
+static int trie_longest(const added_trie *t, const unsigned char *s, size_t n, size_t *len) {
+  int best = -1;
+  int32_t node = 0;
+  for (size_t i = 0; i < n; i++) {
+    node = trie_child(t, node, s[i]);
+    if (node < 0) break;
+    if (t->node[node].token >= 0) {
+      best = t->node[node].token;
+      *len = i + 1;
+    }
+  }
+  return best;
+}
+
+int added_trie_exact(const added_trie *t, const char *s, size_t n) {
+  if (t->n == 0 || n == 0) return -1;
+  int32_t node = 0;
+  for (size_t i = 0; i < n && node >= 0; i++) node = trie_child(t, node, (uint8_t)s[i]);
+  return node > 0 ? t->node[node].token : -1;
+}
+
+/* Rust regex's \s (White_Space) and \w (alphabetic, marks, decimal digits, connector
+ * punctuation, joiners): what Hugging Face's lstrip/rstrip and single_word test. */
+static int cp_is_space(uint32_t c) {
+  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+static int cp_is_word(uint32_t c) {
+  if (c == 0x200C || c == 0x200D) return 1;
+  switch (utf8proc_category((utf8proc_int32_t)c)) {
+  case UTF8PROC_CATEGORY_LU:
+  case UTF8PROC_CATEGORY_LL:
+  case UTF8PROC_CATEGORY_LT:
+  case UTF8PROC_CATEGORY_LM:
+  case UTF8PROC_CATEGORY_LO:
+  case UTF8PROC_CATEGORY_MN:
+  case UTF8PROC_CATEGORY_MC:
+  case UTF8PROC_CATEGORY_ME:
+  case UTF8PROC_CATEGORY_ND:
+  case UTF8PROC_CATEGORY_NL:
+  case UTF8PROC_CATEGORY_PC:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* The code point ending at s[end) (valid UTF-8, end > 0); *start gets where it begins. */
+static uint32_t cp_before(const unsigned char *s, size_t end, size_t *start) {
+  size_t i = end - 1;
+  while (i > 0 && (s[i] & 0xC0) == 0x80 && end - i < 4) i--;
+  size_t l;
+  *start = i;
+  return utf8_decode1(s + i, end - i, &l);
+}
+
+typedef struct seg {
+  size_t off, len;
+  int token; /* added-token index, -1: text */
+} seg;
+typedef struct segs {
+  seg *p;
+  size_t n, cap;
+} segs;
+
+static int segs_push(segs *v, size_t off, size_t len, int token) {
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 16;
+    seg *p = realloc(v->p, cap * sizeof *p);
+    if (!p) return 0;
+    v->p = p;
+    v->cap = cap;
+  }
+  v->p[v->n++] = (seg){off, len, token};
+  return 1;
+}
+
+/* Hugging Face's AddedVocabulary::find_matches: the leftmost-longest token at each place; a
+ * single_word token only between non-word characters; lstrip/rstrip take the whitespace beside
+ * it into the token. Segments cover s[0..n) (text segments may be empty: callers skip them). */
+static int added_split(const ph_tokenizer *tok, const added_trie *t, const unsigned char *s,
+                       size_t n, segs *out) {
+  out->n = 0;
+  size_t done = 0, i = 0;
+  while (t->n > 0 && i < n) {
+    if (t->root_child[s[i]] < 0) {
+      i++;
+      continue;
+    }
+    size_t len = 0;
+    int k = trie_longest(t, s + i, n - i, &len);
+    if (k < 0) {
+      i++;
+      continue;
+    }
+    const added_token *at = &tok->added[k];
+    size_t start = i, stop = i + len;
+    if (at->single_word) {
+      size_t l, b;
+      int word_before = start > 0 && cp_is_word(cp_before(s, start, &b));
+      int word_after = stop < n && cp_is_word(utf8_decode1(s + stop, n - stop, &l));
+      if (word_before || word_after) {
+        i = stop; /* the match is skipped, as an Aho-Corasick iterator moves past it */
+        continue;
+      }
+    }
+    if (at->lstrip) {
+      size_t b = start;
+      while (b > done) {
+        size_t c0;
+        if (!cp_is_space(cp_before(s, b, &c0))) break;
+        b = c0;
+      }
+      start = b;
+    }
+    if (at->rstrip) {
+      while (stop < n) {
+        size_t l;
+        if (!cp_is_space(utf8_decode1(s + stop, n - stop, &l))) break;
+        stop += l;
+      }
+    }
+    if (start > done && !segs_push(out, done, start - done, -1)) return 0;
+    if (!segs_push(out, start, stop - start, k)) return 0;
+    done = i = stop;
+  }
+  if (done < n && !segs_push(out, done, n - done, -1)) return 0;
+  return 1;
+}
+
+/* ---- regex ---- */
+
+void *tok_regex_compile(const char *pattern, size_t len, char *msg, size_t msg_cap) {
+  int code;
+  PCRE2_SIZE where;
+  pcre2_code *re =
+      pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &code, &where, NULL);
+  if (!re) {
+    char why[256];
+    pcre2_get_error_message(code, (PCRE2_UCHAR *)why, sizeof why);
+    snprintf(msg, msg_cap, "regex error at offset %zu: %s", (size_t)where, why);
+    return NULL;
+  }
+  (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* interpreted when JIT is unavailable */
+  return re;
+}
+
+void tok_regex_free(void *re) { pcre2_code_free((pcre2_code *)re); }
+
+typedef struct range {
+  size_t off, len;
+  int is_match;
+} range;
+typedef struct ranges {
+  range *p;
+  size_t n, cap;
+} ranges;
+
+static int ranges_push(ranges *v, size_t off, size_t len, int is_match) {
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 64;
+    range *p = realloc(v->p, cap * sizeof *p);
+    if (!p) return 0;
+    v->p = p;
+    v->cap = cap;
+  }
+  v->p[v->n++] = (range){off, len, is_match};
+  return 1;
+}
+
+/* Matches of re in s[off..off+len) as (range, is_match) covering it, as Hugging Face's
+ * Pattern::find_matches; an empty match splits too. -1 out of memory, -2 regex failure. */
+static int regex_find(pcre2_code *re, pcre2_match_data *md, const char *s, size_t off, size_t len,
+                      ranges *out) {
+  const PCRE2_SPTR subject = (PCRE2_SPTR)(s + off);
+  size_t prev = 0, at = 0;
+  while (at <= len) {
+    int rc = pcre2_match(re, subject, len, at, PCRE2_NO_UTF_CHECK, md, NULL);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) return -2;
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    size_t b = ov[0], e = ov[1];
+    if (b > prev && !ranges_push(out, off + prev, b - prev, 0)) return -1;
+    if (!ranges_push(out, off + b, e - b, 1)) return -1;
+    prev = e;
+    if (e > b) {
+      at = e;
+    } else {
+      if (e >= len) break;
+      at = e + utf8_char_len((const unsigned char *)s + off + e, len - e);
+    }
+  }
+  if (prev < len && !ranges_push(out, off + prev, len - prev, 0)) return -1;
+  return 0;
+}
+
+/* Applies a Split behavior to one piece's matches (Hugging Face's NormalizedString::split). */
+static int split_apply(split_behavior beh, int invert, const ranges *m, ranges *out) {
+  size_t first = out->n;
+  int prev_match = 0;
+  for (size_t i = 0; i < m->n; i++) {
+    range r = m->p[i];
+    int is_match = invert ? !r.is_match : r.is_match;
+    int has_last = out->n > first;
+    range *last = has_last ? &out->p[out->n - 1] : NULL;
+    switch (beh) {
+    case SPLIT_REMOVED:
+      if (!is_match && !ranges_push(out, r.off, r.len, 0)) return 0;
+      break;
+    case SPLIT_ISOLATED:
+      if (!ranges_push(out, r.off, r.len, 0)) return 0;
+      break;
+    case SPLIT_MERGED_WITH_PREVIOUS:
+      if (is_match && !prev_match && has_last)
+        last->len = r.off + r.len - last->off;
+      else if (!ranges_push(out, r.off, r.len, 0))
+        return 0;
+      break;
+    case SPLIT_CONTIGUOUS:
+      if (is_match == prev_match && has_last)
+        last->len = r.off + r.len - last->off;
+      else if (!ranges_push(out, r.off, r.len, 0))
+        return 0;
+      break;
+    case SPLIT_MERGED_WITH_NEXT:
+      break; /* below: walks the matches backwards */
+    }
+    prev_match = is_match;
+  }
+  if (beh == SPLIT_MERGED_WITH_NEXT) {
+    prev_match = 0;
+    for (size_t i = m->n; i-- > 0;) {
+      range r = m->p[i];
+      int is_match = invert ? !r.is_match : r.is_match;
+      if (is_match && !prev_match && out->n > first) {
+        range *last = &out->p[out->n - 1];
+        last->len = last->off + last->len - r.off;
+        last->off = r.off;
+      } else if (!ranges_push(out, r.off, r.len, 0)) {
+        return 0;
+      }
+      prev_match = is_match;
+    }
+    for (size_t a = first, b = out->n; a + 1 < b; a++, b--) { /* back into text order */
+      range t = out->p[a];
+      out->p[a] = out->p[b - 1];
+      out->p[b - 1] = t;
+    }
+  }
+  /* empty pieces are dropped */
+  size_t w = first;
+  for (size_t i = first; i < out->n; i++)
+    if (out->p[i].len > 0) out->p[w++] = out->p[i];
+  out->n = w;
+  return 1;
+}
+
+/* ---- the pipeline ---- */
+
+typedef struct encode_scratch {
+  segs raw, norm;
+  ranges a, b, m;
+  tok_buf nbuf, pbuf;
+  bpe_scratch bpe;
+  pcre2_match_data *md[TOK_MAX_STEPS];
+} encode_scratch;
+
+static void encode_scratch_free(encode_scratch *e) {
+  free(e->raw.p);
+  free(e->norm.p);
+  free(e->a.p);
+  free(e->b.p);
+  free(e->m.p);
+  free(e->nbuf.p);
+  free(e->pbuf.p);
+  bpe_scratch_free(&e->bpe);
+  for (int i = 0; i < TOK_MAX_STEPS; i++) pcre2_match_data_free(e->md[i]);
+}
+
+int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_buf *out) {
+  out->n = 0;
+  if (!tok_buf_append(out, s, n)) return 0;
+  int ascii = 1;
+  for (size_t i = 0; i < n && ascii; i++) ascii = (unsigned char)s[i] < 0x80;
+  if (ascii) return 1; /* every normalization form leaves ASCII as it is */
+  for (int k = 0; k < tok->n_norm; k++) {
+    utf8proc_option_t opt = UTF8PROC_STABLE;
+    switch (tok->norm[k]) {
+    case NORM_NFC:
+      opt |= UTF8PROC_COMPOSE;
+      break;
+    case NORM_NFD:
+      opt |= UTF8PROC_DECOMPOSE;
+      break;
+    case NORM_NFKC:
+      opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NORM_NFKD:
+      opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
+    }
+    utf8proc_uint8_t *dst = NULL;
+    utf8proc_ssize_t r =
+        utf8proc_map((const utf8proc_uint8_t *)out->p, (utf8proc_ssize_t)out->n, &dst, opt);
+    if (r < 0) return 0;
+    out->n = 0;
+    int ok = tok_buf_append(out, dst, (size_t)r);
+    free(dst);
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
+/* The pre-tokenizer and BPE on one normalized text segment s[0..n). */
+static ph_status pretokenize_encode(const ph_tokenizer *tok, const char *s, size_t n,
+                                    encode_scratch *e, tok_ids *out, diag *d) {
+  ranges *cur = &e->a, *next = &e->b;
+  cur->n = 0;
+  if (!ranges_push(cur, 0, n, 0)) return diag_set(d, PH_ERR_NO_MEMORY, "encode: pieces");
+  for (int k = 0; k < tok->n_steps; k++) {
+    const pretok_step *st = &tok->step[k];
+    if (st->is_byte_level) break; /* the last step: below, per piece */
+    next->n = 0;
+    for (size_t i = 0; i < cur->n; i++) {
+      e->m.n = 0;
+      int rc = regex_find(st->re, e->md[k], s, cur->p[i].off, cur->p[i].len, &e->m);
+      if (rc == -1 || (rc == 0 && !split_apply(st->behavior, st->invert, &e->m, next)))
+        return diag_set(d, PH_ERR_NO_MEMORY, "encode: pieces");
+      if (rc == -2) return diag_set(d, PH_ERR_INTERNAL, "encode: regex match failed");
+    }
+    ranges *t = cur;
+    cur = next;
+    next = t;
+  }
+  const pretok_step *bl = &tok->step[tok->n_steps - 1];
+  for (size_t i = 0; i < cur->n; i++) {
+    const char *p = s + cur->p[i].off;
+    size_t len = cur->p[i].len;
+    if (bl->add_prefix_space && p[0] != ' ') {
+      e->pbuf.n = 0;
+      if (!tok_buf_append(&e->pbuf, " ", 1) || !tok_buf_append(&e->pbuf, p, len))
+        return diag_set(d, PH_ERR_NO_MEMORY, "encode: prefix space");
+      p = e->pbuf.p;
+      len = e->pbuf.n;
+    }
+    if (!bl->re) {
+      if (!bpe_encode_word(tok, (const unsigned char *)p, len, &e->bpe, out))
+        return diag_set(d, PH_ERR_NO_MEMORY, "encode: BPE");
+      continue;
+    }
+    e->m.n = 0;
+    next->n = 0;
+    int rc = regex_find(bl->re, e->md[tok->n_steps - 1], p, 0, len, &e->m);
+    if (rc == -1 || (rc == 0 && !split_apply(SPLIT_ISOLATED, 0, &e->m, next)))
+      return diag_set(d, PH_ERR_NO_MEMORY, "encode: pieces");
+    if (rc == -2) return diag_set(d, PH_ERR_INTERNAL, "encode: regex match failed");
+    for (size_t j = 0; j < next->n; j++)
+      if (!bpe_encode_word(tok, (const unsigned char *)p + next->p[j].off, next->p[j].len, &e->bpe,
+                           out))
+        return diag_set(d, PH_ERR_NO_MEMORY, "encode: BPE");
+  }
+  return PH_OK;
+}
+
+ph_status tokenizer_encode_text(const ph_tokenizer *tok, const char *text, size_t len, tok_ids *out,
+                                diag *d) {
+  encode_scratch e;
+  memset(&e, 0, sizeof e);
+  ph_status st = PH_OK;
+  for (int k = 0; k < tok->n_steps; k++) {
+    if (!tok->step[k].re) continue;
+    e.md[k] = pcre2_match_data_create_from_pattern(tok->step[k].re, NULL);
+    if (!e.md[k]) {
+      st = diag_set(d, PH_ERR_NO_MEMORY, "encode: regex match data");
+      goto done;
+    }
+  }
+  const unsigned char *s = (const unsigned char *)text;
+  if (!added_split(tok, &tok->trie_raw, s, len, &e.raw)) {
+    st = diag_set(d, PH_ERR_NO_MEMORY, "encode: added tokens");
+    goto done;
+  }
+  for (size_t i = 0; i < e.raw.n; i++) {
+    const seg r = e.raw.p[i];
+    if (r.token >= 0) {
+      if (!tok_ids_push(out, tok->added[r.token].id)) {
+        st = diag_set(d, PH_ERR_NO_MEMORY, "encode: ids");
+        goto done;
+      }
+      continue;
+    }
+    if (r.len == 0) continue;
+    const char *sec = text + r.off;
+    size_t sec_len = r.len;
+    if (tok->n_norm > 0) {
+      if (!tokenizer_normalize(tok, sec, sec_len, &e.nbuf)) {
+        st = diag_set(d, PH_ERR_NO_MEMORY, "encode: normalizer");
+        goto done;
+      }
+      sec = e.nbuf.p;
+      sec_len = e.nbuf.n;
+    }
+    if (!added_split(tok, &tok->trie_norm, (const unsigned char *)sec, sec_len, &e.norm)) {
+      st = diag_set(d, PH_ERR_NO_MEMORY, "encode: added tokens");
+      goto done;
+    }
+    for (size_t j = 0; j < e.norm.n; j++) {
+      const seg q = e.norm.p[j];
+      if (q.token >= 0) {
+        if (!tok_ids_push(out, tok->added[q.token].id)) {
+          st = diag_set(d, PH_ERR_NO_MEMORY, "encode: ids");
+          goto done;
+        }
+      } else if (q.len > 0) {
+        st = pretokenize_encode(tok, sec + q.off, q.len, &e, out, d);
+        if (st != PH_OK) goto done;
+      }
+    }
+  }
+done:
+  encode_scratch_free(&e);
+  return st;
+}
