@@ -99,7 +99,7 @@ static void compare_with_run(const char *load_json) {
   const char *p = g_stdout ? g_stdout : "";
   for (size_t i = 0; i < json_array_size(ref); i++) {
     const char *nl = strchr(p, '\n');
-    json_t *line = nl ? json_loadb(p, (size_t)(nl - p), 0, &e) : NULL;
+    json_t *line = nl ? json_loadb(p, (size_t)(nl - p), JSON_ALLOW_NUL, &e) : NULL;
     CHECK(line != NULL);
     json_t *want = json_object_get(json_array_get(ref, i), "tokens");
     json_t *got = json_object_get(line, "tokens");

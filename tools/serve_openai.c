@@ -399,7 +399,7 @@ int serve_parse_request(serve_kind kind, const char *body, size_t len, serve_par
   p->top_p = 1.0f;
   p->skip_special = 1;
   json_error_t je;
-  json_t *root = json_loadb(body, len, 0, &je);
+  json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
   if (!root)
     return serve_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
                            "The request body is not valid JSON: %s (line %d, column %d).", je.text,
