@@ -277,25 +277,30 @@ static int read_messages(json_t *o, serve_params *p, serve_error *e) {
   for (size_t i = 0; i < json_array_size(copy); i++) {
     json_t *m = json_array_get(copy, i);
     snprintf(param, sizeof param, "messages[%zu]", i);
+    /* the error is written before copy (which holds what it describes) is freed */
     if (!json_is_object(m)) {
+      bad_type(e, param, "an object", m);
       json_decref(copy);
-      return bad_type(e, param, "an object", m);
+      return -1;
     }
     json_t *role = json_object_get(m, "role");
     snprintf(param, sizeof param, "messages[%zu].role", i);
     if (!json_is_string(role)) {
+      if (role)
+        bad_type(e, param, "a string", role);
+      else
+        serve_error_set(e, 400, "invalid_request_error", param, "missing_required_parameter",
+                        "Missing required parameter: '%s'.", param);
       json_decref(copy);
-      return role ? bad_type(e, param, "a string", role)
-                  : serve_error_set(e, 400, "invalid_request_error", param,
-                                    "missing_required_parameter",
-                                    "Missing required parameter: '%s'.", param);
+      return -1;
     }
     json_t *content = json_object_get(m, "content");
     snprintf(param, sizeof param, "messages[%zu].content", i);
     if (!content || json_is_null(content) || json_is_string(content)) continue;
     if (!json_is_array(content)) {
+      bad_type(e, param, "a string, null or an array of text parts", content);
       json_decref(copy);
-      return bad_type(e, param, "a string, null or an array of text parts", content);
+      return -1;
     }
     sbuf joined = {0};
     sbuf_puts(&joined, "");
