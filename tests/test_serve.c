@@ -462,6 +462,8 @@ static void test_errors(void) {
   expect_error("/v1/completions", "{\"prompt\": \"x\", \"stream\": \"yes\"}", 400, "stream",
                "invalid_type");
   expect_error("/v1/completions", "{\"prompt\": \"x\", \"stop\": 3}", 400, "stop", "invalid_type");
+  expect_error("/v1/completions", "{\"prompt\": \"x\", \"stop\": [\"a\", \"\\u0000\"]}", 400,
+               "stop", "invalid_value");
   expect_error("/v1/completions", "{\"prompt\": \"x\", \"n\": 2}", 400, "n",
                "unsupported_parameter");
   expect_error("/v1/completions", "{\"prompt\": \"x\", \"logprobs\": 3}", 400, "logprobs",

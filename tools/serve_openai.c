@@ -189,6 +189,9 @@ static int read_stop(json_t *o, serve_params *p, serve_error *e) {
     json_t *s = items ? items[i] : json_array_get(v, i);
     if (!json_is_string(s)) return bad_type(e, "stop", "a string or an array of strings", s);
     if (json_string_length(s) == 0) continue;
+    if (memchr(json_string_value(s), '\0', json_string_length(s)))
+      return serve_error_set(e, 400, "invalid_request_error", "stop", "invalid_value",
+                             "Invalid value for 'stop': a stop string may not hold U+0000.");
     char *c = dup_n(json_string_value(s), json_string_length(s));
     if (!c) return no_memory(e);
     p->stops[p->n_stops++] = c;

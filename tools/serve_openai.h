@@ -8,7 +8,8 @@
  * Fields read (anything else is ignored, as OpenAI's own server ignores unknown fields):
  *   both        model (string), max_tokens / max_completion_tokens (integer >= 1; the second
  *               wins), temperature [0, 2], top_p (0, 1], top_k (integer; 0 or -1: off), min_p
- *               [0, 1], seed (integer), stop (string or array of <= 16 strings; "" ignored), n
+ *               [0, 1], seed (integer), stop (string or array of <= 16 strings; "" ignored, U+0000
+ *               refused), n
  *               (1 only), stream (boolean), stream_options.include_usage (boolean), user
  *               (string); null means absent for every optional field.
  *               Non-standard (vLLM's names): ignore_eos (boolean), stop_token_ids (array of
