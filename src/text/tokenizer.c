@@ -214,7 +214,18 @@ static ph_status load_model(ph_tokenizer *tok, const json_t *root, tok_buf *blob
     RETURN_ERROR_IF(tok->unk_id < 0, d, PH_ERR_TOKENIZER,
                     "model.unk_token: \"%.80s\" is not in model.vocab", unk);
   }
-  return load_merges(tok, model);
+  FORWARD_IF_ERROR(load_merges(tok, model));
+  /* the first round of every word looks up pairs of one-byte tokens: a direct table */
+  tok->byte_pair = malloc(256 * 256 * sizeof *tok->byte_pair);
+  RETURN_ERROR_IF(!tok->byte_pair, d, PH_ERR_NO_MEMORY, "byte-pair table");
+  for (int a = 0; a < 256; a++)
+    for (int b = 0; b < 256; b++) {
+      const merge_slot *m = tok->byte_id[a] < 0 || tok->byte_id[b] < 0
+                                ? NULL
+                                : merge_map_get(&tok->merges, tok->byte_id[a], tok->byte_id[b]);
+      tok->byte_pair[a << 8 | b] = m ? (bpe_pair){m->rank, m->id} : (bpe_pair){-1, -1};
+    }
+  return PH_OK;
 }
 
 static ph_status load_added(ph_tokenizer *tok, const json_t *root, tok_buf *blob) {
@@ -678,6 +689,7 @@ void ph_tokenizer_free(ph_tokenizer *tok) {
   str_map_free(&tok->vocab);
   str_map_free(&tok->vocab_other);
   merge_map_free(&tok->merges);
+  free(tok->byte_pair);
   free(tok->key_blob);
   free(tok->entry);
   for (int i = 0; i < tok->n_added; i++) free(tok->added[i].content);

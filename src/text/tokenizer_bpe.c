@@ -95,8 +95,8 @@ static uint64_t hash_pair(uint64_t key) {
 }
 
 int merge_map_init(merge_map *m, uint64_t n) {
-  uint64_t slots = 64;
-  while (slots < n * 2) slots *= 2;
+  uint64_t slots = 64; /* load at most 2/3: Qwen3's 151k merges fit 4 MiB */
+  while (slots < n + n / 2) slots *= 2;
   m->slot = malloc(slots * sizeof *m->slot);
   if (!m->slot) return 0;
   for (uint64_t i = 0; i < slots; i++) m->slot[i].key = UINT64_MAX;
@@ -111,7 +111,7 @@ void merge_map_free(merge_map *m) {
 }
 
 int merge_map_put(merge_map *m, int32_t left, int32_t right, int32_t rank, int32_t id) {
-  if ((m->n + 1) * 2 > m->mask + 1) return 0; /* sized by merge_map_init: never grows */
+  if ((m->n + 1) * 3 > (m->mask + 1) * 2) return 0; /* sized by merge_map_init: never grows */
   uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
   uint64_t i = hash_pair(key) & m->mask;
   while (m->slot[i].key != UINT64_MAX) {
@@ -224,9 +224,11 @@ int bpe_encode_word(const ph_tokenizer *tok, const unsigned char *s, size_t n, b
   /* symbols: one per byte; a byte without a token becomes unk (consecutive ones fused when
    * fuse_unk), or is dropped when the model has no unk token — Hugging Face's BPE does both */
   int32_t n_sym = 0;
+  int all_bytes = 1; /* every symbol is its byte's token */
   for (size_t i = 0; i < n; i++) {
     int32_t id = tok->byte_id[s[i]];
     if (id < 0) {
+      all_bytes = 0;
       if (tok->unk_id < 0) continue;
       if (tok->fuse_unk && n_sym > 0 && sc->sym_id[n_sym - 1] == (int32_t)tok->unk_id) {
         sc->sym_len[n_sym - 1]++;
@@ -243,7 +245,14 @@ int bpe_encode_word(const ph_tokenizer *tok, const unsigned char *s, size_t n, b
   if (n_sym == 0) return 1;
   sc->sym_next[n_sym - 1] = -1;
   size_t n_heap = 0;
-  for (int32_t i = 0; i + 1 < n_sym; i++) bpe_candidate(tok, sc, &n_heap, i);
+  if (all_bytes && tok->byte_pair) { /* every symbol one byte: the direct table */
+    for (int32_t i = 0; i + 1 < n_sym; i++) {
+      const bpe_pair *bp = &tok->byte_pair[(size_t)s[i] << 8 | s[i + 1]];
+      if (bp->id >= 0) heap_push(sc->heap, &n_heap, (bpe_merge){bp->rank, i, bp->id});
+    }
+  } else {
+    for (int32_t i = 0; i + 1 < n_sym; i++) bpe_candidate(tok, sc, &n_heap, i);
+  }
   while (n_heap > 0) {
     bpe_merge top = heap_pop(sc->heap, &n_heap);
     int32_t pos = top.pos;

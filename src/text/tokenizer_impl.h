@@ -80,6 +80,11 @@ typedef struct merge_map {
   uint64_t n;
 } merge_map;
 
+/* A merge of two one-byte tokens, looked up directly by the two bytes (id -1: none). */
+typedef struct bpe_pair {
+  int32_t rank, id;
+} bpe_pair;
+
 /* ---- added tokens: a byte trie, leftmost-longest ---- */
 typedef struct trie_node {
   int32_t child;   /* first child node, -1 none */
@@ -137,6 +142,7 @@ struct ph_tokenizer {
   str_map vocab_other; /* the exact string -> id, entries outside the byte-level alphabet */
   char *key_blob;      /* the keys of vocab and vocab_other */
   merge_map merges;
+  bpe_pair *byte_pair;  /* [256 * 256]: merges of two one-byte tokens, by (left, right) byte */
   int32_t byte_id[256]; /* the id of each one-byte token, -1 none */
   int ignore_merges;
   int64_t unk_id; /* -1: none (unknown bytes are dropped, as Hugging Face does) */

@@ -329,13 +329,129 @@ static int split_apply(split_behavior beh, int invert, const ranges *m, ranges *
 
 /* ---- the pipeline ---- */
 
+/* A cache of the pieces one encode call has already run through BPE (text repeats its words):
+ * owned by the call, so encode stays reentrant with nothing shared between threads. */
+#define WORD_CACHE_MAX_BYTES 48        /* longer pieces are rare and not cached */
+#define WORD_CACHE_MAX_WORDS (1 << 16) /* then the table stops growing and stops caching */
+
+typedef struct word_cache {
+  uint32_t *slot; /* word index + 1; 0 empty */
+  uint32_t mask;
+  uint32_t n;
+  uint32_t *key_off, *ids_off; /* [n + 1]: word i's bytes and ids are [off[i], off[i + 1]) */
+  uint8_t *key_len;
+  tok_buf keys;
+  tok_ids ids;
+  uint32_t cap;
+} word_cache;
+
+static void word_cache_free(word_cache *c) {
+  free(c->slot);
+  free(c->key_off);
+  free(c->ids_off);
+  free(c->key_len);
+  free(c->keys.p);
+  free(c->ids.p);
+}
+
+static uint32_t word_hash(const unsigned char *s, size_t n) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 16777619u;
+  return h ^ (h >> 15);
+}
+
+/* The cached ids of word s (*n_ids of them, into c->ids), or NULL. */
+static const int64_t *word_cache_get(const word_cache *c, const unsigned char *s, size_t n,
+                                     size_t *n_ids) {
+  if (!c->slot) return NULL;
+  for (uint32_t i = word_hash(s, n) & c->mask, e; (e = c->slot[i]) != 0; i = (i + 1) & c->mask) {
+    e--;
+    if (c->key_len[e] == n && memcmp(c->keys.p + c->key_off[e], s, n) == 0) {
+      *n_ids = c->ids_off[e + 1] - c->ids_off[e];
+      return c->ids.p + c->ids_off[e];
+    }
+  }
+  return NULL;
+}
+
+/* Remembers that word s encodes to ids[0..n_ids). 0: out of memory (the cache is optional:
+ * callers go on without it). */
+static int word_cache_put(word_cache *c, const unsigned char *s, size_t n, const int64_t *ids,
+                          size_t n_ids) {
+  if (c->n >= WORD_CACHE_MAX_WORDS) return 1;
+  if (!c->slot) {
+    c->cap = 1024;
+    c->mask = 2 * c->cap - 1;
+    c->slot = calloc(2 * (size_t)c->cap, sizeof *c->slot);
+    c->key_off = malloc(((size_t)c->cap + 1) * sizeof *c->key_off);
+    c->ids_off = malloc(((size_t)c->cap + 1) * sizeof *c->ids_off);
+    c->key_len = malloc(c->cap);
+    if (!c->slot || !c->key_off || !c->ids_off || !c->key_len) return 0;
+    c->key_off[0] = c->ids_off[0] = 0;
+  }
+  if (c->n == c->cap) { /* double the arrays and rehash */
+    uint32_t cap = 2 * c->cap;
+    uint32_t *ko = realloc(c->key_off, ((size_t)cap + 1) * sizeof *ko);
+    if (!ko) return 0;
+    c->key_off = ko;
+    uint32_t *io = realloc(c->ids_off, ((size_t)cap + 1) * sizeof *io);
+    if (!io) return 0;
+    c->ids_off = io;
+    uint8_t *kl = realloc(c->key_len, cap);
+    if (!kl) return 0;
+    c->key_len = kl;
+    uint32_t *sl = calloc(2 * (size_t)cap, sizeof *sl);
+    if (!sl) return 0;
+    free(c->slot);
+    c->slot = sl;
+    c->cap = cap;
+    c->mask = 2 * cap - 1;
+    for (uint32_t e = 0; e < c->n; e++) {
+      uint32_t i =
+          word_hash((const unsigned char *)c->keys.p + c->key_off[e], c->key_len[e]) & c->mask;
+      while (c->slot[i]) i = (i + 1) & c->mask;
+      c->slot[i] = e + 1;
+    }
+  }
+  if (!tok_buf_append(&c->keys, s, n)) return 0;
+  for (size_t k = 0; k < n_ids; k++)
+    if (!tok_ids_push(&c->ids, ids[k])) return 0;
+  uint32_t e = c->n++;
+  c->key_len[e] = (uint8_t)n;
+  c->key_off[e + 1] = (uint32_t)c->keys.n;
+  c->ids_off[e + 1] = (uint32_t)c->ids.n;
+  uint32_t i = word_hash(s, n) & c->mask;
+  while (c->slot[i]) i = (i + 1) & c->mask;
+  c->slot[i] = e + 1;
+  return 1;
+}
+
 typedef struct encode_scratch {
   segs raw, norm;
   ranges a, b, m;
   tok_buf nbuf, pbuf;
   bpe_scratch bpe;
+  word_cache cache;
   pcre2_match_data *md[TOK_MAX_STEPS];
 } encode_scratch;
+
+/* BPE on one piece, through the call's word cache. 0: out of memory. */
+static int encode_piece(const ph_tokenizer *tok, encode_scratch *e, const char *p, size_t n,
+                        tok_ids *out) {
+  const unsigned char *s = (const unsigned char *)p;
+  if (n > WORD_CACHE_MAX_BYTES) return bpe_encode_word(tok, s, n, &e->bpe, out);
+  size_t n_ids = 0;
+  const int64_t *hit = word_cache_get(&e->cache, s, n, &n_ids);
+  if (hit) {
+    for (size_t k = 0; k < n_ids; k++)
+      if (!tok_ids_push(out, hit[k])) return 0;
+    return 1;
+  }
+  size_t before = out->n;
+  if (!bpe_encode_word(tok, s, n, &e->bpe, out)) return 0;
+  (void)word_cache_put(&e->cache, s, n, out->p + before, out->n - before);
+  return 1;
+}
 
 static void encode_scratch_free(encode_scratch *e) {
   free(e->raw.p);
@@ -346,15 +462,14 @@ static void encode_scratch_free(encode_scratch *e) {
   free(e->nbuf.p);
   free(e->pbuf.p);
   bpe_scratch_free(&e->bpe);
+  word_cache_free(&e->cache);
   for (int i = 0; i < TOK_MAX_STEPS; i++) pcre2_match_data_free(e->md[i]);
 }
 
-int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_buf *out) {
-  out->n = 0;
-  if (!tok_buf_append(out, s, n)) return 0;
-  int ascii = 1;
-  for (size_t i = 0; i < n && ascii; i++) ascii = (unsigned char)s[i] < 0x80;
-  if (ascii) return 1; /* every normalization form leaves ASCII as it is */
+/* Runs the normalizer steps on s[0..n) with utf8proc, appending to out. 0: failure. */
+static int normalize_utf8proc(const ph_tokenizer *tok, const char *s, size_t n, tok_buf *out) {
+  tok_buf cur = {0};
+  if (!tok_buf_append(&cur, s, n)) return 0;
   for (int k = 0; k < tok->n_norm; k++) {
     utf8proc_option_t opt = UTF8PROC_STABLE;
     switch (tok->norm[k]) {
@@ -373,14 +488,69 @@ int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_bu
     }
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r =
-        utf8proc_map((const utf8proc_uint8_t *)out->p, (utf8proc_ssize_t)out->n, &dst, opt);
-    if (r < 0) return 0;
-    out->n = 0;
-    int ok = tok_buf_append(out, dst, (size_t)r);
+        utf8proc_map((const utf8proc_uint8_t *)cur.p, (utf8proc_ssize_t)cur.n, &dst, opt);
+    if (r < 0) {
+      free(cur.p);
+      return 0;
+    }
+    cur.n = 0;
+    int ok = tok_buf_append(&cur, dst, (size_t)r);
     free(dst);
-    if (!ok) return 0;
+    if (!ok) {
+      free(cur.p);
+      return 0;
+    }
   }
-  return 1;
+  int ok = tok_buf_append(out, cur.p, cur.n);
+  free(cur.p);
+  return ok;
+}
+
+/* Code points NFC leaves as they are and never composes with what comes before: a run of them
+ * passes through NFC unchanged, and NFC never reaches across one. Below U+0300 (no composition
+ * has one as its second part), kana letters, CJK unified ideographs, Hangul syllables (they can
+ * start a composition with a following jamo, which is not in this set, so that run is
+ * normalized together with the syllable before it). test_tokenizer checks the fast path
+ * against utf8proc on random mixtures. */
+static int nfc_inert(uint32_t c) {
+  return c < 0x300 || (c >= 0x3041 && c <= 0x3096) || (c >= 0x30A1 && c <= 0x30FA) ||
+         (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3);
+}
+
+int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_buf *out) {
+  out->n = 0;
+  if (!tok_buf_reserve(out, n)) return 0;
+  const unsigned char *u = (const unsigned char *)s;
+  if (tok->n_norm == 0) return tok_buf_append(out, s, n);
+  if (tok->n_norm > 1 || tok->norm[0] != NORM_NFC) {
+    int ascii = 1;
+    for (size_t i = 0; i < n && ascii; i++) ascii = u[i] < 0x80;
+    /* every normalization form leaves ASCII as it is */
+    return ascii ? tok_buf_append(out, s, n) : normalize_utf8proc(tok, s, n, out);
+  }
+  /* NFC: only the runs of code points that are not inert, each with the inert one before it
+   * (the starter they may compose with), go through utf8proc */
+  size_t i = 0, copied = 0, prev = 0;
+  while (i < n) {
+    size_t l;
+    uint32_t c = u[i] < 0x80 ? (l = 1, u[i]) : utf8_decode1(u + i, n - i, &l);
+    if (nfc_inert(c)) {
+      prev = i;
+      i += l;
+      continue;
+    }
+    size_t start = i > copied ? prev : i, j = i + l;
+    while (j < n) {
+      size_t m;
+      if (nfc_inert(utf8_decode1(u + j, n - j, &m))) break;
+      j += m;
+    }
+    if (!tok_buf_append(out, s + copied, start - copied) ||
+        !normalize_utf8proc(tok, s + start, j - start, out))
+      return 0;
+    copied = i = j;
+  }
+  return tok_buf_append(out, s + copied, n - copied);
 }
 
 /* The pre-tokenizer and BPE on one normalized text segment s[0..n). */
@@ -416,8 +586,7 @@ static ph_status pretokenize_encode(const ph_tokenizer *tok, const char *s, size
       len = e->pbuf.n;
     }
     if (!bl->re) {
-      if (!bpe_encode_word(tok, (const unsigned char *)p, len, &e->bpe, out))
-        return diag_set(d, PH_ERR_NO_MEMORY, "encode: BPE");
+      if (!encode_piece(tok, e, p, len, out)) return diag_set(d, PH_ERR_NO_MEMORY, "encode: BPE");
       continue;
     }
     e->m.n = 0;
@@ -427,8 +596,7 @@ static ph_status pretokenize_encode(const ph_tokenizer *tok, const char *s, size
       return diag_set(d, PH_ERR_NO_MEMORY, "encode: pieces");
     if (rc == -2) return diag_set(d, PH_ERR_INTERNAL, "encode: regex match failed");
     for (size_t j = 0; j < next->n; j++)
-      if (!bpe_encode_word(tok, (const unsigned char *)p + next->p[j].off, next->p[j].len, &e->bpe,
-                           out))
+      if (!encode_piece(tok, e, p + next->p[j].off, next->p[j].len, out))
         return diag_set(d, PH_ERR_NO_MEMORY, "encode: BPE");
   }
   return PH_OK;
