@@ -502,7 +502,15 @@ static void test_errors(void) {
   free(b);
   CHECK_EQ_INT(http(&g_sv, "/health", "-X POST -d '{}'", NULL), 405);
 
-  /* bodies over --max-body-bytes 16384: with a Content-Length, and chunked */
+  /* a body of exactly --max-body-bytes 16384 is taken */
+  char exact[16385];
+  static const char HEAD[] = "{\"prompt\": [1], \"max_tokens\": 2";
+  memset(exact, ' ', sizeof exact - 1);
+  memcpy(exact, HEAD, sizeof HEAD - 1);
+  exact[sizeof exact - 2] = '}';
+  exact[sizeof exact - 1] = '\0';
+  CHECK_EQ_INT(post(&g_sv, "/v1/completions", exact, NULL), 200);
+  /* bodies over it: with a Content-Length, and chunked */
   char path[1200], args[1400];
   snprintf(path, sizeof path, "%s/big.json", g_tmp);
   FILE *f = fopen(path, "w");
