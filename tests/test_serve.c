@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -640,6 +641,106 @@ static void test_disconnect(void) {
   CHECK(wait_idle(&g_sv));
 }
 
+/* The chat template sees tools and chat_template_kwargs, and a template that raises is a 400
+ * naming why: on a copy of the model whose tokenizer_config.json holds a template of ours. */
+static void test_chat_template(void) {
+  char dir[1200], cmd[4096], cfg[1300];
+  snprintf(dir, sizeof dir, "%s/tiny-template", g_tmp);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, g_model, dir);
+  CHECK_EQ_INT(system(cmd), 0);
+  snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+  json_error_t e;
+  json_t *c = json_load_file(cfg, 0, &e);
+  CHECK(json_is_object(c));
+  if (!c) return;
+  json_object_set_new(
+      c, "chat_template",
+      json_string("{%- if raise_on_system and messages[0]['role'] == 'system' %}"
+                  "{{ raise_exception('system messages are refused here') }}{%- endif %}"
+                  "{%- if tools %}TOOLS{{ tools|length }}{%- endif %}"
+                  "{%- if enable_thinking %}<think>{%- endif %}"
+                  "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
+                  "message['content'] + '<|im_end|>\\n' }}{%- endfor %}"
+                  "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"));
+  CHECK_EQ_INT(json_dump_file(c, cfg, 0), 0);
+  json_decref(c);
+  server sv;
+  char args[2048];
+  snprintf(args, sizeof args, "--model '%s' --threads 1", dir);
+  if (!server_start(&sv, g_tmp, args)) return;
+  static const char MSGS[] = "\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, "
+                             "{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 1";
+  static const char *const EXTRA[] = {
+      "",
+      ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]",
+      ", \"chat_template_kwargs\": {\"enable_thinking\": true}",
+  };
+  int64_t n[3] = {0, 0, 0};
+  for (int k = 0; k < 3; k++) {
+    char body[1024];
+    snprintf(body, sizeof body, "{%s%s}", MSGS, EXTRA[k]);
+    json_t *o = NULL;
+    CHECK_EQ_INT(post(&sv, "/v1/chat/completions", body, &o), 200);
+    n[k] = json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
+    json_decref(o);
+  }
+  CHECK(n[0] > 0 && n[1] > n[0] && n[2] > n[0]); /* "TOOLS1", "<think>" were rendered */
+  char body[1024];
+  snprintf(body, sizeof body, "{%s, \"chat_template_kwargs\": {\"raise_on_system\": true}}", MSGS);
+  json_t *o = NULL;
+  CHECK_EQ_INT(post(&sv, "/v1/chat/completions", body, &o), 400);
+  check_error(o, "invalid_request_error", "messages", "template");
+  const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+  CHECK(msg && strstr(msg, "system messages are refused here"));
+  json_decref(o);
+  CHECK_EQ_INT(server_stop(&sv), 0);
+}
+
+/* --max-connections 2: with two streams open a third connection is closed unanswered; once they
+ * are gone the server answers again. */
+static void test_connection_limit(void) {
+  server sv;
+  char args[2048];
+  snprintf(args, sizeof args, "--model '%s' --threads 1 --max-connections 2", g_model);
+  if (!server_start(&sv, g_tmp, args)) return;
+  char file[1200], out[2][1200], cmd[4096];
+  snprintf(file, sizeof file, "%s/limit.json", g_tmp);
+  static const char BODY[] = "{\"prompt\": [1, 2, 3], \"max_tokens\": 32000, \"ignore_eos\": "
+                             "true, \"stream\": true}";
+  diag d;
+  CHECK_STATUS(file_write_all(file, BODY, strlen(BODY), &d), PH_OK, d.msg);
+  pid_t client[2];
+  for (int k = 0; k < 2; k++) {
+    snprintf(out[k], sizeof out[k], "%s/limit-%d.out", g_tmp, k);
+    remove(out[k]);
+    snprintf(cmd, sizeof cmd,
+             "exec curl -sN --max-time 120 --data-binary @'%s' '%s/v1/completions' >'%s'", file,
+             sv.url, out[k]);
+    fflush(NULL);
+    client[k] = fork();
+    if (client[k] == 0) {
+      execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+      _exit(127);
+    }
+    /* its stream has started (so its connection is held) */
+    const double until = serve_now() + 30;
+    struct stat sb;
+    while ((stat(out[k], &sb) != 0 || sb.st_size == 0) && serve_now() < until) usleep(5000);
+    CHECK(stat(out[k], &sb) == 0 && sb.st_size > 0);
+  }
+  CHECK_EQ_INT(http(&sv, "/health", NULL, NULL), 0); /* closed at once, no response */
+  for (int k = 0; k < 2; k++) {
+    kill(client[k], SIGKILL);
+    waitpid(client[k], NULL, 0);
+  }
+  int code = 0;
+  const double until = serve_now() + 30;
+  while ((code = http(&sv, "/health", NULL, NULL)) != 200 && serve_now() < until) usleep(50000);
+  CHECK_EQ_INT(code, 200);
+  CHECK(wait_idle(&sv)); /* the two killed streams were cancelled */
+  CHECK_EQ_INT(server_stop(&sv), 0);
+}
+
 static void test_auth(void) {
   server sv;
   char args[2048];
@@ -760,6 +861,8 @@ int main(void) {
     CHECK_EQ_INT(server_stop(&g_sv), 0);
   }
   RUN(test_auth);
+  RUN(test_chat_template);
+  RUN(test_connection_limit);
   RUN(test_shutdown);
   cli_testing_done();
   return check_finish();
