@@ -251,6 +251,21 @@ static int64_t run_reference(const char *line, int64_t *out, int64_t max) {
 
 static server g_sv; /* the main server: --max-prompt-tokens 256 --max-body-bytes 16384 */
 
+/* Exit codes: usage errors 2; a port in use (the main server's) 1, naming why. */
+static void test_cli_errors(void) {
+  CHECK_EQ_INT(cli_run("serve"), 2);
+  char args[2048];
+  snprintf(args, sizeof args, "serve --model '%s' --port 70000", g_model);
+  CHECK_EQ_INT(cli_run(args), 2);
+  snprintf(args, sizeof args, "serve --model '%s' --api-key ''", g_model);
+  CHECK_EQ_INT(cli_run(args), 2);
+  const char *port = strrchr(g_sv.url, ':');
+  snprintf(args, sizeof args, "serve --model '%s' --threads 1 --host 127.0.0.1 --port %s", g_model,
+           port ? port + 1 : "0");
+  CHECK_EQ_INT(cli_run_timeout(60, args), 1);
+  CHECK(g_stderr && strstr(g_stderr, "error: PH_ERR_IO") && strstr(g_stderr, "in use"));
+}
+
 static void test_health_models(void) {
   char *body = NULL;
   CHECK_EQ_INT(http(&g_sv, "/health", NULL, &body), 200);
@@ -853,6 +868,7 @@ int main(void) {
            "--model '%s' --threads 1 --max-prompt-tokens 256 --max-body-bytes 16384", g_model);
   if (server_start(&g_sv, g_tmp, args)) {
     RUN(test_health_models);
+    RUN(test_cli_errors);
     RUN(test_completion_ids);
     RUN(test_text);
     RUN(test_errors);
