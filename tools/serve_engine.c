@@ -41,6 +41,10 @@ struct serve_engine {
   int wake_pending, stop;
   serve_req *live;       /* head of the live list */
   int64_t n_live;        /* on the live list */
+  serve_req **table;     /* [cap_table] the live requests by id: open addressing, linear
+                            probing, at most half full (the callback finds a token's request in
+                            O(1) whatever the number of connections) */
+  int64_t cap_table;     /* 0 or a power of two */
   int64_t n_held;        /* not yet put by their HTTP thread */
   serve_req **finishing; /* [cap_finishing] finishes seen by the callback in this step */
   int64_t n_finishing, cap_finishing;
@@ -56,13 +60,64 @@ static void req_unref_locked(serve_req *r) {
   free(r);
 }
 
+/* ---- the live requests by id ---- */
+
+static int64_t home_of(const serve_engine *se, uint64_t id) {
+  uint64_t x = id;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (int64_t)(x & (uint64_t)(se->cap_table - 1));
+}
+
+static void table_put_locked(serve_engine *se, serve_req *r) {
+  int64_t i = home_of(se, r->id);
+  while (se->table[i]) i = (i + 1) & (se->cap_table - 1);
+  se->table[i] = r;
+}
+
+/* Room for one more while at most half full; -1 when out of memory (nothing changed). */
+static int table_reserve_locked(serve_engine *se) {
+  if ((se->n_live + 1) * 2 <= se->cap_table) return 0;
+  const int64_t cap = se->cap_table ? 2 * se->cap_table : 64;
+  serve_req **t = calloc((size_t)cap, sizeof *t);
+  if (!t) return -1;
+  serve_req **old = se->table;
+  const int64_t old_cap = se->cap_table;
+  se->table = t;
+  se->cap_table = cap;
+  for (int64_t i = 0; i < old_cap; i++)
+    if (old[i]) table_put_locked(se, old[i]);
+  free(old);
+  return 0;
+}
+
 static serve_req *find_locked(serve_engine *se, uint64_t id) {
-  for (serve_req *r = se->live; r; r = r->next)
-    if (r->id == id) return r;
+  if (!se->cap_table) return NULL;
+  for (int64_t i = home_of(se, id); se->table[i]; i = (i + 1) & (se->cap_table - 1))
+    if (se->table[i]->id == id) return se->table[i];
   return NULL;
 }
 
+/* Removes r, shifting back the entries of its probe run that would no longer be found. */
+static void table_del_locked(serve_engine *se, const serve_req *r) {
+  if (!se->cap_table) return;
+  const int64_t mask = se->cap_table - 1;
+  int64_t i = home_of(se, r->id);
+  while (se->table[i] && se->table[i] != r) i = (i + 1) & mask;
+  if (!se->table[i]) return;
+  for (int64_t j = (i + 1) & mask; se->table[j]; j = (j + 1) & mask) {
+    const int64_t k = home_of(se, se->table[j]->id);
+    /* the entry at j stays when its home lies cyclically in (i, j] */
+    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+    se->table[i] = se->table[j];
+    i = j;
+  }
+  se->table[i] = NULL;
+}
+
 static void unlink_locked(serve_engine *se, serve_req *r) {
+  table_del_locked(se, r);
   if (r->prev)
     r->prev->next = r->next;
   else
@@ -240,6 +295,7 @@ void serve_engine_stop(serve_engine *se) {
     pthread_cond_destroy(&se->wake);
     pthread_mutex_destroy(&se->mu);
     free(se->finishing);
+    free(se->table);
     free(se);
   }
   /* else an HTTP thread still holds a request: the caller stops the HTTP side first, so this
@@ -280,6 +336,8 @@ ph_status serve_engine_submit(serve_engine *se, const int64_t *prompt, int64_t n
   pthread_mutex_lock(&se->mu);
   ph_status s = PH_OK;
   if (se->failed) s = diag_set(d, PH_ERR_INTERNAL, "%s", se->fail_msg);
+  if (s == PH_OK && table_reserve_locked(se))
+    s = diag_set(d, PH_ERR_NO_MEMORY, "serve: out of memory");
   if (s == PH_OK && se->n_live + 1 > se->cap_finishing) { /* one finish slot per live request */
     const int64_t c = se->cap_finishing ? 2 * se->cap_finishing : 64;
     serve_req **f = realloc(se->finishing, (size_t)c * sizeof *f);
@@ -303,6 +361,7 @@ ph_status serve_engine_submit(serve_engine *se, const int64_t *prompt, int64_t n
   r->next = se->live;
   if (se->live) se->live->prev = r;
   se->live = r;
+  table_put_locked(se, r);
   se->n_live++;
   se->n_held++;
   se->wake_pending = 1;
