@@ -518,6 +518,13 @@ static void test_errors(void) {
   free(b);
   CHECK_EQ_INT(http(&g_sv, "/health", "-X POST -d '{}'", NULL), 405);
 
+  /* U+0000 is a character like any other in a prompt (JSON allows it) */
+  json_t *z = NULL;
+  CHECK_EQ_INT(post(&g_sv, "/v1/completions",
+                    "{\"prompt\": \"a\\u0000b\", \"max_tokens\": 2, \"return_token_ids\": true}",
+                    &z),
+               200);
+  json_decref(z);
   /* a body of exactly --max-body-bytes 16384 is taken */
   char exact[16385];
   static const char HEAD[] = "{\"prompt\": [1], \"max_tokens\": 2";
