@@ -724,7 +724,13 @@ void serve_http_quiesce(serve_http *h) {
   h->draining = 1;
   pthread_mutex_unlock(&h->mu);
   const MHD_socket fd = MHD_quiesce_daemon(h->daemon);
-  if (fd != MHD_INVALID_SOCKET) h->listen_fd = (int)fd;
+  if (fd != MHD_INVALID_SOCKET) {
+    h->listen_fd = (int)fd;
+    /* libmicrohttpd no longer accepts, but the socket still listens until it is closed (after
+     * MHD_stop_daemon): connections would queue unanswered. On Linux a shutdown stops the
+     * listening at once, so new clients are refused instead; the descriptor stays ours. */
+    shutdown((int)fd, SHUT_RDWR);
+  }
 }
 
 int64_t serve_http_active(serve_http *h) {
