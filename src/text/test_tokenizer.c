@@ -268,6 +268,49 @@ static void test_split_behaviors(void) {
   ph_tokenizer_free(t);
 }
 
+/* \s and \w as Oniguruma (Hugging Face's Rust) reads them, not PCRE2: U+180E is not
+ * whitespace (the reference run found PCRE2 splitting on it), '²' is not a word character, a
+ * combining mark is; inside a character class too. */
+static ph_tokenizer *regex_tok(const char *regex, const char *behavior, int invert) {
+  char pretok[512];
+  snprintf(pretok, sizeof pretok,
+           "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+           "{\"Regex\": \"%s\"}, \"behavior\": \"%s\", \"invert\": %s}, {\"type\": "
+           "\"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]}",
+           regex, behavior, invert ? "true" : "false");
+  return make(NULL, 0, NULL, NULL, NULL, pretok);
+}
+
+static void test_regex_oniguruma(void) {
+  ph_tokenizer *t = regex_tok("\\\\s+", "Removed", 0);
+  if (t) {
+    CHECK(ENC(t,
+              "a\xe1\xa0\x8e"
+              "b c",
+              'a', 0xe1, 0xa0, 0x8e, 'b', 'c'));
+    CHECK(ENC(t,
+              "a\xe3\x80\x80"
+              "b\xc2\x85"
+              "c",
+              'a', 'b', 'c')); /* U+3000, U+0085 are */
+  }
+  ph_tokenizer_free(t);
+  if ((t = regex_tok("[^\\\\s]+", "Removed", 1))) /* keep the non-space runs */
+    CHECK(ENC(t,
+              "a\xe1\xa0\x8e"
+              "b c",
+              'a', 0xe1, 0xa0, 0x8e, 'b', 'c'));
+  ph_tokenizer_free(t);
+  if ((t = regex_tok("\\\\w+", "Removed", 1))) {
+    CHECK(ENC(t, "x\xc2\xb2y", 'x', 'y'));             /* '²' (No) is not \w */
+    CHECK(ENC(t, "e\xcc\x81x", 'e', 0xcc, 0x81, 'x')); /* U+0301 (Mn) is */
+  }
+  ph_tokenizer_free(t);
+  if ((t = regex_tok("\\\\Qa\\\\s\\\\E", "Removed", 1))) /* \Q..\E stays literal */
+    CHECK(ENC(t, "a b a\\s", 'a', '\\', 's'));
+  ph_tokenizer_free(t);
+}
+
 static void test_byte_level(void) {
   const char *extra[] = {"Ġh", "Ġhi", "bĠ"};
   const char *merges = "[\"b Ġ\", \"Ġ h\", \"Ġh i\"]";
@@ -412,6 +455,12 @@ static void test_utf8_repair(void) {
     CHECK_EQ_STR(b.p, cases[i].out);
     free(b.p);
   }
+  /* a character cut short by the end of the input, whose next byte (beyond len) would finish it:
+   * the first reference run found the repair reading past the end */
+  tok_buf cut = {0};
+  CHECK(utf8_repair("x\xc3\xa9", 2, &cut));
+  CHECK(cut.n == 4 && memcmp(cut.p, "x\xef\xbf\xbd", 4) == 0);
+  free(cut.p);
   CHECK_EQ_INT(utf8_incomplete_tail((const unsigned char *)"a\xf0\x9f\x98", 4), 3);
   CHECK_EQ_INT(utf8_incomplete_tail((const unsigned char *)"a\xf0\x9f\x98\x80", 5), 0);
   CHECK_EQ_INT(utf8_incomplete_tail((const unsigned char *)"a\xc3", 2), 1);
@@ -786,6 +835,7 @@ int main(void) {
   RUN(test_bpe_vs_reference);
   RUN(test_ignore_merges_and_unk);
   RUN(test_split_behaviors);
+  RUN(test_regex_oniguruma);
   RUN(test_byte_level);
   RUN(test_nfc);
   RUN(test_nfc_fast_path);

@@ -202,15 +202,87 @@ static int added_split(const ph_tokenizer *tok, const added_trie *t, const unsig
 
 /* ---- regex ---- */
 
+/* Oniguruma's classes where PCRE2's differ (Hugging Face's Rust tokenizers compile with
+ * Oniguruma): \s is White_Space there, but PCRE2 10.42 also matches U+180E (a format character
+ * since Unicode 6.3); \w is letters, marks, decimal digits and connector punctuation there, but
+ * PCRE2 takes every number and no marks. Rewritten as explicit property classes, inside a
+ * character class too (\S and \W inside one are left to PCRE2). */
+#define ONIG_SPACE "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\p{Zl}\\p{Zp}\\p{Zs}"
+#define ONIG_WORD  "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
+
+static char *regex_onig_compat(const char *p, size_t n, size_t *out_len) {
+  tok_buf o = {0};
+  int in_class = 0, ok = 1;
+  for (size_t i = 0; i < n && ok;) {
+    if (p[i] == '\\' && i + 1 < n) {
+      char c = p[i + 1];
+      if (c == 'Q') { /* a literal run up to \E: copied as it is */
+        const char *e = NULL;
+        for (size_t k = i + 2; k + 1 < n && !e; k++)
+          if (p[k] == '\\' && p[k + 1] == 'E') e = p + k + 2;
+        size_t len = e ? (size_t)(e - (p + i)) : n - i;
+        ok = tok_buf_append(&o, p + i, len);
+        i += len;
+        continue;
+      }
+      const char *rep = NULL;
+      int neg = 0;
+      if (c == 's' || c == 'S') rep = ONIG_SPACE, neg = c == 'S';
+      if (c == 'w' || c == 'W') rep = ONIG_WORD, neg = c == 'W';
+      if (rep && in_class && neg) rep = NULL;
+      if (!rep)
+        ok = tok_buf_append(&o, p + i, 2);
+      else if (in_class)
+        ok = tok_buf_append(&o, rep, strlen(rep));
+      else
+        ok = tok_buf_append(&o, neg ? "[^" : "[", neg ? 2 : 1) &&
+             tok_buf_append(&o, rep, strlen(rep)) && tok_buf_append(&o, "]", 1);
+      i += 2;
+      continue;
+    }
+    if (p[i] == '[' && !in_class) {
+      in_class = 1;
+      size_t k = i + 1;
+      if (k < n && p[k] == '^') k++;
+      if (k < n && p[k] == ']') k++; /* a ']' first in a class is a literal */
+      ok = tok_buf_append(&o, p + i, k - i);
+      i = k;
+      continue;
+    }
+    if (p[i] == '[' && in_class && i + 1 < n && p[i + 1] == ':') { /* [:alpha:] */
+      const char *e = strstr(p + i, ":]");
+      size_t len = e && (size_t)(e - p) < n ? (size_t)(e - (p + i)) + 2 : 1;
+      ok = tok_buf_append(&o, p + i, len);
+      i += len;
+      continue;
+    }
+    if (p[i] == ']' && in_class) in_class = 0;
+    ok = tok_buf_append(&o, p + i, 1);
+    i++;
+  }
+  if (!ok || !tok_buf_reserve(&o, 0)) {
+    free(o.p);
+    return NULL;
+  }
+  *out_len = o.n;
+  return o.p;
+}
+
 void *tok_regex_compile(const char *pattern, size_t len, char *msg, size_t msg_cap) {
+  size_t n = 0;
+  char *src = regex_onig_compat(pattern, len, &n);
+  if (!src) {
+    snprintf(msg, msg_cap, "out of memory");
+    return NULL;
+  }
   int code;
   PCRE2_SIZE where;
-  pcre2_code *re =
-      pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &code, &where, NULL);
+  pcre2_code *re = pcre2_compile((PCRE2_SPTR)src, n, PCRE2_UTF | PCRE2_UCP, &code, &where, NULL);
+  free(src);
   if (!re) {
     char why[256];
     pcre2_get_error_message(code, (PCRE2_UCHAR *)why, sizeof why);
-    snprintf(msg, msg_cap, "regex error at offset %zu: %s", (size_t)where, why);
+    snprintf(msg, msg_cap, "regex error: %s", why);
     return NULL;
   }
   (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* interpreted when JIT is unavailable */

@@ -6,8 +6,9 @@
 //                                                   (add_special_tokens: false), a tab, the hex
 //                                                   of the UTF-8 of decode(ids)
 //   node tokenizer_ref.mjs bench NAME FILE REPEATS  encode and decode FILE's text REPEATS times;
-//                                                   prints {"encode_mb_s", "decode_mb_s", ...}
-//                                                   (medians) as JSON
+//                                                   prints {"encode_mb_s", "decode_mb_s",
+//                                                   "encode_cpu_mb_s", ...} (medians; wall and
+//                                                   process CPU time) as JSON
 //
 // NAME: qwen3 | deepseek_v3 | a directory holding tokenizer.json and tokenizer_config.json. CORPUS: one entry per line, the entry's bytes in hex (so invalid
 // UTF-8 travels exactly); the bytes are read as Node reads them (WHATWG UTF-8, U+FFFD for
@@ -54,20 +55,26 @@ if (mode === 'encode') {
   const text = fs.readFileSync(file, 'utf8');
   const bytes = Buffer.byteLength(text, 'utf8');
   const repeats = Number(process.argv[6] || 5);
-  const enc = [], dec = [];
+  const enc = [], dec = [], encCpu = [], decCpu = [];
+  const cpu = (c) => (c.user + c.system) / 1e6;
   let ids = tokenizer.encode(text, { add_special_tokens: false });
   for (let r = 0; r < repeats; r++) {
     let t0 = process.hrtime.bigint();
+    let c0 = process.cpuUsage();
     ids = tokenizer.encode(text, { add_special_tokens: false });
     enc.push(Number(process.hrtime.bigint() - t0) / 1e9);
+    encCpu.push(cpu(process.cpuUsage(c0)));
     t0 = process.hrtime.bigint();
+    c0 = process.cpuUsage();
     tokenizer.decode(ids, { skip_special_tokens: false });
     dec.push(Number(process.hrtime.bigint() - t0) / 1e9);
+    decCpu.push(cpu(process.cpuUsage(c0)));
   }
   const median = (a) => a.sort((x, y) => x - y)[Math.floor(a.length / 2)];
   console.log(JSON.stringify({
     bytes, tokens: ids.length,
     encode_mb_s: bytes / 1e6 / median(enc), decode_mb_s: bytes / 1e6 / median(dec),
+    encode_cpu_mb_s: bytes / 1e6 / median(encCpu), decode_cpu_mb_s: bytes / 1e6 / median(decCpu),
   }));
 } else {
   console.error('usage: tokenizer_ref.mjs encode NAME CORPUS OUT | bench NAME FILE REPEATS');
