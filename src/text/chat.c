@@ -127,8 +127,15 @@ PH_API ph_status ph_chat_render(const ph_tokenizer *tok, const char *messages_js
   s = chat_context(tokenizer_config(tok), special, messages_json, extra_json, add_generation_prompt,
                    &ctx, &d);
   if (s == PH_OK) {
+    /* lines are the template's own: name the member, not the JSON file's lines */
     const char *origin = tokenizer_chat_template_origin(tok);
-    s = chat_render_source(src, origin ? origin : "chat template", ctx, text, len, &d);
+    char where[128];
+    size_t on = origin ? strlen(origin) : 0;
+    if (on > 5 && strcmp(origin + on - 5, ".json") == 0)
+      snprintf(where, sizeof where, "%s chat_template", origin);
+    else
+      snprintf(where, sizeof where, "%s", origin ? origin : "chat template");
+    s = chat_render_source(src, where, ctx, text, len, &d);
   }
 done:
   json_decref(ctx);

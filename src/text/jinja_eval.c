@@ -60,7 +60,7 @@ static jv env_get(const jenv *e, jstr name) {
 }
 
 static int exec_block(jctx *c, jnode *const *body, size_t n, jenv *env);
-static int js_text(jctx *c, int line, jv v, jstr *out);
+static int js_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out);
 
 /* ---- operators ------------------------------------------------------------------------------- */
 
@@ -159,13 +159,14 @@ int jinja_loose_eq(jctx *c, int line, jv a, jv b, int *eq) {
     return 0;
   }
   /* an object against a primitive: the object's text (ToPrimitive), then as primitives */
+  char ba[64], bb[64];
   jstr t;
   if (!a_prim) {
-    if (js_text(c, line, a, &t)) return -1;
+    if (js_text(c, line, a, ba, sizeof ba, &t)) return -1;
     a = jv_str(t);
   }
   if (!b_prim) {
-    if (js_text(c, line, b, &t)) return -1;
+    if (js_text(c, line, b, bb, sizeof bb, &t)) return -1;
     b = jv_str(t);
   }
   if (a.kind == JV_STR && b.kind == JV_STR) {
@@ -181,24 +182,23 @@ int jinja_loose_eq(jctx *c, int line, jv a, jv b, int *eq) {
 /* value.toString() as + and ~ (and == against a primitive) use it: floats without a forced
  * ".0", a list as its items' text joined by commas (Array.prototype.toString), a dict or a
  * namespace as "[object Map]". The text goes to *out (in the arena when it is built). */
-static int js_text(jctx *c, int line, jv v, jstr *out) {
-  char buf[64];
+static int js_text(jctx *c, int line, jv v, char *buf, size_t cap, jstr *out) {
   switch (v.kind) {
   case JV_STR:
     *out = v.u.s;
     return 0;
   case JV_INT:
-    snprintf(buf, sizeof buf, "%lld", (long long)v.u.i);
+    snprintf(buf, cap, "%lld", (long long)v.u.i);
     break;
   case JV_FLOAT:
-    js_number_text(v.u.f, buf, sizeof buf);
+    js_number_text(v.u.f, buf, cap);
     break;
   case JV_BOOL:
-    snprintf(buf, sizeof buf, "%s", v.u.b ? "true" : "false");
+    snprintf(buf, cap, "%s", v.u.b ? "true" : "false");
     break;
   case JV_DICT:
   case JV_NS:
-    snprintf(buf, sizeof buf, "[object Map]");
+    snprintf(buf, cap, "[object Map]");
     break;
   case JV_LIST: {
     size_t mark = c->out_n;
@@ -212,21 +212,18 @@ static int js_text(jctx *c, int line, jv v, jstr *out) {
   default:
     return jctx_fail(c, line, "unsupported: a %s as text in + or ~", jv_kind_name(v.kind));
   }
-  jv s;
-  if (jv_make_str(c, line, buf, strlen(buf), &s)) return -1;
-  *out = s.u.s;
+  /* numbers and booleans stay in the caller's buffer: no allocation between a growing
+   * string and what is appended to it */
+  out->p = buf;
+  out->n = strlen(buf);
   return 0;
 }
 
 static int concat(jctx *c, int line, jv a, jv b, jv *out) {
+  char ba[64], bb[64];
   jstr x, y;
-  if (js_text(c, line, a, &x) || js_text(c, line, b, &y)) return -1;
-  char *p = jctx_alloc(c, line, x.n + y.n + 1);
-  if (!p) return -1;
-  if (x.n) memcpy(p, x.p, x.n);
-  if (y.n) memcpy(p + x.n, y.p, y.n);
-  *out = jv_str((jstr){p, x.n + y.n});
-  return 0;
+  if (js_text(c, line, a, ba, sizeof ba, &x) || js_text(c, line, b, bb, sizeof bb, &y)) return -1;
+  return jctx_str_concat(c, line, x, y, out);
 }
 
 static int int_result(jctx *c, int line, double r, jv *out) {

@@ -3,8 +3,10 @@
  *
  * Memory: the tree lives in the template's arena; every value made while rendering lives in the
  * render's arena (freed at once when the render ends), whose size is bounded by
- * jinja_limits.max_memory_bytes. Values are never mutated once made, except a namespace's
- * members (`set ns.x = ...`), as in the reference.
+ * jinja_limits.max_memory_bytes. Small objects are bump-allocated from 16 KiB chunks of it, and
+ * strings from a chunk of their own where the newest string can grow in place (a string built up
+ * in a loop costs memory linear in its length). Values are never mutated once made, except a
+ * namespace's members (`set ns.x = ...`), as in the reference.
  */
 #ifndef PH_TEXT_JINJA_INTERNAL_H
 #define PH_TEXT_JINJA_INTERNAL_H
@@ -205,6 +207,10 @@ typedef struct jctx {
   diag *d;
   char *out; /* the output buffer: blocks render into it, macros cut their text back out */
   size_t out_n, out_cap;
+  char *small_chunk; /* small objects: 8-byte aligned bump allocation (the arena aligns to 64) */
+  size_t small_used, small_cap;
+  char *str_chunk; /* strings are bump-allocated here, unaligned, so that the newest one can */
+  size_t str_used, str_cap; /* grow in place: `set ns.s = ns.s ~ x` in a loop stays linear */
   int64_t loop_iterations;
   int call_depth;
   struct jenv *globals;
@@ -214,6 +220,10 @@ typedef struct jctx {
  * PH_ERR_NO_MEMORY). */
 int jctx_fail(jctx *c, int line, const char *fmt, ...) PH_PRINTF(3, 4);
 void *jctx_alloc(jctx *c, int line, size_t bytes);
+/* Room for a string of n bytes (not NUL-terminated) in the string chunk. */
+char *jctx_str_alloc(jctx *c, int line, size_t n);
+/* a ~ b: appended in place when a is the newest string and its chunk has room. */
+int jctx_str_concat(jctx *c, int line, jstr a, jstr b, jv *out);
 
 static inline jv jv_undef(void) {
   jv v = {JV_UNDEF, {0}};

@@ -202,7 +202,10 @@ static int hexval(char c) {
 static int lex_string(lexer *L, char q) {
   int line = cur_line(L);
   L->pos++; /* the opening quote */
-  char *out = arena_alloc(L->a, L->b.n - L->pos + 1);
+  /* the literal's raw extent bounds its decoded size (every escape decodes shorter) */
+  size_t end = L->pos;
+  while (end < L->b.n && L->b.p[end] != q) end += L->b.p[end] == '\\' ? 2 : 1;
+  char *out = arena_alloc(L->a, (end < L->b.n ? end : L->b.n) - L->pos + 1);
   if (!out) return lex_fail(L->d, L->origin, line, "out of memory");
   size_t n = 0;
   for (;;) {
@@ -387,7 +390,8 @@ static int lex_all(lexer *L) {
     };
     int matched = 0;
     for (size_t k = 0; k < sizeof table / sizeof table[0]; k++) {
-      size_t len = strlen(table[k].seq);
+      size_t len = table[k].seq[1] ? 2 : 1;
+      if (p[L->pos] != table[k].seq[0]) continue;
       if (table[k].kind == JT_CLOSE_EXPR && L->depth_curly > 0) continue;
       if (L->pos + len <= n && memcmp(p + L->pos, table[k].seq, len) == 0) {
         if (push(L, table[k].kind, line, p + L->pos, len)) return -1;

@@ -21,11 +21,31 @@ int jctx_fail(jctx *c, int line, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  diag_set(c->d, PH_ERR_TEMPLATE, "%s:%d: %s", c->origin, line, what);
+  if (line > 0)
+    diag_set(c->d, PH_ERR_TEMPLATE, "%s:%d: %s", c->origin, line, what);
+  else /* the context, not a template line */
+    diag_set(c->d, PH_ERR_TEMPLATE, "%s: %s", c->origin, what);
   return -1;
 }
 
+static void *arena_take(jctx *c, int line, size_t bytes);
+
 void *jctx_alloc(jctx *c, int line, size_t bytes) {
+  if (bytes > 1024) return arena_take(c, line, bytes);
+  size_t need = (bytes + 7) & ~(size_t)7;
+  if (!c->small_chunk || c->small_cap - c->small_used < need) {
+    char *p = arena_take(c, line, (size_t)1 << 14);
+    if (!p) return NULL;
+    c->small_chunk = p;
+    c->small_used = 0;
+    c->small_cap = (size_t)1 << 14;
+  }
+  void *r = c->small_chunk + c->small_used; /* zeroed: the arena zeroes, nothing is reused */
+  c->small_used += need;
+  return r;
+}
+
+static void *arena_take(jctx *c, int line, size_t bytes) {
   if (c->mem->used_bytes + bytes > c->lim->max_memory_bytes) {
     jctx_fail(c, line, "rendering needs more than the memory limit (%zu bytes)",
               c->lim->max_memory_bytes);
@@ -34,6 +54,37 @@ void *jctx_alloc(jctx *c, int line, size_t bytes) {
   void *p = arena_alloc(c->mem, bytes);
   if (!p) diag_set(c->d, PH_ERR_NO_MEMORY, "%s:%d: out of memory rendering", c->origin, line);
   return p;
+}
+
+char *jctx_str_alloc(jctx *c, int line, size_t n) {
+  if (!c->str_chunk || c->str_cap - c->str_used < n) {            /* never NULL, even for n == 0 */
+    size_t cap = n < ((size_t)1 << 13) ? (size_t)1 << 14 : 2 * n; /* room to grow in place */
+    char *p = arena_take(c, line, cap);
+    if (!p) return NULL;
+    c->str_chunk = p;
+    c->str_used = 0;
+    c->str_cap = cap;
+  }
+  char *r = c->str_chunk + c->str_used;
+  c->str_used += n;
+  return r;
+}
+
+int jctx_str_concat(jctx *c, int line, jstr a, jstr b, jv *out) {
+  if (a.n && c->str_chunk && a.p + a.n == c->str_chunk + c->str_used &&
+      c->str_cap - c->str_used >= b.n) {
+    /* a is the newest string: what follows it is free, and a keeps its own length */
+    if (b.n) memcpy(c->str_chunk + c->str_used, b.p, b.n);
+    c->str_used += b.n;
+    *out = jv_str((jstr){a.p, a.n + b.n});
+    return 0;
+  }
+  char *p = jctx_str_alloc(c, line, a.n + b.n);
+  if (!p) return -1;
+  if (a.n) memcpy(p, a.p, a.n);
+  if (b.n) memcpy(p + a.n, b.p, b.n);
+  *out = jv_str((jstr){p, a.n + b.n});
+  return 0;
 }
 
 int jctx_emit(jctx *c, int line, const char *p, size_t n) {
@@ -293,7 +344,7 @@ int jstr_eq_c(jstr a, const char *s) {
 }
 
 int jv_make_str(jctx *c, int line, const char *p, size_t n, jv *out) {
-  char *b = jctx_alloc(c, line, n + 1);
+  char *b = jctx_str_alloc(c, line, n);
   if (!b) return -1;
   if (n) memcpy(b, p, n);
   *out = jv_str((jstr){b, n});

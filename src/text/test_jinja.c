@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -13,6 +14,7 @@
 #include "check.h"
 #include "text/chat.h"
 #include "text/jinja.h"
+#include "text/jinja_internal.h"
 
 static char g_out[1 << 16];
 static char g_err[DIAG_MSG_BYTES];
@@ -270,6 +272,57 @@ static void test_limits(void) {
   CHECK_CONTAINS(g_err, "nesting deeper");
 }
 
+/* A template of many string literals compiles in memory proportional to its size (each
+ * literal's buffer once took the rest of the source: quadratic). */
+static void test_parse_memory_is_linear(void) {
+  size_t n_lit = 20000, cap = n_lit * 16 + 1;
+  char *src = malloc(cap);
+  if (!CHECK(src != NULL)) return;
+  size_t n = 0;
+  for (size_t i = 0; i < n_lit; i++) n += (size_t)snprintf(src + n, cap - n, "{{ 'abcdef' }}");
+  jinja_template *t = NULL;
+  diag d;
+  CHECK_STATUS(jinja_parse(src, n, "many.jinja", &t, &d), PH_OK, d.msg);
+  if (t) {
+    CHECK(t->mem.used_bytes < 400 * n);
+    if (t->mem.used_bytes >= 400 * n)
+      fprintf(stderr, "       %zu bytes of source took %zu bytes\n", n, t->mem.used_bytes);
+  }
+  jinja_free(t);
+  free(src);
+}
+
+/* A string grown in a loop (`set ns.s = ns.s ~ x`) costs memory linear in its final length:
+ * the newest string grows in place (copying every step took 2 GB here, past the limit). */
+static void test_growing_string_is_linear(void) {
+  jinja_limits lim;
+  jinja_limits_default(&lim);
+  lim.max_memory_bytes = 32 << 20;
+  ph_status s = render_lim("{% set ns = namespace(s='') %}{% for i in range(20000) %}"
+                           "{% set ns.s = ns.s ~ 'abcdefghi' ~ (i % 10) %}{% endfor %}"
+                           "{{ ns.s|length }} {{ ns.s[-20:] }}",
+                           NULL, &lim);
+  CHECK_STATUS(s, PH_OK, g_err);
+  CHECK_EQ_STR(g_out, "200000 abcdefghi8abcdefghi9");
+}
+
+static void test_strftime_now(void) {
+  for (int attempt = 0; attempt < 3; attempt++) { /* a render across midnight retries */
+    char before[64], after[64];
+    time_t t = time(NULL);
+    struct tm tmv;
+    localtime_r(&t, &tmv);
+    strftime(before, sizeof before, "%Y-%m-%d %B %b %%", &tmv);
+    CHECK_STATUS(render("{{ strftime_now('%Y-%m-%d %B %b %%') }}", NULL), PH_OK, g_err);
+    t = time(NULL);
+    localtime_r(&t, &tmv);
+    strftime(after, sizeof after, "%Y-%m-%d %B %b %%", &tmv);
+    if (strcmp(before, after) != 0) continue;
+    CHECK_EQ_STR(g_out, before);
+    return;
+  }
+}
+
 static void test_chat_context(void) {
   const char *special[CHAT_N_SPECIAL] = {"<s>", "</s>", NULL, NULL};
   json_t *ctx = NULL;
@@ -283,6 +336,13 @@ static void test_chat_context(void) {
                   "\"documents\":null,\"bos_token\":\"B\",\"eos_token\":\"</s>\","
                   "\"add_generation_prompt\":true,\"enable_thinking\":false}");
   free(s);
+  json_decref(ctx);
+  /* without extra: tools and documents are null, as apply_chat_template passes them; no unk */
+  CHECK_STATUS(chat_context(NULL, special, "[]", NULL, 0, &ctx, &d), PH_OK, d.msg);
+  CHECK(json_is_null(json_object_get(ctx, "tools")));
+  CHECK(json_is_null(json_object_get(ctx, "documents")));
+  CHECK(json_object_get(ctx, "unk_token") == NULL);
+  CHECK(json_is_false(json_object_get(ctx, "add_generation_prompt")));
   json_decref(ctx);
   CHECK_STATUS(chat_context(NULL, special, "{\"role\": 1}", NULL, 0, &ctx, &d), PH_ERR_JSON, d.msg);
   CHECK_CONTAINS(d.msg, "messages");
@@ -334,6 +394,22 @@ static void test_ph_chat_render(void) {
     CHECK_EQ_STR(text, "<s>[user]hi\n[assistant]</s>!");
     CHECK_EQ_INT(len, strlen("<s>[user]hi\n[assistant]</s>!"));
     ph_free(text);
+    s = ph_chat_render(tok, "[]", "{\"x\": []}", 0, &text, &len, err, sizeof err);
+    CHECK_STATUS(s, PH_OK, err);
+    ph_free(text);
+    /* an error names the template's line inside tokenizer_config.json's chat_template */
+    s = ph_chat_render(tok, "[]", "{\"x\": {}}", 0, &text, &len, err, sizeof err);
+    CHECK_STATUS(s, PH_OK, err);
+    ph_free(text);
+    s = ph_chat_render(tok, "[{\"role\": \"u\", \"content\": {}}]", NULL, 0, &text, &len, err,
+                       sizeof err);
+    CHECK_STATUS(s, PH_OK, err); /* a dict as text is JSON, as the reference writes it */
+    CHECK_EQ_STR(text, "<s>[u]{}\n</s>");
+    ph_free(text);
+    s = ph_chat_render(tok, "[]", "{\"x\": 9007199254740993}", 0, &text, &len, err, sizeof err);
+    CHECK_STATUS(s, PH_ERR_TEMPLATE, err);
+    CHECK_CONTAINS(err, "tokenizer_config.json chat_template:");
+    CHECK(text == NULL);
     s = ph_chat_render(tok, "{}", NULL, 0, &text, &len, err, sizeof err);
     CHECK_STATUS(s, PH_ERR_JSON, err);
     CHECK(text == NULL);
@@ -352,6 +428,9 @@ int main(void) {
   RUN(test_whitespace_control);
   RUN(test_errors_name_the_line);
   RUN(test_limits);
+  RUN(test_parse_memory_is_linear);
+  RUN(test_growing_string_is_linear);
+  RUN(test_strftime_now);
   RUN(test_chat_context);
   RUN(test_ph_chat_render);
   return check_finish();
