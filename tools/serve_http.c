@@ -509,18 +509,17 @@ static enum MHD_Result handle_generate(serve_http *h, struct MHD_Connection *c, 
 
 static enum MHD_Result handle_models(serve_http *h, struct MHD_Connection *c, int one) {
   sbuf b = {0};
-  char *name = NULL;
   json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", h->cfg.model_name, "object", "model",
                         "created", (json_int_t)h->started, "owned_by", "pagedhybrid",
                         "max_model_len", (json_int_t)h->ei.max_context);
   json_t *o = one || !m ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
-  if (o) name = json_dumps(o, JSON_COMPACT);
+  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
-  if (name)
-    sbuf_puts(&b, name);
+  if (text)
+    sbuf_puts(&b, text);
   else
     b.failed = 1;
-  free(name);
+  free(text);
   return send_json(h, c, 200, &b);
 }
 
