@@ -6,8 +6,9 @@
  * without special tokens, and the invariants are checked: every id is below vocab_size, decode of
  * the ids succeeds, decode(encode(x)) is valid UTF-8, decode is what a text stream with a stop
  * string hands out up to the stop, and encoding the decoded text again is stable in length. A
- * failed open must carry a message. Seeds in fuzz/corpus/tokenizer/ (make-tiny's tokenizer and
- * small hand-written ones with Split behaviors, added-token flags and NFC). */
+ * failed open must carry a message. The fast path for model.vocab / model.merges is checked
+ * against jansson reading the whole document. Seeds in fuzz/corpus/tokenizer/ (make-tiny's
+ * tokenizer and small hand-written ones with Split behaviors, added-token flags and NFC). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,9 +25,35 @@ static int is_valid_utf8(const char *s, size_t n) {
   return ok;
 }
 
+/* The fast path for model.vocab / model.merges (tokenizer_json.c) against jansson reading the
+ * whole document: it never accepts what jansson refuses, and reads the keys jansson reads. */
+static void check_fast_path(const char *json, size_t len) {
+  model_lists l;
+  char *rest = NULL;
+  size_t rest_len = 0;
+  if (!tokenizer_json_fast(json, len, &l, &rest, &rest_len)) return;
+  json_t *full = json_loadb(json, len, 0, NULL), *part = json_loadb(rest, rest_len, 0, NULL);
+  if (!full != !part) __builtin_trap();
+  if (full) {
+    const json_t *vocab = json_object_get(json_object_get(full, "model"), "vocab");
+    if (!json_is_object(vocab) || json_object_size(vocab) > l.n_vocab) __builtin_trap();
+    for (size_t i = 0; i < l.n_vocab; i++) {
+      const json_t *v = json_object_getn(vocab, l.strs.p + l.vocab[i].off, l.vocab[i].len);
+      if (!json_is_integer(v)) __builtin_trap();
+    }
+    const json_t *merges = json_object_get(json_object_get(full, "model"), "merges");
+    if (json_array_size(merges) != l.n_merge) __builtin_trap();
+  }
+  json_decref(full);
+  json_decref(part);
+  free(rest);
+  model_lists_free(&l);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *nul = memchr(data, 0, size);
   size_t json_len = nul ? (size_t)(nul - data) : size;
+  check_fast_path((const char *)data, json_len);
   const char *text = nul ? (const char *)nul + 1 : "";
   size_t text_len = nul ? size - json_len - 1 : 0;
   ph_tokenizer *tok = NULL;

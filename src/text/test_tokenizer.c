@@ -218,6 +218,15 @@ static void test_ignore_merges_and_unk(void) {
   free(json);
   if (tok) CHECK(ENC(tok, "azzb", 'a', 'b'));
   ph_tokenizer_free(tok);
+  /* a word that is dropped whole gives no ids, twice (the second time through the word cache:
+   * the fuzzer found it caching an empty id list through a null pointer, under UBSan) */
+  json = make_json(extra, 2, "[]", NULL, NULL,
+                   "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}",
+                   NULL, NULL, 'z');
+  tok = open_json(json, NULL);
+  free(json);
+  if (tok) CHECK(ENC(tok, "zz a zz zz", ' ', 'a', ' ', ' '));
+  ph_tokenizer_free(tok);
   json = make_json(extra, 2, "[]", NULL, NULL, NULL, NULL, "{\"unk_token\": \"<unk>\"}", 'z');
   tok = open_json(json, NULL);
   free(json);
@@ -229,6 +238,55 @@ static void test_ignore_merges_and_unk(void) {
   free(json);
   if (tok) CHECK(ENC(tok, "azzb", 'a', 257, 'b'));
   ph_tokenizer_free(tok);
+}
+
+/* tokenizer.json's fast path (model.vocab and model.merges read by our scanner) against jansson
+ * reading everything: the same tokenizer, whether the strings are raw UTF-8 or \u escapes. */
+static void test_json_fast_path(void) {
+  const char *extra[] = {"Ã©", "Ġt", "\"q\\"};
+  char *raw = make_json(extra, 3, "[\"Ã ©\", [\"Ġ\", \"t\"]]", NULL, NULL, NULL, NULL, NULL, -1);
+  json_t *root = json_loads(raw, 0, NULL);
+  char *escaped = json_dumps(root, JSON_ENSURE_ASCII); /* every non-ASCII character as \uXXXX */
+  json_decref(root);
+  /* an escaped key: the fast path declines and jansson reads everything */
+  char *slow = malloc(strlen(raw) + 8);
+  const char *at = strstr(raw, "\"vocab\"");
+  if (at) sprintf(slow, "%.*s\"voc\\u0061b\"%s", (int)(at - raw), raw, at + 7);
+  model_lists l;
+  char *rest = NULL;
+  size_t rest_len = 0;
+  CHECK(tokenizer_json_fast(raw, strlen(raw), &l, &rest, &rest_len) == 1);
+  CHECK_EQ_INT(l.n_vocab, 259);
+  CHECK_EQ_INT(l.n_merge, 2);
+  model_lists_free(&l);
+  free(rest);
+  CHECK(tokenizer_json_fast(escaped, strlen(escaped), &l, &rest, &rest_len) == 1);
+  model_lists_free(&l);
+  free(rest);
+  CHECK(at && tokenizer_json_fast(slow, strlen(slow), &l, &rest, &rest_len) == 0);
+  const char *docs[] = {raw, escaped, slow};
+  static const char text[] = "caf\xc3\xa9 to t\"q\\ \xc3\xa9t\xc3\xa9";
+  int64_t *first = NULL, n_first = 0;
+  for (int k = 0; k < 3; k++) {
+    ph_tokenizer *t = open_json(docs[k], NULL);
+    if (!t) continue;
+    int64_t *ids = NULL, n = 0;
+    CHECK_STATUS(ph_tokenizer_encode(t, text, sizeof text - 1, 0, &ids, &n), PH_OK, NULL);
+    CHECK_EQ_INT(ph_tokenizer_token_id(t, "\"q\\"), 258);
+    if (k == 0) {
+      first = ids;
+      n_first = n;
+      CHECK_EQ_INT(n, 14); /* c a f é Ġt o Ġt " q \ Ġ é t é: the two merges applied */
+    } else {
+      CHECK(n == n_first && memcmp(ids, first, (size_t)n * sizeof *ids) == 0);
+      ph_free(ids);
+    }
+    ph_tokenizer_free(t);
+  }
+  ph_free(first);
+  free(raw);
+  free(escaped);
+  free(slow);
 }
 
 /* ---- pre-tokenizer ---- */
@@ -834,6 +892,7 @@ int main(void) {
   RUN(test_merge_order);
   RUN(test_bpe_vs_reference);
   RUN(test_ignore_merges_and_unk);
+  RUN(test_json_fast_path);
   RUN(test_split_behaviors);
   RUN(test_regex_oniguruma);
   RUN(test_byte_level);

@@ -52,23 +52,72 @@ static int64_t vocab_lookup(const ph_tokenizer *tok, const char *s, size_t n, to
   return str_map_get(&tok->vocab_other, tok->key_blob, s, n);
 }
 
-static ph_status load_vocab(ph_tokenizer *tok, const json_t *model, const json_t *added,
-                            tok_buf *blob) {
+/* model.vocab and model.merges from jansson into flat lists (when the fast path was not taken).
+ * Merges of the wrong shape are refused here, with their index. */
+static ph_status lists_from_json(ph_tokenizer *tok, const json_t *model, model_lists *l) {
   diag *d = &tok->err;
   const json_t *vocab = json_object_get(model, "vocab");
   RETURN_ERROR_IF(!json_is_object(vocab), d, PH_ERR_TOKENIZER,
                   "model.vocab: expected an object of token -> id");
-  size_t n_vocab = json_object_size(vocab);
-  RETURN_ERROR_IF(n_vocab >= (1u << 30), d, PH_ERR_LIMIT, "model.vocab: %zu entries", n_vocab);
-  int64_t max_id = -1;
   const char *key;
   const json_t *val;
   json_object_foreach((json_t *)vocab, key, val) {
-    RETURN_ERROR_IF(!json_is_integer(val) || json_integer_value(val) < 0 ||
-                        json_integer_value(val) >= (1 << 30),
-                    d, PH_ERR_TOKENIZER, "model.vocab[\"%.80s\"]: expected an id in [0, 2^30)",
-                    key);
-    if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
+    size_t off = l->strs.n, n = strlen(key);
+    RETURN_ERROR_IF(!tok_buf_append(&l->strs, key, n + 1) || l->strs.n > UINT32_MAX, d,
+                    PH_ERR_NO_MEMORY, "model.vocab");
+    int64_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+    RETURN_ERROR_IF(!model_lists_push_vocab(l, (uint32_t)off, (uint32_t)n, id), d, PH_ERR_NO_MEMORY,
+                    "model.vocab");
+  }
+  const json_t *merges = json_object_get(model, "merges");
+  RETURN_ERROR_IF(merges && !json_is_array(merges), d, PH_ERR_TOKENIZER,
+                  "model.merges: expected an array");
+  for (size_t i = 0; i < json_array_size(merges); i++) {
+    const json_t *m = json_array_get(merges, i);
+    size_t a = l->strs.n, alen, b, blen;
+    if (json_is_string(m)) {
+      const char *s = json_string_value(m), *sp = strchr(s, ' ');
+      RETURN_ERROR_IF(!sp || strchr(sp + 1, ' ') || sp == s || sp[1] == '\0', d, PH_ERR_TOKENIZER,
+                      "model.merges[%zu]: expected \"left right\", got \"%.80s\"", i, s);
+      alen = (size_t)(sp - s);
+      b = a + alen + 1;
+      blen = strlen(sp + 1);
+      RETURN_ERROR_IF(!tok_buf_append(&l->strs, s, alen + blen + 2), d, PH_ERR_NO_MEMORY,
+                      "model.merges");
+    } else if (json_is_array(m) && json_array_size(m) == 2 &&
+               json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+      const char *sa = json_string_value(json_array_get(m, 0));
+      const char *sb = json_string_value(json_array_get(m, 1));
+      alen = strlen(sa);
+      blen = strlen(sb);
+      b = a + alen + 1;
+      RETURN_ERROR_IF(!tok_buf_append(&l->strs, sa, alen + 1) ||
+                          !tok_buf_append(&l->strs, sb, blen + 1),
+                      d, PH_ERR_NO_MEMORY, "model.merges");
+    } else {
+      return diag_set(d, PH_ERR_TOKENIZER,
+                      "model.merges[%zu]: expected a string \"left right\" or a pair of strings",
+                      i);
+    }
+    RETURN_ERROR_IF(
+        l->strs.n > UINT32_MAX ||
+            !model_lists_push_merge(l, (uint32_t)a, (uint32_t)alen, (uint32_t)b, (uint32_t)blen),
+        d, PH_ERR_NO_MEMORY, "model.merges");
+  }
+  return PH_OK;
+}
+
+static ph_status load_vocab(ph_tokenizer *tok, const model_lists *l, const json_t *added,
+                            tok_buf *blob) {
+  diag *d = &tok->err;
+  size_t n_vocab = l->n_vocab;
+  RETURN_ERROR_IF(n_vocab >= (1u << 30), d, PH_ERR_LIMIT, "model.vocab: %zu entries", n_vocab);
+  int64_t max_id = -1;
+  for (size_t i = 0; i < n_vocab; i++) {
+    const vocab_item *v = &l->vocab[i];
+    RETURN_ERROR_IF(v->id < 0 || v->id >= (1 << 30), d, PH_ERR_TOKENIZER,
+                    "model.vocab[\"%.80s\"]: expected an id in [0, 2^30)", l->strs.p + v->off);
+    if (v->id > max_id) max_id = v->id;
   }
   size_t n_added = json_array_size(added);
   for (size_t i = 0; i < n_added; i++) {
@@ -86,9 +135,11 @@ static ph_status load_vocab(ph_tokenizer *tok, const json_t *model, const json_t
   RETURN_ERROR_IF(!str_map_init(&tok->vocab, (uint32_t)n_vocab + 1) ||
                       !str_map_init(&tok->vocab_other, 16),
                   d, PH_ERR_NO_MEMORY, "vocabulary table");
-  json_object_foreach((json_t *)vocab, key, val) {
-    size_t klen = strlen(key);
-    int32_t id = (int32_t)json_integer_value(val);
+  RETURN_ERROR_IF(!tok_buf_reserve(blob, l->strs.n), d, PH_ERR_NO_MEMORY, "vocabulary");
+  for (size_t i = 0; i < n_vocab; i++) {
+    const char *key = l->strs.p + l->vocab[i].off;
+    size_t klen = l->vocab[i].len;
+    int32_t id = (int32_t)l->vocab[i].id;
     size_t off = blob->n;
     int r = byte_level_to_bytes(key, klen, blob);
     RETURN_ERROR_IF(r < 0, d, PH_ERR_NO_MEMORY, "vocabulary");
@@ -111,41 +162,16 @@ static ph_status load_vocab(ph_tokenizer *tok, const json_t *model, const json_t
   return PH_OK;
 }
 
-static ph_status load_merges(ph_tokenizer *tok, const json_t *model) {
+static ph_status load_merges(ph_tokenizer *tok, const model_lists *l) {
   diag *d = &tok->err;
-  const json_t *merges = json_object_get(model, "merges");
-  RETURN_ERROR_IF(merges && !json_is_array(merges), d, PH_ERR_TOKENIZER,
-                  "model.merges: expected an array");
-  size_t n = json_array_size(merges);
+  size_t n = l->n_merge;
   RETURN_ERROR_IF(!merge_map_init(&tok->merges, n + 1), d, PH_ERR_NO_MEMORY, "merges table");
   tok_buf tmp = {0}, joined = {0};
   ph_status st = PH_OK;
   for (size_t i = 0; i < n; i++) {
-    const json_t *m = json_array_get(merges, i);
-    const char *a, *b;
-    size_t alen, blen;
-    if (json_is_string(m)) {
-      a = json_string_value(m);
-      const char *sp = strchr(a, ' ');
-      if (!sp || strchr(sp + 1, ' ') || sp == a || sp[1] == '\0') {
-        st = diag_set(d, PH_ERR_TOKENIZER,
-                      "model.merges[%zu]: expected \"left right\", got \"%.80s\"", i, a);
-        goto done;
-      }
-      alen = (size_t)(sp - a);
-      b = sp + 1;
-      blen = strlen(b);
-    } else if (json_is_array(m) && json_array_size(m) == 2 &&
-               json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-      a = json_string_value(json_array_get(m, 0));
-      b = json_string_value(json_array_get(m, 1));
-      alen = strlen(a);
-      blen = strlen(b);
-    } else {
-      st = diag_set(d, PH_ERR_TOKENIZER,
-                    "model.merges[%zu]: expected a string \"left right\" or a pair of strings", i);
-      goto done;
-    }
+    const merge_item *mi = &l->merge[i];
+    const char *a = l->strs.p + mi->a_off, *b = l->strs.p + mi->b_off;
+    size_t alen = mi->a_len, blen = mi->b_len;
     int64_t ia = vocab_lookup(tok, a, alen, &tmp), ib = vocab_lookup(tok, b, blen, &tmp);
     joined.n = 0;
     if (!tok_buf_append(&joined, a, alen) || !tok_buf_append(&joined, b, blen)) {
@@ -171,7 +197,8 @@ done:
   return st;
 }
 
-static ph_status load_model(ph_tokenizer *tok, const json_t *root, tok_buf *blob) {
+static ph_status load_model(ph_tokenizer *tok, const json_t *root, model_lists *lists,
+                            int have_lists, tok_buf *blob) {
   diag *d = &tok->err;
   const json_t *model = json_object_get(root, "model");
   RETURN_ERROR_IF(!json_is_object(model), d, PH_ERR_TOKENIZER, "model: expected an object");
@@ -198,7 +225,8 @@ static ph_status load_model(ph_tokenizer *tok, const json_t *root, tok_buf *blob
   const json_t *added = json_object_get(root, "added_tokens");
   RETURN_ERROR_IF(added && !json_is_array(added) && !json_is_null(added), d, PH_ERR_TOKENIZER,
                   "added_tokens: expected an array");
-  FORWARD_IF_ERROR(load_vocab(tok, model, added, blob));
+  if (!have_lists) FORWARD_IF_ERROR(lists_from_json(tok, model, lists));
+  FORWARD_IF_ERROR(load_vocab(tok, lists, added, blob));
   tok->key_blob = blob->p;
   for (int b = 0; b < 256; b++) {
     char c = (char)b;
@@ -214,7 +242,7 @@ static ph_status load_model(ph_tokenizer *tok, const json_t *root, tok_buf *blob
     RETURN_ERROR_IF(tok->unk_id < 0, d, PH_ERR_TOKENIZER,
                     "model.unk_token: \"%.80s\" is not in model.vocab", unk);
   }
-  FORWARD_IF_ERROR(load_merges(tok, model));
+  FORWARD_IF_ERROR(load_merges(tok, lists));
   /* the first round of every word looks up pairs of one-byte tokens: a direct table */
   tok->byte_pair = malloc(256 * 256 * sizeof *tok->byte_pair);
   RETURN_ERROR_IF(!tok->byte_pair, d, PH_ERR_NO_MEMORY, "byte-pair table");
@@ -540,9 +568,21 @@ static ph_status open_json(ph_tokenizer *tok, const char *json, size_t len, cons
                            size_t cfg_len) {
   diag *d = &tok->err;
   json_error_t jerr;
-  json_t *root = json_loadb(json ? json : "", json ? len : 0, 0, &jerr);
-  RETURN_ERROR_IF(!root, d, PH_ERR_JSON, "tokenizer.json line %d column %d: %s", jerr.line,
-                  jerr.column, jerr.text);
+  model_lists lists;
+  char *rest = NULL;
+  size_t rest_len = 0;
+  /* the fast path for model.vocab and model.merges; jansson reads the rest (or, when the fast
+   * path is not taken, everything) */
+  const int fast = json && tokenizer_json_fast(json, len, &lists, &rest, &rest_len);
+  json_t *root = fast ? json_loadb(rest, rest_len, 0, &jerr)
+                      : json_loadb(json ? json : "", json ? len : 0, 0, &jerr);
+  free(rest);
+  if (!fast) memset(&lists, 0, sizeof lists);
+  if (!root) {
+    model_lists_free(&lists);
+    return diag_set(d, PH_ERR_JSON, "tokenizer.json line %d column %d: %s", jerr.line, jerr.column,
+                    jerr.text);
+  }
   tok_buf blob = {0};
   ph_status st = PH_OK;
   if (!json_is_object(root)) {
@@ -556,7 +596,7 @@ static ph_status open_json(ph_tokenizer *tok, const char *json, size_t len, cons
                   trunc && !json_is_null(trunc) ? "truncation" : "padding");
     goto done;
   }
-  if ((st = load_model(tok, root, &blob)) != PH_OK) goto done;
+  if ((st = load_model(tok, root, &lists, fast, &blob)) != PH_OK) goto done;
   if ((st = load_added(tok, root, &blob)) != PH_OK) goto done;
   if ((st = load_normalizer(tok, json_object_get(root, "normalizer"), "normalizer")) != PH_OK)
     goto done;
@@ -581,6 +621,7 @@ static ph_status open_json(ph_tokenizer *tok, const char *json, size_t len, cons
   st = load_config(tok);
 done:
   tok->key_blob = blob.p; /* owned by tok from here (also on failure) */
+  model_lists_free(&lists);
   json_decref(root);
   return st;
 }

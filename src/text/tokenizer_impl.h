@@ -217,6 +217,31 @@ int tokenizer_normalize(const ph_tokenizer *tok, const char *s, size_t n, tok_bu
 void *tok_regex_compile(const char *pattern, size_t len, char *msg, size_t msg_cap);
 void tok_regex_free(void *re);
 
+/* ---- tokenizer_json.c: model.vocab and model.merges as flat lists ---- */
+typedef struct vocab_item {
+  uint32_t off, len; /* the token's string in model_lists.strs */
+  int64_t id;        /* -1 when the JSON value is not an integer */
+} vocab_item;
+typedef struct merge_item {
+  uint32_t a_off, a_len, b_off, b_len;
+} merge_item;
+typedef struct model_lists {
+  tok_buf strs; /* the strings, each followed by a NUL */
+  vocab_item *vocab;
+  size_t n_vocab, cap_vocab;
+  merge_item *merge;
+  size_t n_merge, cap_merge;
+} model_lists;
+void model_lists_free(model_lists *l);
+int model_lists_push_vocab(model_lists *l, uint32_t off, uint32_t len, int64_t id);
+int model_lists_push_merge(model_lists *l, uint32_t a_off, uint32_t a_len, uint32_t b_off,
+                           uint32_t b_len);
+/* Reads model.vocab and model.merges of a tokenizer.json text into *lists and gives the rest of
+ * the document (those two emptied) in *rest (malloc'ed). 0 when the fast path is not taken
+ * (nothing is held then): parse the whole text with jansson instead. */
+int tokenizer_json_fast(const char *json, size_t len, model_lists *lists, char **rest,
+                        size_t *rest_len);
+
 /* ---- tokenizer.c ---- */
 /* Opens a tokenizer from the bytes of a tokenizer.json (and optionally a tokenizer_config.json's,
  * NULL when absent): what ph_tokenizer_open does after reading the files; the fuzz target's

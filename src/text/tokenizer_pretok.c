@@ -432,18 +432,20 @@ static uint32_t word_hash(const unsigned char *s, size_t n) {
   return h ^ (h >> 15);
 }
 
-/* The cached ids of word s (*n_ids of them, into c->ids), or NULL. */
-static const int64_t *word_cache_get(const word_cache *c, const unsigned char *s, size_t n,
-                                     size_t *n_ids) {
-  if (!c->slot) return NULL;
+/* 1 when word s is cached: its ids are c->ids.p[*first .. *first + *n_ids) (a word may have
+ * none: every byte dropped by a model without unk_token). */
+static int word_cache_get(const word_cache *c, const unsigned char *s, size_t n, size_t *first,
+                          size_t *n_ids) {
+  if (!c->slot) return 0;
   for (uint32_t i = word_hash(s, n) & c->mask, e; (e = c->slot[i]) != 0; i = (i + 1) & c->mask) {
     e--;
     if (c->key_len[e] == n && memcmp(c->keys.p + c->key_off[e], s, n) == 0) {
+      *first = c->ids_off[e];
       *n_ids = c->ids_off[e + 1] - c->ids_off[e];
-      return c->ids.p + c->ids_off[e];
+      return 1;
     }
   }
-  return NULL;
+  return 0;
 }
 
 /* Remembers that word s encodes to ids[0..n_ids). 0: out of memory (the cache is optional:
@@ -512,16 +514,15 @@ static int encode_piece(const ph_tokenizer *tok, encode_scratch *e, const char *
                         tok_ids *out) {
   const unsigned char *s = (const unsigned char *)p;
   if (n > WORD_CACHE_MAX_BYTES) return bpe_encode_word(tok, s, n, &e->bpe, out);
-  size_t n_ids = 0;
-  const int64_t *hit = word_cache_get(&e->cache, s, n, &n_ids);
-  if (hit) {
+  size_t first = 0, n_ids = 0;
+  if (word_cache_get(&e->cache, s, n, &first, &n_ids)) {
     for (size_t k = 0; k < n_ids; k++)
-      if (!tok_ids_push(out, hit[k])) return 0;
+      if (!tok_ids_push(out, e->cache.ids.p[first + k])) return 0;
     return 1;
   }
   size_t before = out->n;
   if (!bpe_encode_word(tok, s, n, &e->bpe, out)) return 0;
-  (void)word_cache_put(&e->cache, s, n, out->p + before, out->n - before);
+  if (out->n > before) (void)word_cache_put(&e->cache, s, n, out->p + before, out->n - before);
   return 1;
 }
 
