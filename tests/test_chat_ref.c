@@ -10,9 +10,16 @@
  * multi-turn, tools, tool calls with arguments as object and as string, consecutive tool results,
  * reasoning_content, <think> blocks, enable_thinking, add_generation_prompt on and off, unicode.
  *
+ * Plus 150 random conversations per chat template (fixed seed: any role order, contents with the
+ * whitespace, think tags and characters templates treat specially, tool calls, content null).
+ *
  * Every case is rendered by chat_context + jinja (ours) and by tests/text/jinja_ref.mjs (node):
  * the texts must be identical, or both must fail. A corpus entry may list a template in
  * "refuses" (with why): there we must fail with "unsupported" where the reference renders.
+ *
+ * PH_CHAT_TEMPLATES=DIR adds every .jinja file of DIR as one more chat template (templates that are
+ * not on npm, such as Qwen3.5's chat_template.jinja from its checkpoint; never committed).
+ * PH_VERBOSE=1 also lists the cases that fail on both sides, with both messages.
  *
  * Without node or the packages (PH_NODE_DIR/UNAVAILABLE says why) the test is a skip (77),
  * a failure under PH_REQUIRE_ORT=1 (CI).
@@ -27,6 +34,7 @@
 #include <jansson.h>
 
 #include "base/fmap.h"
+#include "base/rng.h"
 #include "check.h"
 #include "text/chat.h"
 #include "text/jinja.h"
@@ -142,7 +150,7 @@ static int cmp_names(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void add_own_dir(const char *dir) {
+static void add_own_dir(const char *dir, int all_chat) {
   DIR *dp = opendir(dir);
   if (!CHECK(dp != NULL)) return;
   char *names[MAX_TEMPLATES];
@@ -155,7 +163,7 @@ static void add_own_dir(const char *dir) {
   closedir(dp);
   qsort(names, (size_t)n, sizeof names[0], cmp_names);
   for (int i = 0; i < n; i++) {
-    add_own(dir, names[i], strncmp(names[i], "chat_", 5) == 0);
+    add_own(dir, names[i], all_chat || strncmp(names[i], "chat_", 5) == 0);
     free(names[i]);
   }
 }
@@ -190,6 +198,89 @@ static void show_diff(const char *a, size_t na, const char *b, size_t nb) {
           (int)((nb - i) < 60 ? nb - i : 60), b + i);
 }
 
+/* A random conversation (fixed seed): roles in any order, contents with the whitespace, think
+ * tags and characters templates treat specially, tool calls with object and string arguments,
+ * content null, reasoning_content, tools on or off, enable_thinking set or not. */
+static const char *const k_texts[] = {"",
+                                      " ",
+                                      "\n",
+                                      "hello",
+                                      "  padded  ",
+                                      "\n\nlead",
+                                      "trail\n\n",
+                                      "<think>\nr\n</think>\n\nans",
+                                      "<think>x</think>y",
+                                      "a</think>b",
+                                      "<tool_response>\nz\n</tool_response>",
+                                      "\xc3\xbcn\xc3\xaf \xf0\x9f\x98\x80 \xe4\xb8\xad",
+                                      "q\"uo\\te",
+                                      "{\"j\": 1}",
+                                      "\t\ttabs",
+                                      "line1\nline2"};
+#define N_TEXTS (sizeof k_texts / sizeof k_texts[0])
+
+static json_t *random_call(rng *r) {
+  json_t *args;
+  switch (rng_below(r, 4)) {
+  case 0:
+    args = json_pack("{s:s}", "a", k_texts[rng_below(r, N_TEXTS)]);
+    break;
+  case 1:
+    args = json_loads("{\"n\": -3, \"l\": [1, \"x\", null], \"o\": {\"k\": true}}", 0, NULL);
+    break;
+  case 2:
+    args = json_string("{\"a\": \"s\"}");
+    break;
+  default:
+    args = json_object();
+    break;
+  }
+  return json_pack("{s:s,s:{s:s,s:o}}", "type", "function", "function", "name",
+                   rng_below(r, 2) ? "f" : "g_2", "arguments", args);
+}
+
+static json_t *random_context(rng *r, const tmpl *t) {
+  static const char *const roles[] = {"system", "user", "user", "assistant", "assistant", "tool"};
+  json_t *messages = json_array();
+  int n = 1 + (int)rng_below(r, 6);
+  for (int i = 0; i < n; i++) {
+    const char *role = roles[rng_below(r, 6)];
+    json_t *m = json_pack("{s:s,s:s}", "role", role, "content", k_texts[rng_below(r, N_TEXTS)]);
+    if (strcmp(role, "assistant") == 0) {
+      if (rng_below(r, 10) < 3)
+        json_object_set_new(m, "reasoning_content", json_string(k_texts[rng_below(r, N_TEXTS)]));
+      if (rng_below(r, 20) < 7) {
+        json_t *calls = json_array();
+        int k = 1 + (int)rng_below(r, 2);
+        for (int j = 0; j < k; j++) json_array_append_new(calls, random_call(r));
+        json_object_set_new(m, "tool_calls", calls);
+        if (rng_below(r, 10) < 3) json_object_set_new(m, "content", json_null());
+      }
+    }
+    json_array_append_new(messages, m);
+  }
+  char *msgs = json_dumps(messages, JSON_COMPACT);
+  json_decref(messages);
+  char extra[512];
+  int n_extra = snprintf(extra, sizeof extra, "{");
+  if (rng_below(r, 10) < 4)
+    n_extra += snprintf(extra + n_extra, sizeof extra - (size_t)n_extra,
+                        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+                        "\"parameters\": {\"type\": \"object\"}}}]%s",
+                        "");
+  if (rng_below(r, 10) < 3)
+    n_extra +=
+        snprintf(extra + n_extra, sizeof extra - (size_t)n_extra, "%s\"enable_thinking\": %s",
+                 n_extra > 1 ? ", " : "", rng_below(r, 2) ? "true" : "false");
+  snprintf(extra + n_extra, sizeof extra - (size_t)n_extra, "}");
+  json_t *ctx = NULL;
+  diag d;
+  ph_status s = chat_context(t->config, t->special, msgs, extra, (int)rng_below(r, 2), &ctx, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  free(msgs);
+  return ctx;
+}
+
 static void test_against_reference(void) {
   char path[1400];
   json_error_t err;
@@ -203,7 +294,10 @@ static void test_against_reference(void) {
   add_real("deepseek_v3");
   char dir[1300];
   snprintf(dir, sizeof dir, "%s/text/jinja", check_env("PH_DATA_DIR"));
-  add_own_dir(dir);
+  add_own_dir(dir, 0);
+  /* more chat templates, never committed (a checkpoint's chat_template.jinja, say Qwen3.5's) */
+  const char *extra_dir = getenv("PH_CHAT_TEMPLATES");
+  if (extra_dir && *extra_dir) add_own_dir(extra_dir, 1);
   snprintf(path, sizeof path, "%s/context.json", dir);
   json_t *own_ctx = json_load_file(path, 0, &err);
   if (!check_report(own_ctx != NULL, __FILE__, __LINE__, "jinja/context.json parses")) return;
@@ -236,6 +330,16 @@ static void test_against_reference(void) {
     }
   }
   CHECK(n_chat >= 3); /* two real templates and our Qwen3.5-style one */
+  rng rg = rng_seed(17);
+  for (int t = 0; t < g_n_t; t++) {
+    if (!g_t[t].chat) continue;
+    for (int i = 0; i < 150; i++) {
+      json_t *ctx = random_context(&rg, &g_t[t]);
+      char label[32];
+      snprintf(label, sizeof label, "random %d", i);
+      if (ctx) add_case(t, label, ctx, NULL);
+    }
+  }
 
   /* the reference side */
   json_t *in = json_object(), *srcs = json_array(), *cases = json_array();
@@ -311,6 +415,7 @@ static void test_against_reference(void) {
   printf("  %d cases: %d identical, %d failing on both sides, %d refused as listed\n", g_n_c,
          n_same, n_both_fail, n_refused);
   CHECK(n_same >= g_n_c * 3 / 4); /* the corpus is mostly renders, not errors */
+  CHECK(g_n_c >= 500);
   json_decref(ref);
   json_decref(own_ctx);
   json_decref(corpus);

@@ -22,7 +22,7 @@ static char g_tmp[512];
 static int run(const char *args) { return cli_run(args); }
 
 static void test_help(void) {
-  const char *cmds[] = {"inspect", "make-tiny", "generate", "demo", "export"};
+  const char *cmds[] = {"inspect", "make-tiny", "generate", "tokenize", "demo", "export"};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     char args[64];
     snprintf(args, sizeof args, "%s --help", cmds[i]);
@@ -1034,7 +1034,8 @@ static void test_generate_context(void) {
 }
 
 /* Defect 11 (CLI): a bad option value is exit 2 in every command; numbers are strict; an
- * unknown option names the closest; GGUF and --prompt say what to use instead. */
+ * unknown option names the closest; GGUF and --prompt without a tokenizer say what to use
+ * instead. */
 static void test_option_values(void) {
   char args[2048], ckpt[1024], path[1200];
   check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
@@ -1129,10 +1130,11 @@ static void test_option_values(void) {
   snprintf(args, sizeof args, "inspect '%s'", g_tmp); /* a directory holding a .gguf */
   CHECK_EQ_INT(run(args), 1);
   CHECK_CONTAINS(g_stderr, "GGUF is not read");
-  /* text prompts wait for a tokenizer */
+  /* a text prompt on a checkpoint without tokenizer.json: typed, naming the file */
   snprintf(args, sizeof args, "generate --model '%s' --prompt 'Hello there'", ckpt);
-  CHECK_EQ_INT(run(args), 2);
-  CHECK_CONTAINS(g_stderr, "text input is not supported yet");
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "error: PH_ERR_NOT_FOUND");
+  CHECK_CONTAINS(g_stderr, "tokenizer.json not found: --prompt needs the model's tokenizer");
   CHECK_CONTAINS(g_stderr, "--tokens 1,2,3");
 }
 

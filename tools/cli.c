@@ -87,8 +87,12 @@ int cli_parse(cli_args *a, const char *command, const cli_option *options, int n
     const size_t arg_len = strlen(o->arg);
     const int repeatable = arg_len > 3 && strcmp(o->arg + arg_len - 3, "...") == 0;
     if (a->values[k] && !repeatable) return cli_usage_error(a, "option --%s given twice", o->name);
+    /* "[FILE]": the value is optional; it is the next argument unless that is an option */
+    const int optional = o->arg[0] == '[';
     if (eq) {
       a->values[k] = eq + 1;
+    } else if (optional && (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] != '\0'))) {
+      a->values[k] = "";
     } else {
       if (i + 1 >= argc)
         return cli_usage_error(a, "option --%s needs a value (%s)", o->name, o->arg);

@@ -31,7 +31,9 @@ typedef struct cli_option {
   const char *help;
 } cli_option;
 /* An option whose placeholder ends in "..." ("LIST...") may be given several times
- * (cli_get_all); any other option given twice is a usage error. */
+ * (cli_get_all); any other option given twice is a usage error. An option whose placeholder is
+ * in brackets ("[FILE]") may be given without its value: then the next argument is its value
+ * only when it does not start with '-', and cli_get returns "" when none was given. */
 
 #define CLI_MAX_OPTIONS    64
 #define CLI_MAX_POSITIONAL 8
@@ -117,6 +119,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_make_tiny(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -9,7 +9,9 @@
  *    and the scheduler preempts. One line per step shows the batch and the pools;
  * 4. every request runs again alone on a fresh engine with the same parameters; its tokens and
  *    logits must be bit-identical to the batched run (memcmp), or the demo exits 1;
- * 5. a summary table and totals, and the tokens two of the requests were served;
+ * 5. a summary table and totals, and what two of the requests were served: their prompt and
+ *    generated text through the model's tokenizer (make-tiny writes tokenizer files; the prompts
+ *    are then a fixed English passage, encoded), and the token ids;
  * 6. speculative decoding: every request again, all at once, on an engine with compact state
  *    updates, drafting from a continuation with every third token wrong (the replay drafter) or
  *    by n-gram lookup; tokens and logits must be bit-identical to the batched run, or exit 1.
@@ -18,12 +20,14 @@
  * cannot be written the demo stops at the next section with exit 1.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli.h"
 #include "engine_flags.h"
 #include "pagedhybrid.h"
+#include "text_input.h"
 #include "tools_api.h"
 
 #define BLOCK_SIZE    16 /* tokens per KV page */
@@ -98,8 +102,32 @@ static const char *sampling_str(const sampling_params *sp, char *buf, size_t n) 
   return buf;
 }
 
-/* Prompts are a fixed hash of (request, position): the same every run. */
-static void init_requests(demo_req *reqs, int64_t vocab) {
+static const char PASSAGE[] =
+    "It was a bright cold day in April, and the clocks were striking thirteen. The hallway "
+    "smelt of boiled cabbage and old rag mats. At one end of it a coloured poster, too large "
+    "for indoor display, had been tacked to the wall. It depicted simply an enormous face, more "
+    "than a metre wide: the face of a man of about forty-five, with a heavy black moustache and "
+    "ruggedly handsome features. Outside, even through the shut window-pane, the world looked "
+    "cold. Down in the street little eddies of wind were whirling dust and torn paper into "
+    "spirals, and though the sun was shining and the sky a harsh blue, there seemed to be no "
+    "colour in anything.";
+
+/* Prompts: with a tokenizer, windows of the passage encoded (request i starts 7i tokens in);
+ * without one, a fixed hash of (request, position). The same every run either way. The model's
+ * EOS is ignored so that the script's lengths hold whatever the random weights generate. */
+static void init_requests(demo_req *reqs, int64_t vocab, const ph_tokenizer *tok) {
+  int64_t *passage = NULL, n_passage = 0;
+  diag d;
+  if (tok && (text_encode(tok, PASSAGE, sizeof PASSAGE - 1, 0, &passage, &n_passage, &d) != PH_OK ||
+              n_passage < 1)) {
+    free(passage);
+    passage = NULL;
+  }
+  for (int64_t j = 0; passage && j < n_passage; j++)
+    if (passage[j] >= vocab) { /* a tokenizer larger than the model: the hash instead */
+      free(passage);
+      passage = NULL;
+    }
   for (int i = 0; i < N_REQ; i++) {
     demo_req *r = &reqs[i];
     memset(r, 0, sizeof *r);
@@ -107,7 +135,7 @@ static void init_requests(demo_req *reqs, int64_t vocab) {
     for (int64_t j = 0; j < r->spec->n_prompt; j++) {
       uint64_t h = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)j * 0xBF58476D1CE4E5B9ull;
       h ^= h >> 29;
-      r->prompt[j] = (int64_t)(h % (uint64_t)vocab);
+      r->prompt[j] = passage ? passage[(7 * i + j) % n_passage] : (int64_t)(h % (uint64_t)vocab);
     }
     r->sp = ph_sampling_params_default();
     r->sp.max_new_tokens = r->spec->max_new;
@@ -116,7 +144,9 @@ static void init_requests(demo_req *reqs, int64_t vocab) {
     r->sp.top_k = r->spec->top_k;
     r->sp.min_p = r->spec->min_p;
     r->sp.seed = 1000 + (uint64_t)i;
+    r->sp.ignore_eos = 1;
   }
+  free(passage);
 }
 
 /* KV pages a request can ever hold: its last generated token is never run. */
@@ -150,6 +180,9 @@ static int make_model(const char *dir) {
     p.layout = LAYOUT_VLM; /* the shipped Qwen3.5/3.6/3.8 layout */
     s = tiny_write(dir, &p, &d);
   }
+  /* the tokenizer files make-tiny writes too: the demo shows text */
+  if (s == PH_OK && p.vocab_size >= TINY_TOKENIZER_MIN_VOCAB)
+    s = tiny_tokenizer_write(dir, p.vocab_size, &d);
   if (s != PH_OK) return cli_lib_error(s, d.msg);
   char pattern[64];
   int64_t n = p.n_layers < 63 ? p.n_layers : 63;
@@ -158,7 +191,8 @@ static int make_model(const char *dir) {
   printf("1. make-tiny wrote a Qwen3.8-shaped checkpoint (VLM layout, bf16) to\n"
          "   %s\n"
          "   %lld layers %s (L GatedDeltaNet linear attention, F full attention),\n"
-         "   hidden %lld, vocab %lld. The weights are RANDOM: the tokens are meaningless;\n"
+         "   hidden %lld, vocab %lld, with a byte-level tokenizer and a chat template.\n"
+         "   The weights are RANDOM: the tokens are meaningless (the text gibberish);\n"
          "   this demo shows the serving machinery.\n\n",
          dir, (long long)p.n_layers, pattern, (long long)p.hidden_size, (long long)p.vocab_size);
   return CLI_EXIT_OK;
@@ -389,7 +423,57 @@ static ph_status prove_one(const char *dir, const ph_engine_params *p, ph_engine
 
 /* ---- 4. the summary -------------------------------------------------------------------------- */
 
-static void summary(ph_engine *e, const demo_req *reqs, const totals *t) {
+/* label, then text[n] in double quotes, wrapped at 80 bytes with continuation lines indented by
+ * `indent`: printable ASCII as it is, \n and \t escaped, other control bytes as \xNN, UTF-8
+ * characters whole (never split across lines). */
+static void print_text(const char *label, const char *text, size_t n, int indent) {
+  int col = printf("%s \"", label);
+  for (size_t i = 0; i < n;) {
+    char buf[8];
+    const unsigned char c = (unsigned char)text[i];
+    size_t w = 1;
+    if (c == '\n' || c == '\t' || c == '"' || c == '\\')
+      snprintf(buf, sizeof buf, "\\%c", c == '\n' ? 'n' : c == '\t' ? 't' : (char)c);
+    else if (c < 0x20 || c == 0x7f)
+      snprintf(buf, sizeof buf, "\\x%02x", c);
+    else if (c == 0xc2 && i + 1 < n && (unsigned char)text[i + 1] < 0xa0) { /* C1 controls */
+      snprintf(buf, sizeof buf, "\\u%04x", (unsigned char)text[i + 1]);
+      w = 2;
+    } else {
+      w = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+      if (w > n - i) w = n - i;
+      memcpy(buf, text + i, w);
+      buf[w] = '\0';
+    }
+    const int len = (int)strlen(buf);
+    if (col + len > 79) col = printf("\n%*s", indent, "") - 1;
+    col += printf("%s", buf);
+    i += w;
+  }
+  printf("\"\n");
+}
+
+/* The text of ids (special tokens left out, ids beyond the tokenizer's vocabulary too: the
+ * model's is larger, and a random model generates them); NULL without a tokenizer. */
+static char *text_of(const ph_tokenizer *tok, const int64_t *ids, int64_t n, size_t *len) {
+  ph_tokenizer_info info;
+  int64_t *known = tok && ph_tokenizer_get_info(tok, &info) == PH_OK
+                       ? malloc((size_t)(n > 0 ? n : 1) * sizeof *known)
+                       : NULL;
+  if (!known) return NULL;
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] >= 0 && ids[i] < info.vocab_size) known[k++] = ids[i];
+  char *t = NULL;
+  if (ph_tokenizer_decode(tok, known, k, 1, &t, len) != PH_OK) {
+    ph_free(t);
+    t = NULL;
+  }
+  free(known);
+  return t;
+}
+
+static void summary(ph_engine *e, const demo_req *reqs, const totals *t, const ph_tokenizer *tok) {
   printf("\n5. summary\n\n"
          "   id prompt arrive generated finish  preempted  TTFT ms  total ms  alone\n");
   for (int i = 0; i < N_REQ; i++) {
@@ -407,8 +491,12 @@ static void summary(ph_engine *e, const demo_req *reqs, const totals *t) {
          (long long)t->preemptions, t->wall_s,
          t->wall_s > 0 ? (double)t->tokens_run / t->wall_s : 0.0,
          t->wall_s > 0 ? (double)t->tokens_generated / t->wall_s : 0.0);
-  /* what was served: a greedy request and a sampled one, as token ids */
-  printf("\n   What two of them were served (token ids; random weights, so no text):\n");
+  /* what was served: a greedy request and a sampled one, as text and token ids */
+  if (tok)
+    printf("\n   What two of them were served, as text (the model's tokenizer) and ids.\n"
+           "   The weights are random, so the generated text is gibberish:\n");
+  else
+    printf("\n   What two of them were served (token ids; the model has no tokenizer):\n");
   for (int i = 0; i < 2 && i < N_REQ; i++) {
     const demo_req *r = &reqs[i];
     int64_t n = 0;
@@ -416,6 +504,13 @@ static void summary(ph_engine *e, const demo_req *reqs, const totals *t) {
     char label[96];
     printf("\n   request %llu, %s:\n", (unsigned long long)r->id,
            sampling_str(&r->sp, (char[64]){0}, 64));
+    size_t len = 0;
+    char *text = text_of(tok, r->prompt, r->spec->n_prompt, &len);
+    if (text) print_text("     prompt text:", text, len, 6);
+    ph_free(text);
+    text = gen ? text_of(tok, gen, n, &len) : NULL;
+    if (text) print_text("     generated text:", text, len, 6);
+    ph_free(text);
     snprintf(label, sizeof label, "     prompt (%lld):", (long long)r->spec->n_prompt);
     print_ids(label, r->prompt, r->spec->n_prompt, 6);
     snprintf(label, sizeof label, "     generated (%lld):", (long long)n);
@@ -562,8 +657,14 @@ int cmd_demo(int argc, char **argv) {
     ph_engine_free(e);
     return cli_lib_error(s, d.msg);
   }
+  /* the tokenizer make-tiny wrote (a model without one shows ids only) */
+  ph_tokenizer *tok = NULL;
+  if (text_has_tokenizer(dir) && text_open_tokenizer(dir, "demo", NULL, &tok, &d) != PH_OK) {
+    fprintf(stderr, "demo: note: no text shown: %s\n", d.msg);
+    diag_clear(&d);
+  }
   demo_req reqs[N_REQ];
-  init_requests(reqs, info.vocab_size);
+  init_requests(reqs, info.vocab_size, tok);
   char cache[CLI_BYTES_BUF];
   printf("\n3. serve: %d requests through one engine: %d KV pages of %d tokens and %d state\n"
          "   slots (%s, as planned above); at most %d sequences and %d tokens a\n"
@@ -580,6 +681,7 @@ int cmd_demo(int argc, char **argv) {
   s = serve(e, reqs, &t, &d);
   if (s != PH_OK) {
     ph_engine_free(e);
+    ph_tokenizer_free(tok);
     return ferror(stdout) ? cli_flush_stdout() : cli_lib_error(s, d.msg);
   }
   int n_removed = 0;
@@ -600,9 +702,11 @@ int cmd_demo(int argc, char **argv) {
   }
   if (s != PH_OK) {
     ph_engine_free(e);
+    ph_tokenizer_free(tok);
     return cli_lib_error(s, d.msg);
   }
-  summary(e, reqs, &t);
+  summary(e, reqs, &t, tok);
+  ph_tokenizer_free(tok);
   if (n_bad) {
     ph_engine_free(e);
     char msg[128];

@@ -23,7 +23,17 @@
  * prompt length + generated (max-new unless the context stopped it first; so one token fewer
  * than `run`, whose last token is never run). This format is stable: others check us with it.
  *
- * Text prompts (--prompt) wait for a tokenizer: the option is refused with what to use instead.
+ * Text (--prompt TEXT, --chat FILE, --chat --prompt TEXT): one request of the serving engine,
+ * its prompt encoded by the model's own tokenizer (tools/text_input.h: a text prompt with
+ * add_special 1; a chat rendered by the model's template with the generation prompt and encoded
+ * with add_special 0). The generated tokens go through a ph_text_stream (special tokens skipped)
+ * and each piece is written to stdout and flushed as it comes, then one newline; stderr gets the
+ * finish reason and the token counts ("generate: finish stop (stop string), 9 prompt tokens, 4
+ * generated"). The tokenizer's EOS ids join the stop ids unless --ignore-eos. A --stop string
+ * cuts the text before it, removes the request (ph_engine_remove_request) and is finish "stop";
+ * the generated count then runs to the token that completed it. Sampling: greedy unless
+ * --temperature, with --top-k, --top-p, --min-p, --seed. A checkpoint without tokenizer.json is
+ * PH_ERR_NOT_FOUND naming the file; --tokens needs none.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -33,18 +43,29 @@
 #include "cli.h"
 #include "engine_flags.h"
 #include "pagedhybrid.h"
+#include "text_input.h"
 #include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR", "Hugging Face checkpoint directory, or an exported package (model.onnx)"},
     {"tokens", "LIST...",
      "prompt token ids, comma-separated (e.g. 1,2,3); repeat for more sequences"},
-    {"prompt", "TEXT", "not supported yet (no tokenizer): give token ids with --tokens"},
+    {"prompt", "TEXT", "the prompt as text, encoded by the model's tokenizer (tokenizer.json)"},
+    {"chat", "[FILE]",
+     "a chat rendered by the model's template: FILE holds a messages array (or {\"messages\": "
+     "[...], template variables}); without FILE, --prompt is one user turn"},
+    {"stop", "STR...", "text: stop before this string (repeatable, up to 16)"},
+    {"ignore-eos", NULL, "text: the end-of-sequence ids do not stop generation"},
+    {"temperature", "T", "text: sampling temperature (default 0: greedy)"},
+    {"top-k", "K", "text: sample from the K most likely tokens (default 0: off)"},
+    {"top-p", "P", "text: nucleus sampling, (0, 1] (default 1: off)"},
+    {"min-p", "P", "text: drop tokens below P x the most likely one's probability, [0, 1)"},
+    {"seed", "S", "text: sampling seed (default 0)"},
     {"layout", "dense|paged",
      "for a checkpoint: the graph to run (default: dense for one prompt, paged for several)"},
     {"block-size", "N",
      "checkpoint: tokens per KV page, power of two >= 16 (default 16; implies paged)"},
-    {"max-new", "N", "tokens to generate greedily (default 16; fewer when the context is full)"},
+    {"max-new", "N", "tokens to generate (default 16; fewer when the context is full)"},
     {"logits-out", "FILE",
      "write every position's logits: F32 safetensors \"seq{i}.logits\" [T_i, vocab]"},
     {"threads", "N", "worker threads (default: all CPUs)"},
@@ -243,26 +264,225 @@ static void print_seq(const gen_seq *q, int i, int n, int64_t max_new, int64_t c
   }
 }
 
+/* ---- text: one request of the engine, printed as it is generated ---------------------------- */
+
+typedef struct gen_text {
+  text_out out;
+  int stop_seen;   /* a stop string completed: remove the request after the step */
+  ph_status error; /* the first failure inside the callback */
+  diag d;
+  int wrote_error; /* stdout could not be written */
+} gen_text;
+
+/* The engine's callback (the stepping thread, inside ph_engine_step): each token through the
+ * text stream, its piece to stdout at once. */
+static void on_text_token(void *user, uint64_t id, int64_t token, ph_finish_reason reason) {
+  gen_text *g = user;
+  (void)id;
+  (void)reason;
+  if (token < 0 || g->error != PH_OK || g->out.stopped) return;
+  const char *piece = NULL;
+  size_t n = 0;
+  g->error = text_out_push(&g->out, token, &piece, &n, &g->d);
+  if (g->error == PH_OK && n && (fwrite(piece, 1, n, stdout) != n || fflush(stdout) != 0))
+    g->wrote_error = 1;
+  if (g->out.stopped) g->stop_seen = 1;
+}
+
+/* Sampling flags into sp (only for text: --tokens is greedy, its logits the reference). */
+static int text_sampling(cli_args *a, int64_t max_new, ph_sampling_params *sp) {
+  *sp = ph_sampling_params_default();
+  sp->max_new_tokens = max_new;
+  double t = 0.0, p = 1.0, mp = 0.0;
+  int64_t k = 0;
+  uint64_t seed = 0;
+  int rc;
+  if ((rc = cli_get_double(a, "temperature", 0.0, 1e6, &t)) ||
+      (rc = cli_get_int(a, "top-k", 0, INT32_MAX, &k)) ||
+      (rc = cli_get_double(a, "top-p", 0.0, 1.0, &p)) ||
+      (rc = cli_get_double(a, "min-p", 0.0, 1.0, &mp)) || (rc = cli_get_u64(a, "seed", &seed)))
+    return rc;
+  if (p <= 0.0) return cli_usage_error(a, "--top-p must be in (0, 1], got %g", p);
+  if (mp >= 1.0) return cli_usage_error(a, "--min-p must be in [0, 1), got %g", mp);
+  sp->temperature = (float)t;
+  sp->top_k = (int32_t)k;
+  sp->top_p = (float)p;
+  sp->min_p = (float)mp;
+  sp->seed = seed;
+  sp->ignore_eos = cli_flag(a, "ignore-eos");
+  return CLI_EXIT_OK;
+}
+
+/* The prompt's ids: --prompt TEXT (add_special 1), --chat FILE, or --chat with --prompt as one
+ * user turn (rendered with the generation prompt, add_special 0). */
+static ph_status text_prompt_ids(const cli_args *a, const ph_tokenizer *tok, int64_t **ids,
+                                 int64_t *n, diag *d) {
+  const char *prompt = cli_get(a, "prompt"), *chat = cli_get(a, "chat");
+  if (!chat) return text_encode(tok, prompt, strlen(prompt), 1, ids, n, d);
+  char *messages = NULL, *extra = NULL;
+  int add_gen = 1;
+  ph_status s = chat[0] ? text_read_chat_file(chat, &messages, &extra, &add_gen, d)
+                        : text_user_turn(prompt, &messages, d);
+  if (s == PH_OK) s = text_chat_ids(tok, messages, extra, add_gen, ids, n, d);
+  free(messages);
+  free(extra);
+  return s;
+}
+
+static int generate_text(cli_args *a, const char *dir, int64_t max_new, int64_t threads,
+                         int64_t max_ctx, int64_t block, ph_precision precision) {
+  const char *stops[PH_MAX_STOP_STRINGS + 1];
+  const int n_stops = cli_get_all(a, "stop", stops, PH_MAX_STOP_STRINGS + 1);
+  if (n_stops > PH_MAX_STOP_STRINGS)
+    return cli_usage_error(a, "at most %d --stop strings", PH_MAX_STOP_STRINGS);
+  for (int i = 0; i < n_stops; i++)
+    if (!stops[i][0]) return cli_usage_error(a, "--stop needs a non-empty string");
+  ph_sampling_params sp;
+  int rc = text_sampling(a, max_new, &sp);
+  if (rc) return rc;
+  const int is_package = onnx_is_package(dir);
+  if (is_package && (cli_get(a, "max-context") || cli_get(a, "block-size")))
+    return cli_usage_error(a, "--max-context and --block-size apply to a checkpoint; a package "
+                              "fixes them in its graph");
+  if (!is_package && (rc = cli_check_model_path(dir))) return rc;
+
+  diag d;
+  diag_clear(&d);
+  gen_text g;
+  memset(&g, 0, sizeof g);
+  ph_tokenizer *tok = NULL;
+  ph_engine *e = NULL;
+  int64_t *ids = NULL, n_ids = 0;
+  uint64_t id = 0;
+  const char *what = cli_get(a, "chat") ? "--chat" : "--prompt";
+  ph_status s = text_open_tokenizer(
+      dir, what, "--tokens 1,2,3 generates from token ids without one", &tok, &d);
+  if (s == PH_OK) s = text_prompt_ids(a, tok, &ids, &n_ids, &d);
+  if (s == PH_OK) s = text_join_eos(tok, &sp, &d);
+  if (s == PH_OK) s = text_out_init(&g.out, tok, stops, n_stops, &d);
+  if (s == PH_OK && is_package) { /* the engine serves the paged layout only */
+    genai_config gc;
+    s = genai_config_read(dir, &gc, &d);
+    if (s == PH_OK && !gc.paged)
+      s = diag_set(&d, PH_ERR_UNSUPPORTED,
+                   "%s is a dense package: text generation runs on the serving engine, which "
+                   "serves packages exported --layout paged (or give the checkpoint)",
+                   dir);
+  }
+  if (s == PH_OK) {
+    ph_engine_params p = ph_engine_params_default();
+    p.max_batch_size = p.max_requests = 1;
+    p.n_threads = (int)threads;
+    p.precision = precision;
+    if (!is_package) {
+      p.block_size = block;
+      p.max_context = max_ctx;
+    }
+    s = engine_failed(e, ph_engine_create(dir, &p, &e), &d);
+  }
+  if (s == PH_OK) {
+    ph_engine_set_callback(e, on_text_token, &g);
+    s = engine_call_failed("ph_engine_add_request", ph_engine_add_request(e, ids, n_ids, &sp, &id),
+                           &d);
+  }
+  while (s == PH_OK && ph_engine_busy(e)) {
+    s = engine_failed(e, ph_engine_step(e, NULL), &d);
+    if (s == PH_OK && g.error != PH_OK) s = diag_set(&d, g.error, "%s", g.d.msg);
+    if (s == PH_OK && g.wrote_error) s = diag_set(&d, PH_ERR_IO, "writing stdout failed");
+    if (s == PH_OK && g.stop_seen) { /* the text is cut: the request ends at the next step */
+      g.stop_seen = 0;
+      s = engine_call_failed("ph_engine_remove_request", ph_engine_remove_request(e, id), &d);
+    }
+  }
+  ph_request_info info;
+  if (s == PH_OK)
+    s = engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &info), &d);
+  if (s == PH_OK && info.finish == PH_FINISH_ERROR)
+    s = diag_set(&d, info.status, "%s", info.message);
+  if (s == PH_OK) {
+    const char *piece = NULL;
+    size_t n = 0;
+    s = text_out_finish(&g.out, &piece, &n, &d); /* nothing after a stop string */
+    if (s == PH_OK && n) fwrite(piece, 1, n, stdout);
+  }
+  if (s == PH_OK) {
+    printf("\n");
+    const int64_t n_gen = g.out.stopped ? g.out.n_tokens : info.n_generated;
+    const char *why = g.out.stopped                   ? "stop (stop string)"
+                      : info.finish == PH_FINISH_STOP ? "stop (end of sequence or stop id)"
+                                                      : ph_finish_reason_name(info.finish);
+    fflush(stdout); /* before stderr's line; a failed write is main's to report */
+    fprintf(stderr, "generate: finish %s, %lld prompt tokens, %lld generated tokens\n", why,
+            (long long)n_ids, (long long)n_gen);
+  }
+  rc = s == PH_OK ? CLI_EXIT_OK : cli_lib_error(s, d.msg);
+  text_out_free(&g.out);
+  free(ids);
+  ph_engine_free(e);
+  ph_tokenizer_free(tok);
+  return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
   cli_args a;
   int rc = cli_parse(&a, "generate", OPTIONS, N_OPTIONS, argc, argv);
   if (rc) return rc;
   if (a.help) {
     cli_print_help(
-        &a, "--model DIR --tokens LIST [--tokens LIST ...] [options]",
-        "Greedy generation from token ids (no tokenizer yet), printing each prompt, its\n"
-        "generated ids and its finish reason. Several prompts run packed in one batch on\n"
-        "the paged layout. Generation stops at --max-new tokens or at the context.");
+        &a, "--model DIR (--prompt TEXT | --chat FILE | --chat --prompt TEXT | --tokens LIST ...)",
+        "Text: the prompt encoded by the model's tokenizer (a chat rendered by its template),\n"
+        "one request of the serving engine; the text is printed as it is generated, then the\n"
+        "finish reason and token counts on stderr. Stops at --max-new tokens, an end-of-\n"
+        "sequence id or a --stop string. --tokens: greedy generation from token ids, printing\n"
+        "each prompt, its generated ids and its finish reason; several prompts run packed in\n"
+        "one batch on the paged layout.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
-  if (cli_get(&a, "prompt"))
-    return cli_usage_error(&a, "--prompt: text input is not supported yet (there is no tokenizer); "
-                               "give the prompt's token ids with --tokens 1,2,3");
   const char *dir = cli_get(&a, "model"), *lists[MAX_SEQS + 1];
   const int n = cli_get_all(&a, "tokens", lists, MAX_SEQS + 1);
   if (!dir) return cli_usage_error(&a, "--model DIR is required");
-  if (n == 0) return cli_usage_error(&a, "--tokens LIST is required");
+  const char *prompt = cli_get(&a, "prompt"), *chat = cli_get(&a, "chat");
+  static const char *const text_only[] = {"stop",  "ignore-eos", "temperature", "top-k",
+                                          "top-p", "min-p",      "seed"};
+  if (n > 0 && (prompt || chat))
+    return cli_usage_error(&a, "give the prompt as --tokens or as text (--prompt, --chat), not "
+                               "both");
+  if (n == 0 && !prompt && !chat)
+    return cli_usage_error(&a, "a prompt is required: --prompt TEXT, --chat FILE or --tokens "
+                               "LIST");
+  if (chat && chat[0] && prompt)
+    return cli_usage_error(&a, "--chat FILE holds the messages; --prompt goes with --chat "
+                               "without a FILE (one user turn)");
+  if (chat && !chat[0] && !prompt)
+    return cli_usage_error(&a, "--chat needs a FILE of messages, or --prompt TEXT as the user "
+                               "turn");
+  for (size_t i = 0; n > 0 && i < sizeof text_only / sizeof text_only[0]; i++)
+    if (cli_get(&a, text_only[i]))
+      return cli_usage_error(&a,
+                             "--%s applies to a text prompt (--prompt, --chat); --tokens "
+                             "generates greedily",
+                             text_only[i]);
+  if (n == 0) {
+    const char *layout = cli_get(&a, "layout");
+    if (layout && strcmp(layout, "paged") != 0)
+      return cli_usage_error(&a,
+                             "a text prompt runs on the serving engine (the paged layout); "
+                             "--layout %s applies to --tokens",
+                             layout);
+    if (cli_get(&a, "logits-out")) return cli_usage_error(&a, "--logits-out applies to --tokens");
+    int64_t max_new = 16, threads = 0, max_ctx = 0, block = 16;
+    ph_precision precision = PH_PRECISION_AUTO;
+    if ((rc = cli_get_int(&a, "max-new", 1, 1 << 20, &max_new)) ||
+        (rc = cli_get_int(&a, "threads", 0, 1024, &threads)) ||
+        (rc = cli_get_int(&a, "max-context", 0, (int64_t)1 << 24, &max_ctx)) ||
+        (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)) ||
+        (rc = engine_flags_precision(&a, &precision)))
+      return rc;
+    if (block & (block - 1))
+      return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
+    return generate_text(&a, dir, max_new, threads, max_ctx, block, precision);
+  }
   if (n > MAX_SEQS) return cli_usage_error(&a, "at most %d --tokens sequences", MAX_SEQS);
   diag out_d; /* a --logits-out that cannot be replaced (a FIFO, a device) before any work */
   if (cli_get(&a, "logits-out") && wfile_check_target(cli_get(&a, "logits-out"), &out_d) != PH_OK)

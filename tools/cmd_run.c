@@ -12,8 +12,17 @@
  * the vocabulary, prompt beyond the context, non-finite logits, ...) is such a line with
  * finish_reason "error": the run still succeeds unless --strict is given. Progress goes to
  * stderr (every --progress N steps, and a summary at the end).
- * Memory: the index (32 bytes a line), ~24 bytes a line here, what the engine holds for the
- * requests that arrived and are not finished, and result lines waiting for an earlier one.
+ * Text (docs/requests-jsonl.md "Text, stop strings and finish reasons"): when the model has
+ * tokenizer.json, a line's text prompt is encoded (add_special 1), its messages rendered by the
+ * chat template and encoded (add_special 0), the tokenizer's EOS ids join its stop ids, and its
+ * generated tokens go through a ph_text_stream with its stop strings (in the engine's callback);
+ * a completed stop string removes the request after that step and its line says "stop", text
+ * and tokens cut there. Every line then carries "text". Without a tokenizer, a file that needs
+ * one (a text prompt, messages, stop strings) is refused before the engine opens. A prompt that
+ * cannot be made (the template refuses the chat) is that request's error line; the run goes on.
+ * Memory: the index (32 bytes a line), ~32 bytes a line here, what the engine holds for the
+ * requests that arrived and are not finished (with their text so far), and result lines
+ * waiting for an earlier one.
  *
  * Step counting: "the engine has run k steps" counts the ph_engine_step calls made here. While
  * nothing is queued or running the counter jumps to the next arrival (an idle step would change
@@ -31,6 +40,7 @@
 #include "cli.h"
 #include "engine_flags.h"
 #include "pagedhybrid.h"
+#include "text_input.h"
 #include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
@@ -83,6 +93,22 @@ static int cmp_keyed(const void *x, const void *y) {
 
 #define EID_DONE ((uint64_t)1 << 63) /* set in eid[i] once request i's line is made */
 
+/* What a running request needs beyond its id when the model has a tokenizer, or when its prompt
+ * could not be made (the engine then refuses an empty prompt, and the line says why). */
+typedef struct live_req {
+  text_out out;    /* the generated text and the stop strings (with a tokenizer) */
+  int has_out;     /* out is initialised */
+  ph_status error; /* PH_OK, or why the prompt could not be made (render, encode, stop ids) */
+  char *error_msg; /* malloc'ed with error */
+} live_req;
+
+static void live_free(live_req *lv) {
+  if (!lv) return;
+  if (lv->has_out) text_out_free(&lv->out);
+  free(lv->error_msg);
+  free(lv);
+}
+
 typedef struct run_state {
   request_file *file;
   int64_t n; /* requests in the file */
@@ -91,10 +117,16 @@ typedef struct run_state {
                       the file is in that order already */
   keyed *removals; /* [n_removals] (remove_step, file index), ascending */
   int64_t n_removals;
-  int64_t n_added;    /* arrivals added so far */
-  uint64_t *eid;      /* [n] engine id of request i (0 until added; ascending in arrival order),
-                         | EID_DONE once its line is made */
-  char **text;        /* [n] while it runs: its id; finished: its result line until written */
+  int64_t n_added;   /* arrivals added so far */
+  uint64_t *eid;     /* [n] engine id of request i (0 until added; ascending in arrival order),
+                        | EID_DONE once its line is made */
+  char **text;       /* [n] while it runs: its id; finished: its result line until written */
+  live_req **live;   /* [n] while it runs, with a tokenizer or a failed prompt; else NULL */
+  ph_tokenizer *tok; /* the model's, when it has tokenizer.json; NULL otherwise */
+  int64_t *stopped;  /* file indices whose stop string completed in the last step */
+  int64_t n_stopped, cap_stopped;
+  ph_status cb_status; /* the first failure inside the callback */
+  char cb_msg[DIAG_MSG_BYTES];
   int64_t next_write; /* lines [0, next_write) are written */
   uint64_t *finished; /* engine ids the callback saw finish, not yet collected */
   int64_t n_finished, cap_finished;
@@ -109,10 +141,41 @@ static int64_t arrival(const run_state *rs, int64_t k) {
   return rs->order ? (int64_t)rs->order[k] : k;
 }
 
+static int64_t index_of_id(const run_state *rs, uint64_t id);
+
+/* A generated token into its request's text stream; a completed stop string queues the request
+ * for removal after the step. */
+static void push_text(run_state *rs, uint64_t id, int64_t token) {
+  const int64_t i = index_of_id(rs, id);
+  live_req *lv = i >= 0 ? rs->live[i] : NULL;
+  if (!lv || !lv->has_out || lv->out.stopped || rs->cb_status != PH_OK) return;
+  const char *piece;
+  size_t n;
+  diag d;
+  diag_clear(&d);
+  if ((rs->cb_status = text_out_push(&lv->out, token, &piece, &n, &d)) != PH_OK) {
+    snprintf(rs->cb_msg, sizeof rs->cb_msg, "%s", d.msg);
+    return;
+  }
+  if (!lv->out.stopped) return;
+  if (rs->n_stopped == rs->cap_stopped) {
+    const int64_t cap = rs->cap_stopped ? 2 * rs->cap_stopped : 64;
+    int64_t *t = realloc(rs->stopped, (size_t)cap * sizeof *t);
+    if (!t) {
+      rs->out_of_memory = 1;
+      return;
+    }
+    rs->stopped = t;
+    rs->cap_stopped = cap;
+  }
+  rs->stopped[rs->n_stopped++] = i;
+}
+
 /* The engine calls this on the stepping thread; results are read after the step returns. */
 static void on_token(void *user, uint64_t id, int64_t token, ph_finish_reason reason) {
   run_state *rs = user;
   (void)reason;
+  if (token >= 0 && rs->tok) push_text(rs, id, token);
   if (token >= 0) return;
   if (rs->n_finished == rs->cap_finished) {
     const int64_t cap = rs->cap_finished ? 2 * rs->cap_finished : 256;
@@ -147,6 +210,7 @@ static int64_t index_of_id(const run_state *rs, uint64_t id) {
  * lines that are next in input order. */
 static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
   RETURN_ERROR_IF(rs->out_of_memory, d, PH_ERR_NO_MEMORY, "out of memory recording finishes");
+  RETURN_ERROR_IF(rs->cb_status != PH_OK, d, rs->cb_status, "%s", rs->cb_msg);
   for (int64_t k = 0; k < rs->n_finished; k++) {
     const uint64_t id = rs->finished[k];
     const int64_t i = index_of_id(rs, id);
@@ -158,9 +222,28 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
         engine_call_failed("ph_engine_request_info", ph_engine_request_info(e, id, &info), d));
     int64_t n_tokens = 0;
     const int64_t *tokens = ph_engine_request_tokens(e, id, &n_tokens);
+    live_req *lv = rs->live[i];
+    const char *text = NULL;
+    size_t text_len = 0;
+    if (lv && lv->error != PH_OK) { /* its prompt could not be made: the engine got none */
+      info.finish = PH_FINISH_ERROR;
+      info.status = lv->error;
+      snprintf(info.message, sizeof info.message, "%s", lv->error_msg ? lv->error_msg : "");
+    } else if (lv && lv->has_out) {
+      if (lv->out.stopped) { /* cut at the token that completed the stop string */
+        info.finish = PH_FINISH_STOP;
+        if (n_tokens > lv->out.n_tokens) n_tokens = lv->out.n_tokens;
+      } else if (info.finish != PH_FINISH_ERROR) {
+        const char *piece;
+        size_t n;
+        FORWARD_IF_ERROR(text_out_finish(&lv->out, &piece, &n, d));
+      }
+      text = lv->out.text;
+      text_len = lv->out.len;
+    }
     const request_timing t = {
-        info.queue_ms,    info.time_to_first_token_ms, info.total_ms,  info.n_prompt,
-        info.n_generated, info.n_preemptions,          info.n_drafted, info.n_accepted};
+        info.queue_ms, info.time_to_first_token_ms, info.total_ms,  info.n_prompt,
+        n_tokens,      info.n_preemptions,          info.n_drafted, info.n_accepted};
     /* the engine names requests by its own ids: say which line of the file it was */
     char msg[sizeof info.message + 64];
     const int is_error = info.finish == PH_FINISH_ERROR;
@@ -173,11 +256,13 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
       }
     }
     char *line = NULL;
-    FORWARD_IF_ERROR(request_result_to_json(rs->text[i], tokens, n_tokens,
-                                            ph_finish_reason_name(info.finish), &t,
-                                            is_error ? msg : NULL, &line, d));
+    FORWARD_IF_ERROR(request_result_to_json_text(
+        rs->text[i], is_error && rs->tok ? "" : text, text_len, tokens, n_tokens,
+        ph_finish_reason_name(info.finish), &t, is_error ? msg : NULL, &line, d));
     free(rs->text[i]); /* the id */
     rs->text[i] = line;
+    live_free(lv);
+    rs->live[i] = NULL;
     FORWARD_IF_ERROR(
         engine_call_failed("ph_engine_release_request", ph_engine_release_request(e, id), d));
     rs->eid[i] |= EID_DONE;
@@ -195,14 +280,56 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
   return PH_OK;
 }
 
+/* Request r's prompt ids and stop ids with the tokenizer: a text prompt encoded with add_special
+ * 1, messages rendered by the template and encoded with add_special 0, the tokenizer's EOS ids
+ * joined to the stop ids; and its text stream. A prompt that cannot be made (a template error, too
+ * many stop ids) is lv->error: the request still goes to the engine, empty, and its line says
+ * why; only running out of memory stops the run. *owned: the ids allocated here (free). */
+static ph_status prepare_text(run_state *rs, request_spec *r, live_req *lv, int64_t **owned,
+                              int64_t *n_ids, diag *d) {
+  diag why;
+  diag_clear(&why);
+  ph_status s = text_out_init(&lv->out, rs->tok, (const char *const *)r->stops, r->n_stops, d);
+  lv->has_out = s == PH_OK;
+  FORWARD_IF_ERROR(s);
+  if (r->input == REQUEST_INPUT_TEXT)
+    s = text_encode(rs->tok, r->prompt_text, r->prompt_text_len, 1, owned, n_ids, &why);
+  else if (r->input == REQUEST_INPUT_MESSAGES)
+    s = text_chat_ids(rs->tok, r->messages_json, r->chat_extra_json, r->add_generation_prompt,
+                      owned, n_ids, &why);
+  if (s == PH_OK) s = text_join_eos(rs->tok, &r->sampling, &why);
+  if (s == PH_ERR_NO_MEMORY) return diag_set(d, s, "%s", why.msg);
+  if (s != PH_OK) {
+    lv->error = s;
+    lv->error_msg = malloc(strlen(why.msg) + 1);
+    RETURN_ERROR_IF(!lv->error_msg, d, PH_ERR_NO_MEMORY, "out of memory");
+    memcpy(lv->error_msg, why.msg, strlen(why.msg) + 1);
+    free(*owned);
+    *owned = NULL;
+    *n_ids = 0;
+  }
+  return PH_OK;
+}
+
 /* Parses request i's line again and adds it; the engine copies the prompt, the parse is freed. */
 static ph_status add_request(run_state *rs, ph_engine *e, int64_t i, diag *d) {
   request_spec r;
   FORWARD_IF_ERROR(request_file_get(rs->file, i, &r, d));
   if (!r.speculative_given) r.sampling.speculative = rs->spec; /* --speculative */
+  int64_t *owned = NULL, n_ids = r.n_prompt;
+  ph_status st = PH_OK;
+  if (rs->tok) {
+    rs->live[i] = calloc(1, sizeof *rs->live[i]);
+    st = rs->live[i] ? prepare_text(rs, &r, rs->live[i], &owned, &n_ids, d)
+                     : diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
+  }
+  const int64_t *ids = r.input == REQUEST_INPUT_TOKENS ? r.prompt : owned;
+  if (rs->live[i] && rs->live[i]->error != PH_OK) ids = NULL, n_ids = 0;
   uint64_t id = 0;
-  ph_status st = engine_call_failed(
-      "ph_engine_add_request", ph_engine_add_request(e, r.prompt, r.n_prompt, &r.sampling, &id), d);
+  if (st == PH_OK)
+    st = engine_call_failed("ph_engine_add_request",
+                            ph_engine_add_request(e, ids, n_ids, &r.sampling, &id), d);
+  free(owned);
   request_spec_free(&r);
   FORWARD_IF_ERROR(st);
   const size_t n = strlen(r.id) + 1;
@@ -266,6 +393,12 @@ static ph_status drive(run_state *rs, ph_engine *e, int64_t progress, run_totals
     t->n_accepted += si.n_accepted;
     t->seconds = now_s() - t0;
     FORWARD_IF_ERROR(collect(rs, e, d));
+    /* a completed stop string: the text is cut, the request ends at the next step ("stop") */
+    for (int64_t k = 0; k < rs->n_stopped; k++)
+      if (!(rs->eid[rs->stopped[k]] & EID_DONE))
+        FORWARD_IF_ERROR(engine_call_failed(
+            "ph_engine_remove_request", ph_engine_remove_request(e, rs->eid[rs->stopped[k]]), d));
+    rs->n_stopped = 0;
     /* a live request with nothing scheduled step after step is an engine bug, not a long run */
     idle_busy = si.batch_size == 0 && ph_engine_busy(e) ? idle_busy + 1 : 0;
     RETURN_ERROR_IF(idle_busy > 64, d, PH_ERR_INTERNAL,
@@ -288,8 +421,9 @@ static ph_status run_state_init(run_state *rs, request_file *f, diag *d) {
   rs->n = n;
   rs->eid = calloc((size_t)n, sizeof *rs->eid);
   rs->text = calloc((size_t)n, sizeof *rs->text);
-  RETURN_ERROR_IF(!rs->eid || !rs->text, d, PH_ERR_NO_MEMORY, "out of memory for %lld requests",
-                  (long long)n);
+  rs->live = calloc((size_t)n, sizeof *rs->live);
+  RETURN_ERROR_IF(!rs->eid || !rs->text || !rs->live, d, PH_ERR_NO_MEMORY,
+                  "out of memory for %lld requests", (long long)n);
   int sorted = 1;
   int64_t n_removals = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -320,8 +454,35 @@ static ph_status run_state_init(run_state *rs, request_file *f, diag *d) {
   return PH_OK;
 }
 
+/* The model's tokenizer when it has tokenizer.json (every line then carries "text"); without
+ * one, the first line that needs it (a text prompt, messages, stop strings) is the error. */
+static ph_status open_tokenizer(run_state *rs, const char *dir, const char *path, diag *d) {
+  int64_t first = -1; /* the first line that needs the tokenizer */
+  for (int64_t i = 0; i < rs->n && first < 0; i++)
+    if (request_file_entry(rs->file, i)->needs_tokenizer) first = i;
+  if (first >= 0) {
+    char what[1200];
+    snprintf(what, sizeof what, "%s:%d (a text prompt, messages or stop strings)", path,
+             request_file_entry(rs->file, first)->line);
+    return text_open_tokenizer(
+        dir, what, "lines of prompt_tokens without stop strings run without one", &rs->tok, d);
+  }
+  if (!text_has_tokenizer(dir)) return PH_OK;
+  /* only ids: a tokenizer that does not open costs the lines their text, not the run */
+  diag why;
+  diag_clear(&why);
+  if (text_open_tokenizer(dir, "run", NULL, &rs->tok, &why) != PH_OK)
+    fprintf(stderr, "run: note: the result lines carry no text: %s: %s\n",
+            ph_status_name(why.status), why.msg);
+  return PH_OK;
+}
+
 static void run_state_free(run_state *rs) {
   for (int64_t i = 0; rs->text && i < rs->n; i++) free(rs->text[i]);
+  for (int64_t i = 0; rs->live && i < rs->n; i++) live_free(rs->live[i]);
+  free(rs->live);
+  free(rs->stopped);
+  ph_tokenizer_free(rs->tok);
   free(rs->order);
   free(rs->removals);
   free(rs->eid);
@@ -389,6 +550,7 @@ int cmd_run(int argc, char **argv) {
                  "%s fixes them in its graph",
                  dir);
   if (s == PH_OK) s = run_state_init(&rs, file, &d);
+  if (s == PH_OK) s = open_tokenizer(&rs, dir, req_path, &d);
   if (s == PH_OK) {
     s = ph_engine_create(dir, &p, &e); /* on failure e (when set) says why */
     s = engine_failed(e, s, &d);

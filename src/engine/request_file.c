@@ -32,10 +32,34 @@
 
 /* The keys a request line may hold; anything else is an error. */
 static const char *const known_keys[] = {
-    "id",         "prompt_tokens", "max_new_tokens", "arrive_step", "temperature",
-    "top_k",      "top_p",         "min_p",          "seed",        "stop_token_ids",
-    "ignore_eos", "remove_step",   "speculative",
+    "id",
+    "prompt_tokens",
+    "prompt",
+    "messages",
+    "tools",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "max_new_tokens",
+    "max_tokens",
+    "arrive_step",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "remove_step",
+    "speculative",
 };
+#define KNOWN_KEYS_LISTED                                                                          \
+  "id, prompt_tokens, prompt, messages, tools, chat_template_kwargs, add_generation_prompt, "      \
+  "max_new_tokens, max_tokens, arrive_step, remove_step, temperature, top_k, top_p, min_p, seed, " \
+  "stop, stop_token_ids, ignore_eos, speculative"
+
+/* The keys of a chat (they need "messages"). */
+static const char *const chat_keys[] = {"tools", "chat_template_kwargs", "add_generation_prompt"};
 
 /* The keys of a request's "speculative" object. */
 static const char *const spec_keys[] = {"method", "num_draft_tokens", "ngram_min", "ngram_max",
@@ -267,18 +291,150 @@ static ph_status read_speculative(const at *a, const json_t *obj, request_spec *
   return PH_OK;
 }
 
+/* A malloc'ed NUL-terminated copy of JSON string v (jansson refuses \u0000, so none inside). */
+static char *dup_string(const json_t *v, size_t *len) {
+  const size_t n = json_string_length(v);
+  char *s = malloc(n + 1);
+  if (!s) return NULL;
+  memcpy(s, json_string_value(v), n + 1);
+  if (len) *len = n;
+  return s;
+}
+
+/* "stop": a string, or an array of at most REQUEST_MAX_STOPS strings; each non-empty (the text
+ * stream cuts the output before the first one that occurs). Allocated into r->stops. */
+static ph_status read_stops(const at *a, const json_t *obj, request_spec *r, diag *d) {
+  const json_t *v = get(obj, "stop");
+  if (!v) return PH_OK;
+  RETURN_ERROR_IF(!json_is_string(v) && !json_is_array(v), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: stop is %s, expected a string or an array of strings", a->label, a->line,
+                  json_kind(v));
+  const size_t n = json_is_string(v) ? 1 : json_array_size(v);
+  RETURN_ERROR_IF(n > REQUEST_MAX_STOPS, d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: stop lists %zu strings, at most %d", a->label, a->line, n,
+                  REQUEST_MAX_STOPS);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+    RETURN_ERROR_IF(!json_is_string(s), d, PH_ERR_CONFIG_INVALID,
+                    "%s:%d: stop[%zu] is %s, expected a string", a->label, a->line, i,
+                    json_kind(s));
+    char name[32] = "stop";
+    if (!json_is_string(v)) snprintf(name, sizeof name, "stop[%zu]", i);
+    RETURN_ERROR_IF(json_string_length(s) == 0, d, PH_ERR_CONFIG_INVALID,
+                    "%s:%d: %s is an empty string (a stop string needs at least one byte)",
+                    a->label, a->line, name);
+    r->stops[i] = dup_string(s, NULL);
+    RETURN_ERROR_IF(!r->stops[i], d, PH_ERR_NO_MEMORY, "%s:%d: stop strings", a->label, a->line);
+    r->n_stops = (int)i + 1;
+  }
+  return PH_OK;
+}
+
+/* "prompt": non-empty text, kept as it is (the caller encodes it). */
+static ph_status read_text_prompt(const at *a, const json_t *v, request_spec *r, diag *d) {
+  RETURN_ERROR_IF(!json_is_string(v), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: prompt is %s, expected a string (text; token ids go in prompt_tokens)",
+                  a->label, a->line, json_kind(v));
+  RETURN_ERROR_IF(json_string_length(v) == 0, d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: prompt is empty, a request needs some text", a->label, a->line);
+  r->prompt_text = dup_string(v, &r->prompt_text_len);
+  RETURN_ERROR_IF(!r->prompt_text, d, PH_ERR_NO_MEMORY, "%s:%d: prompt text", a->label, a->line);
+  r->input = REQUEST_INPUT_TEXT;
+  return PH_OK;
+}
+
+static char *dump(const json_t *v) {
+  return json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+}
+
+/* "messages": a non-empty array of objects (what each holds is the template's to judge), with
+ * "tools" (an array), "chat_template_kwargs" (an object of further template variables) and
+ * "add_generation_prompt" (default true); kept as compact JSON for ph_chat_render. */
+static ph_status read_messages(const at *a, const json_t *obj, const json_t *v, request_spec *r,
+                               diag *d) {
+  RETURN_ERROR_IF(!json_is_array(v), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: messages is %s, expected an array of message objects like "
+                  "{\"role\": \"user\", \"content\": \"...\"}",
+                  a->label, a->line, json_kind(v));
+  RETURN_ERROR_IF(json_array_size(v) == 0, d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: messages is empty, a chat needs at least one message", a->label, a->line);
+  for (size_t i = 0; i < json_array_size(v); i++)
+    RETURN_ERROR_IF(!json_is_object(json_array_get(v, i)), d, PH_ERR_CONFIG_INVALID,
+                    "%s:%d: messages[%zu] is %s, expected an object like {\"role\": \"user\", "
+                    "\"content\": \"...\"}",
+                    a->label, a->line, i, json_kind(json_array_get(v, i)));
+  const json_t *tools = get(obj, "tools"), *kw = get(obj, "chat_template_kwargs");
+  RETURN_ERROR_IF(tools && !json_is_array(tools), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: tools is %s, expected an array of tool definitions", a->label, a->line,
+                  json_kind(tools));
+  RETURN_ERROR_IF(kw && !json_is_object(kw), d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: chat_template_kwargs is %s, expected an object of template variables",
+                  a->label, a->line, json_kind(kw));
+  static const char *const reserved[] = {"messages", "tools", "add_generation_prompt"};
+  for (size_t i = 0; kw && i < sizeof reserved / sizeof reserved[0]; i++)
+    RETURN_ERROR_IF(json_object_get(kw, reserved[i]), d, PH_ERR_CONFIG_INVALID,
+                    "%s:%d: chat_template_kwargs.%s: give %s as a key of the line", a->label,
+                    a->line, reserved[i], reserved[i]);
+  r->add_generation_prompt = 1;
+  FORWARD_IF_ERROR(get_bool(a, obj, "add_generation_prompt", &r->add_generation_prompt, d));
+  r->messages_json = dump(v);
+  RETURN_ERROR_IF(!r->messages_json, d, PH_ERR_NO_MEMORY, "%s:%d: messages", a->label, a->line);
+  r->input = REQUEST_INPUT_MESSAGES;
+  if (!tools && !kw) return PH_OK;
+  json_t *extra = kw ? json_copy((json_t *)kw) : json_object();
+  const int ok = extra && (!tools || json_object_set(extra, "tools", (json_t *)tools) == 0);
+  r->chat_extra_json = ok ? dump(extra) : NULL;
+  json_decref(extra);
+  RETURN_ERROR_IF(!r->chat_extra_json, d, PH_ERR_NO_MEMORY, "%s:%d: chat template variables",
+                  a->label, a->line);
+  return PH_OK;
+}
+
+/* Exactly one of prompt_tokens (given: the caller reads it), prompt and messages; the chat keys
+ * only with messages. */
+static ph_status read_input(const at *a, const json_t *obj, int *tokens_given, request_spec *r,
+                            diag *d) {
+  const json_t *ids = get(obj, "prompt_tokens"), *text = get(obj, "prompt");
+  const json_t *msgs = get(obj, "messages");
+  const int n = (ids != NULL) + (text != NULL) + (msgs != NULL);
+  RETURN_ERROR_IF(n == 0, d, PH_ERR_CONFIG_MISSING_FIELD,
+                  "%s:%d: prompt_tokens is missing (a request gives one of prompt_tokens: ids, "
+                  "prompt: text, messages: a chat)",
+                  a->label, a->line);
+  RETURN_ERROR_IF(n > 1, d, PH_ERR_CONFIG_INVALID,
+                  "%s:%d: %s and %s are both given; a request gives exactly one of "
+                  "prompt_tokens, prompt, messages",
+                  a->label, a->line, ids ? "prompt_tokens" : "prompt",
+                  msgs ? "messages" : "prompt");
+  for (size_t i = 0; !msgs && i < sizeof chat_keys / sizeof chat_keys[0]; i++)
+    RETURN_ERROR_IF(get(obj, chat_keys[i]), d, PH_ERR_CONFIG_INVALID,
+                    "%s:%d: %s is for a chat: it needs messages", a->label, a->line, chat_keys[i]);
+  *tokens_given = ids != NULL;
+  if (text) return read_text_prompt(a, text, r, d);
+  if (msgs) return read_messages(a, obj, msgs, r, d);
+  return PH_OK;
+}
+
 /* Everything but the prompt; only replay draft tokens are allocated (r->draft_tokens). */
 static ph_status read_fields(const at *a, const json_t *obj, request_spec *r, diag *d) {
   FORWARD_IF_ERROR(check_keys(a, obj, known_keys, sizeof known_keys / sizeof known_keys[0], "",
-                              "id, prompt_tokens, max_new_tokens, arrive_step, remove_step, "
-                              "temperature, top_k, top_p, min_p, seed, stop_token_ids, "
-                              "ignore_eos, speculative",
-                              d));
+                              KNOWN_KEYS_LISTED, d));
   FORWARD_IF_ERROR(read_id(a, obj, r->id, d));
   sampling_params *sp = &r->sampling;
   *sp = sampling_params_default();
-  int64_t top_k = sp->top_k, seed = 0;
+  int64_t top_k = sp->top_k, seed = 0, max_tokens = -1;
   FORWARD_IF_ERROR(get_int(a, obj, "max_new_tokens", 1, INT_FIELD_MAX, &sp->max_new_tokens, d));
+  /* max_tokens: the OpenAI name of max_new_tokens; both may be given only when they agree */
+  FORWARD_IF_ERROR(get_int(a, obj, "max_tokens", 1, INT_FIELD_MAX, &max_tokens, d));
+  if (max_tokens >= 0) {
+    RETURN_ERROR_IF(get(obj, "max_new_tokens") && max_tokens != sp->max_new_tokens, d,
+                    PH_ERR_CONFIG_INVALID,
+                    "%s:%d: max_tokens = %lld and max_new_tokens = %lld differ (max_tokens is the "
+                    "OpenAI name of max_new_tokens: give one)",
+                    a->label, a->line, (long long)max_tokens, (long long)sp->max_new_tokens);
+    sp->max_new_tokens = max_tokens;
+  }
+  FORWARD_IF_ERROR(read_stops(a, obj, r, d));
   FORWARD_IF_ERROR(get_float(a, obj, "temperature", &sp->temperature, d));
   FORWARD_IF_ERROR(get_int(a, obj, "top_k", 0, INT32_MAX, &top_k, d));
   FORWARD_IF_ERROR(get_float(a, obj, "top_p", &sp->top_p, d));
@@ -472,9 +628,9 @@ static ph_status scan_prompt(const at *a, char *s, size_t n, int want, prompt_sc
 /* ---- one line -------------------------------------------------------------------------------- */
 
 /* Parses one non-blank line s[n] into *r (zeroed first); s is overwritten (the prompt array is
- * blanked). want_prompt 0: the prompt and the replay tokens are checked and counted but not kept
- * (r->prompt, r->draft_tokens and the speculative replay_tokens NULL; nothing to free). On
- * failure nothing is left allocated. */
+ * blanked). want_prompt 0: the prompt (ids, text or messages), the stop strings and the replay
+ * tokens are checked and counted but not kept (every pointer NULL, nothing to free; r->input and
+ * r->n_stops still say what the line held). On failure nothing is left allocated. */
 static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, request_spec *r,
                             diag *d) {
   memset(r, 0, sizeof *r);
@@ -488,7 +644,7 @@ static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, req
     free(prompt);
     return diag_set(d, PH_ERR_LIMIT,
                     "%s:%d: %zu bytes of the line are neither whitespace nor a prompt_tokens "
-                    "array of integer ids; at most %u (the other fields are short)",
+                    "array of integer ids; at most %u (a text prompt or messages included)",
                     a->label, a->line, other, REQUEST_LINE_MAX_OTHER);
   }
   json_error_t err;
@@ -503,7 +659,11 @@ static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, req
     st = diag_set(d, PH_ERR_CONFIG_INVALID, "%s:%d: the line is %s, expected a JSON object",
                   a->label, a->line, json_kind(root));
   if (st == PH_OK) st = read_fields(a, root, r, d);
-  if (st == PH_OK && ps.found) {
+  int tokens_given = 0;
+  if (st == PH_OK) st = read_input(a, root, &tokens_given, r, d);
+  if (st == PH_OK && !tokens_given) {
+    /* a text prompt or messages: read above */
+  } else if (st == PH_OK && ps.found) {
     if (ps.n == 0)
       st = diag_set(d, PH_ERR_CONFIG_INVALID,
                     "%s:%d: prompt_tokens is empty, a request needs at least one token", a->label,
@@ -526,11 +686,17 @@ static ph_status parse_line(const at *a, char *s, size_t n, int want_prompt, req
   if (st != PH_OK) {
     request_spec_free(r);
   } else if (!want_prompt) { /* checked, not kept: the index keeps 32 bytes a line */
-    free(r->draft_tokens);
-    r->draft_tokens = NULL;
-    r->sampling.speculative.replay_tokens = NULL;
+    const request_input input = r->input;
+    const int n_stops = r->n_stops;
+    request_spec_free(r); /* the prompt (text, messages), stop strings, replay tokens */
+    r->input = input;     /* what request_spec_needs_tokenizer reads */
+    r->n_stops = n_stops;
   }
   return st;
+}
+
+int request_spec_needs_tokenizer(const request_spec *r) {
+  return r && (r->input != REQUEST_INPUT_TOKENS || r->n_stops > 0);
 }
 
 void request_spec_free(request_spec *r) {
@@ -538,6 +704,18 @@ void request_spec_free(request_spec *r) {
   free(r->prompt);
   r->prompt = NULL;
   r->n_prompt = 0;
+  free(r->prompt_text);
+  r->prompt_text = NULL;
+  r->prompt_text_len = 0;
+  free(r->messages_json);
+  r->messages_json = NULL;
+  free(r->chat_extra_json);
+  r->chat_extra_json = NULL;
+  for (int i = 0; i < r->n_stops; i++) {
+    free(r->stops[i]);
+    r->stops[i] = NULL;
+  }
+  r->n_stops = 0;
   free(r->draft_tokens);
   r->draft_tokens = NULL;
   r->sampling.speculative.replay_tokens = NULL;
@@ -709,7 +887,8 @@ static ph_status index_line(request_file *f, id_set *ids, int *line, char *s, si
   request_spec r;
   FORWARD_IF_ERROR(parse_line(&a, s, n, 0, &r, d));
   f->entries[f->n] =
-      (request_entry){r.arrive_step, r.remove_step, (uint32_t)off, (uint32_t)n, *line};
+      (request_entry){r.arrive_step, r.remove_step, (uint32_t)off,
+                      (uint32_t)n,   *line,         request_spec_needs_tokenizer(&r)};
   int64_t dup;
   FORWARD_IF_ERROR(id_set_add(f, ids, r.id, f->n, &dup, d));
   if (dup >= 0) {
@@ -973,6 +1152,14 @@ static int put(json_t *o, const char *key, json_t *v) {
 ph_status request_result_to_json(const char *id, const int64_t *tokens, int64_t n_tokens,
                                  const char *finish_reason, const request_timing *t,
                                  const char *error_message, char **out_line, diag *d) {
+  return request_result_to_json_text(id, NULL, 0, tokens, n_tokens, finish_reason, t, error_message,
+                                     out_line, d);
+}
+
+ph_status request_result_to_json_text(const char *id, const char *text, size_t text_len,
+                                      const int64_t *tokens, int64_t n_tokens,
+                                      const char *finish_reason, const request_timing *t,
+                                      const char *error_message, char **out_line, diag *d) {
   RETURN_ERROR_IF(!out_line, d, PH_ERR_INVALID_ARGUMENT, "request result: out_line is NULL");
   *out_line = NULL;
   FORWARD_IF_ERROR(check_result_args(id, tokens, n_tokens, finish_reason, t, error_message, d));
@@ -1001,6 +1188,19 @@ ph_status request_result_to_json(const char *id, const int64_t *tokens, int64_t 
     json_decref(arr);
     st = diag_set(d, PH_ERR_NO_MEMORY, "request result %s", id);
     goto done;
+  }
+  if (text) {
+    json_t *jt = json_stringn(text, text_len); /* NUL bytes allowed: written as \u0000 */
+    if (!jt) {
+      json_decref(arr);
+      st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "request result %s: text is not valid UTF-8", id);
+      goto done;
+    }
+    if (!put(o, "text", jt)) {
+      json_decref(arr);
+      st = diag_set(d, PH_ERR_NO_MEMORY, "request result %s", id);
+      goto done;
+    }
   }
   int ok = put(o, "tokens", arr) && put(o, "finish_reason", json_string(finish_reason)) &&
            put(o, "n_prompt_tokens", json_integer((json_int_t)t->n_prompt)) &&

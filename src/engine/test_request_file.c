@@ -795,6 +795,182 @@ static void test_result_speculative(void) {
   CHECK_CONTAINS(d.msg, "0 accepted of -2 drafted");
 }
 
+/* ---- text prompts, chats, max_tokens, stop strings (issue 17) ---- */
+
+static void test_text_fields(void) {
+  const char *text =
+      "{\"id\": \"t\", \"prompt\": \"Hello, w\\u00f6rld\", \"max_tokens\": 5, \"stop\": \"\\n\"}\n"
+      "{\"id\": \"c\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+      "{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": [{\"type\": \"function\"}], "
+      "\"chat_template_kwargs\": {\"enable_thinking\": false}, \"add_generation_prompt\": false, "
+      "\"stop\": [\"a\", \"bc\"], \"max_new_tokens\": 7, \"max_tokens\": 7}\n"
+      "{\"id\": \"k\", \"prompt_tokens\": [1, 2], \"stop\": []}\n"
+      "{\"id\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": "
+      "null}\n";
+  request_list l;
+  diag d;
+  CHECK_STATUS(parse(text, &l, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(l.n, 4);
+  if (l.n != 4) return;
+  const request_spec *t = &l.items[0], *c = &l.items[1], *k = &l.items[2], *m = &l.items[3];
+  CHECK_EQ_INT(t->input, REQUEST_INPUT_TEXT);
+  CHECK_EQ_STR(t->prompt_text, "Hello, w\xc3\xb6rld");
+  CHECK_EQ_INT((int64_t)t->prompt_text_len, 13);
+  CHECK(t->prompt == NULL && t->n_prompt == 0 && t->messages_json == NULL);
+  CHECK_EQ_INT(t->sampling.max_new_tokens, 5); /* max_tokens, the OpenAI name */
+  CHECK_EQ_INT(t->n_stops, 1);
+  CHECK_EQ_STR(t->stops[0], "\n");
+  CHECK_EQ_INT(request_spec_needs_tokenizer(t), 1);
+
+  CHECK_EQ_INT(c->input, REQUEST_INPUT_MESSAGES);
+  CHECK_EQ_STR(c->messages_json, "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":"
+                                 "\"user\",\"content\":\"Hi\"}]");
+  CHECK_EQ_STR(c->chat_extra_json,
+               "{\"enable_thinking\":false,\"tools\":[{\"type\":\"function\"}]}");
+  CHECK_EQ_INT(c->add_generation_prompt, 0);
+  CHECK_EQ_INT(c->sampling.max_new_tokens, 7); /* both given, equal */
+  CHECK_EQ_INT(c->n_stops, 2);
+  CHECK_EQ_STR(c->stops[0], "a");
+  CHECK_EQ_STR(c->stops[1], "bc");
+  CHECK(c->prompt_text == NULL && c->prompt == NULL);
+
+  CHECK_EQ_INT(k->input, REQUEST_INPUT_TOKENS);
+  CHECK_EQ_INT(k->n_stops, 0);
+  CHECK_EQ_INT(request_spec_needs_tokenizer(k), 0); /* ids and no stop strings: as before */
+
+  CHECK_EQ_INT(m->input, REQUEST_INPUT_MESSAGES);
+  CHECK(m->chat_extra_json == NULL); /* no tools, no kwargs */
+  CHECK_EQ_INT(m->add_generation_prompt, 1);
+  request_list_free(&l);
+
+  /* the index says which lines need the tokenizer, and keeps none of their text */
+  request_file *f = NULL;
+  CHECK_STATUS(request_file_open_text(text, strlen(text), "req.jsonl", &f, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(request_file_entry(f, 0)->needs_tokenizer, 1);
+  CHECK_EQ_INT(request_file_entry(f, 1)->needs_tokenizer, 1);
+  CHECK_EQ_INT(request_file_entry(f, 2)->needs_tokenizer, 0);
+  CHECK_EQ_INT(request_file_entry(f, 3)->needs_tokenizer, 1);
+  CHECK_EQ_INT((int64_t)sizeof(request_entry), 32);
+  request_file_close(f);
+}
+
+static void test_text_errors(void) {
+  expect_error("{\"id\": \"a\", \"prompt\": \"hi\", \"prompt_tokens\": [1]}", PH_ERR_CONFIG_INVALID,
+               1, "prompt_tokens and prompt are both given");
+  expect_error("{\"id\": \"a\", \"prompt\": \"hi\", \"messages\": [{}]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt and messages are both given");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"messages\": [{}]}", PH_ERR_CONFIG_INVALID,
+               1, "prompt_tokens and messages are both given");
+  expect_error("{\"id\": \"a\"}", PH_ERR_CONFIG_MISSING_FIELD, 1,
+               "one of prompt_tokens: ids, prompt: text, messages: a chat");
+  expect_error("{\"id\": \"a\", \"prompt\": null}", PH_ERR_CONFIG_MISSING_FIELD, 1,
+               "prompt_tokens is missing");
+  expect_error("{\"id\": \"a\", \"prompt\": [1, 2]}", PH_ERR_CONFIG_INVALID, 1,
+               "prompt is an array, expected a string");
+  expect_error("{\"id\": \"a\", \"prompt\": \"\"}", PH_ERR_CONFIG_INVALID, 1, "prompt is empty");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"max_tokens\": 3, \"max_new_tokens\": 4}",
+               PH_ERR_CONFIG_INVALID, 1, "max_tokens = 3 and max_new_tokens = 4 differ");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"max_tokens\": 0}", PH_ERR_CONFIG_INVALID, 1,
+               "max_tokens = 0 is outside [1,");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"max_tokens\": \"5\"}", PH_ERR_CONFIG_INVALID,
+               1, "max_tokens is a string, expected an integer");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"stop\": 7}", PH_ERR_CONFIG_INVALID, 1,
+               "stop is an integer, expected a string or an array of strings");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"stop\": [\"a\", 2]}", PH_ERR_CONFIG_INVALID, 1,
+               "stop[1] is an integer, expected a string");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"stop\": \"\"}", PH_ERR_CONFIG_INVALID, 1,
+               "stop is an empty string");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"stop\": [\"a\", \"\"]}", PH_ERR_CONFIG_INVALID,
+               1, "stop[1] is an empty string");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\","
+               "\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+               PH_ERR_CONFIG_INVALID, 1, "stop lists 17 strings, at most 16");
+  expect_error("{\"id\": \"a\", \"messages\": {\"role\": \"user\"}}", PH_ERR_CONFIG_INVALID, 1,
+               "messages is an object, expected an array of message objects");
+  expect_error("{\"id\": \"a\", \"messages\": []}", PH_ERR_CONFIG_INVALID, 1, "messages is empty");
+  expect_error("{\"id\": \"a\", \"messages\": [{\"role\": \"user\"}, \"hi\"]}",
+               PH_ERR_CONFIG_INVALID, 1, "messages[1] is a string, expected an object");
+  expect_error("{\"id\": \"a\", \"messages\": [{}], \"tools\": {}}", PH_ERR_CONFIG_INVALID, 1,
+               "tools is an object, expected an array");
+  expect_error("{\"id\": \"a\", \"messages\": [{}], \"chat_template_kwargs\": []}",
+               PH_ERR_CONFIG_INVALID, 1, "chat_template_kwargs is an array, expected an object");
+  expect_error("{\"id\": \"a\", \"messages\": [{}], \"chat_template_kwargs\": {\"tools\": []}}",
+               PH_ERR_CONFIG_INVALID, 1, "chat_template_kwargs.tools: give tools as a key");
+  expect_error("{\"id\": \"a\", \"messages\": [{}], \"add_generation_prompt\": 1}",
+               PH_ERR_CONFIG_INVALID, 1, "add_generation_prompt is an integer, expected true");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"tools\": []}", PH_ERR_CONFIG_INVALID, 1,
+               "tools is for a chat: it needs messages");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"add_generation_prompt\": true}",
+               PH_ERR_CONFIG_INVALID, 1, "add_generation_prompt is for a chat");
+  expect_error("{\"id\": \"a\", \"prompt_tokens\": [1], \"chat_template_kwargs\": {}}",
+               PH_ERR_CONFIG_INVALID, 1, "chat_template_kwargs is for a chat");
+  /* the second line fails after the first allocated its text and stops (sanitize: no leak) */
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"stop\": [\"s\"]}\n"
+               "{\"id\": \"b\", \"messages\": [{}], \"stop\": [\"s\", \"t\"], \"top_p\": 2}",
+               PH_ERR_CONFIG_INVALID, 2, "top_p");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"stop\": [\"s\", \"t\", 3]}",
+               PH_ERR_CONFIG_INVALID, 1, "stop[2] is an integer");
+  expect_error("{\"id\": \"a\", \"prompt\": \"x\", \"propmt\": 1}", PH_ERR_CONFIG_INVALID, 1,
+               "unknown key \"propmt\"");
+}
+
+/* A text prompt counts toward the 1 MiB of a line outside prompt_tokens (jansson holds it). */
+static void test_text_prompt_limit(void) {
+  const size_t n = REQUEST_LINE_MAX_OTHER + 16;
+  char *line = malloc(n + 64);
+  size_t k = (size_t)sprintf(line, "{\"id\": \"a\", \"prompt\": \"");
+  memset(line + k, 'x', n);
+  k += n;
+  k += (size_t)sprintf(line + k, "\"}");
+  request_list l;
+  diag d;
+  CHECK_STATUS(request_list_parse(line, k, "req.jsonl", &l, &d), PH_ERR_LIMIT, d.msg);
+  CHECK_CONTAINS(d.msg, "req.jsonl:1:");
+  CHECK_CONTAINS(d.msg, "(a text prompt or messages included)");
+  /* just under: accepted, kept whole */
+  k = (size_t)sprintf(line, "{\"id\": \"a\", \"prompt\": \"");
+  const size_t m = REQUEST_LINE_MAX_OTHER - 64;
+  memset(line + k, 'y', m);
+  k += m;
+  k += (size_t)sprintf(line + k, "\"}");
+  CHECK_STATUS(request_list_parse(line, k, "req.jsonl", &l, &d), PH_OK, d.msg);
+  CHECK(l.n == 1 && l.items[0].prompt_text_len == m && l.items[0].prompt_text[m - 1] == 'y');
+  request_list_free(&l);
+  free(line);
+}
+
+static void test_result_text(void) {
+  const int64_t toks[3] = {5, 6, 7};
+  request_timing t = {0.5, 1.0, 2.0, 4, 3, 0, 0, 0};
+  char *line = NULL;
+  diag d;
+  CHECK_STATUS(request_result_to_json_text("r", "a\"b\n\xc3\xa9\0z", 8, toks, 3, "stop", &t, NULL,
+                                           &line, &d),
+               PH_OK, d.msg);
+  CHECK(line && strncmp(line,
+                        "{\"id\":\"r\",\"text\":\"a\\\"b\\n\xc3\xa9\\u0000z\",\"tokens\":"
+                        "[5,6,7],\"finish_reason\":\"stop\"",
+                        67) == 0);
+  json_error_t e;
+  json_t *o = line ? json_loads(line, JSON_ALLOW_NUL, &e) : NULL;
+  CHECK(json_is_string(json_object_get(o, "text")));
+  CHECK_EQ_INT((int64_t)json_string_length(json_object_get(o, "text")), 8);
+  json_decref(o);
+  free(line);
+  /* text NULL: no key, the line of request_result_to_json */
+  char *plain = NULL;
+  CHECK_STATUS(request_result_to_json_text("r", NULL, 0, toks, 3, "stop", &t, NULL, &line, &d),
+               PH_OK, d.msg);
+  CHECK_STATUS(request_result_to_json("r", toks, 3, "stop", &t, NULL, &plain, &d), PH_OK, d.msg);
+  CHECK(line && plain && strcmp(line, plain) == 0 && !strstr(line, "\"text\""));
+  free(line);
+  free(plain);
+  CHECK_STATUS(request_result_to_json_text("r", "\xff", 1, toks, 3, "stop", &t, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "text is not valid UTF-8");
+  CHECK(line == NULL);
+}
+
 int main(void) {
   RUN(test_all_fields);
   RUN(test_missing_and_duplicate);
@@ -814,5 +990,9 @@ int main(void) {
   RUN(test_speculative_errors);
   RUN(test_speculative_no_leak);
   RUN(test_result_speculative);
+  RUN(test_text_fields);
+  RUN(test_text_errors);
+  RUN(test_text_prompt_limit);
+  RUN(test_result_text);
   return check_finish();
 }

@@ -819,6 +819,8 @@ void jinja_limits_default(jinja_limits *lim) {
 
 ph_status jinja_parse(const char *src, size_t len, const char *origin, jinja_template **out,
                       diag *d) {
+  diag local;
+  if (!d) d = &local; /* the lexer and parser always have a diag to fill */
   diag_clear(d);
   if (!origin) origin = "template";
   if (!src) return diag_set(d, PH_ERR_INVALID_ARGUMENT, "%s: no template source", origin);
@@ -919,19 +921,12 @@ done:
     free(c.out);
     return c.d->status != PH_OK ? c.d->status : PH_ERR_TEMPLATE;
   }
-  if (jctx_emit(&c, 0, "", 0) || !c.out) {
-    char *e = malloc(1);
-    if (!e) {
-      free(c.out);
-      return diag_set(d, PH_ERR_NO_MEMORY, "%s: out of memory", t->origin);
-    }
-    if (!c.out) {
-      c.out = e;
-      c.out_n = 0;
-    } else {
-      free(e);
-    }
+  if (!c.out) { /* nothing was written: an empty string */
+    c.out = malloc(1);
+    if (!c.out) return diag_set(d, PH_ERR_NO_MEMORY, "%s: out of memory", t->origin);
+    c.out_n = 0;
   }
+  /* jctx_emit keeps a byte free after the text */
   c.out[c.out_n] = '\0';
   *out = c.out;
   if (out_len) *out_len = c.out_n;

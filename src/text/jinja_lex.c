@@ -206,7 +206,10 @@ static int lex_string(lexer *L, char q) {
   size_t end = L->pos;
   while (end < L->b.n && L->b.p[end] != q) end += L->b.p[end] == '\\' ? 2 : 1;
   char *out = arena_alloc(L->a, (end < L->b.n ? end : L->b.n) - L->pos + 1);
-  if (!out) return lex_fail(L->d, L->origin, line, "out of memory");
+  if (!out) {
+    diag_set(L->d, PH_ERR_NO_MEMORY, "%s: out of memory reading the template", L->origin);
+    return -1;
+  }
   size_t n = 0;
   for (;;) {
     if (L->pos >= L->b.n) return lex_fail(L->d, L->origin, line, "unterminated string literal");
@@ -493,7 +496,7 @@ ph_status jinja_lex(const char *src, size_t len, const char *origin, arena *a, j
   pp_lstrip(&L.b);
   pp_trim(&L.b);
   pp_generation(&L.b);
-  if (lex_all(&L)) return d ? d->status : PH_ERR_TEMPLATE;
+  if (lex_all(&L)) return d->status;
   *toks = L.toks;
   *n_toks = L.n;
   return PH_OK;

@@ -42,11 +42,15 @@ static int perr(parser *P, const char *fmt, const char *arg) {
   return -1;
 }
 
+static int poom(parser *P) {
+  diag_set(P->d, PH_ERR_NO_MEMORY, "%s: out of memory parsing the template", P->origin);
+  return -1;
+}
+
 static jnode *node(parser *P, jnode_kind k) {
   jnode *x = arena_alloc(P->a, sizeof *x);
   if (!x) {
-    perr(P, "out of memory%s", "");
-    P->d->status = PH_ERR_NO_MEMORY;
+    poom(P);
     return NULL;
   }
   x->kind = k;
@@ -58,7 +62,7 @@ static int vpush(parser *P, nvec *v, jnode *x) {
   if (v->n == v->cap) {
     size_t cap = v->cap ? 2 * v->cap : 8;
     jnode **p = arena_alloc(P->a, cap * sizeof *p);
-    if (!p) return perr(P, "out of memory%s", "");
+    if (!p) return poom(P);
     if (v->n) memcpy(p, v->p, v->n * sizeof *p);
     v->p = p;
     v->cap = cap;
@@ -480,7 +484,7 @@ static jnode *parse_primary(parser *P) {
       size_t total = t->text.n;
       for (size_t k = P->cur; k < P->n && P->t[k].kind == JT_STRING; k++) total += P->t[k].text.n;
       char *buf = arena_alloc(P->a, total + 1);
-      if (!buf) return perr(P, "out of memory%s", ""), NULL;
+      if (!buf) return poom(P), NULL;
       memcpy(buf, t->text.p, t->text.n);
       size_t off = t->text.n;
       while (is_kind(P, JT_STRING)) {
@@ -746,11 +750,11 @@ ph_status jinja_parse_tokens(const jtok *toks, size_t n_toks, const char *origin
   parser P = {toks, n_toks, 0, a, origin, d, 0, 0};
   diag_clear(d);
   jnode *prog = node(&P, JN_PROGRAM);
-  if (!prog) return d ? d->status : PH_ERR_NO_MEMORY;
+  if (!prog) return d->status;
   nvec body = {0};
   while (P.cur < P.n) {
     jnode *x = parse_any(&P);
-    if (!x || vpush(&P, &body, x)) return d && d->status != PH_OK ? d->status : PH_ERR_TEMPLATE;
+    if (!x || vpush(&P, &body, x)) return d->status != PH_OK ? d->status : PH_ERR_TEMPLATE;
   }
   prog->kids = body.p;
   prog->n_kids = body.n;

@@ -15,6 +15,7 @@
 #include "text/chat.h"
 #include "text/jinja.h"
 #include "text/jinja_internal.h"
+#include "text/tiny_tokenizer.h"
 
 static char g_out[1 << 16];
 static char g_err[DIAG_MSG_BYTES];
@@ -92,6 +93,10 @@ static void test_operators(void) {
   EXPECT("{{ 0 or '' or 'z' }} {{ 1 and [] }} {{ not 0 }} {{ 'y' if 0 else 'n' }}[{{ 'y' if 0 }}]",
          NULL, "z [] true n[]");
   EXPECT("{{ [1] + [2, 3] }} {{ -(3) }} {{ 3 < 4 }} {{ 2 >= 3 }}", NULL, "[1, 2, 3] -3 true false");
+  /* only the newest string grows in place: an older one is copied */
+  EXPECT("{% set a = 'x' ~ 'y' %}{% set b = 'p' ~ 'q' %}{% set c = a ~ 'Z' %}{{ c }}{{ b }}"
+         "{% set d = b ~ 1 %}{{ d }}{{ a ~ b }}{{ c }}",
+         NULL, "xyZpqpq1xypqxyZ");
   EXPECT_ERR("{{ 'a' < 'b' }}", NULL, "unsupported operator '<'");
   EXPECT_ERR("{{ nope + 1 }}", NULL, "undefined");
   EXPECT_ERR("{{ 1 / 0 }}", NULL, "division by zero");
@@ -229,6 +234,20 @@ static void test_errors_name_the_line(void) {
   EXPECT_ERR("\xff", NULL, "not valid UTF-8");
   EXPECT_ERR("{{ n }}", "{\"n\": 9007199254740993}", "beyond 2^53");
   EXPECT_ERR("{{ 'x' is frobbed }}", NULL, "unknown test 'frobbed'");
+}
+
+/* A NULL diag is allowed everywhere: the status alone comes back. */
+static void test_null_diag(void) {
+  jinja_template *t = NULL;
+  const char *bad = "{{ 1 + }}", *raises = "{{ x.y }}{{ raise_exception('r') }}";
+  CHECK_STATUS(jinja_parse(bad, strlen(bad), NULL, &t, NULL), PH_ERR_TEMPLATE, NULL);
+  CHECK(t == NULL);
+  CHECK_STATUS(jinja_parse(raises, strlen(raises), NULL, &t, NULL), PH_OK, NULL);
+  char *text = (char *)"not set";
+  CHECK_STATUS(jinja_render(t, NULL, NULL, &text, NULL, NULL), PH_ERR_TEMPLATE, NULL);
+  CHECK(text == NULL);
+  jinja_free(t);
+  jinja_free(NULL);
 }
 
 static void test_limits(void) {
@@ -417,6 +436,51 @@ static void test_ph_chat_render(void) {
   ph_tokenizer_free(tok);
 }
 
+/* make-tiny's tokenizer: its chat template renders, and the prompt encodes with the special
+ * tokens recognised (the path generate --chat and serve take). */
+static void test_tiny_tokenizer_chat(void) {
+  char dir[1200];
+  snprintf(dir, sizeof dir, "%s/tiny_tok", check_env("PH_TMP_DIR"));
+  diag d;
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  ph_status s = tiny_tokenizer_write(dir, 512, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return;
+  ph_tokenizer *tok = NULL;
+  s = ph_tokenizer_open(dir, &tok);
+  CHECK_STATUS(s, PH_OK, tok ? ph_tokenizer_error(tok) : "open");
+  if (s != PH_OK) {
+    ph_tokenizer_free(tok);
+    return;
+  }
+  char err[256];
+  char *text = NULL;
+  size_t len = 0;
+  s = ph_chat_render(tok,
+                     "[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                     "{\"role\": \"user\", \"content\": \"Hi there\"}]",
+                     NULL, 1, &text, &len, err, sizeof err);
+  CHECK_STATUS(s, PH_OK, err);
+  const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi "
+                     "there<|im_end|>\n<|im_start|>assistant\n";
+  CHECK_EQ_STR(text, want);
+  if (s == PH_OK) {
+    int64_t *ids = NULL, n = 0;
+    CHECK_STATUS(ph_tokenizer_encode(tok, text, len, 0, &ids, &n), PH_OK, NULL);
+    int64_t im_start = ph_tokenizer_token_id(tok, "<|im_start|>");
+    CHECK(im_start >= 0);
+    CHECK(n > 0 && ids[0] == im_start);
+    char *back = NULL;
+    size_t back_len = 0;
+    CHECK_STATUS(ph_tokenizer_decode(tok, ids, n, 0, &back, &back_len), PH_OK, NULL);
+    CHECK_EQ_STR(back, want);
+    ph_free(back);
+    ph_free(ids);
+  }
+  ph_free(text);
+  ph_tokenizer_free(tok);
+}
+
 int main(void) {
   RUN(test_output_of_values);
   RUN(test_operators);
@@ -427,11 +491,13 @@ int main(void) {
   RUN(test_statements);
   RUN(test_whitespace_control);
   RUN(test_errors_name_the_line);
+  RUN(test_null_diag);
   RUN(test_limits);
   RUN(test_parse_memory_is_linear);
   RUN(test_growing_string_is_linear);
   RUN(test_strftime_now);
   RUN(test_chat_context);
   RUN(test_ph_chat_render);
+  RUN(test_tiny_tokenizer_chat);
   return check_finish();
 }
