@@ -27,6 +27,7 @@
 #include "base/fmap.h"
 #include "check.h"
 #include "io/safetensors.h"
+#include "node_testing.h"
 
 /* PH_TMP_DIR (created by ort_testing_init) and the path of tests/ort/run_ort.mjs. */
 static char g_tmp[1024], g_script[1200];
@@ -43,29 +44,8 @@ static inline int ort_testing_init(const char *test_name) {
     fprintf(stderr, "  FAIL: %s\n", d.msg);
     return 1;
   }
-  const char *ort_dir = check_env("PH_ORT_DIR");
-  char probe[1300], reason[4096] = "";
-  snprintf(probe, sizeof probe, "%s/node_modules/onnxruntime-node/package.json", ort_dir);
-  struct stat sb;
-  if (stat(probe, &sb) == 0 && system("node --version >/dev/null 2>&1") == 0) return 0;
-  char path[1300];
-  char *text = NULL;
-  size_t len = 0;
-  snprintf(path, sizeof path, "%s/UNAVAILABLE", ort_dir);
-  if (file_read_all(path, sizeof reason - 1, &text, &len, &d) == PH_OK) {
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = '\0';
-    snprintf(reason, sizeof reason, "%s", text);
-  } else {
-    snprintf(reason, sizeof reason, "node or %s is missing: run scripts/install-ort.sh %s", probe,
-             ort_dir);
-  }
-  free(text);
-  const char *require = getenv("PH_REQUIRE_ORT");
-  const int required = require && strcmp(require, "1") == 0;
-  fprintf(stderr, "  %s: ONNX Runtime cross-checks did not run: %s\n",
-          required ? "FAIL (PH_REQUIRE_ORT=1, as under CI=true)" : "SKIPPED", reason);
-  printf("%s %s: ONNX Runtime is not installed\n", required ? "FAIL" : "skip", test_name);
-  return required ? 1 : 77;
+  return node_testing_ready(test_name, check_env("PH_ORT_DIR"), "onnxruntime-node/package.json",
+                            "ONNX Runtime cross-checks");
 }
 
 /* Writes in[0 .. n_in) to <g_tmp>/<tag>.in.safetensors, runs run_ort.mjs on package pkg (CPU EP)

