@@ -9,9 +9,9 @@
  * files against @huggingface/jinja + @lenml/tokenizers (tests/test_serve_ref.mjs).
  *
  * The npm packages come from PH_NODE_DIR (scripts/install-ort.sh); without them the test is
- * skipped (77) with the reason, or fails under PH_REQUIRE_ORT=1 (CI), as tests/ort_testing.h
- * does. PH_SERVE_LOAD_REQUESTS sets the load test's size (default 128, 64 under ASan: the short
- * version make test and CI run; docs/performance.md gives the command for the long one). */
+ * skipped (77) with the reason, or fails under PH_REQUIRE_ORT=1 (CI): tests/node_testing.h.
+ * PH_SERVE_LOAD_REQUESTS sets the load test's size (default 128, 64 under ASan: the short version
+ * make test and CI run; docs/performance.md gives the command for the long one). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +22,7 @@
 #include "base/fmap.h"
 #include "check.h"
 #include "cli_testing.h"
+#include "node_testing.h"
 #include "serve_testing.h"
 
 #if defined(__has_feature)
@@ -37,26 +38,6 @@
 #endif
 
 static char g_tmp[512], g_model[1024], g_node[1024], g_src[1024];
-
-/* 0 when node and the openai package are there; else the exit code (77 skip, 1 required). */
-static int node_available(void) {
-  snprintf(g_node, sizeof g_node, "%s", check_env("PH_NODE_DIR"));
-  char probe[1200];
-  snprintf(probe, sizeof probe, "%s/node_modules/openai/package.json", g_node);
-  struct stat sb;
-  if (stat(probe, &sb) == 0 && system("node --version >/dev/null 2>&1") == 0) return 0;
-  char path[1200], reason[2048] = "";
-  snprintf(path, sizeof path, "%s/UNAVAILABLE", g_node);
-  char *text = serve_read_file(path);
-  snprintf(reason, sizeof reason, "%s",
-           text ? text : "node or the openai package is missing: run scripts/install-ort.sh");
-  free(text);
-  const char *req = getenv("PH_REQUIRE_ORT");
-  const int required = req && strcmp(req, "1") == 0;
-  fprintf(stderr, "  %s: the Node client tests did not run: %s\n",
-          required ? "FAIL (PH_REQUIRE_ORT=1, as under CI=true)" : "SKIPPED", reason);
-  return required ? 1 : 77;
-}
 
 /* Runs node SCRIPT ARGS (LD_PRELOAD dropped: a sanitizer runtime must not reach node); its
  * output goes to our stdout. Returns its exit code. */
@@ -180,7 +161,9 @@ int main(void) {
     fprintf(stderr, "FAIL: %s\n", d.msg);
     return 1;
   }
-  const int rc = node_available();
+  snprintf(g_node, sizeof g_node, "%s", check_env("PH_NODE_DIR"));
+  const int rc = node_testing_ready("test_serve_node", g_node, "openai/package.json",
+                                    "the OpenAI SDK, Qwen3 reference and load tests of serve");
   if (rc) return rc;
   cli_testing_init(g_tmp);
   snprintf(g_model, sizeof g_model, "%s/tiny", g_tmp);
