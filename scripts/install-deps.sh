@@ -21,6 +21,7 @@ PACKAGES=(
   libpcre2-dev       # tokenizer: the checkpoint's Unicode-property pre-tokenizer regex (docs/tokenizer.md)
   libutf8proc-dev    # tokenizer: Unicode normalization (NFC) (docs/tokenizer.md)
   libmicrohttpd-dev  # `pagedhybrid serve`: the HTTP server (docs/serve.md)
+  curl               # test_serve drives the server as a user does (docs/serve.md)
   clang              # sanitizer build (ASan+UBSan) and libFuzzer targets
   libclang-rt-14-dev # clang's sanitizer and libFuzzer runtimes
 )

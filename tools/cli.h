@@ -127,5 +127,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif /* PH_TOOLS_CLI_H */

@@ -20,6 +20,7 @@ static const command COMMANDS[] = {
     {"tokenize", cmd_tokenize, "the model's tokenizer: text to ids, --decode ids, --chat render"},
     {"export", cmd_export, "write an ONNX Runtime GenAI package (model.onnx + data + config)"},
     {"run", cmd_run, "offline batch inference of a requests JSONL file through the engine"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)"},
     {"bench", cmd_bench, "prefill/decode throughput and TTFT next to this machine's limits"},
     {"demo", cmd_demo, "the main job on an embedded default model (make demo runs this)"},
 };
