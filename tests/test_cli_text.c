@@ -154,6 +154,25 @@ static void test_tokenize(void) {
   CHECK_EQ_STR(g_stdout, text); /* a BOS, if any, left out */
   free(with);
   free(want0);
+  /* round trip through the JSON array --ids prints: tokenize --decode "$(tokenize --ids TEXT)" */
+  snprintf(args, sizeof args, "tokenize --model '%s' --ids --no-add-special 'Hello, world'",
+           g_model);
+  CHECK_EQ_INT(cli_run(args), 0);
+  char printed[4096] = "";
+  snprintf(printed, sizeof printed, "%s", g_stdout ? g_stdout : "");
+  printed[strcspn(printed, "\n")] = '\0';
+  snprintf(args, sizeof args, "tokenize --model '%s' --decode '%s'", g_model, printed);
+  CHECK_EQ_INT(cli_run(args), 0);
+  CHECK_EQ_STR(g_stdout, "Hello, world");
+  snprintf(args, sizeof args, "tokenize --model '%s' --decode '[]'", g_model);
+  CHECK_EQ_INT(cli_run(args), 0);
+  CHECK_EQ_STR(g_stdout, "");
+  static const char *const bad_arrays[] = {"[1, -2]", "[1, 2.0]", "[1, \"2\"]", "[1,", "[1] 2"};
+  for (size_t i = 0; i < sizeof bad_arrays / sizeof bad_arrays[0]; i++) {
+    snprintf(args, sizeof args, "tokenize --model '%s' --decode '%s'", g_model, bad_arrays[i]);
+    CHECK_EQ_INT(cli_run(args), 2);
+    CHECK_CONTAINS(g_stderr, "--decode expects non-negative integers");
+  }
   /* an id beyond the vocabulary gives no text (as Hugging Face's decode, and as generate and
    * run drop what a padded model vocabulary generates), with a note on stderr */
   ph_tokenizer_info info;
