@@ -562,8 +562,8 @@ static void test_run_text(void) {
                 "Hi there", "max_tokens", 8, "ignore_eos", 1),
       json_pack("{s:s,s:s,s:i,s:b,s:i}", "id", "r", "prompt", PROMPT, "max_tokens", 30,
                 "ignore_eos", 1, "remove_step", 4),
-      /* a chat the template refuses (no content): that request's error, the others go on */
-      json_pack("{s:s,s:[{s:s}]}", "id", "bad", "messages", "role", "user"),
+      /* a chat the template refuses (no role): that request's error, the others go on */
+      json_pack("{s:s,s:[{s:s}]}", "id", "bad", "messages", "content", "x"),
   };
   json_decref(ids);
   char *text = calloc(1, 1 << 16);
