@@ -468,7 +468,9 @@ PH_API ph_status ph_chat_render(const ph_tokenizer *tok, const char *messages_js
 typedef struct ph_text_stream ph_text_stream;
 
 #define PH_MAX_STOP_STRINGS 16
-/* stops: n_stops (<= PH_MAX_STOP_STRINGS) non-empty NUL-terminated strings, copied. */
+/* stops: n_stops (<= PH_MAX_STOP_STRINGS) non-empty NUL-terminated strings of valid UTF-8,
+ * copied; PH_ERR_INVALID_ARGUMENT otherwise (a stop string is matched against decoded text, which
+ * is always valid UTF-8). */
 PH_API ph_status ph_text_stream_create(const ph_tokenizer *tok, const char *const *stops,
                                        int n_stops, int skip_special, ph_text_stream **out);
 PH_API void ph_text_stream_free(ph_text_stream *s);
