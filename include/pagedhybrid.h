@@ -440,7 +440,9 @@ PH_API ph_status ph_tokenizer_encode(const ph_tokenizer *tok, const char *text, 
                                      int add_special, int64_t **ids, int64_t *n);
 /* Decodes n ids into *text (malloc'ed, NUL-terminated, *len bytes without the NUL; free with
  * ph_free). skip_special: 1 leaves out special tokens. Bytes that do not form UTF-8 become U+FFFD.
- * PH_ERR_INVALID_ARGUMENT for an id outside the vocabulary. */
+ * An id that is no token (>= vocab_size, as a model whose vocabulary is padded beyond the
+ * tokenizer's may generate, or a gap in the vocabulary) gives no text, as Hugging Face's decode
+ * drops it; a negative id is PH_ERR_INVALID_ARGUMENT. */
 PH_API ph_status ph_tokenizer_decode(const ph_tokenizer *tok, const int64_t *ids, int64_t n,
                                      int skip_special, char **text, size_t *len);
 /* The id of a token's exact text (vocabulary entry or added token); -1 when there is none. */
@@ -466,13 +468,17 @@ PH_API ph_status ph_chat_render(const ph_tokenizer *tok, const char *messages_js
 typedef struct ph_text_stream ph_text_stream;
 
 #define PH_MAX_STOP_STRINGS 16
-/* stops: n_stops (<= PH_MAX_STOP_STRINGS) non-empty NUL-terminated strings, copied. */
+/* stops: n_stops (<= PH_MAX_STOP_STRINGS) non-empty NUL-terminated strings of valid UTF-8,
+ * copied; PH_ERR_INVALID_ARGUMENT otherwise (a stop string is matched against decoded text, which
+ * is always valid UTF-8). */
 PH_API ph_status ph_text_stream_create(const ph_tokenizer *tok, const char *const *stops,
                                        int n_stops, int skip_special, ph_text_stream **out);
 PH_API void ph_text_stream_free(ph_text_stream *s);
 /* Feeds one token. *piece, *len: the text now safe to show (may be empty; valid until the next
  * call on s). *stopped becomes 1 when a stop string completed: the text before it has been
- * handed out, nothing after it ever will be, and the request should be removed. */
+ * handed out, nothing after it ever will be, and the request should be removed. A token that is
+ * no token of the tokenizer gives no text (as in ph_tokenizer_decode); a negative one is
+ * PH_ERR_INVALID_ARGUMENT. */
 PH_API ph_status ph_text_stream_push(ph_text_stream *s, int64_t token, const char **piece,
                                      size_t *len, int *stopped);
 /* Generation ended: the text held back (a partial stop string; an unfinished character as

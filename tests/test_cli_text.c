@@ -154,13 +154,38 @@ static void test_tokenize(void) {
   CHECK_EQ_STR(g_stdout, text); /* a BOS, if any, left out */
   free(with);
   free(want0);
-  /* an id outside the vocabulary: the library's typed error */
+  /* round trip through the JSON array --ids prints: tokenize --decode "$(tokenize --ids TEXT)" */
+  snprintf(args, sizeof args, "tokenize --model '%s' --ids --no-add-special 'Hello, world'",
+           g_model);
+  CHECK_EQ_INT(cli_run(args), 0);
+  char printed[4096] = "";
+  snprintf(printed, sizeof printed, "%s", g_stdout ? g_stdout : "");
+  printed[strcspn(printed, "\n")] = '\0';
+  snprintf(args, sizeof args, "tokenize --model '%s' --decode '%s'", g_model, printed);
+  CHECK_EQ_INT(cli_run(args), 0);
+  CHECK_EQ_STR(g_stdout, "Hello, world");
+  snprintf(args, sizeof args, "tokenize --model '%s' --decode '[]'", g_model);
+  CHECK_EQ_INT(cli_run(args), 0);
+  CHECK_EQ_STR(g_stdout, "");
+  static const char *const bad_arrays[] = {"[1, -2]", "[1, 2.0]", "[1, \"2\"]", "[1,", "[1] 2"};
+  for (size_t i = 0; i < sizeof bad_arrays / sizeof bad_arrays[0]; i++) {
+    snprintf(args, sizeof args, "tokenize --model '%s' --decode '%s'", g_model, bad_arrays[i]);
+    CHECK_EQ_INT(cli_run(args), 2);
+    CHECK_CONTAINS(g_stderr, "--decode expects non-negative integers");
+  }
+  /* an id beyond the vocabulary gives no text (as Hugging Face's decode, and as generate and
+   * run drop what a padded model vocabulary generates), with a note on stderr */
   ph_tokenizer_info info;
   CHECK_STATUS(ph_tokenizer_get_info(g_tok, &info), PH_OK, "info");
-  snprintf(args, sizeof args, "tokenize --model '%s' --decode 1,%lld", g_model,
+  snprintf(args, sizeof args, "tokenize --model '%s' --decode 104,%lld,105", g_model,
            (long long)info.vocab_size);
-  CHECK_EQ_INT(cli_run(args), 1);
-  CHECK_CONTAINS(g_stderr, "error: PH_ERR_INVALID_ARGUMENT");
+  CHECK_EQ_INT(cli_run(args), 0);
+  const int64_t hi_ids[] = {104, 105};
+  size_t hi_n = 0;
+  char *hi = decode(hi_ids, 2, &hi_n);
+  CHECK_EQ_STR(g_stdout, hi ? hi : "?");
+  ph_free(hi);
+  CHECK_CONTAINS(g_stderr, "note: 1 id at or beyond the tokenizer's vocabulary size");
   /* usage errors */
   snprintf(args, sizeof args, "tokenize --model '%s' --decode 1,x", g_model);
   CHECK_EQ_INT(cli_run(args), 2);
@@ -537,8 +562,8 @@ static void test_run_text(void) {
                 "Hi there", "max_tokens", 8, "ignore_eos", 1),
       json_pack("{s:s,s:s,s:i,s:b,s:i}", "id", "r", "prompt", PROMPT, "max_tokens", 30,
                 "ignore_eos", 1, "remove_step", 4),
-      /* a chat the template refuses (no content): that request's error, the others go on */
-      json_pack("{s:s,s:[{s:s}]}", "id", "bad", "messages", "role", "user"),
+      /* a chat the template refuses (no role): that request's error, the others go on */
+      json_pack("{s:s,s:[{s:s}]}", "id", "bad", "messages", "content", "x"),
   };
   json_decref(ids);
   char *text = calloc(1, 1 << 16);
@@ -590,7 +615,8 @@ static void test_run_text(void) {
   json_t *bad = json_array_get(out, 5);
   CHECK_EQ_STR(json_string_value(json_object_get(bad, "finish_reason")), "error");
   CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")), "line 6: PH_ERR_TEMPLATE: ");
-  CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")), "tokenizer_config.json chat_template:1:");
+  CHECK_CONTAINS(json_string_value(json_object_get(bad, "error")),
+                 "tokenizer_config.json chat_template:1:");
   check_text(bad, "", 0);
   check_tokens(bad, NULL, 0);
   CHECK_CONTAINS(g_stderr, "(3 length, 1 stop, 1 aborted, 1 error)");

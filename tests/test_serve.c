@@ -788,6 +788,66 @@ static void test_auth(void) {
   CHECK_EQ_INT(server_stop(&sv), 0);
 }
 
+/* A model vocabulary padded beyond the tokenizer's (as Qwen's is; make-tiny --vocab 512 has 358
+ * tokenizer ids): the random model generates ids that are no token. They give no text, as
+ * Hugging Face's decode drops them, and never fail the request (it was a 500 "detokenizing
+ * token N failed"). The text is ph_tokenizer_decode of the ids, special tokens left out. */
+static void test_padded_vocab(void) {
+  char dir[1200], args[2048];
+  snprintf(dir, sizeof dir, "%s/v512", g_tmp);
+  snprintf(args, sizeof args, "make-tiny --out '%s' --force --vocab 512", dir);
+  CHECK_EQ_INT(cli_run(args), 0);
+  ph_tokenizer *t = NULL;
+  ph_tokenizer_info info;
+  CHECK_STATUS(ph_tokenizer_open(dir, &t), PH_OK, t ? ph_tokenizer_error(t) : "");
+  if (!t || ph_tokenizer_get_info(t, &info) != PH_OK) {
+    ph_tokenizer_free(t);
+    return;
+  }
+  server sv;
+  snprintf(args, sizeof args, "--model '%s' --threads 1", dir);
+  if (!server_start(&sv, g_tmp, args)) {
+    ph_tokenizer_free(t);
+    return;
+  }
+  for (int streaming = 0; streaming < 2; streaming++) {
+    static const char body[] = "{\"prompt\": \"Hello there\", \"max_tokens\": 40, "
+                               "\"ignore_eos\": true, \"return_token_ids\": true";
+    char text_body[512];
+    snprintf(text_body, sizeof text_body, "%s%s}", body, streaming ? ", \"stream\": true" : "");
+    int64_t ids[64], n = 0;
+    const char *text = NULL;
+    json_t *o = NULL;
+    stream_result *r = NULL;
+    if (!streaming) {
+      CHECK_EQ_INT(post(&sv, "/v1/completions", text_body, &o), 200);
+      json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+      text = json_string_value(json_object_get(c, "text"));
+      n = ids_of(json_object_get(c, "token_ids"), ids, 64);
+    } else {
+      r = calloc(1, sizeof *r);
+      CHECK_EQ_INT(stream(&sv, "/v1/completions", text_body, 0, r), 200);
+      CHECK(r->ok && !r->saw_error);
+      text = r->text;
+      n = r->n_ids < 64 ? r->n_ids : 64;
+      memcpy(ids, r->ids, (size_t)n * sizeof *ids);
+    }
+    CHECK_EQ_INT(n, 40);
+    int64_t beyond = 0;
+    for (int64_t i = 0; i < n; i++) beyond += ids[i] >= info.vocab_size;
+    CHECK(beyond > 0); /* the random weights do generate ids beyond the tokenizer */
+    char *want = NULL;
+    size_t want_n = 0;
+    CHECK_STATUS(ph_tokenizer_decode(t, ids, n, 1, &want, &want_n), PH_OK, "decode");
+    CHECK_EQ_STR(text ? text : "(none)", want ? want : "?");
+    ph_free(want);
+    json_decref(o);
+    free(r);
+  }
+  CHECK_EQ_INT(server_stop(&sv), 0);
+  ph_tokenizer_free(t);
+}
+
 /* SIGTERM while a request runs: it finishes whole, then the server exits 0. With
  * --shutdown-timeout 0 the running stream is aborted with an error event and [DONE]. */
 static void test_shutdown(void) {
@@ -884,6 +944,7 @@ int main(void) {
     CHECK_EQ_INT(server_stop(&g_sv), 0);
   }
   RUN(test_auth);
+  RUN(test_padded_vocab);
   RUN(test_chat_template);
   RUN(test_connection_limit);
   RUN(test_shutdown);

@@ -453,23 +453,15 @@ static void print_text(const char *label, const char *text, size_t n, int indent
   printf("\"\n");
 }
 
-/* The text of ids (special tokens left out, ids beyond the tokenizer's vocabulary too: the
- * model's is larger, and a random model generates them); NULL without a tokenizer. */
+/* The text of ids (special tokens left out; ids beyond the tokenizer's vocabulary, which the
+ * model's larger one lets a random model generate, give none: ph_tokenizer_decode drops them as
+ * Hugging Face does); NULL without a tokenizer. */
 static char *text_of(const ph_tokenizer *tok, const int64_t *ids, int64_t n, size_t *len) {
-  ph_tokenizer_info info;
-  int64_t *known = tok && ph_tokenizer_get_info(tok, &info) == PH_OK
-                       ? malloc((size_t)(n > 0 ? n : 1) * sizeof *known)
-                       : NULL;
-  if (!known) return NULL;
-  int64_t k = 0;
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] >= 0 && ids[i] < info.vocab_size) known[k++] = ids[i];
   char *t = NULL;
-  if (ph_tokenizer_decode(tok, known, k, 1, &t, len) != PH_OK) {
+  if (!tok || ph_tokenizer_decode(tok, ids, n, 1, &t, len) != PH_OK) {
     ph_free(t);
     t = NULL;
   }
-  free(known);
   return t;
 }
 

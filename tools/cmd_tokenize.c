@@ -6,8 +6,8 @@
  *                    string ("Hello", " world", "<|im_start|>"; a token that is part of a UTF-8
  *                    character shows U+FFFD, as decoding it alone gives); --ids: the ids as one
  *                    JSON array ([9707, 11, 1879]) and a newline
- *   --decode LIST    the text, exactly (no newline added); --skip-special leaves special tokens
- *                    out
+ *   --decode LIST    the text, exactly (no newline added); LIST is 1,2,3 or the JSON array --ids
+ *                    prints ([1, 2, 3]); --skip-special leaves special tokens out
  *   --chat FILE      the chat rendered by the model's template, exactly (no newline added);
  *                    --ids: its ids (encoded without adding special tokens: the template writes
  *                    them)
@@ -15,6 +15,7 @@
  * what generate --prompt does); --no-add-special encodes with 0. Special tokens written in the
  * text are recognised either way.
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@ static const cli_option OPTIONS[] = {
     {"no-add-special", NULL,
      "encode without what the tokenizer adds (the BOS of add_bos_token); special tokens written "
      "in the text are still recognised"},
-    {"decode", "LIST", "print the text of these ids (comma-separated), exactly"},
+    {"decode", "LIST",
+     "print the text of these ids (1,2,3, or the JSON array --ids prints), exactly"},
     {"skip-special", NULL, "--decode: leave special tokens out"},
     {"chat", "FILE",
      "print the chat of FILE (a messages array, or {\"messages\": [...], template variables}) "
@@ -85,20 +87,61 @@ static ph_status print_pieces(const ph_tokenizer *tok, const int64_t *ids, int64
   return PH_OK;
 }
 
+/* The text of the ids. Ids beyond the tokenizer's vocabulary give no text (the library drops
+ * them, as Hugging Face's decode does: a model's vocabulary may be padded beyond the
+ * tokenizer's); a note on stderr says so, since a person typing ids may have mistyped one. */
 static ph_status decode(const ph_tokenizer *tok, const int64_t *ids, int64_t n, int skip, diag *d) {
   char *t = NULL;
   size_t len = 0;
   const ph_status s = ph_tokenizer_decode(tok, ids, n, skip, &t, &len);
   if (s != PH_OK) {
     ph_free(t);
-    ph_tokenizer_info info;
-    const int64_t vocab = ph_tokenizer_get_info(tok, &info) == PH_OK ? info.vocab_size : -1;
-    return diag_set(d, s, "--decode: %s (ids are below the vocabulary size %lld)",
-                    ph_status_message(s), (long long)vocab);
+    return diag_set(d, s, "--decode: %s", ph_status_message(s));
   }
   fwrite(t, 1, len, stdout);
   ph_free(t);
+  ph_tokenizer_info info;
+  if (ph_tokenizer_get_info(tok, &info) == PH_OK) {
+    int64_t beyond = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+      if (ids[i] >= info.vocab_size && beyond++ == 0) first = ids[i];
+    if (beyond)
+      fprintf(stderr,
+              "tokenize: note: %lld id%s at or beyond the tokenizer's vocabulary size %lld (the "
+              "first: %lld) give no text, as in Hugging Face's decode\n",
+              (long long)beyond, beyond > 1 ? "s" : "", (long long)info.vocab_size,
+              (long long)first);
+  }
   return PH_OK;
+}
+
+/* --decode "[1, 2, 3]": the JSON array --ids prints, so that `tokenize --decode "$(tokenize --ids
+ * TEXT)"` gives TEXT back. Non-negative integers only (a usage error otherwise, as for 1,2,3). */
+static int parse_id_array(const cli_args *a, const char *s, int64_t **out, int64_t *n) {
+  json_error_t e;
+  json_t *arr = json_loads(s, 0, &e);
+  size_t i = 0;
+  json_t *v = NULL;
+  int ok = json_is_array(arr);
+  json_array_foreach(arr, i, v) ok = ok && json_is_integer(v) && json_integer_value(v) >= 0;
+  if (!ok) {
+    json_decref(arr);
+    return cli_usage_error(a,
+                           "--decode expects non-negative integers separated by commas, or a "
+                           "JSON array of them as --ids prints, got \"%s\"",
+                           s);
+  }
+  const size_t count = json_array_size(arr);
+  int64_t *t = malloc((count ? count : 1) * sizeof *t);
+  if (!t) {
+    json_decref(arr);
+    return cli_lib_error(PH_ERR_NO_MEMORY, "out of memory");
+  }
+  json_array_foreach(arr, i, v) t[i] = json_integer_value(v);
+  json_decref(arr);
+  *out = t;
+  *n = (int64_t)count;
+  return CLI_EXIT_OK;
 }
 
 int cmd_tokenize(int argc, char **argv) {
@@ -110,9 +153,9 @@ int cmd_tokenize(int argc, char **argv) {
         &a, "--model DIR [--ids] [--no-add-special] TEXT | --file F | --decode LIST | --chat FILE",
         "The model's own tokenizer (tokenizer.json) and chat template. TEXT or --file F:\n"
         "one line per token, its id, a tab and its text as a JSON string (--ids: the ids as\n"
-        "one JSON array). --decode 1,2,3: the text of the ids. --chat FILE: the chat rendered\n"
-        "by the template (--ids: its ids). Text and rendered chats are printed exactly, with\n"
-        "no newline added.");
+        "one JSON array). --decode 1,2,3 (or [1, 2, 3], as --ids prints): the text of the\n"
+        "ids. --chat FILE: the chat rendered by the template (--ids: its ids). Text and\n"
+        "rendered chats are printed exactly, with no newline added.");
     return CLI_EXIT_OK;
   }
   const char *dir = cli_get(&a, "model"), *file = cli_get(&a, "file");
@@ -133,7 +176,9 @@ int cmd_tokenize(int argc, char **argv) {
     return cli_usage_error(&a, "--chat encodes without adding special tokens already (the "
                                "template writes them)");
   int64_t *ids = NULL, n = 0;
-  if (dec && (rc = cli_parse_ids(&a, "decode", dec, &ids, &n))) return rc;
+  if (dec && (rc = dec[0] == '[' ? parse_id_array(&a, dec, &ids, &n)
+                                 : cli_parse_ids(&a, "decode", dec, &ids, &n)))
+    return rc;
 
   diag d;
   diag_clear(&d);

@@ -223,11 +223,7 @@ ph_status text_out_init(text_out *o, const ph_tokenizer *tok, const char *const 
   for (int i = 0; i < n_stops; i++)
     RETURN_ERROR_IF(!stops[i] || !stops[i][0], d, PH_ERR_INVALID_ARGUMENT,
                     "stop string %d is empty", i + 1);
-  ph_tokenizer_info info;
-  ph_status s = ph_tokenizer_get_info(tok, &info);
-  RETURN_ERROR_IF(s != PH_OK, d, s, "ph_tokenizer_get_info: %s", ph_status_message(s));
-  o->vocab_size = info.vocab_size;
-  s = ph_text_stream_create(tok, stops, n_stops, 1, &o->stream);
+  const ph_status s = ph_text_stream_create(tok, stops, n_stops, 1, &o->stream);
   RETURN_ERROR_IF(s != PH_OK, d, s, "the stop strings (at most %d, each valid UTF-8): %s",
                   PH_MAX_STOP_STRINGS, ph_status_message(s));
   o->cap = 64;
@@ -260,10 +256,6 @@ ph_status text_out_push(text_out *o, int64_t token, const char **piece, size_t *
   *piece = "";
   *piece_len = 0;
   if (o->stopped || o->finished) return PH_OK;
-  if (token < 0 || token >= o->vocab_size) { /* no text: as Hugging Face's decode */
-    o->n_tokens++;
-    return PH_OK;
-  }
   const char *p = NULL;
   size_t n = 0;
   int stopped = 0;

@@ -66,8 +66,7 @@ ph_status text_join_eos(const ph_tokenizer *tok, ph_sampling_params *sp, diag *d
  * completed a stop string (the request is cut there: finish "stop"). */
 typedef struct text_out {
   ph_text_stream *stream;
-  int64_t vocab_size; /* the tokenizer's: ids at or above it give no text (see text_out_push) */
-  char *text;         /* [len] the text handed out so far, NUL-terminated; malloc'ed */
+  char *text; /* [len] the text handed out so far, NUL-terminated; malloc'ed */
   size_t len, cap;
   int64_t n_tokens; /* tokens pushed */
   int stopped;      /* a stop string completed at token n_tokens - 1: nothing more is pushed */
@@ -80,7 +79,7 @@ ph_status text_out_init(text_out *o, const ph_tokenizer *tok, const char *const 
 /* Pushes one generated token; *piece, *piece_len: the new text (valid until the next call on o;
  * may be empty). After a stop nothing is pushed (PH_OK, empty piece). An id the tokenizer does
  * not know (a model vocabulary padded beyond the tokenizer's, as Qwen's is) gives no text and is
- * counted, as Hugging Face's decode drops such ids. */
+ * counted: ph_text_stream drops such ids, as Hugging Face's decode does. */
 ph_status text_out_push(text_out *o, int64_t token, const char **piece, size_t *piece_len, diag *d);
 /* Generation ended (not by a stop string): the text held back. Once; then as push. */
 ph_status text_out_finish(text_out *o, const char **piece, size_t *piece_len, diag *d);

@@ -478,6 +478,31 @@ static void test_tiny_tokenizer_chat(void) {
     ph_free(ids);
   }
   ph_free(text);
+  /* OpenAI-style content: a list of parts renders its text parts, joined with newlines as serve
+   * joins them (was the list's JSON spliced
+   * into the prompt), null or missing content is empty (was PH_ERR_TEMPLATE "cannot apply '+'
+   * to none"); @huggingface/jinja renders the same bytes (checked with the reference) */
+  static const struct {
+    const char *messages, *want;
+  } parts[] = {
+      {"[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}, "
+       "{\"type\": \"image_url\", \"image_url\": {\"url\": \"x\"}}, {\"type\": \"text\", "
+       "\"text\": \"there\"}]}]",
+       "<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n"},
+      {"[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": "
+       "null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+       "\"arguments\": \"{}\"}}]}, {\"role\": \"tool\", \"content\": \"r\"}]",
+       "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>tool\nr<|"
+       "im_end|>\n<|im_start|>assistant\n"},
+      {"[{\"role\": \"user\"}]", "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"},
+  };
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    text = NULL;
+    s = ph_chat_render(tok, parts[i].messages, NULL, 1, &text, &len, err, sizeof err);
+    CHECK_STATUS(s, PH_OK, err);
+    CHECK_EQ_STR(text ? text : "(none)", parts[i].want);
+    ph_free(text);
+  }
   ph_tokenizer_free(tok);
 }
 

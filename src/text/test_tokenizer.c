@@ -6,6 +6,7 @@
  * generation_config, the text stream, make-tiny's files, and bad files getting typed errors that
  * name the JSON path. */
 #include <jansson.h>
+#include <pthread.h>
 #include <utf8proc.h>
 
 #include "base/fmap.h"
@@ -536,10 +537,25 @@ static void test_decode(void) {
   CHECK_EQ_STR(text, "h\xc3\xa9\xef\xbf\xbd"); /* the last byte alone is U+FFFD */
   CHECK_EQ_INT(len, 6);
   ph_free(text);
-  int64_t bad[] = {'a', 256};
-  CHECK_STATUS(ph_tokenizer_decode(t, bad, 2, 0, &text, &len), PH_ERR_INVALID_ARGUMENT, NULL);
-  int64_t neg[] = {-1};
-  CHECK_STATUS(ph_tokenizer_decode(t, neg, 1, 0, &text, &len), PH_ERR_INVALID_ARGUMENT, NULL);
+  /* an id that is no token (beyond vocab_size: a padded model vocabulary generates them) gives
+   * no text, as Hugging Face's decode drops it; a negative id is refused */
+  int64_t beyond[] = {'a', 256, INT64_MAX, 'b'};
+  CHECK_STATUS(ph_tokenizer_decode(t, beyond, 4, 0, &text, &len), PH_OK, NULL);
+  CHECK(text && len == 2 && strcmp(text, "ab") == 0);
+  ph_free(text);
+  int64_t neg[] = {'a', -1};
+  CHECK_STATUS(ph_tokenizer_decode(t, neg, 2, 0, &text, &len), PH_ERR_INVALID_ARGUMENT, NULL);
+  CHECK(text == NULL && len == 0);
+  char *gap_json = make_json(NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 'A');
+  ph_tokenizer *gap = gap_json ? open_json(gap_json, NULL) : NULL;
+  free(gap_json);
+  if (gap) { /* id 65 is a gap: no text either */
+    int64_t ids_gap[] = {'x', 'A', 'y'};
+    CHECK_STATUS(ph_tokenizer_decode(gap, ids_gap, 3, 0, &text, &len), PH_OK, NULL);
+    CHECK(text && strcmp(text, "xy") == 0);
+    ph_free(text);
+    ph_tokenizer_free(gap);
+  }
   int64_t *out = NULL, n = -1;
   CHECK_STATUS(ph_tokenizer_encode(t, "", 0, 0, &out, &n), PH_OK, NULL);
   CHECK_EQ_INT(n, 0);
@@ -759,7 +775,19 @@ static void test_text_stream(void) {
   CHECK(stopped == 1 && len == 0);
   CHECK_STATUS(ph_text_stream_finish(s, &p, &len), PH_OK, NULL);
   CHECK_EQ_INT(len, 0);
-  CHECK_STATUS(ph_text_stream_push(s, 999, &p, &len, &stopped), PH_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 999, &p, &len, &stopped), PH_OK, NULL);
+  CHECK(stopped == 1 && len == 0);
+  CHECK_STATUS(ph_text_stream_push(s, -1, &p, &len, &stopped), PH_ERR_INVALID_ARGUMENT, NULL);
+  ph_text_stream_free(s);
+  /* an id that is no token gives no text and keeps the stream going, as decode drops it */
+  CHECK_STATUS(ph_text_stream_create(t, stops, 2, 1, &s), PH_OK, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 0xc3, &p, &len, &stopped), PH_OK, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 999, &p, &len, &stopped), PH_OK, NULL);
+  CHECK_EQ_INT(len, 0);
+  CHECK_STATUS(ph_text_stream_push(s, 0xa9, &p, &len, &stopped), PH_OK, NULL);
+  CHECK_STATUS(ph_text_stream_push(s, 'x', &p, &len, &stopped), PH_OK, NULL);
+  CHECK(len == 3 && memcmp(p, "\xc3\xa9x", 3) == 0); /* the character across the unknown id */
+  CHECK_STATUS(ph_text_stream_push(s, -5, &p, &len, &stopped), PH_ERR_INVALID_ARGUMENT, NULL);
   ph_text_stream_free(s);
   /* a held-back prefix is flushed by finish, and an unfinished character becomes U+FFFD */
   CHECK_STATUS(ph_text_stream_create(t, stops, 2, 0, &s), PH_OK, NULL);
@@ -800,6 +828,111 @@ static void test_text_stream(void) {
     free(got);
     ph_free(want);
   }
+  ph_tokenizer_free(t);
+}
+
+/* ---- threads: one tokenizer, many callers ---- */
+
+/* pagedhybrid.h promises that every function taking a const ph_tokenizer may run on many threads
+ * at once. Four threads encode, decode, render the chat template and stream the same inputs over
+ * and over on make-tiny's tokenizer; each result must be the single-threaded one (run under
+ * ThreadSanitizer during the review of issue 17: no report). */
+typedef struct thread_job {
+  const ph_tokenizer *tok;
+  const char *text, *messages;
+  size_t text_len;
+  const int64_t *ids;
+  int64_t n_ids;
+  const char *chat;
+  size_t chat_len;
+  int failures;
+} thread_job;
+
+static void *thread_work(void *arg) {
+  thread_job *j = arg;
+  for (int r = 0; r < 8; r++) {
+    int64_t *ids = NULL, n = 0;
+    if (ph_tokenizer_encode(j->tok, j->text, j->text_len, 1, &ids, &n) != PH_OK || n != j->n_ids ||
+        memcmp(ids, j->ids, (size_t)n * sizeof *ids) != 0)
+      j->failures++;
+    char *t = NULL;
+    size_t len = 0;
+    if (ph_tokenizer_decode(j->tok, ids, n, 0, &t, &len) != PH_OK || len != j->text_len ||
+        memcmp(t, j->text, len) != 0)
+      j->failures++;
+    ph_free(t);
+    ph_text_stream *s = NULL;
+    const char *stops[] = {"never-there"};
+    size_t streamed = 0;
+    if (ph_text_stream_create(j->tok, stops, 1, 0, &s) != PH_OK) j->failures++;
+    for (int64_t i = 0; s && i < n; i++) {
+      const char *p;
+      size_t pl;
+      int stopped;
+      if (ph_text_stream_push(s, ids[i], &p, &pl, &stopped) != PH_OK) j->failures++;
+      streamed += pl;
+    }
+    const char *p;
+    size_t pl = 0;
+    if (s && ph_text_stream_finish(s, &p, &pl) != PH_OK) j->failures++;
+    if (streamed + pl != j->text_len) j->failures++;
+    ph_text_stream_free(s);
+    ph_free(ids);
+    char err[256];
+    t = NULL;
+    if (ph_chat_render(j->tok, j->messages, NULL, 1, &t, &len, err, sizeof err) != PH_OK ||
+        len != j->chat_len || memcmp(t, j->chat, len) != 0)
+      j->failures++;
+    ph_free(t);
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  char dir[1024];
+  diag d;
+  snprintf(dir, sizeof dir, "%s/threads", check_env("PH_TMP_DIR"));
+  CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+  CHECK_STATUS(tiny_tokenizer_write(dir, 512, &d), PH_OK, d.msg);
+  ph_tokenizer *t = NULL;
+  CHECK_STATUS(ph_tokenizer_open(dir, &t), PH_OK, t ? ph_tokenizer_error(t) : "open");
+  if (!t) return;
+  static const char *const parts[] = {"Hello, the world ",
+                                      "<|im_start|>user\n",
+                                      "\xc3\xa9t\xc3\xa9 ",
+                                      "  \t\n\n",
+                                      "1234 ",
+                                      "\xf0\x9f\x98\x80 ",
+                                      "don't "};
+  tok_buf text = {0};
+  for (int i = 0; i < 3000; i++)
+    tok_buf_append(&text, parts[(i * 5) % 7], strlen(parts[(i * 5) % 7]));
+  const char *messages =
+      "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+      "\"content\": [{\"type\": \"text\", \"text\": \"Hi\"}]}]";
+  thread_job base = {t, text.p, messages, text.n, NULL, 0, NULL, 0, 0};
+  int64_t *ids = NULL;
+  char *chat = NULL, err[256];
+  CHECK_STATUS(ph_tokenizer_encode(t, text.p, text.n, 1, &ids, &base.n_ids), PH_OK, NULL);
+  CHECK_STATUS(ph_chat_render(t, messages, NULL, 1, &chat, &base.chat_len, err, sizeof err), PH_OK,
+               err);
+  base.ids = ids;
+  base.chat = chat;
+  if (ids && chat) {
+    thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+      jobs[i] = base;
+      CHECK(pthread_create(&th[i], NULL, thread_work, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+      pthread_join(th[i], NULL);
+      CHECK_EQ_INT(jobs[i].failures, 0);
+    }
+  }
+  ph_free(ids);
+  ph_free(chat);
+  free(text.p);
   ph_tokenizer_free(t);
 }
 
@@ -905,6 +1038,7 @@ int main(void) {
   RUN(test_open_dir);
   RUN(test_tiny_files);
   RUN(test_text_stream);
+  RUN(test_threads);
   RUN(test_bad_files);
   return check_finish();
 }

@@ -134,8 +134,10 @@ ph_status ph_text_stream_push(ph_text_stream *s, int64_t token, const char **pie
   const char *bytes;
   size_t n;
   int special;
-  if (!tokenizer_token_bytes(s->tok, token, &bytes, &n, &special)) return PH_ERR_INVALID_ARGUMENT;
+  if (token < 0) return PH_ERR_INVALID_ARGUMENT;
   if (s->stopped) return PH_OK;
+  /* an id that is no token gives no text, as in ph_tokenizer_decode */
+  if (!tokenizer_token_bytes(s->tok, token, &bytes, &n, &special)) n = 0;
   if (special && s->skip_special) n = 0;
   if (!tok_buf_append(&s->raw, bytes, n)) return PH_ERR_NO_MEMORY;
   size_t tail = utf8_incomplete_tail((const unsigned char *)s->raw.p, s->raw.n);

@@ -23,10 +23,22 @@ static const char k_training_text[] =
 static const char *const k_specials[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
 /* ChatML, written for this project: each message as <|im_start|>role\ncontent<|im_end|>\n, then
- * the assistant's opening when add_generation_prompt. */
+ * the assistant's opening when add_generation_prompt. The content: a string as it is; a list of
+ * OpenAI-style parts as its text parts joined with newlines, as serve joins them ({"type": "text",
+ * "text": ...}; other parts left out); null or missing (an assistant turn holding only tool_calls)
+ * as empty. */
 static const char k_chat_template[] =
     "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- if message['content'] is string %}{%- set content = message['content'] %}"
+    "{%- elif message['content'] is iterable and message['content'] is not mapping %}"
+    "{%- set ns = namespace(text='', sep='') %}"
+    "{%- for part in message['content'] %}"
+    "{%- if part is mapping and part['type'] == 'text' %}"
+    "{%- set ns.text = ns.text + ns.sep + part['text'] %}{%- set ns.sep = '\\n' %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- set content = ns.text %}"
+    "{%- else %}{%- set content = '' %}{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 

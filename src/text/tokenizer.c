@@ -816,10 +816,13 @@ ph_status ph_tokenizer_decode(const ph_tokenizer *tok, const int64_t *ids, int64
   tok_buf raw = {0}, clean = {0};
   for (int64_t i = 0; i < n; i++) {
     int64_t id = ids[i];
-    if (id < 0 || id >= tok->n_ids || !tok->entry[id].valid) {
+    if (id < 0) {
       free(raw.p);
       return PH_ERR_INVALID_ARGUMENT;
     }
+    /* an id that is no token (beyond vocab_size, as a padded model vocabulary generates, or a
+     * gap) gives no text: Hugging Face's decode drops it too */
+    if (id >= tok->n_ids || !tok->entry[id].valid) continue;
     const tok_entry *e = &tok->entry[id];
     if (skip_special && e->special) continue;
     if (!tok_buf_append(&raw, tok->key_blob + e->off, e->len)) {
