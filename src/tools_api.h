@@ -25,6 +25,7 @@
  *                package's files); tensor/tensor.h (nonfinite_scan over initializers)
  *   make-tiny,   models/tiny.h: tiny_params, tiny_apply_preset, tiny_write;
  *   demo         text/tiny_tokenizer.h: tiny_tokenizer_write (the tokenizer files beside them)
+ *   serve, text  io/json_util.h: json_kind ("an array", ...) for the messages on request fields
  *   run          engine/request_file.h: the JSONL request file (docs/run.md) and its result
  *                lines; base/wfile.h (--out written whole); io/onnx.h: onnx_is_package
  *   bench        models/package.h: a package's parameter and initializer bytes; io/onnx.h
@@ -43,6 +44,7 @@
 #include "engine/request_file.h"
 #include "io/genai_config.h"
 #include "io/inference_metadata.h"
+#include "io/json_util.h"
 #include "io/onnx.h"
 #include "models/export.h"
 #include "models/model.h"

@@ -93,7 +93,7 @@ done
 # need (its comment says who takes what). Never the engine's internals, the paged session, the
 # pools, the executor or the ops: the tools serve through ph_engine_*.
 TOOLS_API_ALLOWED="base/diag.h base/fmap.h base/wfile.h engine/request_file.h io/genai_config.h
-io/inference_metadata.h io/onnx.h models/export.h models/model.h models/package.h models/tiny.h
+io/inference_metadata.h io/json_util.h io/onnx.h models/export.h models/model.h models/package.h models/tiny.h
 pagedhybrid.h runtime/dense_session.h tensor/dtype.h tensor/tensor.h text/tiny_tokenizer.h"
 if [ -e "$ROOT/src/tools_api.h" ]; then
   checked=$((checked + 1))

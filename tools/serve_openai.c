@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools_api.h"
+
 int serve_error_set(serve_error *e, int http, const char *type, const char *param, const char *code,
                     const char *fmt, ...) {
   e->http = http;
@@ -23,31 +25,10 @@ int serve_error_set(serve_error *e, int http, const char *type, const char *para
 
 /* ---- reading fields ------------------------------------------------------------------------ */
 
-static const char *kind_of(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "a value";
-}
-
 static int bad_type(serve_error *e, const char *name, const char *expected, const json_t *v) {
   return serve_error_set(e, 400, "invalid_request_error", name, "invalid_type",
                          "Invalid type for '%s': expected %s, but got %s instead.", name, expected,
-                         kind_of(v));
+                         json_kind(v));
 }
 
 static int bad_value(serve_error *e, const char *name, const char *fmt, double got) {
@@ -414,7 +395,7 @@ int serve_parse_request(serve_kind kind, const char *body, size_t len, serve_par
                            je.line, je.column);
   if (!json_is_object(root)) {
     serve_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
-                    "The request body must be a JSON object, got %s.", kind_of(root));
+                    "The request body must be a JSON object, got %s.", json_kind(root));
     json_decref(root);
     return -1;
   }

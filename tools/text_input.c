@@ -36,25 +36,6 @@ ph_status text_open_tokenizer(const char *dir, const char *what, const char *hin
   return PH_OK;
 }
 
-static const char *kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a real number";
-  case JSON_NULL:
-    return "null";
-  default:
-    return "a boolean";
-  }
-}
-
 static char *dump(const json_t *v) {
   return json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
 }
@@ -100,7 +81,7 @@ ph_status text_read_chat_file(const char *path, char **messages_json, char **ext
       s = diag_set(d, PH_ERR_CONFIG_INVALID,
                    "%s: \"add_generation_prompt\" is %s, expected true "
                    "or false",
-                   path, kind(agp));
+                   path, json_kind(agp));
     if (s == PH_OK && agp) *add_generation_prompt = json_is_true(agp);
     if (s == PH_OK && json_object_size(root) > 1 + (agp != NULL)) {
       extra = json_copy(root);
