@@ -401,6 +401,27 @@ static int generate_text(cli_args *a, const char *dir, int64_t max_new, int64_t 
   return rc;
 }
 
+/* The flags both kinds of prompt share. min_new: the least --max-new (a text prompt generates at
+ * least one token; --tokens may ask for none and write the prompt's logits only). */
+typedef struct run_flags {
+  int64_t max_new, threads, max_ctx, block;
+  ph_precision precision;
+} run_flags;
+
+static int read_run_flags(cli_args *a, int64_t min_new, run_flags *f) {
+  *f = (run_flags){.max_new = 16, .block = 16, .precision = PH_PRECISION_AUTO};
+  int rc;
+  if ((rc = cli_get_int(a, "max-new", min_new, 1 << 20, &f->max_new)) ||
+      (rc = cli_get_int(a, "threads", 0, 1024, &f->threads)) ||
+      (rc = cli_get_int(a, "max-context", 0, (int64_t)1 << 24, &f->max_ctx)) ||
+      (rc = cli_get_int(a, "block-size", 16, 1 << 20, &f->block)) ||
+      (rc = engine_flags_precision(a, &f->precision)))
+    return rc;
+  if (f->block & (f->block - 1))
+    return cli_usage_error(a, "--block-size must be a power of two, got %lld", (long long)f->block);
+  return CLI_EXIT_OK;
+}
+
 int cmd_generate(int argc, char **argv) {
   cli_args a;
   int rc = cli_parse(&a, "generate", OPTIONS, N_OPTIONS, argc, argv);
@@ -449,32 +470,18 @@ int cmd_generate(int argc, char **argv) {
                              "--layout %s applies to --tokens",
                              layout);
     if (cli_get(&a, "logits-out")) return cli_usage_error(&a, "--logits-out applies to --tokens");
-    int64_t max_new = 16, threads = 0, max_ctx = 0, block = 16;
-    ph_precision precision = PH_PRECISION_AUTO;
-    if ((rc = cli_get_int(&a, "max-new", 1, 1 << 20, &max_new)) ||
-        (rc = cli_get_int(&a, "threads", 0, 1024, &threads)) ||
-        (rc = cli_get_int(&a, "max-context", 0, (int64_t)1 << 24, &max_ctx)) ||
-        (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)) ||
-        (rc = engine_flags_precision(&a, &precision)))
-      return rc;
-    if (block & (block - 1))
-      return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
-    return generate_text(&a, dir, max_new, threads, max_ctx, block, precision);
+    run_flags f;
+    if ((rc = read_run_flags(&a, 1, &f))) return rc;
+    return generate_text(&a, dir, f.max_new, f.threads, f.max_ctx, f.block, f.precision);
   }
   if (n > MAX_SEQS) return cli_usage_error(&a, "at most %d --tokens sequences", MAX_SEQS);
   diag out_d; /* a --logits-out that cannot be replaced (a FIFO, a device) before any work */
   if (cli_get(&a, "logits-out") && wfile_check_target(cli_get(&a, "logits-out"), &out_d) != PH_OK)
     return cli_lib_error(out_d.status, out_d.msg);
-  int64_t max_new = 16, threads = 0, max_ctx = 0, block = 16;
-  ph_precision precision = PH_PRECISION_AUTO;
-  if ((rc = cli_get_int(&a, "max-new", 0, 1 << 20, &max_new)) ||
-      (rc = cli_get_int(&a, "threads", 0, 1024, &threads)) ||
-      (rc = cli_get_int(&a, "max-context", 0, (int64_t)1 << 24, &max_ctx)) ||
-      (rc = cli_get_int(&a, "block-size", 16, 1 << 20, &block)) ||
-      (rc = engine_flags_precision(&a, &precision)))
-    return rc;
-  if (block & (block - 1))
-    return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
+  run_flags f;
+  if ((rc = read_run_flags(&a, 0, &f))) return rc;
+  const int64_t max_new = f.max_new, threads = f.threads, max_ctx = f.max_ctx, block = f.block;
+  const ph_precision precision = f.precision;
   const char *layout = cli_get(&a, "layout");
   if (layout && strcmp(layout, "dense") != 0 && strcmp(layout, "paged") != 0)
     return cli_usage_error(&a, "--layout is dense or paged, got \"%s\"", layout);
