@@ -120,6 +120,17 @@ static ph_status nb_resolve(const gnode *n, const tinfo *in, nb_geom *g, diag *d
   RETURN_ERROR_IF(sc->dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
                   "MatMulNBits: scales dtype %s is not A's (%s)", ph_dtype_name(sc->dtype),
                   ph_dtype_name(g->dt));
+  FORWARD_IF_ERROR(op_check_rank(n, b, 3, "B [N, n_blocks, block*bits/8]", d));
+  if (b->rank == 3) {
+    RETURN_ERROR_IF(op_dims_conflict(b->dims[0], N) || op_dims_conflict(b->dims[1], g->n_blocks) ||
+                        op_dims_conflict(b->dims[2], g->blob),
+                    d, PH_ERR_TENSOR_SHAPE,
+                    "MatMulNBits: B is [%lld, %lld, %lld], expected [N, ceil(K/block), "
+                    "block*bits/8] = [%lld, %lld, %lld]",
+                    (long long)b->dims[0], (long long)b->dims[1], (long long)b->dims[2],
+                    (long long)N, (long long)g->n_blocks, (long long)g->blob);
+  }
+  FORWARD_IF_ERROR(nb_check_table(n, sc, "scales", N, g->n_blocks, d));
   if (op_has_input(n, in, NB_IN_ZP)) {
     const tinfo *zp = &in[NB_IN_ZP];
     if (zp->dtype == PH_DTYPE_U8) {
@@ -145,18 +156,6 @@ static ph_status nb_resolve(const gnode *n, const tinfo *in, nb_geom *g, diag *d
                     (long long)N);
     g->has_bias = 1;
   }
-
-  FORWARD_IF_ERROR(op_check_rank(n, b, 3, "B [N, n_blocks, block*bits/8]", d));
-  if (b->rank == 3) {
-    RETURN_ERROR_IF(op_dims_conflict(b->dims[0], N) || op_dims_conflict(b->dims[1], g->n_blocks) ||
-                        op_dims_conflict(b->dims[2], g->blob),
-                    d, PH_ERR_TENSOR_SHAPE,
-                    "MatMulNBits: B is [%lld, %lld, %lld], expected [N, ceil(K/block), "
-                    "block*bits/8] = [%lld, %lld, %lld]",
-                    (long long)b->dims[0], (long long)b->dims[1], (long long)b->dims[2],
-                    (long long)N, (long long)g->n_blocks, (long long)g->blob);
-  }
-  FORWARD_IF_ERROR(nb_check_table(n, sc, "scales", N, g->n_blocks, d));
 
   RETURN_ERROR_IF(a->rank == 0, d, PH_ERR_TENSOR_SHAPE, "MatMulNBits: A must have rank >= 1");
   g->rank = a->rank;
