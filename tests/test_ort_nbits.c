@@ -1,0 +1,216 @@
+/* test_ort_nbits — com.microsoft::MatMulNBits against ONNX Runtime 1.30 itself (onnxruntime-node,
+ * CPU EP): one-node packages written by our ONNX writer, run by ORT through tests/ort/run_ort.mjs
+ * and by our executor after reading the package back (docs/ort-check.md has the machinery).
+ *
+ * Both runtimes are checked element by element against a float64 dequantize-then-dot computed
+ * here from the packed bytes (low nibble = even k; packed 4-bit zero points, low nibble = even
+ * block; default zero point 2^(bits-1)), so a disagreement on the layout shows as an O(1)
+ * error, not a rounding one. Bound per element, u = 2^-24, S = Σ|a_k·w_k| + |bias|: ours is
+ * within 1.01·(K + 4)·u·S (derived in src/ops/test_matmul_nbits.c); ORT's CPU path
+ * (accuracy_level 0: B dequantized to f32, then an SGEMM with its own summation order, possibly
+ * fused multiply-adds) is within the same kind of bound, taken twice for headroom:
+ * 2.02·(K + 4)·u·S. A wrong nibble or zero point moves an output by about |a|·s, at least 10^3
+ * times that. The measured errors are printed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fmap.h"
+#include "base/rng.h"
+#include "check.h"
+#include "exec/exec.h"
+#include "io/onnx.h"
+#include "io/safetensors.h"
+#include "ort_testing.h"
+#include "tensor/dtype.h"
+
+typedef struct nb_case {
+  const char *name;
+  int64_t M, K, N;
+  int bits, block;
+  int zp;   /* 0: none, 1: packed uint8 */
+  int bias; /* 1: a bias input */
+} nb_case;
+
+typedef struct nb_data {
+  float *a, *scales, *bias;
+  uint8_t *b, *zp;
+  int64_t nb, blob, zp_bytes;
+} nb_data;
+
+static void make_data(const nb_case *c, nb_data *o, rng *g) {
+  memset(o, 0, sizeof *o);
+  o->nb = (c->K + c->block - 1) / c->block;
+  o->blob = (int64_t)c->block * c->bits / 8;
+  o->zp_bytes = (o->nb * c->bits + 7) / 8;
+  o->a = malloc((size_t)(c->M * c->K) * 4);
+  o->scales = malloc((size_t)(c->N * o->nb) * 4);
+  o->b = malloc((size_t)(c->N * o->nb * o->blob));
+  for (int64_t i = 0; i < c->M * c->K; i++) o->a[i] = rng_range(g, -1, 1);
+  for (int64_t i = 0; i < c->N * o->nb; i++) o->scales[i] = rng_range(g, 0.001f, 0.05f);
+  for (int64_t i = 0; i < c->N * o->nb * o->blob; i++) o->b[i] = (uint8_t)rng_below(g, 256);
+  if (c->zp) {
+    o->zp = malloc((size_t)(c->N * o->zp_bytes));
+    for (int64_t i = 0; i < c->N * o->zp_bytes; i++) o->zp[i] = (uint8_t)rng_below(g, 256);
+  }
+  if (c->bias) {
+    o->bias = malloc((size_t)c->N * 4);
+    for (int64_t i = 0; i < c->N; i++) o->bias[i] = rng_range(g, -1, 1);
+  }
+}
+
+static void free_data(nb_data *o) {
+  free(o->a);
+  free(o->scales);
+  free(o->b);
+  free(o->zp);
+  free(o->bias);
+}
+
+/* The float64 reference and S (see the head comment) for element (m, n). */
+static double reference(const nb_case *c, const nb_data *o, int64_t m, int64_t n, double *S) {
+  double y = 0, s_abs = 0;
+  for (int64_t k = 0; k < c->K; k++) {
+    int64_t blk = k / c->block;
+    uint8_t byte = o->b[n * o->nb * o->blob + blk * o->blob + (k % c->block) * c->bits / 8];
+    int q = c->bits == 8 ? byte : (byte >> ((k % 2) * 4)) & 15;
+    int z = 1 << (c->bits - 1);
+    if (c->zp) {
+      uint8_t zb = o->zp[n * o->zp_bytes + (c->bits == 8 ? blk : blk / 2)];
+      z = c->bits == 8 ? zb : (zb >> ((blk % 2) * 4)) & 15;
+    }
+    double p = (double)o->a[m * c->K + k] * (double)(q - z) * (double)o->scales[n * o->nb + blk];
+    y += p;
+    s_abs += fabs(p);
+  }
+  if (c->bias) {
+    y += o->bias[n];
+    s_abs += fabs((double)o->bias[n]);
+  }
+  *S = s_abs;
+  return y;
+}
+
+static graph *make_graph(const nb_case *c, const nb_data *o, diag *d) {
+  graph *g = NULL;
+  if (graph_create(&g, d) != PH_OK) return NULL;
+  int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){c->M, c->K}, NULL);
+  int b = graph_add_initializer_copy(g, "b", PH_DTYPE_U8, shape_3d(c->N, o->nb, o->blob), o->b);
+  int s = graph_add_initializer_copy(g, "scales", PH_DTYPE_F32, shape_1d(c->N * o->nb), o->scales);
+  int z = c->zp ? graph_add_initializer_copy(g, "zero_points", PH_DTYPE_U8,
+                                             shape_1d(c->N * o->zp_bytes), o->zp)
+                : -1;
+  int bias =
+      c->bias ? graph_add_initializer_copy(g, "bias", PH_DTYPE_F32, shape_1d(c->N), o->bias) : -1;
+  gattr at[4] = {attr_int("K", c->K), attr_int("N", c->N), attr_int("bits", c->bits),
+                 attr_int("block_size", c->block)};
+  int y = -1;
+  graph_add_node(g, "MatMulNBits", "com.microsoft", "mm", c->bias ? 6 : (c->zp ? 4 : 3),
+                 (int[]){a, b, s, z, -1, bias}, 1, (const char *[]){"y"}, &y, 4, at);
+  graph_mark_output(g, y, NULL);
+  if (graph_finalize(g, d) != PH_OK) {
+    graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* Ours: the package read back, run by the executor. y gets M*N floats. */
+static int run_ours(const char *pkg, const nb_case *c, const nb_data *o, float *y) {
+  diag d;
+  graph *g = NULL;
+  ph_status s = onnx_read_model(pkg, &g, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return 0;
+  executor *e = NULL;
+  s = exec_create(g, 2, &e, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  tensor ta;
+  memset(&ta, 0, sizeof ta);
+  ta.dtype = PH_DTYPE_F32;
+  ta.rank = 2;
+  ta.dims[0] = c->M;
+  ta.dims[1] = c->K;
+  ta.data = o->a;
+  if (s == PH_OK) s = exec_bind_input(e, exec_input_index(e, "a"), &ta, &d);
+  if (s == PH_OK) s = exec_run(e, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s == PH_OK) memcpy(y, exec_output(e, 0)->data, (size_t)(c->M * c->N) * 4);
+  exec_free(e);
+  graph_free(g);
+  return s == PH_OK;
+}
+
+static int run_ort(const char *pkg, const nb_case *c, const nb_data *o, float *y) {
+  st_write_entry e[1] = {{"a", PH_DTYPE_F32, shape_2d(c->M, c->K), o->a}};
+  st_set *set = NULL;
+  if (!ort_run(pkg, c->name, e, 1, &set, NULL)) return 0;
+  int ok = st_count(set) == 1 && st_at(set, 0)->dtype == PH_DTYPE_F32 &&
+           shape_numel(&st_at(set, 0)->shape) == c->M * c->N;
+  CHECK(ok);
+  if (ok) memcpy(y, st_at(set, 0)->data, (size_t)(c->M * c->N) * 4);
+  st_close(set);
+  return ok;
+}
+
+/* Runs case c on both runtimes and checks both against the reference. */
+static void nb_case_run(const nb_case *c, uint64_t seed) {
+  rng g = rng_seed(seed);
+  nb_data o;
+  make_data(c, &o, &g);
+  diag d;
+  char pkg[1300];
+  snprintf(pkg, sizeof pkg, "%s/%s", g_tmp, c->name);
+  graph *gr = make_graph(c, &o, &d);
+  if (!CHECK(gr != NULL)) {
+    fprintf(stderr, "  %s: %s\n", c->name, d.msg);
+    free_data(&o);
+    return;
+  }
+  ph_status s = path_mkdirs(pkg, &d);
+  if (s == PH_OK) s = onnx_write_model(gr, pkg, "test_ort_nbits", &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  graph_free(gr);
+  float *ours = calloc((size_t)(c->M * c->N), 4), *ort = calloc((size_t)(c->M * c->N), 4);
+  if (s == PH_OK && run_ours(pkg, c, &o, ours) && run_ort(pkg, c, &o, ort)) {
+    const double u = ldexp(1.0, -24);
+    double worst_ours = 0, worst_ort = 0; /* max error / its bound */
+    for (int64_t m = 0; m < c->M; m++)
+      for (int64_t n = 0; n < c->N; n++) {
+        double S, ref = reference(c, &o, m, n, &S);
+        double tol = 1.01 * (double)(c->K + 4) * u * S + 1e-30;
+        double e1 = fabs(ours[m * c->N + n] - ref) / tol, e2 = fabs(ort[m * c->N + n] - ref) / tol;
+        if (!(e1 <= worst_ours)) worst_ours = isnan(e1) ? INFINITY : e1;
+        if (!(e2 <= worst_ort)) worst_ort = isnan(e2) ? INFINITY : e2;
+      }
+    printf("  MatMulNBits %-22s error / bound: ours %.3f, ORT %.3f\n", c->name, worst_ours,
+           worst_ort);
+    CHECK(worst_ours <= 1.0);
+    CHECK(worst_ort <= 2.0);
+  }
+  free(ours);
+  free(ort);
+  free_data(&o);
+}
+
+static void test_ort_nbits_cases(void) {
+  static const nb_case CASES[] = {
+      {"b4-blk32-sym", 3, 64, 16, 4, 32, 0, 0},            /* ort-1.30.md's verified case */
+      {"b4-blk64-zp-odd-blocks", 5, 192, 24, 4, 64, 1, 0}, /* n_blocks 3: a padding nibble */
+      {"b4-blk32-K-not-multiple", 4, 80, 8, 4, 32, 1, 0},  /* the last block padded */
+      {"b4-blk128-bias", 2, 256, 12, 4, 128, 0, 1},
+      {"b8-blk32-sym", 2, 96, 8, 8, 32, 0, 0},
+      {"b8-blk128-zp", 1, 256, 12, 8, 128, 1, 0},
+      {"b8-blk64-zp-K-not-mult", 17, 100, 9, 8, 64, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) nb_case_run(&CASES[i], 1800 + i);
+}
+
+int main(void) {
+  int rc = ort_testing_init("test_ort_nbits");
+  if (rc) return rc;
+  RUN(test_ort_nbits_cases);
+  return check_finish();
+}
