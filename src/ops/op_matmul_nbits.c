@@ -9,7 +9,8 @@
  * with n_blocks = ceil(K / block), T ∈ {f32, f16, bf16}, attributes K, N (required, >= 1), bits
  * (default 4; 4 or 8, other widths of 2..8 UNSUPPORTED), block_size (required, a power of two
  * >= 16), accuracy_level (0..4, default 0; accepted and recorded, the arithmetic is f32 whatever
- * it says). Without zero points every block's zero point is 2^(bits-1).
+ * it says). K, N > 2^31 - 1 and block_size > 2^30 are UNSUPPORTED (no size overflows). Without
+ * zero points every block's zero point is 2^(bits-1).
  * Dequantization and the f32 summation order are the kernel's (kernels/matmul_nbits.h); the
  * bias is added to the finished sum and Y is rounded to T once.
  * Work is split over blocks of output columns; each output element is one sum computed by one
@@ -25,6 +26,8 @@
 enum { NB_IN_A, NB_IN_B, NB_IN_SCALES, NB_IN_ZP, NB_IN_GIDX, NB_IN_BIAS };
 
 #define NB_COLS_PER_TASK 8
+#define NB_MAX_DIM       INT32_MAX          /* K and N */
+#define NB_MAX_BLOCK     ((int64_t)1 << 30) /* block_size */
 
 typedef struct nb_geom {
   ph_dtype dt;
@@ -38,15 +41,20 @@ typedef struct nb_geom {
   int has_bias;
 } nb_geom;
 
-/* Number of elements of a static type, or -1 when a dim or the rank is unknown. */
+/* Number of elements of a static type, or -1 when a dim or the rank is unknown; INT64_MAX when
+ * the product overflows (never a legal table length, so the caller reports a mismatch). */
 static int64_t nb_numel(const tinfo *t) {
   if (t->rank < 0) return -1;
   int64_t n = 1;
+  int over = 0;
   for (int i = 0; i < t->rank; i++) {
     if (t->dims[i] < 0) return -1;
-    n *= t->dims[i];
+    if (t->dims[i] > 0 && n > INT64_MAX / t->dims[i])
+      over = 1;
+    else
+      n *= t->dims[i];
   }
-  return n;
+  return over && n != 0 ? INT64_MAX : n;
 }
 
 /* A per-column table (scales, zero points): rank 1 [N*per] or rank 2 [N, per]. */
@@ -95,6 +103,12 @@ static ph_status nb_resolve(const gnode *n, const tinfo *in, nb_geom *g, diag *d
                   "MatMulNBits: attribute block_size is required and must be a power of two "
                   ">= 16, got %lld",
                   (long long)block);
+  /* Caps far above any real layer that keep every size below (N·n_blocks·blob, M·K) in int64. */
+  RETURN_ERROR_IF(K > NB_MAX_DIM || N > NB_MAX_DIM || block > NB_MAX_BLOCK, d, PH_ERR_UNSUPPORTED,
+                  "MatMulNBits: K = %lld, N = %lld, block_size = %lld: K and N above %lld or a "
+                  "block above %lld are not supported",
+                  (long long)K, (long long)N, (long long)block, (long long)NB_MAX_DIM,
+                  (long long)NB_MAX_BLOCK);
   RETURN_ERROR_IF(acc < 0 || acc > 4, d, PH_ERR_INVALID_ARGUMENT,
                   "MatMulNBits: attribute accuracy_level must be in [0, 4], got %lld",
                   (long long)acc);

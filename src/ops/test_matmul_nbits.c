@@ -258,6 +258,9 @@ static void test_nb_errors(void) {
       {"block_size", 32, PH_ERR_TENSOR_SHAPE, "B is"}, /* n_blocks 3, blob 16 */
       {"accuracy_level", 5, PH_ERR_INVALID_ARGUMENT, "accuracy_level"},
       {"K", 0, PH_ERR_INVALID_ARGUMENT, "K"},
+      {"K", (int64_t)1 << 40, PH_ERR_UNSUPPORTED, "not supported"},
+      {"N", (int64_t)1 << 40, PH_ERR_UNSUPPORTED, "not supported"},
+      {"block_size", (int64_t)1 << 62, PH_ERR_UNSUPPORTED, "not supported"},
   };
   for (size_t i = 0; i < sizeof attr_cases / sizeof attr_cases[0]; i++) {
     gattr attrs[5];
