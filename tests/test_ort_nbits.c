@@ -32,6 +32,7 @@ typedef struct nb_case {
   int bits, block;
   int zp;   /* 0: none, 1: packed uint8, 2: f32, one per block */
   int bias; /* 1: a bias input */
+  int t2d;  /* scales and zero points as [N, per] instead of [N*per] */
 } nb_case;
 
 typedef struct nb_data {
@@ -104,12 +105,15 @@ static graph *make_graph(const nb_case *c, const nb_data *o, diag *d) {
   if (graph_create(&g, d) != PH_OK) return NULL;
   int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){c->M, c->K}, NULL);
   int b = graph_add_initializer_copy(g, "b", PH_DTYPE_U8, shape_3d(c->N, o->nb, o->blob), o->b);
-  int s = graph_add_initializer_copy(g, "scales", PH_DTYPE_F32, shape_1d(c->N * o->nb), o->scales);
+  int s = graph_add_initializer_copy(g, "scales", PH_DTYPE_F32,
+                                     c->t2d ? shape_2d(c->N, o->nb) : shape_1d(c->N * o->nb),
+                                     o->scales);
   int z = c->zp == 2 ? graph_add_initializer_copy(g, "zero_points", PH_DTYPE_F32,
                                                   shape_1d(c->N * o->nb), o->zpf)
-          : c->zp    ? graph_add_initializer_copy(g, "zero_points", PH_DTYPE_U8,
-                                                  shape_1d(c->N * o->zp_bytes), o->zp)
-                     : -1;
+          : c->zp    ? graph_add_initializer_copy(
+                           g, "zero_points", PH_DTYPE_U8,
+                        c->t2d ? shape_2d(c->N, o->zp_bytes) : shape_1d(c->N * o->zp_bytes), o->zp)
+                  : -1;
   int bias =
       c->bias ? graph_add_initializer_copy(g, "bias", PH_DTYPE_F32, shape_1d(c->N), o->bias) : -1;
   gattr at[4] = {attr_int("K", c->K), attr_int("N", c->N), attr_int("bits", c->bits),
@@ -205,14 +209,16 @@ static void nb_case_run(const nb_case *c, uint64_t seed) {
 
 static void test_ort_nbits_cases(void) {
   static const nb_case CASES[] = {
-      {"b4-blk32-sym", 3, 64, 16, 4, 32, 0, 0},            /* ort-1.30.md's verified case */
-      {"b4-blk64-zp-odd-blocks", 5, 192, 24, 4, 64, 1, 0}, /* n_blocks 3: a padding nibble */
-      {"b4-blk32-K-not-multiple", 4, 80, 8, 4, 32, 1, 0},  /* the last block padded */
-      {"b4-blk128-bias", 2, 256, 12, 4, 128, 0, 1},
-      {"b8-blk32-sym", 2, 96, 8, 8, 32, 0, 0},
-      {"b8-blk128-zp", 1, 256, 12, 8, 128, 1, 0},
-      {"b8-blk64-zp-K-not-mult", 17, 100, 9, 8, 64, 1, 1},
-      {"b4-blk32-float-zp", 3, 96, 10, 4, 32, 2, 0},
+      {"b4-blk32-sym", 3, 64, 16, 4, 32, 0, 0, 0},            /* ort-1.30.md's verified case */
+      {"b4-blk64-zp-odd-blocks", 5, 192, 24, 4, 64, 1, 0, 0}, /* n_blocks 3: a padding nibble */
+      {"b4-blk32-K-not-multiple", 4, 80, 8, 4, 32, 1, 0, 0},  /* the last block padded */
+      {"b4-blk128-bias", 2, 256, 12, 4, 128, 0, 1, 0},
+      {"b8-blk32-sym", 2, 96, 8, 8, 32, 0, 0, 0},
+      {"b8-blk128-zp", 1, 256, 12, 8, 128, 1, 0, 0},
+      {"b8-blk64-zp-K-not-mult", 17, 100, 9, 8, 64, 1, 1, 0},
+      {"b4-blk32-float-zp", 3, 96, 10, 4, 32, 2, 0, 0},
+      {"b4-blk32-2d-tables", 3, 96, 10, 4, 32, 1, 0, 1},
+      {"b8-blk64-2d-tables", 2, 128, 6, 8, 64, 1, 0, 1},
       /* 8 bits with float zero points is legal in the schema, but ORT 1.30's CPU kernel refuses
        * it at run time ("Only 2b and 4b quantization is supported for unpacked compute"), so
        * it has no case here (docs/ops-linear.md) */
