@@ -10,7 +10,9 @@
  * (accuracy_level 0: B dequantized to f32, then an SGEMM with its own summation order, possibly
  * fused multiply-adds) is within the same kind of bound, taken twice for headroom:
  * 2.02·(K + 4)·u·S. A wrong nibble or zero point moves an output by about |a|·s, at least 10^3
- * times that. The measured errors are printed.
+ * times that. f16 cases (A, scales, float zero points, bias and Y in f16; the inputs drawn already
+ * rounded, so the reference reads the same values) add one rounding of Y: |y|·2^-11. The
+ * measured errors are printed.
  */
 #include <math.h>
 #include <stdio.h>
