@@ -7,6 +7,7 @@
 #define OP_LIST(X)                                                                                 \
   X(matmul)                                                                                        \
   X(matmul_wt)                                                                                     \
+  X(matmul_nbits)                                                                                  \
   X(gather)                                                                                        \
   X(add)                                                                                           \
   X(sub)                                                                                           \

@@ -1,0 +1,292 @@
+/* op_matmul_nbits — com.microsoft MatMulNBits (ONNX Runtime 1.30's contrib schema): a linear
+ * layer whose weight is block-quantized to 4 or 8 bits.
+ *
+ *   A [..., K] (T)   B uint8 [N, n_blocks, block*bits/8]   scales (T) [N*n_blocks] or [N, n_blocks]
+ *   zero_points (optional): uint8 [N*ceil(n_blocks*bits/8)] (or [N, ceil(n_blocks*bits/8)]),
+ *                           packed as B is, or T [N*n_blocks] (or [N, n_blocks]), unpacked
+ *   g_idx (optional): refused, PH_ERR_UNSUPPORTED      bias (optional): T [N]
+ *   -> Y [..., N] (T),   Y = A · dequant(B)ᵀ + bias
+ * with n_blocks = ceil(K / block), T ∈ {f32, f16, bf16}, attributes K, N (required, >= 1), bits
+ * (default 4; 4 or 8, other widths of 2..8 UNSUPPORTED), block_size (required, a power of two
+ * >= 16), accuracy_level (0..4, default 0; accepted and recorded, the arithmetic is f32 whatever
+ * it says). K, N > 2^31 - 1 and block_size > 2^30 are UNSUPPORTED (no size overflows). Without
+ * zero points every block's zero point is 2^(bits-1).
+ * Dequantization and the f32 summation order are the kernel's (kernels/matmul_nbits.h); the
+ * bias is added to the finished sum and Y is rounded to T once.
+ * Work is split over blocks of output columns; each output element is one sum computed by one
+ * task, so neither M nor the thread count changes a result.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/matmul_nbits.h"
+#include "ops/op.h"
+#include "ops/op_util.h"
+
+enum { NB_IN_A, NB_IN_B, NB_IN_SCALES, NB_IN_ZP, NB_IN_GIDX, NB_IN_BIAS };
+
+#define NB_COLS_PER_TASK 8
+#define NB_MAX_DIM       INT32_MAX          /* K and N */
+#define NB_MAX_BLOCK     ((int64_t)1 << 30) /* block_size */
+
+typedef struct nb_geom {
+  ph_dtype dt;
+  int rank;                     /* of A and Y */
+  int64_t dims[GRAPH_MAX_DIMS]; /* of Y; -1 unknown */
+  int64_t M, K, N;              /* M = rows of A (product of its leading dims); -1 unknown */
+  int bits, accuracy_level;
+  int64_t block, n_blocks, blob; /* blob = bytes per block of B */
+  int zp_kind;                   /* 0: none (2^(bits-1)), 1: packed uint8, 2: T, unpacked */
+  int64_t zp_col_bytes;          /* packed uint8 zero-point bytes per column */
+  int has_bias;
+} nb_geom;
+
+/* Number of elements of a static type, or -1 when a dim or the rank is unknown; INT64_MAX when
+ * the product overflows (never a legal table length, so the caller reports a mismatch). */
+static int64_t nb_numel(const tinfo *t) {
+  if (t->rank < 0) return -1;
+  int64_t n = 1;
+  int over = 0;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->dims[i] < 0) return -1;
+    if (t->dims[i] > 0 && n > INT64_MAX / t->dims[i])
+      over = 1;
+    else
+      n *= t->dims[i];
+  }
+  return over && n != 0 ? INT64_MAX : n;
+}
+
+/* A per-column table (scales, zero points): rank 1 [N*per] or rank 2 [N, per]. */
+static ph_status nb_check_table(const gnode *n, const tinfo *t, const char *what, int64_t N,
+                                int64_t per, diag *d) {
+  RETURN_ERROR_IF(t->rank >= 0 && t->rank != 1 && t->rank != 2, d, PH_ERR_TENSOR_SHAPE,
+                  "MatMulNBits: %s must be [N*%lld] or [N, %lld], got rank %d", what,
+                  (long long)per, (long long)per, t->rank);
+  if (t->rank == 2) {
+    RETURN_ERROR_IF(op_dims_conflict(t->dims[0], N) || op_dims_conflict(t->dims[1], per), d,
+                    PH_ERR_TENSOR_SHAPE, "MatMulNBits: %s is [%lld, %lld], expected [%lld, %lld]",
+                    what, (long long)t->dims[0], (long long)t->dims[1], (long long)N,
+                    (long long)per);
+  }
+  int64_t numel = nb_numel(t);
+  RETURN_ERROR_IF(numel >= 0 && numel != N * per, d, PH_ERR_TENSOR_SHAPE,
+                  "MatMulNBits: %s has %lld elements, expected N*%lld = %lld", what,
+                  (long long)numel, (long long)per, (long long)(N * per));
+  (void)n;
+  return PH_OK;
+}
+
+static ph_status nb_resolve(const gnode *n, const tinfo *in, nb_geom *g, diag *d) {
+  memset(g, 0, sizeof *g);
+  RETURN_ERROR_IF(n->n_inputs < 3 || n->n_inputs > 6, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulNBits: takes 3 to 6 inputs (A, B, scales, zero_points, g_idx, bias), "
+                  "got %d",
+                  n->n_inputs);
+  RETURN_ERROR_IF(n->n_outputs != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulNBits: has 1 output, got %d", n->n_outputs);
+  int64_t K = 0, N = 0, bits = 0, block = 0, acc = 0;
+  FORWARD_IF_ERROR(op_attr_int(n, "K", -1, &K, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "N", -1, &N, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "bits", 4, &bits, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "block_size", -1, &block, d));
+  FORWARD_IF_ERROR(op_attr_int(n, "accuracy_level", 0, &acc, d));
+  RETURN_ERROR_IF(K < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulNBits: attribute K is required and must be >= 1, got %lld", (long long)K);
+  RETURN_ERROR_IF(N < 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulNBits: attribute N is required and must be >= 1, got %lld", (long long)N);
+  RETURN_ERROR_IF(bits < 2 || bits > 8, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulNBits: attribute bits must be in [2, 8], got %lld", (long long)bits);
+  RETURN_ERROR_IF(bits != 4 && bits != 8, d, PH_ERR_UNSUPPORTED,
+                  "MatMulNBits: bits = %lld is not supported (4 or 8)", (long long)bits);
+  RETURN_ERROR_IF(block < 16 || (block & (block - 1)) != 0, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulNBits: attribute block_size is required and must be a power of two "
+                  ">= 16, got %lld",
+                  (long long)block);
+  /* Caps far above any real layer that keep every size below (N·n_blocks·blob, M·K) in int64. */
+  RETURN_ERROR_IF(K > NB_MAX_DIM || N > NB_MAX_DIM || block > NB_MAX_BLOCK, d, PH_ERR_UNSUPPORTED,
+                  "MatMulNBits: K = %lld, N = %lld, block_size = %lld: K and N above %lld or a "
+                  "block above %lld are not supported",
+                  (long long)K, (long long)N, (long long)block, (long long)NB_MAX_DIM,
+                  (long long)NB_MAX_BLOCK);
+  RETURN_ERROR_IF(acc < 0 || acc > 4, d, PH_ERR_INVALID_ARGUMENT,
+                  "MatMulNBits: attribute accuracy_level must be in [0, 4], got %lld",
+                  (long long)acc);
+  g->K = K;
+  g->N = N;
+  g->bits = (int)bits;
+  g->block = block;
+  g->accuracy_level = (int)acc;
+  g->n_blocks = (K + block - 1) / block;
+  g->blob = block * bits / 8;
+
+  const tinfo *a = &in[NB_IN_A], *b = &in[NB_IN_B], *sc = &in[NB_IN_SCALES];
+  RETURN_ERROR_IF(a->dtype == PH_DTYPE_INVALID || b->dtype == PH_DTYPE_INVALID ||
+                      sc->dtype == PH_DTYPE_INVALID,
+                  d, PH_ERR_INVALID_ARGUMENT, "MatMulNBits: A, B and scales are required");
+  RETURN_ERROR_IF(op_has_input(n, in, NB_IN_GIDX), d, PH_ERR_UNSUPPORTED,
+                  "MatMulNBits: input g_idx (act-order group indices) is not supported");
+  g->dt = a->dtype;
+  RETURN_ERROR_IF(!dtype_is_compute_float(g->dt), d, PH_ERR_TENSOR_DTYPE,
+                  "MatMulNBits: A dtype %s is not f32, f16 or bf16", ph_dtype_name(g->dt));
+  RETURN_ERROR_IF(b->dtype != PH_DTYPE_U8, d, PH_ERR_TENSOR_DTYPE,
+                  "MatMulNBits: B dtype %s is not U8", ph_dtype_name(b->dtype));
+  RETURN_ERROR_IF(sc->dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
+                  "MatMulNBits: scales dtype %s is not A's (%s)", ph_dtype_name(sc->dtype),
+                  ph_dtype_name(g->dt));
+  FORWARD_IF_ERROR(op_check_rank(n, b, 3, "B [N, n_blocks, block*bits/8]", d));
+  if (b->rank == 3) {
+    RETURN_ERROR_IF(op_dims_conflict(b->dims[0], N) || op_dims_conflict(b->dims[1], g->n_blocks) ||
+                        op_dims_conflict(b->dims[2], g->blob),
+                    d, PH_ERR_TENSOR_SHAPE,
+                    "MatMulNBits: B is [%lld, %lld, %lld], expected [N, ceil(K/block), "
+                    "block*bits/8] = [%lld, %lld, %lld]",
+                    (long long)b->dims[0], (long long)b->dims[1], (long long)b->dims[2],
+                    (long long)N, (long long)g->n_blocks, (long long)g->blob);
+  }
+  FORWARD_IF_ERROR(nb_check_table(n, sc, "scales", N, g->n_blocks, d));
+  if (op_has_input(n, in, NB_IN_ZP)) {
+    const tinfo *zp = &in[NB_IN_ZP];
+    if (zp->dtype == PH_DTYPE_U8) {
+      g->zp_kind = 1;
+      g->zp_col_bytes = (g->n_blocks * bits + 7) / 8;
+      FORWARD_IF_ERROR(nb_check_table(n, zp, "zero_points (U8)", N, g->zp_col_bytes, d));
+    } else {
+      RETURN_ERROR_IF(zp->dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
+                      "MatMulNBits: zero_points dtype %s is neither U8 nor A's (%s)",
+                      ph_dtype_name(zp->dtype), ph_dtype_name(g->dt));
+      g->zp_kind = 2;
+      FORWARD_IF_ERROR(nb_check_table(n, zp, "zero_points", N, g->n_blocks, d));
+    }
+  }
+  if (op_has_input(n, in, NB_IN_BIAS)) {
+    const tinfo *bias = &in[NB_IN_BIAS];
+    RETURN_ERROR_IF(bias->dtype != g->dt, d, PH_ERR_TENSOR_DTYPE,
+                    "MatMulNBits: bias dtype %s is not A's (%s)", ph_dtype_name(bias->dtype),
+                    ph_dtype_name(g->dt));
+    FORWARD_IF_ERROR(op_check_rank(n, bias, 1, "bias [N]", d));
+    RETURN_ERROR_IF(bias->rank == 1 && op_dims_conflict(bias->dims[0], N), d, PH_ERR_TENSOR_SHAPE,
+                    "MatMulNBits: bias is [%lld], expected [N] = [%lld]", (long long)bias->dims[0],
+                    (long long)N);
+    g->has_bias = 1;
+  }
+
+  RETURN_ERROR_IF(a->rank == 0, d, PH_ERR_TENSOR_SHAPE, "MatMulNBits: A must have rank >= 1");
+  g->rank = a->rank;
+  if (a->rank > 0) {
+    int64_t last = a->dims[a->rank - 1];
+    RETURN_ERROR_IF(op_dims_conflict(last, K), d, PH_ERR_TENSOR_SHAPE,
+                    "MatMulNBits: the last dim of A is %lld, attribute K is %lld", (long long)last,
+                    (long long)K);
+    g->M = 1;
+    for (int i = 0; i < a->rank; i++) g->dims[i] = a->dims[i];
+    for (int i = 0; i + 1 < a->rank && g->M >= 0; i++)
+      g->M = a->dims[i] >= 0 ? g->M * a->dims[i] : -1;
+    g->dims[a->rank - 1] = N;
+  } else {
+    g->M = -1;
+  }
+  return PH_OK;
+}
+
+static ph_status nb_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) {
+  nb_geom g;
+  FORWARD_IF_ERROR(nb_resolve(n, in, &g, d));
+  out[0] = tinfo_make(g.dt, g.rank, g.dims);
+  return PH_OK;
+}
+
+/* Shared: A in f32 [M*K]. Per thread: one dequantized column [K], its scales and zero points
+ * [n_blocks] each. Each slice 64-byte aligned. */
+static size_t nb_align(size_t b) { return (b + 63) & ~(size_t)63; }
+static size_t nb_shared_bytes(const nb_geom *g) {
+  return nb_align((size_t)g->M * (size_t)g->K * sizeof(float));
+}
+static size_t nb_ws_bytes(const nb_geom *g) {
+  return nb_align((size_t)g->K * sizeof(float)) + 2 * nb_align((size_t)g->n_blocks * sizeof(float));
+}
+
+static size_t nb_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
+  nb_geom g;
+  if (nb_resolve(n, in, &g, NULL) != PH_OK || g.M < 0) return 0;
+  return nb_shared_bytes(&g) + nb_ws_bytes(&g) * (size_t)(n_threads > 0 ? n_threads : 1);
+}
+
+typedef struct nb_job {
+  const nb_geom *g;
+  const float *a; /* [M, K] f32 */
+  const uint8_t *b;
+  const tensor *scales, *zp, *bias;
+  tensor *y;
+  char *ws;
+  size_t ws_bytes;
+} nb_job;
+
+static void nb_task(void *ctx, size_t task, int thread) {
+  const nb_job *j = ctx;
+  const nb_geom *g = j->g;
+  int64_t K = g->K, N = g->N, nb = g->n_blocks;
+  char *ws = j->ws + (size_t)thread * j->ws_bytes;
+  float *w = (float *)(void *)ws;
+  float *sc = (float *)(void *)(ws + nb_align((size_t)K * sizeof(float)));
+  float *zp = (float *)(void *)((char *)sc + nb_align((size_t)nb * sizeof(float)));
+  int64_t n0 = (int64_t)task * NB_COLS_PER_TASK;
+  int64_t n1 = n0 + NB_COLS_PER_TASK < N ? n0 + NB_COLS_PER_TASK : N;
+  for (int64_t c = n0; c < n1; c++) {
+    tensor_load_f32(j->scales, c * nb, nb, sc);
+    if (g->zp_kind == 1) {
+      const uint8_t *zc = (const uint8_t *)j->zp->data + c * g->zp_col_bytes;
+      for (int64_t b = 0; b < nb; b++) zp[b] = nbits_zero_point_u8(zc, g->bits, b);
+    } else if (g->zp_kind == 2) {
+      tensor_load_f32(j->zp, c * nb, nb, zp);
+    } else {
+      for (int64_t b = 0; b < nb; b++) zp[b] = (float)(1 << (g->bits - 1));
+    }
+    nbits_dequant_col(j->b + c * nb * g->blob, sc, zp, g->bits, g->block, K, w);
+    float bias = 0.0f;
+    if (g->has_bias) tensor_load_f32(j->bias, c, 1, &bias);
+    for (int64_t m = 0; m < g->M; m++) {
+      float y = nbits_dot(j->a + m * K, w, K);
+      if (g->has_bias) y += bias;
+      tensor_store_f32(j->y, m * N + c, 1, &y);
+    }
+  }
+}
+
+static ph_status nb_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
+  return nb_resolve(n, in, plan, d);
+}
+
+static ph_status nb_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                        diag *d) {
+  (void)n;
+  const nb_geom *gp = ctx->plan; /* nb_resolve on these shapes, once per plan */
+  RETURN_ERROR_IF(!gp, d, PH_ERR_INTERNAL, "MatMulNBits: run without a plan");
+  const nb_geom g = *gp;
+  RETURN_ERROR_IF(!out[0], d, PH_ERR_INTERNAL, "MatMulNBits: output 0 is required");
+  if (g.M == 0) return PH_OK;
+  int n_threads = pool_threads(ctx->pool);
+  size_t need = nb_shared_bytes(&g) + nb_ws_bytes(&g) * (size_t)n_threads;
+  RETURN_ERROR_IF(ctx->scratch_bytes < need || !ctx->scratch, d, PH_ERR_INTERNAL,
+                  "MatMulNBits: scratch is %zu bytes, %d threads need %zu", ctx->scratch_bytes,
+                  n_threads, need);
+  float *a = ctx->scratch;
+  tensor_load_f32(in[NB_IN_A], 0, g.M * g.K, a);
+  nb_job j;
+  memset(&j, 0, sizeof j);
+  j.g = &g;
+  j.a = a;
+  j.b = in[NB_IN_B]->data;
+  j.scales = in[NB_IN_SCALES];
+  j.zp = g.zp_kind ? in[NB_IN_ZP] : NULL;
+  j.bias = g.has_bias ? in[NB_IN_BIAS] : NULL;
+  j.y = out[0];
+  j.ws = (char *)ctx->scratch + nb_shared_bytes(&g);
+  j.ws_bytes = nb_ws_bytes(&g);
+  pool_run(ctx->pool, (size_t)((g.N + NB_COLS_PER_TASK - 1) / NB_COLS_PER_TASK), nb_task, &j);
+  return PH_OK;
+}
+
+const op_def op_def_matmul_nbits = {
+    "com.microsoft",  "MatMulNBits",   3,      6, 1, 1, nb_infer, nb_run,
+    nb_scratch_bytes, sizeof(nb_geom), nb_plan};
