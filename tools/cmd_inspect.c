@@ -18,8 +18,9 @@
  * --quant-report quantizes every weight issue 18 would put into MatMulNBits (models/weights.h
  * weight_role_quantizable; tensor/quant.h has the format and the rounding) at 8 and at 4 bits,
  * block --quant-block (default 32), symmetric unless --quant-asym, and prints one row per tensor:
- * name, shape [N, K] and the RMS relative error ||W - dq(q(W))|| / ||W|| of each, instead of the
- * summary (a checkpoint only; docs/quantization.md).
+ * the RMS relative error ||W - dq(q(W))|| / ||W|| of each, the shape NxK and the name (last, so
+ * the columns fit 80 unless a name is long), instead of the summary (a checkpoint only;
+ * docs/quantization.md).
  *
  * A directory holding model.onnx is a package: the reader validates it without finalizing (so a
  * package whose operators this build lacks is still described), the report is built once as a
@@ -690,11 +691,11 @@ static int print_quant_report(const cli_args *a, ph_model *m, int block, int sym
   } else {
     printf("quantization error per weight (block %d, %s; RMS relative error)\n", block,
            symmetric ? "symmetric" : "asymmetric");
-    printf("%-52s %13s %9s %9s\n", "tensor", "shape", "int8", "int4");
+    printf("%9s %9s %11s  %s\n", "int8", "int4", "shape", "tensor");
     for (size_t i = 0; i < n; i++) {
       char shp[48];
       snprintf(shp, sizeof shp, "%lldx%lld", (long long)rows[i].n, (long long)rows[i].k);
-      printf("%-52s %13s %9.3e %9.3e\n", rows[i].name, shp, rows[i].rel8, rows[i].rel4);
+      printf("%9.3e %9.3e %11s  %s\n", rows[i].rel8, rows[i].rel4, shp, rows[i].name);
     }
     printf("%zu tensors\n", n);
   }
