@@ -1223,7 +1223,7 @@ static void test_quant_report(void) {
     CHECK_EQ_INT(run(args), 1);
     CHECK_CONTAINS(g_stderr, "error: PH_ERR_NON_FINITE: quant: "
                              "model.layers.3.self_attn.q_proj.weight [256, 64]: 1 non-finite "
-                             "values, the first (nan) at [19, 18]");
+                             "value, the first (nan) at [19, 18]");
   }
 }
 

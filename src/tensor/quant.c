@@ -81,9 +81,9 @@ ph_status quant_quantize(const quant_params *p, const void *w, ph_dtype w_dtype,
   int64_t first = 0;
   int64_t bad = dtype_count_nonfinite(w_dtype, w, n * k, &first);
   RETURN_ERROR_IF(bad > 0, d, PH_ERR_NON_FINITE,
-                  "quant: %s [%lld, %lld]: %lld non-finite values, the first (%g) at [%lld, %lld]",
-                  nm, (long long)n, (long long)k, (long long)bad, (double)load(w, w_dtype, first),
-                  (long long)(first / k), (long long)(first % k));
+                  "quant: %s [%lld, %lld]: %lld non-finite value%s, the first (%g) at [%lld, %lld]",
+                  nm, (long long)n, (long long)k, (long long)bad, bad == 1 ? "" : "s",
+                  (double)load(w, w_dtype, first), (long long)(first / k), (long long)(first % k));
 
   const int bs = p->block, bits = p->bits;
   const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);

@@ -169,6 +169,19 @@ static void test_zero_point_packing(void) {
   qfree(&q);
 }
 
+/* A tie |max| == |min| takes min as the extreme (ORT: max only when |max| > |min|): with -1 and
+ * 1, scale = -1/-8 = 0.125, -1 -> code 0, and 1 would need 16: it clamps to 15 (0.875 back). */
+static void test_symmetric_tie(void) {
+  float w[16] = {-1.0f, 1.0f, 0.5f};
+  quant_params p = qp(4, 16, 1, PH_DTYPE_F32);
+  qbuf q;
+  CHECK_STATUS(run(&p, w, PH_DTYPE_F32, 1, 16, &q, NULL), PH_OK, NULL);
+  CHECK(q.s[0] == 0.125f);
+  CHECK_EQ_INT(q.b[0], 0 | 15 << 4);
+  CHECK(q.dq[0] == -1.0f && q.dq[1] == 0.875f && q.dq[2] == 0.5f);
+  qfree(&q);
+}
+
 /* ORT rounds codes with roundf: halves away from zero. Scale 1 (extreme -8): 2.5 + 8 = 10.5 ->
  * 11 (round-to-even would give 10); -2.5 + 8 = 5.5 -> 6 (to even: 6 too); 0.5 + 8 -> 9. */
 static void test_rounding_halves_away(void) {
@@ -268,7 +281,7 @@ static void test_non_finite(void) {
   diag d;
   CHECK_STATUS(run(&p, w, PH_DTYPE_F32, 3, 20, &q, &d), PH_ERR_NON_FINITE, d.msg);
   CHECK_CONTAINS(d.msg, "t.weight");
-  CHECK_CONTAINS(d.msg, "2 non-finite");
+  CHECK_CONTAINS(d.msg, "2 non-finite values");
   CHECK_CONTAINS(d.msg, "at [1, 5]");
   qfree(&q);
   uint16_t h[60];
@@ -387,6 +400,7 @@ int main(void) {
   RUN(test_layout_int8);
   RUN(test_zero_point_packing);
   RUN(test_rounding_halves_away);
+  RUN(test_symmetric_tie);
   RUN(test_k_not_multiple);
   RUN(test_all_zero_block);
   RUN(test_one_huge_value);
