@@ -1179,6 +1179,54 @@ static const char *poisoned_copy(const char *src, const char *name, const char *
   return dir;
 }
 
+/* inspect --quant-report (issue 18): one row per weight MatMulNBits would hold, none of the
+ * embedding, norms, GatedDeltaNet a/b/A_log/dt_bias/conv; int8 error far below int4's; a NaN
+ * weight is PH_ERR_NON_FINITE naming the tensor and [row, col]; usage errors exit 2. */
+static void test_quant_report(void) {
+  char args[2048], ckpt[1024], dir[1024];
+  check_data(ckpt, sizeof ckpt, "golden/qwen35-tiny-f32/checkpoint");
+  snprintf(args, sizeof args, "inspect '%s' --quant-report", ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stdout, "block 32, symmetric");
+  CHECK_CONTAINS(g_stdout, "256x64  model.layers.3.self_attn.q_proj.weight");
+  CHECK_CONTAINS(g_stdout, "model.layers.0.linear_attn.in_proj_qkv.weight");
+  CHECK_CONTAINS(g_stdout, "model.layers.0.linear_attn.out_proj.weight");
+  const char *never[] = {"embed_tokens", "norm",    "in_proj_a", "in_proj_b.",
+                         "A_log",        "dt_bias", "conv1d"};
+  for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
+    CHECK(g_stdout && !strstr(g_stdout, never[i]));
+  snprintf(args, sizeof args, "inspect '%s' --quant-report --quant-block 64 --quant-asym --json",
+           ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  json_error_t e;
+  json_t *o = json_loads(g_stdout ? g_stdout : "", 0, &e);
+  CHECK(o != NULL);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "block_size")), 64);
+  CHECK(json_is_false(json_object_get(o, "symmetric")));
+  json_t *ts = json_object_get(o, "tensors");
+  CHECK(json_array_size(ts) >= 10);
+  for (size_t i = 0; i < json_array_size(ts); i++) {
+    json_t *t = json_array_get(ts, i);
+    double r8 = json_real_value(json_object_get(t, "rms_rel_int8"));
+    double r4 = json_real_value(json_object_get(t, "rms_rel_int4"));
+    /* 2^4 levels against 2^8: int4's error is about 16x int8's on these random weights */
+    CHECK(r8 > 0 && r8 < 0.01 && r4 > 8 * r8 && r4 < 0.15);
+  }
+  json_decref(o);
+  snprintf(args, sizeof args, "inspect '%s' --quant-report --quant-block 48", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  snprintf(args, sizeof args, "inspect '%s' --quant-report --no-weights", ckpt);
+  CHECK_EQ_INT(run(args), 2);
+  if (poisoned_copy(ckpt, "nan-quant", "model.layers.3.self_attn.q_proj.weight", 19 * 64 + 18,
+                    0x7fc00000u, dir, sizeof dir)) {
+    snprintf(args, sizeof args, "inspect '%s' --quant-report", dir);
+    CHECK_EQ_INT(run(args), 1);
+    CHECK_CONTAINS(g_stderr, "error: PH_ERR_NON_FINITE: quant: "
+                             "model.layers.3.self_attn.q_proj.weight [256, 64]: 1 non-finite "
+                             "value, the first (nan) at [19, 18]");
+  }
+}
+
 /* Defect 7 (inspect): --check-weights names the tensor, flat index and count of NaN/Inf in
  * f32, bf16 and f16 weights, checkpoints and packages; exit 0 with "all N tensors finite". */
 static void test_check_weights(void) {
@@ -1394,6 +1442,7 @@ int main(void) {
   RUN(test_generate_context);
   RUN(test_option_values);
   RUN(test_check_weights);
+  RUN(test_quant_report);
   RUN(test_80_columns);
   cli_testing_done();
   return check_finish();

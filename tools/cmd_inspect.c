@@ -15,6 +15,13 @@
  * package) for NaN and infinities: exit 1 naming the first bad tensor, its flat index and how
  * many, else "all N tensors finite" in the report.
  *
+ * --quant-report quantizes every weight issue 18 would put into MatMulNBits (models/weights.h
+ * weight_role_quantizable; tensor/quant.h has the format and the rounding) at 8 and at 4 bits,
+ * block --quant-block (default 32), symmetric unless --quant-asym, and prints one row per tensor:
+ * the RMS relative error ||W - dq(q(W))|| / ||W|| of each, the shape NxK and the name (last, so
+ * the columns fit 80 unless a name is long), instead of the summary (a checkpoint only;
+ * docs/quantization.md).
+ *
  * A directory holding model.onnx is a package: the reader validates it without finalizing (so a
  * package whose operators this build lacks is still described), the report is built once as a
  * JSON object and printed as JSON or as text, and finalizing afterwards says whether it runs
@@ -36,6 +43,9 @@ static const cli_option OPTIONS[] = {
     {"json", NULL, "print one JSON object instead of text"},
     {"no-weights", NULL, "read config.json only (no safetensors needed)"},
     {"check-weights", NULL, "scan every weight for NaN/Inf; exit 1 naming the first one found"},
+    {"quant-report", NULL, "RMS relative error of int8 and int4 quantization, per weight"},
+    {"quant-block", "B", "--quant-report: block size, a power of two >= 16 (default 32)"},
+    {"quant-asym", NULL, "--quant-report: asymmetric (zero points) instead of symmetric"},
     {"max-seqs", "N", "memory plan: concurrent sequences (default 16)"},
     {"max-tokens", "T", "memory plan: KV tokens shared by all sequences (default 32768)"},
     {"block-size", "B", "run's plan: tokens per KV page, a power of two >= 16 (default 16)"},
@@ -652,6 +662,47 @@ static ph_status check_initializers(const graph *g, int64_t *n_checked, diag *d)
   return nonfinite_status(&r, d);
 }
 
+/* --quant-report: one row per quantizable weight (model_quant_report), text or JSON. */
+static int print_quant_report(const cli_args *a, ph_model *m, int block, int symmetric) {
+  model_quant_row *rows = NULL;
+  size_t n = 0;
+  diag d;
+  diag_clear(&d);
+  ph_status s = model_quant_report(m, block, symmetric, &rows, &n, &d);
+  if (s != PH_OK) return cli_lib_error(s, d.msg);
+  if (cli_flag(a, "json")) {
+    json_t *o = json_object(), *arr = json_array();
+    json_object_set_new(o, "block_size", json_integer(block));
+    json_object_set_new(o, "symmetric", json_boolean(symmetric));
+    for (size_t i = 0; i < n; i++) {
+      json_t *r = json_object();
+      json_object_set_new(r, "name", json_string(rows[i].name));
+      json_object_set_new(r, "shape",
+                          json_pack("[II]", (json_int_t)rows[i].n, (json_int_t)rows[i].k));
+      json_object_set_new(r, "rms_rel_int8", json_real(rows[i].rel8));
+      json_object_set_new(r, "rms_rel_int4", json_real(rows[i].rel4));
+      json_array_append_new(arr, r);
+    }
+    json_object_set_new(o, "tensors", arr);
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    json_decref(o);
+    if (text) printf("%s\n", text);
+    free(text);
+  } else {
+    printf("quantization error per weight (block %d, %s; RMS relative error)\n", block,
+           symmetric ? "symmetric" : "asymmetric");
+    printf("%9s %9s %11s  %s\n", "int8", "int4", "shape", "tensor");
+    for (size_t i = 0; i < n; i++) {
+      char shp[48];
+      snprintf(shp, sizeof shp, "%lldx%lld", (long long)rows[i].n, (long long)rows[i].k);
+      printf("%9.3e %9.3e %11s  %s\n", rows[i].rel8, rows[i].rel4, shp, rows[i].name);
+    }
+    printf("%zu tensors\n", n);
+  }
+  free(rows);
+  return CLI_EXIT_OK;
+}
+
 static int inspect_package(const cli_args *a, const char *dir) {
   graph *g = NULL;
   onnx_model_info info;
@@ -745,7 +796,9 @@ int cmd_inspect(int argc, char **argv) {
         "whether it runs here (its operators, and its genai_config.json against the graph),\n"
         "and its genai_config.json (the memory-plan options do not apply). A package from\n"
         "export --config-only is described without weights, and says it has none.\n"
-        "--check-weights also scans every weight for NaN and infinities.");
+        "--check-weights also scans every weight for NaN and infinities.\n"
+        "--quant-report prints, instead, the int8 and int4 quantization error of every\n"
+        "weight MatMulNBits would hold (docs/quantization.md).");
     return CLI_EXIT_OK;
   }
   if (a.n_positional != 1) return cli_usage_error(&a, "expects exactly one checkpoint directory");
@@ -760,9 +813,21 @@ int cmd_inspect(int argc, char **argv) {
     return cli_usage_error(&a, "--block-size must be a power of two, got %lld", (long long)block);
   if (cli_flag(&a, "check-weights") && cli_flag(&a, "no-weights"))
     return cli_usage_error(&a, "--check-weights needs the weights: drop --no-weights");
+  int64_t quant_block = 32;
+  if ((rc = cli_get_int(&a, "quant-block", 16, 1 << 20, &quant_block))) return rc;
+  if (quant_block & (quant_block - 1))
+    return cli_usage_error(&a, "--quant-block must be a power of two, got %lld",
+                           (long long)quant_block);
+  const int quant = cli_flag(&a, "quant-report");
+  if (quant && cli_flag(&a, "no-weights"))
+    return cli_usage_error(&a, "--quant-report needs the weights: drop --no-weights");
   if ((rc = cli_check_model_path(a.positional[0]))) return rc;
 
-  if (onnx_is_package(a.positional[0])) return inspect_package(&a, a.positional[0]);
+  if (onnx_is_package(a.positional[0])) {
+    if (quant)
+      return cli_usage_error(&a, "--quant-report reads a checkpoint, not an exported package");
+    return inspect_package(&a, a.positional[0]);
+  }
 
   ph_model_params params = ph_model_params_default();
   params.load_weights = !cli_flag(&a, "no-weights");
@@ -770,6 +835,11 @@ int cmd_inspect(int argc, char **argv) {
   ph_status s = ph_model_open(a.positional[0], &params, &m);
   if (s != PH_OK) {
     rc = cli_lib_error(s, m ? ph_model_error(m) : NULL);
+    ph_model_free(m);
+    return rc;
+  }
+  if (quant) {
+    rc = print_quant_report(&a, m, (int)quant_block, !cli_flag(&a, "quant-asym"));
     ph_model_free(m);
     return rc;
   }

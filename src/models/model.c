@@ -2,12 +2,14 @@
  * See include/pagedhybrid.h for the contract and models/weights.h for the name tables. */
 #include "models/model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "graph/prepare.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 struct ph_model {
   diag err;
@@ -134,5 +136,65 @@ ph_status model_check_finite(const ph_model *m, nonfinite_report *r, diag *d) {
   for (size_t i = 0; w->expert && i < (size_t)w->n_layers * 3 * (size_t)w->n_experts; i++)
     scan_one(r, w->expert[i]);
   FORWARD_IF_ERROR(nonfinite_status(r, d));
+  return PH_OK;
+}
+
+typedef struct quant_acc {
+  model_quant_row *rows;
+  size_t n, cap;
+  int block, symmetric;
+} quant_acc;
+
+static ph_status quant_one(quant_acc *a, const st_tensor *t, diag *d) {
+  if (!t || !t->data || t->shape.n_dims < 2) return PH_OK;
+  int64_t k = t->shape.dims[t->shape.n_dims - 1], n = 1;
+  for (int i = 0; i + 1 < t->shape.n_dims; i++) n *= t->shape.dims[i];
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? 2 * a->cap : 64;
+    model_quant_row *r = realloc(a->rows, cap * sizeof *r);
+    RETURN_ERROR_IF(!r, d, PH_ERR_NO_MEMORY, "quant report: %zu rows", cap);
+    a->rows = r;
+    a->cap = cap;
+  }
+  model_quant_row *row = &a->rows[a->n];
+  memset(row, 0, sizeof *row);
+  snprintf(row->name, sizeof row->name, "%s", t->name);
+  row->n = n;
+  row->k = k;
+  quant_params p = {8, a->block, a->symmetric, PH_DTYPE_F32};
+  FORWARD_IF_ERROR(quant_rms_rel_error(&p, t->data, t->dtype, n, k, t->name, &row->rel8, d));
+  p.bits = 4;
+  FORWARD_IF_ERROR(quant_rms_rel_error(&p, t->data, t->dtype, n, k, t->name, &row->rel4, d));
+  a->n++;
+  return PH_OK;
+}
+
+ph_status model_quant_report(const ph_model *m, int block, int symmetric, model_quant_row **rows,
+                             size_t *n_rows, diag *d) {
+  *rows = NULL;
+  *n_rows = 0;
+  RETURN_ERROR_IF(!m || !m->tensors, d, PH_ERR_INVALID_ARGUMENT,
+                  "the model was opened without weights: nothing to quantize");
+  const model_weights *w = &m->weights;
+  quant_acc a = {NULL, 0, 0, block, symmetric};
+  ph_status s = PH_OK;
+  for (int r = 0; r < W_ROLE_COUNT && s == PH_OK; r++)
+    if (weight_role_quantizable((weight_role)r)) s = quant_one(&a, w->global[r], d);
+  for (size_t i = 0; s == PH_OK && w->layer && i < (size_t)w->n_layers * W_ROLE_COUNT; i++)
+    if (weight_role_quantizable((weight_role)(i % W_ROLE_COUNT))) s = quant_one(&a, w->layer[i], d);
+  for (size_t i = 0; s == PH_OK && w->expert && i < (size_t)w->n_layers * 3 * (size_t)w->n_experts;
+       i++)
+    s = quant_one(&a, w->expert[i], d);
+  for (int r = 0; r < W_ROLE_COUNT && s == PH_OK; r++)
+    if (weight_role_quantizable((weight_role)r)) s = quant_one(&a, w->mtp_global[r], d);
+  for (size_t i = 0; s == PH_OK && w->mtp_layer && i < (size_t)w->n_mtp_layers * W_ROLE_COUNT; i++)
+    if (weight_role_quantizable((weight_role)(i % W_ROLE_COUNT)))
+      s = quant_one(&a, w->mtp_layer[i], d);
+  if (s != PH_OK) {
+    free(a.rows);
+    return s;
+  }
+  *rows = a.rows;
+  *n_rows = a.n;
   return PH_OK;
 }

@@ -27,6 +27,44 @@ const char *weight_role_name(weight_role role) {
   return (unsigned)role < W_ROLE_COUNT ? ROLE_NAMES[role] : "UNKNOWN";
 }
 
+int weight_role_quantizable(weight_role role) {
+  switch (role) {
+  case W_LM_HEAD:
+  case W_LIN_QKV:
+  case W_LIN_Z:
+  case W_LIN_QKVZ:
+  case W_LIN_OUT:
+  case W_ATTN_Q:
+  case W_ATTN_K:
+  case W_ATTN_V:
+  case W_ATTN_O:
+  case W_MLA_Q:
+  case W_MLA_Q_A:
+  case W_MLA_Q_B:
+  case W_MLA_KV_A:
+  case W_MLA_KV_B:
+  case W_MLA_O:
+  case W_MLP_GATE:
+  case W_MLP_UP:
+  case W_MLP_DOWN:
+  case W_MOE_GATE_UP_FUSED:
+  case W_MOE_DOWN_FUSED:
+  case W_EXPERT_GATE:
+  case W_EXPERT_UP:
+  case W_EXPERT_DOWN:
+  case W_SHARED_GATE:
+  case W_SHARED_UP:
+  case W_SHARED_DOWN:
+  case W_DS_SHARED_GATE:
+  case W_DS_SHARED_UP:
+  case W_DS_SHARED_DOWN:
+  case W_MTP_FC:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 const char *weight_layout_prefix(weight_layout layout) {
   return layout == LAYOUT_VLM ? "model.language_model." : "model.";
 }

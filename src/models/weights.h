@@ -181,6 +181,14 @@ const st_tensor *weights_expert(const model_weights *w, int layer, int expert, i
 
 const char *weight_role_name(weight_role role);
 
+/* 1 for the roles issue 18 quantizes into MatMulNBits (tensor/quant.h): the 2-D linear
+ * projections of attention, GatedDeltaNet (qkv/z/qkvz and out_proj), MLA, the dense and shared
+ * MLPs, the experts (per expert and fused), the MTP fc and the LM head. 0 for everything that
+ * stays in its dtype: the embedding gather, norms, biases, the GatedDeltaNet a/b projections
+ * (in_proj_a/b/ba), conv1d, A_log and dt_bias (they feed the decay and beta gates), the MoE
+ * router and its bias, and Qwen's shared_expert_gate (a router-like [1, H] gate). */
+int weight_role_quantizable(weight_role role);
+
 /* Prefix of decoder tensors for a layout: "model." or "model.language_model.". */
 const char *weight_layout_prefix(weight_layout layout);
 
