@@ -169,4 +169,18 @@ check_data(char *buf, size_t n, const char *fmt, ...) {
   return buf;
 }
 
+/* SANITIZED: 1 in a build with a sanitizer that slows or reshapes memory (ASan, MSan, TSan),
+ * for the tests that size their work or their memory bounds by it; 0 otherwise. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) ||                         \
+    __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 #endif /* PH_TESTS_CHECK_H */

@@ -61,17 +61,6 @@
  * builds (ASan, MSan, TSan replace the allocator themselves, so interposing is impossible there):
  * the sanitizer's own malloc hook (__sanitizer_install_malloc_and_free_hooks) counts instead, so
  * the allocation checks run in both builds; ALLOC_COUNTER names the way in the output. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) ||                         \
-    __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 static atomic_int alloc_counting;
 static atomic_long alloc_count;

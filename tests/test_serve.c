@@ -26,17 +26,6 @@
 static char g_tmp[512];
 static char g_model[1024];
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#if !defined(SANITIZED) && defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 #define SHUTDOWN_TOKENS (SANITIZED ? 400 : 6000)
 
 static json_t *parse(const char *text) {

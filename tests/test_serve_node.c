@@ -25,18 +25,6 @@
 #include "node_testing.h"
 #include "serve_testing.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#if !defined(SANITIZED) && defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
 static char g_tmp[512], g_model[1024], g_node[1024], g_src[1024];
 
 /* Runs node SCRIPT ARGS (LD_PRELOAD dropped: a sanitizer runtime must not reach node); its
