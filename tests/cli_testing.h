@@ -13,6 +13,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 #include "base/fmap.h"
@@ -35,8 +36,8 @@ static inline int cli_run_full(const char *cwd, const char *args, const char *st
   char cmd[16384], limit[32] = "";
   if (seconds) snprintf(limit, sizeof limit, "timeout %u ", seconds);
   if (snprintf(cmd, sizeof cmd, "%s%s%s%s'%s' %s >'%s' 2>'%s'", cwd ? "cd '" : "", cwd ? cwd : "",
-               cwd ? "' && " : "", limit, check_env("PH_CLI"), args,
-               stdout_to ? stdout_to : g_out, g_err) >= (int)sizeof cmd)
+               cwd ? "' && " : "", limit, check_env("PH_CLI"), args, stdout_to ? stdout_to : g_out,
+               g_err) >= (int)sizeof cmd)
     return -1;
   if (stdout_to) remove(g_out);
   int st = system(cmd);
@@ -65,6 +66,24 @@ static inline void cli_testing_done(void) {
   free(g_stdout);
   free(g_stderr);
   g_stdout = g_stderr = NULL;
+}
+
+/* The ids the last command printed after "generated:" (generate's paged output), at most max
+ * into out; returns the count (0, and a failed check, when there is no such line). */
+static inline int64_t cli_generated_ids(int64_t max, int64_t *out) {
+  const char *p = g_stdout ? strstr(g_stdout, "generated:") : NULL;
+  CHECK(p != NULL);
+  if (!p) return 0;
+  p += strlen("generated:");
+  int64_t n = 0;
+  while (n < max) {
+    char *end = NULL;
+    long long v = strtoll(p, &end, 10);
+    if (end == p) break;
+    out[n++] = v;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return n;
 }
 
 #endif /* PH_TESTS_CLI_TESTING_H */

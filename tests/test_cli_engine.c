@@ -41,19 +41,7 @@ static int generate_tokens(const char *model, const char *prompt, int max_new, i
   snprintf(args, sizeof args, "generate --model '%s' --layout paged --tokens %s --max-new %d",
            model, prompt, max_new);
   CHECK_EQ_INT(run(args), 0);
-  const char *p = g_stdout ? strstr(g_stdout, "generated:") : NULL;
-  CHECK(p != NULL);
-  if (!p) return 0;
-  p += strlen("generated:");
-  int n = 0;
-  while (n < max_new) {
-    char *end = NULL;
-    long long v = strtoll(p, &end, 10);
-    if (end == p) break;
-    out[n++] = v;
-    p = *end == ',' ? end + 1 : end;
-  }
-  return n;
+  return (int)cli_generated_ids(max_new, out);
 }
 
 /* Parses JSON lines into an array of objects (NULL on any bad line). */

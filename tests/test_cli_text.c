@@ -70,19 +70,7 @@ static int64_t generate_ids(const int64_t *prompt, int64_t n_prompt, int max_new
   CHECK_EQ_INT(cli_run(args), 0);
   free(list);
   free(args);
-  const char *p = g_stdout ? strstr(g_stdout, "generated:") : NULL;
-  CHECK(p != NULL);
-  if (!p) return 0;
-  p += strlen("generated:");
-  int64_t n = 0;
-  while (n < max_new) {
-    char *end = NULL;
-    long long v = strtoll(p, &end, 10);
-    if (end == p) break;
-    out[n++] = v;
-    p = *end == ',' ? end + 1 : end;
-  }
-  return n;
+  return cli_generated_ids(max_new, out);
 }
 
 /* stdout must be exactly want[n] and one newline. */
