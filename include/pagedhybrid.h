@@ -232,6 +232,23 @@ typedef enum ph_precision {
 /* "auto", "f32", "bf16"; "unknown" otherwise. Static. */
 PH_API const char *ph_precision_name(ph_precision precision);
 
+/* Weight quantization (docs/quantization.md): linear layers stored as com.microsoft::MatMulNBits
+ * int8 or int4 blocks, ONNX Runtime's layout. Zero-initialized = none. What is never quantized:
+ * the embedding gather, norms, biases, the GatedDeltaNet a/b/A_log/dt_bias/conv paths, MoE
+ * routers and shared-expert gates (models/weights.h weight_role_quantizable). */
+typedef struct ph_quant_params {
+  int32_t bits;           /* 0: none; 4 or 8 */
+  int32_t block_size;     /* weights per scale along K: a power of two >= 16 (0: 32) */
+  int32_t asymmetric;     /* 1: a zero point per block; 0: symmetric (scale only, ORT's default
+                             zero point 2^(bits-1)) */
+  int32_t accuracy_level; /* MatMulNBits accuracy_level (ORT's meaning): 4 computes with the
+                             activations quantized to int8 per row and per block (VNNI); 1 in
+                             f32 (weights dequantized); 0: 4 */
+  const char *skip;       /* comma-separated names: a weight whose checkpoint name contains any
+                             of them stays in its dtype (e.g. "lm_head,layers.0."); NULL: none.
+                             Copied where kept. */
+} ph_quant_params;
+
 typedef struct ph_engine_params {
   int32_t max_batch_size;       /* sequences per step; 0: the package's, capped at 64, else 16 */
   int64_t max_scheduled_tokens; /* token budget per step; 0: the package's, else 2048 */
@@ -252,6 +269,9 @@ typedef struct ph_engine_params {
                                        other value must equal it */
   ph_precision precision;           /* linear-layer arithmetic (0, auto: from the weights' dtype);
                                        ph_engine_info.params gives the one resolved, f32 or bf16 */
+  ph_quant_params quant;            /* checkpoints: linear weights quantized when loaded (bits 0:
+                                       none). Packages run the weights they were exported with:
+                                       bits != 0 on a package is PH_ERR_INVALID_ARGUMENT */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);

@@ -66,6 +66,11 @@ typedef struct model_options {
                             docs/mtp.md), after the other outputs. CPU runtime only: the exporter
                             never sets it (its options have no such field), so no package has it;
                             the dense layout and DeepSeek refuse it. */
+  ph_quant_params quant; /* bits 4|8: every linear layer whose role weight_role_quantizable accepts
+                            and whose checkpoint name matches no quant.skip entry becomes
+                            com.microsoft::MatMulNBits (docs/quantization.md); 0: none. The
+                            builder checks the fields (PH_ERR_INVALID_ARGUMENT). quant.skip must
+                            outlive the build. */
 } model_options;
 
 model_options model_options_default(void);
