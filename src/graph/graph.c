@@ -330,7 +330,8 @@ static ph_status quant_read(const gvalue *v, int64_t begin, int64_t end, void *d
     s = quant_quantize(p, (const char *)v->src + (size_t)r * (size_t)K * ses, v->src_dtype, 1, K,
                        buf, scales, zp, v->name, d);
     if (s != PH_OK) {
-      diag_prefix(d, "row %lld", (long long)r);
+      diag_prefix(d, "quantizing row %lld of %lld (the row as [1, %lld] below)", (long long)r,
+                  (long long)v->quant_rows, (long long)K);
       break;
     }
     const uint8_t *row = buf;
