@@ -569,7 +569,9 @@ static void test_ort_moe_routing(void) {
  * node's types against its schema, before it places kernels). The packages with compact state
  * updates (state_update_capacity 4 and 8: GatedDeltaNet inputs 9/10 and output 2,
  * VarlenCausalConvWithState input 5 and output 2, the attribute) fail exactly where the C = 0 ones
- * do; test_ort_state_update_schema_control shows the schema check does read the new inputs. */
+ * do; test_ort_state_update_schema_control shows the schema check does read the new inputs.
+ * Quantized packages (int4 asymmetric, int8 symmetric: MatMulNBits with f16 scales) fail where
+ * the others do too. */
 static int ort_load(const char *pkg, char *err, size_t n) {
   char cmd[4400], log[1100];
   snprintf(log, sizeof log, "%s/ort-load.log", g_tmp);
@@ -694,6 +696,14 @@ static void test_ort_paged_schema(void) {
       o = export_options_default();
       o.state_update_capacity = cap;
       snprintf(tag, sizeof tag, "%s-cuda-su%d", sets[s], cap);
+      paged_case(m, tag, &o, LOADS_FAILS_AT_KERNELS);
+    }
+    /* quantized (export --quant): MatMulNBits with f16 scales (and packed zero points) passes
+     * the schema check like every other node */
+    for (int bits = 4; bits <= 8; bits += 4) {
+      o = export_options_default();
+      o.quant = (ph_quant_params){bits, 32, bits == 4, 4, NULL};
+      snprintf(tag, sizeof tag, "%s-cuda-int%d", sets[s], bits);
       paged_case(m, tag, &o, LOADS_FAILS_AT_KERNELS);
     }
     o = export_options_default();

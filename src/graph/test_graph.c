@@ -6,9 +6,10 @@
  *
  * Lazy quantized initializers (graph_add_initializer_quant): any element range of B, scales and
  * zero points reads the bytes tensor/quant.h gives for the whole weight (ranges that start and end
- * inside a row included); the CPU prepare pass copies them into its resident weights through
- * several chunks of source rows, keeping MatMulNBits as it is; bad params, a zero-point part of
- * a symmetric quantization and a NaN weight are typed errors.
+ * inside a row included), and so do rows of all parts at once (graph_quant_read_rows); the CPU
+ * prepare pass copies them into its resident weights through several chunks of source rows, keeping
+ * MatMulNBits as it is; bad params, a zero-point part of a symmetric quantization and a NaN weight
+ * are typed errors.
  */
 #include <math.h>
 #include <stdio.h>
@@ -131,6 +132,28 @@ static void test_quant_initializers(void) {
     }
   }
   free(got);
+  /* all parts of rows [5, 700) at once, in any order of parts */
+  {
+    const int order[3] = {ids[2], ids[0], ids[1]};
+    const int64_t r0 = 5, r1 = 700;
+    const size_t row_bytes[3] = {zb / QN, bb / QN, ns * sizeof(float) / QN};
+    const int part_of[3] = {2, 0, 1};
+    void *dst[3];
+    for (int i = 0; i < 3; i++) dst[i] = malloc((size_t)(r1 - r0) * row_bytes[i]);
+    CHECK_STATUS(graph_quant_read_rows(g, order, 3, r0, r1, dst, &d), PH_OK, d.msg);
+    for (int i = 0; i < 3; i++)
+      CHECK(memcmp(dst[i], (const uint8_t *)want[part_of[i]] + (size_t)r0 * row_bytes[i],
+                   (size_t)(r1 - r0) * row_bytes[i]) == 0);
+    /* one part alone, and refusals: a part twice, rows out of range */
+    CHECK_STATUS(graph_quant_read_rows(g, &ids[1], 1, r0, r1, &dst[2], &d), PH_OK, d.msg);
+    CHECK(memcmp(dst[2], sc + r0 * (QK / 32), (size_t)(r1 - r0) * (QK / 32) * sizeof(float)) == 0);
+    const int twice[2] = {ids[0], ids[0]};
+    CHECK_STATUS(graph_quant_read_rows(g, twice, 2, r0, r1, dst, &d), PH_ERR_INVALID_ARGUMENT,
+                 d.msg);
+    CHECK_STATUS(graph_quant_read_rows(g, ids, 1, 0, QN + 1, dst, &d), PH_ERR_INVALID_ARGUMENT,
+                 d.msg);
+    for (int i = 0; i < 3; i++) free(dst[i]);
+  }
   /* a MatMulNBits over them, prepared: kept, and its weights resident with the same bytes */
   int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){1, QK}, NULL);
   gattr at[5] = {attr_int("K", QK), attr_int("N", QN), attr_int("bits", 4),
