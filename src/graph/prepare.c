@@ -153,6 +153,8 @@ typedef struct wkey {
   int64_t cols; /* a transpose's source columns (its value's dims[0]); 0 otherwise */
   int transposed;
   ph_dtype from, to;
+  int quant_part; /* a lazy quantized part (graph_quant_part) and its params; 0 otherwise */
+  int bits, block, symmetric;
   int value;
   size_t offset;
 } wkey;
@@ -165,6 +167,10 @@ static int wkey_bytes_cmp(const wkey *a, const wkey *b) {
   if (a->transposed != b->transposed) return a->transposed < b->transposed ? -1 : 1;
   if (a->from != b->from) return a->from < b->from ? -1 : 1;
   if (a->to != b->to) return a->to < b->to ? -1 : 1;
+  if (a->quant_part != b->quant_part) return a->quant_part < b->quant_part ? -1 : 1;
+  if (a->bits != b->bits) return a->bits < b->bits ? -1 : 1;
+  if (a->block != b->block) return a->block < b->block ? -1 : 1;
+  if (a->symmetric != b->symmetric) return a->symmetric < b->symmetric ? -1 : 1;
   return 0;
 }
 
@@ -284,6 +290,40 @@ static ph_status copy_releasing(graph *g, const wkey *k, uint8_t *dst, diag *d) 
   return PH_OK;
 }
 
+/* The parts of one quantized weight (keys[first[0..n)], B / scales / zero points of the same
+ * source and params) into region + each key's offset, every row quantized once for all of them
+ * (graph_quant_read_rows), in chunks of about RELEASE_STEP source bytes whose file pages are
+ * released as they are consumed. */
+static ph_status copy_quantized(graph *g, const wkey *keys, const size_t *first, int n,
+                                uint8_t *region, diag *d) {
+  const gvalue *v = &g->values[keys[first[0]].value];
+  const int64_t rows = v->quant_rows;
+  const size_t row_bytes = (size_t)v->quant_cols * dtype_size(v->src_dtype);
+  const int64_t step = RELEASE_STEP / row_bytes ? (int64_t)(RELEASE_STEP / row_bytes) : 1;
+  int ids[3];
+  size_t row_out[3]; /* bytes of one weight row in each part */
+  for (int i = 0; i < n; i++) {
+    const gvalue *p = &g->values[keys[first[i]].value];
+    ids[i] = keys[first[i]].value;
+    row_out[i] = (size_t)(p->n_bytes / rows);
+  }
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t r1 = r + step < rows ? r + step : rows;
+    void *dst[3];
+    for (int i = 0; i < n; i++) dst[i] = region + keys[first[i]].offset + (size_t)r * row_out[i];
+    FORWARD_IF_ERROR(graph_quant_read_rows(g, ids, n, r, r1, dst, d));
+    release_range(g, (const uint8_t *)v->src + (size_t)r * row_bytes, (size_t)(r1 - r) * row_bytes);
+  }
+  return PH_OK;
+}
+
+/* 1 when keys a and b are other parts of one quantized weight (same source and params). */
+static int quant_siblings(const wkey *a, const wkey *b) {
+  return a->quant_part && b->quant_part && a->quant_part != b->quant_part && a->src == b->src &&
+         a->from == b->from && a->bits == b->bits && a->block == b->block &&
+         a->symmetric == b->symmetric;
+}
+
 /* Copies every initializer a live node reads that is not already the graph's own memory (views
  * of a file mapping or of caller memory, and lazy values) into one region of anonymous memory
  * advised for huge pages (pages_alloc_huge), each at a 64-byte aligned offset, and points the
@@ -319,6 +359,10 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     k->n_bytes = val->n_bytes;
     k->cols = 0;
     k->to = val->type.dtype;
+    k->quant_part = val->type.data ? 0 : val->quant_part;
+    k->bits = k->quant_part ? val->quant.bits : 0;
+    k->block = k->quant_part ? val->quant.block : 0;
+    k->symmetric = k->quant_part ? val->quant.symmetric : 0;
     if (val->type.data) {
       k->src = val->type.data;
       k->transposed = 0;
@@ -392,18 +436,36 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     g->resident_bytes = total;
   }
   ph_status st = PH_OK;
+  /* the distinct quantized keys already written with a sibling (one pass per weight) */
+  unsigned char *done = calloc(n_keys ? n_keys : 1, 1);
+  if (!done) st = diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying the weights");
   for (size_t i = 0; i < n_keys && st == PH_OK; i++) {
     const wkey *k = &keys[i];
     if (k->offset == SHARED) continue;
     gvalue *val = &g->values[k->value];
     uint8_t *dst = region + k->offset;
     if (i == 0 || !wkey_same(k, &keys[i - 1])) {
-      st = copy_releasing(g, k, dst, d);
+      if (k->quant_part && !done[i]) {
+        /* its siblings sit among the keys of the same source, which sort together */
+        size_t first[3] = {i, 0, 0};
+        int n = 1;
+        for (size_t j = i + 1; j < n_keys && keys[j].src == k->src && n < 3; j++)
+          if (keys[j].offset != SHARED && !wkey_same(&keys[j], &keys[j - 1]) && !done[j] &&
+              quant_siblings(k, &keys[j]) &&
+              (n < 2 || keys[j].quant_part != keys[first[1]].quant_part)) {
+            done[j] = 1;
+            first[n++] = j;
+          }
+        st = copy_quantized(g, keys, first, n, region, d);
+      } else if (!k->quant_part) {
+        st = copy_releasing(g, k, dst, d);
+      }
       if (st == PH_OK && store) store->e[store->n++] = (store_entry){*k, dst};
     }
     val->type.data = dst;
     val->owned = 1;
   }
+  free(done);
   free(keys);
   if (store && store->n > 1) qsort(store->e, store->n, sizeof *store->e, store_entry_cmp);
   return st == PH_OK ? PH_OK : diag_prefix(d, "copying the weights");
