@@ -90,10 +90,9 @@ ph_status runtime_quant_resolve(const ph_quant_params *q, const char *who, ph_qu
   RETURN_ERROR_IF(r.bits != 4 && r.bits != 8, d, PH_ERR_INVALID_ARGUMENT,
                   "%s: quant.bits %d: expected 0 (none), 4 or 8", who, (int)r.bits);
   if (r.block_size == 0) r.block_size = 32;
-  RETURN_ERROR_IF(r.block_size < 16 || r.block_size > (1 << 30) ||
-                      (r.block_size & (r.block_size - 1)),
-                  d, PH_ERR_INVALID_ARGUMENT,
-                  "%s: quant.block_size %d: expected a power of two in [16, 2^30] (0: 32)", who,
+  RETURN_ERROR_IF(r.block_size < 16 || r.block_size > 256 || (r.block_size & (r.block_size - 1)), d,
+                  PH_ERR_INVALID_ARGUMENT,
+                  "%s: quant.block_size %d: expected a power of two in [16, 256] (0: 32)", who,
                   (int)r.block_size);
   RETURN_ERROR_IF(r.asymmetric != 0 && r.asymmetric != 1, d, PH_ERR_INVALID_ARGUMENT,
                   "%s: quant.asymmetric %d: expected 0 (symmetric) or 1 (zero points)", who,

@@ -56,8 +56,8 @@ typedef struct runtime_build {
  * bits 0 (none) takes no other field: each must be 0 (skip NULL), so that a refinement given
  * without bits is not silently dropped. PH_ERR_INVALID_ARGUMENT naming the field, what it holds
  * and what is expected, after `who` ("engine params"): bits not 0, 4 or 8; block_size not a power
- * of two in [16, 2^30]; asymmetric not 0 or 1; accuracy_level outside 0..4; skip "" or with an
- * empty entry (an empty name would match every weight). */
+ * of two in [16, 256] (the builder's range); asymmetric not 0 or 1; accuracy_level outside 0..4;
+ * skip "" or with an empty entry (an empty name would match every weight). */
 ph_status runtime_quant_resolve(const ph_quant_params *q, const char *who, ph_quant_params *out,
                                 diag *d);
 
