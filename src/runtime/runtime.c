@@ -47,7 +47,7 @@ ph_status runtime_paged_session(const runtime_source *src, const runtime_build *
   o.state_update_capacity = b->state_update_capacity;
   o.output_hidden = b->output_hidden;
   o.logit_rows = b->logit_rows;
-  o.quant = b->quant;
+  o.quant = b->quant; /* the checkpoint's linear weights quantized as asked (bits 0: none) */
   return paged_session_create_model(src->model, &o, p, out, d);
 }
 
