@@ -513,8 +513,8 @@ static void print_quant_table(const char *const *sets, const int *n_seqs,
   printf("\n");
   for (int s = 0; s < 2; s++)
     for (int i = 0; i < n_seqs[s]; i++) {
-      printf("| %s seq %d (%lld tokens) | %.4f / %.3f |", sets[s], i, (long long)tokens[s][i],
-             bar[s][i].rel, bar[s][i].top1);
+      printf("| %s seq %d (%lld token%s) | %.4f / %.3f |", sets[s], i, (long long)tokens[s][i],
+             tokens[s][i] == 1 ? "" : "s", bar[s][i].rel, bar[s][i].top1);
       for (int k = k0; k < k1; k++)
         printf(" %.4f / %.3f |", cells[s][i][k].rel, cells[s][i][k].top1);
       printf("\n");
