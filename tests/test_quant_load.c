@@ -38,6 +38,7 @@
 #include "models/export.h"
 #include "models/tiny.h"
 #include "models/weights.h"
+#include "runtime/mtp_session.h"
 #include "runtime/runtime.h"
 #include "tensor/quant.h"
 
@@ -534,6 +535,27 @@ static void test_mtp_quantized(void) {
   CHECK_STATUS(engine_create(dir, &p, &e, &d), PH_OK, d.msg);
   if (e) CHECK(engine_has_mtp(e));
   engine_free(e);
+  /* the drafter's graph is quantized as the target's: its fc, attention (q, k, v, o), MLP (gate,
+   * up, down) and LM head */
+  runtime_source src;
+  CHECK_STATUS(runtime_source_open(dir, &src, &d), PH_OK, d.msg);
+  runtime_build rb;
+  memset(&rb, 0, sizeof rb);
+  rb.block_size = 16;
+  rb.max_context = 512;
+  rb.io_dtype = PH_DTYPE_F32;
+  rb.quant = p.quant;
+  mtp_session *ms = NULL;
+  CHECK_STATUS(runtime_mtp_session(&src, &rb, 4, 48, 0, &ms, &d), PH_OK, d.msg);
+  if (ms) {
+    ph_quant_params mq;
+    const int n_mq = mtp_session_quant(ms, &mq);
+    printf("  MTP drafter: %d MatMulNBits layers, int%d block %d\n", n_mq, mq.bits, mq.block_size);
+    CHECK_EQ_INT(n_mq, 9);
+    CHECK_EQ_INT(mq.bits, 4);
+  }
+  mtp_session_free(ms);
+  runtime_source_close(&src);
   outcome plain[N_REQ], drafted[N_REQ];
   run_packed(dir, &p, reqs, plain);
   run_packed(dir, &p, spec, drafted);
