@@ -86,16 +86,18 @@ float nbits_dot_i8(const int8_t *q, const float *sa, const int32_t *asum, const 
  *          past n_blocks);
  *   b[c]:  column c's packed blocks (n_blocks * block * bits / 8 bytes; the kernel reads exactly
  *          these, with masked loads at the end);
- *   swt, zt: the columns' scales and zero points transposed, [b * NBITS_COLS + c], for
- *          b < nbits_i8_row_blocks(...) (zeros past n_blocks).
+ *   sw[c]: column c's scales, n_blocks f32 (nothing past them is read);
+ *   zt:    NULL when every zero point is 2^(bits-1), else the columns' zero points transposed,
+ *          zt[b * NBITS_COLS + c] for b < nbits_i8_row_blocks(...) (zeros past n_blocks).
  * Rows are taken NBITS_ROWS at a time; each row's operations do not depend on the others, so a
  * row gives the same bits whatever M. Needs avx512f/bw/vl + avx512_vnni. */
 #define NBITS_COLS 4
 #define NBITS_ROWS 4
 typedef void (*nbits_i8_kernel_fn)(const int8_t *q, int64_t q_stride, const float *sa,
                                    const int32_t *asum, int64_t x_stride, int64_t M,
-                                   const uint8_t *const *b, const float *swt, const int32_t *zt,
-                                   int bits, int64_t block, int64_t n_blocks, float *out);
+                                   const uint8_t *const *b, const float *const *sw,
+                                   const int32_t *zt, int bits, int64_t block, int64_t n_blocks,
+                                   float *out);
 
 /* The blocks each row's tables are padded to: n_blocks rounded up to 4 when a block is less
  * than 64 bytes (the kernel then takes four blocks per step), else n_blocks. */
@@ -105,6 +107,24 @@ int64_t nbits_i8_row_blocks(int bits, int64_t block, int64_t n_blocks);
  * x86-64, 4 bits with block 16, or a block above NBITS_I8_MAX_BLOCK): the caller then runs
  * nbits_dot_i8, which gives the same bits. Whether the CPU can run it is the caller's check. */
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block);
+
+/* The panel kernel (prefill; same bits): rows [0, M) against NBITS_PANEL columns packed by
+ * nbits_i8_pack_panel into wp, out[m * NBITS_PANEL + c]. q, sa, asum as above but with the codes
+ * in the natural order for both widths (no nbits_i8_avx512_layout); swp, zpp: the panel's scales
+ * and zero points [b * NBITS_PANEL + c], b < n_blocks (zpp NULL: every zero point 2^(bits-1)).
+ * For the same (bits, block) as nbits_i8_avx512_kernel; NULL off x86-64. */
+#define NBITS_PANEL 32
+typedef void (*nbits_i8_panel_fn)(const int8_t *q, int64_t q_stride, const float *sa,
+                                  const int32_t *asum, int64_t x_stride, int64_t M,
+                                  const uint8_t *wp, const float *swp, const int32_t *zpp, int bits,
+                                  int64_t block, int64_t n_blocks, float *out);
+nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void);
+
+/* Packs NBITS_PANEL columns (cols[c]: n_blocks packed blocks each) for the panel kernel:
+ * wp[(k / 4) * 4 * NBITS_PANEL + c * 4 + k % 4] = the code (0..255) of k in column c, for
+ * k < n_blocks * block (the padding codes of the last block included; their activations are 0). */
+void nbits_i8_pack_panel(const uint8_t *const *cols, int bits, int64_t block, int64_t n_blocks,
+                         uint8_t *wp);
 
 /* Reorders one row's codes q[0 .. n) (n a multiple of 128) for the 4-bit kernel: in each group
  * of 128 codes the 64 of even k first, then the 64 of odd k (the low and high nibbles of 64

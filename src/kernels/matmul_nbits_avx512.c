@@ -53,7 +53,9 @@ static WT_INLINE __mmask64 nq_mask(int64_t n) {
  * selects) with row r's activations for them (q + r * q_stride + off * 8 / bits). */
 static WT_INLINE NQ_TARGET void nq_step(__m512i acc[NBITS_ROWS][NBITS_COLS], const int8_t *q,
                                         int64_t q_stride, const uint8_t *const *b, int64_t off,
-                                        __mmask64 m, int R, int bits) {
+                                        __mmask64 m, int64_t pf, int R, int bits) {
+  if (pf) WT_UNROLL
+  for (int c = 0; c < NBITS_COLS; c++) _mm_prefetch(wt_ahead(b[c], off + pf), _MM_HINT_T0);
   if (bits == 8) {
     __m512i a[NBITS_ROWS];
     WT_UNROLL
@@ -89,9 +91,9 @@ static WT_INLINE NQ_TARGET void nq_step(__m512i acc[NBITS_ROWS][NBITS_COLS], con
 /* R rows (R <= NBITS_ROWS, a constant in every caller) against the four columns. */
 static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const float *sa,
                                         const int32_t *asum, int64_t x_stride,
-                                        const uint8_t *const *b, const float *swt,
+                                        const uint8_t *const *b, const float *const *sw,
                                         const int32_t *zt, int bits, int64_t block, int64_t nb,
-                                        float *out, int R) {
+                                        int64_t pf, float *out, int R) {
   const int64_t blob = block * bits / 8;
   __m512i acc[NBITS_ROWS][NBITS_COLS];
   __m128 y[NBITS_ROWS];
@@ -103,9 +105,10 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
       for (int r = 0; r < R; r++) WT_UNROLL
       for (int c = 0; c < NBITS_COLS; c++) acc[r][c] = _mm512_setzero_si512();
       for (int64_t off = blk * blob; off < (blk + 1) * blob; off += 64)
-        nq_step(acc, q, q_stride, b, off, ~(__mmask64)0, R, bits);
-      __m128 sw = _mm_loadu_ps(swt + blk * NBITS_COLS);
-      __m128i z = _mm_loadu_si128((const __m128i *)(const void *)(zt + blk * NBITS_COLS));
+        nq_step(acc, q, q_stride, b, off, ~(__mmask64)0, pf, R, bits);
+      __m128 swv = _mm_set_ps(sw[3][blk], sw[2][blk], sw[1][blk], sw[0][blk]);
+      __m128i z = zt ? _mm_loadu_si128((const __m128i *)(const void *)(zt + blk * NBITS_COLS))
+                     : _mm_set1_epi32(1 << (bits - 1));
       WT_UNROLL
       for (int r = 0; r < R; r++) {
         __m512i t = nq_tree4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
@@ -113,7 +116,7 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
         t = _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, _MM_SHUFFLE(2, 3, 0, 1)));
         __m128i d = _mm_sub_epi32(_mm512_castsi512_si128(t),
                                   _mm_mullo_epi32(z, _mm_set1_epi32(asum[r * x_stride + blk])));
-        __m128 s = _mm_mul_ps(_mm_set1_ps(sa[r * x_stride + blk]), sw);
+        __m128 s = _mm_mul_ps(_mm_set1_ps(sa[r * x_stride + blk]), swv);
         y[r] = _mm_add_ps(y[r], _mm_mul_ps(s, _mm_cvtepi32_ps(d)));
       }
     }
@@ -121,19 +124,20 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
     /* four blocks per unit of 64 (blob 16) or 128 (blob 32) bytes */
     const int64_t unit = 4 * blob, col_bytes = nb * blob;
     const __m512i bcast4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i tr4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     for (int64_t u = 0, blk = 0; blk < nb; u += unit, blk += 4) {
       __m512i t[NBITS_ROWS];
       WT_UNROLL
       for (int r = 0; r < R; r++) WT_UNROLL
       for (int c = 0; c < NBITS_COLS; c++) acc[r][c] = _mm512_setzero_si512();
-      nq_step(acc, q, q_stride, b, u, nq_mask(col_bytes - u), R, bits);
+      nq_step(acc, q, q_stride, b, u, nq_mask(col_bytes - u), pf, R, bits);
       WT_UNROLL
       for (int r = 0; r < R; r++) t[r] = nq_tree4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
       if (blob == 32) { /* chunks 0, 1: block blk; 2, 3: blk + 1; the next step blk + 2, + 3 */
         WT_UNROLL
         for (int r = 0; r < R; r++) WT_UNROLL
         for (int c = 0; c < NBITS_COLS; c++) acc[r][c] = _mm512_setzero_si512();
-        nq_step(acc, q, q_stride, b, u + 64, nq_mask(col_bytes - u - 64), R, bits);
+        nq_step(acc, q, q_stride, b, u + 64, nq_mask(col_bytes - u - 64), pf, R, bits);
         WT_UNROLL
         for (int r = 0; r < R; r++) {
           __m512i t2 = nq_tree4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
@@ -142,9 +146,16 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
         }
       }
       /* chunk j, lane c: block blk + j of column c */
-      __m512 sw = _mm512_loadu_ps(swt + blk * NBITS_COLS);
-      __m512i z = _mm512_loadu_si512(zt + blk * NBITS_COLS);
       int n_valid = nb - blk < 4 ? (int)(nb - blk) : 4;
+      /* the four columns' scales of blocks blk .. blk + 3 (zeros past n_blocks), loaded column
+       * by column (chunk c, lane j) and transposed to chunk j, lane c */
+      const __mmask8 vm = (__mmask8)((1u << n_valid) - 1);
+      __m512 sc = _mm512_castps128_ps512(_mm_maskz_loadu_ps(vm, sw[0] + blk));
+      sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[1] + blk), 1);
+      sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[2] + blk), 2);
+      sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[3] + blk), 3);
+      __m512 swv = _mm512_permutexvar_ps(tr4, sc);
+      __m512i z = zt ? _mm512_loadu_si512(zt + blk * NBITS_COLS) : _mm512_setzero_si512();
       WT_UNROLL
       for (int r = 0; r < R; r++) {
         __m512i as = _mm512_permutexvar_epi32(
@@ -152,8 +163,10 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
                         (const __m128i *)(const void *)(asum + r * x_stride + blk))));
         __m512 s = _mm512_permutexvar_ps(
             bcast4, _mm512_castps128_ps512(_mm_loadu_ps(sa + r * x_stride + blk)));
-        __m512i d = _mm512_sub_epi32(t[r], _mm512_mullo_epi32(z, as));
-        __m512 p = _mm512_mul_ps(_mm512_mul_ps(s, sw), _mm512_cvtepi32_ps(d));
+        /* symmetric: z · Σâ = Σâ << (bits - 1) */
+        __m512i d = _mm512_sub_epi32(t[r], zt ? _mm512_mullo_epi32(z, as)
+                                              : _mm512_slli_epi32(as, (unsigned)(bits - 1)));
+        __m512 p = _mm512_mul_ps(_mm512_mul_ps(s, swv), _mm512_cvtepi32_ps(d));
         y[r] = _mm_add_ps(y[r], _mm512_castps512_ps128(p));
         if (n_valid > 1) y[r] = _mm_add_ps(y[r], _mm512_extractf32x4_ps(p, 1));
         if (n_valid > 2) y[r] = _mm_add_ps(y[r], _mm512_extractf32x4_ps(p, 2));
@@ -167,37 +180,134 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
 
 static NQ_TARGET void nbits_i8_vnni(const int8_t *q, int64_t q_stride, const float *sa,
                                     const int32_t *asum, int64_t x_stride, int64_t M,
-                                    const uint8_t *const *b, const float *swt, const int32_t *zt,
-                                    int bits, int64_t block, int64_t n_blocks, float *out) {
+                                    const uint8_t *const *b, const float *const *sw,
+                                    const int32_t *zt, int bits, int64_t block, int64_t n_blocks,
+                                    float *out) {
+  /* The first row tile prefetches the same bytes of the columns a whole number of groups ahead,
+   * at least 8 KiB: the columns of the next groups follow these in B, and a group's columns are
+   * too short a stream for the hardware prefetcher (decode was latency-bound without it: 8x
+   * slower). */
+  const int64_t group = NBITS_COLS * n_blocks * block * bits / 8;
+  const int64_t pf = group * ((8192 + group - 1) / group);
   int64_t m = 0;
   for (; m + NBITS_ROWS <= M; m += NBITS_ROWS)
-    nq_rows(q + m * q_stride, q_stride, sa + m * x_stride, asum + m * x_stride, x_stride, b, swt,
-            zt, bits, block, n_blocks, out + m * NBITS_COLS, NBITS_ROWS);
+    nq_rows(q + m * q_stride, q_stride, sa + m * x_stride, asum + m * x_stride, x_stride, b, sw, zt,
+            bits, block, n_blocks, m ? 0 : pf, out + m * NBITS_COLS, NBITS_ROWS);
   const int8_t *qm = q + m * q_stride;
   const float *sm = sa + m * x_stride;
   const int32_t *am = asum + m * x_stride;
   float *om = out + m * NBITS_COLS;
+  const int64_t pm = m ? 0 : pf;
   switch (M - m) {
   case 3:
-    nq_rows(qm, q_stride, sm, am, x_stride, b, swt, zt, bits, block, n_blocks, om, 3);
+    nq_rows(qm, q_stride, sm, am, x_stride, b, sw, zt, bits, block, n_blocks, pm, om, 3);
     break;
   case 2:
-    nq_rows(qm, q_stride, sm, am, x_stride, b, swt, zt, bits, block, n_blocks, om, 2);
+    nq_rows(qm, q_stride, sm, am, x_stride, b, sw, zt, bits, block, n_blocks, pm, om, 2);
     break;
   case 1:
-    nq_rows(qm, q_stride, sm, am, x_stride, b, swt, zt, bits, block, n_blocks, om, 1);
+    nq_rows(qm, q_stride, sm, am, x_stride, b, sw, zt, bits, block, n_blocks, pm, om, 1);
     break;
   default:
     break;
   }
 }
 
+/* ---- the panel kernel (prefill) ------------------------------------------------------------
+ * The weights of NBITS_PANEL columns repacked once per call (nbits_i8_pack_panel) so that one
+ * vector holds 4 consecutive codes of 16 columns: vpdpbusd against 4 activation bytes broadcast
+ * then sums each column in its own lane, and the per-block sums need no reduction. A tile is
+ * NQP_R rows x 2 vectors (32 columns); each block ends with the combine, lane c being column c. */
+#define NQP_R 4
+
+static WT_INLINE NQ_TARGET void nqp_rows(const int8_t *q, int64_t q_stride, const float *sa,
+                                         const int32_t *asum, int64_t x_stride, const uint8_t *wp,
+                                         const float *swp, const int32_t *zpp, int bits,
+                                         int64_t block, int64_t nb, float *out, int R) {
+  __m512 y[NQP_R][2];
+  __m512i acc[NQP_R][2];
+  WT_UNROLL
+  for (int r = 0; r < R; r++) y[r][0] = y[r][1] = _mm512_setzero_ps();
+  const int64_t quads = block / 4;
+  for (int64_t blk = 0; blk < nb; blk++) {
+    WT_UNROLL
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    const uint8_t *w = wp + blk * quads * 4 * NBITS_PANEL;
+    const int8_t *qb = q + blk * block;
+    for (int64_t kq = 0; kq < quads; kq++) {
+      __m512i w0 = _mm512_loadu_si512(w + kq * 4 * NBITS_PANEL);
+      __m512i w1 = _mm512_loadu_si512(w + kq * 4 * NBITS_PANEL + 64);
+      WT_UNROLL
+      for (int r = 0; r < R; r++) {
+        int32_t a4;
+        memcpy(&a4, qb + r * q_stride + 4 * kq, 4);
+        __m512i a = _mm512_set1_epi32(a4);
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, a);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, a);
+      }
+    }
+    __m512 sw0 = _mm512_loadu_ps(swp + blk * NBITS_PANEL);
+    __m512 sw1 = _mm512_loadu_ps(swp + blk * NBITS_PANEL + 16);
+    __m512i z0 = _mm512_setzero_si512(), z1 = z0;
+    if (zpp) {
+      z0 = _mm512_loadu_si512(zpp + blk * NBITS_PANEL);
+      z1 = _mm512_loadu_si512(zpp + blk * NBITS_PANEL + 16);
+    }
+    WT_UNROLL
+    for (int r = 0; r < R; r++) {
+      __m512i as = _mm512_set1_epi32(asum[r * x_stride + blk]);
+      __m512 s = _mm512_set1_ps(sa[r * x_stride + blk]);
+      __m512i za0 = zpp ? _mm512_mullo_epi32(z0, as) : _mm512_slli_epi32(as, (unsigned)(bits - 1));
+      __m512i za1 = zpp ? _mm512_mullo_epi32(z1, as) : za0;
+      __m512i d0 = _mm512_sub_epi32(acc[r][0], za0), d1 = _mm512_sub_epi32(acc[r][1], za1);
+      y[r][0] =
+          _mm512_add_ps(y[r][0], _mm512_mul_ps(_mm512_mul_ps(s, sw0), _mm512_cvtepi32_ps(d0)));
+      y[r][1] =
+          _mm512_add_ps(y[r][1], _mm512_mul_ps(_mm512_mul_ps(s, sw1), _mm512_cvtepi32_ps(d1)));
+    }
+  }
+  WT_UNROLL
+  for (int r = 0; r < R; r++) {
+    _mm512_storeu_ps(out + r * NBITS_PANEL, y[r][0]);
+    _mm512_storeu_ps(out + r * NBITS_PANEL + 16, y[r][1]);
+  }
+}
+
+static NQ_TARGET void nbits_i8_panel_vnni(const int8_t *q, int64_t q_stride, const float *sa,
+                                          const int32_t *asum, int64_t x_stride, int64_t M,
+                                          const uint8_t *wp, const float *swp, const int32_t *zpp,
+                                          int bits, int64_t block, int64_t n_blocks, float *out) {
+  int64_t m = 0;
+  for (; m + NQP_R <= M; m += NQP_R)
+    nqp_rows(q + m * q_stride, q_stride, sa + m * x_stride, asum + m * x_stride, x_stride, wp, swp,
+             zpp, bits, block, n_blocks, out + m * NBITS_PANEL, NQP_R);
+  const int8_t *qm = q + m * q_stride;
+  const float *sm = sa + m * x_stride;
+  const int32_t *am = asum + m * x_stride;
+  float *om = out + m * NBITS_PANEL;
+  switch (M - m) {
+  case 3:
+    nqp_rows(qm, q_stride, sm, am, x_stride, wp, swp, zpp, bits, block, n_blocks, om, 3);
+    break;
+  case 2:
+    nqp_rows(qm, q_stride, sm, am, x_stride, wp, swp, zpp, bits, block, n_blocks, om, 2);
+    break;
+  case 1:
+    nqp_rows(qm, q_stride, sm, am, x_stride, wp, swp, zpp, bits, block, n_blocks, om, 1);
+    break;
+  default:
+    break;
+  }
+}
+
+nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return nbits_i8_panel_vnni; }
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {
   if ((bits != 8 && bits != 4) || block < 16 || block > NBITS_I8_MAX_BLOCK) return NULL;
   if (bits == 4 && block < 32) return NULL;
   return nbits_i8_vnni;
 }
 #else
+nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return NULL; }
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {
   (void)bits;
   (void)block;
