@@ -528,7 +528,9 @@ static void test_nb_i8_grid(void) {
           int block = blocks[bi];
           /* K: several blocks, a multiple; then a partial last block; then less than a block */
           int64_t K = kk == 0 ? 5 * block : kk == 1 ? 2 * block + block / 2 + 2 : block / 2 + 6;
-          int64_t N = kk == 2 ? 1 : 4 + (int64_t)bi + 2 * kk; /* 4, and N % 4 = 1, 2, 3 */
+          /* N: 4..8 (the streaming kernel groups 4), 33..41 (the panel kernel, M >= 8, takes 32:
+           * a full panel and a partial one), 1 */
+          int64_t N = kk == 2 ? 1 : kk == 0 ? 4 + (int64_t)bi : 33 + 2 * (int64_t)bi;
           for (size_t mi = 0; mi < 7; mi++) {
             if (mi != 6 && (bi + (size_t)kk) % 2 && mi % 2) continue; /* fewer small-M runs */
             nb_case c = {PH_DTYPE_F32, 2, Ms[mi], K, N, bits, block, zp, (int)(mi + bi) % 2, 4};
