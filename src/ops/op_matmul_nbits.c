@@ -8,13 +8,18 @@
  *   -> Y [..., N] (T),   Y = A · dequant(B)ᵀ + bias
  * with n_blocks = ceil(K / block), T ∈ {f32, f16, bf16}, attributes K, N (required, >= 1), bits
  * (default 4; 4 or 8, other widths of 2..8 UNSUPPORTED), block_size (required, a power of two
- * >= 16), accuracy_level (0..4, default 0; accepted and recorded, the arithmetic is f32 whatever
- * it says). K, N > 2^31 - 1 and block_size > 2^30 are UNSUPPORTED (no size overflows). Without
- * zero points every block's zero point is 2^(bits-1).
- * Dequantization and the f32 summation order are the kernel's (kernels/matmul_nbits.h); the
- * bias is added to the finished sum and Y is rounded to T once.
- * Work is split over blocks of output columns; each output element is one sum computed by one
- * task, so neither M nor the thread count changes a result.
+ * >= 16), accuracy_level (0..4, default 0; 4: int8 activations, see below; others: f32). K, N >
+ * 2^31 - 1 and block_size > 2^30 are UNSUPPORTED (no size overflows). Without zero points every
+ * block's zero point is 2^(bits-1). Levels 0-3 (and 4 with float zero points or blocks above
+ * NBITS_I8_MAX_BLOCK): dequantization and the f32 summation order are the reference kernel's
+ * (kernels/matmul_nbits.h). Level 4: A quantized to int8 per row and per block once per call (a
+ * pool task per row, into the shared scratch), then the exact integer dots and the fixed f32
+ * combine of kernels/matmul_nbits.h: the AVX-512 VNNI kernels when the active variant is avx512 and
+ * the CPU has avx512_vnni (the streaming one below NB_PANEL_MIN_M rows, the panel one from there),
+ * else the reference nbits_dot_i8; all give the same bits. The bias is added to the finished sum
+ * and Y is rounded to T once. Work is split over groups of output columns; each output element is
+ * computed by one task with operations that depend on neither M nor the thread count, so neither
+ * changes a result.
  */
 #include <stdint.h>
 #include <string.h>
