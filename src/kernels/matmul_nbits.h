@@ -59,6 +59,19 @@ float nbits_zero_point_u8(const uint8_t *zp_col, int bits, int64_t b);
 /* Sum over k < K of a[k] * w[k], in f32, in increasing k (see above). */
 float nbits_dot(const float *a, const float *w, int64_t K);
 
+/* Levels 0-3 with AVX-512 F/BW/VL (kernels/matmul_nbits_avx512.c): dequant gives
+ * nbits_dequant_col's bits; dot sums in 16 lanes (k to lane k % 16, one fused multiply-add per
+ * element, then the tree l + 8, + 4, + 2, + 1): another order than nbits_dot, inside the same
+ * bound ((K - 1) roundings of partial sums bounded by Σ|a_k w_k|), depending on K only.
+ * nbits_f32_avx512_kernels() is NULL off x86-64; whether the CPU can run them is the caller's
+ * check. */
+typedef struct nbits_f32_kernels {
+  void (*dequant)(const uint8_t *b_col, const float *scales, const float *zp, int bits,
+                  int64_t block, int64_t K, float *w);
+  float (*dot)(const float *a, const float *w, int64_t K);
+} nbits_f32_kernels;
+const nbits_f32_kernels *nbits_f32_avx512_kernels(void);
+
 /* ---- accuracy_level 4 --------------------------------------------------------------------- */
 
 /* The largest block the int8 path takes (d_b stays inside int32); larger blocks compute as level

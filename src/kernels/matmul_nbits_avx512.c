@@ -301,12 +301,71 @@ static NQ_TARGET void nbits_i8_panel_vnni(const int8_t *q, int64_t q_stride, con
 }
 
 nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return nbits_i8_panel_vnni; }
+/* ---- accuracy_level 1 ----------------------------------------------------------------------- */
+
+#define NQ_TARGET_F __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+/* nbits_dequant_col, 16 k at a time (a block holds a whole number of 16s), with the reference's
+ * operations per element: (float)q − z, then · s. */
+static NQ_TARGET_F void nbits_dequant_col_avx512(const uint8_t *b_col, const float *scales,
+                                                 const float *zp, int bits, int64_t block,
+                                                 int64_t K, float *w) {
+  const int64_t blob = block * bits / 8;
+  const __m128i lo4 = _mm_set1_epi8(0x0F);
+  for (int64_t k0 = 0, b = 0; k0 < K; k0 += block, b++) {
+    const uint8_t *p = b_col + b * blob;
+    const __m512 s = _mm512_set1_ps(scales[b]), z = _mm512_set1_ps(zp[b]);
+    int64_t len = K - k0 < block ? K - k0 : block;
+    for (int64_t j = 0; j < len; j += 16) {
+      __m128i codes;
+      if (bits == 8) {
+        codes = _mm_loadu_si128((const __m128i_u *)(const void *)(p + j));
+      } else {
+        uint64_t v;
+        memcpy(&v, p + j / 2, 8);
+        __m128i x = _mm_cvtsi64_si128((long long)v);
+        codes = _mm_unpacklo_epi8(_mm_and_si128(x, lo4), _mm_and_si128(_mm_srli_epi16(x, 4), lo4));
+      }
+      __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
+      __m512 wv = _mm512_mul_ps(_mm512_sub_ps(q, z), s);
+      int64_t n = len - j < 16 ? len - j : 16;
+      _mm512_mask_storeu_ps(w + k0 + j, (__mmask16)((1u << n) - 1), wv);
+    }
+  }
+}
+
+/* Σ a[k]·w[k]: k to lane k % 16 (the tail masked), a fused multiply-add per element, then the
+ * tree l + 8, + 4, + 2, + 1. The order depends on K only. */
+static NQ_TARGET_F float nbits_dot_avx512(const float *a, const float *w, int64_t K) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(w + k), acc);
+  if (k < K) {
+    __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+    acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, w + k),
+                                acc, m);
+  }
+  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc),
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+const nbits_f32_kernels *nbits_f32_avx512_kernels(void) {
+  static const nbits_f32_kernels k = {nbits_dequant_col_avx512, nbits_dot_avx512};
+  return &k;
+}
+
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {
   if ((bits != 8 && bits != 4) || block < 16 || block > NBITS_I8_MAX_BLOCK) return NULL;
   if (bits == 4 && block < 32) return NULL;
   return nbits_i8_vnni;
 }
 #else
+const nbits_f32_kernels *nbits_f32_avx512_kernels(void) { return NULL; }
 nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return NULL; }
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {
   (void)bits;

@@ -253,8 +253,9 @@ typedef struct nb_job {
   float *sa;      /* level 4: [M, row_blocks] */
   int32_t *asum;  /* level 4: [M, row_blocks] */
   int64_t q_stride;
-  nbits_i8_kernel_fn kernel; /* level 4: NULL runs the reference nbits_dot_i8 */
-  nbits_i8_panel_fn panel;   /* level 4, M >= NB_PANEL_MIN_M: the panel kernel, else NULL */
+  const nbits_f32_kernels *f32; /* levels 0-3: the AVX-512 ones, or NULL: the reference */
+  nbits_i8_kernel_fn kernel;    /* level 4: NULL runs the reference nbits_dot_i8 */
+  nbits_i8_panel_fn panel;      /* level 4, M >= NB_PANEL_MIN_M: the panel kernel, else NULL */
   const uint8_t *b;
   const tensor *scales, *zp, *bias;
   tensor *y;
@@ -292,11 +293,15 @@ static void nb_task(void *ctx, size_t task, int thread) {
   for (int64_t c = n0; c < n1; c++) {
     tensor_load_f32(j->scales, c * nb, nb, sc);
     nb_col_zp(j, c, zp, NULL);
-    nbits_dequant_col(j->b + c * nb * g->blob, sc, zp, g->bits, g->block, K, w);
+    const uint8_t *col = j->b + c * nb * g->blob;
+    if (j->f32)
+      j->f32->dequant(col, sc, zp, g->bits, g->block, K, w);
+    else
+      nbits_dequant_col(col, sc, zp, g->bits, g->block, K, w);
     float bias = 0.0f;
     if (g->has_bias) tensor_load_f32(j->bias, c, 1, &bias);
     for (int64_t m = 0; m < g->M; m++) {
-      float y = nbits_dot(j->a + m * K, w, K);
+      float y = j->f32 ? j->f32->dot(j->a + m * K, w, K) : nbits_dot(j->a + m * K, w, K);
       if (g->has_bias) y += bias;
       tensor_store_f32(j->y, m * N + c, 1, &y);
     }
@@ -499,6 +504,7 @@ static ph_status nb_run(const gnode *n, const tensor *const *in, tensor *const *
   }
   float *a = ctx->scratch;
   tensor_load_f32(in[NB_IN_A], 0, g.M * g.K, a);
+  if (kernel_variant_active() == KERNEL_AVX512) j.f32 = nbits_f32_avx512_kernels();
   j.a = a;
   pool_run(ctx->pool, (size_t)((g.N + NB_COLS_PER_TASK - 1) / NB_COLS_PER_TASK), nb_task, &j);
   return PH_OK;

@@ -142,9 +142,25 @@ static tensor *nb_check_case(const nb_case *c, const nb_inputs *x, int n_threads
 
 static void nb_free(nb_inputs *x) { tensors_free(x->t, 6); }
 
+/* The variants to check: scalar (the reference nbits_dot_i8) and avx512 (the VNNI kernel where
+ * the CPU has VNNI; else the reference again). Leaves the variant forced to the best one. */
+static int nb_variants(kernel_variant *v) {
+  int n = 0;
+  v[n++] = KERNEL_SCALAR;
+  if (kernel_variant_available(KERNEL_AVX512)) v[n++] = KERNEL_AVX512;
+  return n;
+}
+
+static void nb_force(kernel_variant v) {
+  diag d;
+  CHECK_STATUS(kernel_force_variant(v, &d), PH_OK, d.msg);
+}
+
 static void test_nb_grid(void) {
   static const int64_t Ms[] = {1, 3, 17}, Ks[] = {32, 96, 200, 512}, Ns[] = {5, 24};
   static const int bitss[] = {4, 8}, blocks[] = {32, 64, 128};
+  kernel_variant vs[KERNEL_N_VARIANTS];
+  int n_v = nb_variants(vs); /* scalar, and avx512 (the AVX-512 level-1 kernels) */
   rng r = rng_seed(1801);
   int runs = 0;
   for (size_t mi = 0; mi < 3; mi++)
@@ -165,11 +181,15 @@ static void test_nb_grid(void) {
                            0};
               nb_inputs x;
               nb_make(&c, &r, &x);
-              tensor_free(nb_check_case(&c, &x, 1));
+              for (int v = 0; v < n_v; v++) {
+                nb_force(vs[v]);
+                tensor_free(nb_check_case(&c, &x, 1));
+              }
               nb_free(&x);
               runs++;
             }
   CHECK_EQ_INT(runs, 432);
+  nb_force(vs[n_v - 1]);
 }
 
 /* f16 and bf16 io, a rank-3 A, and a result that does not depend on the thread count or on
@@ -498,20 +518,6 @@ static tensor *nb_i8_check(const nb_case *c, const nb_inputs *x, int n_threads) 
   free(row.asum);
   tensor_free(want);
   return out[0];
-}
-
-/* The variants to check: scalar (the reference nbits_dot_i8) and avx512 (the VNNI kernel where
- * the CPU has VNNI; else the reference again). Leaves the variant forced to the best one. */
-static int nb_variants(kernel_variant *v) {
-  int n = 0;
-  v[n++] = KERNEL_SCALAR;
-  if (kernel_variant_available(KERNEL_AVX512)) v[n++] = KERNEL_AVX512;
-  return n;
-}
-
-static void nb_force(kernel_variant v) {
-  diag d;
-  CHECK_STATUS(kernel_force_variant(v, &d), PH_OK, d.msg);
 }
 
 static void test_nb_i8_grid(void) {
