@@ -138,6 +138,10 @@ nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void);
  * k < n_blocks * block (the padding codes of the last block included; their activations are 0). */
 void nbits_i8_pack_panel(const uint8_t *const *cols, int bits, int64_t block, int64_t n_blocks,
                          uint8_t *wp);
+/* The same packing with AVX-512 (the same bytes; 16 x 16 transposes); NULL off x86-64. */
+typedef void (*nbits_i8_pack_fn)(const uint8_t *const *cols, int bits, int64_t block,
+                                 int64_t n_blocks, uint8_t *wp);
+nbits_i8_pack_fn nbits_i8_avx512_pack_panel(void);
 
 /* Reorders one row's codes q[0 .. n) (n a multiple of 128) for the 4-bit kernel: in each group
  * of 128 codes the 64 of even k first, then the 64 of odd k (the low and high nibbles of 64

@@ -300,6 +300,76 @@ static NQ_TARGET void nbits_i8_panel_vnni(const int8_t *q, int64_t q_stride, con
   }
 }
 
+/* 16 x 16 int32 transpose: r[j] lane i = r[i] lane j on return. */
+static WT_INLINE NQ_TARGET void nq_tr16(__m512i r[16]) {
+  __m512i t[16];
+  WT_UNROLL
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  WT_UNROLL
+  for (int i = 0; i < 4; i++) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  WT_UNROLL
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  WT_UNROLL
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/* nbits_i8_pack_panel's layout, 64 codes x 16 columns per transpose; the quads past the last
+ * multiple of 16 by the reference packer's rule. */
+static NQ_TARGET void nbits_i8_pack_panel_vnni(const uint8_t *const *cols, int bits, int64_t block,
+                                               int64_t n_blocks, uint8_t *wp) {
+  const int64_t n = n_blocks * block, n64 = n / 64 * 64;
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  const int64_t pf = NBITS_PANEL * n * bits / 8;
+  for (int h = 0; h < NBITS_PANEL / 16; h++) {
+    for (int64_t k0 = 0; k0 < n64; k0 += 64) {
+      __m512i r[16];
+      WT_UNROLL
+      for (int c = 0; c < 16; c++) {
+        const uint8_t *p = cols[16 * h + c];
+        /* the same bytes of the next panel (the next task): B streams from DRAM here */
+        _mm_prefetch(wt_ahead(p, k0 * bits / 8 + pf), _MM_HINT_T0);
+        if (bits == 8) {
+          r[c] = _mm512_loadu_si512(p + k0);
+        } else { /* 32 bytes -> 64 codes in k order (low nibble first) */
+          __m256i x = _mm256_loadu_si256((const __m256i_u *)(const void *)(p + k0 / 2));
+          __m256i lo = _mm256_and_si256(x, lo4),
+                  hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo4);
+          __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
+          r[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(a, b, 0x20)),
+                                    _mm256_permute2x128_si256(a, b, 0x31), 1);
+        }
+      }
+      nq_tr16(r);
+      WT_UNROLL
+      for (int j = 0; j < 16; j++)
+        _mm512_storeu_si512(wp + (k0 / 4 + j) * 4 * NBITS_PANEL + h * 64, r[j]);
+    }
+  }
+  for (int c = 0; c < NBITS_PANEL; c++)
+    for (int64_t k = n64; k < n; k++) {
+      const uint8_t *p = cols[c];
+      wp[(k / 4) * 4 * NBITS_PANEL + c * 4 + k % 4] =
+          bits == 8 ? p[k] : (uint8_t)((p[k / 2] >> ((k % 2) * 4)) & 0x0F);
+    }
+}
+
+nbits_i8_pack_fn nbits_i8_avx512_pack_panel(void) { return nbits_i8_pack_panel_vnni; }
 nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return nbits_i8_panel_vnni; }
 /* ---- accuracy_level 1 ----------------------------------------------------------------------- */
 
@@ -365,6 +435,7 @@ nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {
   return nbits_i8_vnni;
 }
 #else
+nbits_i8_pack_fn nbits_i8_avx512_pack_panel(void) { return NULL; }
 const nbits_f32_kernels *nbits_f32_avx512_kernels(void) { return NULL; }
 nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return NULL; }
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {

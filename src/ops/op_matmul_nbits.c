@@ -451,7 +451,8 @@ static void nb_i8_panel_task(void *ctx, size_t task, int thread) {
         zpp[b * NBITS_PANEL + i] = g->bits == 8 ? z[b] : (z[b / 2] >> ((b & 1) * 4)) & 0x0F;
     }
   }
-  nbits_i8_pack_panel(cols, g->bits, g->block, nb, wp);
+  nbits_i8_pack_fn pack = nbits_i8_avx512_pack_panel(); /* the panel kernel implies AVX-512 */
+  (pack ? pack : nbits_i8_pack_panel)(cols, g->bits, g->block, nb, wp);
   j->panel(j->q, j->q_stride, j->sa, j->asum, g->row_blocks, g->M, wp, swp,
            g->zp_kind == 1 ? zpp : NULL, g->bits, g->block, nb, out);
   nb_i8_store(j, out, NBITS_PANEL, n0, n_cols);
