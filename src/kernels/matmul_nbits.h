@@ -84,6 +84,11 @@ const nbits_f32_kernels *nbits_f32_avx512_kernels(void);
 void nbits_quantize_row_i8(const float *a, int64_t K, int64_t block, int8_t *q, float *sa,
                            int32_t *asum);
 
+/* The same quantizer with AVX-512 F/BW (the same bytes and floats); NULL off x86-64. */
+typedef void (*nbits_quantize_fn)(const float *a, int64_t K, int64_t block, int8_t *q, float *sa,
+                                  int32_t *asum);
+nbits_quantize_fn nbits_i8_avx512_quantizer(void);
+
 /* The level-4 output of one row and one column (the rule above): q, sa, asum from
  * nbits_quantize_row_i8; b_col the column's packed blocks; sw[n_blocks] its scales (f32);
  * zp[n_blocks] its integer zero points (0..2^bits - 1). */

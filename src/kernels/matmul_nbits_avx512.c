@@ -21,6 +21,8 @@
  *     last step's weight loads are masked, so nothing past the column is read.
  * 4 bits with block 16 (8 bytes) has no kernel here (the caller runs the reference).
  */
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -371,6 +373,48 @@ static NQ_TARGET void nbits_i8_pack_panel_vnni(const uint8_t *const *cols, int b
 
 nbits_i8_pack_fn nbits_i8_avx512_pack_panel(void) { return nbits_i8_pack_panel_vnni; }
 nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return nbits_i8_panel_vnni; }
+/* ---- the activation quantizer ---------------------------------------------------------------
+ * nbits_quantize_row_i8's rule with the same f32 operations per element: max |a| (exact in any
+ * order), s_a = amax / 127 and r = 127 / amax in scalar, â = a·r rounded to nearest even
+ * (vrndscaleps; the reference's 1.5·2^23 trick rounds the same way for |a·r| < 2^22). */
+static NQ_TARGET void nbits_quantize_row_i8_avx512(const float *a, int64_t K, int64_t block,
+                                                   int8_t *q, float *sa, int32_t *asum) {
+  for (int64_t k0 = 0, b = 0; k0 < K; k0 += block, b++) {
+    int64_t len = K - k0 < block ? K - k0 : block;
+    __m512 mx = _mm512_setzero_ps();
+    __mmask16 nonfinite = 0;
+    for (int64_t j = 0; j < len; j += 16) {
+      __mmask16 m = len - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (len - j)) - 1);
+      __m512 x = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, a + k0 + j));
+      /* inf or NaN: not <= FLT_MAX (ordered, non-signalling) */
+      nonfinite |= _mm512_mask_cmp_ps_mask(m, x, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+      mx = _mm512_max_ps(mx, x);
+    }
+    float amax = _mm512_reduce_max_ps(mx);
+    if (nonfinite || amax < FLT_MIN) {
+      sa[b] = nonfinite ? NAN : 0.0f;
+      memset(q + k0, 0, (size_t)block);
+      asum[b] = 0;
+      continue;
+    }
+    sa[b] = amax / 127.0f;
+    const __m512 r = _mm512_set1_ps(127.0f / amax);
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t j = 0; j < block; j += 16) {
+      int64_t n = len - j;
+      __mmask16 m = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+      __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + k0 + j), r),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m512i iv = _mm512_cvtps_epi32(v);
+      sum = _mm512_add_epi32(sum, iv);
+      _mm_storeu_si128((__m128i *)(void *)(q + k0 + j), _mm512_cvtepi32_epi8(iv));
+    }
+    asum[b] = _mm512_reduce_add_epi32(sum);
+  }
+}
+
+nbits_quantize_fn nbits_i8_avx512_quantizer(void) { return nbits_quantize_row_i8_avx512; }
+
 /* ---- accuracy_level 1 ----------------------------------------------------------------------- */
 
 #define NQ_TARGET_F __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -435,6 +479,7 @@ nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {
   return nbits_i8_vnni;
 }
 #else
+nbits_quantize_fn nbits_i8_avx512_quantizer(void) { return NULL; }
 nbits_i8_pack_fn nbits_i8_avx512_pack_panel(void) { return NULL; }
 const nbits_f32_kernels *nbits_f32_avx512_kernels(void) { return NULL; }
 nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void) { return NULL; }

@@ -318,7 +318,8 @@ static void nb_quant_task(void *ctx, size_t task, int thread) {
   float *sa = j->sa + m * rb;
   int32_t *asum = j->asum + m * rb;
   tensor_load_f32(j->a_in, m * g->K, g->K, a);
-  nbits_quantize_row_i8(a, g->K, g->block, q, sa, asum);
+  nbits_quantize_fn quant = j->kernel ? nbits_i8_avx512_quantizer() : NULL;
+  (quant ? quant : nbits_quantize_row_i8)(a, g->K, g->block, q, sa, asum);
   int64_t used = g->n_blocks * g->block;
   memset(q + used, 0, (size_t)(j->q_stride - used));
   for (int64_t b = g->n_blocks; b < rb; b++) {
