@@ -115,14 +115,27 @@ static inline void *roofline_fma_job(void *arg) {
   return NULL;
 }
 
-/* GFLOP/s of `threads` threads each running job (20M iterations of 16 chains x 16 lanes, each
- * instruction worth flops_per_lane FLOP per lane), the median of 5. */
+/* Iterations of each peak probe's 16 chains: 20M (about 0.1 s a run at full speed). A build
+ * without optimization (the Debug and sanitizer builds, where clang cannot raise the level of
+ * these functions as GCC's pragma in tools/cmd_bench.c does) runs the intrinsics through memory
+ * several hundred times slower, so 20M would take minutes per probe there, and what it measures
+ * is not the machine's peak anyway: such builds run 200k. */
+#ifndef ROOFLINE_PEAK_ITERS
+#ifdef __OPTIMIZE__
+#define ROOFLINE_PEAK_ITERS (20 * 1000 * 1000)
+#else
+#define ROOFLINE_PEAK_ITERS (200 * 1000)
+#endif
+#endif
+
+/* GFLOP/s of `threads` threads each running job (ROOFLINE_PEAK_ITERS iterations of 16 chains x
+ * 16 lanes, each instruction worth flops_per_lane FLOP per lane), the median of 5. */
 static inline double roofline_peak(int threads, void *(*job)(void *), int flops_per_lane) {
   double g[5];
   roofline_job jobs[16];
   pthread_t tid[16];
   if (threads > 16) threads = 16;
-  const int iters = 20 * 1000 * 1000;
+  const int iters = ROOFLINE_PEAK_ITERS;
   for (int rep = 0; rep < 5; rep++) {
     double t0 = roofline_now();
     for (int t = 0; t < threads; t++) {
@@ -165,7 +178,7 @@ static inline double roofline_bf16dot(int threads) {
 __attribute__((target("avx512f,avx512vnni"))) static inline void *roofline_int8dot_job(void *arg) {
   roofline_job *j = arg;
   __m512i acc[16];
-  /* unsigned 1 x signed 1 per byte: each instruction adds 4 to every lane, 80M over the 20M
+  /* unsigned 1 x signed 1 per byte: each instruction adds 4 to every lane, 80M over 20M
    * iterations, far from int32 overflow */
   const __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(1);
   for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_epi32(i);

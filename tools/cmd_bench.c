@@ -1226,6 +1226,9 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
   }
   r->m.load_s = roofline_now() - t0;
   r->p = info.params;
+  /* the skip names as given (they outlive the engine, whose own copy the report must not use
+   * after ph_engine_free) */
+  r->p.quant.skip = p.quant.skip;
   session_facts(&info, &r->m);
   if (c->prompt >= r->m.max_context)
     s = diag_set(d, PH_ERR_LIMIT, "--prompt %lld does not fit the context of %lld",
