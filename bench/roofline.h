@@ -8,9 +8,11 @@
  *   roofline_bf16dot(threads)    bf16 dot GFLOP/s (vdpbf16ps: 32 multiply-adds per lane-pair
  *                                vector, 64 flops per instruction): 16 independent chains per
  *                                thread; 0 when the CPU has no AVX-512 BF16
- *   roofline_int8dot(threads)    int8 dot GOP/s (vpdpbusd: 64 u8 x s8 products summed into 16
- *                                int32 lanes, 128 ops per instruction): 16 independent chains
- *                                per thread; 0 when the CPU has no AVX-512 VNNI
+ *   roofline_int8dot(threads)    int8 dot GOP/s (vpdpbusd: 16 lanes x 4 u8 x s8 multiply-adds
+ *                                summed into int32, 128 ops per instruction): 16 independent
+ *                                chains per thread; 0 when the CPU has no AVX-512 VNNI. The
+ *                                ceiling of MatMulNBits at accuracy_level 4 (int8 activations)
+ *                                and of llama.cpp's Q8_0/Q4_0 dot products (docs/quantization.md)
  *
  * Header-only, for bench/ programs (compiled with -O3 -march=native). Not part of the library.
  */
@@ -113,14 +115,27 @@ static inline void *roofline_fma_job(void *arg) {
   return NULL;
 }
 
-/* GFLOP/s of `threads` threads each running job (20M iterations of 16 chains x 16 lanes, each
- * instruction worth flops_per_lane FLOP per lane), the median of 5. */
+/* Iterations of each peak probe's 16 chains: 20M (about 0.1 s a run at full speed). A build
+ * without optimization (the Debug and sanitizer builds, where clang cannot raise the level of
+ * these functions as GCC's pragma in tools/cmd_bench.c does) runs the intrinsics through memory
+ * several hundred times slower, so 20M would take minutes per probe there, and what it measures
+ * is not the machine's peak anyway: such builds run 200k. */
+#ifndef ROOFLINE_PEAK_ITERS
+#ifdef __OPTIMIZE__
+#define ROOFLINE_PEAK_ITERS (20 * 1000 * 1000)
+#else
+#define ROOFLINE_PEAK_ITERS (200 * 1000)
+#endif
+#endif
+
+/* GFLOP/s of `threads` threads each running job (ROOFLINE_PEAK_ITERS iterations of 16 chains x
+ * 16 lanes, each instruction worth flops_per_lane FLOP per lane), the median of 5. */
 static inline double roofline_peak(int threads, void *(*job)(void *), int flops_per_lane) {
   double g[5];
   roofline_job jobs[16];
   pthread_t tid[16];
   if (threads > 16) threads = 16;
-  const int iters = 20 * 1000 * 1000;
+  const int iters = ROOFLINE_PEAK_ITERS;
   for (int rep = 0; rep < 5; rep++) {
     double t0 = roofline_now();
     for (int t = 0; t < threads; t++) {
@@ -160,12 +175,12 @@ static inline double roofline_bf16dot(int threads) {
   if (!__builtin_cpu_supports("avx512bf16")) return 0;
   return roofline_peak(threads, roofline_bf16dot_job, 4);
 }
-
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void *
-roofline_int8dot_job(void *arg) {
+__attribute__((target("avx512f,avx512vnni"))) static inline void *roofline_int8dot_job(void *arg) {
   roofline_job *j = arg;
   __m512i acc[16];
-  __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-1);
+  /* unsigned 1 x signed 1 per byte: each instruction adds 4 to every lane, 80M over 20M
+   * iterations, far from int32 overflow */
+  const __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(1);
   for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_epi32(i);
   for (int it = 0; it < j->iters; it++)
     for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], x, y);
@@ -175,8 +190,7 @@ roofline_int8dot_job(void *arg) {
   return NULL;
 }
 
-/* int8 dot (vpdpbusd) in GOP/s: 4 products and 4 adds per lane per instruction; 0 without
- * AVX-512 VNNI */
+/* 4 products + 4 sums per lane per instruction: 8 integer ops */
 static inline double roofline_int8dot(int threads) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512vnni")) return 0;

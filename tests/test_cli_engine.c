@@ -813,6 +813,10 @@ static void test_bench_json(void) {
   CHECK_EQ_STR(json_string_value(json_object_get(model, "kind")), "checkpoint");
   CHECK_EQ_INT(num(model, "parameters"), 216776); /* the golden model's tensors */
   CHECK_EQ_INT(num(model, "weight_bytes"), 4 * 216776);
+  /* nothing quantized: a step reads the weights as stored */
+  CHECK_EQ_INT(num(model, "weight_bytes_read"), 4 * 216776);
+  CHECK_EQ_INT(num(model, "quantized_tensors"), 0);
+  CHECK(json_is_null(json_object_get(eng, "quant")));
   CHECK(num(model, "state_bytes_per_sequence") > 0);
   CHECK(num(model, "kv_bytes_per_token") > 0);
   CHECK_EQ_INT(num(model, "vocab"), 256);
@@ -830,9 +834,11 @@ static void test_bench_json(void) {
   /* an f32 checkpoint runs in f32 mode: its compute peak is the FMA's; the bf16 dot peak is
    * measured where the CPU has it (null otherwise) */
   CHECK_EQ_STR(json_string_value(json_object_get(eng, "precision")), "f32");
+  CHECK_EQ_STR(json_string_value(json_object_get(eng, "compute_peak")), "f32 FMA");
   CHECK(num(pre, "vs_compute") == num(pre, "vs_fma"));
-  json_t *bf = json_object_get(mach, "bf16_gflops");
+  json_t *bf = json_object_get(mach, "bf16_gflops"), *i8 = json_object_get(mach, "int8_gops");
   CHECK(json_is_null(bf) || json_number_value(bf) > 0);
+  CHECK(json_is_null(i8) || json_number_value(i8) > 0);
   CHECK(json_is_array(dec) && json_array_size(dec) == 2);
   for (size_t i = 0; i < json_array_size(dec); i++) {
     json_t *x = json_array_get(dec, i);
@@ -855,6 +861,62 @@ static void test_bench_json(void) {
   CHECK_EQ_INT(num(o, "decode_steps"), 4);
   CHECK(num(o, "total_s") > 0);
   CHECK(json_is_object(json_object_get(o, "units")));
+  json_decref(o);
+}
+
+/* bench --quant int8: the decode bytes a step reads are the quantized weights', counted
+ * independently here from `inspect --quant-report` (every weight the loader quantizes, N x K)
+ * in MatMulNBits' layout: N x ceil(K/32) blocks of 32 codes of 8 bits plus an f32 scale (the
+ * golden checkpoint's io dtype), in place of their f32 bytes; lm_head skipped by name; the
+ * compute peak is the int8 dot's. Runs once the bench takes --quant (tools/quant_flags.h). */
+static void test_bench_quant(void) {
+  CHECK_EQ_INT(run("bench --help"), 0);
+  if (!g_stdout || !strstr(g_stdout, "--quant ")) {
+    fprintf(stderr, "       (bench has no --quant yet: test_bench_quant not run)\n");
+    return;
+  }
+  char args[4096];
+  snprintf(args, sizeof args, "inspect '%s' --quant-report --json", g_ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  json_t *rep = json_loads(g_stdout ? g_stdout : "", 0, NULL);
+  json_t *ts = json_object_get(rep, "tensors");
+  CHECK(json_is_array(ts) && json_array_size(ts) > 1);
+  int64_t quantized = 0, f32_bytes = 0, q_bytes = 0;
+  for (size_t i = 0; i < json_array_size(ts); i++) {
+    json_t *t = json_array_get(ts, i), *sh = json_object_get(t, "shape");
+    if (strcmp(json_string_value(json_object_get(t, "name")), "lm_head.weight") == 0) continue;
+    const int64_t n = json_integer_value(json_array_get(sh, 0)),
+                  k = json_integer_value(json_array_get(sh, 1)), kb = (k + 31) / 32;
+    quantized++;
+    f32_bytes += 4 * n * k;
+    q_bytes += n * kb * 32 + n * kb * 4;
+  }
+  json_decref(rep);
+  snprintf(args, sizeof args,
+           "bench --model '%s' --json --prompt 16 --decode-steps 2 --batches 1 --repeats 1 "
+           "--threads 1 --quant int8 --quant-skip lm_head",
+           g_ckpt);
+  json_t *o = bench_json(args);
+  if (!o) return;
+  json_t *model = json_object_get(o, "model"), *eng = json_object_get(o, "engine");
+  json_t *mach = json_object_get(o, "machine"), *pre = json_object_get(o, "prefill");
+  json_t *q = json_object_get(eng, "quant");
+  CHECK_EQ_INT(num(q, "bits"), 8);
+  CHECK_EQ_INT(num(q, "block_size"), 32);
+  CHECK(json_is_false(json_object_get(q, "asymmetric")));
+  CHECK_EQ_INT(num(q, "accuracy_level"), 4);
+  CHECK_EQ_STR(json_string_value(json_object_get(q, "skip")), "lm_head");
+  CHECK_EQ_INT(num(model, "weight_bytes"), 4 * 216776);
+  CHECK_EQ_INT(num(model, "quantized_tensors"), quantized);
+  CHECK_EQ_INT(num(model, "weight_bytes_read"), 4 * 216776 - f32_bytes + q_bytes);
+  json_t *d0 = json_array_get(json_object_get(o, "decode"), 0);
+  CHECK(num(d0, "bytes_per_step") >= num(model, "weight_bytes_read"));
+  CHECK(num(d0, "bytes_per_step") < num(model, "weight_bytes"));
+  json_t *i8 = json_object_get(mach, "int8_gops");
+  if (json_is_number(i8)) { /* the CPU has vpdpbusd: accuracy_level 4 is measured against it */
+    CHECK_EQ_STR(json_string_value(json_object_get(eng, "compute_peak")), "int8 dot");
+    CHECK_NEAR(num(pre, "vs_compute"), num(pre, "gflops") / json_number_value(i8), 1e-6);
+  }
   json_decref(o);
 }
 
@@ -1097,6 +1159,7 @@ int main(void) {
   RUN(test_run_strict_and_nonfinite);
   RUN(test_run_speculative);
   RUN(test_bench_json);
+  RUN(test_bench_quant);
   RUN(test_bench_table_and_usage);
   RUN(test_bench_speculative);
   RUN(test_quant_flags);

@@ -11,9 +11,10 @@
  *            median step gives B / step tokens per second
  *   memory   peak resident set (getrusage ru_maxrss) after the model runs, and the engine's
  *            KV pages + state slots (ph_engine_info.cache_bytes)
- *   machine  DRAM read bandwidth, fp32 FMA peak and, where the CPU has AVX-512 BF16, the bf16
- *            dot peak (vdpbf16ps; bench/roofline.h), measured after the model runs (so the
- *            probe's 1 GiB buffer stays out of the peak RSS)
+ *   machine  DRAM read bandwidth, fp32 FMA peak and, where the CPU has them, the bf16 dot peak
+ *            (AVX-512 BF16 vdpbf16ps) and the int8 dot peak (AVX-512 VNNI vpdpbusd;
+ *            bench/roofline.h), measured after the model runs (so the probe's 1 GiB buffer
+ *            stays out of the peak RSS)
  *   speculative (--speculative replay, in place of decode) for each B of --batches: B requests
  *            decode greedily once to give each its reference continuation; then, per repeat,
  *            per K of --draft-tokens, one plain decode run and, per p of --acceptance, one
@@ -27,9 +28,12 @@
  * Every figure is the median over --repeats. Decode is compared with the bandwidth as bytes read
  * per step (weights once + each sequence's state read and written + its KV pages) / step time;
  * prefill with the FMA peak as 2 x parameters FLOPs per token, and with the compute peak of the
- * precision the engine runs (the bf16 dot peak in bf16 mode, else the FMA peak): vs_compute. The
- * weight bytes and parameters are the checkpoint's tensors as stored (ph_model_get_info) or the
- * package's initializers.
+ * arithmetic the engine runs (compute_peak: the int8 dot peak for weights quantized at load with
+ * accuracy_level 4, the bf16 dot peak in bf16 mode, else the FMA peak): vs_compute. The weight
+ * bytes and parameters are the checkpoint's tensors as stored (ph_model_get_info) or the
+ * package's initializers; the weight bytes a step reads are those, except that a checkpoint
+ * quantized at load (--quant) reads its quantized linear weights in MatMulNBits' layout instead
+ * (quantized_weight_bytes).
  *
  * bench/roofline.h is written for bench/ programs built with -march=native; the CLI is built
  * for the baseline ISA, so on x86-64 its functions are compiled here for AVX-512 + FMA (at -O3
@@ -124,6 +128,9 @@ typedef struct bench_config {
 typedef struct model_facts {
   int is_package;
   int64_t parameters, weight_bytes; /* tensors as stored (checkpoint) or initializers (package) */
+  int64_t weight_bytes_read;        /* what a step reads: weight_bytes, or with --quant the
+                                       quantized linear weights in place of theirs */
+  int64_t quantized_tensors;        /* tensors counted as quantized (0 without --quant) */
   int64_t state_bytes_per_seq;      /* one state slot: conv + recurrent, every linear layer */
   int64_t state_banks;              /* copies of the state in a slot: 2 with state updates */
   int64_t kv_bytes_per_token;       /* K and V, every full-attention layer */
@@ -386,7 +393,7 @@ static ph_status bench_decode(ph_engine *e, const bench_config *c, decode_result
  * up to the context. */
 static double bytes_per_step(const model_facts *m, int64_t B, double context) {
   const double state = (double)m->state_bytes_per_seq / (double)m->state_banks;
-  return (double)m->weight_bytes +
+  return (double)m->weight_bytes_read +
          (double)B * (2.0 * state + context * (double)m->kv_bytes_per_token);
 }
 
@@ -684,9 +691,79 @@ static void session_facts(const ph_engine_info *in, model_facts *m) {
   quant_flags_describe(in, m->quant, sizeof m->quant);
 }
 
+/* 1 when the checkpoint name `name` contains one of the comma-separated NAMEs of skip
+ * (ph_quant_params.skip; NULL or "" skips nothing). */
+static int quant_skipped(const char *skip, const char *name) {
+  for (const char *p = skip; p && *p;) {
+    const char *end = strchr(p, ',');
+    const size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > 0 && n < 192) {
+      char part[192];
+      memcpy(part, p, n);
+      part[n] = '\0';
+      if (strstr(name, part)) return 1;
+    }
+    p = end ? end + 1 : p + n;
+  }
+  return 0;
+}
+
+/* Bytes of t [N = all but the last dim, K = the last] in MatMulNBits' layout (tensor/quant.h):
+ * the codes, padded to whole blocks, plus a scale per block in the scale dtype (the graph's io
+ * dtype), plus the zero points when asymmetric. */
+static int64_t quant_tensor_bytes(const st_tensor *t, const ph_quant_params *q, size_t scale_size) {
+  const int64_t K = t->shape.n_dims > 0 ? t->shape.dims[t->shape.n_dims - 1] : 1;
+  int64_t N = 1;
+  for (int i = 0; i + 1 < t->shape.n_dims; i++) N *= t->shape.dims[i];
+  const int64_t block = q->block_size > 0 ? q->block_size : 32, kb = (K + block - 1) / block;
+  const int64_t codes = N * kb * block * q->bits / 8, scales = N * kb * (int64_t)scale_size;
+  const int64_t zp = q->asymmetric ? N * ((kb * q->bits + 7) / 8) : 0;
+  return codes + scales + zp;
+}
+
+typedef struct quant_count {
+  const ph_quant_params *q;
+  size_t scale_size;
+  int64_t bytes;   /* weight bytes as a step reads them, updated tensor by tensor */
+  int64_t tensors; /* tensors counted as quantized */
+} quant_count;
+
+/* t (may be NULL) is quantized unless --quant-skip names it: its bytes as stored leave the count
+ * and its quantized bytes enter it. name: the name --quant-skip matches (t's own when NULL). */
+static void quant_count_one(quant_count *c, const st_tensor *t, const char *name) {
+  if (!t || quant_skipped(c->q->skip, name ? name : t->name)) return;
+  c->bytes += quant_tensor_bytes(t, c->q, c->scale_size) - (int64_t)(t->data_end - t->data_begin);
+  c->tensors++;
+}
+
+/* The weight bytes a step of a checkpoint quantized at load reads: the stored bytes, with every
+ * tensor weight_role_quantizable accepts (models/weights.h: globals, layers, experts; the MTP
+ * head is not in the target's bytes) replaced by its MatMulNBits bytes, skip names permitting.
+ * A tied LM head (no lm_head.weight: the embedding is the head) counts as a quantized copy of
+ * the embedding named "lm_head.weight", which a step reads in place of the embedding (the gather
+ * reads B rows of it, not counted): the embedding gather itself stays in its dtype. This mirrors
+ * what the loader quantizes; a change there must be made here too. */
+static void quantized_weight_bytes(const ph_model *pm, const ph_engine_params *p, model_facts *m) {
+  const model_weights *w = model_weights_of(pm);
+  const ph_dtype io = p->io_dtype == PH_DTYPE_INVALID ? PH_DTYPE_F32 : p->io_dtype;
+  quant_count c = {&p->quant, dtype_size(io), m->weight_bytes, 0};
+  if (!w) return;
+  for (int r = 0; r < W_ROLE_COUNT; r++)
+    if (weight_role_quantizable((weight_role)r)) quant_count_one(&c, w->global[r], NULL);
+  if (!w->global[W_LM_HEAD]) quant_count_one(&c, w->global[W_EMBED], "lm_head.weight");
+  for (size_t i = 0; w->layer && i < (size_t)w->n_layers * W_ROLE_COUNT; i++)
+    if (weight_role_quantizable((weight_role)(i % W_ROLE_COUNT)))
+      quant_count_one(&c, w->layer[i], NULL);
+  for (size_t i = 0; w->expert && i < (size_t)w->n_layers * 3 * (size_t)w->n_experts; i++)
+    quant_count_one(&c, w->expert[i], NULL);
+  m->weight_bytes_read = c.bytes;
+  m->quantized_tensors = c.tensors;
+}
+
 /* Parameters and weight bytes: the checkpoint's tensors (ph_model_get_info), or the package's
- * initializers (read again from model.onnx, not finalized). */
-static ph_status weight_facts(const char *dir, model_facts *m, diag *d) {
+ * initializers (read again from model.onnx, not finalized); and the bytes a step reads of them
+ * (p: the engine's resolved parameters, whose quant says what was quantized at load). */
+static ph_status weight_facts(const char *dir, const ph_engine_params *p, model_facts *m, diag *d) {
   if (!m->is_package) {
     ph_model *pm = NULL;
     ph_status s = ph_model_open(dir, NULL, &pm);
@@ -699,7 +776,8 @@ static ph_status weight_facts(const char *dir, model_facts *m, diag *d) {
     s = ph_model_get_info(pm, &info);
     if (s == PH_OK) {
       m->parameters = info.parameters;
-      m->weight_bytes = info.weight_bytes;
+      m->weight_bytes = m->weight_bytes_read = info.weight_bytes;
+      if (p->quant.bits != 0) quantized_weight_bytes(pm, p, m);
     } else {
       diag_set(d, s, "%s", ph_model_error(pm));
     }
@@ -709,7 +787,7 @@ static ph_status weight_facts(const char *dir, model_facts *m, diag *d) {
   graph *g = NULL;
   onnx_model_info oi;
   FORWARD_IF_ERROR(package_read(dir, PACKAGE_CHECK, NULL, NULL, &g, &oi, d));
-  m->weight_bytes = oi.initializer_bytes;
+  m->weight_bytes = m->weight_bytes_read = oi.initializer_bytes;
   m->parameters = 0;
   for (int v = 0; v < g->n_values; v++) {
     const gvalue *val = &g->values[v];
@@ -737,6 +815,7 @@ typedef struct machine_limits {
   int threads, measured;
   double bandwidth_gbs, fma_gflops;
   double bf16_gflops; /* 0: the CPU has no vdpbf16ps */
+  double int8_gops;   /* 0: the CPU has no vpdpbusd */
 } machine_limits;
 
 static void measure_machine(int64_t threads, machine_limits *ml) {
@@ -748,13 +827,47 @@ static void measure_machine(int64_t threads, machine_limits *ml) {
   ml->bandwidth_gbs = roofline_bandwidth(ml->threads);
   ml->fma_gflops = roofline_fma(ml->threads);
   ml->bf16_gflops = roofline_bf16dot(ml->threads);
+  ml->int8_gops = roofline_int8dot(ml->threads);
 }
 
-/* The compute peak the engine's linear layers can reach: the bf16 dot's in bf16 mode (where the
- * CPU has it), else the f32 FMA's; 0 when not measured. */
-static double compute_peak(const machine_limits *ml, ph_precision p) {
+/* The arithmetic the engine's linear layers run, by its resolved parameters: int8 dot products
+ * for weights quantized at load with accuracy_level 4 (0 stands for 4: int8 activations per row
+ * and block), f32 for accuracy_level 1 (dequantized weights; 2 and 3 compute as 1), else the
+ * precision's: bf16 dot products in bf16 mode, f32 FMA otherwise. */
+typedef enum compute_kind { COMPUTE_FMA, COMPUTE_BF16, COMPUTE_INT8 } compute_kind;
+
+static compute_kind compute_of(const ph_engine_params *p) {
+  if (p->quant.bits != 0)
+    return p->quant.accuracy_level == 0 || p->quant.accuracy_level == 4 ? COMPUTE_INT8
+                                                                        : COMPUTE_FMA;
+  return p->precision == PH_PRECISION_BF16 ? COMPUTE_BF16 : COMPUTE_FMA;
+}
+
+/* The name of that arithmetic's peak, as the JSON's engine.compute_peak and the table say it. */
+static const char *compute_peak_name(const machine_limits *ml, const ph_engine_params *p) {
+  switch (compute_of(p)) {
+  case COMPUTE_INT8:
+    return ml->int8_gops > 0 ? "int8 dot" : "f32 FMA";
+  case COMPUTE_BF16:
+    return ml->bf16_gflops > 0 ? "bf16 dot" : "f32 FMA";
+  default:
+    return "f32 FMA";
+  }
+}
+
+/* The compute peak the engine's linear layers can reach (compute_of; where the CPU lacks the
+ * instruction, the f32 FMA's); 0 when not measured. In GFLOP/s, or GOP/s for int8: prefill's
+ * 2 x parameters per token counts an int8 multiply-add as 2 operations too. */
+static double compute_peak(const machine_limits *ml, const ph_engine_params *p) {
   if (!ml->measured) return 0;
-  return p == PH_PRECISION_BF16 && ml->bf16_gflops > 0 ? ml->bf16_gflops : ml->fma_gflops;
+  switch (compute_of(p)) {
+  case COMPUTE_INT8:
+    return ml->int8_gops > 0 ? ml->int8_gops : ml->fma_gflops;
+  case COMPUTE_BF16:
+    return ml->bf16_gflops > 0 ? ml->bf16_gflops : ml->fma_gflops;
+  default:
+    return ml->fma_gflops;
+  }
 }
 
 /* ---- reporting ------------------------------------------------------------------------------ */
@@ -845,7 +958,7 @@ static json_t *spec_json(const bench_report *r) {
 static void print_json(const bench_report *r) {
   const model_facts *m = &r->m;
   const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
-  const double peak = compute_peak(&r->ml, r->p.precision);
+  const double peak = compute_peak(&r->ml, &r->p);
   json_t *o = json_object();
   json_t *model = json_object(), *eng = json_object(), *mach = json_object(), *pre = json_object(),
          *dec = json_array(), *mem = json_object(), *units = json_object();
@@ -853,21 +966,28 @@ static void print_json(const bench_report *r) {
   json_object_set_new(model, "kind", json_string(m->is_package ? "package" : "checkpoint"));
   json_object_set_new(model, "parameters", json_integer(m->parameters));
   json_object_set_new(model, "weight_bytes", json_integer(m->weight_bytes));
+  json_object_set_new(model, "weight_bytes_read", json_integer(m->weight_bytes_read));
+  json_object_set_new(model, "quantized_tensors", json_integer(m->quantized_tensors));
   json_object_set_new(model, "state_bytes_per_sequence", json_integer(m->state_bytes_per_seq));
   json_object_set_new(model, "kv_bytes_per_token", json_integer(m->kv_bytes_per_token));
   json_object_set_new(model, "vocab", json_integer(m->vocab));
   json_object_set_new(model, "max_context", json_integer(m->max_context));
   json_object_set_new(eng, "precision", json_string(ph_precision_name(r->p.precision)));
-  {
-    const ph_quant_params *q = &r->p.quant;
-    json_t *qo = json_object();
-    json_object_set_new(qo, "bits", json_integer(q->bits));
-    json_object_set_new(qo, "block_size", json_integer(q->block_size));
-    json_object_set_new(qo, "asymmetric", json_boolean(q->asymmetric));
-    json_object_set_new(qo, "accuracy_level", json_integer(q->accuracy_level));
-    json_object_set_new(qo, "linear_layers", json_integer(m->quantized_linears));
-    json_object_set_new(eng, "quant", qo);
+  if (r->p.quant.bits != 0) {
+    json_t *q = json_object();
+    json_object_set_new(q, "bits", json_integer(r->p.quant.bits));
+    json_object_set_new(q, "block_size",
+                        json_integer(r->p.quant.block_size ? r->p.quant.block_size : 32));
+    json_object_set_new(q, "asymmetric", json_boolean(r->p.quant.asymmetric));
+    json_object_set_new(q, "accuracy_level",
+                        json_integer(r->p.quant.accuracy_level ? r->p.quant.accuracy_level : 4));
+    json_object_set_new(q, "linear_layers", json_integer(m->quantized_linears));
+    json_object_set_new(q, "skip", r->p.quant.skip ? json_string(r->p.quant.skip) : json_null());
+    json_object_set_new(eng, "quant", q);
+  } else {
+    json_object_set_new(eng, "quant", json_null());
   }
+  json_object_set_new(eng, "compute_peak", json_string(compute_peak_name(&r->ml, &r->p)));
   json_object_set_new(eng, "max_batch", json_integer(r->p.max_batch_size));
   json_object_set_new(eng, "max_tokens", json_integer(r->p.max_scheduled_tokens));
   json_object_set_new(eng, "prefill_chunk", json_integer(r->p.prefill_chunk));
@@ -881,6 +1001,8 @@ static void print_json(const bench_report *r) {
   json_object_set_new(mach, "fma_gflops", real_or_null(r->ml.measured, r->ml.fma_gflops));
   json_object_set_new(mach, "bf16_gflops",
                       real_or_null(r->ml.measured && r->ml.bf16_gflops > 0, r->ml.bf16_gflops));
+  json_object_set_new(mach, "int8_gops",
+                      real_or_null(r->ml.measured && r->ml.int8_gops > 0, r->ml.int8_gops));
   json_object_set_new(pre, "tokens", json_integer(r->c->prompt));
   json_object_set_new(pre, "tok_s", json_real(r->pre.tok_s));
   json_object_set_new(pre, "ttft_ms", json_real(r->pre.ttft_ms));
@@ -927,6 +1049,7 @@ static void print_json(const bench_report *r) {
   json_object_set_new(units, "tok_s", json_string("tokens per second"));
   json_object_set_new(units, "gbs", json_string("1e9 bytes per second"));
   json_object_set_new(units, "gflops", json_string("1e9 floating-point operations per second"));
+  json_object_set_new(units, "gops", json_string("1e9 integer operations per second"));
   json_object_set_new(units, "vs_*",
                       json_string("ratio to the machine limit measured in this run"));
   json_object_set_new(o, "model", model);
@@ -997,12 +1120,24 @@ static void print_table(const bench_report *r) {
    * in decimal GB/s and MB as memory bandwidth is quoted */
   char b1[CLI_BYTES_BUF], b2[CLI_BYTES_BUF], b3[CLI_BYTES_BUF];
   const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
-  const double peak = compute_peak(&r->ml, r->p.precision);
+  const double peak = compute_peak(&r->ml, &r->p);
+  /* a second peak column when the engine's arithmetic is not the f32 FMA's */
+  const char *peak_name = compute_peak_name(&r->ml, &r->p);
+  const int other_peak = peak > 0 && strcmp(peak_name, "f32 FMA") != 0;
   printf("model     %s (%s): %lld parameters, %s of weights; state %s/sequence, KV %s/token\n",
          r->model_dir, m->is_package ? "package" : "checkpoint", (long long)m->parameters,
          cli_bytes((uint64_t)m->weight_bytes, b1, sizeof b1),
          cli_bytes((uint64_t)m->state_bytes_per_seq, b2, sizeof b2),
          cli_bytes((uint64_t)m->kv_bytes_per_token, b3, sizeof b3));
+  if (r->p.quant.bits != 0)
+    printf("quant     int%d, block %d, %s, accuracy_level %d%s%s: %lld tensors quantized at load, "
+           "%s of weights read per step\n",
+           (int)r->p.quant.bits, (int)(r->p.quant.block_size ? r->p.quant.block_size : 32),
+           r->p.quant.asymmetric ? "asymmetric" : "symmetric",
+           (int)(r->p.quant.accuracy_level ? r->p.quant.accuracy_level : 4),
+           r->p.quant.skip ? ", skip " : "", r->p.quant.skip ? r->p.quant.skip : "",
+           (long long)m->quantized_tensors,
+           cli_bytes((uint64_t)m->weight_bytes_read, b1, sizeof b1));
   printf("engine    precision %s, max_batch %d, max_tokens %lld, prefill_chunk %lld, %lld KV "
          "pages of %lld tokens; loaded in %.2f s\n",
          ph_precision_name(r->p.precision), r->p.max_batch_size,
@@ -1013,6 +1148,7 @@ static void print_table(const bench_report *r) {
     printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s", r->ml.threads,
            r->ml.bandwidth_gbs, r->ml.fma_gflops);
     if (r->ml.bf16_gflops > 0) printf(", bf16 dot %.1f GFLOP/s", r->ml.bf16_gflops);
+    if (r->ml.int8_gops > 0) printf(", int8 dot %.1f GOP/s", r->ml.int8_gops);
     printf(" (measured in this run)\n");
   } else
     printf("machine   not measured: the roofline probes need AVX-512 and FMA\n");
@@ -1020,15 +1156,14 @@ static void print_table(const bench_report *r) {
          pre_gflops);
   if (r->ml.measured && r->ml.fma_gflops > 0)
     printf(" = %.4f of the FMA peak", pre_gflops / r->ml.fma_gflops);
-  if (peak > 0 && peak != r->ml.fma_gflops)
-    printf(", %.4f of the bf16 dot peak", pre_gflops / peak);
+  if (other_peak) printf(", %.4f of the %s peak", pre_gflops / peak, peak_name);
   printf("; TTFT %.2f ms (%lld steps)\n", r->pre.ttft_ms, (long long)r->prefill_steps);
   if (r->spec)
     print_spec_table(r);
   else
     printf("decode    batch       tok/s    step ms    MB/step      GB/s  of bandwidth   GFLOP/s  "
-           "of FMA peak%s\n",
-           peak > 0 && peak != r->ml.fma_gflops ? "  of bf16 peak" : "");
+           "of FMA peak%s%s\n",
+           other_peak ? "  of " : "", other_peak ? peak_name : "");
   for (int i = 0; !r->spec && i < r->c->n_batches; i++) {
     const decode_result *x = &r->dec[i];
     if (x->skipped) {
@@ -1042,7 +1177,7 @@ static void print_table(const bench_report *r) {
     if (r->ml.measured && r->ml.bandwidth_gbs > 0 && r->ml.fma_gflops > 0)
       printf("  %12.4f  %8.2f  %11.4f", gbs / r->ml.bandwidth_gbs, gflops,
              gflops / r->ml.fma_gflops);
-    if (peak > 0 && peak != r->ml.fma_gflops) printf("  %12.4f", gflops / peak);
+    if (other_peak) printf("  %12.4f", gflops / peak);
     printf("\n");
   }
   printf("memory    peak RSS %s; engine cache (KV pages + state slots) %s\n",
@@ -1099,7 +1234,9 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
   }
   r->m.load_s = roofline_now() - t0;
   r->p = info.params;
-  r->p.quant.skip = NULL; /* points into the engine, freed before the report: m.quant has it */
+  /* the skip names as given (they outlive the engine, whose own copy the report must not use
+   * after ph_engine_free) */
+  r->p.quant.skip = p.quant.skip;
   session_facts(&info, &r->m);
   if (c->prompt >= r->m.max_context)
     s = diag_set(d, PH_ERR_LIMIT, "--prompt %lld does not fit the context of %lld",
@@ -1135,7 +1272,7 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
   if (s == PH_OK && getrusage(RUSAGE_SELF, &ru) == 0)
     r->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024; /* KiB on Linux */
   ph_engine_free(e);
-  if (s == PH_OK) s = weight_facts(dir, &r->m, d);
+  if (s == PH_OK) s = weight_facts(dir, &r->p, &r->m, d);
   if (s == PH_OK) measure_machine(c->threads, &r->ml);
   r->total_s = roofline_now() - t_start;
   return s;
