@@ -258,6 +258,97 @@ int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape
   return id;
 }
 
+/* Elements of `part` per row of the weight (B: kb*blob bytes; scales: kb; zero points: the packed
+ * bytes of one row). */
+static int64_t quant_per_row(const quant_params *p, graph_quant_part part, int64_t k) {
+  const int64_t kb = (k + p->block - 1) / p->block;
+  switch (part) {
+  case GRAPH_QUANT_B:
+    return kb * p->block * p->bits / 8;
+  case GRAPH_QUANT_SCALES:
+    return kb;
+  case GRAPH_QUANT_ZP:
+    return (kb * p->bits + 7) / 8;
+  default:
+    return 0;
+  }
+}
+
+int graph_add_initializer_quant(graph *g, const char *name, graph_quant_part part,
+                                const quant_params *p, int64_t n, int64_t k, const void *src,
+                                ph_dtype src_dtype) {
+  if (g->err.status != PH_OK) return -1;
+  diag d;
+  diag_clear(&d);
+  if (quant_sizes(p, n, k, NULL, NULL, NULL, &d) != PH_OK)
+    return fail(g, d.status, "initializer %s: %s", name, d.msg);
+  if (src_dtype != PH_DTYPE_F32 && src_dtype != PH_DTYPE_F16 && src_dtype != PH_DTYPE_BF16)
+    return fail(g, PH_ERR_INVALID_ARGUMENT,
+                "initializer %s: quantizes an f32, f16 or bf16 weight%s", name, "");
+  if (part != GRAPH_QUANT_B && part != GRAPH_QUANT_SCALES && part != GRAPH_QUANT_ZP)
+    return fail(g, PH_ERR_INVALID_ARGUMENT, "initializer %s: unknown quantized part%s", name, "");
+  if (part == GRAPH_QUANT_ZP && p->symmetric)
+    return fail(g, PH_ERR_INVALID_ARGUMENT,
+                "initializer %s: symmetric quantization has no zero points%s", name, "");
+  const int64_t kb = (k + p->block - 1) / p->block, per = quant_per_row(p, part, k);
+  const shape s = part == GRAPH_QUANT_B ? shape_3d(n, kb, per / kb) : shape_1d(n * per);
+  const ph_dtype dt = part == GRAPH_QUANT_SCALES ? p->scale_dtype : PH_DTYPE_U8;
+  int id = add_initializer(g, name, dt, s, NULL, 0);
+  if (id < 0) return -1;
+  gvalue *v = &g->values[id];
+  v->type.data = NULL; /* computed on demand */
+  v->src = src;
+  v->src_dtype = src_dtype;
+  v->lazy = 1;
+  v->quant_part = part;
+  v->quant = *p;
+  v->quant_rows = n;
+  v->quant_cols = k;
+  return id;
+}
+
+/* Elements [begin, end) of a lazy quantized initializer: each weight row the range touches is
+ * quantized whole (rows are independent: blocks run along K) and the part's slice copied out. */
+static ph_status quant_read(const gvalue *v, int64_t begin, int64_t end, void *dst, diag *d) {
+  const quant_params *p = &v->quant;
+  const int64_t K = v->quant_cols;
+  const graph_quant_part part = (graph_quant_part)v->quant_part;
+  const int64_t per = quant_per_row(p, part, K);
+  size_t b_bytes = 0, n_scales = 0, zp_bytes = 0;
+  FORWARD_IF_ERROR(quant_sizes(p, 1, K, &b_bytes, &n_scales, &zp_bytes, d));
+  const size_t es = dtype_size(v->type.dtype), ses = dtype_size(v->src_dtype);
+  /* one allocation, each part aligned for its type */
+  const size_t off_sc = (b_bytes + 7) & ~(size_t)7;
+  const size_t off_sb = off_sc + n_scales * sizeof(float);
+  const size_t off_zp = off_sb + n_scales * es;
+  uint8_t *buf = malloc(off_zp + zp_bytes + 1);
+  RETURN_ERROR_IF(!buf, d, PH_ERR_NO_MEMORY, "out of memory quantizing %s", v->name);
+  float *scales = (float *)(void *)(buf + off_sc);
+  uint8_t *zp = zp_bytes ? buf + off_zp : NULL;
+  ph_status s = PH_OK;
+  for (int64_t r = begin / per; r * per < end && s == PH_OK; r++) {
+    s = quant_quantize(p, (const char *)v->src + (size_t)r * (size_t)K * ses, v->src_dtype, 1, K,
+                       buf, scales, zp, v->name, d);
+    if (s != PH_OK) {
+      diag_prefix(d, "row %lld", (long long)r);
+      break;
+    }
+    const uint8_t *row = buf;
+    if (part == GRAPH_QUANT_SCALES) {
+      if ((s = quant_scales_to(v->type.dtype, scales, n_scales, buf + off_sb, d)) != PH_OK) break;
+      row = buf + off_sb;
+    } else if (part == GRAPH_QUANT_ZP) {
+      row = zp;
+    }
+    const int64_t lo = r * per > begin ? r * per : begin;
+    const int64_t hi = (r + 1) * per < end ? (r + 1) * per : end;
+    memcpy((char *)dst + (size_t)(lo - begin) * es, row + (size_t)(lo - r * per) * es,
+           (size_t)(hi - lo) * es);
+  }
+  free(buf);
+  return s;
+}
+
 int graph_add_initializer_transposed(graph *g, const char *name, ph_dtype dtype, int64_t rows,
                                      int64_t cols, const void *src) {
   return graph_add_initializer_lazy(g, name, dtype, shape_2d(cols, rows), src, dtype, 1);
@@ -295,6 +386,7 @@ ph_status graph_initializer_read(const graph *g, int value, int64_t begin, int64
     return PH_OK;
   }
   if (!v->lazy) return PH_OK; /* zero-size */
+  if (v->quant_part) return quant_read(v, begin, end, dst, d);
   size_t ses = dtype_size(v->src_dtype);
   const char *src = v->src;
   char *out = dst;

@@ -24,6 +24,7 @@
 
 #include "base/arena.h"
 #include "base/diag.h"
+#include "tensor/quant.h"
 #include "tensor/tensor.h"
 
 #define GRAPH_MAX_DIMS    TENSOR_MAX_DIMS
@@ -64,7 +65,24 @@ typedef struct gvalue {
   ph_dtype src_dtype;
   int src_transposed;
   int lazy;
+  /* Lazy quantized (graph_add_initializer_quant): one of the three MatMulNBits tensors of the
+   * weight [quant_rows, quant_cols] at src (src_dtype, row-major [N, K] as Hugging Face stores
+   * it), computed row by row with tensor/quant.h under `quant` when someone reads it.
+   * GRAPH_QUANT_NONE for every other initializer. */
+  int quant_part; /* graph_quant_part */
+  quant_params quant;
+  int64_t quant_rows, quant_cols;
 } gvalue;
+
+/* Which of MatMulNBits' inputs a lazy quantized initializer holds (tensor/quant.h's layout):
+ * B uint8 [N, kb, block*bits/8], scales [N*kb] in quant.scale_dtype, zero points uint8
+ * [N*ceil(kb*bits/8)] (asymmetric only). */
+typedef enum graph_quant_part {
+  GRAPH_QUANT_NONE = 0,
+  GRAPH_QUANT_B = 1,
+  GRAPH_QUANT_SCALES = 2,
+  GRAPH_QUANT_ZP = 3,
+} graph_quant_part;
 
 typedef enum attr_type {
   ATTR_INT = 0,
@@ -154,6 +172,17 @@ int graph_add_initializer_transposed(graph *g, const char *name, ph_dtype dtype,
  * transposed, s must be 2-D and src is read as [s.dims[1], s.dims[0]]. */
 int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape s, const void *src,
                                ph_dtype src_dtype, int transposed);
+/* A lazy quantized initializer: `part` of the MatMulNBits form of the weight W [n, k] at src
+ * (src_dtype f32/f16/bf16, row-major, any alignment; it must outlive the graph like a view) under
+ * p. Dtype and shape follow from part and p (graph_quant_part). Nothing is computed here: the
+ * exporter streams the bytes (graph_initializer_read quantizes the rows a range covers), the CPU
+ * prepare pass quantizes into its resident copy, graph_initializer_data materializes on demand.
+ * A weight that cannot be quantized (a NaN) fails there, as PH_ERR_NON_FINITE naming the value
+ * and row. Bad params (quant_sizes), a non-float src_dtype, ZP of a symmetric p:
+ * PH_ERR_INVALID_ARGUMENT (sticky). */
+int graph_add_initializer_quant(graph *g, const char *name, graph_quant_part part,
+                                const quant_params *p, int64_t n, int64_t k, const void *src,
+                                ph_dtype src_dtype);
 /* Owned initializer of the given shape, zeroed; returns the id and a writable pointer. */
 int graph_add_initializer_alloc(graph *g, const char *name, ph_dtype dtype, shape s, void **data);
 

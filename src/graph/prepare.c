@@ -153,6 +153,8 @@ typedef struct wkey {
   int64_t cols; /* a transpose's source columns (its value's dims[0]); 0 otherwise */
   int transposed;
   ph_dtype from, to;
+  int quant_part; /* a lazy quantized part (graph_quant_part) and its params; 0 otherwise */
+  int bits, block, symmetric;
   int value;
   size_t offset;
 } wkey;
@@ -165,6 +167,10 @@ static int wkey_bytes_cmp(const wkey *a, const wkey *b) {
   if (a->transposed != b->transposed) return a->transposed < b->transposed ? -1 : 1;
   if (a->from != b->from) return a->from < b->from ? -1 : 1;
   if (a->to != b->to) return a->to < b->to ? -1 : 1;
+  if (a->quant_part != b->quant_part) return a->quant_part < b->quant_part ? -1 : 1;
+  if (a->bits != b->bits) return a->bits < b->bits ? -1 : 1;
+  if (a->block != b->block) return a->block < b->block ? -1 : 1;
+  if (a->symmetric != b->symmetric) return a->symmetric < b->symmetric ? -1 : 1;
   return 0;
 }
 
@@ -242,6 +248,20 @@ static void release_range(const graph *g, const void *p, size_t n) {
 static ph_status copy_releasing(graph *g, const wkey *k, uint8_t *dst, diag *d) {
   const gvalue *val = &g->values[k->value];
   const uint8_t *src = k->src;
+  if (k->quant_part) { /* quantized rows: source rows of about RELEASE_STEP bytes at a time */
+    const int64_t rows = val->quant_rows, numel = tinfo_numel(&val->type);
+    const size_t row_bytes = (size_t)val->quant_cols * dtype_size(k->from);
+    const int64_t per = numel / rows,
+                  step = RELEASE_STEP / row_bytes ? RELEASE_STEP / row_bytes : 1;
+    const size_t et = dtype_size(k->to);
+    for (int64_t r = 0; r < rows; r += step) {
+      const int64_t r1 = r + step < rows ? r + step : rows;
+      FORWARD_IF_ERROR(
+          graph_initializer_read(g, k->value, r * per, r1 * per, dst + (size_t)(r * per) * et, d));
+      release_range(g, src + (size_t)r * row_bytes, (size_t)(r1 - r) * row_bytes);
+    }
+    return PH_OK;
+  }
   if (!k->transposed && k->from == k->to) {
     for (size_t at = 0; at < (size_t)k->n_bytes; at += RELEASE_STEP) {
       size_t n = (size_t)k->n_bytes - at < RELEASE_STEP ? (size_t)k->n_bytes - at : RELEASE_STEP;
@@ -319,6 +339,10 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     k->n_bytes = val->n_bytes;
     k->cols = 0;
     k->to = val->type.dtype;
+    k->quant_part = val->type.data ? 0 : val->quant_part;
+    k->bits = k->quant_part ? val->quant.bits : 0;
+    k->block = k->quant_part ? val->quant.block : 0;
+    k->symmetric = k->quant_part ? val->quant.symmetric : 0;
     if (val->type.data) {
       k->src = val->type.data;
       k->transposed = 0;

@@ -10,6 +10,9 @@
  *   reads the initializer directly (a widening or same-dtype Cast), or a copy rounded to the
  *   Cast's dtype (a narrowing one, so it sees the values the canonical graph means); the MoE
  *   node becomes internal (its inputs no longer share one dtype as ORT's schema wants).
+ * - com.microsoft::MatMulNBits is left as it is (never rewritten into MatMulWT): it reads its
+ *   packed weights itself. Its lazy quantized initializers (graph_add_initializer_quant) are
+ *   quantized into the resident copy below, source rows released as they are consumed.
  * - Nodes whose outputs nobody reads any more (the Casts above) are marked dead.
  * Then the graph is finalized again, so the rewritten nodes pass their contract checks.
  *

@@ -110,9 +110,98 @@ ph_dtype stored_as(const builder *b, ph_dtype checkpoint) {
   return b->weight_dtype != PH_DTYPE_INVALID ? b->weight_dtype : checkpoint;
 }
 
+/* ---- quantized linear layers (docs/quantization.md) ------------------------------------------ */
+
+/* 1 when `name` contains an entry of the comma-separated skip list (empty entries match
+ * nothing). */
+static int skip_matches(const char *skip, const char *name) {
+  if (!skip || !name) return 0;
+  for (const char *at = skip; *at;) {
+    const char *end = strchr(at, ',');
+    const size_t n = end ? (size_t)(end - at) : strlen(at);
+    if (n > 0 && n < 192) {
+      char entry[192];
+      memcpy(entry, at, n);
+      entry[n] = '\0';
+      if (strstr(name, entry)) return 1;
+    }
+    if (!end) break;
+    at = end + 1;
+  }
+  return 0;
+}
+
+/* The bound tensor `name` is, or is derived from ("<tensor name>.<suffix>"), and its role; NULL
+ * when none. Searches the globals, every layer and the MTP head. */
+static const st_tensor *source_tensor(const model_weights *w, const char *name, weight_role *role) {
+  const st_tensor *const *tables[3] = {w->global, w->mtp_global, w->layer};
+  const int counts[3] = {W_ROLE_COUNT, W_ROLE_COUNT, w->layer ? w->n_layers * W_ROLE_COUNT : 0};
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; i < counts[t]; i++) {
+      const st_tensor *x = tables[t][i];
+      if (!x || !x->name) continue;
+      const size_t n = strlen(x->name);
+      if (strncmp(name, x->name, n) == 0 && (name[n] == '\0' || name[n] == '.')) {
+        *role = (weight_role)(i % W_ROLE_COUNT);
+        return x;
+      }
+    }
+  return NULL;
+}
+
+/* One source of a weight: selected when its role is quantizable and its name matches no skip
+ * entry. */
+static int source_selected(const builder *b, const st_tensor *t, weight_role role) {
+  return t && weight_role_quantizable(role) && !skip_matches(b->quant.skip, t->name);
+}
+
+int builder_quantizes(const builder *b, const char *name, int lm_head) {
+  if (b->quant.bits == 0 || !name || skip_matches(b->quant.skip, name)) return 0;
+  if (lm_head) return !skip_matches(b->quant.skip, "lm_head.weight");
+  weight_role role = W_ROLE_COUNT;
+  const st_tensor *t = source_tensor(b->w, name, &role);
+  if (t) return source_selected(b, t, role);
+  /* DeepSeek's absorbed projections (deepseek.c absorbed_weights): products of the layer's
+   * query (or q_b) projection or o_proj with kv_b_proj, all quantizable by role */
+  const int q = strstr(name, "self_attn.q_absorbed.weight") != NULL;
+  const int o = strstr(name, "self_attn.o_absorbed.weight") != NULL;
+  if ((!q && !o) || b->layer < 0 || b->layer >= b->w->n_layers) return 0;
+  const weight_role first = o ? W_MLA_O : (lw(b, b->layer, W_MLA_Q_B) ? W_MLA_Q_B : W_MLA_Q);
+  return source_selected(b, lw(b, b->layer, first), first) &&
+         source_selected(b, lw(b, b->layer, W_MLA_KV_B), W_MLA_KV_B);
+}
+
+/* y = x W^T as com.microsoft::MatMulNBits over W quantized lazily (graph_add_initializer_quant):
+ * B, scales in the io dtype (A's, as the schema wants), zero points when asymmetric. A weight
+ * used twice shares its initializers. */
+static int linear_nbits(builder *b, const char *name, int x, wref w) {
+  const quant_params p = {b->quant.bits, b->quant.block_size, !b->quant.asymmetric, b->io};
+  static const char *const suffix[4] = {"", "_Q%d", "_scales", "_zero_points"};
+  int in[4] = {x, -1, -1, -1};
+  for (int part = GRAPH_QUANT_B; part <= (p.symmetric ? GRAPH_QUANT_SCALES : GRAPH_QUANT_ZP);
+       part++) {
+    char sfx[32], qname[256];
+    snprintf(sfx, sizeof sfx, suffix[part], p.bits);
+    snprintf(qname, sizeof qname, "%s%s", w.name, sfx);
+    int id = graph_find_value(b->g, qname);
+    if (id < 0)
+      id = graph_add_initializer_quant(b->g, qname, (graph_quant_part)part, &p, w.rows, w.cols,
+                                       w.data, w.dtype);
+    in[part] = id;
+  }
+  const gattr attrs[5] = {attr_int("K", w.cols), attr_int("N", w.rows), attr_int("bits", p.bits),
+                          attr_int("block_size", p.block),
+                          attr_int("accuracy_level", b->quant.accuracy_level)};
+  char mname[128];
+  snprintf(mname, sizeof mname, "%s/MatMulNBits", name);
+  return node1(b, "MatMulNBits", "com.microsoft", mname, p.symmetric ? 3 : 4, in, 5, attrs);
+}
+
 /* y = x W^T: MatMul with the lazily transposed (and converted) weight, behind a Cast when it is
- * stored below f32 (the prepare pass fuses both into MatMulWT reading the checkpoint's bytes). */
-int linear(builder *b, const char *name, int x, wref w) {
+ * stored below f32 (the prepare pass fuses both into MatMulWT reading the checkpoint's bytes);
+ * or MatMulNBits when the weight is quantized. */
+static int linear_as(builder *b, const char *name, int x, wref w, int lm_head) {
+  if (b->quant.bits && builder_quantizes(b, w.name, lm_head)) return linear_nbits(b, name, x, w);
   char tname[224];
   snprintf(tname, sizeof tname, "%s.T", w.name);
   ph_dtype dt = stored_as(b, w.dtype);
@@ -139,6 +228,8 @@ int linear(builder *b, const char *name, int x, wref w) {
   snprintf(mname, sizeof mname, "%s/MatMul", name);
   return NODE1(b, "MatMul", mname, 0, NULL, x, wt);
 }
+
+int linear(builder *b, const char *name, int x, wref w) { return linear_as(b, name, x, w, 0); }
 
 /* An initializer of dtype dt computed in f32 from a small checkpoint tensor and rounded once:
  * (1+w) RMSNorm gains folded once (model-math §7.3), -exp(A_log) for LinearAttentionGate's
@@ -309,13 +400,31 @@ int lm_head(builder *b, int branch, int residual, f32_transform final_norm) {
   /* §7.16: tied embeddings: the embedding matrix is the LM head */
   const st_tensor *head = b->w->global[W_LM_HEAD] ? b->w->global[W_LM_HEAD] : b->w->global[W_EMBED];
   b->scope[0] = '\0';
-  int logits = linear(b, "/lm_head", x, wref_of(head));
+  int logits = linear_as(b, "/lm_head", x, wref_of(head), 1);
   /* logits are f32 whatever the io dtype (Mobius requires it; GenAI reads both) */
   if (b->io != PH_DTYPE_F32) {
     snprintf(b->scope, sizeof b->scope, "/lm_head");
     logits = cast_to(b, "Cast", logits, ONNX_FLOAT);
   }
   return logits;
+}
+
+/* model_options.quant checked, defaults applied into *out (bits 4|8, block a power of two in
+ * 16..256 (0: 32), accuracy_level 0..4 (0: 4)). */
+static ph_status check_quant(const ph_quant_params *q, ph_quant_params *out, diag *d) {
+  RETURN_ERROR_IF(q->bits != 4 && q->bits != 8, d, PH_ERR_INVALID_ARGUMENT,
+                  "quant bits %d: expected 4 or 8 (0: no quantization)", (int)q->bits);
+  const int32_t block = q->block_size ? q->block_size : 32;
+  RETURN_ERROR_IF(block < 16 || block > 256 || (block & (block - 1)), d, PH_ERR_INVALID_ARGUMENT,
+                  "quant block_size %d: expected a power of two in 16..256", (int)q->block_size);
+  RETURN_ERROR_IF(q->accuracy_level < 0 || q->accuracy_level > 4, d, PH_ERR_INVALID_ARGUMENT,
+                  "quant accuracy_level %d: expected 0..4 (0: 4)", (int)q->accuracy_level);
+  RETURN_ERROR_IF(q->asymmetric != 0 && q->asymmetric != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "quant asymmetric %d: expected 0 or 1", (int)q->asymmetric);
+  *out = *q;
+  out->block_size = block;
+  out->accuracy_level = q->accuracy_level ? q->accuracy_level : 4;
+  return PH_OK;
 }
 
 /* The builder for opt (NULL: the defaults), its layout options checked. */
@@ -330,6 +439,7 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
                  .rope_sin = -1,
                  .su_count = -1,
                  .su_active = -1,
+                 .layer = -1,
                  .hidden = -1};
   /* rotary cache rows: the caller's context bound, else the default */
   b->max_context = opt && opt->max_context > 0 ? opt->max_context : default_context;
@@ -369,6 +479,7 @@ ph_status builder_init(builder *b, graph *g, const hf_config *c, const model_wei
                   "state_update_capacity %d: expected 0..%d", (int)cap, ABI_SU_MAX_CAPACITY);
   RETURN_ERROR_IF(cap > 0 && !b->paged, d, PH_ERR_INVALID_ARGUMENT,
                   "state_update_capacity %d requires the paged layout", (int)cap);
+  if (opt && opt->quant.bits) FORWARD_IF_ERROR(check_quant(&opt->quant, &b->quant, d));
   /* compact updates capture linear layers' state: nothing to capture without one (abi §8.4) */
   b->su_capacity = model_state_update_capacity(c, opt);
   return PH_OK;

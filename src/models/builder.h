@@ -51,6 +51,8 @@ typedef struct builder {
   int su_count, su_active; /* C > 0: the graph inputs state_update_capture_count [B] and
                               state_update_active [1], else -1 */
   int hidden; /* lm_head: the final-normed hidden state [N, H] (io dtype, before pruning), or -1 */
+  ph_quant_params quant; /* model_options.quant with defaults applied (block 32, accuracy_level 4
+                            for 0); bits 0: no layer quantized */
 } builder;
 
 /* The value ids of the graph's inputs and outputs the forward pass reads and writes; the
@@ -103,8 +105,21 @@ int cast_to(builder *b, const char *name, int x, int onnx_type);
 int weight_view(builder *b, const char *name, ph_dtype dt, shape s, const void *data);
 /* The dtype a checkpoint tensor is stored as in the graph (model_options.weight_dtype). */
 ph_dtype stored_as(const builder *b, ph_dtype checkpoint);
-/* y = x W^T (W [out, in] as Hugging Face stores it). */
+/* y = x W^T (W [out, in] as Hugging Face stores it). With b->quant.bits 4 or 8 and a weight the
+ * quantization selects (builder_quantizes), com.microsoft::MatMulNBits over lazily quantized
+ * initializers "<weight name>_Q<bits>", "_scales" (io dtype) and, asymmetric, "_zero_points"
+ * instead of the MatMul. */
 int linear(builder *b, const char *name, int x, wref w);
+
+/* 1 when linear() quantizes the weight named `name` (a checkpoint tensor, or a weight derived
+ * from some: Qwen3-Next's regrouped "<in_proj_qkvz>.qkv"/".z" and "<in_proj_ba>.b"/".a",
+ * DeepSeek's "<kv_b_proj>.v_padded" and absorbed "...self_attn.q_absorbed.weight" /
+ * "o_absorbed.weight"): quant.bits is set, every checkpoint tensor it comes from has a role
+ * weight_role_quantizable accepts, and none of their names (nor the derived name) contains a
+ * quant.skip entry. lm_head: the LM head, whatever tensor holds it (a tied embedding is quantized
+ * as the LM head, matched by skip as "lm_head.weight" too, while the embedding gather keeps the
+ * original). */
+int builder_quantizes(const builder *b, const char *name, int lm_head);
 
 /* Initializers computed in f32 from a small checkpoint tensor (transform tf) and rounded once
  * to dt: named exactly, or "<tensor name><suffix>"; f32_const / io_const pick f32 / the io
