@@ -9,7 +9,8 @@
  * 8-10 fc3_experts_weights / scales / bias and 13 fc3_zero_points: present is PH_ERR_UNSUPPORTED
  * (as on ORT's CPU, which runs only the fused SwiGLU); 11 fc1_zero_points uint8
  * [E, 2I, H / block / pack] or [E, 2I / pack]; 12 fc2_zero_points [E, H, I / block / pack] or
- * [E, H / pack] (optional); 14 router_weights and 15-20 (the FP4/FP8 global and activation
+ * [E, H / pack] (optional; a matrix one block wide may give the per-row shape, as ORT 1.30
+ * wants it then); 14 router_weights and 15-20 (the FP4/FP8 global and activation
  * scales): present is PH_ERR_UNSUPPORTED. pack = 8 / expert_weight_bits. Output: input's shape
  * and dtype. input, router_probs, the scales and biases are each f32, f16 or bf16.
  *
@@ -210,14 +211,22 @@ static ph_status qmoe_resolve(const gnode *n, const tinfo *in, moe_plan *p, diag
   const int64_t nb2 = I < 0 ? -1 : blockwise ? I / block : 1;
   FORWARD_IF_ERROR(qm_check_table(s1, "fc1_scales", blockwise, E, N1, blockwise ? nb1 : N1, d));
   FORWARD_IF_ERROR(qm_check_table(s2, "fc2_scales", blockwise, E, H, blockwise ? nb2 : H, d));
-  if (has_z1)
-    FORWARD_IF_ERROR(
-        qm_check_table(&in[QM_IN_Z1], "fc1_zero_points", blockwise, E, N1,
-                       blockwise ? (nb1 < 0 ? -1 : nb1 / pack) : (N1 < 0 ? -1 : N1 / pack), d));
-  if (has_z2)
-    FORWARD_IF_ERROR(
-        qm_check_table(&in[QM_IN_Z2], "fc2_zero_points", blockwise, E, H,
-                       blockwise ? (nb2 < 0 ? -1 : nb2 / pack) : (H < 0 ? -1 : H / pack), d));
+  /* zero points: block-wise [E, N, nb / pack], per row [E, N / pack]; a block-wise matrix one
+   * block wide may also give the per-row shape (ORT 1.30 reads scales [E, N, 1] as per row and
+   * then wants that shape; for one block the two mean the same) */
+  int zp_rows[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    const int slot = i == 0 ? QM_IN_Z1 : QM_IN_Z2;
+    if (!(i == 0 ? has_z1 : has_z2)) continue;
+    const tinfo *z = &in[slot];
+    const int64_t N = i == 0 ? N1 : H, nb = i == 0 ? nb1 : nb2;
+    zp_rows[i] = !blockwise || (z->rank == 2 && nb == 1);
+    const char *what = i == 0 ? "fc1_zero_points" : "fc2_zero_points";
+    if (zp_rows[i])
+      FORWARD_IF_ERROR(qm_check_table(z, what, 0, E, N, N < 0 ? -1 : N / pack, d));
+    else
+      FORWARD_IF_ERROR(qm_check_table(z, what, 1, E, N, nb < 0 ? -1 : nb / pack, d));
+  }
   if (p->has_b1) {
     const tinfo *b1 = &in[QM_IN_B1];
     FORWARD_IF_ERROR(op_check_rank(n, b1, 2, "fc1_experts_bias [E, 2I]", d));
@@ -242,7 +251,7 @@ static ph_status qmoe_resolve(const gnode *n, const tinfo *in, moe_plan *p, diag
     f->bits = (int)bits;
     f->block = blockwise ? block : K;
     f->n_blocks = blockwise ? (K < 0 ? -1 : K / block) : 1;
-    f->zp = (i == 0 ? has_z1 : has_z2) ? (blockwise ? 1 : 2) : 0;
+    f->zp = (i == 0 ? has_z1 : has_z2) ? (zp_rows[i] ? 2 : 1) : 0;
   }
   moe_set_chunk(p);
   return PH_OK;
