@@ -247,6 +247,7 @@ static void test_ort_qmoe_cases(void) {
       {"q4-b32-f16-scales", 6, 4, 2, 64, 32, 4, 32, 0, 1, 0, PH_DTYPE_F16},
       {"q8-b16-zp", 8, 6, 2, 48, 32, 8, 16, 1, 1, 0, PH_DTYPE_F32},
       {"q8-row-zp-bias", 5, 4, 2, 24, 12, 8, 0, 1, 1, 1, PH_DTYPE_F32},
+      {"q8-b16-zp-one-block", 5, 4, 2, 32, 16, 8, 16, 1, 1, 1, PH_DTYPE_F32},
       {"q4-row-zp", 6, 8, 2, 20, 10, 4, 0, 1, 1, 0, PH_DTYPE_F32},
       {"q4-row", 33, 16, 1, 40, 24, 4, 0, 0, 1, 0, PH_DTYPE_F32},
   };

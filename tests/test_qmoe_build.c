@@ -8,7 +8,7 @@
  *   structure  one QMoE per MoE layer, no MoE left; attributes (bits, block_size, quant_type
  *              "int", weights_prepacked 0, swiglu) and inputs in ORT's order, dtypes and shapes
  *              (scales in the io dtype: f32 dense, f16 paged; zero points [E, N, K / block * bits
- *              / 8], or [E, N] for an 8-bit matrix one block wide); the router and
+ *              / 8]); the router and
  *              shared_expert_gate are no QMoE input;
  *   numbers    the dense graph's logits are bit-identical to those of the graph built over the
  *              dequantized twin: the same checkpoint with every routed expert tensor replaced by
@@ -186,10 +186,7 @@ static void check_qmoe_nodes(const graph *g, const hf_config *c, const ph_quant_
         const gvalue *z = &g->values[n->inputs[f == 0 ? 11 : 12]];
         const int64_t zb = K[f] / block * bits / 8;
         CHECK(z->type.dtype == PH_DTYPE_U8 && z->type.dims[0] == E && z->type.dims[1] == N[f]);
-        if (zb == 1 && K[f] == block)
-          CHECK(z->type.rank == 2); /* ORT 1.30: scales [E, N, 1] are per row */
-        else
-          CHECK(z->type.rank == 3 && z->type.dims[2] == zb);
+        CHECK(z->type.rank == 3 && z->type.dims[2] == zb);
       }
     }
   }

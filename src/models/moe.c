@@ -15,6 +15,9 @@
  * log(w) on the selected experts and log(w) - 60000 elsewhere with normalize 0: its softmax then
  * weighs expert i by w_i / sum(w_selected), and one Mul by sum(w_selected) * scale (or scale alone
  * when norm_topk_prob renormalises) restores HF's weights up to f32 rounding.
+ *
+ * Quantized (model_options.quant): the same node as com.microsoft::QMoE over tensor/quant.h's
+ * blocks of the same interleaved rows (expert_weights_quant; docs/ops-moe.md "QMoE").
  */
 #include "models/moe.h"
 
@@ -144,11 +147,11 @@ static int graph_fail(builder *b, ph_status s, const char *msg) {
 /* The experts of `layer` quantized with tensor/quant.h (ORT's MatMulNBits rules: symmetric or
  * asymmetric blocks of quant.block_size along K, scales rounded to the io dtype) into QMoE's
  * layout (ops/op_moe.h): fc1's interleaved gate/up rows [E, 2I, H / pack], fc2 [E, H, I / pack],
- * scales [E, N, K / block] in the io dtype, zero points [E, N, K / block * bits / 8] ([E, N] when
- * an 8-bit matrix is one block wide: ORT 1.30 reads scales [E, N, 1] as per-row and then wants
- * the per-row zero-point shape). Quantized once here, one expert at a time: no f32 copy of the
- * layer is ever held. QMoE cannot pad K as MatMulNBits does, so the block must divide H and I
- * (with zero points, block * 8 / bits must): otherwise PH_ERR_UNSUPPORTED naming the remedies. */
+ * scales [E, N, K / block] in the io dtype, zero points [E, N, K / block * bits / 8] (ORT 1.30's
+ * CPU kernel refuses that shape when H is one block, docs/ops-moe.md). Quantized once here, one
+ * expert at a time: no f32 copy of the layer is ever held. QMoE cannot pad K as MatMulNBits does,
+ * so the block must divide H and I (with zero points, block * 8 / bits must): otherwise
+ * PH_ERR_UNSUPPORTED naming the remedies. */
 static int expert_weights_quant(builder *b, int layer, qmoe_inputs *q) {
   const hf_config *c = b->c;
   const int64_t E = c->moe.n_experts, I = c->moe.moe_intermediate_size, H = c->hidden_size;
@@ -179,7 +182,7 @@ static int expert_weights_quant(builder *b, int layer, qmoe_inputs *q) {
     char name[224];
     const char *base = f == 0 ? "fc1_swiglu_interleaved" : "fc2";
     const shape sc = shape_3d(E, N[f], K[f] / pack), ss = shape_3d(E, N[f], nb),
-                sz = zpb == nb && nb == 1 ? shape_2d(E, N[f]) : shape_3d(E, N[f], zpb);
+                sz = shape_3d(E, N[f], zpb);
     const char *pre = weight_layout_prefix(b->w->layout);
     void *pc = NULL, *ps = NULL, *pz = NULL;
     snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s_Q%d", pre, layer, base, bits);
