@@ -281,6 +281,7 @@ typedef struct moe_job {
   tensor *y;
   const moe_fc_data *fc;     /* [2]: fc1, fc2 */
   const wt_kernel_fn *kf[2]; /* the variant's kernels for fc1's and fc2's (dequantized) rows */
+  int simd_dequant; /* quantized rows: the AVX2 dequantization (the avx2 and avx512 variants) */
   unsigned char *scratch;
   moe_layout l;
   int64_t t0, n_tok; /* this chunk: tokens t0 .. t0 + n_tok - 1 */
@@ -370,6 +371,72 @@ static float moe_zero_point(const moe_fc *q, const moe_fc_data *f, int64_t row, 
   return nbits_zero_point_u8(f->zp, q->bits, row); /* per column: [E, N * bits / 8] */
 }
 
+/* w[0 .. K) = one quantized row dequantized: w[k] = ((float)q_k - z_b) * s_b, b = k / block
+ * (block divides K: QMoE's contract) — the operations of kernels/matmul_nbits.h's
+ * nbits_dequant_col, so the same bits, in loops without branches that the compiler vectorizes
+ * (the row is dequantized once per chunk, but at decode that is once per token). */
+static void moe_dequant_row(const uint8_t *codes, const float *sc, const float *zp, int bits,
+                            int64_t block, int64_t K, float *w) {
+  for (int64_t k0 = 0, b = 0; k0 < K; k0 += block, b++) {
+    const float s = sc[b], z = zp[b];
+    float *o = w + k0;
+    if (bits == 8) {
+      const uint8_t *q = codes + k0;
+      for (int64_t j = 0; j < block; j++) o[j] = ((float)q[j] - z) * s;
+    } else {
+      const uint8_t *q = codes + k0 / 2;
+      for (int64_t j = 0; j < block / 2; j++) {
+        o[2 * j] = ((float)(q[j] & 0x0F) - z) * s;
+        o[2 * j + 1] = ((float)(q[j] >> 4) - z) * s;
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* moe_dequant_row in AVX2 for the avx2 and avx512 variants: the same operations per element
+ * (exact u8 -> f32, subtract, multiply: nothing to contract), eight at a time. */
+__attribute__((target("avx2"))) static void moe_dequant_row_avx2(const uint8_t *codes,
+                                                                 const float *sc, const float *zp,
+                                                                 int bits, int64_t block, int64_t K,
+                                                                 float *w) {
+  for (int64_t k0 = 0, b = 0; k0 < K; k0 += block, b++) {
+    const __m256 s = _mm256_set1_ps(sc[b]), z = _mm256_set1_ps(zp[b]);
+    float *o = w + k0;
+    int64_t j = 0;
+    if (bits == 8) {
+      const uint8_t *q = codes + k0;
+      for (; j + 8 <= block; j += 8) {
+        __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)(q + j));
+        __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_sub_ps(f, z), s));
+      }
+      for (; j < block; j++) o[j] = ((float)q[j] - zp[b]) * sc[b];
+    } else {
+      const uint8_t *q = codes + k0 / 2;
+      const __m128i mask = _mm_set1_epi8(0x0F);
+      for (; j + 16 <= block; j += 16) { /* 8 bytes = 16 codes */
+        __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)(q + j / 2));
+        __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+        __m128i x = _mm_unpacklo_epi8(lo, hi); /* the 16 codes in k order */
+        __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x));
+        __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(x, 8)));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_sub_ps(f0, z), s));
+        _mm256_storeu_ps(o + j + 8, _mm256_mul_ps(_mm256_sub_ps(f1, z), s));
+      }
+      for (; j < block; j += 2) {
+        o[j] = ((float)(q[j / 2] & 0x0F) - zp[b]) * sc[b];
+        o[j + 1] = ((float)(q[j / 2] >> 4) - zp[b]) * sc[b];
+      }
+    }
+  }
+}
+#define MOE_HAVE_AVX2_DEQUANT 1
+#else
+#define MOE_HAVE_AVX2_DEQUANT 0
+#endif
+
 /* wr[c] = row row0 + c of expert matrix `which` for c < WT_NW (K elements each): the stored
  * float row itself, or the quantized row dequantized into this thread's buffer. */
 static void moe_rows(const moe_job *j, int which, int64_t row0, int nc, int thread,
@@ -401,7 +468,12 @@ static void moe_rows(const moe_job *j, int which, int64_t row0, int nc, int thre
     tensor_load_f32(f->scales, row * q->n_blocks, q->n_blocks, sc);
     for (int64_t b = 0; b < q->n_blocks; b++) zp[b] = moe_zero_point(q, f, row, b);
     float *w = deq + (int64_t)c * Kmax;
-    nbits_dequant_col(f->w + row * row_bytes, sc, zp, q->bits, q->block, K, w);
+#if MOE_HAVE_AVX2_DEQUANT
+    if (j->simd_dequant)
+      moe_dequant_row_avx2(f->w + row * row_bytes, sc, zp, q->bits, q->block, K, w);
+    else
+#endif
+      moe_dequant_row(f->w + row * row_bytes, sc, zp, q->bits, q->block, K, w);
     wr[c] = (const unsigned char *)w;
   }
 }
@@ -518,6 +590,7 @@ ph_status moe_plan_run(const moe_plan *p, const tensor *x, const tensor *router,
   const matmul_wt_kernels *ks = kernel_set_of(kernel_variant_active())->matmul_wt;
   for (int i = 0; i < 2; i++) /* dequantized rows are f32 */
     j.kf[i] = ks->k[p->fc[i].bits ? 0 : moe_widx(fc[i].dtype)];
+  j.simd_dequant = kernel_variant_active() != KERNEL_SCALAR;
   j.ncb1 = (2 * p->I + MOE_NB - 1) / MOE_NB;
   j.ncb2 = (p->H + MOE_NB - 1) / MOE_NB;
   int32_t *route_e = (int32_t *)(j.scratch + j.l.route_e);

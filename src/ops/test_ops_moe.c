@@ -1228,7 +1228,7 @@ static ph_status qmoe_run(const qmoe_case *c, tensor **q, tensor **out, int thre
  * scale and io dtype, T, E, k, biases, normalisation. Each output against the float64 reference
  * (moe_reference on the weights dequantized here, with MoE's derived bound) and bit for bit
  * against MoE on those f32 weights (the same kernels: op_moe.h). */
-static void test_qmoe_grid(void) {
+static void qmoe_grid(kernel_variant v) {
   rng g = rng_seed(1801);
   static const int64_t Ts[] = {1, 5, 33};
   static const int BLOCKS[] = {0, 16, 32};
@@ -1269,8 +1269,8 @@ static void test_qmoe_grid(void) {
           char name[200];
           moe_case_name(&c.m, name, sizeof name);
           char full[260];
-          snprintf(full, sizeof full, "QMoE bits %d block %d zp %d scales %s / %s", bits, block, zp,
-                   dtype_label(c.sdt), name);
+          snprintf(full, sizeof full, "QMoE %s bits %d block %d zp %d scales %s / %s",
+                   kernel_variant_name(v), bits, block, zp, dtype_label(c.sdt), name);
           tensor *out[1] = {NULL}, *ref[1] = {NULL};
           diag d;
           ph_status st = qmoe_run(&c, q, out, threads, &d);
@@ -1292,6 +1292,20 @@ static void test_qmoe_grid(void) {
           tensors_free(ref, 1);
           qmoe_free(q, m);
         }
+}
+
+/* ... in every kernel variant this machine runs (the scalar one dequantizes in C, the others
+ * with AVX2: both must give the reference's values and MoE's bits). */
+static void test_qmoe_grid(void) {
+  kernel_variant before = kernel_variant_active();
+  for (int v = 0; v < KERNEL_N_VARIANTS; v++) {
+    if (!kernel_variant_available((kernel_variant)v)) continue;
+    diag d;
+    CHECK_STATUS(kernel_force_variant((kernel_variant)v, &d), PH_OK, d.msg);
+    qmoe_grid((kernel_variant)v);
+  }
+  diag d;
+  kernel_force_variant(before, &d);
 }
 
 /* A token's output bits: alone or in a batch of 48, on 1..3 threads, in every kernel variant. */
