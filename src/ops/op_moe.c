@@ -42,6 +42,11 @@
  * Memory: nothing is allocated in run(); scratch_bytes() sizes the per-chunk buffers (routing
  * arrays, the grouped rows [chunk*k, H] reused for the expert outputs, the activations
  * [chunk*k, I]) and per-thread rows.
+ *
+ * The core (routing, grouped matmuls, combination) is shared with com.microsoft::QMoE
+ * (op_qmoe.c) through op_moe.h: there an fc task dequantizes the WT_NW rows it needs into a
+ * per-thread f32 buffer (moe_rows; AVX2 in the avx2/avx512 variants, C in the scalar one, the
+ * same operations) and runs the f32 kernels on them.
  */
 #include <math.h>
 #include <stdint.h>
