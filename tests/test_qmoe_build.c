@@ -20,8 +20,10 @@
  *              is what MoE does on those f32 weights. The plain graph is checked to differ, so the
  *              comparison sees the quantization.
  *   options    skip keeps the experts it names (all of a layer's, since one node holds them); a
- *              block QMoE cannot express for these sizes (int4 zero points with blocks of 32:
- *              ORT needs 64 | I = 32) is PH_ERR_UNSUPPORTED naming the remedies.
+ *              block QMoE cannot express for these sizes takes the largest one that it can (int4
+ *              zero points with blocks of 32: 16, since ORT needs 2 * block | I = 32; int8 128:
+ *              32), the twin quantized with that block; none >= 16 (I = 48, int4 zero points)
+ *              is PH_ERR_UNSUPPORTED naming the remedies.
  */
 #include <math.h>
 #include <stdio.h>
@@ -154,11 +156,22 @@ static int moe_layers(const hf_config *c) {
   return n;
 }
 
+/* The block the experts take: the largest power of two <= the asked one (0: 32) with block
+ * (times 8 / bits with zero points) dividing H and I — ORT's QMoE cannot pad K. 0: none >= 16. */
+static int expert_block(const hf_config *c, const ph_quant_params *q) {
+  const int64_t H = c->hidden_size, I = c->moe.moe_intermediate_size;
+  for (int b = q->block_size ? q->block_size : 32; b >= 16; b /= 2) {
+    const int64_t unit = q->asymmetric ? (int64_t)b * (8 / q->bits) : b;
+    if (H % unit == 0 && I % unit == 0) return b;
+  }
+  return 0;
+}
+
 /* Every QMoE against ORT 1.30's schema as the builder fills it. */
 static void check_qmoe_nodes(const graph *g, const hf_config *c, const ph_quant_params *q,
                              ph_dtype io) {
   const int64_t E = c->moe.n_experts, H = c->hidden_size, I = c->moe.moe_intermediate_size;
-  const int bits = q->bits, block = q->block_size ? q->block_size : 32, pack = 8 / bits;
+  const int bits = q->bits, block = expert_block(c, q), pack = 8 / bits;
   for (int i = 0; i < g->n_nodes; i++) {
     const gnode *n = &g->nodes[i];
     if (strcmp(n->op_type, "QMoE") != 0) continue;
@@ -225,7 +238,7 @@ static void test_models_match_dequantized(void) {
   const int64_t n = (int64_t)(sizeof tokens / sizeof tokens[0]);
   static const struct {
     int bits, block, asym;
-  } modes[] = {{4, 32, 0}, {8, 16, 1}, {4, 16, 1}, {8, 32, 1}, {8, 32, 0}};
+  } modes[] = {{4, 32, 0}, {8, 16, 1}, {4, 16, 1}, {8, 32, 1}, {8, 32, 0}, {4, 32, 1}, {8, 128, 0}};
   for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
     ph_model *m = open_model(&MODELS[mi]);
     if (!m) continue;
@@ -248,7 +261,9 @@ static void test_models_match_dequantized(void) {
       }
       graph_free(gp);
       float *quant = run_graph(g, tokens, n, &V);
-      const quant_params qp = {q.bits, q.block_size, !q.asymmetric, PH_DTYPE_F32};
+      const int eb = expert_block(c, &q); /* 16 for int4 32 asym, 32 for int8 128 (I = 32) */
+      CHECK(eb >= 16);
+      const quant_params qp = {q.bits, eb, !q.asymmetric, PH_DTYPE_F32};
       dq_experts dq;
       dq_make(&dq, w, &qp);
       ph_quant_params q_ref = q;
@@ -262,10 +277,10 @@ static void test_models_match_dequantized(void) {
           check_err_acc(quant[i], ref[i], &err, &scale);
           check_err_acc(quant[i], plain[i], &qerr, &qscale);
         }
-        printf("  %-38s int%d block %2d %s: |QMoE - dequantized twin| %.1e (bits: %s), "
-               "|QMoE - unquantized| %.2e of scale %.2f\n",
-               MODELS[mi].label, q.bits, q.block_size, q.asymmetric ? "asym" : "sym ", err / scale,
-               memcmp(quant, ref, (size_t)(n * V) * sizeof *quant) ? "differ" : "same",
+        printf("  %-38s int%d block %3d (experts %2d) %s: |QMoE - dequantized twin| %.1e (bits: "
+               "%s), |QMoE - unquantized| %.2e of scale %.2f\n",
+               MODELS[mi].label, q.bits, q.block_size, eb, q.asymmetric ? "asym" : "sym ",
+               err / scale, memcmp(quant, ref, (size_t)(n * V) * sizeof *quant) ? "differ" : "same",
                qerr / qscale, qscale);
         CHECK(memcmp(quant, ref, (size_t)(n * V) * sizeof *quant) == 0);
         CHECK(qerr > 0); /* the experts really are quantized */
@@ -310,20 +325,33 @@ static void test_skip(void) {
   ph_model_free(m);
 }
 
-/* A block QMoE cannot express for these sizes: a typed error naming why and what to do. */
+/* No block >= 16 QMoE can express: int4 zero points need 32 | I, and I = 48 here. A typed
+ * error naming why and what to do; the remedy it names builds. */
 static void test_unsupported_block(void) {
-  ph_model *m = open_model(&MODELS[1]);
-  if (!m) return;
+  tiny_params p = tiny_params_default();
+  p.model_type = "qwen3_5_moe_text";
+  p.moe_intermediate_size = 48;
+  char dir[900];
+  snprintf(dir, sizeof dir, "%s/moe-i48", g_tmp);
   diag d;
-  ph_quant_params q = {4, 32, 1, 1, NULL}; /* zero points: 32 * 2 = 64 must divide I = 32 */
+  diag_clear(&d);
+  CHECK_STATUS(tiny_write(dir, &p, &d), PH_OK, d.msg);
+  ph_model *m = mt_open(dir, 1);
+  if (!m) return;
+  ph_quant_params q = {4, 32, 1, 1, NULL};
   graph *g = build(m, model_weights_of(m), &q, 0, PH_ERR_UNSUPPORTED, &d);
   CHECK(g == NULL);
   CHECK_CONTAINS(d.msg, "QMoE");
   CHECK_CONTAINS(d.msg, "mlp.experts");
   graph_free(g);
-  q.skip = "mlp.experts"; /* the remedy it names */
+  q.skip = "mlp.experts"; /* the remedies it names */
   g = build(m, model_weights_of(m), &q, 0, PH_OK, &d);
   CHECK(g != NULL);
+  graph_free(g);
+  q.skip = NULL;
+  q.asymmetric = 0; /* symmetric: block 16 divides 48 */
+  g = build(m, model_weights_of(m), &q, 0, PH_OK, &d);
+  CHECK(g != NULL && count_op(g, "QMoE") > 0);
   graph_free(g);
   ph_model_free(m);
 }

@@ -350,6 +350,51 @@ static void test_tied_lm_head(void) {
   ph_model_free(m);
 }
 
+/* The paged layout: every family builds with f16 activations (scales in f16); DeepSeek's LATENT
+ * graph quantizes its absorbed projections, and a skip of one source (kv_b_proj, or o_proj) keeps
+ * the products made from it. */
+static void test_paged_and_absorbed(void) {
+  for (size_t f = 0; f < sizeof FAMILIES / sizeof FAMILIES[0]; f++) {
+    char dir[600];
+    write_family(&FAMILIES[f], dir, sizeof dir);
+    ph_model *m = mt_open(dir, 1);
+    if (!m) continue;
+    const int ds = strncmp(FAMILIES[f].model_type, "deepseek", 8) == 0;
+    static const char *const skips[3] = {NULL, "kv_b_proj", "o_proj"};
+    for (int k = 0; k < (ds ? 3 : 1); k++) {
+      model_options o = model_options_default();
+      o.max_context = 256;
+      o.paged = 1;
+      o.io_dtype = PH_DTYPE_F16;
+      o.quant = (ph_quant_params){4, 32, 1, 4, skips[k]};
+      graph *g = NULL;
+      diag d;
+      diag_clear(&d);
+      CHECK_STATUS(model_build_graph(model_config(m), model_weights_of(m), &o, &g, &d), PH_OK,
+                   d.msg);
+      if (!g) continue;
+      const int n = check_nbits_nodes(g, &o.quant, PH_DTYPE_F16);
+      int q_abs = 0, o_abs = 0;
+      for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i].op_type, "MatMulNBits") == 0) {
+          const char *b = g->values[g->nodes[i].inputs[1]].name;
+          q_abs += strstr(b, "q_absorbed") != NULL;
+          o_abs += strstr(b, "o_absorbed") != NULL;
+        }
+      const int L = (int)model_config(m)->n_layers;
+      if (ds) {
+        CHECK_EQ_INT(q_abs, k == 1 ? 0 : L);
+        CHECK_EQ_INT(o_abs, k == 0 ? L : 0);
+      } else {
+        CHECK_EQ_INT(n, expected_nbits(model_weights_of(m), NULL));
+      }
+      CHECK(n > 0);
+      graph_free(g);
+    }
+    ph_model_free(m);
+  }
+}
+
 /* Bad options: PH_ERR_INVALID_ARGUMENT naming the field, from every family's builder. */
 static void test_bad_options(void) {
   char dir[600];
@@ -405,5 +450,6 @@ int main(void) {
   RUN(test_families_match_dequantized);
   RUN(test_skip);
   RUN(test_tied_lm_head);
+  RUN(test_paged_and_absorbed);
   return check_finish();
 }

@@ -12,7 +12,8 @@
  * file's progress (tensors, bytes, rate) on one line rewritten in place; redirected (logs, tests),
  * nothing. Option values wrong on their own (a page size that is not a power of two >= 16, or not a
  * multiple of 256 for CUDA; f32 activations for CUDA) are usage errors, exit 2; what needs the
- * checkpoint to judge is the library's, exit 1.
+ * checkpoint to judge is the library's, exit 1. --quant int8|int4 and its refinements
+ * (tools/quant_flags.h) store the linear layers as com.microsoft::MatMulNBits, either layout.
  */
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "quant_flags.h"
 #include "tools_api.h"
 
 static const cli_option OPTIONS[] = {
@@ -54,6 +56,7 @@ static const cli_option OPTIONS[] = {
     {"max-context", "N",
      "context length = rotary cache rows (default min(max_position_embeddings, 32768))"},
     {"force", NULL, "write into a non-empty --out directory, replacing package files"},
+    QUANT_FLAG_OPTIONS,
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -118,7 +121,8 @@ int cmd_export(int argc, char **argv) {
         "dense: activations, inputs, outputs and caches are f32 (ONNX Runtime's CPU kernels\n"
         "for LinearAttention and CausalConvWithState are float-only). paged: the packed\n"
         "layout with state_groups and engine.dynamic_batching for GenAI's Engine.\n"
-        "--dtype sets how the weights are stored. See docs/export.md.");
+        "--dtype sets how the weights are stored; --quant int8|int4 stores the linear\n"
+        "layers as com.microsoft::MatMulNBits. See docs/export.md.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional != 1) return cli_usage_error(&a, "expects exactly one checkpoint directory");
@@ -165,6 +169,7 @@ int cmd_export(int argc, char **argv) {
       (rc = cli_get_int(&a, "state-update-capacity", 0, 8, &su_capacity)))
     return rc;
   o.state_update_capacity = (int32_t)su_capacity;
+  if ((rc = quant_flags_parse(&a, &o.quant))) return rc;
   if (o.layout == EXPORT_LAYOUT_DENSE) {
     static const char *const paged_only[] = {"target",
                                              "io-dtype",
@@ -214,10 +219,15 @@ int cmd_export(int argc, char **argv) {
   ph_model_free(m);
   if (pl.width) fprintf(stderr, "\n"); /* below the progress line */
   if (s != PH_OK) return cli_lib_error(s, d.msg);
-  printf("exported %s -> %s (%s layout%s%s, weights %s%s) in %.2f s\n", a.positional[0], out,
+  char quant[96] = "";
+  if (o.quant.bits)
+    snprintf(quant, sizeof quant, ", linear layers int%d block %d %s accuracy_level %d",
+             (int)o.quant.bits, (int)o.quant.block_size, o.quant.asymmetric ? "asym" : "sym",
+             (int)o.quant.accuracy_level);
+  printf("exported %s -> %s (%s layout%s%s, weights %s%s%s) in %.2f s\n", a.positional[0], out,
          export_layout_name(o.layout), o.layout == EXPORT_LAYOUT_PAGED ? " for " : "",
          o.layout == EXPORT_LAYOUT_PAGED ? export_target_name(o.target) : "",
-         o.dtype == PH_DTYPE_INVALID ? "as stored" : ph_dtype_name(o.dtype),
+         o.dtype == PH_DTYPE_INVALID ? "as stored" : ph_dtype_name(o.dtype), quant,
          o.config_only ? "; config only: structure without weights, cannot run" : "", t1 - t0);
   print_file(out, "model.onnx");
   if (!o.config_only) print_file(out, "model.onnx.data");

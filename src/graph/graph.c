@@ -330,7 +330,8 @@ static ph_status quant_read(const gvalue *v, int64_t begin, int64_t end, void *d
     s = quant_quantize(p, (const char *)v->src + (size_t)r * (size_t)K * ses, v->src_dtype, 1, K,
                        buf, scales, zp, v->name, d);
     if (s != PH_OK) {
-      diag_prefix(d, "row %lld", (long long)r);
+      diag_prefix(d, "quantizing row %lld of %lld (the row as [1, %lld] below)", (long long)r,
+                  (long long)v->quant_rows, (long long)K);
       break;
     }
     const uint8_t *row = buf;
@@ -346,6 +347,59 @@ static ph_status quant_read(const gvalue *v, int64_t begin, int64_t end, void *d
            (size_t)(hi - lo) * es);
   }
   free(buf);
+  return s;
+}
+
+ph_status graph_quant_read_rows(const graph *g, const int *ids, int n, int64_t r0, int64_t r1,
+                                void *const *dst, diag *d) {
+  RETURN_ERROR_IF(n < 1 || n > 3, d, PH_ERR_INVALID_ARGUMENT, "%d quantized parts: expected 1..3",
+                  n);
+  const gvalue *v0 = NULL;
+  void *out[4] = {NULL, NULL, NULL, NULL}; /* by graph_quant_part */
+  for (int i = 0; i < n; i++) {
+    RETURN_ERROR_IF(ids[i] < 0 || ids[i] >= g->n_values || !g->values[ids[i]].quant_part ||
+                        g->values[ids[i]].type.data,
+                    d, PH_ERR_INVALID_ARGUMENT, "value %d is not a lazy quantized initializer",
+                    ids[i]);
+    const gvalue *v = &g->values[ids[i]];
+    if (!v0) v0 = v;
+    RETURN_ERROR_IF(v->src != v0->src || v->src_dtype != v0->src_dtype ||
+                        v->quant_rows != v0->quant_rows || v->quant_cols != v0->quant_cols ||
+                        memcmp(&v->quant, &v0->quant, sizeof v->quant) != 0 ||
+                        out[v->quant_part] != NULL,
+                    d, PH_ERR_INVALID_ARGUMENT,
+                    "%s and %s are not distinct parts of one quantized weight", v0->name, v->name);
+    out[v->quant_part] = dst[i];
+  }
+  const quant_params *p = &v0->quant;
+  const int64_t K = v0->quant_cols, rows = r1 - r0;
+  RETURN_ERROR_IF(r0 < 0 || r1 < r0 || r1 > v0->quant_rows, d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: rows [%lld, %lld) outside its %lld", v0->name, (long long)r0, (long long)r1,
+                  (long long)v0->quant_rows);
+  if (rows == 0) return PH_OK;
+  size_t b_bytes = 0, n_scales = 0, zp_bytes = 0;
+  FORWARD_IF_ERROR(quant_sizes(p, rows, K, &b_bytes, &n_scales, &zp_bytes, d));
+  /* what no caller asked for still has to be written somewhere: scratch */
+  const int f32_scales = out[GRAPH_QUANT_SCALES] && p->scale_dtype == PH_DTYPE_F32;
+  const size_t need = (out[GRAPH_QUANT_B] ? 0 : b_bytes) + (f32_scales ? 0 : n_scales * 4) +
+                      (out[GRAPH_QUANT_ZP] ? 0 : zp_bytes);
+  uint8_t *scratch = need ? malloc(need + 8) : NULL;
+  RETURN_ERROR_IF(need && !scratch, d, PH_ERR_NO_MEMORY, "out of memory quantizing %s", v0->name);
+  uint8_t *at = scratch;
+  float *scales = f32_scales ? out[GRAPH_QUANT_SCALES] : (float *)(void *)at;
+  if (!f32_scales) at += n_scales * 4;
+  uint8_t *b = out[GRAPH_QUANT_B] ? out[GRAPH_QUANT_B] : at;
+  if (!out[GRAPH_QUANT_B]) at += b_bytes;
+  uint8_t *zp = !zp_bytes ? NULL : out[GRAPH_QUANT_ZP] ? out[GRAPH_QUANT_ZP] : at;
+  ph_status s =
+      quant_quantize(p, (const char *)v0->src + (size_t)r0 * (size_t)K * dtype_size(v0->src_dtype),
+                     v0->src_dtype, rows, K, b, scales, zp, v0->name, d);
+  if (s != PH_OK)
+    diag_prefix(d, "quantizing rows %lld..%lld of %lld (rows counted from %lld below)",
+                (long long)r0, (long long)r1 - 1, (long long)v0->quant_rows, (long long)r0);
+  else if (out[GRAPH_QUANT_SCALES] && !f32_scales)
+    s = quant_scales_to(p->scale_dtype, scales, n_scales, out[GRAPH_QUANT_SCALES], d);
+  free(scratch);
   return s;
 }
 

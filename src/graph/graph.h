@@ -183,6 +183,14 @@ int graph_add_initializer_lazy(graph *g, const char *name, ph_dtype dtype, shape
 int graph_add_initializer_quant(graph *g, const char *name, graph_quant_part part,
                                 const quant_params *p, int64_t n, int64_t k, const void *src,
                                 ph_dtype src_dtype);
+/* Rows [r0, r1) of the weight for n lazy quantized initializers of it (ids: parts of one weight,
+ * same source and params, each part at most once): dst[i] receives part ids[i]'s bytes of those
+ * rows (B: (r1-r0)*kb*blob bytes, ...). Each row is quantized once for all of them, where reading
+ * the parts one by one (graph_initializer_read) quantizes it once per part: the CPU prepare pass
+ * copies all parts of a weight this way. PH_ERR_INVALID_ARGUMENT when the ids are not such parts
+ * or the rows are out of range; a weight's NaN: PH_ERR_NON_FINITE naming the rows. */
+ph_status graph_quant_read_rows(const graph *g, const int *ids, int n, int64_t r0, int64_t r1,
+                                void *const *dst, diag *d);
 /* Owned initializer of the given shape, zeroed; returns the id and a writable pointer. */
 int graph_add_initializer_alloc(graph *g, const char *name, ph_dtype dtype, shape s, void **data);
 

@@ -248,20 +248,6 @@ static void release_range(const graph *g, const void *p, size_t n) {
 static ph_status copy_releasing(graph *g, const wkey *k, uint8_t *dst, diag *d) {
   const gvalue *val = &g->values[k->value];
   const uint8_t *src = k->src;
-  if (k->quant_part) { /* quantized rows: source rows of about RELEASE_STEP bytes at a time */
-    const int64_t rows = val->quant_rows, numel = tinfo_numel(&val->type);
-    const size_t row_bytes = (size_t)val->quant_cols * dtype_size(k->from);
-    const int64_t per = numel / rows,
-                  step = RELEASE_STEP / row_bytes ? RELEASE_STEP / row_bytes : 1;
-    const size_t et = dtype_size(k->to);
-    for (int64_t r = 0; r < rows; r += step) {
-      const int64_t r1 = r + step < rows ? r + step : rows;
-      FORWARD_IF_ERROR(
-          graph_initializer_read(g, k->value, r * per, r1 * per, dst + (size_t)(r * per) * et, d));
-      release_range(g, src + (size_t)r * row_bytes, (size_t)(r1 - r) * row_bytes);
-    }
-    return PH_OK;
-  }
   if (!k->transposed && k->from == k->to) {
     for (size_t at = 0; at < (size_t)k->n_bytes; at += RELEASE_STEP) {
       size_t n = (size_t)k->n_bytes - at < RELEASE_STEP ? (size_t)k->n_bytes - at : RELEASE_STEP;
@@ -302,6 +288,40 @@ static ph_status copy_releasing(graph *g, const wkey *k, uint8_t *dst, diag *d) 
   FORWARD_IF_ERROR(graph_initializer_read(g, k->value, 0, numel, dst, d));
   release_range(g, src, (size_t)numel * dtype_size(k->from));
   return PH_OK;
+}
+
+/* The parts of one quantized weight (keys[first[0..n)], B / scales / zero points of the same
+ * source and params) into region + each key's offset, every row quantized once for all of them
+ * (graph_quant_read_rows), in chunks of about RELEASE_STEP source bytes whose file pages are
+ * released as they are consumed. */
+static ph_status copy_quantized(graph *g, const wkey *keys, const size_t *first, int n,
+                                uint8_t *region, diag *d) {
+  const gvalue *v = &g->values[keys[first[0]].value];
+  const int64_t rows = v->quant_rows;
+  const size_t row_bytes = (size_t)v->quant_cols * dtype_size(v->src_dtype);
+  const int64_t step = RELEASE_STEP / row_bytes ? (int64_t)(RELEASE_STEP / row_bytes) : 1;
+  int ids[3];
+  size_t row_out[3]; /* bytes of one weight row in each part */
+  for (int i = 0; i < n; i++) {
+    const gvalue *p = &g->values[keys[first[i]].value];
+    ids[i] = keys[first[i]].value;
+    row_out[i] = (size_t)(p->n_bytes / rows);
+  }
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t r1 = r + step < rows ? r + step : rows;
+    void *dst[3];
+    for (int i = 0; i < n; i++) dst[i] = region + keys[first[i]].offset + (size_t)r * row_out[i];
+    FORWARD_IF_ERROR(graph_quant_read_rows(g, ids, n, r, r1, dst, d));
+    release_range(g, (const uint8_t *)v->src + (size_t)r * row_bytes, (size_t)(r1 - r) * row_bytes);
+  }
+  return PH_OK;
+}
+
+/* 1 when keys a and b are other parts of one quantized weight (same source and params). */
+static int quant_siblings(const wkey *a, const wkey *b) {
+  return a->quant_part && b->quant_part && a->quant_part != b->quant_part && a->src == b->src &&
+         a->from == b->from && a->bits == b->bits && a->block == b->block &&
+         a->symmetric == b->symmetric;
 }
 
 /* Copies every initializer a live node reads that is not already the graph's own memory (views
@@ -416,18 +436,36 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     g->resident_bytes = total;
   }
   ph_status st = PH_OK;
+  /* the distinct quantized keys already written with a sibling (one pass per weight) */
+  unsigned char *done = calloc(n_keys ? n_keys : 1, 1);
+  if (!done) st = diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying the weights");
   for (size_t i = 0; i < n_keys && st == PH_OK; i++) {
     const wkey *k = &keys[i];
     if (k->offset == SHARED) continue;
     gvalue *val = &g->values[k->value];
     uint8_t *dst = region + k->offset;
     if (i == 0 || !wkey_same(k, &keys[i - 1])) {
-      st = copy_releasing(g, k, dst, d);
+      if (k->quant_part && !done[i]) {
+        /* its siblings sit among the keys of the same source, which sort together */
+        size_t first[3] = {i, 0, 0};
+        int n = 1;
+        for (size_t j = i + 1; j < n_keys && keys[j].src == k->src && n < 3; j++)
+          if (keys[j].offset != SHARED && !wkey_same(&keys[j], &keys[j - 1]) && !done[j] &&
+              quant_siblings(k, &keys[j]) &&
+              (n < 2 || keys[j].quant_part != keys[first[1]].quant_part)) {
+            done[j] = 1;
+            first[n++] = j;
+          }
+        st = copy_quantized(g, keys, first, n, region, d);
+      } else if (!k->quant_part) {
+        st = copy_releasing(g, k, dst, d);
+      }
       if (st == PH_OK && store) store->e[store->n++] = (store_entry){*k, dst};
     }
     val->type.data = dst;
     val->owned = 1;
   }
+  free(done);
   free(keys);
   if (store && store->n > 1) qsort(store->e, store->n, sizeof *store->e, store_entry_cmp);
   return st == PH_OK ? PH_OK : diag_prefix(d, "copying the weights");

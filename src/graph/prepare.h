@@ -12,7 +12,9 @@
  *   node becomes internal (its inputs no longer share one dtype as ORT's schema wants).
  * - com.microsoft::MatMulNBits is left as it is (never rewritten into MatMulWT): it reads its
  *   packed weights itself. Its lazy quantized initializers (graph_add_initializer_quant) are
- *   quantized into the resident copy below, source rows released as they are consumed.
+ *   quantized into the resident copy below, each weight's rows once for all its parts
+ *   (graph_quant_read_rows), source rows released as they are consumed. WEIGHTS_MAP leaves them
+ *   lazy: the executor materializes them into the graph's arena when it binds them.
  * - Nodes whose outputs nobody reads any more (the Casts above) are marked dead.
  * Then the graph is finalized again, so the rewritten nodes pass their contract checks.
  *

@@ -3,12 +3,23 @@
  * (a 1.8 MB model.onnx of 80,000 nodes: 9 s; 1,000,000 nodes would take about 25 minutes). The
  * index must find every value by its current name across growth and renames, and refuse every
  * duplicate, whatever the order of operations. (Speed is measured, not tested: docs/testing.md.)
+ *
+ * Lazy quantized initializers (graph_add_initializer_quant): any element range of B, scales and
+ * zero points reads the bytes tensor/quant.h gives for the whole weight (ranges that start and end
+ * inside a row included), and so do rows of all parts at once (graph_quant_read_rows); the CPU
+ * prepare pass copies them into its resident weights through several chunks of source rows, keeping
+ * MatMulNBits as it is; bad params, a zero-point part of a symmetric quantization and a NaN weight
+ * are typed errors.
  */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "graph/graph.h"
+#include "graph/prepare.h"
+#include "tensor/dtype.h"
 
 #define N_VALUES 20000
 
@@ -75,7 +86,120 @@ static void test_names_found_across_growth_and_renames(void) {
   graph_free(g);
 }
 
+/* W [N, K] f32 with N rows spanning several of prepare's 4 MiB copy steps (K * 4 bytes a row). */
+#define QN 1100
+#define QK 2048
+
+static void test_quant_initializers(void) {
+  float *w = malloc((size_t)QN * QK * sizeof *w);
+  if (!CHECK(w)) return;
+  for (int64_t i = 0; i < (int64_t)QN * QK; i++) w[i] = sinf((float)i * 0.37f) * (float)(1 + i % 7);
+  const quant_params p = {4, 32, 0, PH_DTYPE_F32};
+  size_t bb = 0, ns = 0, zb = 0;
+  diag d;
+  diag_clear(&d);
+  CHECK_STATUS(quant_sizes(&p, QN, QK, &bb, &ns, &zb, &d), PH_OK, d.msg);
+  uint8_t *b = malloc(bb), *zp = malloc(zb);
+  float *sc = malloc(ns * sizeof *sc);
+  CHECK_STATUS(quant_quantize(&p, w, PH_DTYPE_F32, QN, QK, b, sc, zp, "w", &d), PH_OK, d.msg);
+  const void *want[3] = {b, sc, zp};
+  const size_t want_bytes[3] = {bb, ns * sizeof(float), zb};
+  graph *g = NULL;
+  CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+  int ids[3];
+  for (int part = 0; part < 3; part++) {
+    char name[32];
+    snprintf(name, sizeof name, "w.part%d", part);
+    ids[part] = graph_add_initializer_quant(g, name, (graph_quant_part)(GRAPH_QUANT_B + part), &p,
+                                            QN, QK, w, PH_DTYPE_F32);
+    CHECK(ids[part] >= 0);
+  }
+  CHECK_EQ_INT(graph_status(g), PH_OK);
+  /* ranges: whole, inside one row, across rows, ending mid-row */
+  uint8_t *got = malloc(bb);
+  for (int part = 0; part < 3 && graph_status(g) == PH_OK; part++) {
+    const gvalue *v = &g->values[ids[part]];
+    const int64_t n = tinfo_numel(&v->type);
+    const size_t es = dtype_size(v->type.dtype);
+    CHECK_EQ_INT((int64_t)(n * (int64_t)es), (int64_t)want_bytes[part]);
+    const int64_t ranges[4][2] = {{0, n}, {3, 5}, {7, n / 3 + 11}, {n / 2 + 1, n - 3}};
+    for (int r = 0; r < 4; r++) {
+      const int64_t lo = ranges[r][0], hi = ranges[r][1];
+      CHECK_STATUS(graph_initializer_read(g, ids[part], lo, hi, got, &d), PH_OK, d.msg);
+      if (!CHECK(memcmp(got, (const uint8_t *)want[part] + lo * (int64_t)es,
+                        (size_t)(hi - lo) * es) == 0))
+        fprintf(stderr, "    part %d range [%lld, %lld)\n", part, (long long)lo, (long long)hi);
+    }
+  }
+  free(got);
+  /* all parts of rows [5, 700) at once, in any order of parts */
+  {
+    const int order[3] = {ids[2], ids[0], ids[1]};
+    const int64_t r0 = 5, r1 = 700;
+    const size_t row_bytes[3] = {zb / QN, bb / QN, ns * sizeof(float) / QN};
+    const int part_of[3] = {2, 0, 1};
+    void *dst[3];
+    for (int i = 0; i < 3; i++) dst[i] = malloc((size_t)(r1 - r0) * row_bytes[i]);
+    CHECK_STATUS(graph_quant_read_rows(g, order, 3, r0, r1, dst, &d), PH_OK, d.msg);
+    for (int i = 0; i < 3; i++)
+      CHECK(memcmp(dst[i], (const uint8_t *)want[part_of[i]] + (size_t)r0 * row_bytes[i],
+                   (size_t)(r1 - r0) * row_bytes[i]) == 0);
+    /* one part alone, and refusals: a part twice, rows out of range */
+    CHECK_STATUS(graph_quant_read_rows(g, &ids[1], 1, r0, r1, &dst[2], &d), PH_OK, d.msg);
+    CHECK(memcmp(dst[2], sc + r0 * (QK / 32), (size_t)(r1 - r0) * (QK / 32) * sizeof(float)) == 0);
+    const int twice[2] = {ids[0], ids[0]};
+    CHECK_STATUS(graph_quant_read_rows(g, twice, 2, r0, r1, dst, &d), PH_ERR_INVALID_ARGUMENT,
+                 d.msg);
+    CHECK_STATUS(graph_quant_read_rows(g, ids, 1, 0, QN + 1, dst, &d), PH_ERR_INVALID_ARGUMENT,
+                 d.msg);
+    for (int i = 0; i < 3; i++) free(dst[i]);
+  }
+  /* a MatMulNBits over them, prepared: kept, and its weights resident with the same bytes */
+  int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){1, QK}, NULL);
+  gattr at[5] = {attr_int("K", QK), attr_int("N", QN), attr_int("bits", 4),
+                 attr_int("block_size", 32), attr_int("accuracy_level", 1)};
+  int y = -1;
+  graph_add_node(g, "MatMulNBits", "com.microsoft", "mm", 4, (int[]){a, ids[0], ids[1], ids[2]}, 1,
+                 (const char *[]){"y"}, &y, 5, at);
+  graph_mark_output(g, y, NULL);
+  CHECK_STATUS(graph_finalize(g, &d), PH_OK, d.msg);
+  CHECK_STATUS(graph_prepare_cpu(g, &d), PH_OK, d.msg);
+  CHECK_EQ_STR(g->nodes[0].op_type, "MatMulNBits");
+  for (int part = 0; part < 3; part++) {
+    const gvalue *v = &g->values[ids[part]];
+    CHECK(v->owned && v->type.data);
+    if (v->type.data) CHECK(memcmp(v->type.data, want[part], want_bytes[part]) == 0);
+  }
+  graph_free(g);
+  /* errors: bad params and a zero-point part of a symmetric quantization (sticky), a NaN */
+  const quant_params bad = {3, 32, 1, PH_DTYPE_F32}, sym = {8, 32, 1, PH_DTYPE_F32};
+  CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(graph_add_initializer_quant(g, "x", GRAPH_QUANT_B, &bad, 4, 64, w, PH_DTYPE_F32),
+               -1);
+  CHECK_EQ_INT(graph_status(g), PH_ERR_INVALID_ARGUMENT);
+  graph_free(g);
+  CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(graph_add_initializer_quant(g, "x", GRAPH_QUANT_ZP, &sym, 4, 64, w, PH_DTYPE_F32),
+               -1);
+  CHECK_CONTAINS(g->err.msg, "no zero points");
+  graph_free(g);
+  w[3 * 64 + 5] = NAN;
+  CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+  int id = graph_add_initializer_quant(g, "nan", GRAPH_QUANT_SCALES, &sym, 4, 64, w, PH_DTYPE_F32);
+  float out[8];
+  CHECK_STATUS(graph_initializer_read(g, id, 0, 8, out, &d), PH_ERR_NON_FINITE, d.msg);
+  printf("  NaN weight: %s\n", d.msg);
+  CHECK_CONTAINS(d.msg, "row 3");
+  CHECK_CONTAINS(d.msg, "nan");
+  graph_free(g);
+  free(w);
+  free(b);
+  free(sc);
+  free(zp);
+}
+
 int main(void) {
   RUN(test_names_found_across_growth_and_renames);
+  RUN(test_quant_initializers);
   return check_finish();
 }

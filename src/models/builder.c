@@ -113,18 +113,14 @@ ph_dtype stored_as(const builder *b, ph_dtype checkpoint) {
 /* ---- quantized linear layers (docs/quantization.md) ------------------------------------------ */
 
 /* 1 when `name` contains an entry of the comma-separated skip list (empty entries match
- * nothing). */
+ * nothing; an entry may be of any length). */
 static int skip_matches(const char *skip, const char *name) {
   if (!skip || !name) return 0;
   for (const char *at = skip; *at;) {
     const char *end = strchr(at, ',');
     const size_t n = end ? (size_t)(end - at) : strlen(at);
-    if (n > 0 && n < 192) {
-      char entry[192];
-      memcpy(entry, at, n);
-      entry[n] = '\0';
-      if (strstr(name, entry)) return 1;
-    }
+    for (const char *p = name; n > 0 && *p; p++)
+      if (strncmp(p, at, n) == 0) return 1;
     if (!end) break;
     at = end + 1;
   }

@@ -357,6 +357,7 @@ static ph_status build_checked(const ph_model *m, const export_options *o, expor
   model_options qo = model_options_default();
   qo.max_context = opt.max_context;
   qo.weight_dtype = opt.dtype;
+  qo.quant = opt.quant;
   /* RoPE: plain ops for CUDA, whose MRotaryEmbedding kernel we cannot check here; the fused op
    * where our runtime (or ONNX Runtime's CPU EP, for the dense graph) runs it */
   const int cuda = opt.layout == EXPORT_LAYOUT_PAGED && opt.target == EXPORT_TARGET_CUDA;

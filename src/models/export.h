@@ -84,6 +84,11 @@ typedef struct export_options {
                           min(max_position_embeddings, 32768); above max_position_embeddings is
                           refused */
 
+  ph_quant_params quant; /* bits 4|8: linear layers as com.microsoft::MatMulNBits (models/registry.h
+                           model_options.quant; docs/export.md "Quantized packages"), either
+                           layout; bits 0 (default): none. Checked by the builder
+                           (PH_ERR_INVALID_ARGUMENT); quant.skip must outlive the call. */
+
   onnx_progress progress; /* told while model.onnx.data is written (fn NULL: nothing) */
 } export_options;
 

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -137,6 +138,7 @@ static int experts_quantized(const builder *b, int layer) {
 /* QMoE's inputs for one layer: codes, scales and (asymmetric) zero points of fc1 and fc2. */
 typedef struct qmoe_inputs {
   int codes[2], scales[2], zp[2]; /* zp -1 when symmetric */
+  int64_t block;                  /* the block used (see expert_weights_quant) */
 } qmoe_inputs;
 
 static int graph_fail(builder *b, ph_status s, const char *msg) {
@@ -149,25 +151,39 @@ static int graph_fail(builder *b, ph_status s, const char *msg) {
  * layout (ops/op_moe.h): fc1's interleaved gate/up rows [E, 2I, H / pack], fc2 [E, H, I / pack],
  * scales [E, N, K / block] in the io dtype, zero points [E, N, K / block * bits / 8] (ORT 1.30's
  * CPU kernel refuses that shape when H is one block, docs/ops-moe.md). Quantized once here, one
- * expert at a time: no f32 copy of the layer is ever held. QMoE cannot pad K as MatMulNBits does,
- * so the block must divide H and I (with zero points, block * 8 / bits must): otherwise
+ * expert at a time: no f32 copy of the layer is ever held. QMoE cannot pad K as MatMulNBits does:
+ * its block must divide H and I (with zero points, block * 8 / bits must), so the experts take the
+ * largest block <= quant.block_size that does (finer than asked: said once in the log, and in the
+ * node's block_size; llama.cpp likewise requantizes rows its block does not fit); none >= 16:
  * PH_ERR_UNSUPPORTED naming the remedies. */
 static int expert_weights_quant(builder *b, int layer, qmoe_inputs *q) {
   const hf_config *c = b->c;
   const int64_t E = c->moe.n_experts, I = c->moe.moe_intermediate_size, H = c->hidden_size;
   const int bits = b->quant.bits, asym = b->quant.asymmetric;
-  const int64_t block = b->quant.block_size, pack = 8 / bits, unit = asym ? block * pack : block;
-  if (H % unit != 0 || I % unit != 0) {
+  const int64_t pack = 8 / bits;
+  /* the largest block <= quant.block_size that ORT's QMoE accepts for these sizes */
+  int64_t block = b->quant.block_size;
+  while (block >= 16 && (H % (asym ? block * pack : block) || I % (asym ? block * pack : block)))
+    block /= 2;
+  if (block < 16) {
     char msg[512];
     snprintf(msg, sizeof msg,
-             "layer %d: the routed experts cannot be com.microsoft::QMoE with int%d blocks of "
-             "%lld%s: ONNX Runtime's QMoE needs %lld to divide the hidden size %lld and the "
-             "expert size %lld (it cannot pad K); use a block that does, %sor keep the experts "
-             "unquantized with quant.skip \"mlp.experts\"",
-             layer, bits, (long long)block, asym ? " with zero points" : "", (long long)unit,
-             (long long)H, (long long)I, asym ? "symmetric quantization, " : "");
+             "layer %d: the routed experts cannot be com.microsoft::QMoE with int%d%s: ONNX "
+             "Runtime's QMoE needs a block of at least 16 (times %lld with zero points) dividing "
+             "the hidden size %lld and the expert size %lld (it cannot pad K); use symmetric "
+             "quantization or keep the experts unquantized with quant.skip \"mlp.experts\"",
+             layer, bits, asym ? " with zero points" : "", (long long)pack, (long long)H,
+             (long long)I);
     return graph_fail(b, PH_ERR_UNSUPPORTED, msg);
   }
+  int first_moe = 1; /* say it once per graph: at the first MoE layer */
+  for (int l = 0; l < layer; l++) first_moe &= !b->c->layer_is_moe[l];
+  if (block != b->quant.block_size && first_moe)
+    LOG_WARN("routed experts: blocks of %lld, not %d: ONNX Runtime's QMoE needs the block%s to "
+             "divide the hidden size %lld and the expert size %lld (docs/ops-moe.md)",
+             (long long)block, (int)b->quant.block_size, asym ? " times 8/bits" : "", (long long)H,
+             (long long)I);
+  q->block = block;
   const quant_params p = {bits, (int)block, !asym, b->io};
   const size_t es = dtype_size(b->io);
   const int64_t N[2] = {2 * I, H}, K[2] = {H, I};
@@ -282,7 +298,7 @@ static int qmoe_node(builder *b, int x, int router, int normalize) {
                  attr_float("activation_alpha", 1.0f),
                  attr_float("activation_beta", 0.0f),
                  attr_int("expert_weight_bits", b->quant.bits),
-                 attr_int("block_size", b->quant.block_size),
+                 attr_int("block_size", q.block),
                  attr_string("quant_type", "int"),
                  attr_int("weights_prepacked", 0)};
   /* ORT's order: input, router_probs, fc1 weights, scales, bias, fc2 weights, scales, bias, fc3

@@ -10,8 +10,8 @@
  * place a MoE model's expert weights are held in memory (the mapped originals are not read
  * again). With model_options.quant (bits 4|8) the experts are one com.microsoft::QMoE instead,
  * quantized once at build time into ONNX Runtime's QMoE layout (docs/ops-moe.md "QMoE"), unless
- * a quant.skip entry names one of the layer's expert tensors; a block QMoE cannot express for
- * the layer's sizes is PH_ERR_UNSUPPORTED.
+ * a quant.skip entry names one of the layer's expert tensors; the block is the largest <= the
+ * asked one that QMoE can express for the layer's sizes (none >= 16: PH_ERR_UNSUPPORTED).
  */
 #ifndef PH_MODELS_MOE_H
 #define PH_MODELS_MOE_H
