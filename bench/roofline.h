@@ -8,6 +8,9 @@
  *   roofline_bf16dot(threads)    bf16 dot GFLOP/s (vdpbf16ps: 32 multiply-adds per lane-pair
  *                                vector, 64 flops per instruction): 16 independent chains per
  *                                thread; 0 when the CPU has no AVX-512 BF16
+ *   roofline_int8dot(threads)    int8 dot GOP/s (vpdpbusd: 64 u8 x s8 products summed into 16
+ *                                int32 lanes, 128 ops per instruction): 16 independent chains
+ *                                per thread; 0 when the CPU has no AVX-512 VNNI
  *
  * Header-only, for bench/ programs (compiled with -O3 -march=native). Not part of the library.
  */
@@ -157,8 +160,34 @@ static inline double roofline_bf16dot(int threads) {
   if (!__builtin_cpu_supports("avx512bf16")) return 0;
   return roofline_peak(threads, roofline_bf16dot_job, 4);
 }
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void *
+roofline_int8dot_job(void *arg) {
+  roofline_job *j = arg;
+  __m512i acc[16];
+  __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-1);
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_epi32(i);
+  for (int it = 0; it < j->iters; it++)
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], x, y);
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; i++) s = _mm512_add_epi32(s, acc[i]);
+  j->result = (double)_mm512_reduce_add_epi32(s);
+  return NULL;
+}
+
+/* int8 dot (vpdpbusd) in GOP/s: 4 products and 4 adds per lane per instruction; 0 without
+ * AVX-512 VNNI */
+static inline double roofline_int8dot(int threads) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vnni")) return 0;
+  return roofline_peak(threads, roofline_int8dot_job, 8);
+}
 #else
 static inline double roofline_bf16dot(int threads) {
+  (void)threads;
+  return 0;
+}
+static inline double roofline_int8dot(int threads) {
   (void)threads;
   return 0;
 }

@@ -112,3 +112,22 @@ void nbits_i8_avx512_layout(int8_t *q, int64_t n) {
     memcpy(q + g, t, sizeof t);
   }
 }
+
+void nbits_i8_pack_panel(const uint8_t *const *cols, int bits, int64_t block, int64_t n_blocks,
+                         uint8_t *wp) {
+  int64_t n = n_blocks * block;
+  for (int c = 0; c < NBITS_PANEL; c++) {
+    const uint8_t *p = cols[c];
+    uint8_t *d = wp + c * 4;
+    if (bits == 8) {
+      for (int64_t k = 0; k < n; k += 4) memcpy(d + k * NBITS_PANEL, p + k, 4);
+    } else {
+      for (int64_t k = 0; k < n; k += 4) {
+        uint8_t b0 = p[k / 2], b1 = p[k / 2 + 1];
+        uint8_t v[4] = {(uint8_t)(b0 & 0x0F), (uint8_t)(b0 >> 4), (uint8_t)(b1 & 0x0F),
+                        (uint8_t)(b1 >> 4)};
+        memcpy(d + k * NBITS_PANEL, v, 4);
+      }
+    }
+  }
+}

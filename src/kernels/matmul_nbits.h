@@ -59,6 +59,19 @@ float nbits_zero_point_u8(const uint8_t *zp_col, int bits, int64_t b);
 /* Sum over k < K of a[k] * w[k], in f32, in increasing k (see above). */
 float nbits_dot(const float *a, const float *w, int64_t K);
 
+/* Levels 0-3 with AVX-512 F/BW/VL (kernels/matmul_nbits_avx512.c): dequant gives
+ * nbits_dequant_col's bits; dot sums in 16 lanes (k to lane k % 16, one fused multiply-add per
+ * element, then the tree l + 8, + 4, + 2, + 1): another order than nbits_dot, inside the same
+ * bound ((K - 1) roundings of partial sums bounded by Σ|a_k w_k|), depending on K only.
+ * nbits_f32_avx512_kernels() is NULL off x86-64; whether the CPU can run them is the caller's
+ * check. */
+typedef struct nbits_f32_kernels {
+  void (*dequant)(const uint8_t *b_col, const float *scales, const float *zp, int bits,
+                  int64_t block, int64_t K, float *w);
+  float (*dot)(const float *a, const float *w, int64_t K);
+} nbits_f32_kernels;
+const nbits_f32_kernels *nbits_f32_avx512_kernels(void);
+
 /* ---- accuracy_level 4 --------------------------------------------------------------------- */
 
 /* The largest block the int8 path takes (d_b stays inside int32); larger blocks compute as level
@@ -70,6 +83,11 @@ float nbits_dot(const float *a, const float *w, int64_t K);
  * <= NBITS_I8_MAX_BLOCK. */
 void nbits_quantize_row_i8(const float *a, int64_t K, int64_t block, int8_t *q, float *sa,
                            int32_t *asum);
+
+/* The same quantizer with AVX-512 F/BW (the same bytes and floats); NULL off x86-64. */
+typedef void (*nbits_quantize_fn)(const float *a, int64_t K, int64_t block, int8_t *q, float *sa,
+                                  int32_t *asum);
+nbits_quantize_fn nbits_i8_avx512_quantizer(void);
 
 /* The level-4 output of one row and one column (the rule above): q, sa, asum from
  * nbits_quantize_row_i8; b_col the column's packed blocks; sw[n_blocks] its scales (f32);
@@ -86,16 +104,18 @@ float nbits_dot_i8(const int8_t *q, const float *sa, const int32_t *asum, const 
  *          past n_blocks);
  *   b[c]:  column c's packed blocks (n_blocks * block * bits / 8 bytes; the kernel reads exactly
  *          these, with masked loads at the end);
- *   swt, zt: the columns' scales and zero points transposed, [b * NBITS_COLS + c], for
- *          b < nbits_i8_row_blocks(...) (zeros past n_blocks).
+ *   sw[c]: column c's scales, n_blocks f32 (nothing past them is read);
+ *   zt:    NULL when every zero point is 2^(bits-1), else the columns' zero points transposed,
+ *          zt[b * NBITS_COLS + c] for b < nbits_i8_row_blocks(...) (zeros past n_blocks).
  * Rows are taken NBITS_ROWS at a time; each row's operations do not depend on the others, so a
  * row gives the same bits whatever M. Needs avx512f/bw/vl + avx512_vnni. */
 #define NBITS_COLS 4
 #define NBITS_ROWS 4
 typedef void (*nbits_i8_kernel_fn)(const int8_t *q, int64_t q_stride, const float *sa,
                                    const int32_t *asum, int64_t x_stride, int64_t M,
-                                   const uint8_t *const *b, const float *swt, const int32_t *zt,
-                                   int bits, int64_t block, int64_t n_blocks, float *out);
+                                   const uint8_t *const *b, const float *const *sw,
+                                   const int32_t *zt, int bits, int64_t block, int64_t n_blocks,
+                                   float *out);
 
 /* The blocks each row's tables are padded to: n_blocks rounded up to 4 when a block is less
  * than 64 bytes (the kernel then takes four blocks per step), else n_blocks. */
@@ -105,6 +125,28 @@ int64_t nbits_i8_row_blocks(int bits, int64_t block, int64_t n_blocks);
  * x86-64, 4 bits with block 16, or a block above NBITS_I8_MAX_BLOCK): the caller then runs
  * nbits_dot_i8, which gives the same bits. Whether the CPU can run it is the caller's check. */
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block);
+
+/* The panel kernel (prefill; same bits): rows [0, M) against NBITS_PANEL columns packed by
+ * nbits_i8_pack_panel into wp, out[m * NBITS_PANEL + c]. q, sa, asum as above but with the codes
+ * in the natural order for both widths (no nbits_i8_avx512_layout); swp, zpp: the panel's scales
+ * and zero points [b * NBITS_PANEL + c], b < n_blocks (zpp NULL: every zero point 2^(bits-1)).
+ * For the same (bits, block) as nbits_i8_avx512_kernel; NULL off x86-64. */
+#define NBITS_PANEL 32
+typedef void (*nbits_i8_panel_fn)(const int8_t *q, int64_t q_stride, const float *sa,
+                                  const int32_t *asum, int64_t x_stride, int64_t M,
+                                  const uint8_t *wp, const float *swp, const int32_t *zpp, int bits,
+                                  int64_t block, int64_t n_blocks, float *out);
+nbits_i8_panel_fn nbits_i8_avx512_panel_kernel(void);
+
+/* Packs NBITS_PANEL columns (cols[c]: n_blocks packed blocks each) for the panel kernel:
+ * wp[(k / 4) * 4 * NBITS_PANEL + c * 4 + k % 4] = the code (0..255) of k in column c, for
+ * k < n_blocks * block (the padding codes of the last block included; their activations are 0). */
+void nbits_i8_pack_panel(const uint8_t *const *cols, int bits, int64_t block, int64_t n_blocks,
+                         uint8_t *wp);
+/* The same packing with AVX-512 (the same bytes; 16 x 16 transposes); NULL off x86-64. */
+typedef void (*nbits_i8_pack_fn)(const uint8_t *const *cols, int bits, int64_t block,
+                                 int64_t n_blocks, uint8_t *wp);
+nbits_i8_pack_fn nbits_i8_avx512_pack_panel(void);
 
 /* Reorders one row's codes q[0 .. n) (n a multiple of 128) for the 4-bit kernel: in each group
  * of 128 codes the 64 of even k first, then the 64 of odd k (the low and high nibbles of 64

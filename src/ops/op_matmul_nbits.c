@@ -8,13 +8,18 @@
  *   -> Y [..., N] (T),   Y = A · dequant(B)ᵀ + bias
  * with n_blocks = ceil(K / block), T ∈ {f32, f16, bf16}, attributes K, N (required, >= 1), bits
  * (default 4; 4 or 8, other widths of 2..8 UNSUPPORTED), block_size (required, a power of two
- * >= 16), accuracy_level (0..4, default 0; accepted and recorded, the arithmetic is f32 whatever
- * it says). K, N > 2^31 - 1 and block_size > 2^30 are UNSUPPORTED (no size overflows). Without
- * zero points every block's zero point is 2^(bits-1).
- * Dequantization and the f32 summation order are the kernel's (kernels/matmul_nbits.h); the
- * bias is added to the finished sum and Y is rounded to T once.
- * Work is split over blocks of output columns; each output element is one sum computed by one
- * task, so neither M nor the thread count changes a result.
+ * >= 16), accuracy_level (0..4, default 0; 4: int8 activations, see below; others: f32). K, N >
+ * 2^31 - 1 and block_size > 2^30 are UNSUPPORTED (no size overflows). Without zero points every
+ * block's zero point is 2^(bits-1). Levels 0-3 (and 4 with float zero points or blocks above
+ * NBITS_I8_MAX_BLOCK): dequantization and the f32 summation order are the reference kernel's
+ * (kernels/matmul_nbits.h). Level 4: A quantized to int8 per row and per block once per call (a
+ * pool task per row, into the shared scratch), then the exact integer dots and the fixed f32
+ * combine of kernels/matmul_nbits.h: the AVX-512 VNNI kernels when the active variant is avx512 and
+ * the CPU has avx512_vnni (the streaming one below NB_PANEL_MIN_M rows, the panel one from there),
+ * else the reference nbits_dot_i8; all give the same bits. The bias is added to the finished sum
+ * and Y is rounded to T once. Work is split over groups of output columns; each output element is
+ * computed by one task with operations that depend on neither M nor the thread count, so neither
+ * changes a result.
  */
 #include <stdint.h>
 #include <string.h>
@@ -24,10 +29,14 @@
 #include "kernels/matmul_nbits.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
+#include "tensor/dtype.h"
 
 enum { NB_IN_A, NB_IN_B, NB_IN_SCALES, NB_IN_ZP, NB_IN_GIDX, NB_IN_BIAS };
 
 #define NB_COLS_PER_TASK 8
+/* Level 4: from this many rows on, the panel kernel (weights repacked once per call, no
+ * reductions); below, the streaming one. Both give the same bits (kernels/matmul_nbits.h). */
+#define NB_PANEL_MIN_M   8
 #define NB_MAX_DIM       INT32_MAX          /* K and N */
 #define NB_MAX_BLOCK     ((int64_t)1 << 30) /* block_size */
 
@@ -221,9 +230,13 @@ static size_t nb_shared_bytes(const nb_geom *g) {
 static size_t nb_ws_bytes(const nb_geom *g) {
   size_t nb = nb_align((size_t)g->n_blocks * 4);
   if (!g->i8) return nb_align((size_t)g->K * sizeof(float)) + 2 * nb;
-  return nb_align((size_t)g->K * sizeof(float)) +
-         2 * nb_align((size_t)g->row_blocks * NBITS_COLS * 4) + 2 * nb +
-         nb_align((size_t)g->M * NBITS_COLS * sizeof(float));
+  size_t gemv = nb_align((size_t)g->row_blocks * NBITS_COLS * 4) +
+                nb_align((size_t)g->n_blocks * NBITS_COLS * 4) + nb +
+                nb_align((size_t)g->M * NBITS_COLS * sizeof(float));
+  size_t panel = nb_align((size_t)(g->n_blocks * g->block) * NBITS_PANEL) +
+                 2 * nb_align((size_t)g->n_blocks * NBITS_PANEL * 4) + nb +
+                 nb_align((size_t)g->M * NBITS_PANEL * sizeof(float));
+  return nb_align((size_t)g->K * sizeof(float)) + (gemv > panel ? gemv : panel);
 }
 
 static size_t nb_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
@@ -240,7 +253,9 @@ typedef struct nb_job {
   float *sa;      /* level 4: [M, row_blocks] */
   int32_t *asum;  /* level 4: [M, row_blocks] */
   int64_t q_stride;
-  nbits_i8_kernel_fn kernel; /* level 4: NULL runs the reference nbits_dot_i8 */
+  const nbits_f32_kernels *f32; /* levels 0-3: the AVX-512 ones, or NULL: the reference */
+  nbits_i8_kernel_fn kernel;    /* level 4: NULL runs the reference nbits_dot_i8 */
+  nbits_i8_panel_fn panel;      /* level 4, M >= NB_PANEL_MIN_M: the panel kernel, else NULL */
   const uint8_t *b;
   const tensor *scales, *zp, *bias;
   tensor *y;
@@ -278,11 +293,15 @@ static void nb_task(void *ctx, size_t task, int thread) {
   for (int64_t c = n0; c < n1; c++) {
     tensor_load_f32(j->scales, c * nb, nb, sc);
     nb_col_zp(j, c, zp, NULL);
-    nbits_dequant_col(j->b + c * nb * g->blob, sc, zp, g->bits, g->block, K, w);
+    const uint8_t *col = j->b + c * nb * g->blob;
+    if (j->f32)
+      j->f32->dequant(col, sc, zp, g->bits, g->block, K, w);
+    else
+      nbits_dequant_col(col, sc, zp, g->bits, g->block, K, w);
     float bias = 0.0f;
     if (g->has_bias) tensor_load_f32(j->bias, c, 1, &bias);
     for (int64_t m = 0; m < g->M; m++) {
-      float y = nbits_dot(j->a + m * K, w, K);
+      float y = j->f32 ? j->f32->dot(j->a + m * K, w, K) : nbits_dot(j->a + m * K, w, K);
       if (g->has_bias) y += bias;
       tensor_store_f32(j->y, m * N + c, 1, &y);
     }
@@ -299,14 +318,44 @@ static void nb_quant_task(void *ctx, size_t task, int thread) {
   float *sa = j->sa + m * rb;
   int32_t *asum = j->asum + m * rb;
   tensor_load_f32(j->a_in, m * g->K, g->K, a);
-  nbits_quantize_row_i8(a, g->K, g->block, q, sa, asum);
+  nbits_quantize_fn quant = j->kernel ? nbits_i8_avx512_quantizer() : NULL;
+  (quant ? quant : nbits_quantize_row_i8)(a, g->K, g->block, q, sa, asum);
   int64_t used = g->n_blocks * g->block;
   memset(q + used, 0, (size_t)(j->q_stride - used));
   for (int64_t b = g->n_blocks; b < rb; b++) {
     sa[b] = 0.0f;
     asum[b] = 0;
   }
-  if (j->kernel && g->bits == 4) nbits_i8_avx512_layout(q, rb * g->block);
+  if (j->kernel && !j->panel && g->bits == 4) nbits_i8_avx512_layout(q, rb * g->block);
+}
+
+/* Level 4: Y[m, n0 + i] = out[m * stride + i] (+ bias), i < n_cols. */
+static void nb_i8_store(const nb_job *j, const float *out, int stride, int64_t n0, int n_cols) {
+  const nb_geom *g = j->g;
+  int64_t N = g->N, M = g->M;
+  if (j->y->dtype == PH_DTYPE_F32 && !g->has_bias) {
+    float *y = (float *)j->y->data;
+    for (int64_t m = 0; m < M; m++)
+      for (int i = 0; i < n_cols; i++) y[m * N + n0 + i] = out[m * stride + i];
+    return;
+  }
+  for (int i = 0; i < n_cols; i++) {
+    float bias = 0.0f;
+    if (g->has_bias) tensor_load_f32(j->bias, n0 + i, 1, &bias);
+    for (int64_t m = 0; m < M; m++) {
+      float y = out[m * stride + i];
+      if (g->has_bias) y += bias;
+      tensor_store_f32(j->y, m * N + n0 + i, 1, &y);
+    }
+  }
+}
+
+static void nb_prefetch(const void *p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p);
+#else
+  (void)p;
+#endif
 }
 
 /* Level 4, task = NBITS_COLS columns against every row. A group past N repeats column N - 1
@@ -316,42 +365,98 @@ static void nb_i8_task(void *ctx, size_t task, int thread) {
   const nb_geom *g = j->g;
   int64_t N = g->N, M = g->M, nb = g->n_blocks, rb = g->row_blocks;
   char *ws = j->ws + (size_t)thread * j->ws_bytes + nb_align((size_t)g->K * sizeof(float));
-  float *swt = (float *)(void *)ws;
-  int32_t *zt = (int32_t *)(void *)(ws + nb_align((size_t)rb * NBITS_COLS * 4));
+  int32_t *zt = (int32_t *)(void *)ws;
   float *sc = (float *)(void *)((char *)zt + nb_align((size_t)rb * NBITS_COLS * 4));
-  int32_t *zc = (int32_t *)(void *)((char *)sc + nb_align((size_t)nb * 4));
+  int32_t *zc = (int32_t *)(void *)((char *)sc + nb_align((size_t)nb * NBITS_COLS * 4));
   float *out = (float *)(void *)((char *)zc + nb_align((size_t)nb * 4));
   int64_t n0 = (int64_t)task * NBITS_COLS;
   int n_cols = N - n0 < NBITS_COLS ? (int)(N - n0) : NBITS_COLS;
+  {
+    /* the scales (and packed zero points) of the group the kernel prefetches B for (matmul_nbits
+     * _avx512.c): each group's are a few lines, missed in DRAM otherwise */
+    int64_t gb = NBITS_COLS * nb * g->blob, ahead = n0 + NBITS_COLS * ((8192 + gb - 1) / gb);
+    if (ahead < N) {
+      size_t es = dtype_size(j->scales->dtype);
+      const char *sp = (const char *)j->scales->data + (size_t)(ahead * nb) * es;
+      for (size_t o = 0; o < (size_t)(NBITS_COLS * nb) * es; o += 64) nb_prefetch(sp + o);
+      if (g->zp_kind == 1) nb_prefetch((const uint8_t *)j->zp->data + ahead * g->zp_col_bytes);
+    }
+  }
   const uint8_t *cols[NBITS_COLS];
+  const float *scol[NBITS_COLS];
+  int64_t cidx[NBITS_COLS];
   for (int i = 0; i < NBITS_COLS; i++) {
-    int64_t c = n0 + i < N ? n0 + i : N - 1;
-    cols[i] = j->b + c * nb * g->blob;
-    tensor_load_f32(j->scales, c * nb, nb, sc);
-    nb_col_zp(j, c, NULL, zc);
-    if (j->kernel) {
-      for (int64_t b = 0; b < rb; b++) {
-        swt[b * NBITS_COLS + i] = b < nb ? sc[b] : 0.0f;
-        zt[b * NBITS_COLS + i] = b < nb ? zc[b] : 0;
-      }
-    } else if (i < n_cols) {
+    cidx[i] = n0 + i < N ? n0 + i : N - 1;
+    cols[i] = j->b + cidx[i] * nb * g->blob;
+    if (j->scales->dtype == PH_DTYPE_F32) {
+      scol[i] = (const float *)j->scales->data + cidx[i] * nb;
+    } else {
+      tensor_load_f32(j->scales, cidx[i] * nb, nb, sc + i * nb);
+      scol[i] = sc + i * nb;
+    }
+  }
+  if (!j->kernel) {
+    for (int i = 0; i < n_cols; i++) {
+      nb_col_zp(j, cidx[i], NULL, zc);
       for (int64_t m = 0; m < M; m++)
         out[m * NBITS_COLS + i] =
-            nbits_dot_i8(j->q + m * j->q_stride, j->sa + m * rb, j->asum + m * rb, cols[i], sc, zc,
-                         g->bits, g->block, g->K);
+            nbits_dot_i8(j->q + m * j->q_stride, j->sa + m * rb, j->asum + m * rb, cols[i], scol[i],
+                         zc, g->bits, g->block, g->K);
+    }
+  } else {
+    /* asymmetric: the columns' zero points side by side, zeros past n_blocks */
+    if (g->zp_kind == 1) {
+      for (int i = 0; i < NBITS_COLS; i++) {
+        const uint8_t *z = (const uint8_t *)j->zp->data + cidx[i] * g->zp_col_bytes;
+        if (g->bits == 8)
+          for (int64_t b = 0; b < nb; b++) zt[b * NBITS_COLS + i] = z[b];
+        else
+          for (int64_t b = 0; b < nb; b++)
+            zt[b * NBITS_COLS + i] = (z[b / 2] >> ((b & 1) * 4)) & 0x0F;
+      }
+      for (int64_t e = nb * NBITS_COLS; e < rb * NBITS_COLS; e++) zt[e] = 0;
+    }
+    j->kernel(j->q, j->q_stride, j->sa, j->asum, rb, M, cols, scol, g->zp_kind == 1 ? zt : NULL,
+              g->bits, g->block, nb, out);
+  }
+  nb_i8_store(j, out, NBITS_COLS, n0, n_cols);
+}
+
+/* Level 4 with the panel kernel, task = NBITS_PANEL columns (a panel past N repeats column
+ * N - 1, never stored): the panel packed once, then every row against it. */
+static void nb_i8_panel_task(void *ctx, size_t task, int thread) {
+  const nb_job *j = ctx;
+  const nb_geom *g = j->g;
+  int64_t N = g->N, nb = g->n_blocks;
+  char *ws = j->ws + (size_t)thread * j->ws_bytes + nb_align((size_t)g->K * sizeof(float));
+  uint8_t *wp = (uint8_t *)ws;
+  float *swp = (float *)(void *)(ws + nb_align((size_t)(nb * g->block) * NBITS_PANEL));
+  int32_t *zpp = (int32_t *)(void *)((char *)swp + nb_align((size_t)nb * NBITS_PANEL * 4));
+  float *sc = (float *)(void *)((char *)zpp + nb_align((size_t)nb * NBITS_PANEL * 4));
+  float *out = (float *)(void *)((char *)sc + nb_align((size_t)nb * 4));
+  int64_t n0 = (int64_t)task * NBITS_PANEL;
+  int n_cols = N - n0 < NBITS_PANEL ? (int)(N - n0) : NBITS_PANEL;
+  const uint8_t *cols[NBITS_PANEL];
+  for (int i = 0; i < NBITS_PANEL; i++) {
+    int64_t c = n0 + i < N ? n0 + i : N - 1;
+    cols[i] = j->b + c * nb * g->blob;
+    const float *src = sc;
+    if (j->scales->dtype == PH_DTYPE_F32)
+      src = (const float *)j->scales->data + c * nb;
+    else
+      tensor_load_f32(j->scales, c * nb, nb, sc);
+    for (int64_t b = 0; b < nb; b++) swp[b * NBITS_PANEL + i] = src[b];
+    if (g->zp_kind == 1) {
+      const uint8_t *z = (const uint8_t *)j->zp->data + c * g->zp_col_bytes;
+      for (int64_t b = 0; b < nb; b++)
+        zpp[b * NBITS_PANEL + i] = g->bits == 8 ? z[b] : (z[b / 2] >> ((b & 1) * 4)) & 0x0F;
     }
   }
-  if (j->kernel)
-    j->kernel(j->q, j->q_stride, j->sa, j->asum, rb, M, cols, swt, zt, g->bits, g->block, nb, out);
-  for (int i = 0; i < n_cols; i++) {
-    float bias = 0.0f;
-    if (g->has_bias) tensor_load_f32(j->bias, n0 + i, 1, &bias);
-    for (int64_t m = 0; m < M; m++) {
-      float y = out[m * NBITS_COLS + i];
-      if (g->has_bias) y += bias;
-      tensor_store_f32(j->y, m * N + n0 + i, 1, &y);
-    }
-  }
+  nbits_i8_pack_fn pack = nbits_i8_avx512_pack_panel(); /* the panel kernel implies AVX-512 */
+  (pack ? pack : nbits_i8_pack_panel)(cols, g->bits, g->block, nb, wp);
+  j->panel(j->q, j->q_stride, j->sa, j->asum, g->row_blocks, g->M, wp, swp,
+           g->zp_kind == 1 ? zpp : NULL, g->bits, g->block, nb, out);
+  nb_i8_store(j, out, NBITS_PANEL, n0, n_cols);
 }
 
 static ph_status nb_plan(const gnode *n, const tinfo *in, void *plan, diag *d) {
@@ -391,12 +496,17 @@ static ph_status nb_run(const gnode *n, const tensor *const *in, tensor *const *
      * (same bits) otherwise */
     if (kernel_variant_active() == KERNEL_AVX512 && cpu_features()->avx512_vnni)
       j.kernel = nbits_i8_avx512_kernel(g.bits, g.block);
+    if (j.kernel && g.M >= NB_PANEL_MIN_M) j.panel = nbits_i8_avx512_panel_kernel();
     pool_run(ctx->pool, (size_t)g.M, nb_quant_task, &j);
-    pool_run(ctx->pool, (size_t)((g.N + NBITS_COLS - 1) / NBITS_COLS), nb_i8_task, &j);
+    if (j.panel)
+      pool_run(ctx->pool, (size_t)((g.N + NBITS_PANEL - 1) / NBITS_PANEL), nb_i8_panel_task, &j);
+    else
+      pool_run(ctx->pool, (size_t)((g.N + NBITS_COLS - 1) / NBITS_COLS), nb_i8_task, &j);
     return PH_OK;
   }
   float *a = ctx->scratch;
   tensor_load_f32(in[NB_IN_A], 0, g.M * g.K, a);
+  if (kernel_variant_active() == KERNEL_AVX512) j.f32 = nbits_f32_avx512_kernels();
   j.a = a;
   pool_run(ctx->pool, (size_t)((g.N + NB_COLS_PER_TASK - 1) / NB_COLS_PER_TASK), nb_task, &j);
   return PH_OK;

@@ -27,6 +27,7 @@
 #include "base/cpu.h"
 #include "base/rng.h"
 #include "kernels/dispatch.h"
+#include "kernels/matmul_nbits.h"
 #include "ops/op.h"
 
 enum { ZP_NONE, ZP_U8, ZP_FLOAT };
@@ -142,9 +143,25 @@ static tensor *nb_check_case(const nb_case *c, const nb_inputs *x, int n_threads
 
 static void nb_free(nb_inputs *x) { tensors_free(x->t, 6); }
 
+/* The variants to check: scalar (the reference nbits_dot_i8) and avx512 (the VNNI kernel where
+ * the CPU has VNNI; else the reference again). Leaves the variant forced to the best one. */
+static int nb_variants(kernel_variant *v) {
+  int n = 0;
+  v[n++] = KERNEL_SCALAR;
+  if (kernel_variant_available(KERNEL_AVX512)) v[n++] = KERNEL_AVX512;
+  return n;
+}
+
+static void nb_force(kernel_variant v) {
+  diag d;
+  CHECK_STATUS(kernel_force_variant(v, &d), PH_OK, d.msg);
+}
+
 static void test_nb_grid(void) {
   static const int64_t Ms[] = {1, 3, 17}, Ks[] = {32, 96, 200, 512}, Ns[] = {5, 24};
   static const int bitss[] = {4, 8}, blocks[] = {32, 64, 128};
+  kernel_variant vs[KERNEL_N_VARIANTS];
+  int n_v = nb_variants(vs); /* scalar, and avx512 (the AVX-512 level-1 kernels) */
   rng r = rng_seed(1801);
   int runs = 0;
   for (size_t mi = 0; mi < 3; mi++)
@@ -165,11 +182,15 @@ static void test_nb_grid(void) {
                            0};
               nb_inputs x;
               nb_make(&c, &r, &x);
-              tensor_free(nb_check_case(&c, &x, 1));
+              for (int v = 0; v < n_v; v++) {
+                nb_force(vs[v]);
+                tensor_free(nb_check_case(&c, &x, 1));
+              }
               nb_free(&x);
               runs++;
             }
   CHECK_EQ_INT(runs, 432);
+  nb_force(vs[n_v - 1]);
 }
 
 /* f16 and bf16 io, a rank-3 A, and a result that does not depend on the thread count or on
@@ -500,23 +521,9 @@ static tensor *nb_i8_check(const nb_case *c, const nb_inputs *x, int n_threads) 
   return out[0];
 }
 
-/* The variants to check: scalar (the reference nbits_dot_i8) and avx512 (the VNNI kernel where
- * the CPU has VNNI; else the reference again). Leaves the variant forced to the best one. */
-static int nb_variants(kernel_variant *v) {
-  int n = 0;
-  v[n++] = KERNEL_SCALAR;
-  if (kernel_variant_available(KERNEL_AVX512)) v[n++] = KERNEL_AVX512;
-  return n;
-}
-
-static void nb_force(kernel_variant v) {
-  diag d;
-  CHECK_STATUS(kernel_force_variant(v, &d), PH_OK, d.msg);
-}
-
 static void test_nb_i8_grid(void) {
   static const int blocks[] = {16, 32, 64, 128, 256};
-  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 11};
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 11, 27}; /* 27: the panel kernel */
   kernel_variant vs[KERNEL_N_VARIANTS];
   int n_v = nb_variants(vs), runs = 0;
   if (!cpu_features()->avx512_vnni) fprintf(stderr, "  (no avx512_vnni: reference only)\n");
@@ -528,9 +535,11 @@ static void test_nb_i8_grid(void) {
           int block = blocks[bi];
           /* K: several blocks, a multiple; then a partial last block; then less than a block */
           int64_t K = kk == 0 ? 5 * block : kk == 1 ? 2 * block + block / 2 + 2 : block / 2 + 6;
-          int64_t N = kk == 2 ? 1 : 4 + (int64_t)bi + 2 * kk; /* 4, and N % 4 = 1, 2, 3 */
-          for (size_t mi = 0; mi < 7; mi++) {
-            if (mi != 6 && (bi + (size_t)kk) % 2 && mi % 2) continue; /* fewer small-M runs */
+          /* N: 4..8 (the streaming kernel groups 4), 33..41 (the panel kernel, M >= 24, takes 32:
+           * a full panel and a partial one), 1 */
+          int64_t N = kk == 2 ? 1 : kk == 0 ? 4 + (int64_t)bi : 33 + 2 * (int64_t)bi;
+          for (size_t mi = 0; mi < 8; mi++) {
+            if (mi < 6 && (bi + (size_t)kk) % 2 && mi % 2) continue; /* fewer small-M runs */
             nb_case c = {PH_DTYPE_F32, 2, Ms[mi], K, N, bits, block, zp, (int)(mi + bi) % 2, 4};
             nb_inputs x;
             nb_make(&c, &r, &x);
@@ -547,7 +556,8 @@ static void test_nb_i8_grid(void) {
 }
 
 /* f16 and bf16 io (scales, bias, Y in that dtype; the rule reads A widened to f32), a rank-3 A,
- * 1 vs 3 threads, and each row alone vs in a batch of 13 (bit-identical). */
+ * 1 vs 3 threads, and each row alone vs in a batch of 27 (bit-identical; the batch takes the panel
+ * kernel). */
 static void test_nb_i8_invariance(void) {
   kernel_variant vs[KERNEL_N_VARIANTS];
   int n_v = nb_variants(vs);
@@ -566,7 +576,7 @@ static void test_nb_i8_invariance(void) {
       nb_free(&x);
     }
     for (int bits = 4; bits <= 8; bits += 4) {
-      nb_case c = {PH_DTYPE_F32, 2, 13, 384, 7, bits, 128, ZP_NONE, 0, 4};
+      nb_case c = {PH_DTYPE_F32, 2, 27, 384, 7, bits, 128, ZP_NONE, 0, 4};
       nb_inputs x;
       nb_make(&c, &r, &x);
       tensor *all = nb_i8_check(&c, &x, 3);
@@ -650,6 +660,42 @@ static void test_nb_i8_edges(void) {
   nb_force(vs[n_v - 1]);
 }
 
+/* The panel packing: the reference layout (nbits_i8_pack_panel, checked here against its
+ * definition) and the AVX-512 packer (the one the op runs) give the same bytes, with code counts
+ * that are and are not multiples of the 64 the packer transposes at a time. */
+static void test_nb_i8_pack(void) {
+  rng r = rng_seed(33);
+  nbits_i8_pack_fn simd = nbits_i8_avx512_pack_panel();
+  int can_simd = simd && kernel_variant_available(KERNEL_AVX512);
+  static const int64_t shapes[][2] = {{16, 1}, {32, 3}, {64, 2}, {128, 3}, {16, 7}};
+  for (int bits = 4; bits <= 8; bits += 4)
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+      int64_t block = shapes[si][0], nb = shapes[si][1], n = block * nb;
+      int64_t col_bytes = n * bits / 8;
+      uint8_t *b = malloc((size_t)(col_bytes * NBITS_PANEL));
+      uint8_t *w1 = malloc((size_t)(n * NBITS_PANEL)), *w2 = malloc((size_t)(n * NBITS_PANEL));
+      const uint8_t *cols[NBITS_PANEL];
+      for (int64_t i = 0; i < col_bytes * NBITS_PANEL; i++) b[i] = (uint8_t)rng_below(&r, 256);
+      for (int c = 0; c < NBITS_PANEL; c++) cols[c] = b + c * col_bytes;
+      nbits_i8_pack_panel(cols, bits, block, nb, w1);
+      int bad = 0;
+      for (int c = 0; c < NBITS_PANEL; c++)
+        for (int64_t k = 0; k < n; k++) {
+          int code = bits == 8 ? cols[c][k] : (cols[c][k / 2] >> ((k % 2) * 4)) & 15;
+          bad += w1[(k / 4) * 4 * NBITS_PANEL + c * 4 + k % 4] != code;
+        }
+      CHECK_EQ_INT(bad, 0);
+      if (can_simd) {
+        memset(w2, 0xAA, (size_t)(n * NBITS_PANEL));
+        simd(cols, bits, block, nb, w2);
+        CHECK(memcmp(w1, w2, (size_t)(n * NBITS_PANEL)) == 0);
+      }
+      free(b);
+      free(w1);
+      free(w2);
+    }
+}
+
 int main(void) {
   RUN(test_nb_layout);
   RUN(test_nb_grid);
@@ -659,5 +705,6 @@ int main(void) {
   RUN(test_nb_i8_grid);
   RUN(test_nb_i8_invariance);
   RUN(test_nb_i8_edges);
+  RUN(test_nb_i8_pack);
   return check_finish();
 }
