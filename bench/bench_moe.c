@@ -4,6 +4,10 @@
  * and fp32 FMA peak measured in the same run (roofline.h).
  *
  *   bench_moe [--threads N] [--repeats N] [--variant scalar|avx2|avx512] [--case NAME]
+ *             [--bits 0|4|8]
+ *
+ * --bits 4 or 8 times com.microsoft::QMoE (src/ops/op_qmoe.c) instead: the same shapes with
+ * symmetric blocks of 32 and f32 scales; the decode figure then counts the code and scale bytes.
  *
  * Cases: decode (T = 1, 4: k experts' weights read once per call, bandwidth-bound: reported as
  * GB/s of the expert weights the call touches vs bandwidth; every call routes the same way, so
@@ -44,10 +48,12 @@ static const bench_case CASES[] = {
 
 typedef struct bench_setup {
   const bench_case *c;
-  tensor t[5]; /* input, router, fc1, (unused), fc2 */
+  tensor t[7]; /* MoE: input, router, fc1, (unused), fc2; QMoE: input, router, fc1 codes,
+                  scales, (bias), fc2 codes, scales */
+  int bits;    /* 0: MoE over bf16 weights; 4 or 8: QMoE */
   const op_def *op;
   gnode node;
-  gattr attrs[6];
+  gattr attrs[9];
   op_ctx ctx;
   tensor y;
   void *plan;
@@ -64,23 +70,35 @@ static tensor make(ph_dtype dt, int rank, const int64_t *dims) {
   return t;
 }
 
-static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
+static int setup(bench_setup *s, const bench_case *c, pool *p, int threads, int bits) {
   memset(s, 0, sizeof *s);
   s->c = c;
+  s->bits = bits;
   s->t[0] = make(PH_DTYPE_F32, 2, (int64_t[]){c->T, c->H});
   s->t[1] = make(PH_DTYPE_F32, 2, (int64_t[]){c->T, c->E});
-  s->t[2] = make(PH_DTYPE_BF16, 3, (int64_t[]){c->E, 2 * c->I, c->H});
-  s->t[4] = make(PH_DTYPE_BF16, 3, (int64_t[]){c->E, c->H, c->I});
+  if (bits) {
+    const int64_t pack = 8 / bits;
+    s->t[2] = make(PH_DTYPE_U8, 3, (int64_t[]){c->E, 2 * c->I, c->H / pack});
+    s->t[3] = make(PH_DTYPE_F32, 3, (int64_t[]){c->E, 2 * c->I, c->H / 32});
+    s->t[5] = make(PH_DTYPE_U8, 3, (int64_t[]){c->E, c->H, c->I / pack});
+    s->t[6] = make(PH_DTYPE_F32, 3, (int64_t[]){c->E, c->H, c->I / 32});
+  } else {
+    s->t[2] = make(PH_DTYPE_BF16, 3, (int64_t[]){c->E, 2 * c->I, c->H});
+    s->t[4] = make(PH_DTYPE_BF16, 3, (int64_t[]){c->E, c->H, c->I});
+  }
   s->y = make(PH_DTYPE_F32, 2, (int64_t[]){c->T, c->H});
-  for (int i = 0; i < 5; i++)
-    if (i != 3 && !s->t[i].data) return 0;
   if (!s->y.data) return 0;
   rng r = rng_seed(7);
-  for (int i = 0; i < 5; i++) {
-    if (i == 3) continue;
+  for (int i = 0; i < 7; i++) {
+    if (!s->t[i].data) continue;
     int64_t n = 1;
     for (int k = 0; k < s->t[i].rank; k++) n *= s->t[i].dims[k];
-    for (int64_t e = 0; e < n; e++) tensor_set_f32(&s->t[i], e, rng_range(&r, -1, 1));
+    for (int64_t e = 0; e < n; e++) {
+      if (s->t[i].dtype == PH_DTYPE_U8)
+        ((uint8_t *)s->t[i].data)[e] = (uint8_t)rng_below(&r, 256);
+      else
+        tensor_set_f32(&s->t[i], e, rng_range(&r, i == 3 || i == 6 ? 0.001f : -1, 1));
+    }
   }
   s->attrs[0] = attr_int("k", c->k);
   s->attrs[1] = attr_string("activation_type", "swiglu");
@@ -88,13 +106,19 @@ static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
   s->attrs[3] = attr_int("normalize_routing_weights", 1);
   s->attrs[4] = attr_float("activation_alpha", 1.0f);
   s->attrs[5] = attr_float("activation_beta", 0.0f);
-  s->node = kernel_lab_node("com.microsoft", "MoE", 5, s->attrs, 6);
+  int na = 6;
+  if (bits) {
+    s->attrs[na++] = attr_int("expert_weight_bits", bits);
+    s->attrs[na++] = attr_int("block_size", 32);
+  }
+  const int n_in = bits ? 7 : 5;
+  s->node = kernel_lab_node("com.microsoft", bits ? "QMoE" : "MoE", n_in, s->attrs, na);
   s->op = s->node.op;
   if (!s->op) return 0;
-  tinfo ti[5];
+  tinfo ti[7];
   memset(ti, 0, sizeof ti);
-  for (int i = 0; i < 5; i++)
-    if (i != 3) ti[i] = op_tinfo_of(&s->t[i]);
+  for (int i = 0; i < n_in; i++)
+    if (s->t[i].data) ti[i] = op_tinfo_of(&s->t[i]);
   s->plan = aligned_alloc(OP_PLAN_ALIGN,
                           (s->op->plan_bytes + OP_PLAN_ALIGN - 1) / OP_PLAN_ALIGN * OP_PLAN_ALIGN);
   if (!s->plan) return 0;
@@ -112,7 +136,7 @@ static int setup(bench_setup *s, const bench_case *c, pool *p, int threads) {
 }
 
 static void teardown(bench_setup *s) {
-  for (int i = 0; i < 5; i++) free(s->t[i].data);
+  for (int i = 0; i < 7; i++) free(s->t[i].data);
   free(s->y.data);
   free(s->ctx.scratch);
   free(s->plan);
@@ -122,7 +146,8 @@ static void teardown(bench_setup *s) {
 static int run_once(void *arg, int i) {
   bench_setup *s = arg;
   (void)i;
-  const tensor *in[5] = {&s->t[0], &s->t[1], &s->t[2], NULL, &s->t[4]};
+  const tensor *in[7];
+  for (int k = 0; k < 7; k++) in[k] = s->t[k].data ? &s->t[k] : NULL;
   tensor *out[1] = {&s->y};
   diag d;
   ph_status st = s->op->run(&s->node, in, out, &s->ctx, &d);
@@ -153,6 +178,11 @@ int main(int argc, char **argv) {
   kernel_lab lab;
   int rc = kernel_lab_init(&lab, "bench_moe", argc, argv);
   if (rc) return rc;
+  const int bits = atoi(kernel_lab_arg(argc, argv, "--bits", "0"));
+  if (bits != 0 && bits != 4 && bits != 8) {
+    fprintf(stderr, "bench_moe: --bits must be 0, 4 or 8\n");
+    return 2;
+  }
   const double bw = lab.bw, fma = lab.fma;
   diag d;
   printf("%-12s %-7s %5s %7s %9s %7s %7s %8s %7s\n", "case", "variant", "T", "experts", "us/call",
@@ -162,7 +192,7 @@ int main(int argc, char **argv) {
     const bench_case *c = &CASES[ci];
     if (lab.only_case && strcmp(lab.only_case, c->name) != 0) continue;
     bench_setup s;
-    if (!setup(&s, c, lab.pool, lab.threads)) {
+    if (!setup(&s, c, lab.pool, lab.threads, bits)) {
       fprintf(stderr, "bench_moe: %s: setup failed\n", c->name);
       teardown(&s);
       failed = 1;
@@ -175,7 +205,9 @@ int main(int argc, char **argv) {
         continue;
       }
       double sec = kernel_lab_time(run_once, &s, 1, lab.repeats);
-      double wbytes = (double)touched * 3.0 * (double)(c->I * c->H) * 2.0;
+      /* bytes per weight: bf16 2; QMoE the codes and one f32 scale per 32 */
+      const double per_w = bits ? (double)bits / 8.0 + 4.0 / 32.0 : 2.0;
+      double wbytes = (double)touched * 3.0 * (double)(c->I * c->H) * per_w;
       double gbs = wbytes / sec / 1e9;
       double gflops = 2.0 * (double)(c->T * c->k) * 3.0 * (double)(c->I * c->H) / sec / 1e9;
       printf("%-12s %-7s %5lld %7lld %9.1f %7.1f %7.3f %8.1f %7.3f%s\n", c->name,
@@ -185,7 +217,9 @@ int main(int argc, char **argv) {
     }
     teardown(&s);
   }
-  printf("GB/s: bf16 expert weights the call touches (each read once); GFLOP/s: 2 T k 3 I H.\n");
+  printf("%s: GB/s: expert weight bytes the call touches (each read once); GFLOP/s: 2 T k 3 I "
+         "H.\n",
+         bits ? (bits == 4 ? "QMoE int4 block 32" : "QMoE int8 block 32") : "MoE bf16");
   pool_free(lab.pool);
   return failed;
 }

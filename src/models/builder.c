@@ -497,3 +497,7 @@ ph_status builder_finish(builder *b, graph **out, diag *d) {
   *out = g;
   return PH_OK;
 }
+
+/* ---- for moe.c (QMoE experts, added by the qmoe slice) ------------------------------------- */
+
+int builder_skips(const builder *b, const char *name) { return skip_matches(b->quant.skip, name); }

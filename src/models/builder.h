@@ -120,6 +120,9 @@ int linear(builder *b, const char *name, int x, wref w);
  * as the LM head, matched by skip as "lm_head.weight" too, while the embedding gather keeps the
  * original). */
 int builder_quantizes(const builder *b, const char *name, int lm_head);
+/* 1 when `name` contains an entry of b->quant.skip (moe.c: the routed experts of a layer become
+ * com.microsoft::QMoE when none of their tensors' names does). */
+int builder_skips(const builder *b, const char *name);
 
 /* Initializers computed in f32 from a small checkpoint tensor (transform tf) and rounded once
  * to dt: named exactly, or "<tensor name><suffix>"; f32_const / io_const pick f32 / the io

@@ -15,6 +15,9 @@
  * log(w) on the selected experts and log(w) - 60000 elsewhere with normalize 0: its softmax then
  * weighs expert i by w_i / sum(w_selected), and one Mul by sum(w_selected) * scale (or scale alone
  * when norm_topk_prob renormalises) restores HF's weights up to f32 rounding.
+ *
+ * Quantized (model_options.quant): the same node as com.microsoft::QMoE over tensor/quant.h's
+ * blocks of the same interleaved rows (expert_weights_quant; docs/ops-moe.md "QMoE").
  */
 #include "models/moe.h"
 
@@ -22,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 /* Penalty added to log(w) of an unselected expert: exp(-60000) is 0 in every float type, and it
  * stays finite when the router is rounded to f16 (max 65504). */
@@ -111,7 +116,200 @@ cast:
   return 0;
 }
 
+/* ---- quantized experts: com.microsoft::QMoE ------------------------------------------------ */
+
+/* The routed experts of `layer` are quantized: quant.bits is set and no expert tensor's checkpoint
+ * name contains a quant.skip entry. One node holds every expert, so a skip entry matching any of
+ * them keeps the whole layer's experts in their dtype (MoE). */
+static int experts_quantized(const builder *b, int layer) {
+  if (!b->quant.bits) return 0;
+  const st_tensor *fused[2] = {lw(b, layer, W_MOE_GATE_UP_FUSED), lw(b, layer, W_MOE_DOWN_FUSED)};
+  for (int i = 0; i < 2; i++)
+    if (fused[i] && builder_skips(b, fused[i]->name)) return 0;
+  if (!fused[0] && !b->w->placeholder)
+    for (int e = 0; e < b->c->moe.n_experts; e++)
+      for (int part = 0; part < 3; part++) {
+        const st_tensor *t = weights_expert(b->w, layer, e, part);
+        if (t && builder_skips(b, t->name)) return 0;
+      }
+  return 1;
+}
+
+/* QMoE's inputs for one layer: codes, scales and (asymmetric) zero points of fc1 and fc2. */
+typedef struct qmoe_inputs {
+  int codes[2], scales[2], zp[2]; /* zp -1 when symmetric */
+  int64_t block;                  /* the block used (see expert_weights_quant) */
+} qmoe_inputs;
+
+static int graph_fail(builder *b, ph_status s, const char *msg) {
+  if (graph_status(b->g) == PH_OK) diag_set(&b->g->err, s, "%s", msg);
+  return -1;
+}
+
+/* The experts of `layer` quantized with tensor/quant.h (ORT's MatMulNBits rules: symmetric or
+ * asymmetric blocks of quant.block_size along K, scales rounded to the io dtype) into QMoE's
+ * layout (ops/op_moe.h): fc1's interleaved gate/up rows [E, 2I, H / pack], fc2 [E, H, I / pack],
+ * scales [E, N, K / block] in the io dtype, zero points [E, N, K / block * bits / 8] (ORT 1.30's
+ * CPU kernel refuses that shape when H is one block, docs/ops-moe.md). Quantized once here, one
+ * expert at a time: no f32 copy of the layer is ever held. QMoE cannot pad K as MatMulNBits does:
+ * its block must divide H and I (with zero points, block * 8 / bits must), so the experts take the
+ * largest block <= quant.block_size that does (finer than asked: said once in the log, and in the
+ * node's block_size; llama.cpp likewise requantizes rows its block does not fit); none >= 16:
+ * PH_ERR_UNSUPPORTED naming the remedies. */
+static int expert_weights_quant(builder *b, int layer, qmoe_inputs *q) {
+  const hf_config *c = b->c;
+  const int64_t E = c->moe.n_experts, I = c->moe.moe_intermediate_size, H = c->hidden_size;
+  const int bits = b->quant.bits, asym = b->quant.asymmetric;
+  const int64_t pack = 8 / bits;
+  /* the largest block <= quant.block_size that ORT's QMoE accepts for these sizes */
+  int64_t block = b->quant.block_size;
+  while (block >= 16 && (H % (asym ? block * pack : block) || I % (asym ? block * pack : block)))
+    block /= 2;
+  if (block < 16) {
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "layer %d: the routed experts cannot be com.microsoft::QMoE with int%d%s: ONNX "
+             "Runtime's QMoE needs a block of at least 16 (times %lld with zero points) dividing "
+             "the hidden size %lld and the expert size %lld (it cannot pad K); use symmetric "
+             "quantization or keep the experts unquantized with quant.skip \"mlp.experts\"",
+             layer, bits, asym ? " with zero points" : "", (long long)pack, (long long)H,
+             (long long)I);
+    return graph_fail(b, PH_ERR_UNSUPPORTED, msg);
+  }
+  int first_moe = 1; /* say it once per graph: at the first MoE layer */
+  for (int l = 0; l < layer; l++) first_moe &= !b->c->layer_is_moe[l];
+  if (block != b->quant.block_size && first_moe)
+    LOG_WARN("routed experts: blocks of %lld, not %d: ONNX Runtime's QMoE needs the block%s to "
+             "divide the hidden size %lld and the expert size %lld (docs/ops-moe.md)",
+             (long long)block, (int)b->quant.block_size, asym ? " times 8/bits" : "", (long long)H,
+             (long long)I);
+  q->block = block;
+  const quant_params p = {bits, (int)block, !asym, b->io};
+  const size_t es = dtype_size(b->io);
+  const int64_t N[2] = {2 * I, H}, K[2] = {H, I};
+  uint8_t *codes[2] = {NULL, NULL}, *zp[2] = {NULL, NULL};
+  unsigned char *scales[2] = {NULL, NULL};
+  const st_tensor *first = lw(b, layer, W_MOE_GATE_UP_FUSED);
+  if (!first)
+    first = b->w->placeholder ? lw(b, layer, W_MOE_ROUTER) : weights_expert(b->w, layer, 0, 0);
+  if (!first) return -1;
+  for (int f = 0; f < 2; f++) {
+    const int64_t nb = K[f] / block, zpb = nb * bits / 8;
+    char name[224];
+    const char *base = f == 0 ? "fc1_swiglu_interleaved" : "fc2";
+    const shape sc = shape_3d(E, N[f], K[f] / pack), ss = shape_3d(E, N[f], nb),
+                sz = shape_3d(E, N[f], zpb);
+    const char *pre = weight_layout_prefix(b->w->layout);
+    void *pc = NULL, *ps = NULL, *pz = NULL;
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s_Q%d", pre, layer, base, bits);
+    if (b->w->placeholder) { /* zeros: views of the zero mapping (larger than any of these) */
+      q->codes[f] = graph_add_initializer_view(b->g, name, PH_DTYPE_U8, sc, first->data);
+      snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s_scales", pre, layer, base);
+      q->scales[f] = graph_add_initializer_view(b->g, name, b->io, ss, first->data);
+      q->zp[f] = -1;
+      if (asym) {
+        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s_zero_points", pre, layer, base);
+        q->zp[f] = graph_add_initializer_view(b->g, name, PH_DTYPE_U8, sz, first->data);
+      }
+      if (q->codes[f] < 0 || q->scales[f] < 0 || (asym && q->zp[f] < 0)) return -1;
+      continue;
+    }
+    q->codes[f] = graph_add_initializer_alloc(b->g, name, PH_DTYPE_U8, sc, &pc);
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s_scales", pre, layer, base);
+    q->scales[f] = graph_add_initializer_alloc(b->g, name, b->io, ss, &ps);
+    q->zp[f] = -1;
+    if (asym) {
+      snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s_zero_points", pre, layer, base);
+      q->zp[f] = graph_add_initializer_alloc(b->g, name, PH_DTYPE_U8, sz, &pz);
+    }
+    if (q->codes[f] < 0 || q->scales[f] < 0 || (asym && q->zp[f] < 0)) return -1;
+    codes[f] = pc;
+    scales[f] = ps;
+    zp[f] = pz;
+  }
+  if (b->w->placeholder) return 0;
+  const st_tensor *gate_up = lw(b, layer, W_MOE_GATE_UP_FUSED);
+  const st_tensor *down = lw(b, layer, W_MOE_DOWN_FUSED);
+  float *rows = malloc((size_t)(2 * I * H) * sizeof *rows); /* one expert's fc1, interleaved */
+  float *sc = malloc((size_t)(2 * I * (H / block) + H * (I / block)) * sizeof *sc);
+  int rc = rows && sc ? 0 : graph_fail(b, PH_ERR_NO_MEMORY, "quantizing the experts: no memory");
+  diag d;
+  diag_clear(&d);
+  ph_status st = PH_OK;
+  for (int64_t e = 0; e < E && rc == 0 && st == PH_OK; e++) {
+    expert_src g, u, dn;
+    int64_t u0 = 0;
+    const char *names[2];
+    if (gate_up) {
+      const size_t sz = dtype_size(gate_up->dtype);
+      g = u = (expert_src){(const uint8_t *)gate_up->data + (size_t)(e * 2 * I * H) * sz,
+                           gate_up->dtype};
+      u0 = I;
+      dn = (expert_src){(const uint8_t *)down->data + (size_t)(e * H * I) * dtype_size(down->dtype),
+                        down->dtype};
+      names[0] = gate_up->name;
+      names[1] = down->name;
+    } else {
+      const st_tensor *tg = weights_expert(b->w, layer, (int)e, 0),
+                      *tu = weights_expert(b->w, layer, (int)e, 1),
+                      *td = weights_expert(b->w, layer, (int)e, 2);
+      if (!tg || !tu || !td) {
+        rc = -1;
+        break;
+      }
+      g = (expert_src){tg->data, tg->dtype};
+      u = (expert_src){tu->data, tu->dtype};
+      dn = (expert_src){td->data, td->dtype};
+      names[0] = tg->name;
+      names[1] = td->name;
+    }
+    for (int64_t i = 0; i < I && rc == 0; i++)
+      if (copy_rows(rows + 2 * i * H, PH_DTYPE_F32, g, i, 1, H) < 0 ||
+          copy_rows(rows + (2 * i + 1) * H, PH_DTYPE_F32, u, u0 + i, 1, H) < 0)
+        rc = graph_fail(b, PH_ERR_INTERNAL, "repacking the expert weights failed");
+    for (int f = 0; f < 2 && rc == 0 && st == PH_OK; f++) {
+      const int64_t nb = K[f] / block, n_sc = N[f] * nb;
+      const void *w = f == 0 ? (const void *)rows : (const void *)dn.data;
+      const ph_dtype wdt = f == 0 ? PH_DTYPE_F32 : dn.dtype;
+      st = quant_quantize(&p, w, wdt, N[f], K[f], codes[f] + e * N[f] * (K[f] / pack), sc,
+                          zp[f] ? zp[f] + e * N[f] * (nb * bits / 8) : NULL, names[f], &d);
+      if (st == PH_OK)
+        st = quant_scales_to(b->io, sc, (size_t)n_sc, scales[f] + (size_t)(e * n_sc) * es, &d);
+    }
+  }
+  if (st != PH_OK) rc = graph_fail(b, st, d.msg);
+  free(rows);
+  free(sc);
+  return rc;
+}
+
+static int qmoe_node(builder *b, int x, int router, int normalize) {
+  qmoe_inputs q;
+  if (expert_weights_quant(b, b->layer, &q) < 0) {
+    if (graph_status(b->g) == PH_OK)
+      diag_set(&b->g->err, PH_ERR_NO_MEMORY, "layer %d: quantizing the expert weights failed",
+               b->layer);
+    return -1;
+  }
+  gattr a[10] = {attr_string("activation_type", "swiglu"),
+                 attr_int("k", b->c->moe.n_experts_per_tok),
+                 attr_int("normalize_routing_weights", normalize),
+                 attr_int("swiglu_fusion", 1),
+                 attr_float("activation_alpha", 1.0f),
+                 attr_float("activation_beta", 0.0f),
+                 attr_int("expert_weight_bits", b->quant.bits),
+                 attr_int("block_size", q.block),
+                 attr_string("quant_type", "int"),
+                 attr_int("weights_prepacked", 0)};
+  /* ORT's order: input, router_probs, fc1 weights, scales, bias, fc2 weights, scales, bias, fc3
+   * weights, scales, bias, fc1 / fc2 zero points */
+  const int in[13] = {x,  router, q.codes[0], q.scales[0], -1,      q.codes[1], q.scales[1],
+                      -1, -1,     -1,         -1,          q.zp[0], q.zp[1]};
+  return node1(b, "QMoE", "com.microsoft", "QMoE", q.zp[0] >= 0 ? 13 : 7, in, 10, a);
+}
+
 static int moe_node(builder *b, int x, int router, int normalize) {
+  if (experts_quantized(b, b->layer)) return qmoe_node(b, x, router, normalize);
   int fc1 = -1, fc2 = -1;
   if (expert_weights(b, b->layer, &fc1, &fc2) < 0) {
     if (graph_status(b->g) == PH_OK)

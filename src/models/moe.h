@@ -8,7 +8,10 @@
  * weights are repacked once at build time from the checkpoint's fused or per-expert tensors
  * into the op's layout (interleaved gate/up rows), in the stored dtype: that copy is the one
  * place a MoE model's expert weights are held in memory (the mapped originals are not read
- * again).
+ * again). With model_options.quant (bits 4|8) the experts are one com.microsoft::QMoE instead,
+ * quantized once at build time into ONNX Runtime's QMoE layout (docs/ops-moe.md "QMoE"), unless
+ * a quant.skip entry names one of the layer's expert tensors; the block is the largest <= the
+ * asked one that QMoE can express for the layer's sizes (none >= 16: PH_ERR_UNSUPPORTED).
  */
 #ifndef PH_MODELS_MOE_H
 #define PH_MODELS_MOE_H

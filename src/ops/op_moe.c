@@ -42,15 +42,22 @@
  * Memory: nothing is allocated in run(); scratch_bytes() sizes the per-chunk buffers (routing
  * arrays, the grouped rows [chunk*k, H] reused for the expert outputs, the activations
  * [chunk*k, I]) and per-thread rows.
+ *
+ * The core (routing, grouped matmuls, combination) is shared with com.microsoft::QMoE
+ * (op_qmoe.c) through op_moe.h: there an fc task dequantizes the WT_NW rows it needs into a
+ * per-thread f32 buffer (moe_rows; AVX2 in the avx2/avx512 variants, C in the scalar one, the
+ * same operations) and runs the f32 kernels on them.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/dispatch.h"
+#include "kernels/matmul_nbits.h"
 #include "kernels/matmul_wt.h"
 #include "kernels/vec.h"
 #include "ops/op.h"
+#include "ops/op_moe.h"
 #include "ops/op_util.h"
 #include "tensor/dtype.h"
 
@@ -63,46 +70,48 @@
 #define MOE_CHUNK_BYTES ((int64_t)32 << 20)
 #define MOE_NB          32 /* output columns per matmul task (a multiple of WT_NW, even) */
 
-typedef struct moe_plan {
-  int64_t T, H, E, I, k;
-  int64_t chunk; /* tokens per chunk, >= 1 (0 when T == 0) */
-  int normalize;
-  int has_b1, has_b2;
-  int has_limit;
-  float alpha, beta, limit;
-} moe_plan;
-
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- contract -------------------------------------------------------------------------------- */
 
-static ph_status moe_attrs(const gnode *n, moe_plan *p, diag *d) {
+ph_status moe_common_attrs(const gnode *n, moe_plan *p, diag *d) {
+  const char *op = n->op_type;
   /* defaults are the schema's (ORT 1.30 fills them in): k 1, activation_type "relu" */
   FORWARD_IF_ERROR(op_attr_int(n, "k", 1, &p->k, d));
-  RETURN_ERROR_IF(p->k < 1, d, PH_ERR_INVALID_ARGUMENT, "MoE: k must be >= 1, got %lld",
+  RETURN_ERROR_IF(p->k < 1, d, PH_ERR_INVALID_ARGUMENT, "%s: k must be >= 1, got %lld", op,
                   (long long)p->k);
   const char *act = NULL;
   FORWARD_IF_ERROR(op_attr_string(n, "activation_type", "relu", &act, d));
   RETURN_ERROR_IF(strcmp(act, "swiglu") != 0, d, PH_ERR_UNSUPPORTED,
-                  "MoE: activation_type \"%s\" is not supported (only \"swiglu\")", act);
+                  "%s: activation_type \"%s\" is not supported (only \"swiglu\")", op, act);
   int64_t fusion = 0, norm = 0, sparse = 0;
   FORWARD_IF_ERROR(op_attr_int(n, "swiglu_fusion", 0, &fusion, d));
   RETURN_ERROR_IF(fusion != 1, d, PH_ERR_UNSUPPORTED,
-                  "MoE: swiglu_fusion %lld is not supported (only 1: fc1 rows interleaved "
+                  "%s: swiglu_fusion %lld is not supported (only 1: fc1 rows interleaved "
                   "gate/up)",
-                  (long long)fusion);
+                  op, (long long)fusion);
   FORWARD_IF_ERROR(op_attr_int(n, "normalize_routing_weights", 0, &norm, d));
   RETURN_ERROR_IF(norm != 0 && norm != 1, d, PH_ERR_INVALID_ARGUMENT,
-                  "MoE: normalize_routing_weights must be 0 or 1, got %lld", (long long)norm);
+                  "%s: normalize_routing_weights must be 0 or 1, got %lld", op, (long long)norm);
   p->normalize = (int)norm;
   FORWARD_IF_ERROR(op_attr_int(n, "use_sparse_mixer", 0, &sparse, d));
   RETURN_ERROR_IF(sparse != 0, d, PH_ERR_UNSUPPORTED,
-                  "MoE: use_sparse_mixer %lld is not supported (only 0)", (long long)sparse);
+                  "%s: use_sparse_mixer %lld is not supported (only 0)", op, (long long)sparse);
   FORWARD_IF_ERROR(op_attr_float(n, "activation_alpha", 1.0f, &p->alpha, d));
   FORWARD_IF_ERROR(op_attr_float(n, "activation_beta", 0.0f, &p->beta, d));
   p->has_limit = node_attr(n, "swiglu_limit") != NULL;
   FORWARD_IF_ERROR(op_attr_float(n, "swiglu_limit", INFINITY, &p->limit, d));
   return PH_OK;
+}
+
+void moe_set_chunk(moe_plan *p) {
+  p->chunk = 0;
+  if (p->T > 0 && p->H > 0 && p->I > 0) {
+    /* in double: static dims from a file may be anything, and k is not yet bounded by E */
+    double per_token = (double)p->k * ((double)p->H + (double)p->I) * (double)sizeof(float);
+    int64_t c = per_token >= (double)MOE_CHUNK_BYTES ? 1 : (int64_t)(MOE_CHUNK_BYTES / per_token);
+    p->chunk = min64(p->T, c < 1 ? 1 : c);
+  }
 }
 
 static ph_status moe_check_float(const tinfo *t, const char *what, diag *d) {
@@ -127,7 +136,7 @@ static ph_status moe_resolve(const gnode *n, const tinfo *in, moe_plan *p, diag 
                   "MoE: fc3_experts_%s (input %d) is not supported on the CPU (as in ONNX "
                   "Runtime's CPU MoE)",
                   op_has_input(n, in, 6) ? "weights" : "bias", op_has_input(n, in, 6) ? 6 : 7);
-  FORWARD_IF_ERROR(moe_attrs(n, p, d));
+  FORWARD_IF_ERROR(moe_common_attrs(n, p, d));
   const tinfo *x = &in[0], *r = &in[1], *w1 = &in[2], *w2 = &in[4];
   p->has_b1 = op_has_input(n, in, 3);
   p->has_b2 = op_has_input(n, in, 5);
@@ -183,13 +192,7 @@ static ph_status moe_resolve(const gnode *n, const tinfo *in, moe_plan *p, diag 
   p->H = H;
   p->E = E;
   p->I = I;
-  p->chunk = 0;
-  if (T > 0 && H > 0 && I > 0) {
-    /* in double: static dims from a file may be anything, and k is not yet bounded by E */
-    double per_token = (double)p->k * ((double)H + (double)I) * (double)sizeof(float);
-    int64_t c = per_token >= (double)MOE_CHUNK_BYTES ? 1 : (int64_t)(MOE_CHUNK_BYTES / per_token);
-    p->chunk = min64(T, c < 1 ? 1 : c);
-  }
+  moe_set_chunk(p);
   return PH_OK;
 }
 
@@ -219,6 +222,8 @@ typedef struct moe_layout {
   size_t active;    /* [E] i32: the experts with rows, increasing */
   size_t xy;        /* [chunk*k, H] f32: gathered rows, then the expert outputs */
   size_t act;       /* [chunk*k, I] f32: SwiGLU activations */
+  size_t deq;       /* quantized experts: [threads, WT_NW, max(H, I)] f32 dequantized rows */
+  size_t qsc;       /* quantized experts: [threads, 2, max blocks per row] f32 scales, zps */
   size_t total;
 } moe_layout;
 
@@ -250,14 +255,27 @@ static moe_layout moe_layout_of(const moe_plan *p, int n_threads) {
   o = moe_align(o + R * H * sizeof(float));
   l.act = o;
   o = moe_align(o + R * I * sizeof(float));
+  if (p->fc[0].bits || p->fc[1].bits) {
+    size_t K = H > I ? H : I;
+    int64_t nb = p->fc[0].n_blocks > p->fc[1].n_blocks ? p->fc[0].n_blocks : p->fc[1].n_blocks;
+    l.deq = o;
+    o = moe_align(o + th * WT_NW * K * sizeof(float));
+    l.qsc = o;
+    o = moe_align(o + th * 2 * (size_t)(nb > 0 ? nb : 1) * sizeof(float));
+  }
   l.total = o;
   return l;
 }
 
+size_t moe_plan_scratch(const moe_plan *p, int n_threads) {
+  if (p->T < 0 || p->E < 0 || p->H < 0 || p->I < 0) return 0;
+  return moe_layout_of(p, n_threads).total;
+}
+
 static size_t moe_scratch(const gnode *n, const tinfo *in, int n_threads) {
   moe_plan p;
-  if (moe_resolve(n, in, &p, NULL) != PH_OK || p.T < 0 || p.E < 0 || p.H < 0 || p.I < 0) return 0;
-  return moe_layout_of(&p, n_threads).total;
+  if (moe_resolve(n, in, &p, NULL) != PH_OK) return 0;
+  return moe_plan_scratch(&p, n_threads);
 }
 
 /* ---- run ------------------------------------------------------------------------------------- */
@@ -266,10 +284,9 @@ typedef struct moe_job {
   const moe_plan *p;
   const tensor *x, *router;
   tensor *y;
-  const unsigned char *w1, *w2, *b1, *b2; /* b1/b2 NULL when absent */
-  ph_dtype b1_dtype, b2_dtype;
-  size_t w1_size, w2_size;
-  const wt_kernel_fn *k1, *k2; /* the variant's kernels for fc1's and fc2's dtypes */
+  const moe_fc_data *fc;     /* [2]: fc1, fc2 */
+  const wt_kernel_fn *kf[2]; /* the variant's kernels for fc1's and fc2's (dequantized) rows */
+  int simd_dequant; /* quantized rows: the AVX2 dequantization (the avx2 and avx512 variants) */
   unsigned char *scratch;
   moe_layout l;
   int64_t t0, n_tok; /* this chunk: tokens t0 .. t0 + n_tok - 1 */
@@ -351,10 +368,124 @@ static float moe_swiglu(const moe_plan *p, float g, float l) {
   return swish * (l + p->beta);
 }
 
+/* The zero point of block b of row `row` (of E * N) of the quantized expert matrix f. */
+static float moe_zero_point(const moe_fc *q, const moe_fc_data *f, int64_t row, int64_t b) {
+  if (!f->zp) return (float)(1 << (q->bits - 1));
+  if (q->zp == 1) /* block-wise: [E, N, n_blocks * bits / 8], packed along the blocks */
+    return nbits_zero_point_u8(f->zp + row * (q->n_blocks * q->bits / 8), q->bits, b);
+  return nbits_zero_point_u8(f->zp, q->bits, row); /* per column: [E, N * bits / 8] */
+}
+
+/* w[0 .. K) = one quantized row dequantized: w[k] = ((float)q_k - z_b) * s_b, b = k / block
+ * (block divides K: QMoE's contract) — the operations of kernels/matmul_nbits.h's
+ * nbits_dequant_col, so the same bits, in loops without branches that the compiler vectorizes
+ * (the row is dequantized once per chunk, but at decode that is once per token). */
+static void moe_dequant_row(const uint8_t *codes, const float *sc, const float *zp, int bits,
+                            int64_t block, int64_t K, float *w) {
+  for (int64_t k0 = 0, b = 0; k0 < K; k0 += block, b++) {
+    const float s = sc[b], z = zp[b];
+    float *o = w + k0;
+    if (bits == 8) {
+      const uint8_t *q = codes + k0;
+      for (int64_t j = 0; j < block; j++) o[j] = ((float)q[j] - z) * s;
+    } else {
+      const uint8_t *q = codes + k0 / 2;
+      for (int64_t j = 0; j < block / 2; j++) {
+        o[2 * j] = ((float)(q[j] & 0x0F) - z) * s;
+        o[2 * j + 1] = ((float)(q[j] >> 4) - z) * s;
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* moe_dequant_row in AVX2 for the avx2 and avx512 variants: the same operations per element
+ * (exact u8 -> f32, subtract, multiply: nothing to contract), eight at a time. */
+__attribute__((target("avx2"))) static void moe_dequant_row_avx2(const uint8_t *codes,
+                                                                 const float *sc, const float *zp,
+                                                                 int bits, int64_t block, int64_t K,
+                                                                 float *w) {
+  for (int64_t k0 = 0, b = 0; k0 < K; k0 += block, b++) {
+    const __m256 s = _mm256_set1_ps(sc[b]), z = _mm256_set1_ps(zp[b]);
+    float *o = w + k0;
+    int64_t j = 0;
+    if (bits == 8) {
+      const uint8_t *q = codes + k0;
+      for (; j + 8 <= block; j += 8) {
+        __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)(q + j));
+        __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_sub_ps(f, z), s));
+      }
+      for (; j < block; j++) o[j] = ((float)q[j] - zp[b]) * sc[b];
+    } else {
+      const uint8_t *q = codes + k0 / 2;
+      const __m128i mask = _mm_set1_epi8(0x0F);
+      for (; j + 16 <= block; j += 16) { /* 8 bytes = 16 codes */
+        __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)(q + j / 2));
+        __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+        __m128i x = _mm_unpacklo_epi8(lo, hi); /* the 16 codes in k order */
+        __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x));
+        __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(x, 8)));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_sub_ps(f0, z), s));
+        _mm256_storeu_ps(o + j + 8, _mm256_mul_ps(_mm256_sub_ps(f1, z), s));
+      }
+      for (; j < block; j += 2) {
+        o[j] = ((float)(q[j / 2] & 0x0F) - zp[b]) * sc[b];
+        o[j + 1] = ((float)(q[j / 2] >> 4) - zp[b]) * sc[b];
+      }
+    }
+  }
+}
+#define MOE_HAVE_AVX2_DEQUANT 1
+#else
+#define MOE_HAVE_AVX2_DEQUANT 0
+#endif
+
+/* wr[c] = row row0 + c of expert matrix `which` for c < WT_NW (K elements each): the stored
+ * float row itself, or the quantized row dequantized into this thread's buffer. */
+static void moe_rows(const moe_job *j, int which, int64_t row0, int nc, int thread,
+                     const unsigned char **wr) {
+  const moe_plan *p = j->p;
+  const moe_fc *q = &p->fc[which];
+  const moe_fc_data *f = &j->fc[which];
+  const int64_t K = which == 0 ? p->H : p->I;
+  if (!q->bits) {
+    const size_t es = dtype_size(f->dtype);
+    for (int c = 0; c < WT_NW; c++) {
+      int cc = c < nc ? c : nc - 1; /* a short group repeats its last row; dropped */
+      wr[c] = f->w + (size_t)(row0 + cc) * (size_t)K * es;
+    }
+    return;
+  }
+  const int64_t Kmax = p->H > p->I ? p->H : p->I;
+  const int64_t nbmax =
+      p->fc[0].n_blocks > p->fc[1].n_blocks ? p->fc[0].n_blocks : p->fc[1].n_blocks;
+  float *deq = (float *)(j->scratch + j->l.deq) + (int64_t)thread * WT_NW * Kmax;
+  float *sc = (float *)(j->scratch + j->l.qsc) + (int64_t)thread * 2 * nbmax, *zp = sc + nbmax;
+  const int64_t row_bytes = K * q->bits / 8;
+  for (int c = 0; c < WT_NW; c++) {
+    if (c >= nc) {
+      wr[c] = wr[nc - 1];
+      continue;
+    }
+    int64_t row = row0 + c;
+    tensor_load_f32(f->scales, row * q->n_blocks, q->n_blocks, sc);
+    for (int64_t b = 0; b < q->n_blocks; b++) zp[b] = moe_zero_point(q, f, row, b);
+    float *w = deq + (int64_t)c * Kmax;
+#if MOE_HAVE_AVX2_DEQUANT
+    if (j->simd_dequant)
+      moe_dequant_row_avx2(f->w + row * row_bytes, sc, zp, q->bits, q->block, K, w);
+    else
+#endif
+      moe_dequant_row(f->w + row * row_bytes, sc, zp, q->bits, q->block, K, w);
+    wr[c] = (const unsigned char *)w;
+  }
+}
+
 /* Task = (active expert, block of MOE_NB fc1 rows): SwiGLU activations of that block's gate/up
  * pairs for every row routed to the expert. */
 static void moe_fc1_task(void *ctx, size_t task, int thread) {
-  (void)thread;
   const moe_job *j = ctx;
   const moe_plan *p = j->p;
   const int32_t *active = (const int32_t *)(j->scratch + j->l.active);
@@ -369,16 +500,16 @@ static void moe_fc1_task(void *ctx, size_t task, int thread) {
     int nc = (int)min64(WT_NW, c1 - col); /* even: N, c0 and WT_NW are */
     const unsigned char *wr[WT_NW];
     float bias[WT_NW];
+    moe_rows(j, 0, e * N + col, nc, thread, wr);
     for (int c = 0; c < WT_NW; c++) {
       int cc = c < nc ? c : nc - 1; /* a short group repeats its last row; dropped */
       int64_t row = e * N + col + cc;
-      wr[c] = j->w1 + (size_t)row * (size_t)K * j->w1_size;
-      bias[c] = j->b1 ? moe_ld(j->b1, j->b1_dtype, row) : 0.0f;
+      bias[c] = j->fc[0].bias ? moe_ld(j->fc[0].bias, j->fc[0].bias_dtype, row) : 0.0f;
     }
     for (int64_t m = r0; m < r1;) {
       int R = (int)min64(WT_RMAX, r1 - m);
-      while (!j->k1[R]) R--; /* k[1] exists in every variant */
-      j->k1[R](x + m * K, K, wr, sums);
+      while (!j->kf[0][R]) R--; /* k[1] exists in every variant */
+      j->kf[0][R](x + m * K, K, wr, sums);
       for (int r = 0; r < R; r++)
         for (int c = 0; c < nc; c += 2) {
           float g = sums[r * WT_NW + c] + bias[c], u = sums[r * WT_NW + c + 1] + bias[c + 1];
@@ -392,7 +523,6 @@ static void moe_fc1_task(void *ctx, size_t task, int thread) {
 /* Task = (active expert, block of MOE_NB output columns): y = fc2_e a + b2_e for every row routed
  * to the expert, written over the gathered rows (no longer needed). */
 static void moe_fc2_task(void *ctx, size_t task, int thread) {
-  (void)thread;
   const moe_job *j = ctx;
   const moe_plan *p = j->p;
   const int32_t *active = (const int32_t *)(j->scratch + j->l.active);
@@ -407,16 +537,16 @@ static void moe_fc2_task(void *ctx, size_t task, int thread) {
     int nc = (int)min64(WT_NW, c1 - col);
     const unsigned char *wr[WT_NW];
     float bias[WT_NW];
+    moe_rows(j, 1, e * N + col, nc, thread, wr);
     for (int c = 0; c < WT_NW; c++) {
       int cc = c < nc ? c : nc - 1;
       int64_t row = e * N + col + cc;
-      wr[c] = j->w2 + (size_t)row * (size_t)K * j->w2_size;
-      bias[c] = j->b2 ? moe_ld(j->b2, j->b2_dtype, row) : 0.0f;
+      bias[c] = j->fc[1].bias ? moe_ld(j->fc[1].bias, j->fc[1].bias_dtype, row) : 0.0f;
     }
     for (int64_t m = r0; m < r1;) {
       int R = (int)min64(WT_RMAX, r1 - m);
-      while (!j->k2[R]) R--;
-      j->k2[R](act + m * K, K, wr, sums);
+      while (!j->kf[1][R]) R--;
+      j->kf[1][R](act + m * K, K, wr, sums);
       for (int r = 0; r < R; r++)
         for (int c = 0; c < nc; c++) y[(m + r) * N + col + c] = sums[r * WT_NW + c] + bias[c];
       m += R;
@@ -447,11 +577,8 @@ static void moe_combine_task(void *ctx, size_t task, int thread) {
   }
 }
 
-static ph_status moe_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
-                         diag *d) {
-  (void)n;
-  RETURN_ERROR_IF(!ctx->plan, d, PH_ERR_INTERNAL, "MoE: run without a plan");
-  const moe_plan *p = ctx->plan;
+ph_status moe_plan_run(const moe_plan *p, const tensor *x, const tensor *router,
+                       const moe_fc_data fc[2], tensor *y, op_ctx *ctx, diag *d) {
   if (p->T == 0) return PH_OK;
   int threads = pool_threads(ctx->pool);
   moe_job j;
@@ -461,24 +588,14 @@ static ph_status moe_run(const gnode *n, const tensor *const *in, tensor *const 
   RETURN_ERROR_IF(ctx->scratch_bytes < j.l.total, d, PH_ERR_INTERNAL,
                   "MoE: scratch of %zu bytes, need %zu", ctx->scratch_bytes, j.l.total);
   j.scratch = ctx->scratch;
-  j.x = in[0];
-  j.router = in[1];
-  j.y = out[0];
-  j.w1 = in[2]->data;
-  j.w2 = in[4]->data;
-  j.w1_size = dtype_size(in[2]->dtype);
-  j.w2_size = dtype_size(in[4]->dtype);
-  if (p->has_b1) {
-    j.b1 = in[3]->data;
-    j.b1_dtype = in[3]->dtype;
-  }
-  if (p->has_b2) {
-    j.b2 = in[5]->data;
-    j.b2_dtype = in[5]->dtype;
-  }
+  j.x = x;
+  j.router = router;
+  j.y = y;
+  j.fc = fc;
   const matmul_wt_kernels *ks = kernel_set_of(kernel_variant_active())->matmul_wt;
-  j.k1 = ks->k[moe_widx(in[2]->dtype)];
-  j.k2 = ks->k[moe_widx(in[4]->dtype)];
+  for (int i = 0; i < 2; i++) /* dequantized rows are f32 */
+    j.kf[i] = ks->k[p->fc[i].bits ? 0 : moe_widx(fc[i].dtype)];
+  j.simd_dequant = kernel_variant_active() != KERNEL_SCALAR;
   j.ncb1 = (2 * p->I + MOE_NB - 1) / MOE_NB;
   j.ncb2 = (p->H + MOE_NB - 1) / MOE_NB;
   int32_t *route_e = (int32_t *)(j.scratch + j.l.route_e);
@@ -523,6 +640,25 @@ static ph_status moe_run(const gnode *n, const tensor *const *in, tensor *const 
     pool_run(ctx->pool, (size_t)j.n_tasks, moe_combine_task, &j);
   }
   return PH_OK;
+}
+
+static ph_status moe_run(const gnode *n, const tensor *const *in, tensor *const *out, op_ctx *ctx,
+                         diag *d) {
+  (void)n;
+  RETURN_ERROR_IF(!ctx->plan, d, PH_ERR_INTERNAL, "MoE: run without a plan");
+  const moe_plan *p = ctx->plan;
+  moe_fc_data fc[2];
+  memset(fc, 0, sizeof fc);
+  for (int i = 0; i < 2; i++) {
+    const tensor *w = in[2 + 2 * i], *b = (i == 0 ? p->has_b1 : p->has_b2) ? in[3 + 2 * i] : NULL;
+    fc[i].w = w->data;
+    fc[i].dtype = w->dtype;
+    if (b) {
+      fc[i].bias = b->data;
+      fc[i].bias_dtype = b->dtype;
+    }
+  }
+  return moe_plan_run(p, in[0], in[1], fc, out[0], ctx, d);
 }
 
 const op_def op_def_moe = {

@@ -43,7 +43,8 @@
   X(softmax)                                                                                       \
   X(topk)                                                                                          \
   X(onehot)                                                                                        \
-  X(moe)
+  X(moe)                                                                                           \
+  X(qmoe)
 
 #define OP_DECLARE_(name) extern const op_def op_def_##name;
 OP_LIST(OP_DECLARE_)

@@ -1132,6 +1132,355 @@ static void test_reduce_sum_router_axes(void) {
     }
 }
 
+/* ---- QMoE ----------------------------------------------------------------------------------- */
+
+/* A QMoE case: m is the MoE case of its dequantized weights (f32), which the float64 reference
+ * (moe_reference) and the bit-identity check read. block 0: one scale per row. */
+typedef struct qmoe_case {
+  moe_case m;
+  int bits, block, zp, prepacked_attr; /* prepacked_attr: write weights_prepacked = 0 */
+  ph_dtype sdt;                        /* scales */
+} qmoe_case;
+
+/* The code of element (row, k) of a quantized matrix with K columns, unpacked here on its own
+ * (not with the kernel's helpers): bits 8 one byte per code, bits 4 the low nibble for even k. */
+static int qm_code(const uint8_t *codes, int bits, int64_t K, int64_t row, int64_t k) {
+  const uint8_t *r = codes + row * (K * bits / 8);
+  return bits == 8 ? r[k] : (k & 1) ? r[k / 2] >> 4 : r[k / 2] & 0x0F;
+}
+
+/* The zero point of (row, block b): block-wise [rows, nb * bits / 8] packed along the blocks,
+ * per row [rows * bits / 8] packed along the rows; absent 2^(bits - 1). */
+static int qm_zero(const uint8_t *zp, int bits, int blockwise, int64_t nb, int64_t row, int64_t b) {
+  if (!zp) return 1 << (bits - 1);
+  const int64_t i = blockwise ? row * nb + b : row; /* the zero point's index, unpacked */
+  return bits == 8 ? zp[i] : (i & 1) ? zp[i / 2] >> 4 : zp[i / 2] & 0x0F;
+}
+
+/* One expert matrix [E, N, K]: random codes (every value occurs), scales and zero points, and
+ * deq, its dequantized values as f32: (q - z) * s is exact in double (a 9-bit integer times a
+ * 24-bit significand) and rounded once to f32, the op's single f32 rounding. */
+static void qmoe_matrix(const qmoe_case *c, int64_t N, int64_t K, rng *g, tensor **codes,
+                        tensor **scales, tensor **zp, tensor **deq) {
+  const int64_t E = c->m.E, pack = 8 / c->bits, nb = c->block ? K / c->block : 1;
+  *codes = tn(PH_DTYPE_U8, 3, (int64_t[]){E, N, K / pack});
+  for (int64_t i = 0; i < tensor_numel(*codes); i++)
+    ((uint8_t *)(*codes)->data)[i] = (uint8_t)rng_below(g, 256);
+  *scales = c->block ? tn(c->sdt, 3, (int64_t[]){E, N, nb}) : tn(c->sdt, 2, (int64_t[]){E, N});
+  tensor_fill_uniform(*scales, g, -0.5f / (float)(1 << c->bits), 0.5f / (float)(1 << c->bits));
+  *zp = NULL;
+  if (c->zp) {
+    *zp = c->block ? tn(PH_DTYPE_U8, 3, (int64_t[]){E, N, nb / pack})
+                   : tn(PH_DTYPE_U8, 2, (int64_t[]){E, N / pack});
+    for (int64_t i = 0; i < tensor_numel(*zp); i++)
+      ((uint8_t *)(*zp)->data)[i] = (uint8_t)rng_below(g, 256);
+  }
+  *deq = tn(PH_DTYPE_F32, 3, (int64_t[]){E, N, K});
+  const uint8_t *zd = *zp ? (*zp)->data : NULL;
+  for (int64_t row = 0; row < E * N; row++)
+    for (int64_t k = 0; k < K; k++) {
+      int64_t b = c->block ? k / c->block : 0;
+      double s = tensor_get_f32(*scales, row * nb + b);
+      int q = qm_code((*codes)->data, c->bits, K, row, k);
+      int z = qm_zero(zd, c->bits, c->block != 0, nb, row, b);
+      ((float *)(*deq)->data)[row * K + k] = (float)((double)(q - z) * s);
+    }
+}
+
+/* q[13]: QMoE's inputs (x, router, fc1 codes, scales, bias, fc2 codes, scales, bias, fc3 x 3
+ * absent, fc1 and fc2 zero points); m[6]: the MoE inputs over the dequantized weights, sharing
+ * x, router and the biases (m's are not owned: free q only, and m[2], m[4]). */
+static void qmoe_alloc(const qmoe_case *c, rng *g, tensor **q, tensor **m) {
+  moe_alloc(&c->m, m);
+  moe_fill(&c->m, m, g);
+  tensor_free(m[2]);
+  tensor_free(m[4]);
+  memset(q, 0, 13 * sizeof *q);
+  q[0] = m[0];
+  q[1] = m[1];
+  q[4] = m[3];
+  q[7] = m[5];
+  qmoe_matrix(c, 2 * c->m.I, c->m.H, g, &q[2], &q[3], &q[11], &m[2]);
+  qmoe_matrix(c, c->m.H, c->m.I, g, &q[5], &q[6], &q[12], &m[4]);
+}
+
+static void qmoe_free(tensor **q, tensor **m) {
+  tensors_free(q, 13); /* x, router and the biases with them */
+  tensor_free(m[2]);
+  tensor_free(m[4]);
+}
+
+static int qmoe_attrs(const qmoe_case *c, gattr *a) {
+  int n = moe_attrs(&c->m, a);
+  a[n++] = attr_int("expert_weight_bits", c->bits);
+  if (c->block) a[n++] = attr_int("block_size", c->block);
+  if (c->prepacked_attr) a[n++] = attr_int("weights_prepacked", 0);
+  return n;
+}
+
+static ph_status qmoe_run(const qmoe_case *c, tensor **q, tensor **out, int threads, diag *d) {
+  gattr at[16];
+  int na = qmoe_attrs(c, at);
+  return op_run("QMoE", "com.microsoft", c->zp ? 13 : 8, q, 1, out, at, na, threads, ~0u, d);
+}
+
+/* The grid: bits 4 and 8, block-wise (16, 32) and per row, with and without zero points, every
+ * scale and io dtype, T, E, k, biases, normalisation. Each output against the float64 reference
+ * (moe_reference on the weights dequantized here, with MoE's derived bound) and bit for bit
+ * against MoE on those f32 weights (the same kernels: op_moe.h). */
+static void qmoe_grid(kernel_variant v) {
+  rng g = rng_seed(1801);
+  static const int64_t Ts[] = {1, 5, 33};
+  static const int BLOCKS[] = {0, 16, 32};
+  int n_case = 0;
+  for (int bi = 0; bi < 2; bi++)
+    for (int bl = 0; bl < 3; bl++)
+      for (int zp = 0; zp < 2; zp++)
+        for (int ti = 0; ti < 3; ti++) {
+          const int bits = bi ? 8 : 4, block = BLOCKS[bl];
+          /* H, I: multiples of block * pack for block-wise zero points; odd for 8-bit rows */
+          int64_t H = block == 32 ? 64 : block == 16 ? 64 : bits == 4 ? 20 : 19;
+          int64_t I = block == 32 ? 64 : block == 16 ? 32 : bits == 4 ? 10 : 7;
+          qmoe_case c = {.m = {.T = Ts[ti],
+                               .E = n_case % 2 ? 8 : 4,
+                               .k = 1 + n_case % 3,
+                               .H = H,
+                               .I = I,
+                               .io = FLOATS[n_case % 3],
+                               .w1dt = PH_DTYPE_F32,
+                               .w2dt = PH_DTYPE_F32,
+                               .bdt = FLOATS[(n_case / 3) % 3],
+                               .bias1 = n_case % 2 == 0,
+                               .bias2 = n_case % 3 != 0,
+                               .normalize = n_case % 4 != 1,
+                               .attrs = n_case % 5 == 2 ? 2 : 0,
+                               .has_limit = n_case % 7 == 3,
+                               .limit = 0.6f},
+                         .bits = bits,
+                         .block = block,
+                         .zp = zp,
+                         .prepacked_attr = n_case % 2,
+                         .sdt = FLOATS[(n_case / 2) % 3]};
+          c.m.rank3 = n_case % 5 == 0;
+          n_case++;
+          tensor *q[13], *m[6];
+          qmoe_alloc(&c, &g, q, m);
+          const int threads = 1 + n_case % 3;
+          char name[200];
+          moe_case_name(&c.m, name, sizeof name);
+          char full[260];
+          snprintf(full, sizeof full, "QMoE %s bits %d block %d zp %d scales %s / %s",
+                   kernel_variant_name(v), bits, block, zp, dtype_label(c.sdt), name);
+          tensor *out[1] = {NULL}, *ref[1] = {NULL};
+          diag d;
+          ph_status st = qmoe_run(&c, q, out, threads, &d);
+          if (!CHECK(st == PH_OK))
+            fprintf(stderr, "  %s: %s %s\n", full, ph_status_name(st), d.msg);
+          st = moe_run(&c.m, m, ref, threads, &d);
+          CHECK_STATUS(st, PH_OK, d.msg);
+          if (out[0] && ref[0]) {
+            const int64_t n = c.m.T * c.m.H;
+            double *r = calloc((size_t)n, sizeof *r), *tol = calloc((size_t)n, sizeof *tol);
+            moe_reference(&c.m, m, r, tol);
+            op_expect_close(full, out[0], r, tol, 0, n);
+            free(r);
+            free(tol);
+            if (!CHECK(memcmp(out[0]->data, ref[0]->data, (size_t)n * dtype_size(c.m.io)) == 0))
+              fprintf(stderr, "  %s: not bit-identical to MoE on the dequantized weights\n", full);
+          }
+          tensors_free(out, 1);
+          tensors_free(ref, 1);
+          qmoe_free(q, m);
+        }
+}
+
+/* ... in every kernel variant this machine runs (the scalar one dequantizes in C, the others
+ * with AVX2: both must give the reference's values and MoE's bits). */
+static void test_qmoe_grid(void) {
+  kernel_variant before = kernel_variant_active();
+  for (int v = 0; v < KERNEL_N_VARIANTS; v++) {
+    if (!kernel_variant_available((kernel_variant)v)) continue;
+    diag d;
+    CHECK_STATUS(kernel_force_variant((kernel_variant)v, &d), PH_OK, d.msg);
+    qmoe_grid((kernel_variant)v);
+  }
+  diag d;
+  kernel_force_variant(before, &d);
+}
+
+/* A token's output bits: alone or in a batch of 48, on 1..3 threads, in every kernel variant. */
+static void test_qmoe_batch_invariance(void) {
+  rng g = rng_seed(1802);
+  kernel_variant before = kernel_variant_active();
+  for (int v = 0; v < KERNEL_N_VARIANTS; v++) {
+    if (!kernel_variant_available((kernel_variant)v)) continue;
+    diag d;
+    CHECK_STATUS(kernel_force_variant((kernel_variant)v, &d), PH_OK, d.msg);
+    for (int cfg = 0; cfg < 2; cfg++) {
+      qmoe_case c = {.m = {.T = 48,
+                           .E = 8,
+                           .k = 2 + cfg,
+                           .H = 64,
+                           .I = 32,
+                           .io = cfg ? PH_DTYPE_BF16 : PH_DTYPE_F32,
+                           .w1dt = PH_DTYPE_F32,
+                           .w2dt = PH_DTYPE_F32,
+                           .bdt = PH_DTYPE_F32,
+                           .bias1 = 1,
+                           .normalize = 1},
+                     .bits = cfg ? 8 : 4,
+                     .block = cfg ? 0 : 16,
+                     .zp = 1,
+                     .sdt = cfg ? PH_DTYPE_F16 : PH_DTYPE_F32};
+      tensor *q[13], *m[6];
+      qmoe_alloc(&c, &g, q, m);
+      tensor *ref[1] = {NULL};
+      CHECK_STATUS(qmoe_run(&c, q, ref, 1, &d), PH_OK, d.msg);
+      const size_t rb = (size_t)c.m.H * dtype_size(c.m.io);
+      for (int th = 2; th <= 3 && ref[0]; th++) {
+        tensor *o[1] = {NULL};
+        CHECK_STATUS(qmoe_run(&c, q, o, th, &d), PH_OK, d.msg);
+        if (o[0]) CHECK(memcmp(o[0]->data, ref[0]->data, (size_t)c.m.T * rb) == 0);
+        tensors_free(o, 1);
+      }
+      static const int64_t PROBES[] = {0, 29, 47};
+      for (int pi = 0; pi < 3 && ref[0]; pi++) {
+        const int64_t t = PROBES[pi];
+        qmoe_case c1 = c;
+        c1.m.T = 1;
+        tensor *x = q[0], *r = q[1];
+        tensor *x1 = tn(c.m.io, 2, (int64_t[]){1, c.m.H}),
+               *r1 = tn(c.m.io, 2, (int64_t[]){1, c.m.E});
+        memcpy(x1->data, row_of(x, t, c.m.H), rb);
+        memcpy(r1->data, row_of(r, t, c.m.E), (size_t)c.m.E * dtype_size(c.m.io));
+        q[0] = x1;
+        q[1] = r1;
+        tensor *o[1] = {NULL};
+        CHECK_STATUS(qmoe_run(&c1, q, o, 1 + pi, &d), PH_OK, d.msg);
+        if (o[0] && !CHECK(memcmp(o[0]->data, row_of(ref[0], t, c.m.H), rb) == 0))
+          fprintf(stderr, "  QMoE variant %s cfg %d: token %lld alone differs from in the batch\n",
+                  kernel_variant_name((kernel_variant)v), cfg, (long long)t);
+        tensors_free(o, 1);
+        q[0] = x;
+        q[1] = r;
+        tensor_free(x1);
+        tensor_free(r1);
+      }
+      tensors_free(ref, 1);
+      qmoe_free(q, m);
+    }
+  }
+  diag d;
+  kernel_force_variant(before, &d);
+}
+
+/* Typed errors for what the schema allows and we do not run, and for bad inputs. */
+static void test_qmoe_contract(void) {
+  rng g = rng_seed(1803);
+  qmoe_case c = {.m = {.T = 3,
+                       .E = 4,
+                       .k = 2,
+                       .H = 64,
+                       .I = 32,
+                       .io = PH_DTYPE_F32,
+                       .w1dt = PH_DTYPE_F32,
+                       .w2dt = PH_DTYPE_F32,
+                       .bdt = PH_DTYPE_F32},
+                 .bits = 4,
+                 .block = 16,
+                 .zp = 1,
+                 .sdt = PH_DTYPE_F32};
+  tensor *q[21], *m[6];
+  memset(q, 0, sizeof q);
+  qmoe_alloc(&c, &g, q, m);
+  gattr at[16];
+  const int na = qmoe_attrs(&c, at);
+  tensor *out[1] = {NULL};
+  diag d;
+  CHECK_STATUS(op_run("QMoE", "com.microsoft", 13, q, 1, out, at, na, 1, ~0u, &d), PH_OK, d.msg);
+  tensors_free(out, 1);
+  const struct {
+    gattr a;
+    ph_status want;
+    const char *says;
+  } bad_attrs[] = {
+      {attr_int("expert_weight_bits", 2), PH_ERR_UNSUPPORTED, "expert_weight_bits 2"},
+      {attr_int("expert_weight_bits", 3), PH_ERR_INVALID_ARGUMENT, "expert_weight_bits"},
+      {attr_int("block_size", 8), PH_ERR_INVALID_ARGUMENT, "block_size"},
+      {attr_int("block_size", 48), PH_ERR_INVALID_ARGUMENT, "block_size"},
+      {attr_int("block_size", 64), PH_ERR_TENSOR_SHAPE, "divide"}, /* 64 does not divide I = 32 */
+      {attr_string("quant_type", "fp4"), PH_ERR_UNSUPPORTED, "fp4"},
+      {attr_int("weights_prepacked", 1), PH_ERR_UNSUPPORTED, "weights_prepacked"},
+      {attr_int("weights_prepacked", 2), PH_ERR_INVALID_ARGUMENT, "weights_prepacked"},
+      {attr_int("swiglu_fusion", 2), PH_ERR_UNSUPPORTED, "QMoE: swiglu_fusion"},
+  };
+  for (size_t i = 0; i < sizeof bad_attrs / sizeof bad_attrs[0]; i++) {
+    gattr bad[17];
+    int nb = 0;
+    for (int j = 0; j < na; j++)
+      if (strcmp(at[j].name, bad_attrs[i].a.name) != 0) bad[nb++] = at[j];
+    bad[nb++] = bad_attrs[i].a;
+    CHECK_STATUS(op_run("QMoE", "com.microsoft", 13, q, 1, out, bad, nb, 1, ~0u, &d),
+                 bad_attrs[i].want, d.msg);
+    CHECK_CONTAINS(d.msg, bad_attrs[i].says);
+    tensors_free(out, 1);
+  }
+  /* block-wise zero points need block * pack | H and I: block 32 with I = 32 and 4 bits */
+  {
+    qmoe_case c2 = c;
+    c2.block = 32;
+    gattr a2[16];
+    const int n2 = qmoe_attrs(&c2, a2);
+    CHECK_STATUS(op_run("QMoE", "com.microsoft", 13, q, 1, out, a2, n2, 1, ~0u, &d),
+                 PH_ERR_TENSOR_SHAPE, d.msg);
+    CHECK_CONTAINS(d.msg, "zero points");
+  }
+  /* inputs the CPU does not run: fc3, router_weights, the FP4/FP8 scales */
+  static const struct {
+    int slot;
+    const char *says;
+  } refused[] = {{8, "fc3_experts_weights"}, {14, "router_weights"}, {15, "fc1_global_scale"}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    const int s = refused[i].slot;
+    q[s] = tn(PH_DTYPE_F32, 2, (int64_t[]){3, 4});
+    CHECK_STATUS(op_run("QMoE", "com.microsoft", s + 1, q, 1, out, at, na, 1, ~0u, &d),
+                 PH_ERR_UNSUPPORTED, d.msg);
+    CHECK_CONTAINS(d.msg, refused[i].says);
+    tensor_free(q[s]);
+    q[s] = NULL;
+  }
+  /* bad inputs: scales missing, of the wrong rank or dims, codes not U8, zero points' shape */
+  static const struct {
+    int slot;
+    ph_dtype dt;
+    int rank;
+    int64_t dims[3];
+    ph_status want;
+    const char *says;
+  } bad_inputs[] = {
+      {3, PH_DTYPE_INVALID, 0, {0}, PH_ERR_INVALID_ARGUMENT, "fc1_scales"},
+      {3, PH_DTYPE_F32, 2, {4, 64}, PH_ERR_TENSOR_SHAPE, "fc1_scales"},
+      {6, PH_DTYPE_F32, 3, {4, 64, 4}, PH_ERR_TENSOR_SHAPE, "fc2_scales"},
+      {2, PH_DTYPE_I8, 3, {4, 64, 32}, PH_ERR_TENSOR_DTYPE, "fc1_experts_weights"},
+      {5, PH_DTYPE_U8, 3, {4, 64, 15}, PH_ERR_TENSOR_SHAPE, NULL},
+      {11, PH_DTYPE_U8, 3, {4, 64, 4}, PH_ERR_TENSOR_SHAPE, "fc1_zero_points"},
+      {12, PH_DTYPE_F32, 3, {4, 64, 1}, PH_ERR_TENSOR_DTYPE, "fc2_zero_points"},
+  };
+  for (size_t i = 0; i < sizeof bad_inputs / sizeof bad_inputs[0]; i++) {
+    const int k = bad_inputs[i].slot;
+    tensor *keep = q[k];
+    q[k] = bad_inputs[i].dt == PH_DTYPE_INVALID
+               ? NULL
+               : tn(bad_inputs[i].dt, bad_inputs[i].rank, bad_inputs[i].dims);
+    CHECK_STATUS(op_run("QMoE", "com.microsoft", 13, q, 1, out, at, na, 1, ~0u, &d),
+                 bad_inputs[i].want, d.msg);
+    if (bad_inputs[i].says) CHECK_CONTAINS(d.msg, bad_inputs[i].says);
+    tensor_free(q[k]);
+    q[k] = keep;
+  }
+  qmoe_free(q, m);
+}
+
 int main(void) {
   RUN(test_moe_grid);
   RUN(test_moe_ties);
@@ -1140,6 +1489,9 @@ int main(void) {
   RUN(test_moe_chunks);
   RUN(test_moe_contract);
   RUN(test_moe_prepare);
+  RUN(test_qmoe_grid);
+  RUN(test_qmoe_batch_invariance);
+  RUN(test_qmoe_contract);
   RUN(test_topk);
   RUN(test_onehot);
   RUN(test_log);
