@@ -270,8 +270,13 @@ typedef struct ph_engine_params {
   ph_precision precision;           /* linear-layer arithmetic (0, auto: from the weights' dtype);
                                        ph_engine_info.params gives the one resolved, f32 or bf16 */
   ph_quant_params quant;            /* checkpoints: linear weights quantized when loaded (bits 0:
-                                       none). Packages run the weights they were exported with:
-                                       bits != 0 on a package is PH_ERR_INVALID_ARGUMENT */
+                                       none; the other fields then 0 too). Packages run the
+                                       weights they were exported with: bits != 0 on a package is
+                                       PH_ERR_INVALID_ARGUMENT. A bad field is
+                                       PH_ERR_INVALID_ARGUMENT naming it. ph_engine_info.params
+                                       gives it resolved (block 32, accuracy level 4 for 0;
+                                       skip: the engine's copy, valid while it is open; a
+                                       package's as exported, skip NULL) */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);
@@ -415,6 +420,8 @@ typedef struct ph_engine_info {
   int32_t max_draft_tokens;        /* drafts a speculative step may verify (0: speculative
                                       requests are refused; see state_update_capacity) */
   int has_mtp;                     /* 1: PH_DRAFT_MTP is served (the checkpoint's MTP head) */
+  int32_t quantized_linears;       /* linear layers stored as MatMulNBits int4/int8 blocks in
+                                      the served graph (0: none; params.quant says how) */
 } ph_engine_info;
 
 PH_API ph_status ph_engine_get_info(const ph_engine *engine, ph_engine_info *out);

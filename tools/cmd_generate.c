@@ -43,6 +43,7 @@
 #include "cli.h"
 #include "engine_flags.h"
 #include "pagedhybrid.h"
+#include "quant_flags.h"
 #include "text_input.h"
 #include "tools_api.h"
 
@@ -73,6 +74,7 @@ static const cli_option OPTIONS[] = {
     {"precision", "f32|bf16|auto",
      "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
      "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
+    QUANT_FLAG_OPTIONS,
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -90,6 +92,14 @@ typedef struct gen_seq {
   int64_t n_prompt, T;
   float *logits; /* [T, V] */
 } gen_seq;
+
+/* The startup line of a quantized engine on stderr (nothing when it serves float weights). */
+static void log_engine_quant(const ph_engine *e) {
+  ph_engine_info in;
+  char line[256];
+  if (ph_engine_get_info(e, &in) == PH_OK && in.quantized_linears > 0)
+    fprintf(stderr, "generate: weights %s\n", quant_flags_describe(&in, line, sizeof line));
+}
 
 /* Dense: each sequence alone, one after another. */
 static ph_status run_dense(dense_session *sess, gen_seq *q, int n, diag *d) {
@@ -308,7 +318,8 @@ static ph_status text_prompt_ids(const cli_args *a, const ph_tokenizer *tok, int
 }
 
 static int generate_text(cli_args *a, const char *dir, int64_t max_new, int64_t threads,
-                         int64_t max_ctx, int64_t block, ph_precision precision) {
+                         int64_t max_ctx, int64_t block, ph_precision precision,
+                         const ph_quant_params *quant) {
   const char *stops[PH_MAX_STOP_STRINGS + 1];
   const int n_stops = cli_get_all(a, "stop", stops, PH_MAX_STOP_STRINGS + 1);
   if (n_stops > PH_MAX_STOP_STRINGS)
@@ -352,11 +363,13 @@ static int generate_text(cli_args *a, const char *dir, int64_t max_new, int64_t 
     p.max_batch_size = p.max_requests = 1;
     p.n_threads = (int)threads;
     p.precision = precision;
+    p.quant = *quant;
     if (!is_package) {
       p.block_size = block;
       p.max_context = max_ctx;
     }
     s = engine_failed(e, ph_engine_create(dir, &p, &e), &d);
+    if (s == PH_OK) log_engine_quant(e);
   }
   if (s == PH_OK) {
     ph_engine_set_callback(e, on_text_token, &g);
@@ -406,6 +419,7 @@ static int generate_text(cli_args *a, const char *dir, int64_t max_new, int64_t 
 typedef struct run_flags {
   int64_t max_new, threads, max_ctx, block;
   ph_precision precision;
+  ph_quant_params quant;
 } run_flags;
 
 static int read_run_flags(cli_args *a, int64_t min_new, run_flags *f) {
@@ -415,7 +429,7 @@ static int read_run_flags(cli_args *a, int64_t min_new, run_flags *f) {
       (rc = cli_get_int(a, "threads", 0, 1024, &f->threads)) ||
       (rc = cli_get_int(a, "max-context", 0, (int64_t)1 << 24, &f->max_ctx)) ||
       (rc = cli_get_int(a, "block-size", 16, 1 << 20, &f->block)) ||
-      (rc = engine_flags_precision(a, &f->precision)))
+      (rc = engine_flags_precision(a, &f->precision)) || (rc = quant_flags_parse(a, &f->quant)))
     return rc;
   if (f->block & (f->block - 1))
     return cli_usage_error(a, "--block-size must be a power of two, got %lld", (long long)f->block);
@@ -472,7 +486,7 @@ int cmd_generate(int argc, char **argv) {
     if (cli_get(&a, "logits-out")) return cli_usage_error(&a, "--logits-out applies to --tokens");
     run_flags f;
     if ((rc = read_run_flags(&a, 1, &f))) return rc;
-    return generate_text(&a, dir, f.max_new, f.threads, f.max_ctx, f.block, f.precision);
+    return generate_text(&a, dir, f.max_new, f.threads, f.max_ctx, f.block, f.precision, &f.quant);
   }
   if (n > MAX_SEQS) return cli_usage_error(&a, "at most %d --tokens sequences", MAX_SEQS);
   diag out_d; /* a --logits-out that cannot be replaced (a FIFO, a device) before any work */
@@ -533,13 +547,29 @@ int cmd_generate(int argc, char **argv) {
     if (s != PH_OK) diag_set(&d, s, "%s", m ? ph_model_error(m) : ph_status_message(s));
   }
   if (s == PH_OK && !paged) {
-    if (is_package) {
+    if (is_package && f.quant.bits != 0) { /* as the engine refuses it for a paged package */
+      s = diag_set(&d, PH_ERR_INVALID_ARGUMENT,
+                   "--quant: %s is a package: the package's weights run as exported; quantize "
+                   "at export (pagedhybrid export --quant)",
+                   dir);
+    } else if (is_package) {
       graph *g = NULL;
       s = package_read_graph(dir, &gc, PACKAGE_FINALIZE | PACKAGE_CHECK, &g, NULL, &d);
       if (s == PH_OK)
         s = dense_session_create_graph_ex(g, max_ctx, (int)threads, precision, &dense, &d);
     } else {
-      s = dense_session_create_ex(m, max_ctx, (int)threads, precision, &dense, &d);
+      s = dense_session_create_quant(m, max_ctx, (int)threads, precision, &f.quant, &dense, &d);
+      ph_quant_params qp;
+      const int n_q = s == PH_OK ? dense_session_quant(dense, &qp) : 0;
+      if (n_q > 0) {
+        ph_engine_info in; /* the engine's description of the same facts */
+        memset(&in, 0, sizeof in);
+        in.params.quant = qp;
+        in.params.quant.skip = f.quant.skip;
+        in.quantized_linears = n_q;
+        char line[256];
+        fprintf(stderr, "generate: weights %s\n", quant_flags_describe(&in, line, sizeof line));
+      }
     }
     if (s == PH_OK) {
       V = dense_session_vocab(dense);
@@ -557,8 +587,10 @@ int cmd_generate(int argc, char **argv) {
     /* --logits-out: every position's row (a checkpoint's graph keeps its whole LM head) */
     if (cli_get(&a, "logits-out")) p.capture_logits = PH_CAPTURE_POSITIONS;
     p.precision = precision;
+    p.quant = f.quant;
     ph_engine_info info;
     s = ph_engine_create(dir, &p, &eng);
+    if (s == PH_OK) log_engine_quant(eng);
     if (s == PH_ERR_UNSUPPORTED && eng && strstr(ph_engine_error(eng), "prunes its LM head"))
       diag_set(&d, s,
                "the package prunes its LM head to the last row per sequence; "

@@ -40,6 +40,7 @@
 #include "cli.h"
 #include "engine_flags.h"
 #include "pagedhybrid.h"
+#include "quant_flags.h"
 #include "text_input.h"
 #include "tools_api.h"
 
@@ -68,6 +69,7 @@ static const cli_option OPTIONS[] = {
     {"precision", "f32|bf16|auto",
      "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
      "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
+    QUANT_FLAG_OPTIONS,
     {"progress", "N", "a progress line on stderr every N steps (default 0: the summary only)"},
     {"strict", NULL, "exit 1 when any request finished with an error"},
 };
@@ -514,7 +516,7 @@ int cmd_run(int argc, char **argv) {
   int64_t progress = 0;
   ph_speculative_params rs_spec;
   int spec_given = 0;
-  if ((rc = engine_flags_parse(&a, &p)) ||
+  if ((rc = engine_flags_parse(&a, &p)) || (rc = quant_flags_parse(&a, &p.quant)) ||
       (rc = cli_get_int(&a, "progress", 0, INT64_MAX, &progress)) ||
       (rc = engine_flags_speculative(&a, &rs_spec, &spec_given)))
     return rc;
@@ -554,6 +556,11 @@ int cmd_run(int argc, char **argv) {
   if (s == PH_OK) {
     s = ph_engine_create(dir, &p, &e); /* on failure e (when set) says why */
     s = engine_failed(e, s, &d);
+  }
+  ph_engine_info info;
+  if (s == PH_OK && ph_engine_get_info(e, &info) == PH_OK && info.quantized_linears > 0) {
+    char q[256];
+    fprintf(stderr, "run: weights %s\n", quant_flags_describe(&info, q, sizeof q));
   }
   if (s == PH_OK) {
     rs.out = out;

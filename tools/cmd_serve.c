@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "engine_flags.h"
 #include "pagedhybrid.h"
+#include "quant_flags.h"
 #include "serve_engine.h"
 #include "serve_http.h"
 #include "serve_metrics.h"
@@ -53,6 +54,7 @@ static const cli_option OPTIONS[] = {
     {"precision", "f32|bf16|auto",
      "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
      "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
+    QUANT_FLAG_OPTIONS,
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -121,7 +123,8 @@ int cmd_serve(int argc, char **argv) {
   ph_engine_params p = ph_engine_params_default();
   int64_t port = 8080, max_body = 4 << 20, max_prompt = 0, default_max = 0, max_conn = 256,
           idle = 60, shutdown_s = 30, max_requests = 0;
-  if ((rc = engine_flags_parse(&a, &p)) || (rc = cli_get_int(&a, "port", 0, 65535, &port)) ||
+  if ((rc = engine_flags_parse(&a, &p)) || (rc = quant_flags_parse(&a, &p.quant)) ||
+      (rc = cli_get_int(&a, "port", 0, 65535, &port)) ||
       (rc = cli_get_int(&a, "max-body-bytes", 1, (int64_t)1 << 30, &max_body)) ||
       (rc = cli_get_int(&a, "max-prompt-tokens", 1, (int64_t)1 << 24, &max_prompt)) ||
       (rc = cli_get_int(&a, "default-max-tokens", 1, (int64_t)1 << 24, &default_max)) ||
@@ -202,11 +205,12 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = cli_flush_stdout()) != CLI_EXIT_OK) s = diag_set(&d, PH_ERR_IO, "writing stdout");
   }
   if (s == PH_OK) {
+    char q[256];
     fprintf(stderr,
-            "serve: %s as \"%s\": context %lld, %d KV pages of %lld tokens, batch %d; "
-            "Ctrl-C stops\n",
+            "serve: %s as \"%s\": context %lld, %d KV pages of %lld tokens, batch %d, "
+            "weights quantized: %s; Ctrl-C stops\n",
             dir, name, (long long)ei.max_context, ei.kv_pages, (long long)ei.block_size,
-            ei.params.max_batch_size);
+            ei.params.max_batch_size, quant_flags_describe(&ei, q, sizeof q));
     wait_and_drain(h, se, &sigs, (double)shutdown_s);
   }
   serve_http_stop(h); /* joins every connection thread: nothing holds a request after this */

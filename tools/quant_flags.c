@@ -1,6 +1,7 @@
 /* quant_flags — the weight-quantization options of the CLI. See quant_flags.h. */
 #include "quant_flags.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int quant_flags_parse(cli_args *a, ph_quant_params *q) {
@@ -37,4 +38,16 @@ int quant_flags_parse(cli_args *a, ph_quant_params *q) {
   if (skip && !*skip) return cli_usage_error(a, "--quant-skip: expected a name");
   q->skip = skip;
   return CLI_EXIT_OK;
+}
+
+const char *quant_flags_describe(const ph_engine_info *in, char *buf, size_t cap) {
+  const ph_quant_params *q = &in->params.quant;
+  if (q->bits == 0 && in->quantized_linears == 0) {
+    snprintf(buf, cap, "none");
+    return buf;
+  }
+  snprintf(buf, cap, "int%d (block %d, %s, accuracy level %d; %d linear layers%s%s)", (int)q->bits,
+           (int)q->block_size, q->asymmetric ? "asymmetric" : "symmetric", (int)q->accuracy_level,
+           (int)in->quantized_linears, q->skip ? ", skip " : "", q->skip ? q->skip : "");
+  return buf;
 }

@@ -33,4 +33,9 @@
  * or none. Returns CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */
 int quant_flags_parse(cli_args *a, ph_quant_params *q);
 
+/* The quantization an open engine serves, for the commands' startup lines: "none", or e.g.
+ * "int8 (block 32, symmetric, accuracy level 4; 26 linear layers, skip lm_head)" from
+ * in->params.quant and in->quantized_linears. Returns buf. */
+const char *quant_flags_describe(const ph_engine_info *in, char *buf, size_t cap);
+
 #endif /* PH_TOOLS_QUANT_FLAGS_H */

@@ -77,6 +77,7 @@ typedef struct req_map {
 
 struct engine {
   ph_engine_params p;               /* as resolved at creation */
+  char *quant_skip;                 /* the engine's copy of p.quant.skip (NULL: none) */
   ph_logits_capture capture_logits; /* what requests added now keep of their logits */
   paged_session *s;
   runtime_source src; /* the package or checkpoint (its mapping: the graph's weights point in) */
@@ -324,6 +325,26 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
     }
     e->p.state_update_capacity = cap;
   }
+  /* weights quantized at load: a checkpoint's graph is built so; a package's weights run as
+   * exported (quantizing them again is the exporter's job, not a second, lossier pass here) */
+  if (e->src.is_package && e->p.quant.bits != 0) {
+    st = diag_set(d, PH_ERR_INVALID_ARGUMENT,
+                  "engine params: quant.bits %d, but %s is a package: the package's weights run "
+                  "as exported; quantize at export (pagedhybrid export --quant)",
+                  (int)e->p.quant.bits, dir);
+    goto fail;
+  }
+  if ((st = runtime_quant_resolve(&e->p.quant, "engine params", &e->p.quant, d)) != PH_OK)
+    goto fail;
+  if (e->p.quant.skip) { /* the caller's string need not outlive this call */
+    const size_t n = strlen(e->p.quant.skip) + 1;
+    if (!(e->quant_skip = malloc(n))) {
+      st = diag_set(d, PH_ERR_NO_MEMORY, "engine: out of memory");
+      goto fail;
+    }
+    memcpy(e->quant_skip, e->p.quant.skip, n);
+    e->p.quant.skip = e->quant_skip;
+  }
   paged_session_params sp = session_params(&e->p);
   /* a checkpoint with an MTP head drafts with it when the engine may speculate: the target
    * graph then also gives its hidden states */
@@ -337,9 +358,12 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
                       0,
                       e->p.state_update_capacity,
                       mtp,
-                      e->p.capture_logits != PH_CAPTURE_POSITIONS};
+                      e->p.capture_logits != PH_CAPTURE_POSITIONS,
+                      e->p.quant};
   if ((st = runtime_paged_session(&e->src, &rb, &sp, &e->s, d)) != PH_OK) goto fail;
   e->p.precision = paged_session_precision(e->s); /* what auto resolved to */
+  if (e->src.is_package) /* the quantization the package was exported with */
+    paged_session_quant(e->s, &e->p.quant);
   if (mtp && (st = open_mtp(e, &rb, d)) != PH_OK) goto fail;
   if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
   if ((st = finish_create(e, d)) != PH_OK) goto fail;
@@ -445,6 +469,7 @@ void engine_free(engine *e) {
   mtp_session_free(e->mtp);
   paged_session_free(e->s);
   runtime_source_close(&e->src);
+  free(e->quant_skip);
   pthread_mutex_destroy(&e->mu);
   free(e);
 }

@@ -141,5 +141,6 @@ ph_status ph_engine_get_info(const ph_engine *pe, ph_engine_info *out) {
       out->block_size > 0 ? kv_buffers_bytes_per_block(hybrid_cache_kv(c)) / out->block_size : 0;
   out->max_draft_tokens = engine_max_drafts(e);
   out->has_mtp = engine_has_mtp(e);
+  out->quantized_linears = paged_session_quant(engine_session(e), NULL);
   return PH_OK;
 }

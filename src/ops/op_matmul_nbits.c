@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/cpu.h"
+#include "kernels/dispatch.h"
 #include "kernels/matmul_nbits.h"
 #include "ops/op.h"
 #include "ops/op_util.h"
@@ -39,6 +41,8 @@ typedef struct nb_geom {
   int zp_kind;                   /* 0: none (2^(bits-1)), 1: packed uint8, 2: T, unpacked */
   int64_t zp_col_bytes;          /* packed uint8 zero-point bytes per column */
   int has_bias;
+  int i8;             /* 1: the level-4 int8 path (accuracy_level 4, integer zero points) */
+  int64_t row_blocks; /* level 4: blocks per row of the activation tables (padded) */
 } nb_geom;
 
 /* Number of elements of a static type, or -1 when a dim or the rank is unknown; INT64_MAX when
@@ -186,6 +190,8 @@ static ph_status nb_resolve(const gnode *n, const tinfo *in, nb_geom *g, diag *d
   } else {
     g->M = -1;
   }
+  g->i8 = g->accuracy_level == 4 && g->zp_kind != 2 && g->block <= NBITS_I8_MAX_BLOCK;
+  g->row_blocks = nbits_i8_row_blocks(g->bits, g->block, g->n_blocks);
   return PH_OK;
 }
 
@@ -196,14 +202,28 @@ static ph_status nb_infer(const gnode *n, const tinfo *in, tinfo *out, diag *d) 
   return PH_OK;
 }
 
-/* Shared: A in f32 [M*K]. Per thread: one dequantized column [K], its scales and zero points
- * [n_blocks] each. Each slice 64-byte aligned. */
+/* ---- scratch ----------------------------------------------------------------------------------
+ * Level 1 (f32): shared A in f32 [M*K]; per thread one dequantized column [K], its scales and
+ * zero points [n_blocks] each.
+ * Level 4 (int8): shared, per row of A: its codes [q_stride bytes: row_blocks * block codes],
+ * s_a [row_blocks] and Σâ [row_blocks] (kernels/matmul_nbits.h), quantized once per call; per
+ * thread: one row of A in f32 [K] (while quantizing), the NBITS_COLS columns' scales and zero
+ * points transposed [row_blocks * NBITS_COLS] each, one column's [n_blocks] each, and the
+ * kernel's outputs [M * NBITS_COLS]. Each slice 64-byte aligned. */
 static size_t nb_align(size_t b) { return (b + 63) & ~(size_t)63; }
+static int64_t nb_q_stride(const nb_geom *g) {
+  return (int64_t)nb_align((size_t)(g->row_blocks * g->block));
+}
 static size_t nb_shared_bytes(const nb_geom *g) {
-  return nb_align((size_t)g->M * (size_t)g->K * sizeof(float));
+  if (!g->i8) return nb_align((size_t)g->M * (size_t)g->K * sizeof(float));
+  return (size_t)g->M * ((size_t)nb_q_stride(g) + 2 * nb_align((size_t)g->row_blocks * 4));
 }
 static size_t nb_ws_bytes(const nb_geom *g) {
-  return nb_align((size_t)g->K * sizeof(float)) + 2 * nb_align((size_t)g->n_blocks * sizeof(float));
+  size_t nb = nb_align((size_t)g->n_blocks * 4);
+  if (!g->i8) return nb_align((size_t)g->K * sizeof(float)) + 2 * nb;
+  return nb_align((size_t)g->K * sizeof(float)) +
+         2 * nb_align((size_t)g->row_blocks * NBITS_COLS * 4) + 2 * nb +
+         nb_align((size_t)g->M * NBITS_COLS * sizeof(float));
 }
 
 static size_t nb_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
@@ -214,13 +234,36 @@ static size_t nb_scratch_bytes(const gnode *n, const tinfo *in, int n_threads) {
 
 typedef struct nb_job {
   const nb_geom *g;
-  const float *a; /* [M, K] f32 */
+  const tensor *a_in;
+  const float *a; /* level 1: [M, K] f32 */
+  int8_t *q;      /* level 4: [M, q_stride] codes */
+  float *sa;      /* level 4: [M, row_blocks] */
+  int32_t *asum;  /* level 4: [M, row_blocks] */
+  int64_t q_stride;
+  nbits_i8_kernel_fn kernel; /* level 4: NULL runs the reference nbits_dot_i8 */
   const uint8_t *b;
   const tensor *scales, *zp, *bias;
   tensor *y;
   char *ws;
   size_t ws_bytes;
 } nb_job;
+
+/* Column c's zero points as floats (level 1) or integers (level 4), zp[n_blocks]. */
+static void nb_col_zp(const nb_job *j, int64_t c, float *zf, int32_t *zi) {
+  const nb_geom *g = j->g;
+  int64_t nb = g->n_blocks;
+  if (g->zp_kind == 2) {
+    tensor_load_f32(j->zp, c * nb, nb, zf);
+    return;
+  }
+  for (int64_t b = 0; b < nb; b++) {
+    float z = (float)(1 << (g->bits - 1));
+    if (g->zp_kind == 1)
+      z = nbits_zero_point_u8((const uint8_t *)j->zp->data + c * g->zp_col_bytes, g->bits, b);
+    if (zf) zf[b] = z;
+    if (zi) zi[b] = (int32_t)z;
+  }
+}
 
 static void nb_task(void *ctx, size_t task, int thread) {
   const nb_job *j = ctx;
@@ -234,14 +277,7 @@ static void nb_task(void *ctx, size_t task, int thread) {
   int64_t n1 = n0 + NB_COLS_PER_TASK < N ? n0 + NB_COLS_PER_TASK : N;
   for (int64_t c = n0; c < n1; c++) {
     tensor_load_f32(j->scales, c * nb, nb, sc);
-    if (g->zp_kind == 1) {
-      const uint8_t *zc = (const uint8_t *)j->zp->data + c * g->zp_col_bytes;
-      for (int64_t b = 0; b < nb; b++) zp[b] = nbits_zero_point_u8(zc, g->bits, b);
-    } else if (g->zp_kind == 2) {
-      tensor_load_f32(j->zp, c * nb, nb, zp);
-    } else {
-      for (int64_t b = 0; b < nb; b++) zp[b] = (float)(1 << (g->bits - 1));
-    }
+    nb_col_zp(j, c, zp, NULL);
     nbits_dequant_col(j->b + c * nb * g->blob, sc, zp, g->bits, g->block, K, w);
     float bias = 0.0f;
     if (g->has_bias) tensor_load_f32(j->bias, c, 1, &bias);
@@ -249,6 +285,71 @@ static void nb_task(void *ctx, size_t task, int thread) {
       float y = nbits_dot(j->a + m * K, w, K);
       if (g->has_bias) y += bias;
       tensor_store_f32(j->y, m * N + c, 1, &y);
+    }
+  }
+}
+
+/* Level 4, task = one row of A: quantized into the shared tables. */
+static void nb_quant_task(void *ctx, size_t task, int thread) {
+  const nb_job *j = ctx;
+  const nb_geom *g = j->g;
+  int64_t m = (int64_t)task, rb = g->row_blocks;
+  float *a = (float *)(void *)(j->ws + (size_t)thread * j->ws_bytes);
+  int8_t *q = j->q + m * j->q_stride;
+  float *sa = j->sa + m * rb;
+  int32_t *asum = j->asum + m * rb;
+  tensor_load_f32(j->a_in, m * g->K, g->K, a);
+  nbits_quantize_row_i8(a, g->K, g->block, q, sa, asum);
+  int64_t used = g->n_blocks * g->block;
+  memset(q + used, 0, (size_t)(j->q_stride - used));
+  for (int64_t b = g->n_blocks; b < rb; b++) {
+    sa[b] = 0.0f;
+    asum[b] = 0;
+  }
+  if (j->kernel && g->bits == 4) nbits_i8_avx512_layout(q, rb * g->block);
+}
+
+/* Level 4, task = NBITS_COLS columns against every row. A group past N repeats column N - 1
+ * (read, never stored). */
+static void nb_i8_task(void *ctx, size_t task, int thread) {
+  const nb_job *j = ctx;
+  const nb_geom *g = j->g;
+  int64_t N = g->N, M = g->M, nb = g->n_blocks, rb = g->row_blocks;
+  char *ws = j->ws + (size_t)thread * j->ws_bytes + nb_align((size_t)g->K * sizeof(float));
+  float *swt = (float *)(void *)ws;
+  int32_t *zt = (int32_t *)(void *)(ws + nb_align((size_t)rb * NBITS_COLS * 4));
+  float *sc = (float *)(void *)((char *)zt + nb_align((size_t)rb * NBITS_COLS * 4));
+  int32_t *zc = (int32_t *)(void *)((char *)sc + nb_align((size_t)nb * 4));
+  float *out = (float *)(void *)((char *)zc + nb_align((size_t)nb * 4));
+  int64_t n0 = (int64_t)task * NBITS_COLS;
+  int n_cols = N - n0 < NBITS_COLS ? (int)(N - n0) : NBITS_COLS;
+  const uint8_t *cols[NBITS_COLS];
+  for (int i = 0; i < NBITS_COLS; i++) {
+    int64_t c = n0 + i < N ? n0 + i : N - 1;
+    cols[i] = j->b + c * nb * g->blob;
+    tensor_load_f32(j->scales, c * nb, nb, sc);
+    nb_col_zp(j, c, NULL, zc);
+    if (j->kernel) {
+      for (int64_t b = 0; b < rb; b++) {
+        swt[b * NBITS_COLS + i] = b < nb ? sc[b] : 0.0f;
+        zt[b * NBITS_COLS + i] = b < nb ? zc[b] : 0;
+      }
+    } else if (i < n_cols) {
+      for (int64_t m = 0; m < M; m++)
+        out[m * NBITS_COLS + i] =
+            nbits_dot_i8(j->q + m * j->q_stride, j->sa + m * rb, j->asum + m * rb, cols[i], sc, zc,
+                         g->bits, g->block, g->K);
+    }
+  }
+  if (j->kernel)
+    j->kernel(j->q, j->q_stride, j->sa, j->asum, rb, M, cols, swt, zt, g->bits, g->block, nb, out);
+  for (int i = 0; i < n_cols; i++) {
+    float bias = 0.0f;
+    if (g->has_bias) tensor_load_f32(j->bias, n0 + i, 1, &bias);
+    for (int64_t m = 0; m < M; m++) {
+      float y = out[m * NBITS_COLS + i];
+      if (g->has_bias) y += bias;
+      tensor_store_f32(j->y, m * N + n0 + i, 1, &y);
     }
   }
 }
@@ -270,12 +371,10 @@ static ph_status nb_run(const gnode *n, const tensor *const *in, tensor *const *
   RETURN_ERROR_IF(ctx->scratch_bytes < need || !ctx->scratch, d, PH_ERR_INTERNAL,
                   "MatMulNBits: scratch is %zu bytes, %d threads need %zu", ctx->scratch_bytes,
                   n_threads, need);
-  float *a = ctx->scratch;
-  tensor_load_f32(in[NB_IN_A], 0, g.M * g.K, a);
   nb_job j;
   memset(&j, 0, sizeof j);
   j.g = &g;
-  j.a = a;
+  j.a_in = in[NB_IN_A];
   j.b = in[NB_IN_B]->data;
   j.scales = in[NB_IN_SCALES];
   j.zp = g.zp_kind ? in[NB_IN_ZP] : NULL;
@@ -283,6 +382,22 @@ static ph_status nb_run(const gnode *n, const tensor *const *in, tensor *const *
   j.y = out[0];
   j.ws = (char *)ctx->scratch + nb_shared_bytes(&g);
   j.ws_bytes = nb_ws_bytes(&g);
+  if (g.i8) {
+    j.q_stride = nb_q_stride(&g);
+    j.q = ctx->scratch;
+    j.sa = (float *)(void *)((char *)ctx->scratch + (size_t)(g.M * j.q_stride));
+    j.asum = (int32_t *)(void *)((char *)j.sa + (size_t)g.M * nb_align((size_t)g.row_blocks * 4));
+    /* the VNNI kernel where the active variant is avx512 and the CPU has VNNI; the reference
+     * (same bits) otherwise */
+    if (kernel_variant_active() == KERNEL_AVX512 && cpu_features()->avx512_vnni)
+      j.kernel = nbits_i8_avx512_kernel(g.bits, g.block);
+    pool_run(ctx->pool, (size_t)g.M, nb_quant_task, &j);
+    pool_run(ctx->pool, (size_t)((g.N + NBITS_COLS - 1) / NBITS_COLS), nb_i8_task, &j);
+    return PH_OK;
+  }
+  float *a = ctx->scratch;
+  tensor_load_f32(in[NB_IN_A], 0, g.M * g.K, a);
+  j.a = a;
   pool_run(ctx->pool, (size_t)((g.N + NB_COLS_PER_TASK - 1) / NB_COLS_PER_TASK), nb_task, &j);
   return PH_OK;
 }

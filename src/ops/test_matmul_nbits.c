@@ -15,6 +15,7 @@
  * adds half an ulp: |y|·2^-11 (f16) or |y|·2^-8 (bf16). Inputs of dtype f16/bf16 are exact in
  * f32, so the reference reads the same values.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +24,9 @@
 
 #include "../../tests/check.h"
 #include "../../tests/op_testing.h"
+#include "base/cpu.h"
 #include "base/rng.h"
+#include "kernels/dispatch.h"
 #include "ops/op.h"
 
 enum { ZP_NONE, ZP_U8, ZP_FLOAT };
@@ -33,6 +36,7 @@ typedef struct nb_case {
   int a_rank; /* 2: [M, K]; 3: [2, M/2, K] (M even) */
   int64_t M, K, N;
   int bits, block, zp, bias;
+  int level; /* accuracy_level: 0 (f32, the default of these initializers) or 4 (int8) */
 } nb_case;
 
 typedef struct nb_inputs {
@@ -86,7 +90,7 @@ static gnode nb_node(const nb_case *c, gattr *attrs, int n_inputs) {
   attrs[1] = attr_int("N", c->N);
   attrs[2] = attr_int("bits", c->bits);
   attrs[3] = attr_int("block_size", c->block);
-  attrs[4] = attr_int("accuracy_level", 4);
+  attrs[4] = attr_int("accuracy_level", c->level);
   return op_test_node("MatMulNBits", "com.microsoft", n_inputs, 1, attrs, 5);
 }
 
@@ -149,9 +153,16 @@ static void test_nb_grid(void) {
         for (size_t bi = 0; bi < 2; bi++)
           for (size_t li = 0; li < 3; li++)
             for (int zp = ZP_NONE; zp <= ZP_FLOAT; zp++) {
-              nb_case c = {PH_DTYPE_F32, 2,      Ms[mi],
-                           Ks[ki],       Ns[ni], bitss[bi],
-                           blocks[li],   zp,     (int)((mi + ki + zp) % 2)};
+              nb_case c = {PH_DTYPE_F32,
+                           2,
+                           Ms[mi],
+                           Ks[ki],
+                           Ns[ni],
+                           bitss[bi],
+                           blocks[li],
+                           zp,
+                           (int)((mi + ki + zp) % 2),
+                           0};
               nb_inputs x;
               nb_make(&c, &r, &x);
               tensor_free(nb_check_case(&c, &x, 1));
@@ -167,7 +178,7 @@ static void test_nb_dtypes_threads_rows(void) {
   rng r = rng_seed(18);
   const ph_dtype dts[] = {PH_DTYPE_F16, PH_DTYPE_BF16, PH_DTYPE_F32};
   for (int i = 0; i < 3; i++) {
-    nb_case c = {dts[i], 3, 6, 200, 40, 4, 32, ZP_U8, 1};
+    nb_case c = {dts[i], 3, 6, 200, 40, 4, 32, ZP_U8, 1, 0};
     nb_inputs x;
     nb_make(&c, &r, &x);
     tensor *y1 = nb_check_case(&c, &x, 1), *y4 = nb_check_case(&c, &x, 4);
@@ -176,7 +187,7 @@ static void test_nb_dtypes_threads_rows(void) {
     tensor_free(y4);
     nb_free(&x);
   }
-  nb_case c = {PH_DTYPE_F32, 2, 17, 96, 24, 8, 64, ZP_NONE, 0};
+  nb_case c = {PH_DTYPE_F32, 2, 17, 96, 24, 8, 64, ZP_NONE, 0, 0};
   nb_inputs x;
   nb_make(&c, &r, &x);
   tensor *all = nb_check_case(&c, &x, 3);
@@ -238,7 +249,7 @@ static void test_nb_layout(void) {
 /* Every inconsistency is a typed error naming what is wrong. */
 static void test_nb_errors(void) {
   rng r = rng_seed(7);
-  nb_case c = {PH_DTYPE_F32, 2, 3, 96, 5, 4, 64, ZP_U8, 1};
+  nb_case c = {PH_DTYPE_F32, 2, 3, 96, 5, 4, 64, ZP_U8, 1, 0};
   nb_inputs x;
   nb_make(&c, &r, &x); /* nb = 2, blob = 32, zp bytes 1 per column */
   diag d;
@@ -362,11 +373,291 @@ static void test_nb_infer_unknown(void) {
   CHECK_STATUS(def->infer(&n, in, out, &d), PH_ERR_TENSOR_SHAPE, d.msg);
 }
 
+/* ---- accuracy_level 4 ------------------------------------------------------------------------
+ * The expected bits are computed here from the rule in kernels/matmul_nbits.h, written out
+ * again (quantize each block of a row: amax, s_a = amax/127, r = 127/amax, rintf(a·r); then per
+ * block the exact integer dot with the codes minus z·Σâ, and the f32 combine in increasing block,
+ * each multiply and add rounded). Every variant must give exactly these bits. Separately the
+ * result is bounded against the float64 dequantize-then-dot: per block the activation error is
+ * |a_k − s_a·â_k| <= s_a·(1/2 + 2^-16) (half a step, plus the roundings of r and of a·r), so
+ * |Σ_k w_k (a_k − s_a â_k)| <= Σ_k |w_k|·s_a·(1/2 + 2^-16); the f32 combine adds at most
+ * (n_blocks + 4)·u·Σ_k |w_k|·(|a_k| + s_a) (three roundings per block term, one per add, bias). */
+
+typedef struct nb_i8_row {
+  int8_t *q; /* [K] */
+  float *sa;
+  int32_t *asum;
+} nb_i8_row;
+
+static void nb_i8_quant(const nb_case *c, const nb_inputs *x, int64_t m, nb_i8_row *row) {
+  for (int64_t b = 0; b < x->nb; b++) {
+    int64_t k0 = b * c->block, k1 = k0 + c->block < c->K ? k0 + c->block : c->K;
+    float amax = 0.0f;
+    int finite = 1;
+    for (int64_t k = k0; k < k1; k++) {
+      float v = (float)tensor_at(x->t[0], m * c->K + k);
+      if (!isfinite(v)) finite = 0;
+      amax = fabsf(v) > amax ? fabsf(v) : amax;
+    }
+    int32_t sum = 0;
+    if (!finite || amax < FLT_MIN) {
+      row->sa[b] = finite ? 0.0f : NAN;
+      for (int64_t k = k0; k < k1; k++) row->q[k] = 0;
+    } else {
+      float r = 127.0f / amax;
+      row->sa[b] = amax / 127.0f;
+      for (int64_t k = k0; k < k1; k++) {
+        float prod = (float)tensor_at(x->t[0], m * c->K + k) * r;
+        row->q[k] = (int8_t)rintf(prod);
+        sum += row->q[k];
+      }
+    }
+    row->asum[b] = sum;
+  }
+}
+
+/* The level-4 value of (m, n) before the output rounding, bias included; *bound gets the
+ * tolerance against the float64 reference and *ref that reference. */
+static float nb_i8_expect(const nb_case *c, const nb_inputs *x, const nb_i8_row *row, int64_t n,
+                          double *ref, double *bound, int64_t m) {
+  const double u = ldexp(1.0, -24);
+  float acc = 0.0f;
+  double act_err = 0, S = 0;
+  *ref = 0;
+  for (int64_t b = 0; b < x->nb; b++) {
+    int64_t k0 = b * c->block, k1 = k0 + c->block < c->K ? k0 + c->block : c->K;
+    int32_t z = (int32_t)nb_zero(c, x, n, b), dot = 0;
+    float sw = (float)tensor_at(x->t[2], n * x->nb + b);
+    double wsum = 0;
+    for (int64_t k = k0; k < k1; k++) {
+      int code = nb_code(c, x, n, k);
+      dot += (code - z) * row->q[k];
+      double w = (double)(code - z) * sw, a = tensor_at(x->t[0], m * c->K + k);
+      *ref += a * w;
+      wsum += fabs(w);
+      S += fabs(w) * (fabs(a) + row->sa[b]);
+    }
+    act_err += wsum * row->sa[b] * (0.5 + ldexp(1.0, -16));
+    float t = row->sa[b] * sw;
+    float p = t * (float)dot;
+    acc = acc + p;
+  }
+  float bias = c->bias ? (float)tensor_at(x->t[5], n) : 0.0f;
+  if (c->bias) {
+    acc = acc + bias;
+    *ref += bias;
+  }
+  *bound = act_err + 1.01 * (double)(x->nb + 4) * u * (S + fabs(bias)) + 1e-30;
+  return acc;
+}
+
+/* Runs c (level 4) under the active variant at n_threads; checks every element bit for bit
+ * against nb_i8_expect (rounded to the output dtype) and within its bound of the float64
+ * reference. Returns the output (caller frees). */
+static tensor *nb_i8_check(const nb_case *c, const nb_inputs *x, int n_threads) {
+  gattr attrs[5];
+  gnode n = nb_node(c, attrs, c->bias ? 6 : (c->zp ? 4 : 3));
+  tensor *in[6] = {x->t[0], x->t[1], x->t[2], x->t[3], NULL, x->t[5]};
+  tensor *out[1] = {NULL};
+  diag d;
+  ph_status st = op_test_run(&n, in, out, n_threads, &d);
+  CHECK_STATUS(st, PH_OK, d.msg);
+  if (st != PH_OK) return NULL;
+  double out_u = c->dt == PH_DTYPE_F16    ? ldexp(1.0, -11)
+                 : c->dt == PH_DTYPE_BF16 ? ldexp(1.0, -8)
+                                          : 0;
+  nb_i8_row row = {malloc((size_t)c->K), malloc((size_t)x->nb * 4), malloc((size_t)x->nb * 4)};
+  tensor *want = tensor_new(c->dt, 1, (int64_t[]){1});
+  int bad = 0;
+  for (int64_t m = 0; m < c->M && !bad; m++) {
+    nb_i8_quant(c, x, m, &row);
+    for (int64_t nn = 0; nn < c->N && !bad; nn++) {
+      double ref, bound;
+      float e = nb_i8_expect(c, x, &row, nn, &ref, &bound, m);
+      tensor_store_f32(want, 0, 1, &e);
+      size_t es = dtype_size(c->dt);
+      const char *got_p = (const char *)out[0]->data + (size_t)(m * c->N + nn) * es;
+      double got = tensor_at(out[0], m * c->N + nn);
+      int same = memcmp(got_p, want->data, es) == 0;
+      int near = fabs(got - ref) <= bound + out_u * fabs(ref);
+      if (!same || !near) {
+        fprintf(stderr,
+                "  %s: dt %d M %lld K %lld N %lld bits %d block %d zp %d bias %d threads %d: "
+                "y[%lld,%lld] = %.9g, level-4 rule %.9g (%s), f64 ref %.9g, bound %.3g\n",
+                kernel_variant_name(kernel_variant_active()), c->dt, (long long)c->M,
+                (long long)c->K, (long long)c->N, c->bits, c->block, c->zp, c->bias, n_threads,
+                (long long)m, (long long)nn, got, tensor_at(want, 0), same ? "same" : "DIFFERS",
+                ref, bound);
+        bad = 1;
+      }
+    }
+  }
+  CHECK(!bad);
+  free(row.q);
+  free(row.sa);
+  free(row.asum);
+  tensor_free(want);
+  return out[0];
+}
+
+/* The variants to check: scalar (the reference nbits_dot_i8) and avx512 (the VNNI kernel where
+ * the CPU has VNNI; else the reference again). Leaves the variant forced to the best one. */
+static int nb_variants(kernel_variant *v) {
+  int n = 0;
+  v[n++] = KERNEL_SCALAR;
+  if (kernel_variant_available(KERNEL_AVX512)) v[n++] = KERNEL_AVX512;
+  return n;
+}
+
+static void nb_force(kernel_variant v) {
+  diag d;
+  CHECK_STATUS(kernel_force_variant(v, &d), PH_OK, d.msg);
+}
+
+static void test_nb_i8_grid(void) {
+  static const int blocks[] = {16, 32, 64, 128, 256};
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 11};
+  kernel_variant vs[KERNEL_N_VARIANTS];
+  int n_v = nb_variants(vs), runs = 0;
+  if (!cpu_features()->avx512_vnni) fprintf(stderr, "  (no avx512_vnni: reference only)\n");
+  rng r = rng_seed(4018);
+  for (int bits = 4; bits <= 8; bits += 4)
+    for (size_t bi = 0; bi < 5; bi++)
+      for (int kk = 0; kk < 3; kk++)
+        for (int zp = ZP_NONE; zp <= ZP_U8; zp++) {
+          int block = blocks[bi];
+          /* K: several blocks, a multiple; then a partial last block; then less than a block */
+          int64_t K = kk == 0 ? 5 * block : kk == 1 ? 2 * block + block / 2 + 2 : block / 2 + 6;
+          int64_t N = kk == 2 ? 1 : 4 + (int64_t)bi + 2 * kk; /* 4, and N % 4 = 1, 2, 3 */
+          for (size_t mi = 0; mi < 7; mi++) {
+            if (mi != 6 && (bi + (size_t)kk) % 2 && mi % 2) continue; /* fewer small-M runs */
+            nb_case c = {PH_DTYPE_F32, 2, Ms[mi], K, N, bits, block, zp, (int)(mi + bi) % 2, 4};
+            nb_inputs x;
+            nb_make(&c, &r, &x);
+            for (int v = 0; v < n_v; v++) {
+              nb_force(vs[v]);
+              tensor_free(nb_i8_check(&c, &x, 1));
+              runs++;
+            }
+            nb_free(&x);
+          }
+        }
+  CHECK(runs > 300);
+  nb_force(vs[n_v - 1]);
+}
+
+/* f16 and bf16 io (scales, bias, Y in that dtype; the rule reads A widened to f32), a rank-3 A,
+ * 1 vs 3 threads, and each row alone vs in a batch of 13 (bit-identical). */
+static void test_nb_i8_invariance(void) {
+  kernel_variant vs[KERNEL_N_VARIANTS];
+  int n_v = nb_variants(vs);
+  rng r = rng_seed(1804);
+  const ph_dtype dts[] = {PH_DTYPE_F16, PH_DTYPE_BF16, PH_DTYPE_F32};
+  for (int v = 0; v < n_v; v++) {
+    nb_force(vs[v]);
+    for (int i = 0; i < 3; i++) {
+      nb_case c = {dts[i], 3, 6, 200, 9, 4 + 4 * (i % 2), 32, ZP_U8, 1, 4};
+      nb_inputs x;
+      nb_make(&c, &r, &x);
+      tensor *y1 = nb_i8_check(&c, &x, 1), *y3 = nb_i8_check(&c, &x, 3);
+      CHECK(y1 && y3 && tensor_same_bits(y1, y3));
+      tensor_free(y1);
+      tensor_free(y3);
+      nb_free(&x);
+    }
+    for (int bits = 4; bits <= 8; bits += 4) {
+      nb_case c = {PH_DTYPE_F32, 2, 13, 384, 7, bits, 128, ZP_NONE, 0, 4};
+      nb_inputs x;
+      nb_make(&c, &r, &x);
+      tensor *all = nb_i8_check(&c, &x, 3);
+      tensor *a_all = x.t[0];
+      nb_case c1 = c;
+      c1.M = 1;
+      for (int64_t m = 0; m < c.M && all; m++) {
+        x.t[0] = tensor_new(PH_DTYPE_F32, 2, (int64_t[]){1, c.K});
+        memcpy(x.t[0]->data, (const float *)a_all->data + m * c.K, (size_t)c.K * sizeof(float));
+        tensor *one = nb_i8_check(&c1, &x, 1);
+        CHECK(one && memcmp(one->data, (const float *)all->data + m * c.N,
+                            (size_t)c.N * sizeof(float)) == 0);
+        tensor_free(one);
+        tensor_free(x.t[0]);
+      }
+      x.t[0] = a_all;
+      tensor_free(all);
+      nb_free(&x);
+    }
+  }
+  nb_force(vs[n_v - 1]);
+}
+
+/* Edges of the activation rule: a row of zeros (s_a = 0: exact zeros out), a block with a NaN or
+ * an inf (that row's outputs NaN, the other rows untouched), subnormal-only blocks (s_a = 0), a
+ * value exactly on a half step (ties to even), and float zero points (computed as level 1). */
+static void test_nb_i8_edges(void) {
+  kernel_variant vs[KERNEL_N_VARIANTS];
+  int n_v = nb_variants(vs);
+  for (int v = 0; v < n_v; v++) {
+    nb_force(vs[v]);
+    rng r = rng_seed(99);
+    nb_case c = {PH_DTYPE_F32, 2, 5, 96, 6, 8, 32, ZP_U8, 0, 4};
+    nb_inputs x;
+    nb_make(&c, &r, &x);
+    float *a = x.t[0]->data;
+    for (int64_t k = 0; k < c.K; k++) a[0 * c.K + k] = 0.0f;
+    a[1 * c.K + 40] = NAN;
+    a[2 * c.K + 95] = INFINITY;
+    for (int64_t k = 32; k < 64; k++) a[3 * c.K + k] = (k % 2 ? 1e-39f : -3e-40f);
+    /* row 4, block 0: amax 127, so r = 1 and a = 2.5, -3.5 quantize to 2, -4 */
+    a[4 * c.K + 0] = 127.0f;
+    a[4 * c.K + 1] = 2.5f;
+    a[4 * c.K + 2] = -3.5f;
+    gattr attrs[5];
+    gnode n = nb_node(&c, attrs, 4);
+    tensor *in[4] = {x.t[0], x.t[1], x.t[2], x.t[3]}, *out[1] = {NULL};
+    diag d;
+    CHECK_STATUS(op_test_run(&n, in, out, 2, &d), PH_OK, d.msg);
+    if (out[0]) {
+      const float *y = out[0]->data;
+      nb_i8_row row = {malloc((size_t)c.K), malloc((size_t)x.nb * 4), malloc((size_t)x.nb * 4)};
+      for (int64_t nn = 0; nn < c.N; nn++) {
+        CHECK(y[0 * c.N + nn] == 0.0f);
+        CHECK(isnan(y[1 * c.N + nn]));
+        CHECK(isnan(y[2 * c.N + nn]));
+        for (int64_t m = 3; m < 5; m++) {
+          double ref, bound;
+          nb_i8_quant(&c, &x, m, &row);
+          float e = nb_i8_expect(&c, &x, &row, nn, &ref, &bound, m);
+          CHECK(memcmp(&e, &y[m * c.N + nn], 4) == 0);
+          CHECK(fabs(y[m * c.N + nn] - ref) <= bound);
+        }
+      }
+      nb_i8_quant(&c, &x, 4, &row);
+      CHECK(row.q[1] == 2 && row.q[2] == -4 && row.q[0] == 127);
+      nb_i8_quant(&c, &x, 3, &row);
+      CHECK(row.sa[1] == 0.0f);
+      free(row.q);
+      free(row.sa);
+      free(row.asum);
+    }
+    tensor_free(out[0]);
+    nb_free(&x);
+    /* float zero points: level 1's arithmetic (its bound) */
+    nb_case cf = {PH_DTYPE_F32, 2, 3, 200, 5, 4, 64, ZP_FLOAT, 1, 4};
+    nb_make(&cf, &r, &x);
+    tensor_free(nb_check_case(&cf, &x, 2));
+    nb_free(&x);
+  }
+  nb_force(vs[n_v - 1]);
+}
+
 int main(void) {
   RUN(test_nb_layout);
   RUN(test_nb_grid);
   RUN(test_nb_dtypes_threads_rows);
   RUN(test_nb_errors);
   RUN(test_nb_infer_unknown);
+  RUN(test_nb_i8_grid);
+  RUN(test_nb_i8_invariance);
+  RUN(test_nb_i8_edges);
   return check_finish();
 }

@@ -11,6 +11,7 @@
 #include "models/model.h"
 #include "models/registry.h"
 #include "runtime/paged_session.h"
+#include "runtime/runtime.h"
 
 typedef struct layer_io {
   int full;
@@ -29,6 +30,8 @@ struct dense_session {
   executor *e;
   int64_t max_context;
   ph_precision precision; /* resolved: f32 or bf16 */
+  int n_quant;            /* MatMulNBits nodes as built (graph_quant_summary) */
+  ph_quant_params quant;  /* the first one's parameters */
   int64_t len;            /* tokens in the cache */
   int in_ids, in_mask, in_pos, out_logits;
   layer_io *layers;
@@ -51,12 +54,24 @@ static int matmul_bf16_of(ph_precision p) {
 
 ph_status dense_session_create_ex(const ph_model *m, int64_t max_context, int n_threads,
                                   ph_precision precision, dense_session **out, diag *d) {
+  return dense_session_create_quant(m, max_context, n_threads, precision, NULL, out, d);
+}
+
+int dense_session_quant(const dense_session *s, ph_quant_params *out) {
+  if (out) *out = s->quant;
+  return s->n_quant;
+}
+
+ph_status dense_session_create_quant(const ph_model *m, int64_t max_context, int n_threads,
+                                     ph_precision precision, const ph_quant_params *quant,
+                                     dense_session **out, diag *d) {
   *out = NULL;
   const hf_config *c = model_config(m);
   const model_weights *w = model_weights_of(m);
   RETURN_ERROR_IF(!c || !w, d, PH_ERR_INVALID_ARGUMENT, "the model was opened without weights");
   model_options opt = model_options_default();
   opt.max_context = max_context;
+  if (quant) FORWARD_IF_ERROR(runtime_quant_resolve(quant, "dense session", &opt.quant, d));
   graph *g = NULL;
   FORWARD_IF_ERROR(model_build_graph(c, w, &opt, &g, d));
   ph_status st = graph_note_checkpoint(g, m, d);
@@ -144,6 +159,7 @@ ph_status dense_session_create_graph_ex(graph *g, int64_t max_context, int n_thr
     return diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
   }
   s->g = g;
+  s->n_quant = graph_quant_summary(g, &s->quant);
   int bf16 = 0;
   const prepare_options po = {WEIGHTS_COPY, NULL, matmul_bf16_of(precision),
                               n_threads > 0 ? n_threads : 0};

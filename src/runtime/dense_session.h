@@ -40,6 +40,17 @@ ph_status dense_session_create_ex(const ph_model *m, int64_t max_context, int n_
                                   ph_precision precision, dense_session **out, diag *d);
 ph_status dense_session_create_graph_ex(graph *g, int64_t max_context, int n_threads,
                                         ph_precision precision, dense_session **out, diag *d);
+/* dense_session_create_ex with the linear weights quantized as they are built (quant NULL or
+ * bits 0: none; docs/quantization.md): the dense twin of an engine created with
+ * ph_engine_params.quant, and the reference the quantized engine is tested against. The fields
+ * are checked and resolved as the engine does (runtime/runtime.h runtime_quant_resolve:
+ * PH_ERR_INVALID_ARGUMENT naming the field); quant->skip must outlive the call only. */
+ph_status dense_session_create_quant(const ph_model *m, int64_t max_context, int n_threads,
+                                     ph_precision precision, const ph_quant_params *quant,
+                                     dense_session **out, diag *d);
+/* graph_quant_summary (runtime/paged_session.h) of the session's graph as built: how many linear
+ * layers are MatMulNBits, the first one's parameters in *out (may be NULL). */
+int dense_session_quant(const dense_session *s, ph_quant_params *out);
 /* The precision resolved at creation: PH_PRECISION_BF16 or PH_PRECISION_F32. */
 ph_precision dense_session_precision(const dense_session *s);
 void dense_session_free(dense_session *s); /* NULL-safe */

@@ -217,3 +217,6 @@ int64_t mtp_session_computed(const mtp_session *s, int32_t handle) {
   return handle < 0 || handle >= s->max_seqs || s->computed[handle] < 0 ? 0 : s->computed[handle];
 }
 int64_t mtp_session_cache_bytes(const mtp_session *s) { return paged_session_cache_bytes(s->ps); }
+int mtp_session_quant(const mtp_session *s, ph_quant_params *out) {
+  return paged_session_quant(s->ps, out);
+}

@@ -79,5 +79,7 @@ int64_t mtp_session_hidden_size(const mtp_session *s);
 /* Positions the handle has computed (its pages' valid rows), 0 for a handle not open. */
 int64_t mtp_session_computed(const mtp_session *s, int32_t handle);
 int64_t mtp_session_cache_bytes(const mtp_session *s); /* the MTP layer's KV pages */
+/* The drafter's MatMulNBits layers (paged_session_quant of its graph; o->quant builds them). */
+int mtp_session_quant(const mtp_session *s, ph_quant_params *out);
 
 #endif /* PH_RUNTIME_MTP_SESSION_H */

@@ -28,8 +28,10 @@ struct paged_session {
   graph *g;
   executor *e;
   paged_session_params p;
-  int bf16;            /* 1: some MatMulWT runs the bf16 dot (paged_session_precision) */
-  hybrid_cache *cache; /* pages, page buffers and slots (src/cache/hybrid_cache.h) */
+  int bf16;              /* 1: some MatMulWT runs the bf16 dot (paged_session_precision) */
+  int n_quant;           /* MatMulNBits nodes of the graph as built (graph_quant_summary) */
+  ph_quant_params quant; /* the first one's parameters */
+  hybrid_cache *cache;   /* pages, page buffers and slots (src/cache/hybrid_cache.h) */
   int n_layers;
   layer_bind layers[HF_MAX_LAYERS];
   int in_ids, in_pos, in_table, in_cu, in_past, in_meta, in_slots, out_logits; /* -1: unbound
@@ -429,6 +431,7 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
     st = diag_set(d, PH_ERR_INVALID_ARGUMENT, "paged session: no layer binding");
     goto fail;
   }
+  s->n_quant = graph_quant_summary(g, &s->quant);
   {
     const prepare_options po = {s->p.map_weights ? WEIGHTS_MAP : WEIGHTS_COPY, s->p.weights_store,
                                 s->p.matmul_bf16, s->p.n_threads > 0 ? s->p.n_threads : 0};
@@ -837,6 +840,31 @@ ph_precision paged_session_precision(const paged_session *s) {
 }
 
 int64_t paged_session_vocab(const paged_session *s) { return s->vocab; }
+int paged_session_quant(const paged_session *s, ph_quant_params *out) {
+  if (out) *out = s->quant;
+  return s->n_quant;
+}
+
+int graph_quant_summary(const graph *g, ph_quant_params *out) {
+  int n = 0;
+  ph_quant_params q;
+  memset(&q, 0, sizeof q);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const gnode *nd = &g->nodes[i];
+    if (nd->dead || strcmp(nd->op_type, "MatMulNBits") != 0 ||
+        strcmp(nd->domain, "com.microsoft") != 0)
+      continue;
+    if (n++ == 0) {
+      q.bits = (int32_t)node_attr_int(nd, "bits", 4); /* the schema's defaults */
+      q.block_size = (int32_t)node_attr_int(nd, "block_size", 0);
+      q.accuracy_level = (int32_t)node_attr_int(nd, "accuracy_level", 0);
+      q.asymmetric = nd->n_inputs > 3 && nd->inputs[3] >= 0;
+    }
+  }
+  if (out) *out = q;
+  return n;
+}
+
 int64_t paged_session_cache_bytes(const paged_session *s) { return s->bytes; }
 int64_t paged_session_block_size(const paged_session *s) { return s->block_size; }
 int64_t paged_session_max_context(const paged_session *s) { return s->max_context; }

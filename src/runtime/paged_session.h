@@ -132,6 +132,14 @@ ph_status paged_session_create_model(const ph_model *m, const model_options *o,
  * session built from a checkpoint (paged, dense, MTP) does before preparing its graph. */
 ph_status graph_note_checkpoint(graph *g, const ph_model *m, diag *d);
 
+/* The quantized linear layers of g (com.microsoft::MatMulNBits nodes; docs/quantization.md):
+ * returns how many, and describes the first in *out (may be NULL): bits, block_size and
+ * accuracy_level from its attributes (the schema's defaults where absent: 4 bits, level 0),
+ * asymmetric 1 when it has a zero_points input, skip NULL; all 0 when there is none. What
+ * sessions report as the quantization in effect (a package's as exported, a checkpoint's as built
+ * at load). */
+int graph_quant_summary(const graph *g, ph_quant_params *out);
+
 /* One sequence of a step. */
 typedef struct paged_seq {
   int32_t slot;              /* its allocated state slot (ignored without fixed state) */
@@ -193,6 +201,8 @@ int64_t paged_session_vocab(const paged_session *s);
 /* The linear layers' precision resolved at creation: PH_PRECISION_BF16 when any MatMulWT runs the
  * bf16 dot, else PH_PRECISION_F32. */
 ph_precision paged_session_precision(const paged_session *s);
+/* graph_quant_summary of the session's graph, taken before the CPU prepare pass. */
+int paged_session_quant(const paged_session *s, ph_quant_params *out);
 int64_t paged_session_cache_bytes(const paged_session *s); /* KV pages + state slots */
 int64_t paged_session_block_size(const paged_session *s);
 int64_t paged_session_max_context(const paged_session *s); /* rotary rows: positions < this */

@@ -47,6 +47,7 @@ ph_status runtime_paged_session(const runtime_source *src, const runtime_build *
   o.state_update_capacity = b->state_update_capacity;
   o.output_hidden = b->output_hidden;
   o.logit_rows = b->logit_rows;
+  o.quant = b->quant; /* the checkpoint's linear weights quantized as asked (bits 0: none) */
   return paged_session_create_model(src->model, &o, p, out, d);
 }
 
@@ -65,7 +66,58 @@ ph_status runtime_mtp_session(const runtime_source *src, const runtime_build *b,
   o.block_size = b->block_size;
   o.max_context = b->max_context;
   o.io_dtype = b->io_dtype;
+  o.quant = b->quant; /* the drafter's linear layers as the target's: its drafts are verified, so
+                         this changes the acceptance rate at most, never an output */
   return mtp_session_create(src->model, &o, max_seqs, max_tokens, memory_bytes, out, d);
+}
+
+ph_status runtime_quant_resolve(const ph_quant_params *q, const char *who, ph_quant_params *out,
+                                diag *d) {
+  ph_quant_params r = *q;
+  if (r.bits == 0) {
+    RETURN_ERROR_IF(r.block_size || r.asymmetric || r.accuracy_level || r.skip, d,
+                    PH_ERR_INVALID_ARGUMENT,
+                    "%s: quant.bits 0 (no quantization) with quant.%s set: give bits 4 or 8, or "
+                    "leave the other quant fields 0",
+                    who,
+                    r.block_size       ? "block_size"
+                    : r.asymmetric     ? "asymmetric"
+                    : r.accuracy_level ? "accuracy_level"
+                                       : "skip");
+    *out = r;
+    return PH_OK;
+  }
+  RETURN_ERROR_IF(r.bits != 4 && r.bits != 8, d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: quant.bits %d: expected 0 (none), 4 or 8", who, (int)r.bits);
+  if (r.block_size == 0) r.block_size = 32;
+  RETURN_ERROR_IF(r.block_size < 16 || r.block_size > 256 || (r.block_size & (r.block_size - 1)), d,
+                  PH_ERR_INVALID_ARGUMENT,
+                  "%s: quant.block_size %d: expected a power of two in [16, 256] (0: 32)", who,
+                  (int)r.block_size);
+  RETURN_ERROR_IF(r.asymmetric != 0 && r.asymmetric != 1, d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: quant.asymmetric %d: expected 0 (symmetric) or 1 (zero points)", who,
+                  (int)r.asymmetric);
+  if (r.accuracy_level == 0) r.accuracy_level = 4;
+  RETURN_ERROR_IF(r.accuracy_level < 1 || r.accuracy_level > 4, d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: quant.accuracy_level %d: expected 0..4 (ONNX Runtime's: 1 f32, 4 int8 "
+                  "activations; 0: 4)",
+                  who, (int)r.accuracy_level);
+  if (r.skip) {
+    /* entries are separated by commas; none may be empty */
+    const char *at = r.skip;
+    for (int entry = 1;; entry++) {
+      const char *comma = strchr(at, ',');
+      const size_t len = comma ? (size_t)(comma - at) : strlen(at);
+      RETURN_ERROR_IF(len == 0, d, PH_ERR_INVALID_ARGUMENT,
+                      "%s: quant.skip \"%s\": entry %d is empty (an empty name would match "
+                      "every weight; NULL skips none)",
+                      who, r.skip, entry);
+      if (!comma) break;
+      at = comma + 1;
+    }
+  }
+  *out = r;
+  return PH_OK;
 }
 
 void runtime_source_close(runtime_source *src) {

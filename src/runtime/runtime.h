@@ -42,11 +42,24 @@ typedef struct runtime_build {
   ph_dtype io_dtype;             /* activations, KV pages, conv state */
   int prune_lm_head;             /* logits of each sequence's last row only */
   int32_t state_update_capacity; /* compact state updates in the linear layers (0..8) */
-  int output_hidden; /* the packed graph also outputs hidden_states [N, H] (what an MTP head
-                        reads; models/registry.h model_options.output_hidden) */
-  int logit_rows;    /* the LM head computes only the rows the session asks for (each
-                        sequence's last, every row of a verify; model_options.logit_rows) */
+  int output_hidden;     /* the packed graph also outputs hidden_states [N, H] (what an MTP head
+                            reads; models/registry.h model_options.output_hidden) */
+  int logit_rows;        /* the LM head computes only the rows the session asks for (each
+                            sequence's last, every row of a verify; model_options.logit_rows) */
+  ph_quant_params quant; /* linear weights quantized when the graph is built (model_options.quant;
+                            bits 0: none): resolved by runtime_quant_resolve first; quant.skip must
+                            outlive the build. The MTP drafter's graph is quantized the same way */
 } runtime_build;
+
+/* Weight quantization at load (docs/quantization.md): checks q's fields and writes them into *out
+ * with their defaults resolved (block_size 0: 32, accuracy_level 0: 4; skip is the same pointer).
+ * bits 0 (none) takes no other field: each must be 0 (skip NULL), so that a refinement given
+ * without bits is not silently dropped. PH_ERR_INVALID_ARGUMENT naming the field, what it holds
+ * and what is expected, after `who` ("engine params"): bits not 0, 4 or 8; block_size not a power
+ * of two in [16, 256] (the builder's range); asymmetric not 0 or 1; accuracy_level outside 0..4;
+ * skip "" or with an empty entry (an empty name would match every weight). */
+ph_status runtime_quant_resolve(const ph_quant_params *q, const char *who, ph_quant_params *out,
+                                diag *d);
 
 /* 1 when src is a checkpoint whose multi-token-prediction head was bound (mtp.* weights of a
  * dense Qwen3.5 model: docs/mtp.md). */
