@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
   rng g = rng_seed(1);
   for (int64_t i = 0; i < n * k; i++) w[i] = f32_to_bf16(rng_range(&g, -0.05f, 0.05f));
   printf("%-8s %-5s %-5s %12s\n", "variant", "bits", "zp", "ns/weight");
-  for (int v = QUANT_SCALAR; v <= QUANT_AVX512; v++) {
+  for (int v = QUANT_SCALAR; v < QUANT_N_VARIANTS; v++) {
     if (!quant_variant_available((quant_variant)v)) continue;
     for (int bits = 8; bits >= 4; bits -= 4)
       for (int sym = 1; sym >= 0; sym--) {
@@ -57,8 +57,11 @@ int main(int argc, char **argv) {
           double t = now_s() - t0;
           if (t < best) best = t;
         }
-        printf("%-8s %-5d %-5s %12.2f\n", v == QUANT_SCALAR ? "scalar" : "avx512", bits,
-               sym ? "sym" : "asym", 1e9 * best / (double)(n * k));
+        printf("%-8s %-5d %-5s %12.2f\n",
+               v == QUANT_SCALAR ? "scalar"
+               : v == QUANT_AVX2 ? "avx2"
+                                 : "avx512",
+               bits, sym ? "sym" : "asym", 1e9 * best / (double)(n * k));
       }
   }
   free(w);

@@ -68,8 +68,9 @@ int quant_variant_available(quant_variant v) {
   if (v == QUANT_SCALAR) return 1;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   const ph_cpu_features *f = cpu_features();
-  return v == QUANT_AVX512 && f->avx512f && f->avx512bw && f->avx512vl && f->avx2 && f->fma &&
-         f->f16c;
+  const int avx2 = f->avx2 && f->fma && f->f16c;
+  if (v == QUANT_AVX2) return avx2;
+  return v == QUANT_AVX512 && avx2 && f->avx512f && f->avx512bw && f->avx512vl;
 #else
   return 0;
 #endif
@@ -133,9 +134,10 @@ ph_status quant_quantize_with(quant_variant v, const quant_params *p, const void
                   "quant: %s: a NULL buffer", nm);
   RETURN_ERROR_IF(!quant_variant_available(v), d, PH_ERR_INVALID_ARGUMENT,
                   "quant: variant %d is not available on this CPU", (int)v);
-  /* the AVX-512 variant checks finiteness as it goes; on a non-finite weight or scale the
-   * scalar one below reports it */
+  /* the SIMD variants check finiteness as they go; on a non-finite weight or scale the scalar
+   * one below reports it */
   if (v == QUANT_AVX512 && quant_rows_avx512(p, w, w_dtype, n, k, b, scales, zp) == 0) return PH_OK;
+  if (v == QUANT_AVX2 && quant_rows_avx2(p, w, w_dtype, n, k, b, scales, zp) == 0) return PH_OK;
   int64_t first = 0;
   int64_t bad = dtype_count_nonfinite(w_dtype, w, n * k, &first);
   RETURN_ERROR_IF(bad > 0, d, PH_ERR_NON_FINITE,
@@ -148,7 +150,9 @@ ph_status quant_quantize_with(quant_variant v, const quant_params *p, const void
 ph_status quant_quantize(const quant_params *p, const void *w, ph_dtype w_dtype, int64_t n,
                          int64_t k, uint8_t *b, float *scales, uint8_t *zp, const char *name,
                          diag *d) {
-  const quant_variant v = quant_variant_available(QUANT_AVX512) ? QUANT_AVX512 : QUANT_SCALAR;
+  const quant_variant v = quant_variant_available(QUANT_AVX512) ? QUANT_AVX512
+                          : quant_variant_available(QUANT_AVX2) ? QUANT_AVX2
+                                                                : QUANT_SCALAR;
   return quant_quantize_with(v, p, w, w_dtype, n, k, b, scales, zp, name, d);
 }
 

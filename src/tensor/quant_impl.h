@@ -1,13 +1,13 @@
-/* quant_impl — what the scalar quantizer (quant.c) and its AVX-512 twin (quant_avx512.c) share,
- * and the variant choice, for them and for test_quant. Not for other modules: they call
- * quant_quantize, which picks the variant itself.
+/* quant_impl — what the scalar quantizer (quant.c) and its AVX-512 and AVX2 twins (quant_avx512.c,
+ * quant_avx2.c) share, and the variant choice, for them and for test_quant. Not for other
+ * modules: they call quant_quantize, which picks the variant itself.
  *
- * Both variants compute every block's scale and zero point with quant_block_scale below (the
+ * All variants compute every block's scale and zero point with quant_block_scale below (the
  * same f32 operations on the same min and max), and every code with the same f32 operations:
  * v * r, then + zp (two roundings, never a fused multiply-add), roundf (halves away from zero),
  * then the clamp to [0, 2^bits - 1] that sends a NaN to 0 (v = 0 against r = inf, possible only
  * for a block of subnormal weights whose scale's reciprocal overflows). So their bytes are
- * identical for every input; test_quant compares them over a grid.
+ * identical for every input; test_quant compares each SIMD variant with the scalar one over a grid.
  */
 #ifndef PH_TENSOR_QUANT_IMPL_H
 #define PH_TENSOR_QUANT_IMPL_H
@@ -20,14 +20,16 @@
 
 typedef enum quant_variant {
   QUANT_SCALAR = 0, /* portable C: the reference */
-  QUANT_AVX512 = 1, /* AVX-512 F/BW/VL (x86-64 builds with GCC or clang) */
+  QUANT_AVX2 = 1,   /* AVX2 + FMA + F16C (x86-64 builds with GCC or clang) */
+  QUANT_AVX512 = 2, /* AVX-512 F/BW/VL and what AVX2 needs */
+  QUANT_N_VARIANTS = 3
 } quant_variant;
 
 /* 1 when this build and this CPU (base/cpu.h, honouring PH_CPU_DISABLE) run v. */
 int quant_variant_available(quant_variant v);
 
-/* quant_quantize through variant v (which must be available). quant_quantize uses the best one
- * available. */
+/* quant_quantize through variant v (PH_ERR_INVALID_ARGUMENT when it is not available).
+ * quant_quantize uses the best one available: avx512, else avx2, else scalar. */
 ph_status quant_quantize_with(quant_variant v, const quant_params *p, const void *w,
                               ph_dtype w_dtype, int64_t n, int64_t k, uint8_t *b, float *scales,
                               uint8_t *zp, const char *name, diag *d);
@@ -37,6 +39,9 @@ ph_status quant_quantize_with(quant_variant v, const quant_params *p, const void
  * outputs are unspecified on error anyway). */
 int quant_rows_avx512(const quant_params *p, const void *w, ph_dtype w_dtype, int64_t n, int64_t k,
                       uint8_t *b, float *scales, uint8_t *zp);
+/* The AVX2 body, the same contract (quant_avx2.c). */
+int quant_rows_avx2(const quant_params *p, const void *w, ph_dtype w_dtype, int64_t n, int64_t k,
+                    uint8_t *b, float *scales, uint8_t *zp);
 
 /* f rounded to dt (round to nearest even), back in f32. */
 static inline float quant_round_to(ph_dtype dt, float f) {
