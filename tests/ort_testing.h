@@ -26,8 +26,11 @@
 
 #include "base/fmap.h"
 #include "check.h"
+#include "exec/exec.h"
+#include "io/onnx.h"
 #include "io/safetensors.h"
 #include "node_testing.h"
+#include "tensor/tensor.h"
 
 /* PH_TMP_DIR (created by ort_testing_init) and the path of tests/ort/run_ort.mjs. */
 static char g_tmp[1024], g_script[1200];
@@ -81,6 +84,45 @@ static inline int ort_run(const char *pkg, const char *tag, const st_write_entry
   }
   s = st_open_file(out_path, out, &d);
   CHECK_STATUS(s, PH_OK, d.msg);
+  return s == PH_OK;
+}
+
+/* One-node tests (test_ort_nbits, test_ort_moe): graph gr (NULL when building it failed: d says
+ * why) written as the package <g_tmp>/<name> (its path into pkg) by producer, and freed. Returns
+ * 1 when the package is written. */
+static inline int ort_write_package(graph *gr, const char *name, const char *producer, char *pkg,
+                                    size_t pkg_size, diag *d) {
+  snprintf(pkg, pkg_size, "%s/%s", g_tmp, name);
+  if (!CHECK(gr != NULL)) {
+    fprintf(stderr, "  %s: %s\n", name, d->msg);
+    return 0;
+  }
+  ph_status s = path_mkdirs(pkg, d);
+  if (s == PH_OK) s = onnx_write_model(gr, pkg, producer, d);
+  CHECK_STATUS(s, PH_OK, d->msg);
+  graph_free(gr);
+  return s == PH_OK;
+}
+
+/* Ours: package pkg read back and run by the executor (2 threads) with the graph input names[i]
+ * bound to in[i] (i < n); its output 0, n_out values, into y as f32. Returns 1 when it ran. */
+static inline int ort_run_ours(const char *pkg, int n, const char *const *names, const tensor *in,
+                               int64_t n_out, float *y) {
+  diag d;
+  graph *g = NULL;
+  ph_status s = onnx_read_model(pkg, &g, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s != PH_OK) return 0;
+  executor *e = NULL;
+  s = exec_create(g, 2, &e, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  for (int i = 0; i < n && s == PH_OK; i++)
+    s = exec_bind_input(e, exec_input_index(e, names[i]), &in[i], &d);
+  if (s == PH_OK) s = exec_run(e, &d);
+  CHECK_STATUS(s, PH_OK, d.msg);
+  if (s == PH_OK) tensor_load_f32(exec_output(e, 0), 0, n_out, y);
+  exec_free(e);
+  graph_free(g);
   return s == PH_OK;
 }
 

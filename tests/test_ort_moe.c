@@ -143,41 +143,25 @@ static graph *make_graph(const ort_case *c, const ort_data *o, diag *d) {
 
 /* Ours: the package read back, run by the executor. y gets T*H floats. */
 static int run_ours(const char *pkg, const ort_case *c, const ort_data *o, float *y) {
-  diag d;
-  graph *g = NULL;
-  ph_status s = onnx_read_model(pkg, &g, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s != PH_OK) return 0;
-  executor *e = NULL;
-  s = exec_create(g, 2, &e, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  tensor tx, tr;
-  memset(&tx, 0, sizeof tx);
-  memset(&tr, 0, sizeof tr);
-  tx.dtype = tr.dtype = PH_DTYPE_F32;
+  tensor in[2];
+  memset(in, 0, sizeof in);
+  in[0].dtype = in[1].dtype = PH_DTYPE_F32;
   if (c->rank3) {
-    tx.rank = 3;
-    tx.dims[0] = 2;
-    tx.dims[1] = c->T / 2;
-    tx.dims[2] = c->H;
+    in[0].rank = 3;
+    in[0].dims[0] = 2;
+    in[0].dims[1] = c->T / 2;
+    in[0].dims[2] = c->H;
   } else {
-    tx.rank = 2;
-    tx.dims[0] = c->T;
-    tx.dims[1] = c->H;
+    in[0].rank = 2;
+    in[0].dims[0] = c->T;
+    in[0].dims[1] = c->H;
   }
-  tx.data = o->x;
-  tr.rank = 2;
-  tr.dims[0] = c->T;
-  tr.dims[1] = c->E;
-  tr.data = o->r;
-  if (s == PH_OK) s = exec_bind_input(e, exec_input_index(e, "x"), &tx, &d);
-  if (s == PH_OK) s = exec_bind_input(e, exec_input_index(e, "router"), &tr, &d);
-  if (s == PH_OK) s = exec_run(e, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s == PH_OK) memcpy(y, exec_output(e, 0)->data, (size_t)(c->T * c->H) * 4);
-  exec_free(e);
-  graph_free(g);
-  return s == PH_OK;
+  in[0].data = o->x;
+  in[1].rank = 2;
+  in[1].dims[0] = c->T;
+  in[1].dims[1] = c->E;
+  in[1].data = o->r;
+  return ort_run_ours(pkg, 2, (const char *const[]){"x", "router"}, in, c->T * c->H, y);
 }
 
 static int run_ort(const char *pkg, const ort_case *c, const ort_data *o, float *y) {
@@ -208,20 +192,13 @@ static double ort_case_run(const ort_case *c, uint64_t seed) {
   make_data(c, &o, &g);
   diag d;
   char pkg[1300];
-  snprintf(pkg, sizeof pkg, "%s/%s", g_tmp, c->name);
   double out = -1;
-  graph *gr = make_graph(c, &o, &d);
-  if (!CHECK(gr != NULL)) {
-    fprintf(stderr, "  %s: %s\n", c->name, d.msg);
+  if (!ort_write_package(make_graph(c, &o, &d), c->name, "test_ort_moe", pkg, sizeof pkg, &d)) {
     free_data(&o);
     return -1;
   }
-  ph_status s = path_mkdirs(pkg, &d);
-  if (s == PH_OK) s = onnx_write_model(gr, pkg, "test_ort_moe", &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  graph_free(gr);
   float *ours = calloc((size_t)(c->T * c->H), 4), *ort = calloc((size_t)(c->T * c->H), 4);
-  if (s == PH_OK && run_ours(pkg, c, &o, ours) && run_ort(pkg, c, &o, ort))
+  if (run_ours(pkg, c, &o, ours) && run_ort(pkg, c, &o, ort))
     out = rel_diff(ours, ort, c->T * c->H);
   free(ours);
   free(ort);

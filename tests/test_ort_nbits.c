@@ -163,14 +163,6 @@ static graph *make_graph(const nb_case *c, const nb_data *o, diag *d) {
 
 /* Ours: the package read back, run by the executor. y gets M*N floats. */
 static int run_ours(const char *pkg, const nb_case *c, const nb_data *o, float *y) {
-  diag d;
-  graph *g = NULL;
-  ph_status s = onnx_read_model(pkg, &g, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s != PH_OK) return 0;
-  executor *e = NULL;
-  s = exec_create(g, 2, &e, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
   tensor ta;
   memset(&ta, 0, sizeof ta);
   ta.dtype = c->f16 ? PH_DTYPE_F16 : PH_DTYPE_F32;
@@ -179,14 +171,9 @@ static int run_ours(const char *pkg, const nb_case *c, const nb_data *o, float *
   ta.dims[1] = c->K;
   void *own = NULL;
   ta.data = (void *)io_copy(c, o->a, c->M * c->K, &own);
-  if (s == PH_OK) s = exec_bind_input(e, exec_input_index(e, "a"), &ta, &d);
-  if (s == PH_OK) s = exec_run(e, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s == PH_OK) tensor_load_f32(exec_output(e, 0), 0, c->M * c->N, y);
+  int ok = ort_run_ours(pkg, 1, (const char *const[]){"a"}, &ta, c->M * c->N, y);
   free(own);
-  exec_free(e);
-  graph_free(g);
-  return s == PH_OK;
+  return ok;
 }
 
 static int run_ort(const char *pkg, const nb_case *c, const nb_data *o, float *y) {
@@ -221,19 +208,12 @@ static void nb_case_run(const nb_case *c, uint64_t seed) {
   make_data(c, &o, &g);
   diag d;
   char pkg[1300];
-  snprintf(pkg, sizeof pkg, "%s/%s", g_tmp, c->name);
-  graph *gr = make_graph(c, &o, &d);
-  if (!CHECK(gr != NULL)) {
-    fprintf(stderr, "  %s: %s\n", c->name, d.msg);
+  if (!ort_write_package(make_graph(c, &o, &d), c->name, "test_ort_nbits", pkg, sizeof pkg, &d)) {
     free_data(&o);
     return;
   }
-  ph_status s = path_mkdirs(pkg, &d);
-  if (s == PH_OK) s = onnx_write_model(gr, pkg, "test_ort_nbits", &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  graph_free(gr);
   float *ours = calloc((size_t)(c->M * c->N), 4), *ort = calloc((size_t)(c->M * c->N), 4);
-  if (s == PH_OK && run_ours(pkg, c, &o, ours) && run_ort(pkg, c, &o, ort)) {
+  if (run_ours(pkg, c, &o, ours) && run_ort(pkg, c, &o, ort)) {
     const double u = ldexp(1.0, -24);
     double worst_ours = 0, worst_ort = 0; /* max error / its bound */
     for (int64_t m = 0; m < c->M; m++)

@@ -471,7 +471,7 @@ static void test_prepare_resident_weights(void) {
     graph_free(gc);
     return;
   }
-  CHECK_STATUS(graph_prepare_cpu_opts(gm, &(prepare_options){WEIGHTS_MAP, NULL, 0}, NULL, &d),
+  CHECK_STATUS(graph_prepare_cpu_opts(gm, &(prepare_options){WEIGHTS_MAP, NULL, 0, 0}, NULL, &d),
                PH_OK, d.msg);
   CHECK_STATUS(graph_prepare_cpu(gc, &d), PH_OK, d.msg);
   CHECK(gm->resident == NULL);

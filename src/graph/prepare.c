@@ -7,6 +7,7 @@
 
 #include "base/fmap.h"
 #include "base/log.h"
+#include "base/pool.h"
 #include "tensor/dtype.h"
 
 /* The constant weight feeding input 1 of a MatMul: the initializer itself or the input of a Cast
@@ -290,31 +291,80 @@ static ph_status copy_releasing(graph *g, const wkey *k, uint8_t *dst, diag *d) 
   return PH_OK;
 }
 
+/* One chunk of copy_quantized's rows, split into tasks of consecutive rows for the pool. */
+typedef struct quant_job {
+  const graph *g;
+  const int *ids;
+  int n;
+  int64_t r0, r1;     /* the chunk's rows */
+  size_t n_tasks;     /* task t: rows [r0 + t*len/n_tasks, r0 + (t+1)*len/n_tasks) */
+  uint8_t *const *at; /* each part's destination of row 0 */
+  const size_t *row_out;
+  ph_status *st; /* [n_tasks] */
+  diag *errs;    /* [n_tasks] */
+} quant_job;
+
+static void quant_task(void *ctx, size_t t, int thread) {
+  (void)thread;
+  const quant_job *j = ctx;
+  const int64_t len = j->r1 - j->r0;
+  const int64_t a = j->r0 + (int64_t)((size_t)len * t / j->n_tasks);
+  const int64_t b = j->r0 + (int64_t)((size_t)len * (t + 1) / j->n_tasks);
+  void *dst[3];
+  for (int i = 0; i < j->n; i++) dst[i] = j->at[i] + (size_t)a * j->row_out[i];
+  diag_clear(&j->errs[t]);
+  j->st[t] = graph_quant_read_rows(j->g, j->ids, j->n, a, b, dst, &j->errs[t]);
+}
+
+/* Tasks per chunk: a few per thread, so a descheduled thread holds little (pool.h). */
+#define QUANT_TASKS_PER_THREAD 4
+#define QUANT_MAX_TASKS        256
+
 /* The parts of one quantized weight (keys[first[0..n)], B / scales / zero points of the same
  * source and params) into region + each key's offset, every row quantized once for all of them
  * (graph_quant_read_rows), in chunks of about RELEASE_STEP source bytes whose file pages are
- * released as they are consumed. */
+ * released as they are consumed; each chunk's rows split among the threads of p (NULL: this
+ * thread). Rows are independent, so the bytes do not depend on the split; after an error the
+ * chunk is quantized again on the calling thread, so the message is the one of any split. */
 static ph_status copy_quantized(graph *g, const wkey *keys, const size_t *first, int n,
-                                uint8_t *region, diag *d) {
+                                uint8_t *region, pool *p, diag *d) {
   const gvalue *v = &g->values[keys[first[0]].value];
   const int64_t rows = v->quant_rows;
   const size_t row_bytes = (size_t)v->quant_cols * dtype_size(v->src_dtype);
   const int64_t step = RELEASE_STEP / row_bytes ? (int64_t)(RELEASE_STEP / row_bytes) : 1;
   int ids[3];
   size_t row_out[3]; /* bytes of one weight row in each part */
+  uint8_t *at[3];
   for (int i = 0; i < n; i++) {
-    const gvalue *p = &g->values[keys[first[i]].value];
+    const gvalue *q = &g->values[keys[first[i]].value];
     ids[i] = keys[first[i]].value;
-    row_out[i] = (size_t)(p->n_bytes / rows);
+    row_out[i] = (size_t)(q->n_bytes / rows);
+    at[i] = region + keys[first[i]].offset;
   }
-  for (int64_t r = 0; r < rows; r += step) {
+  size_t max_tasks = (size_t)(p ? pool_threads(p) : 1) * QUANT_TASKS_PER_THREAD;
+  if (max_tasks > QUANT_MAX_TASKS) max_tasks = QUANT_MAX_TASKS;
+  ph_status st[QUANT_MAX_TASKS];
+  diag *errs = malloc(max_tasks * sizeof *errs);
+  RETURN_ERROR_IF(!errs, d, PH_ERR_NO_MEMORY, "out of memory quantizing %s", v->name);
+  ph_status s = PH_OK;
+  for (int64_t r = 0; r < rows && s == PH_OK; r += step) {
     const int64_t r1 = r + step < rows ? r + step : rows;
-    void *dst[3];
-    for (int i = 0; i < n; i++) dst[i] = region + keys[first[i]].offset + (size_t)r * row_out[i];
-    FORWARD_IF_ERROR(graph_quant_read_rows(g, ids, n, r, r1, dst, d));
-    release_range(g, (const uint8_t *)v->src + (size_t)r * row_bytes, (size_t)(r1 - r) * row_bytes);
+    quant_job j = {g, ids, n, r, r1, 1, at, row_out, st, errs};
+    j.n_tasks = (size_t)(r1 - r) < max_tasks ? (size_t)(r1 - r) : max_tasks;
+    pool_run(p, j.n_tasks, quant_task, &j);
+    for (size_t t = 0; t < j.n_tasks && s == PH_OK; t++)
+      if (st[t] != PH_OK) { /* the chunk again on this thread: the message of any split */
+        void *dst[3];
+        for (int i = 0; i < n; i++) dst[i] = at[i] + (size_t)r * row_out[i];
+        s = graph_quant_read_rows(g, ids, n, r, r1, dst, d);
+        if (s == PH_OK) s = diag_set(d, st[t], "%s", errs[t].msg);
+      }
+    if (s == PH_OK)
+      release_range(g, (const uint8_t *)v->src + (size_t)r * row_bytes,
+                    (size_t)(r1 - r) * row_bytes);
   }
-  return PH_OK;
+  free(errs);
+  return s;
 }
 
 /* 1 when keys a and b are other parts of one quantized weight (same source and params). */
@@ -330,7 +380,7 @@ static int quant_siblings(const wkey *a, const wkey *b) {
  * values at the copies. The source's file pages are released as they are copied (every
  * RELEASE_STEP bytes), so the copy replaces the mapping in the resident set instead of doubling
  * it. */
-static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
+static ph_status make_weights_resident(graph *g, weight_store *store, int n_threads, diag *d) {
   int *uses = calloc((size_t)g->n_values, sizeof *uses);
   RETURN_ERROR_IF(!uses, d, PH_ERR_NO_MEMORY, "out of memory listing the weights");
   for (int i = 0; i < g->n_outputs; i++) uses[g->outputs[i]] = 1;
@@ -436,6 +486,7 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     g->resident_bytes = total;
   }
   ph_status st = PH_OK;
+  pool *qpool = NULL; /* created at the first quantized weight */
   /* the distinct quantized keys already written with a sibling (one pass per weight) */
   unsigned char *done = calloc(n_keys ? n_keys : 1, 1);
   if (!done) st = diag_set(d, PH_ERR_NO_MEMORY, "out of memory copying the weights");
@@ -456,7 +507,8 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
             done[j] = 1;
             first[n++] = j;
           }
-        st = copy_quantized(g, keys, first, n, region, d);
+        if (!qpool && n_threads != 1) st = pool_create(n_threads, &qpool, d);
+        if (st == PH_OK) st = copy_quantized(g, keys, first, n, region, qpool, d);
       } else if (!k->quant_part) {
         st = copy_releasing(g, k, dst, d);
       }
@@ -465,6 +517,7 @@ static ph_status make_weights_resident(graph *g, weight_store *store, diag *d) {
     val->type.data = dst;
     val->owned = 1;
   }
+  pool_free(qpool);
   free(done);
   free(keys);
   if (store && store->n > 1) qsort(store->e, store->n, sizeof *store->e, store_entry_cmp);
@@ -484,7 +537,7 @@ static int mark_bf16_dot(graph *g, int i) {
 }
 
 ph_status graph_prepare_cpu(graph *g, diag *d) {
-  const prepare_options o = {WEIGHTS_COPY, NULL, 0};
+  const prepare_options o = {WEIGHTS_COPY, NULL, 0, 0};
   return graph_prepare_cpu_opts(g, &o, NULL, d);
 }
 
@@ -494,6 +547,8 @@ ph_status graph_prepare_cpu_opts(graph *g, const prepare_options *o, int *used_b
   RETURN_ERROR_IF(!g->finalized, d, PH_ERR_INVALID_ARGUMENT, "prepare needs a finalized graph");
   RETURN_ERROR_IF(matmul_bf16 < -1 || matmul_bf16 > 1, d, PH_ERR_INVALID_ARGUMENT,
                   "prepare: matmul_bf16 must be -1, 0 or 1, got %d", matmul_bf16);
+  RETURN_ERROR_IF(o->n_threads < 0 || o->n_threads > 4096, d, PH_ERR_INVALID_ARGUMENT,
+                  "prepare: n_threads %d, expected 0 (every CPU) .. 4096", o->n_threads);
   for (int i = 0; i < g->n_nodes; i++) {
     gnode *n = &g->nodes[i];
     if (n->dead || strcmp(n->op_type, "MatMul") != 0 || n->domain[0] || n->n_inputs != 2) continue;
@@ -526,5 +581,5 @@ ph_status graph_prepare_cpu_opts(graph *g, const prepare_options *o, int *used_b
   mark_dead_nodes(g);
   g->finalized = 0;
   FORWARD_IF_ERROR(graph_finalize(g, d));
-  return o->weights == WEIGHTS_MAP ? PH_OK : make_weights_resident(g, o->store, d);
+  return o->weights == WEIGHTS_MAP ? PH_OK : make_weights_resident(g, o->store, o->n_threads, d);
 }

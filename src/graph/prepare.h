@@ -62,11 +62,16 @@ size_t weight_store_bytes(const weight_store *s); /* bytes copied into it */
  *   matmul_bf16  the precision of the linear layers (docs/precision.md): 1 marks every MatMulWT
  *                prepare makes with the internal attribute bf16_dot = 1 (ops/op_matmul.c: the
  *                bf16 dot), 0 leaves them f32, -1 (auto) marks those whose weight is stored
- *                bf16. MoE experts stay f32 in every mode. */
+ *                bf16. MoE experts stay f32 in every mode.
+ *   n_threads    threads that quantize the lazy quantized weights into the resident copy (rows
+ *                split among them, each row quantized by one: the bytes are the same for any
+ *                count); 0: every online CPU (cpu_count_online), 1: the calling thread only. The
+ *                threads live for the prepare call only. */
 typedef struct prepare_options {
   weight_residency weights;
   weight_store *store;
   int matmul_bf16;
+  int n_threads;
 } prepare_options;
 
 /* graph_prepare_cpu_opts with the defaults. */

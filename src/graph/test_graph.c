@@ -90,6 +90,98 @@ static void test_names_found_across_growth_and_renames(void) {
 #define QN 1100
 #define QK 2048
 
+/* A graph of one MatMulNBits over the three lazy quantized parts of w [QN, QK] under p, prepared
+ * with n_threads; returns the graph (NULL after a failed prepare, whose status goes to *st). */
+static graph *prepared_quant_graph(const float *w, const quant_params *p, int n_threads, int *ids,
+                                   ph_status *st, diag *d) {
+  graph *g = NULL;
+  if (graph_create(&g, d) != PH_OK) return NULL;
+  for (int part = 0; part < 3; part++) {
+    char name[32];
+    snprintf(name, sizeof name, "w.part%d", part);
+    ids[part] = graph_add_initializer_quant(g, name, (graph_quant_part)(GRAPH_QUANT_B + part), p,
+                                            QN, QK, w, PH_DTYPE_F32);
+  }
+  int a = graph_add_input(g, "a", PH_DTYPE_F32, 2, (int64_t[]){1, QK}, NULL);
+  gattr at[5] = {attr_int("K", QK), attr_int("N", QN), attr_int("bits", p->bits),
+                 attr_int("block_size", p->block), attr_int("accuracy_level", 1)};
+  int y = -1;
+  graph_add_node(g, "MatMulNBits", "com.microsoft", "mm", 4, (int[]){a, ids[0], ids[1], ids[2]}, 1,
+                 (const char *[]){"y"}, &y, 5, at);
+  graph_mark_output(g, y, NULL);
+  *st = graph_finalize(g, d);
+  if (*st == PH_OK)
+    *st = graph_prepare_cpu_opts(g, &(prepare_options){WEIGHTS_COPY, NULL, 0, n_threads}, NULL, d);
+  if (*st != PH_OK) {
+    graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* The prepare pass quantizes the resident copy on 1, 2, 3 or 7 threads: the same bytes as
+ * tensor/quant.h on the whole weight; a NaN is reported naming its rows whatever the split. */
+static void test_quant_prepare_threads(void) {
+  float *w = malloc((size_t)QN * QK * sizeof *w);
+  if (!CHECK(w)) return;
+  for (int64_t i = 0; i < (int64_t)QN * QK; i++) w[i] = cosf((float)i * 0.13f) * (float)(1 + i % 5);
+  const quant_params p = {8, 64, 0, PH_DTYPE_F32};
+  size_t bb = 0, ns = 0, zb = 0;
+  diag d;
+  diag_clear(&d);
+  CHECK_STATUS(quant_sizes(&p, QN, QK, &bb, &ns, &zb, &d), PH_OK, d.msg);
+  uint8_t *b = malloc(bb), *zp = malloc(zb);
+  float *sc = malloc(ns * sizeof *sc);
+  CHECK_STATUS(quant_quantize(&p, w, PH_DTYPE_F32, QN, QK, b, sc, zp, "w", &d), PH_OK, d.msg);
+  const void *want[3] = {b, sc, zp};
+  const size_t want_bytes[3] = {bb, ns * sizeof(float), zb};
+  const int threads[4] = {1, 2, 3, 7};
+  for (int t = 0; t < 4; t++) {
+    int ids[3];
+    ph_status st = PH_OK;
+    graph *g = prepared_quant_graph(w, &p, threads[t], ids, &st, &d);
+    CHECK_STATUS(st, PH_OK, d.msg);
+    if (!g) continue;
+    for (int part = 0; part < 3; part++) {
+      const gvalue *v = &g->values[ids[part]];
+      if (!CHECK(v->owned && v->type.data)) continue;
+      if (!CHECK(memcmp(v->type.data, want[part], want_bytes[part]) == 0))
+        fprintf(stderr, "    part %d, %d threads\n", part, threads[t]);
+    }
+    graph_free(g);
+  }
+  /* NaNs in rows 600 and 1000: the lowest is named, on any number of threads */
+  w[600 * QK + 9] = NAN;
+  w[1000 * QK + 3] = NAN;
+  char first[sizeof d.msg];
+  for (int t = 0; t < 4; t++) {
+    int ids[3];
+    ph_status st = PH_OK;
+    graph *g = prepared_quant_graph(w, &p, threads[t], ids, &st, &d);
+    CHECK(!g);
+    CHECK_STATUS(st, PH_ERR_NON_FINITE, d.msg);
+    if (t == 0) snprintf(first, sizeof first, "%s", d.msg);
+    CHECK_EQ_STR(d.msg, first);
+    graph_free(g);
+  }
+  CHECK_CONTAINS(first, "rows 512..1023"); /* the 4 MiB chunk of 512 rows */
+  CHECK_CONTAINS(first, "at [88, 9]");
+  printf("  NaN weight in prepare: %s\n", d.msg);
+  diag_clear(&d);
+  graph *g = NULL;
+  int ids[3];
+  ph_status st = PH_OK;
+  w[600 * QK + 9] = 0.0f;
+  w[1000 * QK + 3] = 0.0f;
+  g = prepared_quant_graph(w, &p, -1, ids, &st, &d);
+  CHECK(!g);
+  CHECK_STATUS(st, PH_ERR_INVALID_ARGUMENT, d.msg);
+  free(w);
+  free(b);
+  free(sc);
+  free(zp);
+}
+
 static void test_quant_initializers(void) {
   float *w = malloc((size_t)QN * QK * sizeof *w);
   if (!CHECK(w)) return;
@@ -201,5 +293,6 @@ static void test_quant_initializers(void) {
 int main(void) {
   RUN(test_names_found_across_growth_and_renames);
   RUN(test_quant_initializers);
+  RUN(test_quant_prepare_threads);
   return check_finish();
 }

@@ -77,6 +77,14 @@ typedef struct onnx_progress {
 ph_status onnx_write_model_progress(graph *g, const char *dir, const char *producer,
                                     const onnx_progress *p, diag *d);
 
+/* For tests: onnx_write_model quantizing at most quant_rows weight rows per call of a lazy
+ * quantized weight (0: as many as the 32 MiB write buffer holds), so that small weights reach the
+ * multi-call paths, and counting in *rows_done (may be NULL) the weight rows quantized in all:
+ * each weight's rows once when its parts are written (the pass of its first part keeps the later
+ * small ones), not once per part. The bytes written do not depend on quant_rows. */
+ph_status onnx_write_model_quant_rows(graph *g, const char *dir, const char *producer,
+                                      int64_t quant_rows, int64_t *rows_done, diag *d);
+
 /* The same model.onnx with every external initializer's location, offset and length laid out as
  * onnx_write_model would, but no model.onnx.data: a structure-only package (export
  * --config-only) for checking the graph of a model too big to materialize. Inline initializers

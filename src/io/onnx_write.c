@@ -13,6 +13,8 @@
  *   - bytes the graph already holds (checkpoint views, owned constants) go straight from memory
  *     to write(), in bounded slices;
  *   - lazy converted weights go through graph_initializer_read() a block of value rows at a time;
+ *   - lazy quantized weights (MatMulNBits' B, scales, zero points) are quantized once for all
+ *     their parts: the pass that writes the first part keeps the later, small parts (quant_pass);
  *   - lazy transposed weights (value [C, R] read from a source [R, C]) are produced here a block
  *     of value rows at a time, each block filled by TILE x TILE tiles: a tile reads TILE source
  *     rows of TILE contiguous columns and writes TILE value rows of TILE contiguous elements,
@@ -41,6 +43,8 @@
 #define WRITE_CHUNK_BYTES ((size_t)32 << 20) /* staging buffer for converted/transposed rows */
 #define TILE              64                 /* transpose tile edge, elements */
 
+#define QCACHE_SLOTS 8
+
 typedef struct writer {
   graph *g;
   diag *d;
@@ -53,6 +57,16 @@ typedef struct writer {
 
   const onnx_progress *progress;                    /* NULL: none */
   int64_t tensors_done, tensors_total, bytes_total; /* what progress reports */
+
+  const unsigned char *used; /* the initializers the package holds (validate) */
+  /* later parts (scales, zero points) of quantized weights, computed in the same pass as an
+   * earlier part (quant_pass) and not written yet: value id (-1: empty slot), bytes, and the
+   * bytes held in all */
+  int qcache_id[QCACHE_SLOTS];
+  uint8_t *qcache[QCACHE_SLOTS];
+  size_t qcache_bytes;
+  int64_t quant_rows;      /* weight rows per quantization pass, 0: by the buffer */
+  int64_t quant_rows_done; /* weight rows quantized, all passes together */
 } writer;
 
 static void report_progress(const writer *w) {
@@ -220,6 +234,88 @@ static Onnx__TensorProto *make_tensor_header(writer *w, int id) {
   return p;
 }
 
+/* ---- quantized weights: every part from one pass ------------------------------------------ */
+
+/* At most this many bytes of later parts are kept at once; a pass that would exceed it (a weight
+ * of more than about 2^31 elements) leaves its later parts to passes of their own. */
+#define QCACHE_MAX_BYTES ((size_t)512 << 20)
+
+static ph_status put(writer *w, const void *data, size_t n);
+
+/* Takes the cached bytes of value id (NULL if no earlier pass left them); the caller frees them. */
+static uint8_t *qcache_take(writer *w, int id) {
+  for (int i = 0; i < QCACHE_SLOTS; i++)
+    if (w->qcache[i] && w->qcache_id[i] == id) {
+      uint8_t *b = w->qcache[i];
+      w->qcache[i] = NULL;
+      w->qcache_id[i] = -1;
+      w->qcache_bytes -= tinfo_bytes(&w->g->values[id].type);
+      return b;
+    }
+  return NULL;
+}
+
+static void qcache_clear(writer *w) {
+  for (int i = 0; i < QCACHE_SLOTS; i++) {
+    free(w->qcache[i]);
+    w->qcache[i] = NULL;
+    w->qcache_id[i] = -1;
+  }
+  w->qcache_bytes = 0;
+}
+
+/* The lazy quantized part id (graph_add_initializer_quant) in one pass over its weight's rows that
+ * also computes the scales and zero points of that weight the package holds later (higher value
+ * ids: the writer goes in id order) into the cache, so each weight row is quantized once for all
+ * its parts (graph_quant_read_rows) where graph_initializer_read per part quantized it once per
+ * part. A later B is not cached (it is the big part; it gets its own pass). dst: the whole part
+ * (an inline tensor); NULL: streamed to the data file through w->buf. */
+static ph_status quant_pass(writer *w, int id, uint8_t *dst) {
+  const graph *g = w->g;
+  const gvalue *v = &g->values[id];
+  int ids[3] = {id, -1, -1}, slot[3] = {-1, -1, -1}, n = 1;
+  size_t row_out[3] = {0, 0, 0}, total = 0;
+  const int64_t rows = v->quant_rows;
+  for (int j = id + 1; j < g->n_values && n < 3; j++) {
+    const gvalue *u = &g->values[j];
+    if (!w->used[j] || !u->quant_part || u->type.data || u->quant_part == GRAPH_QUANT_B ||
+        u->quant_part == v->quant_part ||
+        (n == 2 && u->quant_part == g->values[ids[1]].quant_part) || u->src != v->src ||
+        u->src_dtype != v->src_dtype || u->quant_rows != rows || u->quant_cols != v->quant_cols ||
+        memcmp(&u->quant, &v->quant, sizeof u->quant) != 0)
+      continue;
+    total += tinfo_bytes(&u->type);
+    ids[n++] = j;
+  }
+  /* free slots for the later parts, or none cached */
+  for (int i = 1, k = 0; i < n; i++) {
+    while (k < QCACHE_SLOTS && w->qcache[k]) k++;
+    slot[i] = k < QCACHE_SLOTS ? k++ : -1;
+    if (slot[i] < 0) n = 1;
+  }
+  if (w->qcache_bytes + total > QCACHE_MAX_BYTES) n = 1;
+  for (int i = 0; i < n; i++) row_out[i] = tinfo_bytes(&g->values[ids[i]].type) / (size_t)rows;
+  for (int i = 1; i < n; i++) {
+    const size_t bytes = tinfo_bytes(&g->values[ids[i]].type);
+    RETURN_ERROR_IF(!(w->qcache[slot[i]] = malloc(bytes + 1)), w->d, PH_ERR_NO_MEMORY,
+                    "out of memory keeping %zu bytes of %s", bytes, g->values[ids[i]].name);
+    w->qcache_id[slot[i]] = ids[i];
+    w->qcache_bytes += bytes;
+  }
+  int64_t per = rows; /* an inline part: all rows at once */
+  if (!dst) per = row_out[0] <= WRITE_CHUNK_BYTES ? (int64_t)(WRITE_CHUNK_BYTES / row_out[0]) : 1;
+  if (w->quant_rows > 0 && per > w->quant_rows) per = w->quant_rows;
+  for (int64_t r = 0; r < rows; r += per) {
+    const int64_t r1 = rows - r < per ? rows : r + per;
+    void *out[3] = {dst ? dst + (size_t)r * row_out[0] : w->buf, NULL, NULL};
+    for (int i = 1; i < n; i++) out[i] = w->qcache[slot[i]] + (size_t)r * row_out[i];
+    FORWARD_IF_ERROR(graph_quant_read_rows(g, ids, n, r, r1, out, w->d));
+    w->quant_rows_done += r1 - r;
+    if (!dst) FORWARD_IF_ERROR(put(w, w->buf, (size_t)(r1 - r) * row_out[0]));
+  }
+  return PH_OK;
+}
+
 /* A small initializer with its bytes in raw_data (scalars and zero-size tensors included). */
 static ph_status make_tensor_inline(writer *w, int id, Onnx__TensorProto **out) {
   const gvalue *v = &w->g->values[id];
@@ -228,7 +324,15 @@ static ph_status make_tensor_inline(writer *w, int id, Onnx__TensorProto **out) 
   size_t bytes = (size_t)numel * dtype_size(v->type.dtype);
   uint8_t *data = p ? arena_alloc(&w->a, bytes) : NULL;
   if (!data) return oom(w);
-  if (numel > 0) FORWARD_IF_ERROR(graph_initializer_read(w->g, id, 0, numel, data, w->d));
+  uint8_t *cached = v->quant_part ? qcache_take(w, id) : NULL;
+  if (cached) {
+    memcpy(data, cached, bytes);
+    free(cached);
+  } else if (numel > 0 && v->quant_part && !v->type.data) {
+    FORWARD_IF_ERROR(quant_pass(w, id, data));
+  } else if (numel > 0) {
+    FORWARD_IF_ERROR(graph_initializer_read(w->g, id, 0, numel, data, w->d));
+  }
   p->has_raw_data = 1;
   p->raw_data.data = data;
   p->raw_data.len = bytes;
@@ -345,6 +449,13 @@ static ph_status write_initializer(writer *w, int id) {
   const size_t chunk_elems = WRITE_CHUNK_BYTES / es;
   if (numel == 0) return PH_OK;
   if (v->type.data) return put(w, v->type.data, (size_t)numel * es);
+  if (v->quant_part) {
+    uint8_t *cached = qcache_take(w, id);
+    if (!cached) return quant_pass(w, id, NULL);
+    ph_status s = put(w, cached, (size_t)numel * es);
+    free(cached);
+    return s;
+  }
   if (v->lazy && v->src_transposed) {
     const int64_t C = v->type.dims[0], R = v->type.dims[1];
     const int64_t rows_per =
@@ -532,7 +643,8 @@ static ph_status build_and_write(writer *w, const char *dir, const char *produce
 }
 
 static ph_status write_model(graph *g, const char *dir, const char *producer, int structure_only,
-                             const onnx_progress *progress, diag *d) {
+                             const onnx_progress *progress, int64_t quant_rows,
+                             int64_t *quant_rows_done, diag *d) {
   RETURN_ERROR_IF(!g || !dir, d, PH_ERR_INVALID_ARGUMENT, "onnx_write_model: NULL graph or dir");
   RETURN_ERROR_IF(graph_status(g) != PH_OK, d, graph_status(g), "graph has an error: %s",
                   g->err.msg);
@@ -553,6 +665,9 @@ static ph_status write_model(graph *g, const char *dir, const char *producer, in
     s = diag_set(d, PH_ERR_NO_MEMORY, "out of memory");
     goto fail;
   }
+  for (int i = 0; i < QCACHE_SLOTS; i++) w.qcache_id[i] = -1;
+  w.quant_rows = quant_rows;
+  w.used = used;
   if ((s = validate(&w, used)) != PH_OK) goto fail;
   w.buf = malloc(WRITE_CHUNK_BYTES);
   if (!w.buf) {
@@ -566,6 +681,8 @@ fail:
    * not, never remove what was there */
   wfile_abort(&w.data);
   wfile_abort(&w.model);
+  qcache_clear(&w);
+  if (quant_rows_done) *quant_rows_done = w.quant_rows_done;
   free(w.buf);
   free(used);
   arena_free(&w.a);
@@ -573,14 +690,19 @@ fail:
 }
 
 ph_status onnx_write_model(graph *g, const char *dir, const char *producer, diag *d) {
-  return write_model(g, dir, producer, 0, NULL, d);
+  return write_model(g, dir, producer, 0, NULL, 0, NULL, d);
 }
 
 ph_status onnx_write_model_progress(graph *g, const char *dir, const char *producer,
                                     const onnx_progress *p, diag *d) {
-  return write_model(g, dir, producer, 0, p, d);
+  return write_model(g, dir, producer, 0, p, 0, NULL, d);
 }
 
 ph_status onnx_write_model_structure(graph *g, const char *dir, const char *producer, diag *d) {
-  return write_model(g, dir, producer, 1, NULL, d);
+  return write_model(g, dir, producer, 1, NULL, 0, NULL, d);
+}
+
+ph_status onnx_write_model_quant_rows(graph *g, const char *dir, const char *producer,
+                                      int64_t quant_rows, int64_t *rows_done, diag *d) {
+  return write_model(g, dir, producer, 0, NULL, quant_rows, rows_done, d);
 }

@@ -20,6 +20,7 @@
 #include "models/registry.h"
 #include "onnx.pb-c.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 static char g_tmp[512];
 
@@ -839,6 +840,99 @@ static void test_synthetic(void) {
   }
 }
 
+/* Lazy quantized weights written part by part: two weights whose parts interleave in value id
+ * order (W2's scales first, so its B gets a pass of its own; W1's B pass keeps W1's later scales
+ * and zero points, the zero points inline, across W2's passes), streamed in calls of 1, 7 or all
+ * rows: every part's bytes in the package equal tensor/quant.h's, and W1 is quantized once. */
+static void test_quant_parts(void) {
+  enum { N1 = 300, K1 = 80, N2 = 130, K2 = 100 };
+  uint16_t *w1 = malloc(sizeof(uint16_t) * N1 * K1);
+  float *w2 = malloc(sizeof(float) * N2 * K2);
+  for (int i = 0; i < N1 * K1; i++) w1[i] = f32_to_bf16(sinf((float)i * 0.7f) * (float)(1 + i % 3));
+  for (int i = 0; i < N2 * K2; i++) w2[i] = cosf((float)i * 0.3f) * (float)(1 + i % 9);
+  const quant_params p1 = {4, 16, 0, PH_DTYPE_F32}, p2 = {8, 32, 1, PH_DTYPE_F32};
+  uint8_t *want[2][3] = {{NULL}}; /* [weight][part] */
+  size_t want_n[2][3] = {{0}};
+  diag d;
+  for (int wi = 0; wi < 2; wi++) {
+    const quant_params *p = wi ? &p2 : &p1;
+    const int64_t n = wi ? N2 : N1, k = wi ? K2 : K1;
+    size_t nb = 0, ns = 0, nz = 0;
+    CHECK_STATUS(quant_sizes(p, n, k, &nb, &ns, &nz, &d), PH_OK, d.msg);
+    want[wi][0] = malloc(nb);
+    want[wi][1] = malloc(ns * 4);
+    want[wi][2] = malloc(nz + 1);
+    want_n[wi][0] = nb, want_n[wi][1] = ns * 4, want_n[wi][2] = nz;
+    CHECK_STATUS(quant_quantize(p, wi ? (const void *)w2 : (const void *)w1,
+                                wi ? PH_DTYPE_F32 : PH_DTYPE_BF16, n, k, want[wi][0],
+                                (float *)(void *)want[wi][1], nz ? want[wi][2] : NULL, "w", &d),
+                 PH_OK, d.msg);
+  }
+  const int64_t passes[3] = {1, 7, 0};
+  for (int pi = 0; pi < 3; pi++) {
+    graph *g = NULL;
+    CHECK_STATUS(graph_create(&g, &d), PH_OK, d.msg);
+    /* ids in the order W1.B, W2.scales, W1.scales, W2.B, W1.zp */
+    const int id1b =
+        graph_add_initializer_quant(g, "w1.B", GRAPH_QUANT_B, &p1, N1, K1, w1, PH_DTYPE_BF16);
+    const int id2s = graph_add_initializer_quant(g, "w2.scales", GRAPH_QUANT_SCALES, &p2, N2, K2,
+                                                 w2, PH_DTYPE_F32);
+    const int id1s = graph_add_initializer_quant(g, "w1.scales", GRAPH_QUANT_SCALES, &p1, N1, K1,
+                                                 w1, PH_DTYPE_BF16);
+    const int id2b =
+        graph_add_initializer_quant(g, "w2.B", GRAPH_QUANT_B, &p2, N2, K2, w2, PH_DTYPE_F32);
+    const int id1z =
+        graph_add_initializer_quant(g, "w1.zp", GRAPH_QUANT_ZP, &p1, N1, K1, w1, PH_DTYPE_BF16);
+    const int a1 = graph_add_input(g, "a1", PH_DTYPE_F32, 2, (int64_t[]){1, K1}, NULL);
+    const int a2 = graph_add_input(g, "a2", PH_DTYPE_F32, 2, (int64_t[]){1, K2}, NULL);
+    gattr at1[5] = {attr_int("K", K1), attr_int("N", N1), attr_int("bits", 4),
+                    attr_int("block_size", 16), attr_int("accuracy_level", 1)};
+    gattr at2[5] = {attr_int("K", K2), attr_int("N", N2), attr_int("bits", 8),
+                    attr_int("block_size", 32), attr_int("accuracy_level", 1)};
+    int y1 = -1, y2 = -1;
+    graph_add_node(g, "MatMulNBits", "com.microsoft", "mm1", 4, (int[]){a1, id1b, id1s, id1z}, 1,
+                   (const char *[]){"y1"}, &y1, 5, at1);
+    graph_add_node(g, "MatMulNBits", "com.microsoft", "mm2", 3, (int[]){a2, id2b, id2s}, 1,
+                   (const char *[]){"y2"}, &y2, 5, at2);
+    graph_mark_output(g, y1, NULL);
+    graph_mark_output(g, y2, NULL);
+    CHECK_STATUS(graph_finalize(g, &d), PH_OK, d.msg);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/quant%d", g_tmp, pi);
+    CHECK_STATUS(path_mkdirs(dir, &d), PH_OK, d.msg);
+    int64_t done = 0;
+    CHECK_STATUS(onnx_write_model_quant_rows(g, dir, "test", passes[pi], &done, &d), PH_OK, d.msg);
+    /* W1's rows once (its B's pass keeps its scales and zero points), W2's twice (its scales come
+     * before its B, which is never kept) */
+    CHECK_EQ_INT(done, N1 + 2 * N2);
+    graph_free(g);
+    graph *r = NULL;
+    CHECK_STATUS(onnx_read_model(dir, &r, &d), PH_OK, d.msg);
+    if (!r) continue;
+    const char *names[2][3] = {{"w1.B", "w1.scales", "w1.zp"}, {"w2.B", "w2.scales", NULL}};
+    for (int wi = 0; wi < 2; wi++)
+      for (int part = 0; part < 3; part++) {
+        if (!names[wi][part]) continue;
+        const int id = graph_find_value(r, names[wi][part]);
+        if (!CHECK(id >= 0 && r->values[id].type.data)) continue;
+        CHECK_EQ_INT((int64_t)tinfo_bytes(&r->values[id].type), (int64_t)want_n[wi][part]);
+        if (!CHECK(memcmp(r->values[id].type.data, want[wi][part], want_n[wi][part]) == 0)) {
+          size_t at = 0;
+          const uint8_t *got = r->values[id].type.data;
+          while (at < want_n[wi][part] && got[at] == want[wi][part][at]) at++;
+          fprintf(stderr, "    %s, passes of %lld rows: byte %zu of %zu is %u, expected %u\n",
+                  names[wi][part], (long long)passes[pi], at, want_n[wi][part], got[at],
+                  want[wi][part][at]);
+        }
+      }
+    graph_free(r);
+  }
+  for (int wi = 0; wi < 2; wi++)
+    for (int part = 0; part < 3; part++) free(want[wi][part]);
+  free(w1);
+  free(w2);
+}
+
 static void test_writer_refusals(void) {
   synth s;
   if (!build_synth(&s, 0)) {
@@ -890,6 +984,7 @@ int main(void) {
   RUN(test_tokenizer_and_token_ids);
   RUN(test_refusals);
   RUN(test_synthetic);
+  RUN(test_quant_parts);
   RUN(test_writer_refusals);
   return check_finish();
 }

@@ -749,7 +749,7 @@ static void test_moe_prepare(void) {
     CHECK(moe_graph_run(g, io, canon));
     /* the rewiring itself: weights left where they are, so the pointers below say which bytes
      * the MoE reads (the default copy's bytes are checked equal in test_graph) */
-    CHECK_STATUS(graph_prepare_cpu_opts(g, &(prepare_options){WEIGHTS_MAP, NULL, 0}, NULL, &d),
+    CHECK_STATUS(graph_prepare_cpu_opts(g, &(prepare_options){WEIGHTS_MAP, NULL, 0, 0}, NULL, &d),
                  PH_OK, d.msg);
     int live_casts = 0, moe = -1;
     for (int i = 0; i < g->n_nodes; i++) {

@@ -161,7 +161,8 @@ ph_status dense_session_create_graph_ex(graph *g, int64_t max_context, int n_thr
   s->g = g;
   s->n_quant = graph_quant_summary(g, &s->quant);
   int bf16 = 0;
-  const prepare_options po = {WEIGHTS_COPY, NULL, matmul_bf16_of(precision)};
+  const prepare_options po = {WEIGHTS_COPY, NULL, matmul_bf16_of(precision),
+                              n_threads > 0 ? n_threads : 0};
   ph_status st = graph_prepare_cpu_opts(s->g, &po, &bf16, d);
   s->precision = bf16 ? PH_PRECISION_BF16 : PH_PRECISION_F32;
   if (st == PH_OK) st = exec_create(s->g, n_threads, &s->e, d);

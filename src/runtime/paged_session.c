@@ -434,7 +434,7 @@ ph_status paged_session_create(graph *g, const paged_binding *bind, const paged_
   s->n_quant = graph_quant_summary(g, &s->quant);
   {
     const prepare_options po = {s->p.map_weights ? WEIGHTS_MAP : WEIGHTS_COPY, s->p.weights_store,
-                                s->p.matmul_bf16};
+                                s->p.matmul_bf16, s->p.n_threads > 0 ? s->p.n_threads : 0};
     if ((st = graph_prepare_cpu_opts(g, &po, &s->bf16, d)) != PH_OK) goto fail;
   }
   if ((st = exec_create(g, s->p.n_threads, &s->e, d)) != PH_OK) goto fail;

@@ -1,11 +1,14 @@
-/* quant — blockwise MatMulNBits quantization (quant.h has the layout and the rounding rule). */
+/* quant — blockwise MatMulNBits quantization (quant.h has the layout and the rounding rule): the
+ * scalar reference variant, the choice of variant (quant_impl.h), and the inverse. */
 #include "tensor/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "tensor/dtype.h"
+#include "tensor/quant_impl.h"
 
 static ph_status check_params(const quant_params *p, int64_t n, int64_t k, diag *d) {
   RETURN_ERROR_IF(!p, d, PH_ERR_INVALID_ARGUMENT, "quant: no parameters");
@@ -46,13 +49,6 @@ static float load(const void *w, ph_dtype dt, int64_t i) {
   return dt == PH_DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-/* f rounded to dt (round to nearest even), back in f32. */
-static float round_to(ph_dtype dt, float f) {
-  if (dt == PH_DTYPE_F16) return f16_to_f32(f32_to_f16(f));
-  if (dt == PH_DTYPE_BF16) return bf16_to_f32(f32_to_bf16(f));
-  return f;
-}
-
 static void put_code(uint8_t *b, int bits, int64_t j, unsigned code) {
   if (bits == 8) {
     b[j] = (uint8_t)code;
@@ -68,23 +64,22 @@ static unsigned get_code(const uint8_t *b, int bits, int64_t j) {
   return (j & 1) ? (unsigned)(b[j / 2] >> 4) : (unsigned)(b[j / 2] & 0x0fu);
 }
 
-ph_status quant_quantize(const quant_params *p, const void *w, ph_dtype w_dtype, int64_t n,
-                         int64_t k, uint8_t *b, float *scales, uint8_t *zp, const char *name,
-                         diag *d) {
-  FORWARD_IF_ERROR(check_params(p, n, k, d));
-  const char *nm = name ? name : "weight";
-  RETURN_ERROR_IF(w_dtype != PH_DTYPE_F32 && w_dtype != PH_DTYPE_F16 && w_dtype != PH_DTYPE_BF16, d,
-                  PH_ERR_TENSOR_DTYPE, "quant: %s has dtype %s, expected f32, f16 or bf16", nm,
-                  dtype_safetensors_name(w_dtype) ? dtype_safetensors_name(w_dtype) : "invalid");
-  RETURN_ERROR_IF(!w || !b || !scales || (!p->symmetric && !zp), d, PH_ERR_INVALID_ARGUMENT,
-                  "quant: %s: a NULL buffer", nm);
-  int64_t first = 0;
-  int64_t bad = dtype_count_nonfinite(w_dtype, w, n * k, &first);
-  RETURN_ERROR_IF(bad > 0, d, PH_ERR_NON_FINITE,
-                  "quant: %s [%lld, %lld]: %lld non-finite value%s, the first (%g) at [%lld, %lld]",
-                  nm, (long long)n, (long long)k, (long long)bad, bad == 1 ? "" : "s",
-                  (double)load(w, w_dtype, first), (long long)(first / k), (long long)(first % k));
+int quant_variant_available(quant_variant v) {
+  if (v == QUANT_SCALAR) return 1;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const ph_cpu_features *f = cpu_features();
+  const int avx2 = f->avx2 && f->fma && f->f16c;
+  if (v == QUANT_AVX2) return avx2;
+  return v == QUANT_AVX512 && avx2 && f->avx512f && f->avx512bw && f->avx512vl;
+#else
+  return 0;
+#endif
+}
 
+/* The scalar variant: p checked, buffers non-NULL, w finite. */
+static ph_status quant_rows_scalar(const quant_params *p, const void *w, ph_dtype w_dtype,
+                                   int64_t n, int64_t k, uint8_t *b, float *scales, uint8_t *zp,
+                                   const char *nm, diag *d) {
   const int bs = p->block, bits = p->bits;
   const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
   const int64_t kb = (k + bs - 1) / bs;
@@ -105,44 +100,60 @@ ph_status quant_quantize(const quant_params *p, const void *w, ph_dtype w_dtype,
        * as in ORT, but cannot change it: see quant.h. */
       float s;
       int z;
-      if (p->symmetric) {
-        float m = fabsf(hi) > fabsf(lo) ? hi : lo;
-        s = m / (float)-mid;
-        z = mid;
-      } else {
-        if (lo > 0) lo = 0;
-        if (hi < 0) hi = 0;
-        s = (hi - lo) / (float)qmax;
-        float zf = s != 0.0f ? -lo / s : lo;
-        z = zf < 0.0f ? 0 : zf > (float)qmax ? qmax : (int)roundf(zf);
-      }
-      s = round_to(p->scale_dtype, s);
+      quant_block_scale(p, &lo, &hi, &s, &z);
       RETURN_ERROR_IF(!isfinite(s), d, PH_ERR_NON_FINITE,
                       "quant: %s row %lld block %lld: the scale of range [%g, %g] is not finite "
                       "in %s",
                       nm, (long long)r, (long long)blk, (double)lo, (double)hi,
                       dtype_safetensors_name(p->scale_dtype));
       scales[r * kb + blk] = s;
-      if (!p->symmetric) {
-        uint8_t *zb = zp + r * zp_row;
-        if (bits == 8) {
-          zb[blk] = (uint8_t)z;
-        } else {
-          int64_t j = blk / 2;
-          zb[j] = (uint8_t)((blk & 1) ? ((zb[j] & 0x0fu) | (unsigned)z << 4)
-                                      : ((zb[j] & 0xf0u) | (unsigned)z));
-        }
-      }
+      if (!p->symmetric) quant_put_zp(zp + r * zp_row, bits, blk, z);
       float rcp = s != 0.0f ? 1.0f / s : 0.0f;
       for (int64_t c = k0; c < k0 + bs; c++) {
         float v = c < k1 ? load(w, w_dtype, r * k + c) : 0.0f;
-        float q = roundf(v * rcp + (float)z);
-        q = q < 0.0f ? 0.0f : q > (float)qmax ? (float)qmax : q;
+        float q = v * rcp;
+        q = roundf(q + (float)z);
+        /* !(q >= 0) also catches a NaN (0 * inf, quant_impl.h): code 0 */
+        q = !(q >= 0.0f) ? 0.0f : q > (float)qmax ? (float)qmax : q;
         put_code(brow, bits, c, (unsigned)q);
       }
     }
   }
   return PH_OK;
+}
+
+ph_status quant_quantize_with(quant_variant v, const quant_params *p, const void *w,
+                              ph_dtype w_dtype, int64_t n, int64_t k, uint8_t *b, float *scales,
+                              uint8_t *zp, const char *name, diag *d) {
+  FORWARD_IF_ERROR(check_params(p, n, k, d));
+  const char *nm = name ? name : "weight";
+  RETURN_ERROR_IF(w_dtype != PH_DTYPE_F32 && w_dtype != PH_DTYPE_F16 && w_dtype != PH_DTYPE_BF16, d,
+                  PH_ERR_TENSOR_DTYPE, "quant: %s has dtype %s, expected f32, f16 or bf16", nm,
+                  dtype_safetensors_name(w_dtype) ? dtype_safetensors_name(w_dtype) : "invalid");
+  RETURN_ERROR_IF(!w || !b || !scales || (!p->symmetric && !zp), d, PH_ERR_INVALID_ARGUMENT,
+                  "quant: %s: a NULL buffer", nm);
+  RETURN_ERROR_IF(!quant_variant_available(v), d, PH_ERR_INVALID_ARGUMENT,
+                  "quant: variant %d is not available on this CPU", (int)v);
+  /* the SIMD variants check finiteness as they go; on a non-finite weight or scale the scalar
+   * one below reports it */
+  if (v == QUANT_AVX512 && quant_rows_avx512(p, w, w_dtype, n, k, b, scales, zp) == 0) return PH_OK;
+  if (v == QUANT_AVX2 && quant_rows_avx2(p, w, w_dtype, n, k, b, scales, zp) == 0) return PH_OK;
+  int64_t first = 0;
+  int64_t bad = dtype_count_nonfinite(w_dtype, w, n * k, &first);
+  RETURN_ERROR_IF(bad > 0, d, PH_ERR_NON_FINITE,
+                  "quant: %s [%lld, %lld]: %lld non-finite value%s, the first (%g) at [%lld, %lld]",
+                  nm, (long long)n, (long long)k, (long long)bad, bad == 1 ? "" : "s",
+                  (double)load(w, w_dtype, first), (long long)(first / k), (long long)(first % k));
+  return quant_rows_scalar(p, w, w_dtype, n, k, b, scales, zp, nm, d);
+}
+
+ph_status quant_quantize(const quant_params *p, const void *w, ph_dtype w_dtype, int64_t n,
+                         int64_t k, uint8_t *b, float *scales, uint8_t *zp, const char *name,
+                         diag *d) {
+  const quant_variant v = quant_variant_available(QUANT_AVX512) ? QUANT_AVX512
+                          : quant_variant_available(QUANT_AVX2) ? QUANT_AVX2
+                                                                : QUANT_SCALAR;
+  return quant_quantize_with(v, p, w, w_dtype, n, k, b, scales, zp, name, d);
 }
 
 ph_status quant_dequantize(const quant_params *p, const uint8_t *b, const float *scales,

@@ -14,6 +14,7 @@
 #include "base/rng.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
+#include "tensor/quant_impl.h"
 
 static quant_params qp(int bits, int block, int sym, ph_dtype sd) {
   quant_params p = {bits, block, sym, sd};
@@ -393,6 +394,156 @@ static void test_rms_representable_is_zero(void) {
   CHECK(rel == 0.0);
 }
 
+/* ---- variants: the AVX-512 quantizer gives the scalar one's bytes, over a grid ----------------
+ */
+
+/* Row r of a weight [n, k] in f32, of kind r % 9: random, ties at .5 against a scale of 1, zeros
+ * (a -0.0 first), all equal, subnormals, tiny subnormals (the scale's reciprocal overflows:
+ * codes of 0 * inf), huge values, mixed magnitudes, zeros with one negative. */
+static void fill_row(float *row, int64_t k, int kind, int bits, int sym, rng *g) {
+  const int mid = 1 << (bits - 1), qmax = (1 << bits) - 1;
+  for (int64_t c = 0; c < k; c++) {
+    float u = rng_range(g, -1.0f, 1.0f);
+    switch (kind) {
+    case 0:
+      row[c] = u;
+      break;
+    case 1: /* sym: m = -mid gives s = 1, codes v + mid; asym: [0, qmax] gives s = 1, zp 0 */
+      row[c] = sym ? (float)((int)(rng_uniform(g) * (float)(2 * mid - 1)) - mid + 1) - 0.5f
+                   : (float)(int)(rng_uniform(g) * (float)qmax) + 0.5f;
+      if (c % 16 == 0) row[c] = sym ? (float)-mid : (float)qmax;
+      if (c % 16 == 1) row[c] = sym ? 0.5f : 0.0f;
+      break;
+    case 2:
+      row[c] = c % 3 == 0 ? -0.0f : 0.0f;
+      break;
+    case 3:
+      row[c] = c % 2 ? -0.375f : 0.375f;
+      if ((c / 32) % 2) row[c] = 2.5f;
+      break;
+    case 4:
+      row[c] = u * 1e-39f;
+      break;
+    case 5:
+      row[c] = c % 5 == 0 ? 1.4e-45f : 0.0f;
+      break;
+    case 6:
+      row[c] = u * 3e38f;
+      break;
+    case 7:
+      row[c] = u * powf(10.0f, (float)(c % 13) - 6.0f);
+      break;
+    default:
+      row[c] = c % 7 == 3 ? -1.0f : 0.0f;
+      break;
+    }
+  }
+}
+
+/* The variant variants_agree compares with the scalar one. */
+static quant_variant g_simd = QUANT_AVX512;
+
+static int variants_agree(const quant_params *p, const void *w, ph_dtype wd, int64_t n, int64_t k) {
+  size_t nb, ns, nz;
+  if (quant_sizes(p, n, k, &nb, &ns, &nz, NULL) != PH_OK) return 0;
+  uint8_t *b[2] = {malloc(nb), malloc(nb)}, *z[2] = {malloc(nz + 1), malloc(nz + 1)};
+  float *s[2] = {malloc(ns * 4), malloc(ns * 4)};
+  diag d[2];
+  ph_status st[2];
+  for (int v = 0; v < 2; v++) {
+    memset(b[v], v ? 0xa5 : 0x5a, nb);
+    memset(s[v], v ? 0xa5 : 0x5a, ns * 4);
+    memset(z[v], v ? 0xa5 : 0x5a, nz + 1);
+    diag_clear(&d[v]);
+    st[v] = quant_quantize_with(v ? g_simd : QUANT_SCALAR, p, w, wd, n, k, b[v], s[v],
+                                p->symmetric ? NULL : z[v], "t.weight", &d[v]);
+  }
+  int ok = st[0] == st[1];
+  if (ok && st[0] == PH_OK)
+    ok = !memcmp(b[0], b[1], nb) && !memcmp(s[0], s[1], ns * 4) && !memcmp(z[0], z[1], nz);
+  else if (ok)
+    ok = !strcmp(d[0].msg, d[1].msg);
+  if (!ok)
+    fprintf(stderr,
+            "variant %d differs: bits %d block %d sym %d scale %d src %d [%lld, %lld]: %s | %s\n",
+            (int)g_simd, p->bits, p->block, p->symmetric, (int)p->scale_dtype, (int)wd,
+            (long long)n, (long long)k, d[0].msg, d[1].msg);
+  for (int v = 0; v < 2; v++) free(b[v]), free(z[v]), free(s[v]);
+  return ok;
+}
+
+/* The grid for variant g_simd. */
+static void variant_grid(void) {
+  const ph_dtype dts[3] = {PH_DTYPE_F32, PH_DTYPE_F16, PH_DTYPE_BF16};
+  rng g = rng_seed(18);
+  int cases = 0, bad = 0;
+  for (int bits = 4; bits <= 8; bits += 4)
+    for (int block = 16; block <= 256; block *= 2)
+      for (int sym = 0; sym < 2; sym++) {
+        const int64_t ks[4] = {1, 15 + block / 16, block, 3 * block + 5};
+        for (int ki = 0; ki < 4; ki++) {
+          const int64_t n = 9, k = ks[ki];
+          float *w = malloc((size_t)(n * k) * sizeof(float));
+          uint16_t *h = malloc((size_t)(n * k) * sizeof(uint16_t));
+          for (int64_t r = 0; r < n; r++) fill_row(w + r * k, k, (int)r, bits, sym, &g);
+          for (int sd = 0; sd < 3; sd++)
+            for (int src = 0; src < 3; src++) {
+              const quant_params p = qp(bits, block, sym, dts[sd]);
+              const void *wp = w;
+              if (dts[src] != PH_DTYPE_F32) {
+                CHECK_STATUS(dtype_convert(h, dts[src], w, PH_DTYPE_F32, (size_t)(n * k), NULL),
+                             PH_OK, NULL);
+                wp = h;
+              }
+              /* every row, then each row alone (a failing row fails the whole call) */
+              bad += !variants_agree(&p, wp, dts[src], n, k);
+              for (int64_t r = 0; r < n; r++)
+                bad += !variants_agree(&p, (const char *)wp + r * k * dtype_size(dts[src]),
+                                       dts[src], 1, k);
+              cases += 1 + (int)n;
+            }
+          free(w);
+          free(h);
+        }
+      }
+  if (bad)
+    fprintf(stderr, "       %d of %d quantizations differ between the variants\n", bad, cases);
+  CHECK(bad == 0 && cases > 0);
+  /* a non-finite weight: the same error from both, wherever it is */
+  float w[3 * 40];
+  for (int i = 0; i < 120; i++) w[i] = (float)i / 7.0f;
+  for (int at = 0; at < 120; at += 17) {
+    float keep = w[at];
+    w[at] = at % 2 ? NAN : -INFINITY;
+    const quant_params p = qp(8, 16, at % 3 == 0, PH_DTYPE_BF16);
+    CHECK(variants_agree(&p, w, PH_DTYPE_F32, 3, 40));
+    w[at] = keep;
+  }
+}
+
+/* Every SIMD variant this CPU runs gives the scalar bytes over the grid. */
+static void test_variants_bit_identical(void) {
+  const quant_variant simd[2] = {QUANT_AVX2, QUANT_AVX512};
+  for (int i = 0; i < 2; i++) {
+    if (!quant_variant_available(simd[i])) {
+      fprintf(stderr, "  (variant %d does not run on this CPU: not compared)\n", (int)simd[i]);
+      continue;
+    }
+    g_simd = simd[i];
+    variant_grid();
+  }
+  diag d;
+  const quant_params p = {8, 32, 1, PH_DTYPE_F32};
+  const float w[32] = {1.0f};
+  uint8_t b[32];
+  float s[1];
+  if (!quant_variant_available(QUANT_AVX512))
+    CHECK_STATUS(quant_quantize_with(QUANT_AVX512, &p, w, PH_DTYPE_F32, 1, 32, b, s, NULL, "w", &d),
+                 PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_STATUS(quant_quantize_with(QUANT_SCALAR, &p, w, PH_DTYPE_F32, 1, 32, b, s, NULL, "w", &d),
+               PH_OK, d.msg);
+}
+
 int main(void) {
   RUN(test_sizes);
   RUN(test_bad_params);
@@ -408,5 +559,6 @@ int main(void) {
   RUN(test_error_bound_random);
   RUN(test_half_sources);
   RUN(test_rms_representable_is_zero);
+  RUN(test_variants_bit_identical);
   return check_finish();
 }
