@@ -10,10 +10,11 @@
  * Shapes: K = 1024 against N = 3584 (MLP up/gate), 6144 (GatedDeltaNet in-projection), 248320
  * (LM head), and K = 3584 against N = 1024 (MLP down); M = 1 and 16 (decode: bandwidth-bound,
  * reported as GB/s of the packed weight bytes, B plus scales, as a ratio to the bandwidth) and
- * M = 512 (prefill: reported as int8 TOP/s, 2·M·N·K, as a ratio to the vpdpbusd peak). Decode
- * weights smaller than 256 MB rotate over copies, so each call reads them from DRAM; they live in
- * anonymous memory advised for huge pages. The op is called through its registry entry as the
- * executor calls it (A quantized per call, bias-free, f32 output). Medians of --repeats; the VM
+ * M = 8, 24, 32 (the MLP up shape only: where the op switches from the streaming to the panel
+ * kernel) and M = 512 (prefill: reported as int8 TOP/s, 2·M·N·K, as a ratio to the vpdpbusd peak).
+ * Decode weights smaller than 256 MB rotate over copies, so each call reads them from DRAM; they
+ * live in anonymous memory advised for huge pages. The op is called through its registry entry as
+ * the executor calls it (A quantized per call, bias-free, f32 output). Medians of --repeats; the VM
  * is shared, so read the ratios, not the raw numbers; numbers are indicative.
  * "wt-bf16" rows: MatMulWT with bf16 weights and the bf16 dot (bench_matmul's mode), same shape.
  * err: max |y − float64| of 128 sampled outputs over Σ_k |a_k·w_k| (a sanity check only:
@@ -39,11 +40,13 @@ typedef struct nb_bench_case {
 } nb_bench_case;
 
 static const nb_bench_case CASES[] = {
-    {"decode-mlp-up", 1, 1024, 3584},     {"decode-gdn-in", 1, 1024, 6144},
-    {"decode-mlp-down", 1, 3584, 1024},   {"decode-lm-head", 1, 1024, 248320},
-    {"b16-mlp-up", 16, 1024, 3584},       {"b16-mlp-down", 16, 3584, 1024},
-    {"b16-lm-head", 16, 1024, 248320},    {"prefill-512", 512, 1024, 3584},
-    {"prefill-512-gdn", 512, 1024, 6144}, {"prefill-512-down", 512, 3584, 1024},
+    {"decode-mlp-up", 1, 1024, 3584},      {"decode-gdn-in", 1, 1024, 6144},
+    {"decode-mlp-down", 1, 3584, 1024},    {"decode-lm-head", 1, 1024, 248320},
+    {"b16-mlp-up", 16, 1024, 3584},        {"b16-mlp-down", 16, 3584, 1024},
+    {"b16-lm-head", 16, 1024, 248320},     {"b8-mlp-up", 8, 1024, 3584},
+    {"b24-mlp-up", 24, 1024, 3584},        {"b32-mlp-up", 32, 1024, 3584},
+    {"prefill-512", 512, 1024, 3584},      {"prefill-512-gdn", 512, 1024, 6144},
+    {"prefill-512-down", 512, 3584, 1024},
 };
 #define N_CASES      (sizeof CASES / sizeof CASES[0])
 #define ROTATE_BYTES ((size_t)256 << 20)

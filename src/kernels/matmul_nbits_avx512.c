@@ -236,16 +236,22 @@ static WT_INLINE NQ_TARGET void nqp_rows(const int8_t *q, int64_t q_stride, cons
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
     const uint8_t *w = wp + blk * quads * 4 * NBITS_PANEL;
     const int8_t *qb = q + blk * block;
-    for (int64_t kq = 0; kq < quads; kq++) {
-      __m512i w0 = _mm512_loadu_si512(w + kq * 4 * NBITS_PANEL);
-      __m512i w1 = _mm512_loadu_si512(w + kq * 4 * NBITS_PANEL + 64);
+    /* 4 quads per iteration (a block holds a multiple of 4: block >= 16), unrolled: with one
+     * quad per iteration GCC 12 copied all eight accumulators around each one */
+    for (int64_t k4 = 0; k4 < quads; k4 += 4) {
       WT_UNROLL
-      for (int r = 0; r < R; r++) {
-        int32_t a4;
-        memcpy(&a4, qb + r * q_stride + 4 * kq, 4);
-        __m512i a = _mm512_set1_epi32(a4);
-        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, a);
-        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, a);
+      for (int u = 0; u < 4; u++) {
+        const int64_t kq = k4 + u;
+        __m512i w0 = _mm512_loadu_si512(w + kq * 4 * NBITS_PANEL);
+        __m512i w1 = _mm512_loadu_si512(w + kq * 4 * NBITS_PANEL + 64);
+        WT_UNROLL
+        for (int r = 0; r < R; r++) {
+          int32_t a4;
+          memcpy(&a4, qb + r * q_stride + 4 * kq, 4);
+          __m512i a = _mm512_set1_epi32(a4);
+          acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, a);
+          acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, a);
+        }
       }
     }
     __m512 sw0 = _mm512_loadu_ps(swp + blk * NBITS_PANEL);

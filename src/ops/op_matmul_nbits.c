@@ -36,7 +36,7 @@ enum { NB_IN_A, NB_IN_B, NB_IN_SCALES, NB_IN_ZP, NB_IN_GIDX, NB_IN_BIAS };
 #define NB_COLS_PER_TASK 8
 /* Level 4: from this many rows on, the panel kernel (weights repacked once per call, no
  * reductions); below, the streaming one. Both give the same bits (kernels/matmul_nbits.h). */
-#define NB_PANEL_MIN_M   8
+#define NB_PANEL_MIN_M   16
 #define NB_MAX_DIM       INT32_MAX          /* K and N */
 #define NB_MAX_BLOCK     ((int64_t)1 << 30) /* block_size */
 

@@ -523,7 +523,8 @@ static tensor *nb_i8_check(const nb_case *c, const nb_inputs *x, int n_threads) 
 
 static void test_nb_i8_grid(void) {
   static const int blocks[] = {16, 32, 64, 128, 256};
-  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 11, 27}; /* 27: the panel kernel */
+  /* 15: the streaming kernel's largest M; 16 (NB_PANEL_MIN_M), 27: the panel kernel */
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 11, 15, 16, 27};
   kernel_variant vs[KERNEL_N_VARIANTS];
   int n_v = nb_variants(vs), runs = 0;
   if (!cpu_features()->avx512_vnni) fprintf(stderr, "  (no avx512_vnni: reference only)\n");
@@ -535,10 +536,10 @@ static void test_nb_i8_grid(void) {
           int block = blocks[bi];
           /* K: several blocks, a multiple; then a partial last block; then less than a block */
           int64_t K = kk == 0 ? 5 * block : kk == 1 ? 2 * block + block / 2 + 2 : block / 2 + 6;
-          /* N: 4..8 (the streaming kernel groups 4), 33..41 (the panel kernel, M >= 24, takes 32:
+          /* N: 4..8 (the streaming kernel groups 4), 33..41 (the panel kernel, M >= 16, takes 32:
            * a full panel and a partial one), 1 */
           int64_t N = kk == 2 ? 1 : kk == 0 ? 4 + (int64_t)bi : 33 + 2 * (int64_t)bi;
-          for (size_t mi = 0; mi < 8; mi++) {
+          for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
             if (mi < 6 && (bi + (size_t)kk) % 2 && mi % 2) continue; /* fewer small-M runs */
             nb_case c = {PH_DTYPE_F32, 2, Ms[mi], K, N, bits, block, zp, (int)(mi + bi) % 2, 4};
             nb_inputs x;
