@@ -245,6 +245,18 @@ static int read_prompt(json_t *o, serve_params *p, serve_error *e) {
   return bad_type(e, "prompt", "a string or an array of token ids", v);
 }
 
+/* 1 when a string anywhere in v holds U+0000 (the body is read with JSON_ALLOW_NUL; the chat
+ * template's JSON reader, like the template's C strings, cannot carry one). */
+static int holds_nul(const json_t *v) {
+  if (json_is_string(v)) return strlen(json_string_value(v)) != json_string_length(v);
+  const char *key;
+  const json_t *x;
+  size_t i;
+  if (json_is_object(v)) json_object_foreach((json_t *)v, key, x) if (holds_nul(x)) return 1;
+  if (json_is_array(v)) json_array_foreach(v, i, x) if (holds_nul(x)) return 1;
+  return 0;
+}
+
 /* messages: checked, and each content given as an array of text parts joined into a string. */
 static int read_messages(json_t *o, serve_params *p, serve_error *e) {
   json_t *v = field(o, "messages");
@@ -275,6 +287,14 @@ static int read_messages(json_t *o, serve_params *p, serve_error *e) {
       else
         serve_error_set(e, 400, "invalid_request_error", param, "missing_required_parameter",
                         "Missing required parameter: '%s'.", param);
+      json_decref(copy);
+      return -1;
+    }
+    if (holds_nul(m)) {
+      snprintf(param, sizeof param, "messages[%zu]", i);
+      serve_error_set(e, 400, "invalid_request_error", param, "invalid_value",
+                      "Invalid '%s': a string holds U+0000, which a chat template cannot take.",
+                      param);
       json_decref(copy);
       return -1;
     }
@@ -319,6 +339,11 @@ static int read_messages(json_t *o, serve_params *p, serve_error *e) {
   json_t *kw = field(o, "chat_template_kwargs"), *tools = field(o, "tools");
   if (kw && !json_is_object(kw)) return bad_type(e, "chat_template_kwargs", "an object", kw);
   if (tools && !json_is_array(tools)) return bad_type(e, "tools", "an array", tools);
+  if (holds_nul(kw) || holds_nul(tools))
+    return serve_error_set(
+        e, 400, "invalid_request_error", kw && holds_nul(kw) ? "chat_template_kwargs" : "tools",
+        "invalid_value", "Invalid '%s': a string holds U+0000, which a chat template cannot take.",
+        kw && holds_nul(kw) ? "chat_template_kwargs" : "tools");
   if (kw || tools) {
     json_t *extra = kw ? json_deep_copy(kw) : json_object();
     if (!extra || (tools && json_object_set(extra, "tools", tools) != 0)) {
