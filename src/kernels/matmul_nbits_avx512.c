@@ -18,8 +18,11 @@
  *   smaller blocks (8 bits: 16, 32; 4 bits: 32, 64): one or two steps hold four blocks; the
  *     reduction after each step leaves chunk j = one block or half of one, and four blocks are
  *     combined at a time. The tables are padded to a multiple of four blocks with zeros and the
- *     last step's weight loads are masked, so nothing past the column is read.
- * 4 bits with block 16 (8 bytes) has no kernel here (the caller runs the reference).
+ *     last step's weight loads are masked, so nothing past the column is read. Without zero
+ *     points the accumulators start at −z·Σâ of each block (in one lane of the block's chunk),
+ *     so the reductions give d itself.
+ * The entry points are specialized per width and for the small blocks (constants, one step body
+ * per loop). 4 bits with block 16 (8 bytes) has no kernel here (the caller runs the reference).
  */
 #include <float.h>
 #include <math.h>
@@ -127,18 +130,36 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
     const int64_t unit = 4 * blob, col_bytes = nb * blob;
     const __m512i bcast4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i tr4 = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    /* symmetric: the accumulators start at −z·Σâ = −(Σâ << (bits − 1)) in the first lane of each
+     * chunk that sums into a block (lanes 0, 4, 8, 12 for blob 16; 0, 8 per step for blob 32), so
+     * the reductions give the block's d directly (int32, the same value modulo 2^32) */
+    const __mmask16 zl = blob == 16 ? (__mmask16)0x1111 : (__mmask16)0x0101;
     for (int64_t u = 0, blk = 0; blk < nb; u += unit, blk += 4) {
-      __m512i t[NBITS_ROWS];
+      __m512i t[NBITS_ROWS], init[NBITS_ROWS];
+      WT_UNROLL
+      for (int r = 0; r < R; r++)
+        init[r] = zt ? _mm512_setzero_si512()
+                     : _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_slli_epi32(_mm512_maskz_expandloadu_epi32(
+                                                              zl, asum + r * x_stride + blk),
+                                                          (unsigned)(bits - 1)));
       WT_UNROLL
       for (int r = 0; r < R; r++) WT_UNROLL
-      for (int c = 0; c < NBITS_COLS; c++) acc[r][c] = _mm512_setzero_si512();
+      for (int c = 0; c < NBITS_COLS; c++) acc[r][c] = init[r];
       nq_step(acc, q, q_stride, b, u, nq_mask(col_bytes - u), pf, R, bits);
       WT_UNROLL
       for (int r = 0; r < R; r++) t[r] = nq_tree4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
       if (blob == 32) { /* chunks 0, 1: block blk; 2, 3: blk + 1; the next step blk + 2, + 3 */
         WT_UNROLL
+        for (int r = 0; r < R; r++)
+          init[r] = zt ? _mm512_setzero_si512()
+                       : _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          _mm512_slli_epi32(_mm512_maskz_expandloadu_epi32(
+                                                                zl, asum + r * x_stride + blk + 2),
+                                                            (unsigned)(bits - 1)));
+        WT_UNROLL
         for (int r = 0; r < R; r++) WT_UNROLL
-        for (int c = 0; c < NBITS_COLS; c++) acc[r][c] = _mm512_setzero_si512();
+        for (int c = 0; c < NBITS_COLS; c++) acc[r][c] = init[r];
         nq_step(acc, q, q_stride, b, u + 64, nq_mask(col_bytes - u - 64), pf, R, bits);
         WT_UNROLL
         for (int r = 0; r < R; r++) {
@@ -151,23 +172,33 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
       int n_valid = nb - blk < 4 ? (int)(nb - blk) : 4;
       /* the four columns' scales of blocks blk .. blk + 3 (zeros past n_blocks), loaded column
        * by column (chunk c, lane j) and transposed to chunk j, lane c */
-      const __mmask8 vm = (__mmask8)((1u << n_valid) - 1);
-      __m512 sc = _mm512_castps128_ps512(_mm_maskz_loadu_ps(vm, sw[0] + blk));
-      sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[1] + blk), 1);
-      sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[2] + blk), 2);
-      sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[3] + blk), 3);
+      __m512 sc;
+      if (n_valid == 4) { /* plain loads (folded into the inserts) but at a column's end */
+        sc = _mm512_castps128_ps512(_mm_loadu_ps(sw[0] + blk));
+        sc = _mm512_insertf32x4(sc, _mm_loadu_ps(sw[1] + blk), 1);
+        sc = _mm512_insertf32x4(sc, _mm_loadu_ps(sw[2] + blk), 2);
+        sc = _mm512_insertf32x4(sc, _mm_loadu_ps(sw[3] + blk), 3);
+      } else {
+        const __mmask8 vm = (__mmask8)((1u << n_valid) - 1);
+        sc = _mm512_castps128_ps512(_mm_maskz_loadu_ps(vm, sw[0] + blk));
+        sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[1] + blk), 1);
+        sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[2] + blk), 2);
+        sc = _mm512_insertf32x4(sc, _mm_maskz_loadu_ps(vm, sw[3] + blk), 3);
+      }
       __m512 swv = _mm512_permutexvar_ps(tr4, sc);
       __m512i z = zt ? _mm512_loadu_si512(zt + blk * NBITS_COLS) : _mm512_setzero_si512();
       WT_UNROLL
       for (int r = 0; r < R; r++) {
-        __m512i as = _mm512_permutexvar_epi32(
-            bcast4, _mm512_castsi128_si512(_mm_loadu_si128(
-                        (const __m128i *)(const void *)(asum + r * x_stride + blk))));
         __m512 s = _mm512_permutexvar_ps(
             bcast4, _mm512_castps128_ps512(_mm_loadu_ps(sa + r * x_stride + blk)));
-        /* symmetric: z · Σâ = Σâ << (bits - 1) */
-        __m512i d = _mm512_sub_epi32(t[r], zt ? _mm512_mullo_epi32(z, as)
-                                              : _mm512_slli_epi32(as, (unsigned)(bits - 1)));
+        __m512i d = t[r];
+        if (zt)
+          d = _mm512_sub_epi32(
+              d,
+              _mm512_mullo_epi32(
+                  z, _mm512_permutexvar_epi32(
+                         bcast4, _mm512_castsi128_si512(_mm_loadu_si128((
+                                     const __m128i *)(const void *)(asum + r * x_stride + blk))))));
         __m512 p = _mm512_mul_ps(_mm512_mul_ps(s, swv), _mm512_cvtepi32_ps(d));
         y[r] = _mm_add_ps(y[r], _mm512_castps512_ps128(p));
         if (n_valid > 1) y[r] = _mm_add_ps(y[r], _mm512_extractf32x4_ps(p, 1));
@@ -180,11 +211,11 @@ static WT_INLINE NQ_TARGET void nq_rows(const int8_t *q, int64_t q_stride, const
   for (int r = 0; r < R; r++) _mm_storeu_ps(out + r * NBITS_COLS, y[r]);
 }
 
-static NQ_TARGET void nbits_i8_vnni(const int8_t *q, int64_t q_stride, const float *sa,
-                                    const int32_t *asum, int64_t x_stride, int64_t M,
-                                    const uint8_t *const *b, const float *const *sw,
-                                    const int32_t *zt, int bits, int64_t block, int64_t n_blocks,
-                                    float *out) {
+static WT_INLINE NQ_TARGET void nq_kernel(const int8_t *q, int64_t q_stride, const float *sa,
+                                          const int32_t *asum, int64_t x_stride, int64_t M,
+                                          const uint8_t *const *b, const float *const *sw,
+                                          const int32_t *zt, int bits, int64_t block,
+                                          int64_t n_blocks, float *out) {
   /* The first row tile prefetches the same bytes of the columns a whole number of groups ahead,
    * at least 8 KiB: the columns of the next groups follow these in B, and a group's columns are
    * too short a stream for the hardware prefetcher (decode was latency-bound without it: 8x
@@ -214,6 +245,26 @@ static NQ_TARGET void nbits_i8_vnni(const int8_t *q, int64_t q_stride, const flo
     break;
   }
 }
+
+/* The kernel specialized for each width and for the small blocks (the width and the block size
+ * constants: one step body, no width test in the loops; GCC 12 otherwise kept both widths' steps
+ * in every loop and copied the accumulators around them). */
+#define NQ_SPECIAL(name, BITS, BLOCK)                                                              \
+  static NQ_TARGET void name(const int8_t *q, int64_t q_stride, const float *sa,                   \
+                             const int32_t *asum, int64_t x_stride, int64_t M,                     \
+                             const uint8_t *const *b, const float *const *sw, const int32_t *zt,   \
+                             int bits, int64_t block, int64_t n_blocks, float *out) {              \
+    (void)bits;                                                                                    \
+    (void)block;                                                                                   \
+    nq_kernel(q, q_stride, sa, asum, x_stride, M, b, sw, zt, BITS, BLOCK, n_blocks, out);          \
+  }
+NQ_SPECIAL(nq_i4_b32, 4, 32)
+NQ_SPECIAL(nq_i4_b64, 4, 64)
+NQ_SPECIAL(nq_i4, 4, block)
+NQ_SPECIAL(nq_i8_b16, 8, 16)
+NQ_SPECIAL(nq_i8_b32, 8, 32)
+NQ_SPECIAL(nq_i8, 8, block)
+#undef NQ_SPECIAL
 
 /* ---- the panel kernel (prefill) ------------------------------------------------------------
  * The weights of NBITS_PANEL columns repacked once per call (nbits_i8_pack_panel) so that one
@@ -482,7 +533,8 @@ const nbits_f32_kernels *nbits_f32_avx512_kernels(void) {
 nbits_i8_kernel_fn nbits_i8_avx512_kernel(int bits, int64_t block) {
   if ((bits != 8 && bits != 4) || block < 16 || block > NBITS_I8_MAX_BLOCK) return NULL;
   if (bits == 4 && block < 32) return NULL;
-  return nbits_i8_vnni;
+  if (bits == 4) return block == 32 ? nq_i4_b32 : block == 64 ? nq_i4_b64 : nq_i4;
+  return block == 16 ? nq_i8_b16 : block == 32 ? nq_i8_b32 : nq_i8;
 }
 #else
 nbits_quantize_fn nbits_i8_avx512_quantizer(void) { return NULL; }
