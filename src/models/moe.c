@@ -283,6 +283,18 @@ static int expert_weights_quant(builder *b, int layer, qmoe_inputs *q) {
   return rc;
 }
 
+/* The attributes MoE and QMoE share (the SwiGLU experts, k, the routing normalization) into
+ * a[0..6); returns 6. */
+static int moe_common_attrs(const builder *b, int normalize, gattr *a) {
+  a[0] = attr_string("activation_type", "swiglu");
+  a[1] = attr_int("k", b->c->moe.n_experts_per_tok);
+  a[2] = attr_int("normalize_routing_weights", normalize);
+  a[3] = attr_int("swiglu_fusion", 1);
+  a[4] = attr_float("activation_alpha", 1.0f);
+  a[5] = attr_float("activation_beta", 0.0f);
+  return 6;
+}
+
 static int qmoe_node(builder *b, int x, int router, int normalize) {
   qmoe_inputs q;
   if (expert_weights_quant(b, b->layer, &q) < 0) {
@@ -291,16 +303,12 @@ static int qmoe_node(builder *b, int x, int router, int normalize) {
                b->layer);
     return -1;
   }
-  gattr a[10] = {attr_string("activation_type", "swiglu"),
-                 attr_int("k", b->c->moe.n_experts_per_tok),
-                 attr_int("normalize_routing_weights", normalize),
-                 attr_int("swiglu_fusion", 1),
-                 attr_float("activation_alpha", 1.0f),
-                 attr_float("activation_beta", 0.0f),
-                 attr_int("expert_weight_bits", b->quant.bits),
-                 attr_int("block_size", q.block),
-                 attr_string("quant_type", "int"),
-                 attr_int("weights_prepacked", 0)};
+  gattr a[10];
+  const int n = moe_common_attrs(b, normalize, a);
+  a[n] = attr_int("expert_weight_bits", b->quant.bits);
+  a[n + 1] = attr_int("block_size", q.block);
+  a[n + 2] = attr_string("quant_type", "int");
+  a[n + 3] = attr_int("weights_prepacked", 0);
   /* ORT's order: input, router_probs, fc1 weights, scales, bias, fc2 weights, scales, bias, fc3
    * weights, scales, bias, fc1 / fc2 zero points */
   const int in[13] = {x,  router, q.codes[0], q.scales[0], -1,      q.codes[1], q.scales[1],
@@ -317,13 +325,9 @@ static int moe_node(builder *b, int x, int router, int normalize) {
                b->layer);
     return -1;
   }
-  gattr a[6] = {attr_string("activation_type", "swiglu"),
-                attr_int("k", b->c->moe.n_experts_per_tok),
-                attr_int("normalize_routing_weights", normalize),
-                attr_int("swiglu_fusion", 1),
-                attr_float("activation_alpha", 1.0f),
-                attr_float("activation_beta", 0.0f)};
-  return node1(b, "MoE", "com.microsoft", "MoE", 5, (int[]){x, router, fc1, -1, fc2}, 6, a);
+  gattr a[6];
+  const int n = moe_common_attrs(b, normalize, a);
+  return node1(b, "MoE", "com.microsoft", "MoE", 5, (int[]){x, router, fc1, -1, fc2}, n, a);
 }
 
 /* down(SiLU(gate x) * up x) over the given three weights, under "<scope>/<name>/". */
