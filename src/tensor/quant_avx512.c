@@ -75,13 +75,11 @@ Q512 int quant_rows_avx512(const quant_params *p, const void *w, ph_dtype w_dtyp
         lo = _mm512_cvtss_f32(load16(w, w_dtype, base + k0, 1));
         hi = lo;
       }
-      float s;
       int z;
-      quant_block_scale(p, &lo, &hi, &s, &z);
-      if (!isfinite(s)) return 1;
-      scales[r * kb + blk] = s;
-      if (!p->symmetric) quant_put_zp(zp + r * zp_row, bits, blk, z);
-      const float rcp = s != 0.0f ? 1.0f / s : 0.0f;
+      float rcp;
+      if (quant_block_store(p, lo, hi, &scales[r * kb + blk], zp ? zp + r * zp_row : NULL, blk, &z,
+                            &rcp))
+        return 1;
       const __m512 vr = _mm512_set1_ps(rcp), vz = _mm512_set1_ps((float)z);
       for (int64_t c = k0; c < k0 + bs; c += 16) {
         const __mmask16 m = c >= k1        ? (__mmask16)0

@@ -82,4 +82,20 @@ static inline void quant_put_zp(uint8_t *zrow, int bits, int64_t blk, int z) {
   }
 }
 
+/* A SIMD variant's block once its range [lo, hi] is known (an all-zero block's range already
+ * replaced by its first weight, which the scalar loop starts from): the scale into *scale, the
+ * zero point into the row's packed zero points zrow (asymmetric), and *z and *rcp = 1/scale (0
+ * for a zero scale) for the codes. Returns 1 when the scale is not finite: the caller then hands
+ * the weight to the scalar variant, which reports it. */
+static inline int quant_block_store(const quant_params *p, float lo, float hi, float *scale,
+                                    uint8_t *zrow, int64_t blk, int *z, float *rcp) {
+  float s;
+  quant_block_scale(p, &lo, &hi, &s, z);
+  if (!isfinite(s)) return 1;
+  *scale = s;
+  if (!p->symmetric) quant_put_zp(zrow, p->bits, blk, *z);
+  *rcp = s != 0.0f ? 1.0f / s : 0.0f;
+  return 0;
+}
+
 #endif /* PH_TENSOR_QUANT_IMPL_H */
