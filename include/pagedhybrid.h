@@ -249,6 +249,15 @@ typedef struct ph_quant_params {
                              Copied where kept. */
 } ph_quant_params;
 
+/* Prefix caching (docs/prefix-cache.md): a request whose prompt starts with tokens an earlier
+ * request computed takes their KV pages by reference and the linear layers' state by copy, and
+ * computes only the rest, with tokens and logits bit-identical to computing it all. */
+typedef enum ph_prefix_cache_mode {
+  PH_PREFIX_CACHE_AUTO = 0, /* on */
+  PH_PREFIX_CACHE_ON = 1,
+  PH_PREFIX_CACHE_OFF = 2,
+} ph_prefix_cache_mode;
+
 typedef struct ph_engine_params {
   int32_t max_batch_size;       /* sequences per step; 0: the package's, capped at 64, else 16 */
   int64_t max_scheduled_tokens; /* token budget per step; 0: the package's, else 2048 */
@@ -260,23 +269,30 @@ typedef struct ph_engine_params {
   int64_t block_size;           /* checkpoints: tokens per page (0: 16) */
   int64_t max_context;          /* checkpoints: context bound (0: min(max_position, 32768)) */
   ph_dtype io_dtype;            /* checkpoints: activation dtype (PH_DTYPE_INVALID: f32) */
-  ph_logits_capture capture_logits; /* what requests keep of their logits (0: nothing); see
-                                       ph_engine_set_capture_logits */
-  int32_t state_update_capacity;    /* compact state updates, what speculative decoding needs on a
-                                       model with linear-attention layers (0..8; abi.md §8.4):
-                                       checkpoints build their graph with it (0: none, speculative
-                                       requests are refused); packages: 0 takes the package's, any
-                                       other value must equal it */
-  ph_precision precision;           /* linear-layer arithmetic (0, auto: from the weights' dtype);
-                                       ph_engine_info.params gives the one resolved, f32 or bf16 */
-  ph_quant_params quant;            /* checkpoints: linear weights quantized when loaded (bits 0:
-                                       none; the other fields then 0 too). Packages run the
-                                       weights they were exported with: bits != 0 on a package is
-                                       PH_ERR_INVALID_ARGUMENT. A bad field is
-                                       PH_ERR_INVALID_ARGUMENT naming it. ph_engine_info.params
-                                       gives it resolved (block 32, accuracy level 4 for 0;
-                                       skip: the engine's copy, valid while it is open; a
-                                       package's as exported, skip NULL) */
+  ph_logits_capture capture_logits;  /* what requests keep of their logits (0: nothing); see
+                                        ph_engine_set_capture_logits */
+  int32_t state_update_capacity;     /* compact state updates, what speculative decoding needs on a
+                                        model with linear-attention layers (0..8; abi.md §8.4):
+                                        checkpoints build their graph with it (0: none, speculative
+                                        requests are refused); packages: 0 takes the package's, any
+                                        other value must equal it */
+  ph_precision precision;            /* linear-layer arithmetic (0, auto: from the weights' dtype);
+                                        ph_engine_info.params gives the one resolved, f32 or bf16 */
+  ph_quant_params quant;             /* checkpoints: linear weights quantized when loaded (bits 0:
+                                        none; the other fields then 0 too). Packages run the
+                                        weights they were exported with: bits != 0 on a package is
+                                        PH_ERR_INVALID_ARGUMENT. A bad field is
+                                        PH_ERR_INVALID_ARGUMENT naming it. ph_engine_info.params
+                                        gives it resolved (block 32, accuracy level 4 for 0;
+                                        skip: the engine's copy, valid while it is open; a
+                                        package's as exported, skip NULL) */
+  ph_prefix_cache_mode prefix_cache; /* prompt prefixes reused across requests (0, auto: on;
+                                       docs/prefix-cache.md); ph_engine_info.params gives ON or
+                                       OFF */
+  int64_t prefix_cache_bytes;        /* memory for the linear layers' state snapshots the prefix
+                                        cache keeps (0: a quarter of the KV + state cache's
+                                        bytes, at least 4 snapshots); cached KV pages live in
+                                        the page pool and cost nothing extra */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);
@@ -383,6 +399,8 @@ typedef struct ph_request_info {
   int64_t n_prompt, n_generated, n_preemptions;
   double queue_ms, time_to_first_token_ms, total_ms; /* -1 when not reached */
   int64_t n_drafted, n_accepted;                     /* speculative drafts verified, and kept */
+  int64_t n_cached_tokens; /* prompt tokens served from the prefix cache when it was last
+                              admitted (0: none, or not admitted yet) */
 } ph_request_info;
 
 /* Thread-safe. */
@@ -425,6 +443,33 @@ typedef struct ph_engine_info {
 } ph_engine_info;
 
 PH_API ph_status ph_engine_get_info(const ph_engine *engine, ph_engine_info *out);
+
+/* What the prefix cache did since the engine opened (counters) and holds now (gauges), as of the
+ * last step. All 0 (enabled 0) when it is off. */
+typedef struct ph_prefix_cache_stats {
+  int enabled;
+  int64_t lookups;          /* admissions that looked for a cached prefix (a preempted request
+                               looks again when it resumes) */
+  int64_t hits;             /* of which found one */
+  int64_t misses;           /* lookups - hits */
+  int64_t tokens_looked_up; /* prompt tokens of those admissions */
+  int64_t tokens_saved;     /* of which served from the cache (not computed) */
+  int32_t pages_cached;     /* KV pages findable by their tokens, held by requests or not */
+  int32_t pages_evictable;  /* of which no request holds: kept until their memory is needed */
+  int64_t page_bytes_held;  /* memory of the evictable pages (held only by the cache) */
+  int64_t pages_evicted;    /* cached pages whose memory was taken back */
+  int32_t snapshots;        /* linear-layer state snapshots held */
+  int32_t snapshots_max;    /* what the budget holds */
+  int64_t snapshot_bytes;   /* memory of the snapshots held */
+  int64_t snapshot_budget_bytes;
+  int64_t snapshots_taken, snapshots_evicted;
+} ph_prefix_cache_stats;
+
+/* Thread-safe. */
+PH_API ph_status ph_engine_prefix_cache_stats(ph_engine *engine, ph_prefix_cache_stats *out);
+/* Drops everything cached that no request holds (evictable pages and every snapshot), e.g. to
+ * measure a cold start. Call between steps, on the stepping thread. */
+PH_API ph_status ph_engine_prefix_cache_clear(ph_engine *engine);
 
 /* ---- text: tokenizer, chat template, streaming detokenization --------------------------------- *
  * A checkpoint's own Hugging Face tokenizer (tokenizer.json: NFC normalizer, Split-regex +

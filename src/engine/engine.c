@@ -1183,4 +1183,23 @@ uint64_t engine_work(engine *e) {
 int64_t engine_vocab(const engine *e) { return e->vocab; }
 int64_t engine_max_context(const engine *e) { return e->max_context; }
 paged_session *engine_session(engine *e) { return e->s; }
+
+/* ---- prefix cache (stubs until the cache lands; the interface is fixed) ---- */
+
+void engine_prefix_stats(engine *e, ph_prefix_cache_stats *out) {
+  (void)e;
+  memset(out, 0, sizeof *out);
+}
+
+ph_status engine_prefix_clear(engine *e, diag *d) {
+  (void)e;
+  (void)d;
+  return PH_OK;
+}
+
+ph_status engine_prefix_check(engine *e, diag *d) {
+  (void)e;
+  (void)d;
+  return PH_OK;
+}
 const ph_engine_params *engine_params_of(const engine *e) { return &e->p; }

@@ -137,6 +137,17 @@ ph_status engine_release(engine *e, uint64_t id, diag *d);
  * step to catch a return to scans of every request (thread-safe). */
 uint64_t engine_work(engine *e);
 
+/* ---- prefix cache (src/cache/prefix_cache.h, docs/prefix-cache.md) ---- */
+/* The counters and gauges as of the last step (thread-safe); all 0 when the cache is off. */
+void engine_prefix_stats(engine *e, ph_prefix_cache_stats *out);
+/* Drops what no request holds (evictable pages, every snapshot). Between steps. */
+ph_status engine_prefix_clear(engine *e, diag *d);
+/* For tests, between steps: checks every invariant of the page pool, the prefix index and the
+ * snapshot pool against the requests' block tables (each page's reference count equals the
+ * tables holding it plus nothing else; evictable pages are exactly the cached ones nobody holds;
+ * every index entry and snapshot is consistent); PH_ERR_INTERNAL naming the first broken one. */
+ph_status engine_prefix_check(engine *e, diag *d);
+
 int64_t engine_vocab(const engine *e);
 int64_t engine_max_context(const engine *e);
 paged_session *engine_session(engine *e);

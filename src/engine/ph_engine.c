@@ -144,3 +144,15 @@ ph_status ph_engine_get_info(const ph_engine *pe, ph_engine_info *out) {
   out->quantized_linears = paged_session_quant(engine_session(e), NULL);
   return PH_OK;
 }
+
+ph_status ph_engine_prefix_cache_stats(ph_engine *pe, ph_prefix_cache_stats *out) {
+  NEED_ENGINE(pe);
+  if (!out) return PH_ERR_INVALID_ARGUMENT;
+  engine_prefix_stats(pe->e, out);
+  return PH_OK;
+}
+
+ph_status ph_engine_prefix_cache_clear(ph_engine *pe) {
+  NEED_ENGINE(pe);
+  return engine_prefix_clear(pe->e, &pe->err);
+}
