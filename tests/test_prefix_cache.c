@@ -50,6 +50,7 @@ static int64_t snapshot_unit(int64_t chunk) { return chunk / gcd64(chunk, PAGE) 
 
 typedef struct pc_steps {
   int64_t steps, bad, preempted;
+  int broken; /* engine_prefix_check failed: the pools are corrupt, stepping stops */
   char first_bad[640];
   ph_step_info last;          /* the last step's info */
   ph_prefix_cache_stats prev; /* the counters after the previous step */
@@ -122,6 +123,10 @@ static ph_status pc_step(engine *e, int enabled, pc_steps *ps) {
     snprintf(ps->first_bad, sizeof ps->first_bad, "step %llu: %s", (unsigned long long)si.step,
              why);
   ps->prev = s;
+  if (ck != PH_OK) { /* going on could loop in a corrupt list: the failure is reported */
+    ps->broken = 1;
+    return ck;
+  }
   return st;
 }
 
@@ -142,6 +147,7 @@ static void pc_report_bad(const pc_steps *ps, const char *what) {
  * engine_prefix_clear nothing cached either, and the invariants still hold. */
 static void pc_check_idle_and_clear(engine *e, const pc_steps *ps, const char *what) {
   CHECK(!engine_busy(e));
+  if (ps->broken) return; /* reported; nothing more to learn from corrupt pools */
   CHECK_EQ_INT(ps->last.pages_used, 0);
   CHECK_EQ_INT(ps->last.slots_used, 0);
   CHECK_EQ_INT(ps->last.n_running, 0);
@@ -208,16 +214,18 @@ typedef enum pc_kind {
                snapshots evicted, the opening burst preempts */
 } pc_kind;
 
-/* The seeds test_shared_prefixes runs: every chunk of 16, 24, 32, 48, 64 (24: snapshot
- * boundaries at multiples of 48, which no page size alone gives), roomy and tight. */
+/* The seeds test_shared_prefixes runs: chunks of 16, 24, 32, 48, 64 and 17, roomy and tight.
+ * 24: snapshot boundaries at multiples of 48, which no page size alone gives; 17 (odd): at 272,
+ * and a prompt's last chunk can be one token that completes a page (256 tokens), run by the
+ * one-token step instead of the chunked form (test_partial_chunk_pages). */
 static const struct {
   uint64_t seed;
   pc_kind kind;
   int64_t chunk;
   int n_threads;
 } PC_SEEDS[] = {
-    {11, PC_ROOMY, 16, 1}, {12, PC_TIGHT, 32, 2}, {13, PC_ROOMY, 64, 2},
-    {14, PC_TIGHT, 24, 1}, {15, PC_TIGHT, 64, 1}, {16, PC_ROOMY, 48, 1},
+    {11, PC_ROOMY, 16, 1}, {12, PC_TIGHT, 32, 2}, {13, PC_ROOMY, 64, 2}, {14, PC_TIGHT, 24, 1},
+    {15, PC_TIGHT, 64, 1}, {16, PC_ROOMY, 48, 1}, {17, PC_ROOMY, 17, 2},
 };
 #define N_PC_SEEDS ((int)(sizeof PC_SEEDS / sizeof PC_SEEDS[0]))
 
@@ -683,6 +691,68 @@ static void test_sequence_numbers(void) {
   free(q);
 }
 
+/* ---- 3. pages that a partial chunk completed ---------------------------------------------------
+ * Only pages computed by full prompt chunks are published: a prompt's last chunk is shorter than
+ * prefill_chunk when the prompt does not end on the chunk grid, and a page it completes was
+ * computed with another split than a longer prompt's. With an odd chunk the split differs inside
+ * a page: at prefill_chunk 9 a 64-token prompt's last chunk is token 63 alone, which the one-token
+ * step runs (op_gated_delta_net.c: a sequence of one token in a call), and it completes page
+ * [48, 64); a longer prompt runs token 63 in the chunked form, in chunk [63, 72). Snapshot
+ * boundaries: lcm(9, 16) = 144. One after another:
+ *   P1  S[0:64]    miss; its full chunks end at 9, 18, ..., 63: pages [0, 48) published, page
+ *                  [48, 64) not (the chunk [63, 64) is not full); no boundary below 64
+ *   P2  S[0:200]   miss (48 tokens matched: branch 0); snapshots at 144, its deepest
+ *   P3  S[0:180]   hit 144: P2's pages and state
+ * Had P1 published page [48, 64), P2's equal page would have stayed unpublished (the first one
+ * is canonical) and P3 would read P1's row 63. Every request bit-identical to its run alone with
+ * the cache off. */
+static void test_partial_chunk_pages(void) {
+  enum { N = 3 };
+  static const int64_t lens[N] = {64, 200, 180}, want[N] = {0, 0, 144};
+  req_spec *q = calloc(N, sizeof *q);
+  rng r = rng_seed(909);
+  req_spec *stem = calloc(1, sizeof *stem);
+  fill_prompt(&r, stem, 200, 256);
+  for (int i = 0; i < N; i++) {
+    memcpy(q[i].prompt, stem->prompt, (size_t)lens[i] * sizeof *q[i].prompt);
+    q[i].n_prompt = lens[i];
+    q[i].sp = greedy(4);
+  }
+  ph_engine_params p = small_params(4, 36, 9, 64);
+  ph_engine_params p_off = p;
+  p_off.prefix_cache = PH_PREFIX_CACHE_OFF;
+  engine *e = open_engine(&p), *off = open_engine(&p_off);
+  pc_steps ps;
+  memset(&ps, 0, sizeof ps);
+  ps.prev.enabled = 1;
+  dense_ref dr;
+  dense_ref_open(&dr, golden_dir());
+  for (int i = 0; e && off && i < N; i++) {
+    diag d;
+    uint64_t id = 0;
+    outcome got, alone;
+    CHECK_STATUS(engine_add(e, q[i].prompt, q[i].n_prompt, &q[i].sp, &id, &d), PH_OK, d.msg);
+    pc_drain(e, 1, &ps);
+    take_outcome(e, id, &got);
+    run_alone_in(off, &q[i], &alone);
+    char label[32];
+    snprintf(label, sizeof label, "P%d (%lld tokens)", i + 1, (long long)lens[i]);
+    CHECK_EQ_INT(got.n_cached, want[i]);
+    CHECK(same_as_alone(&got, &alone, 256, label));
+    CHECK(dense_ref_check(&dr, &q[i], &got, label));
+    outcome_free(&got);
+    outcome_free(&alone);
+  }
+  pc_report_bad(&ps, "partial chunks");
+  if (e) pc_check_idle_and_clear(e, &ps, "partial chunks");
+  dense_ref_report(&dr, "P1-P3");
+  dense_ref_close(&dr);
+  engine_free(e);
+  engine_free(off);
+  free(stem);
+  free(q);
+}
+
 /* A request capturing every position's logits needs every prompt position computed: it takes no
  * hit though a snapshot covers its prompt, and its rows equal those of the same request in an
  * engine with the cache off; the same prompt captured as sampled rows is served the prefix. */
@@ -749,6 +819,7 @@ static void test_positions_never_hit(void) {
 int main(int argc, char **argv) {
   check_select(argc, argv); /* test_prefix_cache sequence: that test only */
   RUN_SELECTED(test_sequence_numbers);
+  RUN_SELECTED(test_partial_chunk_pages);
   RUN_SELECTED(test_positions_never_hit);
   RUN_SELECTED(test_shared_prefixes);
   return check_finish();
