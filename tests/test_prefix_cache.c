@@ -50,7 +50,7 @@ static int64_t snapshot_unit(int64_t chunk) { return chunk / gcd64(chunk, PAGE) 
 
 typedef struct pc_steps {
   int64_t steps, bad, preempted;
-  int broken; /* engine_prefix_check failed: the pools are corrupt, stepping stops */
+  int broken; /* a step or engine_prefix_check failed: stepping (and clearing) stops */
   char first_bad[640];
   ph_step_info last;          /* the last step's info */
   ph_prefix_cache_stats prev; /* the counters after the previous step */
@@ -103,11 +103,15 @@ static int pc_stats_consistent(const ph_prefix_cache_stats *s, const ph_prefix_c
 }
 
 static ph_status pc_step(engine *e, int enabled, pc_steps *ps) {
+  if (ps->broken) return PH_ERR_INTERNAL; /* a step on corrupt pools could loop forever */
   diag d;
   ph_step_info si;
   const ph_status st = engine_step(e, &si, &d);
   CHECK_STATUS(st, PH_OK, d.msg);
-  if (st != PH_OK) return st;
+  if (st != PH_OK) { /* the engine is only to be freed now (engine.h) */
+    ps->broken = 1;
+    return st;
+  }
   ps->steps++;
   ps->preempted += si.n_preempted;
   ps->last = si;
@@ -123,7 +127,7 @@ static ph_status pc_step(engine *e, int enabled, pc_steps *ps) {
     snprintf(ps->first_bad, sizeof ps->first_bad, "step %llu: %s", (unsigned long long)si.step,
              why);
   ps->prev = s;
-  if (ck != PH_OK) { /* going on could loop in a corrupt list: the failure is reported */
+  if (ck != PH_OK) { /* reported; the engine is not stepped again */
     ps->broken = 1;
     return ck;
   }
