@@ -106,20 +106,15 @@ static const cli_option OPTIONS[] = {
     {"state-update-capacity", "N",
      "state-update capacity of the engine (default: 8 with --speculative on a checkpoint, the "
      "package's for a package)"},
-    {"scenario", "throughput|prefix|chat",
-     "what to measure: prefill and decode throughput (default); prefix: time to first token of "
-     "requests sharing a prompt prefix, with the prefix cache and without; chat: a synthetic "
-     "multi-turn chat, with the cache and without (docs/bench.md)"},
-    {"shared-prefix", "N",
-     "prefix: tokens every request of a repeat shares (default 1024); chat: a system prompt "
-     "every conversation starts with (default 0)"},
-    {"unique", "N", "prefix: tokens after the shared prefix, different per request (default 64)"},
+    {"scenario", "NAME", "throughput (default); prefix or chat: the prefix cache, on and off"},
+    {"shared-prefix", "N", "prefix: tokens shared (default 1024); chat: system prompt (0)"},
+    {"unique", "N", "prefix: tokens after it (default 64)"},
     {"requests", "N", "prefix: warm requests per repeat (default 4)"},
-    {"conversations", "N", "chat: conversations, interleaved (default 8)"},
+    {"conversations", "N", "chat: conversations (default 8)"},
     {"turns", "N", "chat: turns per conversation (default 6)"},
-    {"user-tokens", "N", "chat: tokens of each new user message (default 64)"},
-    {"answer-tokens", "N", "chat: tokens of each answer, greedy (default 32)"},
-    {"seed", "N", "chat: the seed of the user messages' tokens (default 1)"},
+    {"user-tokens", "N", "chat: tokens per user message (default 64)"},
+    {"answer-tokens", "N", "chat: tokens per answer (default 32)"},
+    {"seed", "N", "chat: user messages' seed (default 1)"},
     QUANT_FLAG_OPTIONS,
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
@@ -1459,9 +1454,8 @@ int cmd_bench(int argc, char **argv) {
         "on this machine, next to the machine's DRAM bandwidth and fp32 FMA peak measured\n"
         "in the same run; medians over --repeats (docs/bench.md). With --speculative replay,\n"
         "speculative decode at each --draft-tokens K and --acceptance p next to plain decode\n"
-        "measured in the same engine, in place of the decode section. With --scenario prefix\n"
-        "or chat, the prefix cache instead: time to first token of requests sharing a prompt\n"
-        "prefix, or a synthetic multi-turn chat, on two engines, with the cache and without.");
+        "measured in the same engine, in place of the decode section. --scenario prefix|chat:\n"
+        "the prefix cache instead, on and off.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
