@@ -1418,8 +1418,10 @@ static int64_t golden_prefixes_at(const char *set, int64_t chunk, dense_ref *dr,
                                   int64_t *n_rows) {
   char dir[1024];
   check_data(dir, sizeof dir, "golden/%s/checkpoint", set);
-  /* 14 pages: the longest request (130 + 3 tokens) needs 9 */
-  ph_engine_params p = small_params(8, 128, chunk, 15);
+  /* 11 pages: the longest request (130 + 3 tokens) needs 9. The prefixes share their pages
+   * through the prefix cache (every prompt here is a prefix of another), so the pool is small
+   * enough that every chunk size still preempts */
+  ph_engine_params p = small_params(8, 128, chunk, 12);
   engine *e = NULL;
   diag d;
   CHECK_STATUS(engine_create(dir, &p, &e, &d), PH_OK, d.msg);
@@ -1482,6 +1484,14 @@ static int64_t golden_prefixes_at(const char *set, int64_t chunk, dense_ref *dr,
     outcome_free(&o);
   }
   CHECK_EQ_INT(bad, 0);
+  /* the prompts are prefixes of one another: later ones resume from earlier ones' pages */
+  ph_prefix_cache_stats pcs;
+  engine_prefix_stats(e, &pcs);
+  printf("  %s chunk %lld: prefix cache %lld hits of %lld lookups, %lld of %lld prompt tokens "
+         "served from it\n",
+         set, (long long)chunk, (long long)pcs.hits, (long long)pcs.lookups,
+         (long long)pcs.tokens_saved, (long long)pcs.tokens_looked_up);
+  CHECK(pcs.hits > 0 && pcs.tokens_saved > 0);
   free(q);
   free(ids);
   free(seq_of);

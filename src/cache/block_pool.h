@@ -32,10 +32,34 @@ ph_status block_pool_create(int32_t n_blocks, block_pool **out, diag *d);
 /* Frees the pool (NULL is a no-op). Ids still held by block tables become meaningless. */
 void block_pool_free(block_pool *pool);
 
+/* Prefix caching: an id marked cached is findable by its contents; when its last holder lets go
+ * it waits on an LRU list (still free: counted by block_pool_free_count) instead of the free
+ * stack. block_pool_incref_n takes it back; an allocation that finds the stack empty evicts the
+ * LRU's head, calling fn(ctx, id) once (the id is no longer cached by then) before handing it
+ * out. fn NULL: no hook. */
+typedef void (*block_pool_evict_fn)(void *ctx, int32_t id);
+void block_pool_set_evict_fn(block_pool *pool, block_pool_evict_fn fn, void *ctx);
+
+/* Marks id cached (1: it must be held, refcount > 0) or not (0: an evictable id goes to the free
+ * stack). PH_ERR_INVALID_ARGUMENT for a bad id or caching a free one. */
+ph_status block_pool_set_cached(block_pool *pool, int32_t id, int cached, diag *d);
+int block_pool_is_cached(const block_pool *pool, int32_t id);
+
+/* Ids waiting on the LRU (cached, refcount 0), and the list from the next evicted on (-1 at the
+ * end). */
+int32_t block_pool_evictable_count(const block_pool *pool);
+int32_t block_pool_lru_first(const block_pool *pool);
+int32_t block_pool_lru_next(const block_pool *pool, int32_t id);
+
+/* Checks the pool's own invariants (the stack holds exactly the uncached ids at refcount 0, the
+ * LRU exactly the cached ones, links consistent); PH_ERR_INTERNAL naming the first broken one. */
+ph_status block_pool_check(const block_pool *pool, diag *d);
+
 /* Total ids including the null block. */
 int32_t block_pool_n_blocks(const block_pool *pool);
 
-/* Ids that can be allocated now (refcount 0, excluding the null block). */
+/* Ids that can be allocated now (refcount 0, excluding the null block): the free stack plus the
+ * evictable cached ids. */
 int32_t block_pool_free_count(const block_pool *pool);
 
 /* Ids with refcount > 0. Always free_count + used_count == n_blocks - 1. */
@@ -45,11 +69,13 @@ int32_t block_pool_used_count(const block_pool *pool);
 int32_t block_pool_refcount(const block_pool *pool, int32_t id);
 
 /* Allocates n ids (n >= 0) from the top of the free stack into out_ids[n], each with
- * refcount 1. All or nothing: PH_ERR_LIMIT (and out_ids untouched) when fewer than n are free. */
+ * refcount 1; once the stack is empty, from the head of the LRU (evicting cached ids). All or
+ * nothing: PH_ERR_LIMIT (and out_ids untouched) when fewer than n are free. */
 ph_status block_pool_alloc_n(block_pool *pool, int32_t n, int32_t *out_ids, diag *d);
 
-/* Adds one holder to each of ids[n] (prefix sharing). Every id must be in use (refcount > 0);
- * otherwise PH_ERR_INVALID_ARGUMENT naming the id and nothing changes. */
+/* Adds one holder to each of ids[n] (prefix sharing). Every id must be in use (refcount > 0) or
+ * cached (an evictable id leaves the LRU); otherwise PH_ERR_INVALID_ARGUMENT naming the id and
+ * nothing changes. */
 ph_status block_pool_incref_n(block_pool *pool, int32_t n, const int32_t *ids, diag *d);
 
 /* Drops one holder from each of ids[n] (an id may repeat); the ids reaching refcount 0 go on

@@ -507,3 +507,39 @@ ph_status state_pool_slot_recurrent_staged(const state_pool *p, int32_t layer, i
                                            tensor *out, diag *d) {
   return slot_view(p, layer, slot, 1, 1, out, d);
 }
+
+/* ---- snapshots (prefix caching) ---------------------------------------------------------------
+ */
+
+static ph_status check_snapshot_slot(const state_pool *p, int32_t slot, const void *buf,
+                                     const char *fn, diag *d) {
+  RETURN_ERROR_IF(!buf, d, PH_ERR_INVALID_ARGUMENT, "%s: NULL buffer", fn);
+  RETURN_ERROR_IF(p->bound, d, PH_ERR_INVALID_ARGUMENT, "%s: a step is bound", fn);
+  RETURN_ERROR_IF(!state_pool_slot_in_use(p, slot), d, PH_ERR_INVALID_ARGUMENT,
+                  "%s: slot %d is not allocated", fn, (int)slot);
+  return PH_OK;
+}
+
+ph_status state_pool_save_slot(const state_pool *p, int32_t slot, void *dst, diag *d) {
+  FORWARD_IF_ERROR(check_snapshot_slot(p, slot, dst, "state_pool_save_slot", d));
+  uint8_t *o = dst;
+  for (int32_t i = 0; i < p->g.n_linear; i++) {
+    memcpy(o, conv_row_ptr(p, i, slot), (size_t)p->conv_row);
+    o += p->conv_row;
+    memcpy(o, rec_row_ptr(p, i, slot), (size_t)p->rec_row);
+    o += p->rec_row;
+  }
+  return PH_OK;
+}
+
+ph_status state_pool_load_slot(state_pool *p, int32_t slot, const void *src, diag *d) {
+  FORWARD_IF_ERROR(check_snapshot_slot(p, slot, src, "state_pool_load_slot", d));
+  const uint8_t *in = src;
+  for (int32_t i = 0; i < p->g.n_linear; i++) {
+    memcpy(conv_row_ptr(p, i, slot), in, (size_t)p->conv_row);
+    in += p->conv_row;
+    memcpy(rec_row_ptr(p, i, slot), in, (size_t)p->rec_row);
+    in += p->rec_row;
+  }
+  return PH_OK;
+}

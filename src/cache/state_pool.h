@@ -185,6 +185,13 @@ ph_status state_pool_slot_conv_staged(const state_pool *p, int32_t layer, int32_
 ph_status state_pool_slot_recurrent_staged(const state_pool *p, int32_t layer, int32_t slot,
                                            tensor *out, diag *d);
 
+/* Snapshots (prefix caching, src/cache/prefix_cache.h): copy an allocated slot's PUBLISHED rows
+ * of every linear layer to dst (state_pool_slot_bytes of it: conv then recurrent, layer after
+ * layer), or overwrite them from src. Not counted in bytes_moved (a snapshot is the prefix
+ * cache's traffic, not a step's). PH_ERR_INVALID_ARGUMENT while bound or for a free slot. */
+ph_status state_pool_save_slot(const state_pool *p, int32_t slot, void *dst, diag *d);
+ph_status state_pool_load_slot(state_pool *p, int32_t slot, const void *src, diag *d);
+
 /* Bytes copied by gathers, scatters and compaction moves since creation or the last reset.
  * Zeroing a slot on allocation is not a move and is not counted. */
 uint64_t state_pool_bytes_moved(const state_pool *p);

@@ -21,108 +21,11 @@
 #include <time.h>
 
 #include "engine/drafter.h"
+#include "engine/engine_impl.h"
 #include "engine/scheduler.h"
 #include "io/genai_config.h"
 #include "runtime/mtp_session.h"
 #include "runtime/runtime.h"
-
-typedef struct request {
-  uint64_t id;
-  sched_req sr;     /* sr.n_total counts prompt + generated tokens */
-  int64_t *tokens;  /* [capacity]: prompt, then generated; NULL when refused at add */
-  int64_t capacity; /* min(n_prompt + max_new_tokens, max_context + 1) */
-  int64_t n_prompt;
-  sampling_params sp;
-  ph_finish_reason finish;
-  ph_status status;
-  ph_status refusal; /* decided by engine_add, reported at the next step; PH_OK: admissible */
-  char *message;     /* heap, the refusal's message (NULL otherwise) */
-  int64_t n_generated, n_polled;
-  float *logits; /* PH_CAPTURE_SAMPLED: [capacity - n_prompt, vocab]; PH_CAPTURE_POSITIONS:
-                    [capacity - 1, vocab] (the last token is never run) */
-  ph_logits_capture capture; /* the engine's capture mode when it was added */
-  int admitted;              /* passed sched_add */
-  int remove_pending;
-  ph_finish_reason finish_next; /* decided during a step, published after it */
-  /* non-finite logits (status PH_ERR_NON_FINITE): what the message names, formatted when read
-   * so that a step never allocates */
-  uint64_t bad_step;
-  int64_t bad_index;
-  float bad_value;
-  double t_add, t_sched, t_first, t_done; /* seconds, monotonic; 0 = not yet */
-  /* speculative decoding: sp.speculative resolved (its replay tokens point into spec), and the
-   * drafter's state, allocated for speculative requests only (a plain record stays small) */
-  struct spec_state *spec;
-  int64_t n_drafted, n_accepted; /* drafts verified, and kept */
-} request;
-
-/* A speculative request's drafter state: the MTP head's sequence (-1: none yet), the drafts it
- * made for the next step, whether it lost track (its positions could not be computed: no more
- * drafts, same output), and the replay continuation copied at add. */
-typedef struct spec_state {
-  int32_t mtp_handle;
-  int32_t n_mtp_drafts;
-  int mtp_lost;
-  int64_t mtp_drafts[PH_MAX_DRAFT_TOKENS];
-  int64_t replay[]; /* [n_replay_tokens] */
-} spec_state;
-
-/* id -> request: open addressing, linear probing, a power-of-two table at most half full;
- * removal shifts the entries behind back (no tombstones). Ids are consecutive and id * odd
- * constant is a bijection modulo the table size, so live ids rarely collide. */
-typedef struct req_map {
-  request **slot; /* [cap], NULL = empty */
-  uint64_t cap, n;
-} req_map;
-
-struct engine {
-  ph_engine_params p;               /* as resolved at creation */
-  char *quant_skip;                 /* the engine's copy of p.quant.skip (NULL: none) */
-  ph_logits_capture capture_logits; /* what requests added now keep of their logits */
-  paged_session *s;
-  runtime_source src; /* the package or checkpoint (its mapping: the graph's weights point in) */
-  sched *sch;
-  int64_t vocab, max_context;
-  int64_t eos[GENAI_MAX_EOS];
-  int n_eos;
-  ph_token_fn cb;
-  void *cb_user;
-
-  pthread_mutex_t mu;
-  req_map reqs;    /* every known request (unreleased) */
-  request **inbox; /* queued by engine_add */
-  int64_t n_inbox, cap_inbox;
-  uint64_t *removals; /* ids queued by engine_remove (a finished or released one is skipped) */
-  int64_t n_removals, cap_removals;
-  /* the stepping thread's copies of both queues, grown (under mu) only when a queue outgrew
-   * them: after warm-up a step allocates nothing */
-  request **draining;
-  int64_t cap_draining;
-  uint64_t *draining_ids;
-  int64_t cap_draining_ids;
-  uint64_t work;       /* request records visited by the table and the queues (engine_work) */
-  request **finishing; /* [max_batch_size]: finishes decided while the batch is live */
-  uint64_t next_id;
-
-  /* speculative decoding: the most drafts a verify may hold (0: none) */
-  int32_t spec_max;
-  /* the MTP drafter (a checkpoint with an MTP head and state_update_capacity > 0), else NULL;
-   * per step storage for its runs, sized at creation */
-  mtp_session *mtp;
-  mtp_seq *mseq;  /* [max_batch_size] */
-  request **mreq; /* [max_batch_size] */
-  float *mhidden; /* [max_batch_size, H]: the chained hidden rows */
-  int64_t *mtok;  /* [max_batch_size]: the chained draft tokens */
-  int64_t mtp_H;
-  /* step storage, sized at creation */
-  paged_seq *seqs; /* [max_batch_size] */
-  int64_t *kept;   /* [max_batch_size]: tokens each entry keeps (sched_commit_kept) */
-  void *scratch;   /* sampler */
-  size_t scratch_bytes;
-  uint64_t steps;
-  int32_t n_admitted; /* by the last step (engine_step_admitted) */
-  int64_t n_live;     /* admitted and not finished */
-};
 
 static double now_s(void) {
   struct timespec ts;
@@ -368,6 +271,7 @@ ph_status engine_create(const char *dir, const ph_engine_params *p, engine **out
   if (e->src.is_package || e->src.has_token_ids) set_eos(e, &e->src.gc);
   if ((st = finish_create(e, d)) != PH_OK) goto fail;
   if ((st = engine_set_capture(e, e->p.capture_logits, d)) != PH_OK) goto fail;
+  if ((st = engine_prefix_open(e, d)) != PH_OK) goto fail;
   *out = e;
   return PH_OK;
 fail:
@@ -452,6 +356,8 @@ static request *find_locked(engine *e, uint64_t id) {
 void engine_free(engine *e) {
   if (!e) return;
   sched_free(e->sch); /* gives every linked request's pages and slot back */
+  e->sch = NULL;
+  engine_prefix_close(e); /* before the session: it unhooks the session's page pool */
   for (uint64_t i = 0; i < e->reqs.cap; i++) request_free(e->reqs.slot[i]);
   free(e->reqs.slot); /* every request is in reqs (the inbox only points at some) */
   free(e->inbox);
@@ -1021,6 +927,7 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
      * KV length advances by what was kept */
     FORWARD_IF_ERROR(paged_session_commit_all(e->s, e->kept, d));
     FORWARD_IF_ERROR(sched_commit_kept(e->sch, &b, e->kept, d));
+    FORWARD_IF_ERROR(engine_prefix_after_step(e, &b, d));
     capture_positions(e, &b);
     if (e->mtp) FORWARD_IF_ERROR(mtp_draft(e, &b, d));
     si.batch_size = b.n_entries;
@@ -1039,6 +946,11 @@ ph_status engine_step(engine *e, ph_step_info *info, diag *d) {
   si.slots_total = hybrid_cache_max_slots(cache);
   si.slots_used = hybrid_cache_slots_used(cache);
   si.state_bytes_moved = hybrid_cache_bytes_moved(cache) - moved0;
+  if (e->pc) {
+    pthread_mutex_lock(&e->mu);
+    engine_prefix_publish_stats(e);
+    pthread_mutex_unlock(&e->mu);
+  }
   si.seconds = now_s() - t0;
   if (info) *info = si;
   return PH_OK;
@@ -1100,6 +1012,7 @@ ph_status engine_request_info_get(engine *e, uint64_t id, ph_request_info *out, 
     out->n_preemptions = r->sr.n_preemptions;
     out->n_drafted = r->n_drafted;
     out->n_accepted = r->n_accepted;
+    out->n_cached_tokens = r->n_cached;
     const double end = r->t_done > 0 ? r->t_done : now_s();
     out->queue_ms = r->t_sched > 0 ? 1e3 * (r->t_sched - r->t_add) : -1;
     out->time_to_first_token_ms = r->t_first > 0 ? 1e3 * (r->t_first - r->t_add) : -1;
@@ -1183,23 +1096,4 @@ uint64_t engine_work(engine *e) {
 int64_t engine_vocab(const engine *e) { return e->vocab; }
 int64_t engine_max_context(const engine *e) { return e->max_context; }
 paged_session *engine_session(engine *e) { return e->s; }
-
-/* ---- prefix cache (stubs until the cache lands; the interface is fixed) ---- */
-
-void engine_prefix_stats(engine *e, ph_prefix_cache_stats *out) {
-  (void)e;
-  memset(out, 0, sizeof *out);
-}
-
-ph_status engine_prefix_clear(engine *e, diag *d) {
-  (void)e;
-  (void)d;
-  return PH_OK;
-}
-
-ph_status engine_prefix_check(engine *e, diag *d) {
-  (void)e;
-  (void)d;
-  return PH_OK;
-}
 const ph_engine_params *engine_params_of(const engine *e) { return &e->p; }

@@ -22,9 +22,10 @@ struct sched {
   const block_table **tables; /* [max_batch] */
   state_move *moves;          /* [max_slots] compaction moves */
   int32_t max_moves;
-  uint64_t step;      /* number of the latest batch (0: none yet) */
-  int step_committed; /* the latest batch was committed */
-  uint64_t work;      /* requests visited (see sched_work) */
+  uint64_t step;             /* number of the latest batch (0: none yet) */
+  int step_committed;        /* the latest batch was committed */
+  uint64_t work;             /* requests visited (see sched_work) */
+  sched_prefix_hooks prefix; /* prefix caching (NULL functions: none) */
 };
 
 /* ---- params and the chunk rule -------------------------------------------------------------- */
@@ -169,6 +170,13 @@ void sched_free(sched *s) {
 
 /* ---- add / finish -----------------------------------------------------------------------------
  */
+
+void sched_set_prefix_hooks(sched *s, const sched_prefix_hooks *h) {
+  if (h)
+    s->prefix = *h;
+  else
+    memset(&s->prefix, 0, sizeof s->prefix);
+}
 
 ph_status sched_check_fits(const sched *s, int64_t id, int64_t max_total, diag *d) {
   /* Blocks for max_total, computed here without overflow for any int64 count. */
@@ -368,15 +376,23 @@ ph_status sched_schedule(sched *s, sched_batch *out, diag *d) {
   while (n_preempted == 0 && s->waiting.head && n < s->p.max_batch) {
     sched_req *w = s->waiting.head;
     s->work++;
+    if (s->prefix.acquire) w->n_computed = s->prefix.acquire(s->prefix.ctx, w);
     int64_t len = chunk_of(s, w);
-    if (len == 0 || len > budget) break;
     /* a slot and the blocks of the first chunk, together or not at all */
-    ph_status st = hybrid_cache_reserve(s->cache, &w->blocks, &w->slot, len, &local);
-    if (st == PH_ERR_LIMIT) break;
+    ph_status st = len == 0 || len > budget ? PH_ERR_LIMIT
+                                            : hybrid_cache_reserve(s->cache, &w->blocks, &w->slot,
+                                                                   w->n_computed + len, &local);
+    if (st == PH_ERR_LIMIT) { /* no room: the cached prefix goes back, w waits */
+      if (w->blocks.n_blocks > 0)
+        FORWARD_IF_ERROR(hybrid_cache_release(s->cache, &w->blocks, &w->slot, d));
+      w->n_computed = 0;
+      break;
+    }
     if (st != PH_OK) {
       diag_copy(d, &local);
       return st;
     }
+    if (s->prefix.admitted) FORWARD_IF_ERROR(s->prefix.admitted(s->prefix.ctx, w, d));
     queue_unlink(&s->waiting, w);
     w->state = SCHED_RUNNING;
     queue_push_back(&s->running, w);

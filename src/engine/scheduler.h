@@ -57,7 +57,8 @@ ph_status sched_params_validate(const sched_params *p, diag *d);
 
 typedef enum sched_req_state {
   SCHED_FINISHED = 0, /* not linked into a scheduler (never added, or sched_finish'ed) */
-  SCHED_WAITING = 1,  /* queued for admission; holds no slot and no blocks, n_computed 0 */
+  SCHED_WAITING = 1,  /* queued for admission; holds no slot and no blocks, n_computed 0 (a
+                         cached prefix is taken only as it is admitted: sched_prefix_hooks) */
   SCHED_RUNNING = 2,  /* admitted; holds a slot and the blocks for its computed tokens */
 } sched_req_state;
 
@@ -81,12 +82,13 @@ typedef struct sched_req {
                             sched_schedule (slot compaction): read it from the batch */
   sched_req_state state; /* see sched_req_state */
   int64_t n_preemptions; /* times it was preempted (recomputed from token 0) */
-  int64_t n_draft;       /* (caller) drafted tokens known after n_total (speculative decoding),
-                            offered for the next step; set between steps, cleared by
-                            sched_commit for the batch's requests. Used only when the request's next chunk
-                            is its one       decode token (n_computed == n_total - 1); the step then runs the
-                            decode token and up to n_draft drafts (fewer when the budget, the
-                            pages or max_total leave less room), see sched_entry.n_draft */
+  int64_t
+      n_draft; /* (caller) drafted tokens known after n_total (speculative decoding),
+                  offered for the next step; set between steps, cleared by
+                  sched_commit for the batch's requests. Used only when the request's next chunk
+                  is its one       decode token (n_computed == n_total - 1); the step then runs the
+                  decode token and up to n_draft drafts (fewer when the budget, the
+                  pages or max_total leave less room), see sched_entry.n_draft */
 
   struct sched_req *prev, *next; /* queue links (running or waiting), NULL at the ends */
   struct sched *owner;           /* the scheduler it is linked into, NULL when FINISHED */
@@ -133,6 +135,24 @@ typedef struct sched_batch {
   uint64_t step;              /* step number, checked by sched_commit */
 } sched_batch;
 
+/* Prefix reuse at admission (prefix caching, src/cache/prefix_cache.h): optional hooks through
+ * which the engine, which knows the tokens, gives a request admitted from the waiting queue a
+ * cached prefix. For the request w at the head of the queue (holding nothing):
+ *   acquire(ctx, w) may append cached pages to w->blocks (one reference each) and returns the
+ *     tokens they cover: 0, or a multiple of prefill_chunk and block_size below w->n_prompt.
+ *     The scheduler sets w->n_computed to it, so w's chunks go on at the same boundaries as
+ *     from token 0 (the chunk rule); then it reserves w's slot and first chunk as usual;
+ *   admitted(ctx, w, d), once the reservation succeeded (w holds its slot): fill the slot's
+ *     state for the prefix. An error fails sched_schedule;
+ *   when the reservation fails (no room), the scheduler gives the acquired pages back itself
+ *     (w->n_computed back to 0) and w waits; acquire is called again at the next attempt.
+ * Without hooks (the default) every request starts at token 0. */
+typedef struct sched_prefix_hooks {
+  void *ctx;
+  int64_t (*acquire)(void *ctx, sched_req *w);
+  ph_status (*admitted)(void *ctx, sched_req *w, diag *d);
+} sched_prefix_hooks;
+
 /* Creates a scheduler over cache (pages and slots); it is borrowed and must outlive the
  * scheduler, and the scheduler must be the only one asking it for room. *out owned by the caller
  * (sched_free). PH_ERR_INVALID_ARGUMENT (params, a NULL cache, block_size other than the
@@ -142,6 +162,9 @@ ph_status sched_create(const sched_params *p, hybrid_cache *cache, sched **out, 
 /* Finishes every linked request (pages and slots back to the cache, which must still exist)
  * and frees the scheduler. NULL is a no-op. */
 void sched_free(sched *s);
+
+/* Installs the prefix hooks (NULL: none). Between steps. */
+void sched_set_prefix_hooks(sched *s, const sched_prefix_hooks *h);
 
 /* PH_OK when a request of max_total tokens fits the cache's pages at all; else PH_ERR_LIMIT with
  * sched_add's message (naming id). Reads only fixed fields: callable from any thread while the
