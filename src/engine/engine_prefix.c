@@ -45,7 +45,8 @@ static int64_t hook_acquire(void *ctx, sched_req *w) {
   request *r = REQUEST_OF(w);
   memset(&r->pm, 0, sizeof r->pm);
   r->pm.snapshot = -1;
-  if (r->capture == PH_CAPTURE_POSITIONS || r->sp.speculative.method == PH_DRAFT_MTP) return 0;
+  r->looked_up = !(r->capture == PH_CAPTURE_POSITIONS || r->sp.speculative.method == PH_DRAFT_MTP);
+  if (!r->looked_up) return 0;
   diag local;
   if (prefix_cache_acquire(e->pc, r->tokens, r->n_prompt, &w->blocks, &r->pm, &local) != PH_OK)
     return 0; /* no memory to grow the table: it starts from token 0, as without the cache */
@@ -56,7 +57,7 @@ static ph_status hook_admitted(void *ctx, sched_req *w, diag *d) {
   engine *e = ctx;
   request *r = REQUEST_OF(w);
   FORWARD_IF_ERROR(prefix_cache_restore(e->pc, &r->pm, w->slot, d));
-  prefix_cache_count_lookup(e->pc, r->n_prompt, r->pm.n_tokens);
+  if (r->looked_up) prefix_cache_count_lookup(e->pc, r->n_prompt, r->pm.n_tokens);
   r->n_cached = r->pm.n_tokens;
   const int64_t B = prefix_cache_boundary(e->pc);
   const int64_t deep = (r->n_prompt - 1) / B * B;
