@@ -130,7 +130,7 @@ static void test_chat_json(void) {
   snprintf(args, sizeof args,
            "bench --model '%s' --json --scenario chat --shared-prefix 16 --conversations 3 "
            "--turns 3 --user-tokens 8 --answer-tokens 4 --seed 7 --repeats 2 --prefill-chunk 16 "
-           "--threads 1",
+           "--threads 1 --prefix-cache-mb 1",
            g_ckpt);
   json_t *o = bench_json(args);
   if (!o) return;
@@ -171,6 +171,10 @@ static void test_chat_json(void) {
   CHECK(num(x, "workload_s_without") > 0);
   json_t *cache = json_object_get(x, "cache");
   check_cache(cache);
+  /* --prefix-cache-mb reaches the cache engine: as many snapshots as 1 MiB holds */
+  CHECK_EQ_INT(num(cache, "snapshot_budget_bytes"), 1 << 20);
+  CHECK_EQ_INT(num(cache, "snapshots_max"),
+               (1 << 20) / (int64_t)num(json_object_get(o, "model"), "state_bytes_per_sequence"));
   /* every turn after the first continues its conversation's computed history */
   CHECK(num(cache, "lookups") >= 9);
   CHECK(num(cache, "hits") > 0);
@@ -241,6 +245,8 @@ static void test_tables_and_usage(void) {
       "--scenario chat --answer-tokens 0",
       "--scenario chat --seed -1",
       "--scenario chat --shared-prefix -1",
+      "--scenario prefix --no-prefix-cache",
+      "--scenario chat --no-prefix-cache",
   };
   static const char *const says[] = {
       "--scenario prefill: expected throughput, prefix or chat",
@@ -266,6 +272,9 @@ static void test_tables_and_usage(void) {
       "--answer-tokens must be in",
       "--seed must be in",
       "--shared-prefix must be in [0,",
+      "--scenario prefix measures with the prefix cache and without: --no-prefix-cache does not "
+      "apply",
+      "--scenario chat measures with the prefix cache and without",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(args, sizeof args, "bench --model '%s' %s", g_ckpt, bad[i]);

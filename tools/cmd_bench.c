@@ -106,6 +106,7 @@ static const cli_option OPTIONS[] = {
     {"state-update-capacity", "N",
      "state-update capacity of the engine (default: 8 with --speculative on a checkpoint, the "
      "package's for a package)"},
+    ENGINE_FLAG_PREFIX_CACHE_OPTIONS,
     {"scenario", "NAME", "throughput (default); prefix or chat: the prefix cache, on and off"},
     {"shared-prefix", "N", "prefix: tokens shared (default 1024); chat: system prompt (0)"},
     {"unique", "N", "prefix: tokens after it (default 64)"},
