@@ -87,9 +87,12 @@ ph_status engine_prefix_open(engine *e, diag *d) {
   prefix_cache_params pp = {0};
   pp.boundary = chunk / gcd64(chunk, bs) * bs; /* lcm: both a chunk end and a page end */
   if (e->p.prefix_cache_bytes == 0 && hybrid_cache_has_state(c)) {
+    /* a quarter of the cache, and at least one snapshot per request that may hold state at
+     * once (each running conversation keeps its deepest point); committed only as used */
     const int64_t one = state_pool_slot_bytes(hybrid_cache_states(c));
     const int64_t quarter = hybrid_cache_bytes(c) / 4;
-    e->p.prefix_cache_bytes = quarter > 4 * one ? quarter : 4 * one;
+    const int64_t per_request = (int64_t)(e->p.max_requests > 4 ? e->p.max_requests : 4) * one;
+    e->p.prefix_cache_bytes = quarter > per_request ? quarter : per_request;
   }
   pp.snapshot_bytes = e->p.prefix_cache_bytes;
   pp.salt = salt_of(&e->p);
