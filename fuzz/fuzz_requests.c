@@ -9,7 +9,8 @@
  * needs_tokenizer agreeing; sampling parameters that validate for an unknown
  * vocabulary; speculative replay tokens (>= 0) owned by the spec, for the replay method only;
  * arrive/remove steps in range and equal to the entry's. Each request's result line
- * is then written (with a text) and must parse back as a JSON object with the same id and text.
+ * is then written (with a text) and must parse back as a JSON object with the same id and text,
+ * the speculative and prefix-cache counts there exactly when they are > 0.
  * Everything is freed (the sanitize build runs with leak detection). Seeds in
  * fuzz/corpus/requests/.
  */
@@ -88,8 +89,14 @@ static void check_request(const request_spec *items, int64_t i, const request_en
    * text (or the first stop string) for the generated text */
   int64_t n = r->n_prompt < 64 ? r->n_prompt : 64;
   const char *text = r->prompt_text ? r->prompt_text : r->n_stops ? r->stops[0] : NULL;
-  request_timing t = {
-      0.5, -1.0, 2.0, r->n_prompt, n, 0, sp->n_replay_tokens, sp->n_replay_tokens / 2};
+  request_timing t = {.queue_ms = 0.5,
+                      .ttft_ms = -1.0,
+                      .total_ms = 2.0,
+                      .n_prompt = r->n_prompt,
+                      .n_generated = n,
+                      .n_drafted = sp->n_replay_tokens,
+                      .n_accepted = sp->n_replay_tokens / 2,
+                      .n_cached = r->n_prompt / 2};
   char *line = NULL;
   diag d;
   ph_status st = request_result_to_json_text(r->id, text, text ? strlen(text) : 0, r->prompt, n,
@@ -114,6 +121,10 @@ static void check_request(const request_spec *items, int64_t i, const request_en
   if (drafted && (json_integer_value(drafted) != t.n_drafted ||
                   json_integer_value(json_object_get(o, "n_accepted_tokens")) != t.n_accepted))
     __builtin_trap();
+  /* the prefix cache's count likewise, when some of the prompt came from it */
+  const json_t *cached = json_object_get(o, "n_cached_tokens");
+  if ((cached != NULL) != (t.n_cached > 0)) __builtin_trap();
+  if (cached && json_integer_value(cached) != t.n_cached) __builtin_trap();
   json_decref(o);
   free(line);
 }

@@ -95,13 +95,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *text = p.prompt_text ? p.prompt_text : (p.stops[0] ? p.stops[0] : "");
   const size_t len = p.prompt_text ? p.prompt_len : strlen(text);
   const int64_t ids[3] = {1, 2, 3};
-  if (serve_response_json(&b, &r, text, len, "stop", p.prompt_ids, p.n_prompt_ids, ids, 3) == 0)
+  if (serve_response_json(&b, &r, text, len, "stop", p.prompt_ids, p.n_prompt_ids,
+                          p.n_prompt_ids / 2, ids, 3) == 0)
     check_json(b.data, b.len, 1);
   sbuf_reset(&b);
   int ok = serve_chunk_sse(&b, &r, 1, "", 0, NULL, NULL, 0, p.include_usage) == 0 &&
            serve_chunk_sse(&b, &r, 0, text, len, NULL, ids, 3, p.include_usage) == 0 &&
            serve_chunk_sse(&b, &r, 0, "", 0, "length", ids, 0, p.include_usage) == 0 &&
-           serve_usage_sse(&b, &r, 5, 3) == 0;
+           serve_usage_sse(&b, &r, 5, 2, 3) == 0;
   if (ok) check_sse(&b);
   sbuf_free(&b);
   serve_params_free(&p);

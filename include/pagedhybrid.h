@@ -291,8 +291,8 @@ typedef struct ph_engine_params {
                                        OFF */
   int64_t prefix_cache_bytes;        /* memory for the linear layers' state snapshots the prefix
                                         cache keeps (0: a quarter of the KV + state cache's
-                                        bytes, at least 4 snapshots); cached KV pages live in
-                                        the page pool and cost nothing extra */
+                                        bytes, and at least one snapshot per max_requests (4 at least));
+                                        cached KV pages live in        the page pool and cost nothing extra */
 } ph_engine_params;
 
 PH_API ph_engine_params ph_engine_params_default(void);

@@ -1,7 +1,8 @@
 /* The engine's two commands as a user meets them: `pagedhybrid run` over a requests file (every
  * id back in input order, arrivals at different steps, a removal mid-decode, a refused request
  * that leaves the others alone, greedy tokens equal to `generate`'s paged run, the same output
- * twice apart from timings, a package and its checkpoint agreeing) and its exit codes; and
+ * twice apart from timings, a package and its checkpoint agreeing, the prefix cache's hits with
+ * the tokens of --no-prefix-cache) and its exit codes; and
  * `pagedhybrid bench --json` with the keys docs/bench.md lists, and its speculative section
  * (--speculative replay). Runs the built binary (PH_CLI)
  * on the golden f32 checkpoint (tests/data). */
@@ -1141,6 +1142,109 @@ static void test_quant_flags(void) {
     }
 }
 
+/* The prefix cache through `run` (issue 19; docs/run.md "Prefix cache"): with --prefill-chunk 16
+ * (snapshot boundaries every 16 tokens, the page size) a 40-token prompt computed once is served
+ * from the cache up to 32 tokens for a request with the same prompt and for one that shares
+ * only its first 32 tokens; the lines say n_cached_tokens 32 (and the first line none), the
+ * summary the hits, and the tokens equal those of the same file with --no-prefix-cache. With the
+ * default chunk (256) nothing is a boundary below 40: no hits. The flags' bad values: exit 2. */
+static void test_run_prefix_cache(void) {
+  char req[1024], args[4096], prompt[512] = "", other[512] = "";
+  snprintf(req, sizeof req, "%s/prefix.jsonl", g_tmp);
+  for (int i = 0; i < 40; i++) {
+    char t[16];
+    snprintf(t, sizeof t, "%s%d", i ? ", " : "", 1 + (i * 37) % 200);
+    strcat(prompt, t);
+    snprintf(t, sizeof t, "%s%d", i ? ", " : "", i < 32 ? 1 + (i * 37) % 200 : 3 + i);
+    strcat(other, t);
+  }
+  char text[4096];
+  snprintf(text, sizeof text,
+           "{\"id\": \"first\", \"prompt_tokens\": [%s], \"max_new_tokens\": 4, \"ignore_eos\": "
+           "true}\n"
+           "{\"id\": \"same\", \"prompt_tokens\": [%s], \"max_new_tokens\": 4, \"ignore_eos\": "
+           "true, \"arrive_step\": 20}\n"
+           "{\"id\": \"branch\", \"prompt_tokens\": [%s], \"max_new_tokens\": 4, \"ignore_eos\": "
+           "true, \"arrive_step\": 20}\n",
+           prompt, prompt, other);
+  write_text(req, text);
+  static const char *const IDS3[] = {"first", "same", "branch"};
+  static const int64_t CACHED[] = {0, 32, 32};
+
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --prefill-chunk 16 --threads 1",
+           g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr, "run: prefix cache: 2 of 3 lookups hit, 64 of 120 prompt tokens from "
+                           "the cache (53.3%); holds ");
+  json_t *on = parse_lines(g_stdout);
+  snprintf(args, sizeof args,
+           "run --model '%s' --requests '%s' --prefill-chunk 16 --threads 1 --no-prefix-cache",
+           g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr, "run: prefix cache: off\n");
+  json_t *off = parse_lines(g_stdout);
+  CHECK(on && off && json_array_size(on) == 3 && json_array_size(off) == 3);
+  for (size_t i = 0; on && off && i < 3 && i < json_array_size(on) && i < json_array_size(off);
+       i++) {
+    json_t *lon = json_array_get(on, i), *loff = json_array_get(off, i);
+    CHECK_EQ_STR(field(lon, "id"), IDS3[i]);
+    CHECK_EQ_INT(n_tokens(lon), 4);
+    json_t *cached = json_object_get(lon, "n_cached_tokens");
+    const int64_t got = cached ? json_integer_value(cached) : 0;
+    if (!CHECK(got == CACHED[i]))
+      fprintf(stderr, "       %s: n_cached_tokens %lld, expected %lld\n", IDS3[i], (long long)got,
+              (long long)CACHED[i]);
+    CHECK(json_object_get(loff, "n_cached_tokens") == NULL);
+    /* the same tokens and counts with the cache and without; only n_cached_tokens differs */
+    json_object_del(lon, "n_cached_tokens");
+    char *son = without_timings(lon), *soff = without_timings(loff);
+    CHECK_EQ_STR(son, soff);
+    free(son);
+    free(soff);
+  }
+  json_decref(on);
+  json_decref(off);
+
+  /* the default chunk (256): no boundary below 40 tokens, no hit; a snapshot budget as given */
+  snprintf(args, sizeof args, "run --model '%s' --requests '%s' --threads 1 --prefix-cache-mb 3",
+           g_ckpt, req);
+  CHECK_EQ_INT(run(args), 0);
+  CHECK_CONTAINS(g_stderr, "run: prefix cache: 0 of 3 lookups hit, 0 of 120 prompt tokens");
+  CHECK_CONTAINS(g_stderr, " of 3.0 MiB); evicted ");
+  CHECK(g_stdout && !strstr(g_stdout, "n_cached_tokens"));
+
+  static const char *const bad[] = {
+      "--prefix-cache-mb -1",
+      "--prefix-cache-mb 1.5",
+      "--prefix-cache-mb ''",
+      "--prefix-cache-mb 1073741825",
+      "--no-prefix-cache --prefix-cache-mb 8",
+      "--no-prefix-cache=1",
+  };
+  static const char *const says[] = {
+      "--prefix-cache-mb must be in [0, 1073741824], got -1",
+      "--prefix-cache-mb expects an integer, got \"1.5\"",
+      "--prefix-cache-mb expects an integer, got \"\"",
+      "--prefix-cache-mb must be in [0, 1073741824], got 1073741825",
+      "give --no-prefix-cache or --prefix-cache-mb, not both",
+      "--no-prefix-cache takes no value",
+  };
+  static const char *const cmds[] = {"run --requests x.jsonl", "serve --port 0"};
+  for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++)
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      snprintf(args, sizeof args, "%s --model '%s' %s", cmds[c], g_ckpt, bad[i]);
+      const int rc = run(args);
+      if (!CHECK(rc == 2)) fprintf(stderr, "       exit %d: pagedhybrid %s\n", rc, args);
+      CHECK_CONTAINS(g_stderr, says[i]);
+    }
+  CHECK_EQ_INT(run("run --help"), 0);
+  CHECK_CONTAINS(g_stdout, "--no-prefix-cache");
+  CHECK_CONTAINS(g_stdout, "--prefix-cache-mb MiB");
+  CHECK_EQ_INT(run("serve --help"), 0);
+  CHECK_CONTAINS(g_stdout, "--no-prefix-cache");
+  CHECK_CONTAINS(g_stdout, "--prefix-cache-mb MiB");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   check_data(g_ckpt, sizeof g_ckpt, "golden/qwen35-tiny-f32/checkpoint");
@@ -1158,6 +1262,7 @@ int main(void) {
   RUN(test_run_out_replaced);
   RUN(test_run_strict_and_nonfinite);
   RUN(test_run_speculative);
+  RUN(test_run_prefix_cache);
   RUN(test_bench_json);
   RUN(test_bench_quant);
   RUN(test_bench_table_and_usage);

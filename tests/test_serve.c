@@ -8,7 +8,9 @@
  * API key 401) and the server alive after garbage; /metrics in Prometheus text format with no
  * page or slot held at the end; a client that disconnects mid-stream cancels its request and
  * frees its pages and slot; SIGTERM lets a running request finish and exits 0, and past
- * --shutdown-timeout aborts it with an error event. Every wait is bounded (serve_testing.h). */
+ * --shutdown-timeout aborts it with an error event; the prefix cache's cached_tokens in usage
+ * and its /metrics series, on by default and off with --no-prefix-cache, the tokens the same. Every
+ * wait is bounded (serve_testing.h). */
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,6 +72,13 @@ static int64_t ids_of(json_t *arr, int64_t *out, int64_t max) {
   return n;
 }
 
+/* usage.prompt_tokens_details.cached_tokens of a response; -1 when it is not there. */
+static int64_t cached_tokens(json_t *o) {
+  json_t *c = json_object_get(json_object_get(json_object_get(o, "usage"), "prompt_tokens_details"),
+                              "cached_tokens");
+  return json_is_integer(c) ? json_integer_value(c) : -1;
+}
+
 /* ---- SSE ----------------------------------------------------------------------------------- */
 
 typedef struct stream_result {
@@ -81,13 +90,14 @@ typedef struct stream_result {
   int64_t n_ids;
   char finish[32];                        /* the finish_reason of the last choice chunk */
   int64_t usage_completion, usage_prompt; /* -1: no usage chunk */
+  int64_t usage_cached;                   /* its prompt_tokens_details.cached_tokens; -1: none */
   int n_chunks, saw_role, saw_error;
 } stream_result;
 
 /* Parses an SSE body: events "data: X\n\n"; X a JSON chunk or "[DONE]" (last). */
 static void parse_stream(const char *body, int chat, stream_result *r) {
   memset(r, 0, sizeof *r);
-  r->usage_completion = r->usage_prompt = -1;
+  r->usage_completion = r->usage_prompt = r->usage_cached = -1;
   r->ok = 1;
   const char *p = body ? body : "";
   char id[128] = "";
@@ -134,6 +144,9 @@ static void parse_stream(const char *body, int chat, stream_result *r) {
     if (json_is_object(usage)) {
       r->usage_prompt = json_integer_value(json_object_get(usage, "prompt_tokens"));
       r->usage_completion = json_integer_value(json_object_get(usage, "completion_tokens"));
+      json_t *cached =
+          json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+      r->usage_cached = json_is_integer(cached) ? json_integer_value(cached) : -1;
       if (json_array_size(choices) != 0) r->ok = 0;
     }
     for (size_t i = 0; i < json_array_size(choices); i++) {
@@ -317,6 +330,7 @@ static void test_completion_ids(void) {
     CHECK_EQ_INT(json_integer_value(json_object_get(u, "prompt_tokens")), 6);
     CHECK_EQ_INT(json_integer_value(json_object_get(u, "completion_tokens")), 20);
     CHECK_EQ_INT(json_integer_value(json_object_get(u, "total_tokens")), 26);
+    CHECK_EQ_INT(cached_tokens(o), 0); /* 6 tokens: no prefix-cache boundary below them */
     snprintf(line, sizeof line,
              "{\"id\": \"r\", \"prompt_tokens\": [5, 17, 99, 3, 250, 8], \"max_new_tokens\": 20, "
              "\"ignore_eos\": true, %s}\n",
@@ -340,6 +354,7 @@ static void test_completion_ids(void) {
     CHECK_EQ_STR(r->finish, "length");
     CHECK_EQ_INT(r->usage_completion, 20);
     CHECK_EQ_INT(r->usage_prompt, 6);
+    CHECK_EQ_INT(r->usage_cached, 0);
     free(r);
     json_decref(o);
   }
@@ -620,6 +635,22 @@ static void test_metrics_format(void) {
       "pagedhybrid_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
       "pagedhybrid_time_to_first_token_seconds_sum",
       "pagedhybrid_time_to_first_token_seconds_count",
+      "pagedhybrid_prefix_cache_enabled",
+      "pagedhybrid_prefix_cache_lookups_total",
+      "pagedhybrid_prefix_cache_hits_total",
+      "pagedhybrid_prefix_cache_misses_total",
+      "pagedhybrid_prefix_cache_tokens_looked_up_total",
+      "pagedhybrid_prefix_cache_tokens_saved_total",
+      "pagedhybrid_prefix_cache_pages_cached",
+      "pagedhybrid_prefix_cache_pages_evictable",
+      "pagedhybrid_prefix_cache_page_bytes_held",
+      "pagedhybrid_prefix_cache_pages_evicted_total",
+      "pagedhybrid_prefix_cache_snapshots",
+      "pagedhybrid_prefix_cache_snapshots_max",
+      "pagedhybrid_prefix_cache_snapshot_bytes",
+      "pagedhybrid_prefix_cache_snapshot_budget_bytes",
+      "pagedhybrid_prefix_cache_snapshots_taken_total",
+      "pagedhybrid_prefix_cache_snapshots_evicted_total",
   };
   for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
     if (!check_report(!isnan(metric(t, NAMES[i])), __FILE__, __LINE__, "a metric is there"))
@@ -631,6 +662,8 @@ static void test_metrics_format(void) {
   CHECK_EQ_INT(metric(t, "pagedhybrid_time_to_first_token_seconds_bucket{le=\"+Inf\"}"),
                metric(t, "pagedhybrid_time_to_first_token_seconds_count"));
   CHECK(strstr(t ? t : "", "# TYPE pagedhybrid_time_to_first_token_seconds histogram") != NULL);
+  CHECK(strstr(t ? t : "", "# TYPE pagedhybrid_prefix_cache_hits_total counter") != NULL);
+  CHECK(strstr(t ? t : "", "# TYPE pagedhybrid_prefix_cache_snapshot_bytes gauge") != NULL);
   free(t);
   CHECK(wait_idle(&g_sv));
 }
@@ -931,6 +964,138 @@ static void test_shutdown(void) {
   }
 }
 
+/* The prefix cache (issue 19; docs/serve.md "Prefix cache"), on by default and off with
+ * --no-prefix-cache, on servers with --prefill-chunk 16 (a snapshot boundary every 16 tokens,
+ * the page size): the same 40-token prompt sent twice is served from the cache up to 32 tokens
+ * the second time (usage.prompt_tokens_details.cached_tokens, in the stream's usage chunk too), a
+ * chat with the same long system prompt likewise; the tokens and text equal those of the server
+ * without the cache; /metrics counts the hits, misses, tokens saved and what is held, and the
+ * server without the cache reports 0 everywhere. */
+static void test_prefix_cache(void) {
+  char prompt[512] = "";
+  for (int i = 0; i < 40; i++) {
+    char t[16];
+    snprintf(t, sizeof t, "%s%d", i ? ", " : "", 1 + (i * 37) % 200);
+    strcat(prompt, t);
+  }
+  char body[2048], sbody[2200], chat[2048];
+  snprintf(body, sizeof body,
+           "{\"model\": \"tiny\", \"prompt\": [%s], \"max_tokens\": 4, \"temperature\": 0, "
+           "\"ignore_eos\": true, \"return_token_ids\": true}",
+           prompt);
+  snprintf(sbody, sizeof sbody,
+           "%.*s, \"stream\": true, \"stream_options\": "
+           "{\"include_usage\": true}}",
+           (int)strlen(body) - 1, body);
+  snprintf(chat, sizeof chat,
+           "{\"model\": \"tiny\", \"messages\": [{\"role\": \"system\", \"content\": \"You are a "
+           "careful assistant. Answer in one short sentence, and say when you do not know.\"}, "
+           "{\"role\": \"user\", \"content\": \"hello\"}], \"max_tokens\": 3, \"temperature\": 0}");
+  int64_t ref_ids[8] = {0}, n_ref = -1;
+  char ref_chat[1024] = "";
+  for (int off = 0; off < 2; off++) {
+    server sv;
+    char args[2048];
+    snprintf(args, sizeof args, "--model '%s' --threads 1 --prefill-chunk 16%s", g_model,
+             off ? " --no-prefix-cache" : "");
+    if (!server_start(&sv, g_tmp, args)) return;
+    char *err = serve_read_file(sv.err);
+    CHECK_CONTAINS(err, off ? "prefix cache off" : "prefix cache on");
+    free(err);
+    const int64_t want = off ? 0 : 32;
+    for (int k = 0; k < 2; k++) { /* the first computes everything, the second hits */
+      json_t *o = NULL;
+      CHECK_EQ_INT(post(&sv, "/v1/completions", body, &o), 200);
+      CHECK_EQ_INT(
+          json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens")), 40);
+      const int64_t cached = cached_tokens(o);
+      if (!CHECK(cached == (k ? want : 0)))
+        fprintf(stderr, "       %s server, request %d: cached_tokens %lld, expected %lld\n",
+                off ? "uncached" : "caching", k, (long long)cached, (long long)(k ? want : 0));
+      int64_t ids[8];
+      const int64_t n = ids_of(
+          json_object_get(json_array_get(json_object_get(o, "choices"), 0), "token_ids"), ids, 8);
+      CHECK_EQ_INT(n, 4);
+      if (n_ref < 0) {
+        n_ref = n;
+        memcpy(ref_ids, ids, sizeof ids);
+      }
+      CHECK_EQ_INT(n, n_ref);
+      for (int64_t i = 0; i < n && i < n_ref; i++) CHECK_EQ_INT(ids[i], ref_ids[i]);
+      json_decref(o);
+    }
+    stream_result *r = malloc(sizeof *r);
+    CHECK_EQ_INT(stream(&sv, "/v1/completions", sbody, 0, r), 200);
+    CHECK(r->ok);
+    CHECK_EQ_INT(r->usage_prompt, 40);
+    CHECK_EQ_INT(r->usage_cached, want);
+    CHECK_EQ_INT(r->n_ids, n_ref);
+    for (int64_t i = 0; i < r->n_ids && i < n_ref; i++) CHECK_EQ_INT(r->ids[i], ref_ids[i]);
+    free(r);
+    /* a chat with the same system prompt twice: the second takes its longest cached prefix that
+     * ends at a boundary below its prompt's length */
+    int64_t n_prompt = 0, chat_cached[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+      json_t *o = NULL;
+      CHECK_EQ_INT(post(&sv, "/v1/chat/completions", chat, &o), 200);
+      n_prompt = json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
+      chat_cached[k] = cached_tokens(o);
+      const char *content = json_string_value(json_object_get(
+          json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message"), "content"));
+      CHECK(content != NULL);
+      if (!ref_chat[0] && content) snprintf(ref_chat, sizeof ref_chat, "%s", content);
+      CHECK_EQ_STR(content, ref_chat);
+      json_decref(o);
+    }
+    CHECK(n_prompt > 32);
+    CHECK_EQ_INT(chat_cached[0], 0);
+    if (off)
+      CHECK_EQ_INT(chat_cached[1], 0);
+    else if (!CHECK(chat_cached[1] == (n_prompt - 1) / 16 * 16))
+      fprintf(stderr, "       chat: cached_tokens %lld of %lld prompt tokens\n",
+              (long long)chat_cached[1], (long long)n_prompt);
+    CHECK(wait_idle(&sv));
+    char *t = metrics_text(&sv);
+    CHECK_EQ_INT(metric(t, "pagedhybrid_prefix_cache_enabled"), !off);
+    const double hits = metric(t, "pagedhybrid_prefix_cache_hits_total"),
+                 misses = metric(t, "pagedhybrid_prefix_cache_misses_total"),
+                 lookups = metric(t, "pagedhybrid_prefix_cache_lookups_total");
+    if (off) {
+      static const char *const ZERO[] = {
+          "pagedhybrid_prefix_cache_lookups_total",      "pagedhybrid_prefix_cache_hits_total",
+          "pagedhybrid_prefix_cache_tokens_saved_total", "pagedhybrid_prefix_cache_pages_cached",
+          "pagedhybrid_prefix_cache_snapshots",          "pagedhybrid_prefix_cache_snapshot_bytes",
+      };
+      for (size_t i = 0; i < sizeof ZERO / sizeof ZERO[0]; i++)
+        if (!check_report(metric(t, ZERO[i]) == 0, __FILE__, __LINE__, "0 with the cache off"))
+          fprintf(stderr, "       %s %g\n", ZERO[i], metric(t, ZERO[i]));
+    } else {
+      /* hits: the second completion, the stream, the second chat; misses: the first of each */
+      CHECK_EQ_INT(hits, 3);
+      CHECK_EQ_INT(misses, 2);
+      CHECK_EQ_INT(lookups, hits + misses);
+      CHECK_EQ_INT(metric(t, "pagedhybrid_prefix_cache_tokens_looked_up_total"),
+                   3 * 40 + 2 * n_prompt);
+      CHECK_EQ_INT(metric(t, "pagedhybrid_prefix_cache_tokens_saved_total"),
+                   2 * 32 + chat_cached[1]);
+      CHECK(metric(t, "pagedhybrid_prefix_cache_pages_cached") >= 2);
+      CHECK(metric(t, "pagedhybrid_prefix_cache_pages_evictable") >= 2); /* nothing runs */
+      CHECK(metric(t, "pagedhybrid_prefix_cache_page_bytes_held") > 0);
+      CHECK(metric(t, "pagedhybrid_prefix_cache_snapshots") >= 2);
+      CHECK(metric(t, "pagedhybrid_prefix_cache_snapshot_bytes") > 0);
+      CHECK(metric(t, "pagedhybrid_prefix_cache_snapshot_bytes") <=
+            metric(t, "pagedhybrid_prefix_cache_snapshot_budget_bytes"));
+      CHECK(metric(t, "pagedhybrid_prefix_cache_snapshots") <=
+            metric(t, "pagedhybrid_prefix_cache_snapshots_max"));
+      CHECK(metric(t, "pagedhybrid_prefix_cache_snapshots_taken_total") >= 2);
+      CHECK_EQ_INT(metric(t, "pagedhybrid_prefix_cache_pages_evicted_total"), 0);
+      CHECK_EQ_INT(metric(t, "pagedhybrid_prefix_cache_snapshots_evicted_total"), 0);
+    }
+    free(t);
+    CHECK_EQ_INT(server_stop(&sv), 0);
+  }
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "%s", check_env("PH_TMP_DIR"));
   diag d;
@@ -963,6 +1128,7 @@ int main(void) {
   RUN(test_padded_vocab);
   RUN(test_chat_template);
   RUN(test_connection_limit);
+  RUN(test_prefix_cache);
   RUN(test_shutdown);
   cli_testing_done();
   return check_finish();

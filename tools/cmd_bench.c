@@ -25,6 +25,9 @@
  *            measured acceptance (ph_step_info n_accepted / n_drafted) and the verify step's
  *            time over the plain step's. Every run's tokens must equal the reference: a
  *            speculative run that changes the output is an error (PH_ERR_INTERNAL).
+ *   scenarios (--scenario prefix|chat, in place of prefill and decode) the prefix cache: time to
+ *            first token of requests sharing a prompt prefix, and a synthetic multi-turn chat,
+ *            each on two engines, with the cache and without (tools/bench_prefix.h)
  * Every figure is the median over --repeats. Decode is compared with the bandwidth as bytes read
  * per step (weights once + each sequence's state read and written + its KV pages) / step time;
  * prefill with the FMA peak as 2 x parameters FLOPs per token, and with the compute peak of the
@@ -71,6 +74,7 @@
 #pragma GCC pop_options
 #endif
 #include "../bench/engine_steps.h"
+#include "bench_prefix.h"
 
 static const cli_option OPTIONS[] = {
     {"model", "DIR|PKG", "Hugging Face checkpoint directory, or a package exported --layout paged"},
@@ -102,6 +106,16 @@ static const cli_option OPTIONS[] = {
     {"state-update-capacity", "N",
      "state-update capacity of the engine (default: 8 with --speculative on a checkpoint, the "
      "package's for a package)"},
+    ENGINE_FLAG_PREFIX_CACHE_OPTIONS,
+    {"scenario", "NAME", "throughput (default); prefix or chat: the prefix cache, on and off"},
+    {"shared-prefix", "N", "prefix: tokens shared (default 1024); chat: system prompt (0)"},
+    {"unique", "N", "prefix: tokens after it (default 64)"},
+    {"requests", "N", "prefix: warm requests per repeat (default 4)"},
+    {"conversations", "N", "chat: conversations (default 8)"},
+    {"turns", "N", "chat: turns per conversation (default 6)"},
+    {"user-tokens", "N", "chat: tokens per user message (default 64)"},
+    {"answer-tokens", "N", "chat: tokens per answer (default 32)"},
+    {"seed", "N", "chat: user messages' seed (default 1)"},
     QUANT_FLAG_OPTIONS,
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
@@ -122,6 +136,8 @@ typedef struct bench_config {
   int n_drafts;
   double accept[MAX_ACCEPT];
   int n_accept;
+  prefix_config pc; /* pc.scenario: SCENARIO_THROUGHPUT, or a prefix-cache scenario in place of
+                       prefill and decode */
 } bench_config;
 
 /* What bench learns about the model and the engine over it. */
@@ -152,17 +168,6 @@ typedef struct decode_result {
   double step_s, tok_s, context; /* median step, B / step, mean tokens in cache per sequence */
   int64_t steady_steps;          /* of the last repeat */
 } decode_result;
-
-static int cmp_double(const void *x, const void *y) {
-  const double a = *(const double *)x, b = *(const double *)y;
-  return a < b ? -1 : a > b;
-}
-
-static double median(double *v, int64_t n) {
-  if (n <= 0) return 0.0;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* --NAME LIST: up to max comma-separated integers in [lo, hi] into out[*n] (left alone when the
  * option is absent). */
@@ -236,6 +241,66 @@ static int parse_speculative(cli_args *a, bench_config *c) {
   int rc = parse_int_list(a, "draft-tokens", "draft counts", 1, PH_MAX_DRAFT_TOKENS, MAX_DRAFTS,
                           c->drafts, &c->n_drafts);
   return rc ? rc : parse_acceptance(a, c);
+}
+
+/* --scenario throughput|prefix|chat and the options of each; an option of another scenario is a
+ * usage error. p: the engine flags as parsed (a prefix-cache scenario runs the cache on and off
+ * itself). */
+static int parse_scenario(cli_args *a, bench_config *c, const ph_engine_params *p) {
+  static const char *const THROUGHPUT[] = {"prompt",      "decode-steps", "batches",
+                                           "speculative", "draft-tokens", "acceptance"};
+  static const char *const PREFIX[] = {"unique", "requests"};
+  static const char *const CHAT[] = {"conversations", "turns", "user-tokens", "answer-tokens",
+                                     "seed"};
+  static const char *const NAMES[] = {"throughput", "prefix", "chat"};
+  prefix_config *pc = &c->pc;
+  const char *v = cli_get(a, "scenario");
+  pc->scenario = SCENARIO_THROUGHPUT;
+  if (v) {
+    int k = 0;
+    while (k < 3 && strcmp(v, NAMES[k]) != 0) k++;
+    if (k == 3) return cli_usage_error(a, "--scenario %s: expected throughput, prefix or chat", v);
+    pc->scenario = (bench_scenario)k;
+  }
+  const char *const *own[3] = {THROUGHPUT, PREFIX, CHAT};
+  const size_t n_own[3] = {6, 2, 5};
+  for (int k = 0; k < 3; k++)
+    for (size_t i = 0; k != (int)pc->scenario && i < n_own[k]; i++)
+      if (cli_get(a, own[k][i]))
+        return cli_usage_error(a, "--%s applies to --scenario %s%s", own[k][i], NAMES[k],
+                               k == 0 ? " (the default)" : "");
+  if (pc->scenario == SCENARIO_THROUGHPUT) {
+    if (cli_get(a, "shared-prefix"))
+      return cli_usage_error(a, "--shared-prefix applies to --scenario prefix or chat");
+    return CLI_EXIT_OK;
+  }
+  if (p->prefix_cache == PH_PREFIX_CACHE_OFF)
+    return cli_usage_error(a,
+                           "--scenario %s measures with the prefix cache and without: "
+                           "--no-prefix-cache does not apply",
+                           NAMES[pc->scenario]);
+  const int chat = pc->scenario == SCENARIO_CHAT;
+  int64_t seed = 1;
+  int rc;
+  pc->shared = chat ? 0 : 1024;
+  pc->unique = 64;
+  pc->requests = 4;
+  pc->conversations = 8;
+  pc->turns = 6;
+  pc->user_tokens = 64;
+  pc->answer_tokens = 32;
+  pc->repeats = c->repeats;
+  if ((rc = cli_get_int(a, "shared-prefix", chat ? 0 : 1, (int64_t)1 << 24, &pc->shared)) ||
+      (rc = cli_get_int(a, "unique", 1, (int64_t)1 << 24, &pc->unique)) ||
+      (rc = cli_get_int(a, "requests", 1, PREFIX_MAX_REQUESTS, &pc->requests)) ||
+      (rc = cli_get_int(a, "conversations", 1, CHAT_MAX_CONVERSATIONS, &pc->conversations)) ||
+      (rc = cli_get_int(a, "turns", 1, CHAT_MAX_TURNS, &pc->turns)) ||
+      (rc = cli_get_int(a, "user-tokens", 1, 1 << 20, &pc->user_tokens)) ||
+      (rc = cli_get_int(a, "answer-tokens", 1, 1 << 20, &pc->answer_tokens)) ||
+      (rc = cli_get_int(a, "seed", 0, (int64_t)1 << 32, &seed)))
+    return rc;
+  pc->seed = (uint64_t)seed;
+  return CLI_EXIT_OK;
 }
 
 /* The engine's vocabulary (ph_engine_get_info cannot fail on an open engine). */
@@ -336,7 +401,7 @@ static ph_status bench_decode_once(ph_engine *e, const bench_config *c, int64_t 
     const double t = roofline_now() - t0;
     if (s == PH_OK && bench_steady_step(&si, B)) times[(*n_steady)++] = t;
   }
-  *step_s = s == PH_OK ? median(times, *n_steady) : 0.0;
+  *step_s = s == PH_OK ? bench_median(times, *n_steady) : 0.0;
   for (int64_t b = 0; s == PH_OK && b < B; b++) s = finish_ok(e, ids[b], d);
   for (int64_t b = 0; s == PH_OK && b < B; b++)
     s = engine_call_failed("ph_engine_remove_request", ph_engine_remove_request(e, ids[b]), d);
@@ -380,7 +445,7 @@ static ph_status bench_decode(ph_engine *e, const bench_config *c, decode_result
              "no steady decode step (sequences were preempted: pages short, raise --memory)");
     return PH_OK;
   }
-  r->step_s = median(steps, n);
+  r->step_s = bench_median(steps, n);
   r->tok_s = r->step_s > 0 ? (double)B / r->step_s : 0.0;
   /* tokens in each sequence's cache over the timed steps: prompt + first token + warm-up, then
    * one more per step */
@@ -543,7 +608,7 @@ static ph_status spec_run(ph_engine *e, const bench_config *c, int64_t B, int64_
     out->drafted += si.n_drafted;
     out->accepted += si.n_accepted;
   }
-  out->step_s = s == PH_OK ? median(times, out->steady) : 0.0;
+  out->step_s = s == PH_OK ? bench_median(times, out->steady) : 0.0;
   for (int64_t b = 0; s == PH_OK && b < B; b++) s = finish_ok(e, ids[b], d);
   /* exactness: speculation never changes a token */
   for (int64_t b = 0; s == PH_OK && b < B; b++) {
@@ -650,16 +715,16 @@ static ph_status bench_spec(ph_engine *e, const bench_config *c, spec_batch *r, 
     snprintf(r->note, sizeof r->note,
              "no steady decode step (sequences were preempted: pages short, raise --memory)");
   } else if (s == PH_OK) {
-    r->plain_step_s = median(plain, n_plain);
+    r->plain_step_s = bench_median(plain, n_plain);
     r->plain_tok_s = (double)B / r->plain_step_s;
     r->context = DECODE_PROMPT + 2 + 0.5 * (double)(c->decode_steps - 1);
     for (int i = 0; i < n_pts; i++) {
       spec_point *pt = &r->pts[i];
       if (n_ok[i] == 0) continue; /* steady_steps 0: reported as not measured */
-      pt->step_s = median(steps + i * n_runs, n_ok[i]);
-      pt->tok_s = median(toks + i * n_runs, n_ok[i]);
-      pt->verify_cost = median(cost + i * n_runs, n_ok[i]);
-      pt->speedup = median(gain + i * n_runs, n_ok[i]);
+      pt->step_s = bench_median(steps + i * n_runs, n_ok[i]);
+      pt->tok_s = bench_median(toks + i * n_runs, n_ok[i]);
+      pt->verify_cost = bench_median(cost + i * n_runs, n_ok[i]);
+      pt->speedup = bench_median(gain + i * n_runs, n_ok[i]);
       pt->tokens_per_step = (double)generated[i] / (double)steady_total[i] / (double)B;
       pt->acceptance = drafted[i] > 0 ? (double)accepted[i] / (double)drafted[i] : 0.0;
     }
@@ -818,13 +883,15 @@ typedef struct machine_limits {
   double int8_gops;   /* 0: the CPU has no vpdpbusd */
 } machine_limits;
 
-static void measure_machine(int64_t threads, machine_limits *ml) {
+/* bandwidth 0: the compute peaks only (the prefix-cache scenarios compare prefill, which is
+ * compute-bound; bandwidth_gbs stays 0, reported as not measured). */
+static void measure_machine(int64_t threads, int bandwidth, machine_limits *ml) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   ml->threads = threads > 0 ? (int)threads : cpus > 0 ? (int)cpus : 1;
   if (ml->threads > 16) ml->threads = 16; /* the probes' limit */
   ml->measured = roofline_available();
   if (!ml->measured) return;
-  ml->bandwidth_gbs = roofline_bandwidth(ml->threads);
+  if (bandwidth) ml->bandwidth_gbs = roofline_bandwidth(ml->threads);
   ml->fma_gflops = roofline_fma(ml->threads);
   ml->bf16_gflops = roofline_bf16dot(ml->threads);
   ml->int8_gops = roofline_int8dot(ml->threads);
@@ -881,12 +948,21 @@ typedef struct bench_report {
   prefill_result pre;
   int64_t prefill_steps;
   decode_result dec[MAX_BATCHES];
-  spec_batch *spec; /* [n_batches] with --speculative, in place of dec */
+  spec_batch *spec;     /* [n_batches] with --speculative, in place of dec */
+  prefix_result prefix; /* --scenario prefix, in place of pre and dec */
+  chat_result chat;     /* --scenario chat, in place of pre and dec */
   int64_t peak_rss_bytes;
   double total_s;
 } bench_report;
 
 static json_t *real_or_null(int ok, double x) { return ok ? json_real(x) : json_null(); }
+
+/* What a prefix-cache scenario's prefill figures are compared with. */
+static prefix_peaks scenario_peaks(const bench_report *r) {
+  prefix_peaks pk = {(double)r->m.parameters, r->ml.measured ? r->ml.fma_gflops : 0.0,
+                     compute_peak(&r->ml, &r->p), compute_peak_name(&r->ml, &r->p)};
+  return pk;
+}
 
 /* The speculative section (docs/bench.md lists every key). */
 static json_t *spec_json(const bench_report *r) {
@@ -957,6 +1033,8 @@ static json_t *spec_json(const bench_report *r) {
 
 static void print_json(const bench_report *r) {
   const model_facts *m = &r->m;
+  const bench_scenario scenario = r->c->pc.scenario;
+  const int throughput = scenario == SCENARIO_THROUGHPUT;
   const double pre_gflops = r->pre.tok_s * 2.0 * (double)m->parameters / 1e9;
   const double peak = compute_peak(&r->ml, &r->p);
   json_t *o = json_object();
@@ -991,13 +1069,16 @@ static void print_json(const bench_report *r) {
   json_object_set_new(eng, "max_batch", json_integer(r->p.max_batch_size));
   json_object_set_new(eng, "max_tokens", json_integer(r->p.max_scheduled_tokens));
   json_object_set_new(eng, "prefill_chunk", json_integer(r->p.prefill_chunk));
+  json_object_set_new(eng, "prefix_cache",
+                      json_string(r->p.prefix_cache == PH_PREFIX_CACHE_OFF ? "off" : "on"));
   json_object_set_new(eng, "block_size", json_integer(m->block_size));
   json_object_set_new(eng, "kv_pages", json_integer(m->kv_pages));
   json_object_set_new(eng, "threads", json_integer(r->c->threads));
   json_object_set_new(eng, "load_s", json_real(m->load_s));
   json_object_set_new(mach, "threads", json_integer(r->ml.threads));
   json_object_set_new(mach, "measured", json_boolean(r->ml.measured));
-  json_object_set_new(mach, "bandwidth_gbs", real_or_null(r->ml.measured, r->ml.bandwidth_gbs));
+  json_object_set_new(mach, "bandwidth_gbs",
+                      real_or_null(r->ml.measured && r->ml.bandwidth_gbs > 0, r->ml.bandwidth_gbs));
   json_object_set_new(mach, "fma_gflops", real_or_null(r->ml.measured, r->ml.fma_gflops));
   json_object_set_new(mach, "bf16_gflops",
                       real_or_null(r->ml.measured && r->ml.bf16_gflops > 0, r->ml.bf16_gflops));
@@ -1013,7 +1094,7 @@ static void print_json(const bench_report *r) {
       pre, "vs_fma",
       real_or_null(r->ml.measured && r->ml.fma_gflops > 0, pre_gflops / r->ml.fma_gflops));
   json_object_set_new(pre, "vs_compute", real_or_null(peak > 0, pre_gflops / peak));
-  for (int i = 0; !r->spec && i < r->c->n_batches; i++) {
+  for (int i = 0; !r->spec && throughput && i < r->c->n_batches; i++) {
     const decode_result *x = &r->dec[i];
     json_t *e = json_object();
     json_object_set_new(e, "batch", json_integer(x->batch));
@@ -1043,6 +1124,7 @@ static void print_json(const bench_report *r) {
   }
   json_object_set_new(mem, "peak_rss_bytes", json_integer(r->peak_rss_bytes));
   json_object_set_new(mem, "cache_bytes", json_integer(m->cache_bytes));
+  json_object_set_new(mem, "engines", json_integer(throughput ? 1 : 2));
   json_object_set_new(units, "*_bytes", json_string("bytes"));
   json_object_set_new(units, "*_s", json_string("seconds"));
   json_object_set_new(units, "*_ms", json_string("milliseconds"));
@@ -1055,16 +1137,30 @@ static void print_json(const bench_report *r) {
   json_object_set_new(o, "model", model);
   json_object_set_new(o, "engine", eng);
   json_object_set_new(o, "machine", mach);
-  json_object_set_new(o, "prefill", pre);
-  if (r->spec) {
+  json_object_set_new(o, "scenario",
+                      json_string(scenario == SCENARIO_PREFIX ? "prefix"
+                                  : scenario == SCENARIO_CHAT ? "chat"
+                                                              : "throughput"));
+  if (throughput) {
+    json_object_set_new(o, "prefill", pre);
+  } else {
+    const prefix_peaks pk = scenario_peaks(r);
+    json_decref(pre);
+    json_decref(dec);
+    if (scenario == SCENARIO_PREFIX)
+      json_object_set_new(o, "prefix", bench_prefix_json(&r->c->pc, &r->prefix, &pk));
+    else
+      json_object_set_new(o, "chat", bench_chat_json(&r->c->pc, &r->chat));
+  }
+  if (throughput && r->spec) {
     json_decref(dec);
     json_object_set_new(o, "speculative", spec_json(r));
-  } else {
+  } else if (throughput) {
     json_object_set_new(o, "decode", dec);
   }
   json_object_set_new(o, "memory", mem);
   json_object_set_new(o, "repeats", json_integer(r->c->repeats));
-  json_object_set_new(o, "decode_steps", json_integer(r->c->decode_steps));
+  if (throughput) json_object_set_new(o, "decode_steps", json_integer(r->c->decode_steps));
   json_object_set_new(o, "total_s", json_real(r->total_s));
   json_object_set_new(o, "units", units);
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
@@ -1145,13 +1241,26 @@ static void print_table(const bench_report *r) {
          (long long)m->kv_pages, (long long)m->block_size, m->load_s);
   if (m->quantized_linears > 0) printf("weights   %s, quantized at load\n", m->quant);
   if (r->ml.measured) {
-    printf("machine   %d threads: DRAM read %.1f GB/s, fp32 FMA %.1f GFLOP/s", r->ml.threads,
-           r->ml.bandwidth_gbs, r->ml.fma_gflops);
+    printf("machine   %d threads: ", r->ml.threads);
+    if (r->ml.bandwidth_gbs > 0) printf("DRAM read %.1f GB/s, ", r->ml.bandwidth_gbs);
+    printf("fp32 FMA %.1f GFLOP/s", r->ml.fma_gflops);
     if (r->ml.bf16_gflops > 0) printf(", bf16 dot %.1f GFLOP/s", r->ml.bf16_gflops);
     if (r->ml.int8_gops > 0) printf(", int8 dot %.1f GOP/s", r->ml.int8_gops);
     printf(" (measured in this run)\n");
   } else
     printf("machine   not measured: the roofline probes need AVX-512 and FMA\n");
+  if (r->c->pc.scenario != SCENARIO_THROUGHPUT) {
+    const prefix_peaks pk = scenario_peaks(r);
+    if (r->c->pc.scenario == SCENARIO_PREFIX)
+      bench_prefix_print(&r->c->pc, &r->prefix, &pk);
+    else
+      bench_chat_print(&r->c->pc, &r->chat);
+    printf("memory    peak RSS %s; each engine's cache (KV pages + state slots) %s, two engines\n",
+           cli_bytes((uint64_t)r->peak_rss_bytes, b1, sizeof b1),
+           cli_bytes((uint64_t)m->cache_bytes, b2, sizeof b2));
+    printf("(medians of %lld repeats; %.1f s in all)\n", (long long)r->c->repeats, r->total_s);
+    return;
+  }
   printf("prefill   %lld tokens: %.1f tok/s = %.3f GFLOP/s", (long long)r->c->prompt, r->pre.tok_s,
          pre_gflops);
   if (r->ml.measured && r->ml.fma_gflops > 0)
@@ -1210,8 +1319,65 @@ static int32_t pages_needed(const bench_config *c, const ph_engine_params *p) {
   return need < INT32_MAX ? (int32_t)need : INT32_MAX;
 }
 
+/* KV pages (16-token pages, the smallest; and the null page) a prefix-cache scenario needs with
+ * room for what the cache keeps: prefix, the shared prefix twice and every request's suffix;
+ * chat, every conversation's last turn twice. */
+static int32_t scenario_pages(const prefix_config *pc) {
+  const int64_t K = 16;
+  int64_t need;
+  if (pc->scenario == SCENARIO_PREFIX)
+    need = 1 + 2 * ((pc->shared + pc->unique + K) / K) +
+           (pc->requests + 2) * ((pc->unique + K - 1) / K + 1);
+  else
+    need = 1 + 2 * pc->conversations *
+                   ((pc->shared + pc->turns * (pc->user_tokens + pc->answer_tokens) + K) / K);
+  return need < INT32_MAX ? (int32_t)need : INT32_MAX;
+}
+
+/* --scenario prefix|chat: two engines over dir, the same but for the prefix cache (on, off),
+ * created and measured together (tools/bench_prefix.h). */
+static ph_status run_scenario(const char *dir, const ph_engine_params *p0, bench_report *r,
+                              diag *d) {
+  const prefix_config *pc = &r->c->pc;
+  const double t_start = roofline_now();
+  r->m.is_package = onnx_is_package(dir);
+  ph_engine_params p = *p0;
+  /* prefix runs one request at a time; chat every conversation at once */
+  if (!r->m.is_package && p.max_batch_size == 0)
+    p.max_batch_size = pc->scenario == SCENARIO_CHAT ? (int32_t)pc->conversations : 1;
+  if (p.num_blocks == 0 && p.memory_bytes == 0) p.num_blocks = scenario_pages(pc);
+  p.prefix_cache = PH_PREFIX_CACHE_ON;
+  ph_engine_params q = p;
+  q.prefix_cache = PH_PREFIX_CACHE_OFF;
+  ph_engine *on = NULL, *off = NULL;
+  const double t0 = roofline_now();
+  ph_status s = ph_engine_create(dir, &p, &on);
+  if (s == PH_OK) r->m.load_s = roofline_now() - t0;
+  if (s != PH_OK) engine_failed(on, s, d);
+  if (s == PH_OK && (s = ph_engine_create(dir, &q, &off)) != PH_OK) engine_failed(off, s, d);
+  ph_engine_info info;
+  if (s == PH_OK) s = engine_failed(on, ph_engine_get_info(on, &info), d);
+  if (s == PH_OK) {
+    r->p = info.params;
+    r->p.quant.skip = p.quant.skip; /* as run_bench: outlives the engine */
+    session_facts(&info, &r->m);
+    s = pc->scenario == SCENARIO_PREFIX ? bench_prefix_run(on, off, pc, &r->prefix, d)
+                                        : bench_chat_run(on, off, pc, &r->chat, d);
+  }
+  struct rusage ru;
+  if (s == PH_OK && getrusage(RUSAGE_SELF, &ru) == 0)
+    r->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024; /* KiB on Linux */
+  ph_engine_free(on);
+  ph_engine_free(off);
+  if (s == PH_OK) s = weight_facts(dir, &r->p, &r->m, d);
+  if (s == PH_OK) measure_machine(r->c->threads, 0, &r->ml);
+  r->total_s = roofline_now() - t_start;
+  return s;
+}
+
 static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_report *r, diag *d) {
   const bench_config *c = r->c;
+  if (c->pc.scenario != SCENARIO_THROUGHPUT) return run_scenario(dir, p0, r, d);
   const double t_start = roofline_now();
   r->m.is_package = onnx_is_package(dir);
   ph_engine_params p = *p0;
@@ -1250,8 +1416,8 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
     r->prefill_steps = one.steps;
   }
   if (s == PH_OK) {
-    r->pre.tok_s = median(tok_s, c->repeats);
-    r->pre.ttft_ms = median(ttft, c->repeats);
+    r->pre.tok_s = bench_median(tok_s, c->repeats);
+    r->pre.ttft_ms = bench_median(ttft, c->repeats);
   }
   if (s == PH_OK && c->spec && DECODE_PROMPT + spec_ref_tokens(c) > r->m.max_context)
     s = diag_set(d, PH_ERR_LIMIT,
@@ -1273,7 +1439,7 @@ static ph_status run_bench(const char *dir, const ph_engine_params *p0, bench_re
     r->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024; /* KiB on Linux */
   ph_engine_free(e);
   if (s == PH_OK) s = weight_facts(dir, &r->p, &r->m, d);
-  if (s == PH_OK) measure_machine(c->threads, &r->ml);
+  if (s == PH_OK) measure_machine(c->threads, 1, &r->ml);
   r->total_s = roofline_now() - t_start;
   return s;
 }
@@ -1289,7 +1455,8 @@ int cmd_bench(int argc, char **argv) {
         "on this machine, next to the machine's DRAM bandwidth and fp32 FMA peak measured\n"
         "in the same run; medians over --repeats (docs/bench.md). With --speculative replay,\n"
         "speculative decode at each --draft-tokens K and --acceptance p next to plain decode\n"
-        "measured in the same engine, in place of the decode section.");
+        "measured in the same engine, in place of the decode section. --scenario prefix|chat:\n"
+        "the prefix cache instead, on and off.");
     return CLI_EXIT_OK;
   }
   if (a.n_positional) return cli_usage_error(&a, "unexpected argument \"%s\"", a.positional[0]);
@@ -1312,7 +1479,7 @@ int cmd_bench(int argc, char **argv) {
       (rc = cli_get_int(&a, "decode-steps", 1, 1 << 20, &c.decode_steps)) ||
       (rc = cli_get_int(&a, "repeats", 1, 64, &c.repeats)) || (rc = parse_batches(&a, &c)) ||
       (rc = parse_speculative(&a, &c)) || (rc = engine_flags_parse(&a, &p)) ||
-      (rc = quant_flags_parse(&a, &p.quant)))
+      (rc = quant_flags_parse(&a, &p.quant)) || (rc = parse_scenario(&a, &c, &p)))
     return rc;
   c.threads = p.n_threads;
 

@@ -69,6 +69,7 @@ static const cli_option OPTIONS[] = {
     {"precision", "f32|bf16|auto",
      "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
      "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
+    ENGINE_FLAG_PREFIX_CACHE_OPTIONS,
     QUANT_FLAG_OPTIONS,
     {"progress", "N", "a progress line on stderr every N steps (default 0: the summary only)"},
     {"strict", NULL, "exit 1 when any request finished with an error"},
@@ -243,9 +244,15 @@ static ph_status collect(run_state *rs, ph_engine *e, diag *d) {
       text = lv->out.text;
       text_len = lv->out.len;
     }
-    const request_timing t = {
-        info.queue_ms, info.time_to_first_token_ms, info.total_ms,  info.n_prompt,
-        n_tokens,      info.n_preemptions,          info.n_drafted, info.n_accepted};
+    const request_timing t = {.queue_ms = info.queue_ms,
+                              .ttft_ms = info.time_to_first_token_ms,
+                              .total_ms = info.total_ms,
+                              .n_prompt = info.n_prompt,
+                              .n_generated = n_tokens,
+                              .n_preempted = info.n_preemptions,
+                              .n_drafted = info.n_drafted,
+                              .n_accepted = info.n_accepted,
+                              .n_cached = info.n_cached_tokens};
     /* the engine names requests by its own ids: say which line of the file it was */
     char msg[sizeof info.message + 64];
     const int is_error = info.finish == PH_FINISH_ERROR;
@@ -359,6 +366,30 @@ static void print_progress(const run_state *rs, const run_totals *t, const ph_st
           step, (long long)done, (long long)rs->n, si->n_running, si->n_waiting,
           (long long)t->n_generated, t->seconds > 0 ? (double)t->n_generated / t->seconds : 0.0,
           (long long)t->n_preempted);
+}
+
+/* The summary's prefix-cache line (docs/run.md "Progress"): what the cache served and holds. */
+static void print_prefix_cache(ph_engine *e) {
+  ph_prefix_cache_stats pc;
+  if (ph_engine_prefix_cache_stats(e, &pc) != PH_OK) return;
+  if (!pc.enabled) {
+    fprintf(stderr, "run: prefix cache: off\n");
+    return;
+  }
+  char held[CLI_BYTES_BUF], snap[CLI_BYTES_BUF], budget[CLI_BYTES_BUF];
+  fprintf(stderr,
+          "run: prefix cache: %lld of %lld lookups hit, %lld of %lld prompt tokens from the cache "
+          "(%.1f%%); holds %d pages (%d evictable, %s) and %d snapshots (%s of %s); evicted %lld "
+          "pages, %lld snapshots\n",
+          (long long)pc.hits, (long long)pc.lookups, (long long)pc.tokens_saved,
+          (long long)pc.tokens_looked_up,
+          pc.tokens_looked_up > 0 ? 100.0 * (double)pc.tokens_saved / (double)pc.tokens_looked_up
+                                  : 0.0,
+          pc.pages_cached, pc.pages_evictable,
+          cli_bytes((uint64_t)pc.page_bytes_held, held, sizeof held), pc.snapshots,
+          cli_bytes((uint64_t)pc.snapshot_bytes, snap, sizeof snap),
+          cli_bytes((uint64_t)pc.snapshot_budget_bytes, budget, sizeof budget),
+          (long long)pc.pages_evicted, (long long)pc.snapshots_evicted);
 }
 
 static int64_t arrive_step_of(const run_state *rs, int64_t k) {
@@ -582,6 +613,7 @@ int cmd_run(int argc, char **argv) {
       fprintf(stderr, "run: speculative: %lld drafts verified, %lld accepted (%.1f%%)\n",
               (long long)t.n_drafted, (long long)t.n_accepted,
               100.0 * (double)t.n_accepted / (double)t.n_drafted);
+    print_prefix_cache(e);
   }
   if (!out_path && fflush(stdout) != 0 && s == PH_OK)
     s = diag_set(&d, PH_ERR_IO, "writing stdout failed");

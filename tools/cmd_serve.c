@@ -54,6 +54,7 @@ static const cli_option OPTIONS[] = {
     {"precision", "f32|bf16|auto",
      "linear-layer arithmetic: f32, or bf16 inputs and bf16 dot products summed in f32 "
      "(default auto: bf16 for a bf16 checkpoint; docs/precision.md)"},
+    ENGINE_FLAG_PREFIX_CACHE_OPTIONS,
     QUANT_FLAG_OPTIONS,
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
@@ -208,9 +209,10 @@ int cmd_serve(int argc, char **argv) {
     char q[256];
     fprintf(stderr,
             "serve: %s as \"%s\": context %lld, %d KV pages of %lld tokens, batch %d, "
-            "weights quantized: %s; Ctrl-C stops\n",
+            "weights quantized: %s, prefix cache %s; Ctrl-C stops\n",
             dir, name, (long long)ei.max_context, ei.kv_pages, (long long)ei.block_size,
-            ei.params.max_batch_size, quant_flags_describe(&ei, q, sizeof q));
+            ei.params.max_batch_size, quant_flags_describe(&ei, q, sizeof q),
+            ei.params.prefix_cache == PH_PREFIX_CACHE_OFF ? "off" : "on");
     wait_and_drain(h, se, &sigs, (double)shutdown_s);
   }
   serve_http_stop(h); /* joins every connection thread: nothing holds a request after this */

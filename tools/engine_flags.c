@@ -1,4 +1,4 @@
-/* engine_flags — the engine options of run and bench. See engine_flags.h. */
+/* engine_flags — the engine options of run, bench and serve. See engine_flags.h. */
 #include "engine_flags.h"
 
 #include <stdint.h>
@@ -17,12 +17,14 @@ typedef enum flag {
   F_IO_DTYPE,
   F_STATE_UPDATE_CAPACITY,
   F_PRECISION,
+  F_NO_PREFIX_CACHE,
+  F_PREFIX_CACHE_MB,
   N_FLAGS
 } flag;
 
 typedef struct flag_rule {
   const char *name;
-  int64_t min, max; /* integers; io-dtype and precision have none */
+  int64_t min, max; /* integers; io-dtype, precision and no-prefix-cache have none */
 } flag_rule;
 
 static const flag_rule RULES[N_FLAGS] = {
@@ -37,6 +39,8 @@ static const flag_rule RULES[N_FLAGS] = {
     [F_IO_DTYPE] = {"io-dtype", 0, 0},
     [F_STATE_UPDATE_CAPACITY] = {"state-update-capacity", 0, PH_MAX_DRAFT_TOKENS},
     [F_PRECISION] = {"precision", 0, 0},
+    [F_NO_PREFIX_CACHE] = {"no-prefix-cache", 0, 0},
+    [F_PREFIX_CACHE_MB] = {"prefix-cache-mb", 0, (int64_t)1 << 30},
 };
 
 int engine_flags_precision(cli_args *a, ph_precision *out) {
@@ -70,7 +74,7 @@ int engine_flags_parse(cli_args *a, ph_engine_params *p) {
   int rc;
   for (int i = 0; i < a->n_options; i++) {
     const int f = flag_of(a->options[i].name);
-    if (f < 0) continue;
+    if (f < 0 || f == F_NO_PREFIX_CACHE) continue; /* a flag: no value to check */
     if (f == F_IO_DTYPE)
       rc = cli_get_dtype(a, RULES[f].name, &p->io_dtype);
     else if (f == F_PRECISION)
@@ -84,6 +88,9 @@ int engine_flags_parse(cli_args *a, ph_engine_params *p) {
   if (v[F_BLOCK_SIZE] & (v[F_BLOCK_SIZE] - 1))
     return cli_usage_error(a, "--block-size must be a power of two, got %lld",
                            (long long)v[F_BLOCK_SIZE]);
+  v[F_NO_PREFIX_CACHE] = given(a, F_NO_PREFIX_CACHE) != NULL;
+  if (v[F_NO_PREFIX_CACHE] && given(a, F_PREFIX_CACHE_MB))
+    return cli_usage_error(a, "give --no-prefix-cache or --prefix-cache-mb, not both");
   if (v[F_PREFILL_CHUNK] && v[F_MAX_TOKENS] && v[F_PREFILL_CHUNK] > v[F_MAX_TOKENS])
     return cli_usage_error(a, "--prefill-chunk %lld is above --max-tokens %lld",
                            (long long)v[F_PREFILL_CHUNK], (long long)v[F_MAX_TOKENS]);
@@ -96,6 +103,8 @@ int engine_flags_parse(cli_args *a, ph_engine_params *p) {
   p->block_size = v[F_BLOCK_SIZE];
   p->max_context = v[F_MAX_CONTEXT];
   p->state_update_capacity = (int32_t)v[F_STATE_UPDATE_CAPACITY];
+  if (v[F_NO_PREFIX_CACHE]) p->prefix_cache = PH_PREFIX_CACHE_OFF;
+  p->prefix_cache_bytes = v[F_PREFIX_CACHE_MB] << 20;
   return CLI_EXIT_OK;
 }
 

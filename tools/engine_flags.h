@@ -1,5 +1,5 @@
-/* engine_flags — the engine options `run` and `bench` share, parsed by one function into the
- * engine's own parameters (ph_engine_params), and the public engine's errors as a diag.
+/* engine_flags — the engine options `run`, `bench` and `serve` share, parsed by one function into
+ * the engine's own parameters (ph_engine_params), and the public engine's errors as a diag.
  *
  * A command lists the rows it offers in its own option table (with its own help text); the
  * parser reads those of the flags below that the table has, in the table's order, with one range
@@ -16,6 +16,12 @@
  *   --state-update-capacity N  [0, 8]    state_update_capacity (speculative decoding; a package
  *                                        must match its own)
  *   --precision f32|bf16|auto            precision (docs/precision.md; default auto)
+ *   --no-prefix-cache                    prefix_cache = PH_PREFIX_CACHE_OFF (docs/prefix-cache.md;
+ *                                        absent: 0, auto, which is on)
+ *   --prefix-cache-mb MiB  [0, 2^30]     prefix_cache_bytes = MiB << 20, the state snapshots'
+ *                                        budget (0: the engine's default); not with
+ *                                        --no-prefix-cache
+ * ENGINE_FLAG_PREFIX_CACHE_OPTIONS lists the two prefix-cache rows for a command's table.
  * A flag not given leaves its field 0 (the engine's default, include/pagedhybrid.h). A bad value
  * is a usage error (tools/cli.h: printed, CLI_EXIT_USAGE). */
 #ifndef PH_TOOLS_ENGINE_FLAGS_H
@@ -24,6 +30,16 @@
 #include "cli.h"
 #include "pagedhybrid.h"
 #include "tools_api.h"
+
+#define ENGINE_FLAG_PREFIX_CACHE_OPTIONS                                                           \
+  {"no-prefix-cache", NULL,                                                                        \
+   "do not reuse the KV pages and state of prompt prefixes earlier requests computed (the "        \
+   "cache is on by default; outputs are identical either way; docs/prefix-cache.md)"},             \
+  {                                                                                                \
+    "prefix-cache-mb", "MiB",                                                                      \
+        "memory for the prefix cache's state snapshots (default 0: a quarter of the KV + state "   \
+        "memory, at least 4 snapshots)"                                                            \
+  }
 
 /* Fills *p (start from ph_engine_params_default()) from the engine flags a has. Returns
  * CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */

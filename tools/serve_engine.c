@@ -227,6 +227,9 @@ static void *engine_thread(void *arg) {
       }
       collect_finished(se);
       serve_metrics_step(se->metrics, &si);
+      ph_prefix_cache_stats pc;
+      if (ph_engine_prefix_cache_stats(se->e, &pc) == PH_OK)
+        serve_metrics_prefix_cache(se->metrics, &pc);
     }
     pthread_mutex_lock(&se->mu);
     if (stopping && !se->wake_pending) break;
@@ -241,6 +244,8 @@ ph_status serve_engine_start(ph_engine *e, serve_metrics *metrics, serve_engine 
   RETURN_ERROR_IF(!se, d, PH_ERR_NO_MEMORY, "serve: out of memory");
   se->e = e;
   se->metrics = metrics;
+  ph_prefix_cache_stats pc; /* /metrics says whether the cache is on before the first step */
+  if (ph_engine_prefix_cache_stats(e, &pc) == PH_OK) serve_metrics_prefix_cache(metrics, &pc);
   if (pthread_mutex_init(&se->mu, NULL) != 0) {
     free(se);
     return diag_set(d, PH_ERR_INTERNAL, "serve: pthread_mutex_init failed");

@@ -28,7 +28,8 @@ typedef struct serve_engine serve_engine;
 typedef struct serve_req serve_req;
 
 /* Starts the engine thread over e (not owned; it must outlive serve_engine_stop) and installs the
- * engine's token callback. metrics (not owned) receive every finish and step. */
+ * engine's token callback. metrics (not owned) receive every finish and step, and the prefix
+ * cache's stats at the start and after every step. */
 ph_status serve_engine_start(ph_engine *e, serve_metrics *metrics, serve_engine **out, diag *d);
 /* Aborts every live request, lets the thread step until the engine is idle, joins it and frees
  * se (NULL-safe). Requests still held by HTTP threads stay valid until they are put. */

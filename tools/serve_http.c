@@ -144,6 +144,7 @@ typedef struct gen {
   int stopped;               /* a stop string completed */
   int finished;              /* nothing more will come: finish_reason or err set */
   const char *finish_reason; /* "stop" | "length" */
+  int64_t n_cached;          /* prompt tokens the prefix cache served (once finished) */
   serve_error err;           /* finished with an error (err.http != 0) */
   int role_sent, done_sent;  /* stream: the role chunk; the final events */
   int gone;                  /* the client went away */
@@ -365,6 +366,7 @@ static void gen_advance(gen *g) {
   }
   if (st.finished && g->seen >= st.n_tokens) {
     g->finished = 1;
+    g->n_cached = st.info.n_cached_tokens;
     if (st.info.finish == PH_FINISH_STOP || st.info.finish == PH_FINISH_LENGTH) {
       g->finish_reason = st.info.finish == PH_FINISH_STOP ? "stop" : "length";
       if (g->ts) {
@@ -418,7 +420,8 @@ static int gen_produce(gen *g) {
   } else {
     rc = serve_chunk_sse(&g->out, &g->resp, 0, g->text.data, g->text.len, g->finish_reason,
                          g->ids + g->chunk_from, n_new, g->p.include_usage);
-    if (!rc && g->p.include_usage) rc = serve_usage_sse(&g->out, &g->resp, g->n_prompt, g->n_ids);
+    if (!rc && g->p.include_usage)
+      rc = serve_usage_sse(&g->out, &g->resp, g->n_prompt, g->n_cached, g->n_ids);
   }
   if (!rc) rc = sbuf_puts(&g->out, "data: [DONE]\n\n");
   sbuf_reset(&g->text);
@@ -498,7 +501,7 @@ static enum MHD_Result handle_generate(serve_http *h, struct MHD_Connection *c, 
   } else {
     sbuf b = {0};
     serve_response_json(&b, &g->resp, g->text.data ? g->text.data : "", g->text.len,
-                        g->finish_reason, g->prompt, g->n_prompt, g->ids, g->n_ids);
+                        g->finish_reason, g->prompt, g->n_prompt, g->n_cached, g->ids, g->n_ids);
     r = send_json(h, c, 200, &b);
   }
   gen_free(g);

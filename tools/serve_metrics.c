@@ -22,6 +22,7 @@ struct serve_metrics {
   double ttft_sum;
   ph_step_info last; /* gauges */
   uint64_t steps;
+  ph_prefix_cache_stats prefix; /* the engine's, as of the last step */
 };
 
 serve_metrics *serve_metrics_create(void) {
@@ -68,6 +69,52 @@ void serve_metrics_step(serve_metrics *m, const ph_step_info *si) {
   pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_prefix_cache(serve_metrics *m, const ph_prefix_cache_stats *pc) {
+  pthread_mutex_lock(&m->mu);
+  m->prefix = *pc;
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* The prefix cache's series (docs/serve.md "Metrics"); all 0 when it is off. */
+static void render_prefix_cache(sbuf *b, const ph_prefix_cache_stats *pc) {
+  const struct {
+    const char *name, *type, *help;
+    long long v;
+  } rows[] = {
+      {"enabled", "gauge", "1 when the prefix cache is on (the default), 0 with --no-prefix-cache.",
+       pc->enabled},
+      {"lookups_total", "counter",
+       "Admissions that looked for a cached prompt prefix (a preempted request looks again).",
+       pc->lookups},
+      {"hits_total", "counter", "Lookups that found a cached prefix.", pc->hits},
+      {"misses_total", "counter", "Lookups that found none.", pc->misses},
+      {"tokens_looked_up_total", "counter", "Prompt tokens of the admissions that looked.",
+       pc->tokens_looked_up},
+      {"tokens_saved_total", "counter", "Prompt tokens served from the cache, not computed.",
+       pc->tokens_saved},
+      {"pages_cached", "gauge", "KV pages findable by their tokens, held by requests or not.",
+       pc->pages_cached},
+      {"pages_evictable", "gauge",
+       "Cached KV pages no request holds, kept until their memory is needed.", pc->pages_evictable},
+      {"page_bytes_held", "gauge", "Memory of the evictable cached KV pages.", pc->page_bytes_held},
+      {"pages_evicted_total", "counter", "Cached KV pages whose memory was taken back.",
+       pc->pages_evicted},
+      {"snapshots", "gauge", "Linear-layer state snapshots held.", pc->snapshots},
+      {"snapshots_max", "gauge", "State snapshots the budget holds.", pc->snapshots_max},
+      {"snapshot_bytes", "gauge", "Memory of the state snapshots held.", pc->snapshot_bytes},
+      {"snapshot_budget_bytes", "gauge", "Memory budget of the state snapshots.",
+       pc->snapshot_budget_bytes},
+      {"snapshots_taken_total", "counter", "State snapshots taken.", pc->snapshots_taken},
+      {"snapshots_evicted_total", "counter", "State snapshots dropped to make room.",
+       pc->snapshots_evicted},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    sbuf_printf(b,
+                "# HELP pagedhybrid_prefix_cache_%s %s\n# TYPE pagedhybrid_prefix_cache_%s "
+                "%s\npagedhybrid_prefix_cache_%s %lld\n",
+                rows[i].name, rows[i].help, rows[i].name, rows[i].type, rows[i].name, rows[i].v);
+}
+
 char *serve_metrics_render(serve_metrics *m) {
   pthread_mutex_lock(&m->mu);
   serve_metrics s = *m; /* a consistent snapshot; the copied mutex is never used */
@@ -112,6 +159,7 @@ char *serve_metrics_render(serve_metrics *m) {
   for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
     sbuf_printf(&b, "# HELP pagedhybrid_%s %s\n# TYPE pagedhybrid_%s gauge\npagedhybrid_%s %lld\n",
                 gauges[i].name, gauges[i].help, gauges[i].name, gauges[i].name, gauges[i].v);
+  render_prefix_cache(&b, &s.prefix);
   sbuf_puts(&b, "# HELP pagedhybrid_time_to_first_token_seconds Time from a request's arrival "
                 "at the engine to its first token.\n"
                 "# TYPE pagedhybrid_time_to_first_token_seconds histogram\n");

@@ -27,6 +27,9 @@ void serve_metrics_request(serve_metrics *m, ph_finish_reason reason, int64_t n_
                            int64_t n_generated, double ttft_s);
 /* The engine's state after a step (running and waiting requests, pages, slots). */
 void serve_metrics_step(serve_metrics *m, const ph_step_info *si);
+/* The prefix cache's counters and gauges as ph_engine_prefix_cache_stats gave them (the engine
+ * keeps the totals: the last call wins). */
+void serve_metrics_prefix_cache(serve_metrics *m, const ph_prefix_cache_stats *pc);
 
 /* Prometheus text format 0.0.4 of everything counted so far: malloc'ed, NUL-terminated (free
  * it); NULL when out of memory. */

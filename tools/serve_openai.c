@@ -462,9 +462,13 @@ static json_t *id_array(const int64_t *ids, int64_t n) {
   return a;
 }
 
-static json_t *usage_object(int64_t n_prompt, int64_t n_completion) {
-  return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens",
-                   (json_int_t)n_completion, "total_tokens", (json_int_t)(n_prompt + n_completion));
+/* OpenAI's usage object; prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache
+ * served (always there, 0 on a miss or with the cache off, as OpenAI sends it). */
+static json_t *usage_object(int64_t n_prompt, int64_t n_cached, int64_t n_completion) {
+  return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)n_prompt,
+                   "completion_tokens", (json_int_t)n_completion, "total_tokens",
+                   (json_int_t)(n_prompt + n_completion), "prompt_tokens_details", "cached_tokens",
+                   (json_int_t)n_cached);
 }
 
 static json_t *envelope(const serve_resp *r, int chunk) {
@@ -499,7 +503,7 @@ int serve_error_sse(sbuf *out, const serve_error *e) { return emit(out, error_ob
 
 int serve_response_json(sbuf *out, const serve_resp *r, const char *text, size_t len,
                         const char *finish_reason, const int64_t *prompt_ids, int64_t n_prompt,
-                        const int64_t *ids, int64_t n_ids) {
+                        int64_t n_cached, const int64_t *ids, int64_t n_ids) {
   json_t *o = envelope(r, 0);
   json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", json_null(),
                              "finish_reason", finish_reason);
@@ -515,7 +519,7 @@ int serve_response_json(sbuf *out, const serve_resp *r, const char *text, size_t
     bad = json_object_set_new(choice, "token_ids", id_array(ids, n_ids)) != 0 ||
           json_object_set_new(choice, "prompt_token_ids", id_array(prompt_ids, n_prompt)) != 0;
   if (!bad) bad = json_object_set_new(o, "choices", json_pack("[O]", choice)) != 0;
-  if (!bad) bad = json_object_set_new(o, "usage", usage_object(n_prompt, n_ids)) != 0;
+  if (!bad) bad = json_object_set_new(o, "usage", usage_object(n_prompt, n_cached, n_ids)) != 0;
   json_decref(choice);
   if (bad) {
     json_decref(o);
@@ -555,10 +559,11 @@ int serve_chunk_sse(sbuf *out, const serve_resp *r, int role, const char *text, 
   return emit(out, o, 1);
 }
 
-int serve_usage_sse(sbuf *out, const serve_resp *r, int64_t n_prompt, int64_t n_completion) {
+int serve_usage_sse(sbuf *out, const serve_resp *r, int64_t n_prompt, int64_t n_cached,
+                    int64_t n_completion) {
   json_t *o = envelope(r, 1);
   if (!o || json_object_set_new(o, "choices", json_array()) != 0 ||
-      json_object_set_new(o, "usage", usage_object(n_prompt, n_completion)) != 0) {
+      json_object_set_new(o, "usage", usage_object(n_prompt, n_cached, n_completion)) != 0) {
     json_decref(o);
     return -1;
   }

@@ -100,10 +100,12 @@ typedef struct serve_resp {
 int serve_error_json(sbuf *out, const serve_error *e);
 
 /* A whole non-streaming response: one choice with text (cleaned to valid UTF-8), its
- * finish_reason ("stop" | "length"), usage; with return_token_ids also the token ids. */
+ * finish_reason ("stop" | "length"), usage; with return_token_ids also the token ids. Usage is
+ * OpenAI's: prompt_tokens, completion_tokens, total_tokens and prompt_tokens_details.cached_tokens
+ * (n_cached: the prompt tokens the prefix cache served, 0..n_prompt). */
 int serve_response_json(sbuf *out, const serve_resp *r, const char *text, size_t len,
                         const char *finish_reason, const int64_t *prompt_ids, int64_t n_prompt,
-                        const int64_t *ids, int64_t n_ids);
+                        int64_t n_cached, const int64_t *ids, int64_t n_ids);
 
 /* One SSE event "data: {chunk}\n\n" appended to out. role: 1 on a chat stream's first chunk (the
  * delta carries "role": "assistant"). finish_reason: NULL while running. include_usage: the
@@ -111,8 +113,9 @@ int serve_response_json(sbuf *out, const serve_resp *r, const char *text, size_t
 int serve_chunk_sse(sbuf *out, const serve_resp *r, int role, const char *text, size_t len,
                     const char *finish_reason, const int64_t *ids, int64_t n_ids,
                     int include_usage);
-/* The final usage chunk (choices empty) as an SSE event. */
-int serve_usage_sse(sbuf *out, const serve_resp *r, int64_t n_prompt, int64_t n_completion);
+/* The final usage chunk (choices empty) as an SSE event; usage as in serve_response_json. */
+int serve_usage_sse(sbuf *out, const serve_resp *r, int64_t n_prompt, int64_t n_cached,
+                    int64_t n_completion);
 /* An error inside a stream: "data: {"error": {...}}\n\n". */
 int serve_error_sse(sbuf *out, const serve_error *e);
 

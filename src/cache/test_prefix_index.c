@@ -295,7 +295,7 @@ static void test_duplicates_and_snapshot_budget(void) {
 /* A publish whose chain parent left the index re-keys its own pages under the new chain, so a
  * later lookup finds them again. */
 static void test_rekey_after_parent_eviction(void) {
-  hybrid_cache *c = make_cache(6, 2);
+  hybrid_cache *c = make_cache(6, 4);
   prefix_cache *pc = make_prefix(c, 4, 4);
   if (!c || !pc) return;
   int64_t tok[24];
@@ -314,16 +314,35 @@ static void test_rekey_after_parent_eviction(void) {
   CHECK_STATUS(prefix_cache_publish(pc, tok, 8, &bt, sb, 1, &d), PH_OK, d.msg);
   check_ok(pc);
   /* b's page 0 duplicates a's: b's page 1 hangs under a's page 0 */
+  const int32_t x_id = a.bt.ids[0];
   seq_release(c, pc, &a); /* a's page 0 evictable */
-  /* fill the pool: evicts a's page 0 (b's page 1 is held, so it stays, under a dead parent) */
-  block_table y;
+  /* take the 3 free pages, then one more: a's page 0 is evicted and handed out (b's page 1 is
+   * held, so it stays, keyed under a parent that is gone) */
+  block_table f3, y;
+  block_table_init(&f3);
   block_table_init(&y);
-  int32_t sy = -1;
-  CHECK_STATUS(hybrid_cache_reserve(c, &y, &sy, 16, &d), PH_OK, d.msg);
+  int32_t sf = -1, sy = -1;
+  CHECK_STATUS(hybrid_cache_reserve(c, &f3, &sf, 12, &d), PH_OK, d.msg);
+  CHECK_STATUS(hybrid_cache_reserve(c, &y, &sy, 4, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(y.ids[0], x_id);
   check_ok(pc);
+  /* the same id now holds other tokens at the root: b's page 1 must not be reachable through
+   * it (its KV rows follow a's tokens, not these) */
+  int64_t other[24];
+  fill(other, 24, 7000);
+  memcpy(other + 4, tok + 4, 4 * sizeof *other); /* the same second page as b's */
+  CHECK_STATUS(prefix_cache_publish(pc, other, 4, &y, sy, 0, &d), PH_OK, d.msg);
+  check_ok(pc);
+  block_table z;
+  block_table_init(&z);
+  CHECK_STATUS(prefix_cache_acquire(pc, other, 20, &z, &m, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(m.n_matched, 4); /* the new page 0 only */
+  CHECK_EQ_INT(m.n_tokens, 0);
+  free(z.ids);
   CHECK_STATUS(hybrid_cache_release(c, &y, &sy, &d), PH_OK, d.msg);
   free(y.ids);
-  block_table z;
+  CHECK_STATUS(hybrid_cache_release(c, &f3, &sf, &d), PH_OK, d.msg);
+  free(f3.ids);
   block_table_init(&z);
   CHECK_STATUS(prefix_cache_acquire(pc, tok, 20, &z, &m, &d), PH_OK, d.msg);
   CHECK_EQ_INT(m.n_matched, 0); /* page 0 gone: nothing reachable */

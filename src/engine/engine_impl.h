@@ -44,6 +44,7 @@ typedef struct request {
   int64_t n_drafted, n_accepted; /* drafts verified, and kept */
   /* prefix caching (engine_prefix.c), written on the stepping thread under mu */
   prefix_match pm;    /* what its last admission found */
+  int looked_up;      /* its last admission looked (0: a request that never takes a hit) */
   int64_t n_cached;   /* prompt tokens served from the cache at its last admission */
   int64_t snap_at[2]; /* where its prompt chunks end at a position worth a snapshot (0: none):
                          its deepest boundary below the prompt's end, and where its prompt leaves
@@ -122,7 +123,7 @@ struct engine {
   /* the prefix cache (NULL: off) and its figures as of the last step (read under mu) */
   prefix_cache *pc;
   ph_prefix_cache_stats pc_stats;
-  int64_t page_bytes; /* one KV page over every attention layer */
+  int64_t page_bytes;    /* one KV page over every attention layer */
   int32_t *page_holders; /* [pages incl. the null one]: engine_prefix_check's count (allocated at
                             creation: the check runs inside tests' allocation-counted steps) */
 };

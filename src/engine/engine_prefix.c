@@ -45,7 +45,8 @@ static int64_t hook_acquire(void *ctx, sched_req *w) {
   request *r = REQUEST_OF(w);
   memset(&r->pm, 0, sizeof r->pm);
   r->pm.snapshot = -1;
-  if (r->capture == PH_CAPTURE_POSITIONS || r->sp.speculative.method == PH_DRAFT_MTP) return 0;
+  r->looked_up = !(r->capture == PH_CAPTURE_POSITIONS || r->sp.speculative.method == PH_DRAFT_MTP);
+  if (!r->looked_up) return 0;
   diag local;
   if (prefix_cache_acquire(e->pc, r->tokens, r->n_prompt, &w->blocks, &r->pm, &local) != PH_OK)
     return 0; /* no memory to grow the table: it starts from token 0, as without the cache */
@@ -56,7 +57,7 @@ static ph_status hook_admitted(void *ctx, sched_req *w, diag *d) {
   engine *e = ctx;
   request *r = REQUEST_OF(w);
   FORWARD_IF_ERROR(prefix_cache_restore(e->pc, &r->pm, w->slot, d));
-  prefix_cache_count_lookup(e->pc, r->n_prompt, r->pm.n_tokens);
+  if (r->looked_up) prefix_cache_count_lookup(e->pc, r->n_prompt, r->pm.n_tokens);
   r->n_cached = r->pm.n_tokens;
   const int64_t B = prefix_cache_boundary(e->pc);
   const int64_t deep = (r->n_prompt - 1) / B * B;
@@ -86,9 +87,12 @@ ph_status engine_prefix_open(engine *e, diag *d) {
   prefix_cache_params pp = {0};
   pp.boundary = chunk / gcd64(chunk, bs) * bs; /* lcm: both a chunk end and a page end */
   if (e->p.prefix_cache_bytes == 0 && hybrid_cache_has_state(c)) {
+    /* a quarter of the cache, and at least one snapshot per request that may hold state at
+     * once (each running conversation keeps its deepest point); committed only as used */
     const int64_t one = state_pool_slot_bytes(hybrid_cache_states(c));
     const int64_t quarter = hybrid_cache_bytes(c) / 4;
-    e->p.prefix_cache_bytes = quarter > 4 * one ? quarter : 4 * one;
+    const int64_t per_request = (int64_t)(e->p.max_requests > 4 ? e->p.max_requests : 4) * one;
+    e->p.prefix_cache_bytes = quarter > per_request ? quarter : per_request;
   }
   pp.snapshot_bytes = e->p.prefix_cache_bytes;
   pp.salt = salt_of(&e->p);

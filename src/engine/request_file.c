@@ -1134,6 +1134,10 @@ static ph_status check_result_args(const char *id, const int64_t *tokens, int64_
                   "request result %s: %lld accepted of %lld drafted, expected 0 <= accepted <= "
                   "drafted",
                   id, (long long)t->n_accepted, (long long)t->n_drafted);
+  RETURN_ERROR_IF(t->n_cached < 0 || t->n_cached > t->n_prompt, d, PH_ERR_INVALID_ARGUMENT,
+                  "request result %s: %lld cached prompt tokens of %lld, expected 0 <= cached "
+                  "<= prompt",
+                  id, (long long)t->n_cached, (long long)t->n_prompt);
   RETURN_ERROR_IF(t->n_generated != n_tokens, d, PH_ERR_INVALID_ARGUMENT,
                   "request result %s: timing counts %lld generated tokens, tokens has %lld", id,
                   (long long)t->n_generated, (long long)n_tokens);
@@ -1211,7 +1215,8 @@ ph_status request_result_to_json_text(const char *id, const char *text, size_t t
              put(o, "n_accepted_tokens", json_integer((json_int_t)t->n_accepted)))) &&
            put(o, "time_in_queue_ms", time_value(t->queue_ms)) &&
            put(o, "time_to_first_token_ms", time_value(t->ttft_ms)) &&
-           put(o, "total_ms", time_value(t->total_ms));
+           put(o, "total_ms", time_value(t->total_ms)) &&
+           (t->n_cached <= 0 || put(o, "n_cached_tokens", json_integer((json_int_t)t->n_cached)));
   if (!ok) {
     st = diag_set(d, PH_ERR_NO_MEMORY, "request result %s", id);
     goto done;

@@ -159,19 +159,22 @@ typedef struct request_timing {
   int64_t n_preempted; /* times the request was preempted */
   int64_t n_drafted;   /* speculative drafts verified (the keys are written when > 0) */
   int64_t n_accepted;  /* of which kept */
+  int64_t n_cached;    /* prompt tokens served from the prefix cache, 0..n_prompt (the key is
+                          written when > 0) */
 } request_timing;
 
 /* One output line for a finished request, compact JSON without a newline, keys in this order:
  * id, text (request_result_to_json_text only), tokens, finish_reason, n_prompt_tokens,
  * n_generated_tokens, n_preemptions, n_drafted_tokens and n_accepted_tokens (when n_drafted > 0: a
- * speculative request), time_in_queue_ms, time_to_first_token_ms, total_ms, and "error" when
- * error_message is given. Times are rounded to the microsecond (at most 3 decimals of ms). id
- * NUL-terminated UTF-8 tokens         [n_tokens] generated ids (not the prompt); NULL allowed when
- * n_tokens == 0 finish_reason  "length", "stop", "aborted" or "error" t              timing; times
- * finite (negative = null), counts >= 0, n_accepted <= n_drafted error_message  NULL, or UTF-8
- * text, only with finish_reason "error" *out_line is malloc'd, the caller frees it.
- * PH_ERR_INVALID_ARGUMENT (naming the argument) for anything outside the above, PH_ERR_NO_MEMORY;
- * *out_line is NULL on failure. */
+ * speculative request), time_in_queue_ms, time_to_first_token_ms, total_ms, n_cached_tokens (when
+ * n_cached > 0: a prefix-cache hit), and "error" when error_message is given. Times are rounded
+ * to the microsecond (at most 3 decimals of ms).
+ * Arguments: id, NUL-terminated UTF-8; tokens, [n_tokens] generated ids (not the prompt), NULL
+ * allowed when n_tokens == 0; finish_reason, "length", "stop", "aborted" or "error"; t, times
+ * finite (negative = null), counts >= 0, n_accepted <= n_drafted, n_cached <= n_prompt;
+ * error_message, NULL or UTF-8 text, only with finish_reason "error". *out_line is malloc'd, the
+ * caller frees it. PH_ERR_INVALID_ARGUMENT (naming the argument) for anything outside the above,
+ * PH_ERR_NO_MEMORY; *out_line is NULL on failure. */
 ph_status request_result_to_json(const char *id, const int64_t *tokens, int64_t n_tokens,
                                  const char *finish_reason, const request_timing *t,
                                  const char *error_message, char **out_line, diag *d);

@@ -464,7 +464,7 @@ static void test_prompt_scanner(void) {
 
 static void test_result_round_trip(void) {
   const int64_t toks[] = {5, 0, 248319, 2};
-  request_timing t = {12.25, 40.5, 1234.125, 3, 4, 2, 0, 0};
+  request_timing t = {12.25, 40.5, 1234.125, 3, 4, 2, 0, 0, 0};
   char *line = NULL;
   diag d;
   CHECK_STATUS(request_result_to_json("r1", toks, 4, "stop", &t, NULL, &line, &d), PH_OK, d.msg);
@@ -492,7 +492,7 @@ static void test_result_round_trip(void) {
   free(line);
 
   /* error with a message, no tokens, ttft never reached (negative -> null) */
-  request_timing e = {3.0, -1.0, 5.5, 7, 0, 0, 0, 0};
+  request_timing e = {3.0, -1.0, 5.5, 7, 0, 0, 0, 0, 0};
   CHECK_STATUS(request_result_to_json("17", NULL, 0, "error", &e,
                                       "token 300000 is outside the vocabulary \"x\"", &line, &d),
                PH_OK, d.msg);
@@ -517,7 +517,7 @@ static void test_result_round_trip(void) {
 static void test_result_errors(void) {
   const int64_t toks[] = {1, 2};
   const int64_t neg[] = {1, -2};
-  request_timing t = {1.0, 2.0, 3.0, 5, 2, 0, 0, 0};
+  request_timing t = {1.0, 2.0, 3.0, 5, 2, 0, 0, 0, 0};
   char *line = (char *)1;
   diag d;
   CHECK_STATUS(request_result_to_json("r", toks, 2, "done", &t, NULL, &line, &d),
@@ -557,7 +557,7 @@ static void test_result_errors(void) {
   CHECK_STATUS(request_result_to_json("r\xff", toks, 2, "stop", &t, NULL, &line, &d),
                PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "UTF-8");
-  request_timing zero = {0, 0, 0, 1, 0, 0, 0, 0};
+  request_timing zero = {0, 0, 0, 1, 0, 0, 0, 0, 0};
   CHECK_STATUS(request_result_to_json("r", NULL, 0, "error", &zero, "bad \xc3", &line, &d),
                PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "error_message is not valid UTF-8");
@@ -752,7 +752,7 @@ static void test_speculative_no_leak(void) {
  * verified; counts must be >= 0 and accepted <= drafted. */
 static void test_result_speculative(void) {
   const int64_t toks[] = {5, 6, 7};
-  request_timing t = {1.0, 2.0, 3.0, 2, 3, 0, 6, 4};
+  request_timing t = {1.0, 2.0, 3.0, 2, 3, 0, 6, 4, 0};
   char *line = NULL;
   diag d;
   CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &t, NULL, &line, &d), PH_OK, d.msg);
@@ -793,6 +793,46 @@ static void test_result_speculative(void) {
   CHECK_STATUS(request_result_to_json("s", toks, 3, "length", &bad, NULL, &line, &d),
                PH_ERR_INVALID_ARGUMENT, d.msg);
   CHECK_CONTAINS(d.msg, "0 accepted of -2 drafted");
+}
+
+/* n_cached_tokens (issue 19): written last before "error", only when the prefix cache served
+ * part of the prompt; 0 <= cached <= prompt. */
+static void test_result_cached(void) {
+  const int64_t toks[] = {5, 6, 7};
+  request_timing t = {1.0, 2.0, 3.0, 40, 3, 0, 0, 0, 32};
+  char *line = NULL;
+  diag d;
+  CHECK_STATUS(request_result_to_json("c", toks, 3, "length", &t, NULL, &line, &d), PH_OK, d.msg);
+  CHECK(line && strstr(line, "\"total_ms\":3.0,\"n_cached_tokens\":32}"));
+  json_error_t err;
+  json_t *o = json_loads(line ? line : "", 0, &err);
+  CHECK_EQ_INT(json_object_size(o), 10);
+  CHECK_EQ_INT(json_integer_value(json_object_get(o, "n_cached_tokens")), 32);
+  json_decref(o);
+  free(line);
+  /* with an error message, "error" stays the last key */
+  CHECK_STATUS(request_result_to_json("c", toks, 3, "error", &t, "oops", &line, &d), PH_OK, d.msg);
+  CHECK(line && strstr(line, "\"n_cached_tokens\":32,\"error\":\"oops\"}"));
+  free(line);
+  /* nothing from the cache (a miss, or the cache off): no key, the line of before issue 19 */
+  t.n_cached = 0;
+  CHECK_STATUS(request_result_to_json("c", toks, 3, "length", &t, NULL, &line, &d), PH_OK, d.msg);
+  CHECK(line && !strstr(line, "n_cached_tokens"));
+  free(line);
+  /* the whole prompt is the bound */
+  t.n_cached = 40;
+  CHECK_STATUS(request_result_to_json("c", toks, 3, "length", &t, NULL, &line, &d), PH_OK, d.msg);
+  free(line);
+  request_timing bad = t;
+  bad.n_cached = 41;
+  CHECK_STATUS(request_result_to_json("c", toks, 3, "length", &bad, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "41 cached prompt tokens of 40");
+  CHECK(line == NULL);
+  bad.n_cached = -1;
+  CHECK_STATUS(request_result_to_json("c", toks, 3, "length", &bad, NULL, &line, &d),
+               PH_ERR_INVALID_ARGUMENT, d.msg);
+  CHECK_CONTAINS(d.msg, "-1 cached prompt tokens of 40");
 }
 
 /* ---- text prompts, chats, max_tokens, stop strings (issue 17) ---- */
@@ -941,7 +981,7 @@ static void test_text_prompt_limit(void) {
 
 static void test_result_text(void) {
   const int64_t toks[3] = {5, 6, 7};
-  request_timing t = {0.5, 1.0, 2.0, 4, 3, 0, 0, 0};
+  request_timing t = {0.5, 1.0, 2.0, 4, 3, 0, 0, 0, 0};
   char *line = NULL;
   diag d;
   CHECK_STATUS(request_result_to_json_text("r", "a\"b\n\xc3\xa9\0z", 8, toks, 3, "stop", &t, NULL,
@@ -990,6 +1030,7 @@ int main(void) {
   RUN(test_speculative_errors);
   RUN(test_speculative_no_leak);
   RUN(test_result_speculative);
+  RUN(test_result_cached);
   RUN(test_text_fields);
   RUN(test_text_errors);
   RUN(test_text_prompt_limit);

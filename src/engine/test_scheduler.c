@@ -617,6 +617,100 @@ static void test_finish_and_commit(void) {
   env_close(&e);
 }
 
+/* Prefix hooks: a fake cache that hands every request the donor's first `give` pages. The
+ * scheduler starts the request there (n_computed), runs its chunks on the grid from token 0,
+ * calls admitted once it holds a slot, and gives the pages back when there is no room. */
+typedef struct fake_prefix {
+  block_pool *kv;
+  const block_table *donor;
+  int64_t give; /* tokens, a multiple of the chunk */
+  int32_t block_size;
+  int n_acquired, n_admitted;
+} fake_prefix;
+
+static int64_t fake_acquire(void *ctx, sched_req *w) {
+  fake_prefix *f = ctx;
+  f->n_acquired++;
+  diag d;
+  const int32_t n = (int32_t)(f->give / f->block_size);
+  if (block_table_share(&w->blocks, f->kv, n, f->donor->ids, &d) != PH_OK) return 0;
+  return f->give;
+}
+
+static ph_status fake_admitted(void *ctx, sched_req *w, diag *d) {
+  fake_prefix *f = ctx;
+  f->n_admitted++;
+  RETURN_ERROR_IF(w->slot < 0, d, PH_ERR_INTERNAL, "admitted without a slot");
+  return PH_OK;
+}
+
+static void test_prefix_hooks(void) {
+  diag d;
+  sched_batch b;
+  env e;
+  /* chunk 8, 4-token pages; 9 pages */
+  if (!env_open(&e, params(4, 16, 8, 4), 10, 3)) return;
+  sched_req donor, w;
+  sched_req_init(&donor, 1, 16, 1);
+  CHECK_STATUS(sched_add(e.s, &donor, &d), PH_OK, d.msg);
+  for (int k = 0; k < 2; k++) {
+    CHECK_STATUS(sched_schedule(e.s, &b, &d), PH_OK, d.msg);
+    CHECK_STATUS(sched_commit(e.s, &b, &d), PH_OK, d.msg);
+  }
+  CHECK_EQ_INT(donor.n_computed, 16);
+  fake_prefix f = {e.kv, &donor.blocks, 8, 4, 0, 0};
+  const sched_prefix_hooks h = {&f, fake_acquire, fake_admitted};
+  sched_set_prefix_hooks(e.s, &h);
+  sched_req_init(&w, 2, 21, 1);
+  CHECK_STATUS(sched_add(e.s, &w, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_schedule(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(f.n_acquired, 1);
+  CHECK_EQ_INT(f.n_admitted, 1);
+  CHECK_EQ_INT(b.n_admitted, 1);
+  const sched_entry *en = NULL;
+  for (int32_t i = 0; i < b.n_entries; i++)
+    if (b.entries[i].req == &w) en = &b.entries[i];
+  CHECK(en != NULL);
+  if (en) {
+    CHECK_EQ_INT(en->start, 8);    /* after the cached prefix */
+    CHECK_EQ_INT(en->n_tokens, 8); /* [8, 16): the chunk it would run from token 0 */
+  }
+  CHECK_EQ_INT(w.blocks.ids[0], donor.blocks.ids[0]); /* shared, one reference each */
+  CHECK_EQ_INT(block_pool_refcount(e.kv, donor.blocks.ids[0]), 2);
+  CHECK_EQ_INT(w.blocks.n_blocks, 4); /* 2 shared + 2 for [8, 16) */
+  CHECK_STATUS(sched_commit(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(w.n_computed, 16);
+  CHECK_STATUS(sched_finish(e.s, &w, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(block_pool_refcount(e.kv, donor.blocks.ids[0]), 1);
+  /* no room: of 9 pages the donor holds 4 and `big` (16 tokens from token 0) takes 4, so the
+   * next request's [8, 16) after its 2 shared pages (2 more) does not fit */
+  sched_req big;
+  sched_req_init(&big, 3, 16, 0);
+  CHECK_STATUS(sched_add(e.s, &big, &d), PH_OK, d.msg);
+  f.give = 0; /* big starts from token 0 */
+  CHECK_STATUS(sched_schedule(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_commit(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_schedule(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_STATUS(sched_commit(e.s, &b, &d), PH_OK, d.msg);
+  const int32_t free_before = block_pool_free_count(e.kv);
+  CHECK(free_before < 2); /* the donor and big hold all but at most one page */
+  f.give = 8;
+  sched_req_init(&w, 4, 21, 1);
+  CHECK_STATUS(sched_add(e.s, &w, &d), PH_OK, d.msg);
+  const int acquired = f.n_acquired, admitted = f.n_admitted;
+  CHECK_STATUS(sched_schedule(e.s, &b, &d), PH_OK, d.msg);
+  CHECK_EQ_INT(f.n_acquired, acquired + 1);
+  CHECK_EQ_INT(f.n_admitted, admitted); /* not admitted */
+  CHECK_EQ_INT(w.state, SCHED_WAITING);
+  CHECK_EQ_INT(w.n_computed, 0);
+  CHECK_EQ_INT(w.blocks.n_blocks, 0); /* the shared pages went back */
+  CHECK_EQ_INT(block_pool_refcount(e.kv, donor.blocks.ids[0]), 1);
+  CHECK_EQ_INT(block_pool_free_count(e.kv), free_before);
+  CHECK_STATUS(sched_commit(e.s, &b, &d), PH_OK, d.msg);
+  sched_set_prefix_hooks(e.s, NULL);
+  env_close(&e);
+}
+
 static void test_slot_compaction(void) {
   diag d;
   sched_batch b;
@@ -1008,6 +1102,7 @@ int main(void) {
   RUN(test_params_and_refusals);
   RUN(test_finish_and_commit);
   RUN(test_drafts);
+  RUN(test_prefix_hooks);
   RUN(test_slot_compaction);
   RUN(test_work_is_linear);
   RUN(test_randomized);
