@@ -97,6 +97,21 @@ static inline void check_run(const char *name, void (*fn)(void)) {
 
 #define RUN(fn) check_run(#fn, fn)
 
+/* A test program given an argument runs only the tests whose names contain it ("test_engine
+ * randomized"): main calls check_select(argc, argv), then RUN_SELECTED(fn) for each test. */
+static const char *check_only;
+
+static inline void check_select(int argc, char **argv) { check_only = argc > 1 ? argv[1] : NULL; }
+
+static inline int check_selected(const char *name) {
+  return !check_only || strstr(name, check_only) != NULL;
+}
+
+#define RUN_SELECTED(fn)                                                                           \
+  do {                                                                                             \
+    if (check_selected(#fn)) RUN(fn);                                                              \
+  } while (0)
+
 /* Prints the summary ("N passed, N failed" counts tests) and returns the exit code. */
 static inline int check_finish(void) {
   printf("%d passed, %d failed (%d checks, %d failed)\n", check_n_tests - check_n_tests_failed,

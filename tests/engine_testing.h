@@ -41,6 +41,7 @@ typedef struct outcome {
   ph_status status;
   int64_t n_generated, n_preemptions;
   int64_t n_drafted, n_accepted; /* speculative drafts verified, and kept */
+  int64_t n_cached;              /* prompt tokens served from the prefix cache (last admission) */
   int64_t *tokens;               /* [n_generated] */
   float *logits;                 /* [n_generated, vocab] */
 } outcome;
@@ -119,6 +120,7 @@ static inline void take_outcome(engine *e, uint64_t id, outcome *o) {
   o->n_preemptions = info.n_preemptions;
   o->n_drafted = info.n_drafted;
   o->n_accepted = info.n_accepted;
+  o->n_cached = info.n_cached_tokens;
   int64_t n = -1;
   const int64_t *t = engine_tokens(e, id, &n);
   CHECK(t != NULL);

@@ -1524,16 +1524,9 @@ static void test_golden_prefixes(void) {
   }
 }
 
-/* With an argument, runs only the tests whose names contain it (test_engine randomized). */
-static const char *only;
-#define RUN_SELECTED(fn)                                                                           \
-  do {                                                                                             \
-    if (!only || strstr(#fn, only)) RUN(fn);                                                       \
-  } while (0)
-
 int main(int argc, char **argv) {
-  only = argc > 1 ? argv[1] : NULL;
-  alloc_counter_ready(); /* before any counting (the sanitizer build's hook) */
+  check_select(argc, argv); /* test_engine randomized: that test only */
+  alloc_counter_ready();    /* before any counting (the sanitizer build's hook) */
   RUN_SELECTED(test_acceptance);
   RUN_SELECTED(test_identical_prompts);
   RUN_SELECTED(test_bad_requests);
