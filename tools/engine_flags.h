@@ -38,7 +38,7 @@
   {                                                                                                \
     "prefix-cache-mb", "MiB",                                                                      \
         "memory for the prefix cache's state snapshots (default 0: a quarter of the KV + state "   \
-        "memory, at least 4 snapshots)"                                                            \
+        "memory, one per request at least)"                                                        \
   }
 
 /* Fills *p (start from ph_engine_params_default()) from the engine flags a has. Returns
