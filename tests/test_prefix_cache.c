@@ -42,11 +42,10 @@ static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
 static int64_t snapshot_unit(int64_t chunk) { return chunk / gcd64(chunk, PAGE) * PAGE; }
 
 /* ---- stepping with the cache's checks ---------------------------------------------------------
- * engine_testing.h's checked_step asserts every page is held at most once, which sharing breaks;
- * here the engine's own check (engine_prefix_check: reference counts equal the block tables
- * holding each page, evictable pages are exactly the cached ones nobody holds, index and
- * snapshots consistent) runs after every step, with the rules of the step info and the counters
- * that hold whatever is shared. */
+ * Like engine_testing.h's checked_step, the engine's own check (engine_prefix_check: reference
+ * counts equal the block tables holding each page, evictable pages are exactly the cached ones
+ * nobody holds, index and snapshots consistent) runs after every step; pc_step adds the rules
+ * of the counters and stops stepping once a check fails (a corrupt pool could loop forever). */
 
 typedef struct pc_steps {
   int64_t steps, bad, preempted;
