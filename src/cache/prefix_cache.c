@@ -10,7 +10,6 @@
 #define ROOT_PARENT (-1)
 
 struct prefix_cache {
-  hybrid_cache *c;
   block_pool *pool;
   state_pool *states; /* NULL without fixed state */
   int32_t n_blocks, block_size;
@@ -43,7 +42,8 @@ struct prefix_cache {
   uint64_t tick;
   int32_t n_snaps;
 
-  prefix_cache_counts counts;
+  int64_t page_bytes;           /* one page's KV over every attention layer */
+  ph_prefix_cache_stats counts; /* the counters (the gauges are filled when read) */
 };
 
 /* ---- hashing ------------------------------------------------------------------------------ */
@@ -190,7 +190,6 @@ ph_status prefix_cache_create(hybrid_cache *c, const prefix_cache_params *p, pre
                   (long long)p->snapshot_bytes);
   prefix_cache *pc = calloc(1, sizeof *pc);
   RETURN_ERROR_IF(!pc, d, PH_ERR_NO_MEMORY, "prefix_cache_create: out of memory");
-  pc->c = c;
   pc->n_blocks = hybrid_cache_n_blocks(c);
   pc->block_size = bs;
   pc->boundary = p->boundary;
@@ -234,8 +233,9 @@ ph_status prefix_cache_create(hybrid_cache *c, const prefix_cache_params *p, pre
                     (int)n, (long long)p->snapshot_bytes);
   }
   pc->pool = hybrid_cache_blocks(c);
+  pc->page_bytes = kv_buffers_bytes_per_block(hybrid_cache_kv(c));
+  pc->counts.snapshot_budget_bytes = p->snapshot_bytes;
   block_pool_set_evict_fn(pc->pool, on_evict, pc);
-  pc->counts.snapshots_max = pc->snap_max;
   *out = pc;
   return PH_OK;
 }
@@ -356,10 +356,13 @@ void prefix_cache_clear(prefix_cache *pc) {
 
 /* ---- inspection --------------------------------------------------------------------------- */
 
-void prefix_cache_get_counts(const prefix_cache *pc, prefix_cache_counts *out) {
+void prefix_cache_get_stats(const prefix_cache *pc, ph_prefix_cache_stats *out) {
   *out = pc->counts;
+  out->enabled = 1;
+  out->misses = out->lookups - out->hits;
   out->pages_cached = pc->n_published;
   out->pages_evictable = block_pool_evictable_count(pc->pool);
+  out->page_bytes_held = (int64_t)out->pages_evictable * pc->page_bytes;
   out->snapshots = pc->n_snaps;
   out->snapshots_max = pc->snap_max;
   out->snapshot_bytes = (int64_t)pc->n_snaps * pc->snap_bytes;

@@ -91,15 +91,9 @@ void prefix_cache_clear(prefix_cache *pc);
 /* Counts the engine adds to at admission: one lookup of n_prompt tokens, n_hit served. */
 void prefix_cache_count_lookup(prefix_cache *pc, int64_t n_prompt, int64_t n_hit);
 
-typedef struct prefix_cache_counts {
-  int64_t lookups, hits, tokens_looked_up, tokens_saved;
-  int32_t pages_cached, pages_evictable;
-  int64_t pages_evicted;
-  int32_t snapshots, snapshots_max;
-  int64_t snapshot_bytes, snapshots_taken, snapshots_evicted;
-} prefix_cache_counts;
-
-void prefix_cache_get_counts(const prefix_cache *pc, prefix_cache_counts *out);
+/* The public figures (include/pagedhybrid.h), every field filled: the counters since creation and
+ * the gauges now (page_bytes_held: the evictable pages' KV memory). */
+void prefix_cache_get_stats(const prefix_cache *pc, ph_prefix_cache_stats *out);
 int64_t prefix_cache_boundary(const prefix_cache *pc);
 
 /* Checks the index, the page records, the snapshots and the block pool against one another

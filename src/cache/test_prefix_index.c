@@ -117,8 +117,8 @@ static void test_hit_and_restore(void) {
   fill(tok, 40, 100);
   seq a;
   seq_compute(c, pc, &a, tok, 20, 16, 3.0f); /* pages for 20 tokens, snapshot at 16 */
-  prefix_cache_counts k;
-  prefix_cache_get_counts(pc, &k);
+  ph_prefix_cache_stats k;
+  prefix_cache_get_stats(pc, &k);
   CHECK_EQ_INT(k.pages_cached, 5); /* 20 tokens: 5 full pages published */
   CHECK_EQ_INT(k.snapshots, 1);
   diag d;
@@ -200,8 +200,8 @@ static void test_lru_eviction(void) {
   /* 2 free pages, then 1 evicted: the page holding tokens [20, 24) */
   CHECK_STATUS(hybrid_cache_reserve(c, &x, &sx, 12, &d), PH_OK, d.msg);
   check_ok(pc);
-  prefix_cache_counts k;
-  prefix_cache_get_counts(pc, &k);
+  ph_prefix_cache_stats k;
+  prefix_cache_get_stats(pc, &k);
   CHECK_EQ_INT(k.pages_evicted, 1);
   CHECK_EQ_INT(k.pages_cached, 5);
   CHECK_EQ_INT(k.snapshots, 1);
@@ -217,7 +217,7 @@ static void test_lru_eviction(void) {
   /* two more evictions reach the snapshot's page ([12, 16)): it and its snapshot go */
   CHECK_STATUS(hybrid_cache_reserve(c, &x, &sx, 20, &d), PH_OK, d.msg);
   check_ok(pc);
-  prefix_cache_get_counts(pc, &k);
+  prefix_cache_get_stats(pc, &k);
   CHECK_EQ_INT(k.snapshots, 0);
   CHECK_EQ_INT(k.snapshots_evicted, 1);
   block_table_init(&bt);
@@ -230,7 +230,7 @@ static void test_lru_eviction(void) {
   /* clear: nothing findable, every page on the free stack */
   prefix_cache_clear(pc);
   check_ok(pc);
-  prefix_cache_get_counts(pc, &k);
+  prefix_cache_get_stats(pc, &k);
   CHECK_EQ_INT(k.pages_cached, 0);
   CHECK_EQ_INT(block_pool_evictable_count(bp), 0);
   CHECK_EQ_INT(block_pool_free_count(bp), 8);
@@ -250,8 +250,8 @@ static void test_duplicates_and_snapshot_budget(void) {
   seq a, b;
   seq_compute(c, pc, &a, tok, 12, 8, 1.0f);
   seq_compute(c, pc, &b, tok, 12, 4, 2.0f);
-  prefix_cache_counts k;
-  prefix_cache_get_counts(pc, &k);
+  ph_prefix_cache_stats k;
+  prefix_cache_get_stats(pc, &k);
   CHECK_EQ_INT(k.pages_cached, 3); /* b's three pages duplicate a's */
   CHECK_EQ_INT(k.snapshots, 2);
   block_pool *bp = hybrid_cache_blocks(c);
@@ -264,7 +264,7 @@ static void test_duplicates_and_snapshot_budget(void) {
   fill(t2, 16, 900);
   seq x;
   seq_compute(c, pc, &x, t2, 8, 8, 5.0f);
-  prefix_cache_get_counts(pc, &k);
+  prefix_cache_get_stats(pc, &k);
   CHECK_EQ_INT(k.snapshots, 2);
   CHECK_EQ_INT(k.snapshots_evicted, 1);
   diag d;

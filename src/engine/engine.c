@@ -355,8 +355,7 @@ static request *find_locked(engine *e, uint64_t id) {
 
 void engine_free(engine *e) {
   if (!e) return;
-  sched_free(e->sch); /* gives every linked request's pages and slot back */
-  e->sch = NULL;
+  sched_free(e->sch);     /* gives every linked request's pages and slot back */
   engine_prefix_close(e); /* before the session: it unhooks the session's page pool */
   for (uint64_t i = 0; i < e->reqs.cap; i++) request_free(e->reqs.slot[i]);
   free(e->reqs.slot); /* every request is in reqs (the inbox only points at some) */

@@ -123,7 +123,6 @@ struct engine {
   /* the prefix cache (NULL: off) and its figures as of the last step (read under mu) */
   prefix_cache *pc;
   ph_prefix_cache_stats pc_stats;
-  int64_t page_bytes;    /* one KV page over every attention layer */
   int32_t *page_holders; /* [pages incl. the null one]: engine_prefix_check's count (allocated at
                             creation: the check runs inside tests' allocation-counted steps) */
 };

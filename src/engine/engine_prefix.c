@@ -74,7 +74,6 @@ ph_status engine_prefix_open(engine *e, diag *d) {
                   "prefix_cache_bytes %lld (>= 0)",
                   (int)e->p.prefix_cache, (long long)e->p.prefix_cache_bytes);
   hybrid_cache *c = paged_session_cache(e->s);
-  e->page_bytes = kv_buffers_bytes_per_block(hybrid_cache_kv(c));
   e->page_holders = calloc((size_t)hybrid_cache_n_blocks(c), sizeof *e->page_holders);
   RETURN_ERROR_IF(!e->page_holders, d, PH_ERR_NO_MEMORY, "engine: out of memory");
   if (e->p.prefix_cache == PH_PREFIX_CACHE_OFF) {
@@ -104,7 +103,6 @@ ph_status engine_prefix_open(engine *e, diag *d) {
 }
 
 void engine_prefix_close(engine *e) {
-  if (e->sch) sched_set_prefix_hooks(e->sch, NULL);
   prefix_cache_free(e->pc);
   e->pc = NULL;
   free(e->page_holders);
@@ -130,27 +128,10 @@ ph_status engine_prefix_after_step(engine *e, const sched_batch *b, diag *d) {
 }
 
 void engine_prefix_publish_stats(engine *e) {
-  ph_prefix_cache_stats *s = &e->pc_stats;
-  memset(s, 0, sizeof *s);
-  if (!e->pc) return;
-  prefix_cache_counts c;
-  prefix_cache_get_counts(e->pc, &c);
-  s->enabled = 1;
-  s->lookups = c.lookups;
-  s->hits = c.hits;
-  s->misses = c.lookups - c.hits;
-  s->tokens_looked_up = c.tokens_looked_up;
-  s->tokens_saved = c.tokens_saved;
-  s->pages_cached = c.pages_cached;
-  s->pages_evictable = c.pages_evictable;
-  s->page_bytes_held = (int64_t)c.pages_evictable * e->page_bytes;
-  s->pages_evicted = c.pages_evicted;
-  s->snapshots = c.snapshots;
-  s->snapshots_max = c.snapshots_max;
-  s->snapshot_bytes = c.snapshot_bytes;
-  s->snapshot_budget_bytes = e->p.prefix_cache_bytes;
-  s->snapshots_taken = c.snapshots_taken;
-  s->snapshots_evicted = c.snapshots_evicted;
+  if (e->pc)
+    prefix_cache_get_stats(e->pc, &e->pc_stats);
+  else
+    memset(&e->pc_stats, 0, sizeof e->pc_stats);
 }
 
 void engine_prefix_stats(engine *e, ph_prefix_cache_stats *out) {
