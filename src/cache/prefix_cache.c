@@ -14,7 +14,6 @@ struct prefix_cache {
   state_pool *states; /* NULL without fixed state */
   int32_t n_blocks, block_size;
   int64_t boundary;
-  uint64_t salt;
 
   /* page records, [n_blocks] */
   uint8_t *published;
@@ -57,7 +56,7 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 
 static uint64_t key_hash(const prefix_cache *pc, int32_t parent, uint32_t pgen,
                          const int64_t *tok) {
-  uint64_t h = mix(pc->salt, (uint64_t)(uint32_t)parent);
+  uint64_t h = mix((uint64_t)pc->block_size, (uint64_t)(uint32_t)parent);
   h = mix(h, pgen);
   for (int32_t i = 0; i < pc->block_size; i++) h = mix(h, (uint64_t)tok[i]);
   return h;
@@ -193,7 +192,6 @@ ph_status prefix_cache_create(hybrid_cache *c, const prefix_cache_params *p, pre
   pc->n_blocks = hybrid_cache_n_blocks(c);
   pc->block_size = bs;
   pc->boundary = p->boundary;
-  pc->salt = mix(p->salt, (uint64_t)bs);
   const size_t n = (size_t)pc->n_blocks;
   uint64_t cap = 16;
   while (cap < 2 * (uint64_t)n) cap *= 2;

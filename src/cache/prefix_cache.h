@@ -3,12 +3,14 @@
  * (docs/prefix-cache.md).
  *
  * Pages: a full KV page is identified by its tokens chained to its parent page (the page before
- * it in the sequence; the first page's parent is the root, salted with the model and the options
- * that affect the numbers). The index keys a page by (parent id, parent generation, tokens) and
- * compares all three on a match, so a hash collision can never hand out the wrong page; a page's
- * generation changes whenever it leaves the index, so children keyed under an evicted parent are
- * unreachable. Published pages are reference counted by the block pool like any other; at
- * refcount 0 they wait on the pool's LRU until an allocation needs them (block_pool.h).
+ * it in the sequence; the first page's parent is the root). The model and every option that
+ * affects the numbers are those of the one engine the cache belongs to, so they need no place in
+ * the key; a cache shared between engines would have to key by them. The index keys a page by
+ * (parent id, parent generation, tokens) and compares all three on a match, so a hash collision can
+ * never hand out the wrong page; a page's generation changes whenever it leaves the index, so
+ * children keyed under an evicted parent are unreachable. Published pages are reference counted by
+ * the block pool like any other; at refcount 0 they wait on the pool's LRU until an allocation
+ * needs them (block_pool.h).
  *
  * Snapshots: the GatedDeltaNet conv and recurrent state cannot be derived from the pages, so at
  * chosen positions S the prefix cache copies a slot's state into a snapshot (its own memory
@@ -42,7 +44,6 @@ typedef struct prefix_cache_params {
                              size, >= 1 (the engine passes lcm(prefill_chunk, page size)) */
   int64_t snapshot_bytes; /* budget for snapshots (0 holds none: no hits on a model with linear
                              layers) */
-  uint64_t salt;          /* the model and the options that change the numbers */
 } prefix_cache_params;
 
 typedef struct prefix_cache prefix_cache;

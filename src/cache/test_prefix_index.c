@@ -40,7 +40,7 @@ static hybrid_cache *make_cache(int32_t n_pages, int32_t max_slots) {
 }
 
 static prefix_cache *make_prefix(hybrid_cache *c, int64_t boundary, int32_t n_snapshots) {
-  prefix_cache_params pp = {.boundary = boundary, .salt = 7};
+  prefix_cache_params pp = {.boundary = boundary};
   pp.snapshot_bytes = n_snapshots * state_pool_slot_bytes(hybrid_cache_states(c));
   prefix_cache *pc = NULL;
   diag d;

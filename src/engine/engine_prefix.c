@@ -29,17 +29,6 @@ static int64_t gcd64(int64_t a, int64_t b) {
   return a;
 }
 
-/* FNV-1a over the values that change a page's numbers within one engine's graph. */
-static uint64_t salt_of(const ph_engine_params *p) {
-  const int64_t v[] = {p->prefill_chunk,      p->block_size,           (int64_t)p->io_dtype,
-                       (int64_t)p->precision, p->quant.bits,           p->quant.block_size,
-                       p->quant.asymmetric,   p->quant.accuracy_level, p->state_update_capacity};
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char *b = (const unsigned char *)v;
-  for (size_t i = 0; i < sizeof v; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
 static int64_t hook_acquire(void *ctx, sched_req *w) {
   engine *e = ctx;
   request *r = REQUEST_OF(w);
@@ -94,7 +83,6 @@ ph_status engine_prefix_open(engine *e, diag *d) {
     e->p.prefix_cache_bytes = quarter > per_request ? quarter : per_request;
   }
   pp.snapshot_bytes = e->p.prefix_cache_bytes;
-  pp.salt = salt_of(&e->p);
   FORWARD_IF_ERROR(prefix_cache_create(c, &pp, &e->pc, d));
   const sched_prefix_hooks h = {e, hook_acquire, hook_admitted};
   sched_set_prefix_hooks(e->sch, &h);
