@@ -165,32 +165,16 @@ static graph *make_graph(const qcase *c, const qdata *o, diag *d) {
 }
 
 static int run_ours(const char *pkg, const qcase *c, const qdata *o, float *y) {
-  diag d;
-  graph *g = NULL;
-  ph_status s = onnx_read_model(pkg, &g, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s != PH_OK) return 0;
-  executor *e = NULL;
-  s = exec_create(g, 2, &e, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  tensor tx, tr;
-  memset(&tx, 0, sizeof tx);
-  memset(&tr, 0, sizeof tr);
-  tx.dtype = tr.dtype = PH_DTYPE_F32;
-  tx.rank = tr.rank = 2;
-  tx.dims[0] = tr.dims[0] = c->T;
-  tx.dims[1] = c->H;
-  tr.dims[1] = c->E;
-  tx.data = o->x;
-  tr.data = o->r;
-  if (s == PH_OK) s = exec_bind_input(e, exec_input_index(e, "x"), &tx, &d);
-  if (s == PH_OK) s = exec_bind_input(e, exec_input_index(e, "router"), &tr, &d);
-  if (s == PH_OK) s = exec_run(e, &d);
-  CHECK_STATUS(s, PH_OK, d.msg);
-  if (s == PH_OK) memcpy(y, exec_output(e, 0)->data, (size_t)(c->T * c->H) * 4);
-  exec_free(e);
-  graph_free(g);
-  return s == PH_OK;
+  tensor in[2];
+  memset(in, 0, sizeof in);
+  in[0].dtype = in[1].dtype = PH_DTYPE_F32;
+  in[0].rank = in[1].rank = 2;
+  in[0].dims[0] = in[1].dims[0] = c->T;
+  in[0].dims[1] = c->H;
+  in[1].dims[1] = c->E;
+  in[0].data = o->x;
+  in[1].data = o->r;
+  return ort_run_ours(pkg, 2, (const char *const[]){"x", "router"}, in, c->T * c->H, y);
 }
 
 static int run_ort(const char *pkg, const qcase *c, const qdata *o, float *y) {
