@@ -48,6 +48,54 @@ static int copy_rows(void *dst, ph_dtype dt, expert_src src, int64_t r0, int64_t
              : -1;
 }
 
+/* Expert e's weights: gate and up rows (fc1's sources; up's rows start at row u0 of u) and down
+ * (fc2's), with the checkpoint names errors cite. */
+typedef struct expert_srcs {
+  expert_src g, u, dn;
+  int64_t u0;           /* I in the fused tensor (gate rows, then up rows), 0 per expert */
+  const char *names[2]; /* fc1's and fc2's source tensors */
+} expert_srcs;
+
+/* Expert e's sources in the fused checkpoint tensors (gate_up [E, 2I, H]: gate rows then up
+ * rows; down [E, H, I]) when gate_up is given, else in its own tensors. -1 when one of those is
+ * missing. */
+static int expert_sources(const builder *b, int layer, int64_t e, const st_tensor *gate_up,
+                          const st_tensor *down, int64_t I, int64_t H, expert_srcs *s) {
+  if (gate_up) {
+    const size_t sz = dtype_size(gate_up->dtype);
+    s->g = s->u =
+        (expert_src){(const uint8_t *)gate_up->data + (size_t)(e * 2 * I * H) * sz, gate_up->dtype};
+    s->u0 = I;
+    s->dn = (expert_src){
+        (const uint8_t *)down->data + (size_t)(e * H * I) * dtype_size(down->dtype), down->dtype};
+    s->names[0] = gate_up->name;
+    s->names[1] = down->name;
+    return 0;
+  }
+  const st_tensor *tg = weights_expert(b->w, layer, (int)e, 0),
+                  *tu = weights_expert(b->w, layer, (int)e, 1),
+                  *td = weights_expert(b->w, layer, (int)e, 2);
+  if (!tg || !tu || !td) return -1;
+  s->g = (expert_src){tg->data, tg->dtype};
+  s->u = (expert_src){tu->data, tu->dtype};
+  s->dn = (expert_src){td->data, td->dtype};
+  s->u0 = 0;
+  s->names[0] = tg->name;
+  s->names[1] = td->name;
+  return 0;
+}
+
+/* Expert s's fc1 rows [2I, H] interleaved (gate_0, up_0, gate_1, up_1, ...) into dst in dtype dt.
+ */
+static int interleave_fc1(uint8_t *dst, ph_dtype dt, const expert_srcs *s, int64_t I, int64_t H) {
+  const size_t es = dtype_size(dt);
+  for (int64_t i = 0; i < I; i++)
+    if (copy_rows(dst + (size_t)(2 * i * H) * es, dt, s->g, i, 1, H) < 0 ||
+        copy_rows(dst + (size_t)((2 * i + 1) * H) * es, dt, s->u, s->u0 + i, 1, H) < 0)
+      return -1;
+  return 0;
+}
+
 /* fc1 [E, 2I, H] with rows interleaved per expert (gate_0, up_0, gate_1, up_1, ...) and fc2
  * [E, H, I], in the stored dtype, from the fused checkpoint tensors (gate_up [E, 2I, H]: gate
  * rows then up rows; down [E, H, I]) or the per-expert ones. */
@@ -82,31 +130,11 @@ static int expert_weights(builder *b, int layer, int *fc1, int *fc2) {
   const size_t es = dtype_size(dt);
   uint8_t *d1 = p1, *d2 = p2;
   for (int64_t e = 0; e < E; e++) {
-    expert_src g, u, dn;
-    int64_t u0 = 0; /* the up rows' first row in u: I in the fused tensor, 0 per expert */
-    if (gate_up) {
-      const size_t sz = dtype_size(gate_up->dtype);
-      g = u = (expert_src){(const uint8_t *)gate_up->data + (size_t)(e * 2 * I * H) * sz,
-                           gate_up->dtype};
-      u0 = I;
-      dn = (expert_src){(const uint8_t *)down->data + (size_t)(e * H * I) * dtype_size(down->dtype),
-                        down->dtype};
-    } else {
-      const st_tensor *tg = weights_expert(b->w, layer, (int)e, 0),
-                      *tu = weights_expert(b->w, layer, (int)e, 1),
-                      *td = weights_expert(b->w, layer, (int)e, 2);
-      if (!tg || !tu || !td) return -1;
-      g = (expert_src){tg->data, tg->dtype};
-      u = (expert_src){tu->data, tu->dtype};
-      dn = (expert_src){td->data, td->dtype};
-    }
-    uint8_t *row = d1 + (size_t)(e * 2 * I * H) * es;
-    for (int64_t i = 0; i < I; i++) {
-      if (copy_rows(row + (size_t)(2 * i * H) * es, dt, g, i, 1, H) < 0 ||
-          copy_rows(row + (size_t)((2 * i + 1) * H) * es, dt, u, u0 + i, 1, H) < 0)
-        return -1;
-    }
-    if (copy_rows(d2 + (size_t)(e * H * I) * es, dt, dn, 0, H, I) < 0) return -1;
+    expert_srcs x;
+    if (expert_sources(b, layer, e, gate_up, down, I, H, &x) < 0 ||
+        interleave_fc1(d1 + (size_t)(e * 2 * I * H) * es, dt, &x, I, H) < 0 ||
+        copy_rows(d2 + (size_t)(e * H * I) * es, dt, x.dn, 0, H, I) < 0)
+      return -1;
   }
 cast:
   if (dt != b->io) { /* ONNX's MoE takes T weights; our prepare pass reads the stored ones */
@@ -237,42 +265,19 @@ static int expert_weights_quant(builder *b, int layer, qmoe_inputs *q) {
   diag_clear(&d);
   ph_status st = PH_OK;
   for (int64_t e = 0; e < E && rc == 0 && st == PH_OK; e++) {
-    expert_src g, u, dn;
-    int64_t u0 = 0;
-    const char *names[2];
-    if (gate_up) {
-      const size_t sz = dtype_size(gate_up->dtype);
-      g = u = (expert_src){(const uint8_t *)gate_up->data + (size_t)(e * 2 * I * H) * sz,
-                           gate_up->dtype};
-      u0 = I;
-      dn = (expert_src){(const uint8_t *)down->data + (size_t)(e * H * I) * dtype_size(down->dtype),
-                        down->dtype};
-      names[0] = gate_up->name;
-      names[1] = down->name;
-    } else {
-      const st_tensor *tg = weights_expert(b->w, layer, (int)e, 0),
-                      *tu = weights_expert(b->w, layer, (int)e, 1),
-                      *td = weights_expert(b->w, layer, (int)e, 2);
-      if (!tg || !tu || !td) {
-        rc = -1;
-        break;
-      }
-      g = (expert_src){tg->data, tg->dtype};
-      u = (expert_src){tu->data, tu->dtype};
-      dn = (expert_src){td->data, td->dtype};
-      names[0] = tg->name;
-      names[1] = td->name;
+    expert_srcs x;
+    if (expert_sources(b, layer, e, gate_up, down, I, H, &x) < 0) {
+      rc = -1;
+      break;
     }
-    for (int64_t i = 0; i < I && rc == 0; i++)
-      if (copy_rows(rows + 2 * i * H, PH_DTYPE_F32, g, i, 1, H) < 0 ||
-          copy_rows(rows + (2 * i + 1) * H, PH_DTYPE_F32, u, u0 + i, 1, H) < 0)
-        rc = graph_fail(b, PH_ERR_INTERNAL, "repacking the expert weights failed");
+    if (interleave_fc1((uint8_t *)rows, PH_DTYPE_F32, &x, I, H) < 0)
+      rc = graph_fail(b, PH_ERR_INTERNAL, "repacking the expert weights failed");
     for (int f = 0; f < 2 && rc == 0 && st == PH_OK; f++) {
       const int64_t nb = K[f] / block, n_sc = N[f] * nb;
-      const void *w = f == 0 ? (const void *)rows : (const void *)dn.data;
-      const ph_dtype wdt = f == 0 ? PH_DTYPE_F32 : dn.dtype;
+      const void *w = f == 0 ? (const void *)rows : (const void *)x.dn.data;
+      const ph_dtype wdt = f == 0 ? PH_DTYPE_F32 : x.dn.dtype;
       st = quant_quantize(&p, w, wdt, N[f], K[f], codes[f] + e * N[f] * (K[f] / pack), sc,
-                          zp[f] ? zp[f] + e * N[f] * (nb * bits / 8) : NULL, names[f], &d);
+                          zp[f] ? zp[f] + e * N[f] * (nb * bits / 8) : NULL, x.names[f], &d);
       if (st == PH_OK)
         st = quant_scales_to(b->io, sc, (size_t)n_sc, scales[f] + (size_t)(e * n_sc) * es, &d);
     }
